@@ -1,0 +1,30 @@
+"""jobpool: long container jobs under a hard, fleet-wide concurrency limit, coordinated in Redis.
+
+The one import surface: everything a user needs is importable from here.
+"""
+
+from .api import Pool
+from .config import Settings
+from .errors import (
+    AlreadyExists,
+    ConfigError,
+    Conflict,
+    InvalidArgument,
+    InvalidSpec,
+    InvalidState,
+    JobpoolError,
+    JobTimeout,
+    NotFound,
+    NotOwner,
+    RedisUnavailable,
+)
+from .models import Job, JobState
+from .spec import JobSpec
+
+__all__ = [
+    # the API
+    "Pool", "Job", "JobSpec", "JobState", "Settings",
+    # errors
+    "JobpoolError", "ConfigError", "InvalidSpec", "InvalidArgument", "NotFound", "InvalidState",
+    "NotOwner", "Conflict", "AlreadyExists", "RedisUnavailable", "JobTimeout",
+]

@@ -1,0 +1,270 @@
+"""`Pool`: the Python API over one pool's registry in Redis.
+
+Every state change is one Lua script (see scripts/); this module validates input, passes keys and
+arguments, and turns replies into `Job` snapshots. Nothing here does check-then-act across round trips.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+
+from . import errors
+from .config import Settings
+from .keys import PoolKeys
+from .models import TERMINAL, Job, JobState
+from .registry import Scripts
+from .rqjob import rq_hash_args, rq_hash_template
+from .spec import build_spec
+
+#: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
+CANDIDATES_ON_RELEASE = 4
+CANDIDATES_ON_PROMOTE = 32
+
+
+def _actor() -> str:
+    return "api"
+
+
+def connect(url: str) -> redis.Redis:
+    """A client for jobpool's own keys: replies decoded as text (a log tail that is not UTF-8 is replaced)."""
+    return redis.Redis.from_url(url, decode_responses=True, encoding_errors="replace",
+                                socket_connect_timeout=5, health_check_interval=30)
+
+
+class Pool:
+    """One pool: a fleet-wide slot limit, a FIFO queue, and the jobs in it."""
+
+    def __init__(self, client: redis.Redis, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.client = client
+        self.keys = PoolKeys(self.settings.pool)
+        self.scripts = Scripts(client)
+        self._rq_template = rq_hash_template(self.keys.rq_queue_name)
+
+    @classmethod
+    def from_url(cls, url: str, name: str = "default", **settings: Any) -> Pool:
+        s = Settings.from_env({}, redis_url=url, pool=name, **settings)
+        return cls(connect(s.redis_url), s)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Pool:
+        s = Settings.from_env(**overrides)
+        return cls(connect(s.redis_url), s)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Pool:
+        return cls(connect(settings.redis_url), settings)
+
+    # ---- plumbing shared by every call -------------------------------------------------------------
+
+    def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        """Run script `op` with the pool's common keys first (see scripts/_lib.lua)."""
+        return self.scripts.run(op, self.keys.common() + list(keys), args)
+
+    def candidates(self, n: int) -> list[str]:
+        """Keys of the first `n` queued jobs: what a slot-freeing script may promote (checked there)."""
+        out: list[str] = []
+        for job_id in self._redis(self.client.zrange, self.keys.queued, 0, n - 1):
+            out += [self.keys.job(job_id), self.keys.rq_job(job_id)]
+        return out
+
+    def _redis(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
+
+    @staticmethod
+    def _check_id(job_id: Any) -> str:
+        if not isinstance(job_id, str) or not job_id or len(job_id) > 128 or any(c in job_id for c in " {}:\n"):
+            raise errors.NotFound(f"no job {job_id!r} in this pool")
+        return job_id
+
+    def _after_release(self, why: str) -> None:
+        """A script freed slots but its candidates ran out or went stale: finish the promotion."""
+        if why in ("stale", "batch"):
+            self.promote()
+
+    # ---- submission ---------------------------------------------------------------------------------
+
+    def enqueue(self, image: str, command: Sequence[str], env: dict[str, str] | None = None,
+                coalesce: bool = False, coalesce_key: str | None = None, **spec: Any) -> Job:
+        """Queue a job; with `coalesce` (or a `coalesce_key`) return the queued job it equals, if any.
+
+        Only queued jobs coalesce: a running job is already reading its inputs, so a job enqueued after it
+        starts must run after it. The returned `Job.coalesced` says which happened.
+        """
+        job_spec = build_spec({"image": image, "command": command, "env": env, **spec}, self.settings.bind_roots)
+        if coalesce_key is not None and (not isinstance(coalesce_key, str) or not coalesce_key):
+            raise errors.InvalidSpec("coalesce_key must be a non-empty string")
+        ck = ("key:" + coalesce_key) if coalesce_key else (job_spec.coalesce_key() if coalesce else "")
+        job_id = uuid.uuid4().hex
+        reply = self.run(
+            "enqueue", [self.keys.job(job_id), self.keys.rq_job(job_id)],
+            [job_id, job_spec.to_json(), ck, _actor(), self.settings.max_concurrent_jobs,
+             *rq_hash_args(self._rq_template, job_id, job_spec.image)],
+        )
+        if reply[2] == 1:
+            return self.get(reply[1], coalesced=True)
+        self._after_release(reply[3])
+        row = reply[5]
+        return Job.from_row(dict(zip(row[::2], row[1::2])))
+
+    def promote(self) -> int:
+        """Promote queued jobs into free slots now (the supervisor also does this every sweep)."""
+        total = 0
+        for _ in range(1000):  # bounded: each round promotes or stops
+            _, n, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [_actor()])
+            total += n
+            if why not in ("stale", "batch"):
+                break
+        return total
+
+    # ---- reading ------------------------------------------------------------------------------------
+
+    def get(self, job_id: str, coalesced: bool = False) -> Job:
+        row = self._redis(self.client.hgetall, self.keys.job(self._check_id(job_id)))
+        if not row:
+            raise errors.NotFound(f"no job {job_id} in this pool")
+        return Job.from_row(row, coalesced=coalesced)
+
+    def _rows(self, ids: Iterable[str]) -> list[Job]:
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.keys.job(job_id))
+        rows = self._redis(pipe.execute)
+        return [Job.from_row(r) for r in rows if r]
+
+    def list(self, state: str | JobState | None = None, limit: int = 100) -> list[Job]:
+        """Jobs in one state (queued/paused in queue order, running by promotion, finished newest first),
+        or, with no state, the newest `limit` jobs of every state in creation order."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise errors.InvalidArgument(f"limit must be a positive whole number, got {limit!r}")
+        if state is not None:
+            try:
+                st = JobState(state)
+            except ValueError:
+                states = ", ".join(s.value for s in JobState)
+                raise errors.InvalidArgument(f"unknown state {state!r} (one of {states})") from None
+            key = self.keys.state_index(st.value)
+            if st in TERMINAL:
+                ids = self._redis(self.client.zrevrange, key, 0, limit - 1)
+            else:
+                ids = self._redis(self.client.zrange, key, 0, limit - 1)
+            return self._rows(ids)
+        jobs: list[Job] = []
+        for st in JobState:
+            jobs += self.list(st, limit)
+        jobs.sort(key=lambda j: j.seq)
+        return jobs[-limit:]
+
+    def logs(self, job_id: str) -> str:
+        """The last 64 KiB of the job's output, kept after its container is gone."""
+        self.get(job_id)
+        return self._redis(self.client.hget, self.keys.job(job_id), "log_tail") or ""
+
+    def slots(self) -> tuple[int, int]:
+        """(used, max) of the fleet-wide limit."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.keys.running)
+        pipe.hget(self.keys.config, "max_concurrent_jobs")
+        used, mx = self._redis(pipe.execute)
+        return int(used), int(mx) if mx is not None else self.settings.max_concurrent_jobs
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per state, slots, and whether promotion is paused."""
+        pipe = self.client.pipeline(transaction=False)
+        for st in JobState:
+            pipe.zcard(self.keys.state_index(st.value))
+        pipe.hget(self.keys.config, "max_concurrent_jobs")
+        pipe.hgetall(self.keys.paused)
+        *counts, mx, paused = self._redis(pipe.execute)
+        return {
+            "pool": self.keys.pool,
+            "counts": {st.value: int(c) for st, c in zip(JobState, counts)},
+            "slots": {"used": int(counts[1]), "max": int(mx) if mx is not None else self.settings.max_concurrent_jobs},
+            "queue_paused": bool(paused),
+            "paused_by": paused.get("by") if paused else None,
+            "paused_reason": paused.get("reason") if paused else None,
+        }
+
+    def events(self, job_id: str | None = None, count: int = 1000, after: str = "-") -> list[dict[str, str]]:
+        """Transitions in order, oldest first (capped stream); filtered to one job if given."""
+        out = []
+        for entry_id, fields in self._redis(self.client.xrange, self.keys.events, after, "+", count):
+            if job_id is None or fields.get("job") == job_id:
+                out.append({"id": entry_id, **fields})
+        return out
+
+    def wait(self, job_id: str, timeout: float = 60.0, states: Iterable[str | JobState] = TERMINAL,
+             interval: float = 0.05) -> Job:
+        """Poll until the job is in one of `states` (terminal by default); `JobTimeout` after `timeout` s."""
+        wanted = {JobState(s) for s in states}
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.get(job_id)
+            if job.state in wanted:
+                return job
+            if time.monotonic() >= deadline:
+                raise errors.JobTimeout(f"job {job_id} is still {job.state} after {timeout:g}s")
+            time.sleep(interval)
+
+    # ---- control ------------------------------------------------------------------------------------
+
+    def cancel(self, job_id: str, reason: str = "") -> Job:
+        """Cancel a job. A running job is asked to stop (the request is persisted); see `Job.cancel_requested`."""
+        self._check_id(job_id)
+        reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
+                                    *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, _actor()])
+        if reply[1] == "cancelled":
+            self.promote()
+        return self.get(job_id)
+
+    def pause(self, job_id: str | None = None, reason: str = "") -> Job | None:
+        """Pause one job, or with no id the whole queue's promotion (reconciling goes on)."""
+        if job_id is None:
+            self.run("pause_queue", [], [_actor(), reason])
+            return None
+        self._check_id(job_id)
+        reply = self.run("pause_job", [self.keys.job(job_id), self.keys.lease(job_id),
+                                       *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, _actor()])
+        if reply[1] == "paused":
+            self.promote()
+        return self.get(job_id)
+
+    def resume(self, job_id: str | None = None) -> Job | None:
+        """Resume one paused job (it keeps its place in the queue), or the whole queue's promotion."""
+        if job_id is None:
+            reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [_actor()])
+            self._after_release(reply[3])
+            return None
+        self._check_id(job_id)
+        reply = self.run("resume_job", [self.keys.job(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
+                         [job_id, _actor()])
+        self._after_release(reply[3])
+        return self.get(job_id)
+
+    def set_slots(self, n: int) -> int:
+        """Set the fleet-wide limit; returns the old one. Lowering it stops nothing that runs."""
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= 100_000:
+            raise errors.InvalidArgument(f"slots must be a whole number from 0 to 100000, got {n!r}")
+        reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, _actor()])
+        self._after_release(reply[3])
+        return int(reply[1])
+
+    def evict(self, job_id: str, attempt: int, reason: str = "evicted", evidence: str = "",
+              actor: str = "operator") -> Job:
+        """Fail a running job and free its slot, if it is still at `attempt` (an operator's override).
+
+        The caller stops the container first; the old owner's next fenced write is refused.
+        """
+        self._check_id(job_id)
+        self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
+                 [job_id, attempt, reason, evidence, actor])
+        self.promote()
+        return self.get(job_id)

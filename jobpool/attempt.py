@@ -1,0 +1,72 @@
+"""`Attempt`: the worker side of one job attempt, every write fenced on (boot id, attempt).
+
+A worker that lost the row (evicted by an operator, reconciled by the supervisor, adopted by another
+boot) gets `NotOwner` from its next write and must stop without writing anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .api import CANDIDATES_ON_RELEASE, Pool
+from .spec import JobSpec
+
+#: Log tails kept with the job row, so logs outlive the container.
+LOG_TAIL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Persisted user intent read back with each heartbeat."""
+
+    pause: bool
+    cancel: bool
+
+
+class Attempt:
+    """One (job, attempt) as owned by one worker boot."""
+
+    def __init__(self, pool: Pool, job_id: str, boot_id: str, attempt: int) -> None:
+        self.pool, self.job_id, self.boot_id, self.attempt = pool, job_id, boot_id, int(attempt)
+        self._lease_ms = int(pool.settings.lease_secs * 1000)
+
+    def _keys(self) -> list[str]:
+        return [self.pool.keys.job(self.job_id), self.pool.keys.lease(self.job_id)]
+
+    def claim(self) -> tuple[JobSpec, Requests]:
+        """Take the promoted row for this boot; first claim of an attempt wins (`NotOwner`/`Conflict`/
+        `InvalidState` otherwise)."""
+        reply = self.pool.run("claim", self._keys(), [self.job_id, self.boot_id, self.attempt, self._lease_ms])
+        return JobSpec.from_json(reply[1]), Requests(reply[2] == "1", reply[3] == "1")
+
+    @classmethod
+    def adopt(cls, pool: Pool, job_id: str, old_owner: str, attempt: int, boot_id: str,
+              evidence: str) -> tuple[Attempt, JobSpec, str, Requests]:
+        """Take over a running job whose owner's lease is gone and whose container still runs."""
+        me = cls(pool, job_id, boot_id, attempt)
+        reply = pool.run("adopt", me._keys(), [job_id, old_owner, attempt, boot_id, me._lease_ms, evidence])
+        return me, JobSpec.from_json(reply[1]), reply[2], Requests(reply[3] == "1", reply[4] == "1")
+
+    def heartbeat(self) -> Requests:
+        reply = self.pool.run("heartbeat", self._keys(), [self.boot_id, self.attempt, self._lease_ms])
+        return Requests(reply[1] == "1", reply[2] == "1")
+
+    def set_container(self, container_id: str = "", daemon_id: str = "",
+                      identity: dict[str, Any] | None = None) -> None:
+        self.pool.run("set_container", [self.pool.keys.job(self.job_id)],
+                      [self.boot_id, self.attempt, container_id, daemon_id,
+                       json.dumps(identity, sort_keys=True) if identity else ""])
+
+    def finish(self, kind: str, exit_code: int | None = None, reason: str = "", log_tail: bytes | str = b"") -> str:
+        """Report the end of the attempt ('exit', 'interrupted' or 'error'); returns the job's new state."""
+        if isinstance(log_tail, str):
+            log_tail = log_tail.encode(errors="replace")
+        tail = log_tail[-LOG_TAIL_BYTES:]
+        reply = self.pool.run(
+            "finish", [*self._keys(), *self.pool.candidates(CANDIDATES_ON_RELEASE)],
+            [self.job_id, self.boot_id, self.attempt, kind, "" if exit_code is None else exit_code, reason, tail],
+        )
+        self.pool._after_release(reply[3])
+        return str(reply[1])

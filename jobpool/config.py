@@ -1,0 +1,117 @@
+"""Settings: one frozen dataclass, read from ``JOBPOOL_*`` environment variables (and flags), validated.
+
+A bad value raises `ConfigError` naming the variable, before anything touches Redis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+from .keys import validate_pool_name
+
+EXECUTORS = ("docker", "subprocess")
+
+
+@dataclass(frozen=True)
+class _Bound:
+    env: str
+    kind: type
+    low: float
+    high: float
+
+
+# field name -> (env var, type, low, high). Everything numeric is bounded: a typo should fail loudly.
+_NUMERIC: dict[str, _Bound] = {
+    "max_concurrent_jobs": _Bound("JOBPOOL_MAX_CONCURRENT_JOBS", int, 0, 100_000),
+    "heartbeat_secs": _Bound("JOBPOOL_HEARTBEAT_SECS", float, 0.05, 3600),
+    "lease_secs": _Bound("JOBPOOL_LEASE_SECS", float, 0.2, 86400),
+    "sweep_interval_secs": _Bound("JOBPOOL_SWEEP_INTERVAL_SECS", float, 0.05, 86400),
+    "job_stale_seconds": _Bound("JOBPOOL_JOB_STALE_SECONDS", float, 1, 365 * 86400),
+    "drain_timeout_secs": _Bound("JOBPOOL_DRAIN_TIMEOUT_SECS", int, 1, 86400),
+    "recovery_budget": _Bound("JOBPOOL_RECOVERY_BUDGET", int, 0, 1000),
+    "claim_grace_secs": _Bound("JOBPOOL_CLAIM_GRACE_SECS", float, 0.1, 86400),
+    "probe_timeout_secs": _Bound("JOBPOOL_PROBE_TIMEOUT_SECS", float, 0.1, 600),
+    "stop_grace_secs": _Bound("JOBPOOL_STOP_GRACE_SECS", float, 0, 3600),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a pool, worker or supervisor is configured by. Construct with `from_env`."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    pool: str = "default"
+    #: Written to Redis only when the pool has no limit yet; after that `set_slots` owns it.
+    max_concurrent_jobs: int = 1
+    heartbeat_secs: float = 5.0
+    lease_secs: float = 30.0
+    sweep_interval_secs: float = 30.0
+    job_stale_seconds: float = 86400.0
+    drain_timeout_secs: int = 10
+    recovery_budget: int = 1
+    executor: str = "docker"
+    claim_grace_secs: float = 60.0
+    probe_timeout_secs: float = 10.0
+    #: How long a stopped container gets between its stop signal and SIGKILL.
+    stop_grace_secs: float = 10.0
+    #: Host directories under which job specs may bind-mount; none by default.
+    bind_roots: tuple[str, ...] = field(default_factory=tuple)
+    #: Where the subprocess executor keeps checkpoints and `jobpool up` keeps its Redis.
+    state_dir: str = ".jobpool"
+
+    def __post_init__(self) -> None:
+        validate_pool_name(self.pool)
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"JOBPOOL_REDIS_URL: {self.redis_url!r} is not a redis://, rediss:// or unix:// URL")
+        for name, b in _NUMERIC.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{b.env}: {value!r} is not a number")
+            if b.kind is int and value != int(value):
+                raise ConfigError(f"{b.env}: {value!r} is not a whole number")
+            if not b.low <= value <= b.high:
+                raise ConfigError(f"{b.env}: {value!r} is out of range ({b.low:g} to {b.high:g})")
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"JOBPOOL_EXECUTOR: {self.executor!r} is not one of {', '.join(EXECUTORS)}")
+        if self.lease_secs < 2 * self.heartbeat_secs:
+            raise ConfigError(
+                f"JOBPOOL_LEASE_SECS: {self.lease_secs:g} must be at least twice JOBPOOL_HEARTBEAT_SECS "
+                f"({self.heartbeat_secs:g}), or one late heartbeat would look like a dead worker"
+            )
+        for root in self.bind_roots:
+            if not os.path.isabs(root):
+                raise ConfigError(f"JOBPOOL_BIND_ROOTS: {root!r} is not an absolute path")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read ``JOBPOOL_*`` variables; keyword overrides (from flags) win; None overrides are ignored."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        if "JOBPOOL_REDIS_URL" in env:
+            values["redis_url"] = env["JOBPOOL_REDIS_URL"]
+        if "JOBPOOL_POOL" in env:
+            values["pool"] = env["JOBPOOL_POOL"]
+        if "JOBPOOL_EXECUTOR" in env:
+            values["executor"] = env["JOBPOOL_EXECUTOR"]
+        if "JOBPOOL_STATE_DIR" in env:
+            values["state_dir"] = env["JOBPOOL_STATE_DIR"]
+        if env.get("JOBPOOL_BIND_ROOTS"):
+            values["bind_roots"] = tuple(r for r in env["JOBPOOL_BIND_ROOTS"].split(":") if r)
+        for name, b in _NUMERIC.items():
+            raw = env.get(b.env)
+            if raw is None or raw == "":
+                continue
+            try:
+                values[name] = b.kind(raw) if b.kind is float else int(raw, 10)
+            except ValueError:
+                raise ConfigError(f"{b.env}: {raw!r} is not a {'whole ' if b.kind is int else ''}number") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,55 @@
+"""The exceptions jobpool raises: one root, one class per thing a caller may want to handle.
+
+Redis connection failures are wrapped as `RedisUnavailable` (``from None``) so callers never need to import
+redis-py to handle "the pool is unreachable".
+"""
+
+from __future__ import annotations
+
+
+class JobpoolError(Exception):
+    """Root of every error jobpool raises on purpose."""
+
+
+class ConfigError(JobpoolError, ValueError):
+    """A setting (an environment variable or flag) is out of range; the message names it."""
+
+
+class InvalidSpec(JobpoolError, ValueError):
+    """A job spec was refused before anything was written."""
+
+
+class NotFound(JobpoolError, LookupError):
+    """No job with that id in this pool."""
+
+
+class InvalidState(JobpoolError):
+    """The transition is not legal from the job's current state (resume a running job, cancel a finished one)."""
+
+    def __init__(self, message: str, state: str | None = None) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class NotOwner(JobpoolError):
+    """A fenced write came from a (boot, attempt) that no longer owns the row; nothing was written."""
+
+
+class Conflict(JobpoolError):
+    """A compare-and-set failed: the row changed after the evidence was read. Nothing was written."""
+
+
+class AlreadyExists(JobpoolError):
+    """A job with that id exists already."""
+
+
+class RedisUnavailable(JobpoolError, ConnectionError):
+    """Redis could not be reached or answered with a server error."""
+
+
+class JobTimeout(JobpoolError, TimeoutError):
+    """`Pool.wait` gave up before the job reached the state waited for."""
+
+
+class InvalidArgument(JobpoolError, ValueError):
+    """An argument to an API call is out of range (a negative slot count, an empty id)."""

@@ -1,0 +1,79 @@
+"""Every Redis key name jobpool uses, in one place.
+
+All of a pool's keys share the hash tag ``{<pool>}`` so each script touches one cluster slot. RQ's own keys
+(its queue list, its job hashes, its queue registry) keep RQ's names, so RQ's workers and `rq info` see them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ConfigError
+
+POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+RQ_JOB_PREFIX = "rq:job:"
+RQ_QUEUE_PREFIX = "rq:queue:"
+RQ_QUEUES = "rq:queues"
+
+#: The state indexes, one sorted set each; every job is in exactly one.
+STATE_INDEX_NAMES = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
+
+
+def validate_pool_name(name: str) -> str:
+    if not isinstance(name, str) or not POOL_NAME.match(name):
+        raise ConfigError(
+            f"JOBPOOL_POOL: {name!r} is not a pool name (1-64 of letters, digits, '_', '.', '-')"
+        )
+    return name
+
+
+class PoolKeys:
+    """Key names for one pool."""
+
+    def __init__(self, pool: str) -> None:
+        self.pool = validate_pool_name(pool)
+        self.prefix = f"jobpool:{{{pool}}}:"
+        p = self.prefix
+        self.config = p + "config"
+        self.paused = p + "paused"
+        self.queued = p + "queued"
+        self.running = p + "running"
+        self.coalesce = p + "coalesce"
+        self.events = p + "events"
+        self.seq = p + "seq"
+        self.paused_jobs = p + "state:paused"
+        self.succeeded = p + "state:succeeded"
+        self.failed = p + "state:failed"
+        self.cancelled = p + "state:cancelled"
+        self.boots = p + "boots"
+        self.last_sweep = p + "last_sweep"
+        self.rq_queue_name = f"jobpool-{pool}"
+        self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
+        self.rq_intermediate = self.rq_queue + ":intermediate"
+
+    def common(self) -> list[str]:
+        """The 13 keys every script takes first, in the order scripts/_lib.lua expects."""
+        return [
+            self.config, self.paused, self.queued, self.running, self.coalesce, self.events,
+            self.rq_queue, RQ_QUEUES, self.seq,
+            self.paused_jobs, self.succeeded, self.failed, self.cancelled,
+        ]
+
+    def state_index(self, state: str) -> str:
+        return {
+            "queued": self.queued, "running": self.running, "paused": self.paused_jobs,
+            "succeeded": self.succeeded, "failed": self.failed, "cancelled": self.cancelled,
+        }[state]
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def lease(self, job_id: str) -> str:
+        return f"{self.prefix}lease:{job_id}"
+
+    def boot(self, boot_id: str) -> str:
+        return f"{self.prefix}boot:{boot_id}"
+
+    @staticmethod
+    def rq_job(job_id: str) -> str:
+        return RQ_JOB_PREFIX + job_id

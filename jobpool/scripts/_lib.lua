@@ -1,0 +1,152 @@
+--[[ _lib.lua: shared helpers, prepended to every script by jobpool/registry.py when it is loaded.
+
+Every script receives the pool's 13 common keys first, in this order (keys.py: PoolKeys.common()):
+  KEYS[1] config      hash   max_concurrent_jobs
+  KEYS[2] paused      hash   present = promotion paused
+  KEYS[3] queued      zset   id -> seq (FIFO)
+  KEYS[4] running     zset   id -> promoted_at ms (the slots in use)
+  KEYS[5] coalesce    hash   coalesce key -> queued id
+  KEYS[6] events      stream every transition
+  KEYS[7] rq queue    list   the pool's RQ queue (outside the hash tag: RQ's own key)
+  KEYS[8] rq:queues   set    RQ's registry of queues (RQ's own key)
+  KEYS[9] seq         string global enqueue counter
+  KEYS[10..13]        zsets  paused / succeeded / failed / cancelled job indexes
+Scripts that may free a slot take "promotion candidates" last: pairs of (job:<id>, rq:job:<id>) for the
+ids at the head of `queued`, read by the caller just before the call. A candidate is promoted only while
+it is still the head, so a stale read can delay a promotion (the caller retries) but never reorder one.
+Why candidates and not ids: every key a script touches must arrive in KEYS.
+
+Error codes (negative first element of the reply; mapped to exceptions in jobpool/registry.py):
+  -1 not found   -2 invalid state   -3 not owner (fenced write refused)
+  -4 conflict (compare-and-set evidence changed)   -5 already exists   -6 bad argument
+]]
+local K_CONFIG, K_PAUSED, K_QUEUED, K_RUNNING, K_COALESCE, K_EVENTS = 1, 2, 3, 4, 5, 6
+local K_RQ_QUEUE, K_RQ_QUEUES, K_SEQ = 7, 8, 9
+local NCOMMON = 13
+local STATE_INDEX = {queued = 3, running = 4, paused = 10, succeeded = 11, failed = 12, cancelled = 13}
+local E_NOT_FOUND, E_INVALID_STATE, E_NOT_OWNER, E_CONFLICT, E_EXISTS, E_BAD_ARG = -1, -2, -3, -4, -5, -6
+local EVENTS_MAXLEN = 100000
+local PROMOTE_BATCH_LIMIT = 64
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- RQ stores timestamps as ISO-8601 UTC strings; Redis' Lua has no os.date, so convert by hand.
+local function iso_utc(ms)
+  local secs = math.floor(ms / 1000)
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400 + (m <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', y, m, d, math.floor(rem / 3600),
+    math.floor((rem % 3600) / 60), rem % 60, (ms % 1000) * 1000)
+end
+
+local function event(id, from, to, reason, evidence, actor, now)
+  redis.call('XADD', KEYS[K_EVENTS], 'MAXLEN', '~', EVENTS_MAXLEN, '*',
+    'job', id, 'from', from, 'to', to, 'reason', reason or '', 'evidence', evidence or '',
+    'actor', actor or '', 'at', now)
+end
+
+-- Move a job between state indexes; score is seq for queued/paused, a time for the rest.
+local function set_state(jkey, id, from, to, score)
+  if from ~= '' then redis.call('ZREM', KEYS[STATE_INDEX[from]], id) end
+  redis.call('ZADD', KEYS[STATE_INDEX[to]], score, id)
+  redis.call('HSET', jkey, 'state', to)
+end
+
+-- A coalesce entry names a queued job only: drop it when that job leaves `queued`.
+local function drop_coalesce(jkey, id)
+  local ck = redis.call('HGET', jkey, 'coalesce_key')
+  if ck and ck ~= '' and redis.call('HGET', KEYS[K_COALESCE], ck) == id then
+    redis.call('HDEL', KEYS[K_COALESCE], ck)
+  end
+end
+
+local function add_coalesce(jkey, id)
+  local ck = redis.call('HGET', jkey, 'coalesce_key')
+  if ck and ck ~= '' then redis.call('HSETNX', KEYS[K_COALESCE], ck, id) end
+end
+
+local function max_slots()
+  return tonumber(redis.call('HGET', KEYS[K_CONFIG], 'max_concurrent_jobs') or '1')
+end
+
+-- Promote candidates from KEYS[first] on while the queue is unpaused, a slot is free and the candidate
+-- is still the head. Returns (count, why_stopped): paused | full | empty | stale | batch.
+local function promote_candidates(first, actor, now)
+  local n = math.floor((#KEYS - first + 1) / 2)
+  if n > PROMOTE_BATCH_LIMIT then n = PROMOTE_BATCH_LIMIT end
+  local promoted = 0
+  if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
+  local max = max_slots()
+  for i = 0, n - 1 do
+    if redis.call('ZCARD', KEYS[K_RUNNING]) >= max then return promoted, 'full' end
+    local head = redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1]
+    if not head then return promoted, 'empty' end
+    local jkey, rqkey = KEYS[first + 2 * i], KEYS[first + 2 * i + 1]
+    if redis.call('HGET', jkey, 'id') ~= head then return promoted, 'stale' end
+    local attempt = redis.call('HINCRBY', jkey, 'attempt', 1)
+    drop_coalesce(jkey, head)
+    set_state(jkey, head, 'queued', 'running', now)
+    redis.call('HSET', jkey, 'promoted_at', now, 'owner_boot', '', 'container_id', '', 'daemon_id', '',
+      'identity', '', 'claimed_at', '')
+    -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
+    redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
+      'meta', cjson.encode({jobpool_attempt = attempt}))
+    redis.call('RPUSH', KEYS[K_RQ_QUEUE], head)
+    redis.call('SADD', KEYS[K_RQ_QUEUES], KEYS[K_RQ_QUEUE])
+    event(head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)
+    promoted = promoted + 1
+  end
+  if redis.call('ZCARD', KEYS[K_QUEUED]) == 0 then return promoted, 'empty' end
+  if redis.call('ZCARD', KEYS[K_RUNNING]) >= max then return promoted, 'full' end
+  return promoted, 'batch'
+end
+
+-- Release a running job's slot into state `to`. A job handed back to `queued` keeps its seq, so it
+-- returns to its original place; a paused job keeps it too, for when it is resumed.
+local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now)
+  redis.call('ZREM', KEYS[K_RUNNING], id)
+  redis.call('DEL', lease_key)
+  redis.call('HSET', jkey, 'owner_boot', '', 'pause_requested', '0', 'cancel_requested', '0')
+  local score = now
+  if to == 'queued' or to == 'paused' then
+    score = tonumber(redis.call('HGET', jkey, 'seq'))
+  else
+    redis.call('HSET', jkey, 'finished_at', now)
+  end
+  set_state(jkey, id, '', to, score)
+  if to == 'queued' then add_coalesce(jkey, id) end
+  if to == 'paused' then redis.call('HSET', jkey, 'paused_at', now) end
+  redis.call('HSET', jkey, 'error_reason', to == 'succeeded' and '' or reason)
+  event(id, 'running', to, reason, evidence, actor, now)
+  -- A promoted job that no worker took yet must not be run by a late delivery: forget it in RQ's list.
+  redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
+end
+
+-- How a container's exit ends a job: exit 0 is success whatever was asked; otherwise a persisted cancel
+-- or pause wins; an exit after a shutdown interrupt hands the job back; anything else is a failure.
+local function verdict_for_exit(jkey, code, interrupted)
+  if code == 0 then return 'succeeded', 'exit_0' end
+  if redis.call('HGET', jkey, 'cancel_requested') == '1' then return 'cancelled', 'cancel_requested' end
+  if redis.call('HGET', jkey, 'pause_requested') == '1' then return 'paused', 'pause_requested' end
+  if interrupted then return 'queued', 'shutdown_handback' end
+  return 'failed', 'exit_code_' .. code
+end
+
+local function fence(jkey, boot, attempt)
+  if redis.call('EXISTS', jkey) == 0 then return E_NOT_FOUND end
+  local row = redis.call('HMGET', jkey, 'state', 'owner_boot', 'attempt')
+  if row[1] ~= 'running' or row[2] ~= boot or row[3] ~= attempt then return E_NOT_OWNER end
+  return 0
+end

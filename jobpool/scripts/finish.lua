@@ -1,0 +1,29 @@
+--[[ finish
+KEYS[1..13]  common keys (see _lib.lua)
+KEYS[14]     job:<id>      KEYS[15] lease:<id>
+KEYS[16..]   promotion candidates
+ARGV[1] id   ARGV[2] boot   ARGV[3] attempt   ARGV[4] kind   ARGV[5] exit code ('' if none)
+ARGV[6] reason (for 'error')   ARGV[7] log tail
+Returns {0, new state, promoted, why_stopped}; -1; -3; -6 unknown kind.
+The owner reports how its attempt ended; release the slot and promote in the same step.
+Fenced on (boot, attempt). kind: 'exit' (the container exited with ARGV[5]), 'interrupted' (exited after
+a shutdown interrupt: a non-zero exit hands the job back without spending recovery budget), 'error' (it
+never ran: launch failure; ends failed with ARGV[6]).
+]]
+local jkey, lkey = KEYS[14], KEYS[15]
+local id, boot, attempt, kind, code, reason, tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local f = fence(jkey, boot, attempt)
+if f ~= 0 then return {f} end
+local to, why
+if kind == 'error' then
+  to, why = 'failed', reason
+elseif (kind == 'exit' or kind == 'interrupted') and tonumber(code) then
+  to, why = verdict_for_exit(jkey, tonumber(code), kind == 'interrupted')
+else
+  return {E_BAD_ARG, kind}
+end
+local now = now_ms()
+redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail)
+end_running(jkey, lkey, id, to, why, 'exit_code=' .. code, boot, now)
+local promoted, stopped = promote_candidates(16, boot, now)
+return {0, to, promoted, stopped}

@@ -1,0 +1,61 @@
+--[[ reconcile_apply
+KEYS[1..13]  common keys (see _lib.lua)
+KEYS[14]     job:<id>      KEYS[15] lease:<id>      KEYS[16] rq:job:<id>
+KEYS[17..]   promotion candidates
+ARGV[1] id   ARGV[2] expected attempt   ARGV[3] expected owner ('' = unclaimed)
+ARGV[4] expected container id   ARGV[5] verdict   ARGV[6] reason   ARGV[7] exit code
+ARGV[8] recovery budget   ARGV[9] evidence   ARGV[10] actor
+Returns {0, state after, promoted}; -1; -4 the row or its lease changed; -6 unknown verdict.
+Apply a supervisor verdict, only if the row is exactly as it was when the evidence
+was taken (state running, same attempt, same owner, same container) and the owner's lease is still gone.
+Verdicts:
+  exited      the container exited with ARGV[7]: ends as a finish would (exit 0 -> succeeded; persisted
+              cancel/pause win; else failed)
+  absent      no container / dead process: persisted cancel -> cancelled; persisted pause -> paused;
+              recovery budget ARGV[8] left -> queued (recovery_attempts + 1, original place); else failed
+              with reason ARGV[6]
+  redispatch  promoted but never claimed and lost from RQ: push again with a new attempt, slot kept
+]]
+local jkey, lkey, rqkey = KEYS[14], KEYS[15], KEYS[16]
+local id, attempt, owner, cid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local verdict, reason, code, budget, evidence, actor = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
+if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
+local row = redis.call('HMGET', jkey, 'state', 'attempt', 'owner_boot', 'container_id', 'recovery_attempts')
+if row[1] ~= 'running' or row[2] ~= attempt or row[3] ~= owner or row[4] ~= cid then
+  return {E_CONFLICT, row[1]}
+end
+if owner ~= '' and redis.call('EXISTS', lkey) == 1 then return {E_CONFLICT, 'lease'} end
+local now = now_ms()
+local to
+if verdict == 'exited' and tonumber(code) then
+  local why
+  to, why = verdict_for_exit(jkey, tonumber(code), false)
+  redis.call('HSET', jkey, 'exit_code', code)
+  end_running(jkey, lkey, id, to, why, evidence, actor, now)
+elseif verdict == 'absent' then
+  if redis.call('HGET', jkey, 'cancel_requested') == '1' then
+    to, reason = 'cancelled', 'cancel_requested'
+  elseif redis.call('HGET', jkey, 'pause_requested') == '1' then
+    to, reason = 'paused', 'pause_requested'
+  elseif tonumber(row[5]) < (budget or 0) then
+    to = 'queued'
+    redis.call('HINCRBY', jkey, 'recovery_attempts', 1)
+  else
+    to = 'failed'
+  end
+  end_running(jkey, lkey, id, to, reason, evidence, actor, now)
+elseif verdict == 'redispatch' and owner == '' then
+  local next_attempt = redis.call('HINCRBY', jkey, 'attempt', 1)
+  redis.call('HSET', jkey, 'promoted_at', now)
+  redis.call('ZADD', KEYS[K_RUNNING], now, id)
+  redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
+    'meta', cjson.encode({jobpool_attempt = next_attempt}))
+  redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
+  redis.call('RPUSH', KEYS[K_RQ_QUEUE], id)
+  event(id, 'running', 'running', 'redispatched', evidence, actor, now)
+  return {0, 'running', 0}
+else
+  return {E_BAD_ARG, verdict}
+end
+local promoted = promote_candidates(17, actor, now)
+return {0, to, promoted}

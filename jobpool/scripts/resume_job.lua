@@ -1,0 +1,27 @@
+--[[ resume_job
+KEYS[1..13]  common keys (see _lib.lua)
+KEYS[14]     job:<id>
+KEYS[15..]   promotion candidates
+ARGV[1] id   ARGV[2] actor
+Returns {0, state after, promoted, why_stopped}; -1; -2 when there is nothing to resume.
+A paused job goes back to `queued` at its original place; a running job whose pause
+was requested but not yet acted on has the request withdrawn.
+]]
+local jkey = KEYS[14]
+local id, actor = ARGV[1], ARGV[2]
+if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
+local row = redis.call('HMGET', jkey, 'state', 'seq', 'pause_requested')
+local now = now_ms()
+if row[1] == 'paused' then
+  set_state(jkey, id, 'paused', 'queued', tonumber(row[2]))
+  redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '')
+  add_coalesce(jkey, id)
+  event(id, 'paused', 'queued', 'resume', '', actor, now)
+  local promoted, why = promote_candidates(15, actor, now)
+  return {0, redis.call('HGET', jkey, 'state'), promoted, why}
+elseif row[1] == 'running' and row[3] == '1' then
+  redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '')
+  event(id, 'running', 'running', 'pause_withdrawn', '', actor, now)
+  return {0, 'running', 0, 'none'}
+end
+return {E_INVALID_STATE, row[1]}

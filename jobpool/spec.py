@@ -1,0 +1,159 @@
+"""`JobSpec`: what a job runs, validated before anything is written.
+
+A spec is checked completely in Python so that a refused spec never leaves a row, an RQ hash or an event
+behind. The limits keep one row small enough that listing thousands of jobs stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import InvalidSpec
+
+MAX_ARGS = 1024
+MAX_ARG_BYTES = 64 * 1024
+MAX_ENV = 512
+MAX_SPEC_BYTES = 256 * 1024
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MEMORY = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
+RESERVED_LABEL_PREFIX = "jobpool."
+#: Network modes that would share the host's namespaces with the job.
+FORBIDDEN_NETWORKS = ("host",)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A container job. `network` defaults to ``none``: a job reaches nothing unless asked."""
+
+    image: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    user: str | None = None
+    network: str = "none"
+    cpus: float | None = None
+    memory: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: "HOST:CONTAINER" or "HOST:CONTAINER:ro"; HOST must sit under a configured bind root.
+    mounts: tuple[str, ...] = ()
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["command"] = list(self.command)
+        data["mounts"] = list(self.mounts)
+        data["env"] = dict(self.env)
+        data["labels"] = dict(self.labels)
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> JobSpec:
+        data = json.loads(text)
+        data["command"] = tuple(data["command"])
+        data["mounts"] = tuple(data.get("mounts", ()))
+        return cls(**data)
+
+    def coalesce_key(self) -> str:
+        """Equal specs give equal keys: the whole spec, canonical JSON."""
+        return "spec:" + self.to_json()
+
+
+_FIELDS = {f for f in JobSpec.__dataclass_fields__}
+
+
+def _need_str(name: str, value: Any, *, empty_ok: bool = False) -> str:
+    if not isinstance(value, str) or (not empty_ok and not value):
+        raise InvalidSpec(f"{name} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise InvalidSpec(f"{name} must not contain NUL bytes")
+    return value
+
+
+def _str_map(name: str, value: Any, key_check: re.Pattern[str] | None = None) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidSpec(f"{name} must be a mapping of strings to strings")
+    if len(value) > MAX_ENV:
+        raise InvalidSpec(f"{name} has {len(value)} entries; at most {MAX_ENV}")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidSpec(f"{name} must map strings to strings; {k!r}: {v!r} is not")
+        if key_check is not None and not key_check.match(k):
+            raise InvalidSpec(f"{name} key {k!r} is not a valid name")
+        if "\x00" in k or "\x00" in v:
+            raise InvalidSpec(f"{name} entry {k!r} contains a NUL byte")
+        out[k] = v
+    return out
+
+
+def _check_mounts(mounts: Any, bind_roots: Sequence[str]) -> tuple[str, ...]:
+    if mounts is None:
+        return ()
+    if isinstance(mounts, str) or not isinstance(mounts, Sequence):
+        raise InvalidSpec("mounts must be a list of 'HOST:CONTAINER[:ro]' strings")
+    out = []
+    roots = [os.path.realpath(r) for r in bind_roots]
+    for m in mounts:
+        parts = _need_str("mount", m).split(":")
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise InvalidSpec(f"mount {m!r} is not 'HOST:CONTAINER[:ro]'")
+        host, target = parts[0], parts[1]
+        if not os.path.isabs(host) or not os.path.isabs(target):
+            raise InvalidSpec(f"mount {m!r}: both paths must be absolute")
+        real = os.path.realpath(host)
+        if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+            allowed = ", ".join(bind_roots) or "none configured (JOBPOOL_BIND_ROOTS)"
+            raise InvalidSpec(f"mount {m!r}: {host} is not under an allowed bind root ({allowed})")
+        out.append(m)
+    return tuple(out)
+
+
+def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = ()) -> JobSpec:
+    """Validate raw fields into a `JobSpec`, or raise `InvalidSpec` saying what is wrong."""
+    unknown = set(fields) - _FIELDS
+    if unknown:
+        raise InvalidSpec(f"unknown spec field(s): {', '.join(sorted(unknown))} "
+                          "(privileged mode and host namespaces are never allowed)")
+    image = _need_str("image", fields.get("image"))
+    command = fields.get("command")
+    if isinstance(command, (str, bytes)) or not isinstance(command, Sequence) or not command:
+        raise InvalidSpec("command must be a non-empty list of strings")
+    if len(command) > MAX_ARGS:
+        raise InvalidSpec(f"command has {len(command)} arguments; at most {MAX_ARGS}")
+    for arg in command:
+        _need_str("command argument", arg, empty_ok=True)
+        if len(arg.encode()) > MAX_ARG_BYTES:
+            raise InvalidSpec(f"a command argument is longer than {MAX_ARG_BYTES} bytes")
+    labels = _str_map("labels", fields.get("labels"))
+    for k in labels:
+        if k.startswith(RESERVED_LABEL_PREFIX):
+            raise InvalidSpec(f"label {k!r}: the 'jobpool.' prefix is reserved for jobpool's own labels")
+    network = _need_str("network", fields.get("network", "none"))
+    if network in FORBIDDEN_NETWORKS or network.startswith("container:"):
+        raise InvalidSpec(f"network {network!r} would share another namespace with the job; not allowed")
+    cpus = fields.get("cpus")
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not 0 < cpus <= 1024):
+        raise InvalidSpec(f"cpus must be a number above 0 and at most 1024, got {cpus!r}")
+    memory = fields.get("memory")
+    if memory is not None and (not isinstance(memory, str) or not MEMORY.match(memory)):
+        raise InvalidSpec(f"memory must look like '512m' or '2g', got {memory!r}")
+    workdir = fields.get("workdir")
+    if workdir is not None and not os.path.isabs(_need_str("workdir", workdir)):
+        raise InvalidSpec(f"workdir must be an absolute path, got {workdir!r}")
+    user = fields.get("user")
+    if user is not None:
+        _need_str("user", user)
+    spec = JobSpec(
+        image=image, command=tuple(command), env=_str_map("env", fields.get("env"), ENV_NAME),
+        workdir=workdir, user=user, network=network, cpus=float(cpus) if cpus is not None else None,
+        memory=memory, labels=labels, mounts=_check_mounts(fields.get("mounts"), bind_roots),
+    )
+    if len(spec.to_json().encode()) > MAX_SPEC_BYTES:
+        raise InvalidSpec(f"the spec is larger than {MAX_SPEC_BYTES} bytes")
+    return spec

@@ -1,0 +1,103 @@
+"""Shared fixtures: a real redis-server and a real dockerd, private to this test run.
+
+Integration tests need the real servers (see DESIGN.md section 7). On a developer's machine without them the
+tests that need them are skipped with the reason; under CI (env CI set) a missing or broken server fails
+loudly instead, because a green run that skipped the integration layer proves nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from servers import DockerDaemon, RedisServer
+
+IN_CI = bool(os.environ.get("CI"))
+REDIS_FIXTURES = {"redis_server", "redis_url", "redis_server_factory"}
+
+
+def _unavailable(reason: str) -> None:
+    """Skip on a developer's machine; fail under CI, where every service must be there."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI is set, so this fails instead of skipping)", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without redis-server: skip the tests that need it, except under CI, where its fixtures fail them."""
+    if shutil.which("redis-server") or IN_CI:
+        return
+    skip = pytest.mark.skip(reason="redis-server is not on PATH (apt-get install redis-server)")
+    for item in items:
+        if REDIS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(skip)
+
+
+def _require_redis_server() -> None:
+    if not shutil.which("redis-server"):
+        _unavailable("redis-server is not on PATH (apt-get install redis-server)")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One redis-server for the whole run; `redis_url` empties it before each test."""
+    _require_redis_server()
+    with RedisServer() as server:
+        server.start()
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The URL of an empty database on the shared server (restarted first if a test stopped it)."""
+    if not redis_server.running:
+        redis_server.start()
+    with contextlib.closing(redis.Redis.from_url(redis_server.url)) as client:
+        client.flushall()
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_server_factory() -> Iterator[Callable[[], RedisServer]]:
+    """Makes private, not yet started servers for tests that kill, restart or reconfigure Redis (AOF);
+    every server made is closed after the test."""
+    _require_redis_server()
+    made: list[RedisServer] = []
+
+    def make() -> RedisServer:
+        made.append(RedisServer())
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def docker_daemon() -> Iterator[DockerDaemon]:
+    """One private dockerd for the whole run, with the busybox test image imported."""
+    if shutil.which("dockerd") is None:
+        _unavailable("dockerd is not on PATH (apt-get install docker.io)")
+    daemon = DockerDaemon()
+    try:
+        daemon.start()
+        daemon.import_busybox_image()
+    except Exception as exc:  # noqa: BLE001 - any start failure becomes a skip (or a CI failure) with its reason
+        daemon.close()
+        _unavailable(f"dockerd could not start: {exc}")
+    yield daemon
+    daemon.close()
+
+
+@pytest.fixture
+def docker_host(docker_daemon: DockerDaemon, monkeypatch: pytest.MonkeyPatch) -> str:
+    """DOCKER_HOST of a running daemon holding no containers and no `jobpool*` volumes from earlier tests."""
+    docker_daemon.ensure_running()
+    docker_daemon.remove_containers()
+    docker_daemon.remove_volumes(prefix="jobpool")
+    monkeypatch.setenv("DOCKER_HOST", docker_daemon.host)
+    return docker_daemon.host
