@@ -35,10 +35,10 @@ def identity_of(pid: int) -> dict[str, Any]:
 
 def same_process_alive(identity: dict[str, Any]) -> bool | None:
     """True: that very process is alive. False: it is gone (the pid is free or now names another process).
-    None: cannot tell from here (another kernel boot or another pid namespace than ours)."""
+    None: cannot tell from here (another kernel, i.e. host or boot, or another pid namespace than ours)."""
     try:
         if identity["boot_id"] != kernel_boot_id():
-            return False  # the kernel rebooted: every process of the old boot is gone
+            return None  # another kernel: another host, or this one rebooted; either way not ours to judge
         if identity["pidns"] != pid_namespace():
             return None  # our /proc shows another namespace's pid numbers
         pid = int(identity["pid"])

@@ -48,7 +48,7 @@ def test_busybox_container_runs_without_network_and_is_found_by_label(docker_hos
 
         found = client.containers.list(all=True, sparse=True, filters={"label": "x=y"})
         assert [c.id for c in found] == [labelled.id]
-        assert found[0].labels == {"x": "y"}
+        assert found[0].attrs["Labels"] == {"x": "y"}
         assert failing.wait(timeout=10)["StatusCode"] == 1
         # network_mode="none": only the loopback interface exists inside
         eventually(lambda: labelled.logs() == b"lo\n", message="container listing its network interfaces")
