@@ -1,0 +1,209 @@
+"""Human output for the CLI: aligned tables, relative times, one-line events, the status report.
+
+Kept apart from `cli.py` so the commands read as "validate, call the API, print". Nothing here touches Redis.
+No job's env values ever reach this module's output: only `Job.to_dict()` (which redacts them) and env *names*.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+
+from .models import Job, JobState
+
+STATE_COLOURS = {
+    JobState.RUNNING: "cyan",
+    JobState.SUCCEEDED: "green",
+    JobState.FAILED: "red",
+    JobState.PAUSED: "yellow",
+}
+
+
+def ago(ms: int | None, now_ms: int) -> str:
+    """'3 min ago' for a time in ms since the epoch; '-' when there is none."""
+    if ms is None:
+        return "-"
+    secs = (now_ms - ms) / 1000
+    if secs < 0:
+        return "in the future"  # clock skew between whoever wrote it and the Redis server
+    if secs < 1:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if secs >= size:
+            return f"{int(secs // size)} {unit} ago"
+    return f"{int(secs)} s ago"
+
+
+def clock(ms: int | str | None) -> str:
+    """Local wall-clock time of an event, to the second (relative times say nothing in a stream)."""
+    if ms in (None, ""):
+        return "-"
+    try:
+        secs = int(ms) / 1000
+    except (TypeError, ValueError):
+        return str(ms)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(secs))
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], styles: Sequence[str | None] = ()) -> str:
+    """Columns padded to their widest cell; `styles` colours whole rows (click drops it off a terminal)."""
+    rows = [list(r) for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    out = [click.style(line(headers), bold=True)]
+    for i, r in enumerate(rows):
+        colour = styles[i] if i < len(styles) else None
+        out.append(click.style(line(r), fg=colour) if colour else line(r))
+    return "\n".join(out)
+
+
+def pairs(items: Sequence[tuple[str, str]]) -> str:
+    """'key   value' lines, keys aligned."""
+    width = max((len(k) for k, _ in items), default=0)
+    return "\n".join(f"{k.ljust(width)}  {v}".rstrip() for k, v in items)
+
+
+def command_text(job: Job) -> str:
+    return shlex.join(job.spec.command)
+
+
+def job_note(job: Job) -> str:
+    """What a reader of `ls` most needs to know beyond the state."""
+    notes = []
+    if job.exit_code is not None:
+        notes.append(f"exit {job.exit_code}")
+    if job.error_reason and job.error_reason != "cancelled":
+        notes.append(job.error_reason)
+    if job.cancel_requested and not job.state.terminal:
+        notes.append("cancel requested")
+    if job.pause_requested and job.state is JobState.RUNNING:
+        notes.append("pause requested")
+    return ", ".join(notes)
+
+
+def jobs_table(jobs: Sequence[Job], now_ms: int) -> str:
+    rows = [
+        [j.id, j.state.value, str(j.attempt), shorten(j.spec.image, 30), shorten(command_text(j), 40),
+         ago(j.created_at, now_ms), job_note(j)]
+        for j in jobs
+    ]
+    styles = [STATE_COLOURS.get(j.state) for j in jobs]
+    return table(["ID", "STATE", "ATT", "IMAGE", "COMMAND", "CREATED", "NOTE"], rows, styles)
+
+
+def job_details(job: Job, now_ms: int) -> str:
+    """Every field a human asks about; env *names* only (values may be secrets)."""
+    s = job.spec
+
+    def when(ms: int | None) -> str:
+        return f"{ago(ms, now_ms)} ({clock(ms)})" if ms is not None else "-"
+
+    items = [
+        ("id", job.id),
+        ("state", click.style(job.state.value, fg=STATE_COLOURS.get(job.state))),
+        ("attempt", f"{job.attempt} (recoveries used: {job.recovery_attempts})"),
+        ("image", s.image),
+        ("command", command_text(job)),
+        ("env", (", ".join(sorted(s.env)) + "  (values hidden)") if s.env else "-"),
+        ("workdir", s.workdir or "-"),
+        ("user", s.user or "-"),
+        ("network", s.network),
+        ("cpus", f"{s.cpus:g}" if s.cpus is not None else "-"),
+        ("memory", s.memory or "-"),
+        ("labels", ", ".join(f"{k}={v}" for k, v in sorted(s.labels.items())) or "-"),
+        ("mounts", ", ".join(s.mounts) or "-"),
+        ("created", when(job.created_at)),
+        ("promoted", when(job.promoted_at)),
+        ("claimed", when(job.claimed_at)),
+        ("heartbeat", when(job.heartbeat_at)),
+        ("finished", when(job.finished_at)),
+        ("exit code", str(job.exit_code) if job.exit_code is not None else "-"),
+        ("error reason", job.error_reason or "-"),
+        ("owner boot", job.owner_boot or "-"),
+        ("container", job.container_id or "-"),
+        ("daemon", job.daemon_id or "-"),
+    ]
+    if job.pause_requested:
+        items.append(("pause requested", "yes"))
+    if job.cancel_requested:
+        items.append(("cancel requested", "yes"))
+    return pairs(items)
+
+
+def event_json(entry: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(entry)
+    at = out.get("at")
+    if isinstance(at, str) and at.isdigit():
+        out["at"] = int(at)
+    return out
+
+
+def event_line(entry: Mapping[str, Any]) -> str:
+    move = f"{entry.get('from') or '-'} -> {entry.get('to') or '-'}" if entry.get("to") else ""
+    parts = [clock(entry.get("at")), entry.get("job") or "(queue)", move, entry.get("reason", ""),
+             f"by {entry['actor']}" if entry.get("actor") else "", entry.get("evidence", "")]
+    return "  ".join(p for p in parts if p)
+
+
+def safe_url(url: str) -> str:
+    """The Redis URL with any password replaced, fit to print."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+
+
+def status_report(doc: Mapping[str, Any]) -> str:
+    """The human form of `status`'s JSON document."""
+    items: list[tuple[str, str]] = [("pool", doc["pool"]), ("redis", f"{doc['redis']['url']}  "
+                                    + ("reachable" if doc["redis"]["reachable"] else "UNREACHABLE"))]
+    if doc["redis"]["reachable"]:
+        now = doc["now"]
+        slots, counts = doc["slots"], doc["counts"]
+        items.append(("slots", f"{slots['used']}/{slots['max']} used"))
+        items.append(("jobs", f"{counts['queued']} queued, {counts['paused']} paused, {counts['running']} running"))
+        if doc["queue_paused"]:
+            why = f": {doc['paused_reason']}" if doc.get("paused_reason") else ""
+            items.append(("promotion", click.style("PAUSED", fg="yellow")
+                          + f" by {doc.get('paused_by') or '?'} {ago(doc.get('paused_since'), now)}{why}"))
+        else:
+            items.append(("promotion", "running"))
+        w = doc["workers"]
+        draining = f" ({w['draining']} draining)" if w["draining"] else ""
+        stale = f", {w['stale']} gone" if w["stale"] else ""
+        items.append(("workers", f"{w['live']} live{draining}{stale}"))
+        for boot in w["boots"]:
+            where = " ".join(f"{k}={boot[k]}" for k in ("host", "pid") if boot.get(k))
+            items.append(("", f"{boot['id']}  {where}  heartbeat {ago(boot.get('heartbeat_ms'), now)}"))
+        sweep = doc["last_sweep"]
+        if sweep is None:
+            items.append(("last sweep", "never (no supervisor has run)"))
+        else:
+            items.append(("last sweep", f"{ago(sweep.get('at'), now)}, {sweep.get('rows', '?')} rows"))
+        items.append(("unknowns", str(doc["unknown"]) + ("  (probe could not tell; slots kept)"
+                                                         if doc["unknown"] else "")))
+    health = click.style("OK", fg="green") if doc["healthy"] else click.style("UNHEALTHY", fg="red", bold=True)
+    items.append(("health", health))
+    lines = [pairs(items)]
+    lines += [f"  - {r}" for r in doc["reasons"]]
+    lines += [f"  ! {w}" for w in doc.get("warnings", [])]
+    return "\n".join(lines)

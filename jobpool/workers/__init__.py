@@ -1,0 +1,47 @@
+"""The RQ workers: one boot per process start; each job claimed, launched, watched and finished fenced.
+
+`run_worker` is what `jobpool worker` runs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..api import Pool
+from ..config import Settings
+from .boot import Boot
+from .executors import make_executor
+from .rqworker import JobpoolWorker
+from .runtime import Runtime, install
+
+log = logging.getLogger("jobpool.worker")
+
+
+def run_worker(settings: Settings, burst: bool = False) -> int:
+    """Run one worker until it is stopped (or, with `burst`, until the queue is empty). Returns how many
+    jobs it left running at a drain deadline."""
+    pool = Pool.from_settings(settings)
+    executor = make_executor(settings)
+    daemon_id = ""
+    if executor.name == "docker":
+        try:
+            daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - a worker may start before the daemon answers
+            log.warning("docker daemon not answering yet: %s", exc)
+    executor.close()
+    boot = Boot(pool, executor.name, daemon_id)
+    runtime = Runtime(pool=pool, boot_id=boot.id)
+    install(runtime)
+    boot.start()
+    worker = JobpoolWorker(runtime, boot)
+    log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool, executor.name)
+    try:
+        worker.work(burst=burst, logging_level="INFO", with_scheduler=False)
+    finally:
+        noun = "job" if worker.left_running == 1 else "jobs"
+        log.info("worker %s: exiting; %d %s left running", worker.name, worker.left_running, noun)
+        boot.stop()
+    return worker.left_running
+
+
+__all__ = ["run_worker", "JobpoolWorker"]

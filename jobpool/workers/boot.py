@@ -1,0 +1,79 @@
+"""A worker boot: one process start, one id (uuid4, never reused), one `boot:<id>` record with a TTL.
+
+The record is what `jobpool status` counts as a live worker. It is refreshed by a small thread in the
+worker's main process, so it stays fresh while the work horse is busy and while RQ blocks on its queue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+from ..api import Pool
+from ..procid import kernel_boot_id, pid_namespace
+
+log = logging.getLogger("jobpool.worker")
+
+
+class Boot:
+    def __init__(self, pool: Pool, executor_name: str, daemon_id: str = "") -> None:
+        self.pool = pool
+        self.id = uuid.uuid4().hex
+        self.key = pool.keys.boot(self.id)
+        self.ttl_ms = int(max(pool.settings.lease_secs, 3 * pool.settings.heartbeat_secs) * 1000)
+        self.fields = {
+            "host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace(),
+            "kernel_boot_id": kernel_boot_id(), "daemon_id": daemon_id, "executor": executor_name,
+            "started_at": int(time.time() * 1000), "draining": 0,
+        }
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def beat(self) -> None:
+        now = int(time.time() * 1000)
+        pipe = self.pool.client.pipeline(transaction=True)
+        pipe.hset(self.key, mapping={**self.fields, "heartbeat_at": now})
+        pipe.pexpire(self.key, self.ttl_ms)
+        pipe.zadd(self.pool.keys.boots, {self.id: now})
+        # Forget boots whose records expired long ago, so the index stays the size of the fleet.
+        pipe.zremrangebyscore(self.pool.keys.boots, 0, now - 10 * self.ttl_ms)
+        pipe.execute()
+
+    def set_draining(self) -> None:
+        self.fields["draining"] = 1
+        try:
+            self.beat()
+        except Exception as exc:  # noqa: BLE001 - a drain must go on even if Redis is away
+            log.warning("could not mark boot %s draining: %s", self.id, exc)
+
+    def start(self) -> None:
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name="jobpool-boot-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval = self.pool.settings.heartbeat_secs
+        while not self._stop.wait(interval):
+            try:
+                self.beat()
+            except Exception as exc:  # noqa: BLE001 - keep beating through a Redis restart
+                log.warning("boot heartbeat failed: %s", exc)
+
+    def stop(self) -> None:
+        """A clean exit removes the record at once; a crash lets it expire."""
+        self._stop.set()
+        try:
+            pipe = self.pool.client.pipeline(transaction=True)
+            pipe.delete(self.key)
+            pipe.zrem(self.pool.keys.boots, self.id)
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not remove boot record: %s", exc)
+
+    def describe(self) -> str:
+        return json.dumps({"boot_id": self.id, **self.fields})

@@ -1,0 +1,87 @@
+"""What a worker needs from an executor: launch a job, wait for it, stop it, read its output.
+
+The watcher (workers/watch.py) is written against these two small protocols, so the Docker and the
+subprocess executor share one claim -> launch -> watch -> finish path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ...spec import JobSpec
+
+#: Where a job finds its checkpoint directory inside a container.
+CONTAINER_CHECKPOINT_DIR = "/jobpool/checkpoint"
+
+
+class LaunchError(Exception):
+    """The job could not be started, and it is known that nothing of it runs (image missing, daemon said no).
+
+    `reason` becomes the job's error_reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class LaunchUnknown(Exception):
+    """Launching failed in a way that leaves it unknown whether the job runs (daemon unreachable mid-launch).
+
+    The watcher then writes nothing: the row keeps its slot until the supervisor has evidence."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What one attempt is launched as."""
+
+    pool: str
+    job_id: str
+    attempt: int
+    boot_id: str
+    spec: JobSpec
+    env: dict[str, str] = field(default_factory=dict)
+
+    def labels(self) -> dict[str, str]:
+        return {
+            "jobpool.pool": self.pool, "jobpool.job_id": self.job_id,
+            "jobpool.attempt": str(self.attempt), "jobpool.boot_id": self.boot_id,
+        }
+
+
+class Handle(Protocol):
+    """A launched job."""
+
+    #: What set_container records: container id and daemon id, or a process identity.
+    container_id: str
+    daemon_id: str
+    identity: dict[str, Any] | None
+
+    def wait(self, timeout: float) -> int | None:
+        """The exit code once it has exited; None if still running after `timeout` seconds (or unknown)."""
+
+    def signal_stop(self) -> None:
+        """Send the stop signal (SIGTERM): "checkpoint and stop at the next unit-of-work boundary"."""
+
+    def kill(self) -> None:
+        """SIGKILL: the grace period is over."""
+
+    def log_tail(self, max_bytes: int) -> bytes:
+        """The last `max_bytes` of the job's output."""
+
+    def remove(self) -> None:
+        """Remove what is left of this attempt once its exit code is recorded."""
+
+
+class Executor(Protocol):
+    name: str
+
+    def launch(self, launch: Launch) -> Handle: ...
+
+    def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> Handle | None:
+        """Re-attach to a running attempt (adoption); None when it is not there or cannot be attached."""
+
+    def remove_checkpoint(self, pool: str, job_id: str) -> None:
+        """Drop the job's checkpoint once the job is terminal."""
+
+    def close(self) -> None: ...

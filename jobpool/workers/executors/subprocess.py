@@ -1,0 +1,101 @@
+"""Subprocess executor: the job is a child process in a session of its own, for machines without Docker.
+
+The recorded identity is (pid, start time, pid namespace, kernel boot id), never a bare pid, so a recycled
+pid number can never pass for the job. The job's process group gets the stop signal; a worker that dies
+leaves its job running, as a container would be left.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ...procid import identity_of
+from .base import Launch, LaunchError
+
+
+class ProcessHandle:
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        self._proc = proc
+        self._log_path = log_path
+        self.container_id = ""
+        self.daemon_id = ""
+        self.identity: dict[str, Any] | None = {"executor": "subprocess", **identity_of(proc.pid)}
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            code = self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        # A job killed by a signal reports 128+N, as a shell (and Docker) would.
+        return 128 - code if code < 0 else code
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self._proc.pid, sig)  # our own child, in its own session: pgid == pid
+        except ProcessLookupError:
+            pass
+
+    def signal_stop(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def log_tail(self, max_bytes: int) -> bytes:
+        try:
+            with open(self._log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - max_bytes))
+                return f.read()
+        except OSError as exc:
+            return f"[jobpool: logs unavailable: {exc}]".encode()
+
+    def remove(self) -> None:
+        try:
+            self._log_path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class SubprocessExecutor:
+    name = "subprocess"
+
+    def __init__(self, state_dir: str) -> None:
+        self.root = Path(state_dir).absolute()
+
+    def checkpoint_dir(self, pool: str, job_id: str) -> Path:
+        return self.root / "checkpoints" / pool / job_id
+
+    def launch(self, launch: Launch) -> ProcessHandle:
+        spec = launch.spec
+        ckpt = self.checkpoint_dir(launch.pool, launch.job_id)
+        logs = self.root / "logs" / launch.pool
+        ckpt.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / f"{launch.job_id}-a{launch.attempt}.log"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env, **launch.env,
+               "JOBPOOL_CHECKPOINT_DIR": str(ckpt)}
+        try:
+            with open(log_path, "wb") as out:
+                proc = subprocess.Popen(
+                    list(spec.command), env=env, cwd=spec.workdir or str(ckpt), stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+        except (OSError, ValueError) as exc:
+            raise LaunchError(f"launch_failed: {exc}") from None
+        return ProcessHandle(proc, log_path)
+
+    def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> None:
+        return None  # a process cannot be re-parented: the supervisor waits for it to end instead
+
+    def remove_checkpoint(self, pool: str, job_id: str) -> None:
+        shutil.rmtree(self.checkpoint_dir(pool, job_id), ignore_errors=True)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,104 @@
+"""`JobpoolWorker`: RQ's forking worker with a bounded drain (ADR-009).
+
+RQ's warm shutdown waits for the running job without limit. Here the first SIGTERM/SIGINT stops claiming
+(RQ's own behaviour), asks the horse to interrupt its job (the horse sends the container its stop signal),
+and the wait is bounded: past the drain timeout the horse gives up and leaves the job running; should the
+horse itself hang, the worker kills it a few seconds later. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+import redis
+from rq import Worker
+from rq.serializers import JSONSerializer
+
+from ..errors import JobpoolError
+from .boot import Boot
+from .runtime import DRAIN_SIGNAL, Runtime
+
+log = logging.getLogger("jobpool.worker")
+
+#: Extra time the worker gives its horse past the drain timeout to record the outcome before killing it.
+HORSE_MARGIN_SECS = 5.0
+
+
+class JobpoolWorker(Worker):
+    def __init__(self, runtime: Runtime, boot: Boot, **kwargs: Any) -> None:
+        pool = runtime.pool
+        super().__init__(
+            [pool.keys.rq_queue_name],
+            connection=redis.Redis.from_url(pool.settings.redis_url),
+            serializer=JSONSerializer,
+            name=f"jobpool-{pool.keys.pool}-{boot.id[:12]}",
+            job_monitoring_interval=1,  # how often the drain bound below is checked
+            **kwargs,
+        )
+        self.runtime = runtime
+        self.boot = boot
+        self._drain_kill_at: float | None = None
+        self.left_running = 0
+        # Ignored until the horse installs its handler, so an early drain signal cannot kill it.
+        signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
+
+    # -- first signal: drain ------------------------------------------------------------------------------
+
+    def handle_warm_shutdown_request(self) -> None:
+        settings = self.runtime.pool.settings
+        log.info("worker %s: shutting down; draining for at most %ss", self.name, settings.drain_timeout_secs)
+        self.boot.set_draining()
+        self._drain_kill_at = time.monotonic() + settings.drain_timeout_secs + HORSE_MARGIN_SECS
+        self._signal_horse()
+
+    def _signal_horse(self) -> None:
+        if self.horse_pid:
+            try:
+                os.kill(self.horse_pid, DRAIN_SIGNAL)
+            except ProcessLookupError:
+                pass
+
+    def maintain_heartbeats(self, job: Any) -> None:
+        super().maintain_heartbeats(job)
+        if self._drain_kill_at is None:
+            return
+        # Repeat the request: it is idempotent, and covers a horse that had not yet set its handler.
+        self._signal_horse()
+        if time.monotonic() >= self._drain_kill_at and self.horse_pid:
+            log.warning("worker %s: horse did not finish draining; killing it", self.name)
+            self.kill_horse(signal.SIGKILL)
+
+    def setup_work_horse_signals(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        drain = self.runtime.request_drain
+        signal.signal(DRAIN_SIGNAL, lambda *_: drain())
+        # A service manager may SIGTERM the whole process group: for the horse that is the same request.
+        signal.signal(signal.SIGTERM, lambda *_: drain())
+
+    # -- second signal: exit now --------------------------------------------------------------------------
+
+    def request_force_stop(self, signum: int, frame: Any) -> None:
+        """Exit at once; the job's container keeps running and the supervisor decides its row."""
+        log.warning("worker %s: second signal; exiting now, leaving running jobs to the supervisor", self.name)
+        if self.horse_pid:
+            self.kill_horse(signal.SIGKILL)
+            self.wait_for_horse()
+        raise SystemExit(1)
+
+    # -- bookkeeping ----------------------------------------------------------------------------------------
+
+    def execute_job(self, job: Any, queue: Any) -> None:
+        super().execute_job(job, queue)
+        if self._drain_kill_at is not None and self._still_ours(job.id):
+            self.left_running += 1
+
+    def _still_ours(self, job_id: str) -> bool:
+        try:
+            row = self.runtime.pool.get(job_id)
+        except JobpoolError:
+            return False
+        return row.state.value == "running" and row.owner_boot == self.boot.id

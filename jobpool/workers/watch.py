@@ -1,0 +1,114 @@
+"""The watcher: launch (or re-attach to) one attempt, keep its lease, act on requests, finish it.
+
+Every write is fenced on (boot, attempt). When a write is refused (`NotOwner`) the row is no longer ours
+(evicted, reconciled, adopted by another boot): the watcher stops the container and leaves without writing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..attempt import LOG_TAIL_BYTES, Attempt, Requests
+from ..errors import Conflict, InvalidState, NotFound, NotOwner, RedisUnavailable
+from .executors import Executor, Handle, LaunchError, LaunchUnknown
+from .runtime import Runtime
+
+log = logging.getLogger("jobpool.worker")
+
+#: Longest single wait on the job, so a drain request is noticed within this many seconds.
+WAIT_SLICE = 0.5
+EXIT_TEMPFAIL = 75
+TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+
+
+def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, requests: Requests) -> None:
+    """Watch a launched attempt until it exits, the row is lost, or a drain deadline passes."""
+    settings = rt.pool.settings
+    next_beat = time.monotonic() + settings.heartbeat_secs
+    kill_at: float | None = None
+    drain_deadline: float | None = None
+    asked_stop = False
+    while True:
+        code = handle.wait(min(WAIT_SLICE, settings.heartbeat_secs))
+        if code is not None:
+            break
+        now = time.monotonic()
+        if rt.drain_requested_at is not None and drain_deadline is None:
+            drain_deadline = rt.drain_requested_at + settings.drain_timeout_secs
+            log.info("job %s: shutdown, asking it to checkpoint and stop", attempt.job_id)
+            handle.signal_stop()
+        if drain_deadline is not None and now >= drain_deadline:
+            log.warning("job %s: still running at the drain deadline; left running", attempt.job_id)
+            rt.left_running.append(attempt.job_id)
+            return
+        if now >= next_beat:
+            next_beat = now + settings.heartbeat_secs
+            try:
+                requests = attempt.heartbeat()
+            except NotOwner:
+                log.warning("job %s attempt %s: no longer ours; stopping it without writing",
+                            attempt.job_id, attempt.attempt)
+                handle.signal_stop()
+                _stop_within(handle, settings.stop_grace_secs)
+                return
+            except RedisUnavailable as exc:
+                log.warning("job %s: heartbeat failed (%s); will retry", attempt.job_id, exc)
+        if (requests.cancel or requests.pause) and not asked_stop:
+            log.info("job %s: %s requested; stopping it", attempt.job_id, "cancel" if requests.cancel else "pause")
+            handle.signal_stop()
+            asked_stop = True
+            kill_at = now + settings.stop_grace_secs
+        if kill_at is not None and now >= kill_at and drain_deadline is None:
+            handle.kill()
+            kill_at = None
+    _finish(rt, attempt, handle, executor, "interrupted" if drain_deadline is not None else "exit", code)
+
+
+def _stop_within(handle: Handle, grace: float) -> None:
+    if grace <= 0 or handle.wait(grace) is None:
+        handle.kill()
+
+
+def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, kind: str, code: int) -> None:
+    tail = handle.log_tail(LOG_TAIL_BYTES)
+    try:
+        state = attempt.finish(kind, code, log_tail=tail)
+    except NotOwner:
+        log.warning("job %s attempt %s: finished, but the row is no longer ours; not recorded",
+                    attempt.job_id, attempt.attempt)
+        handle.remove()
+        return
+    log.info("job %s attempt %s: exit %s -> %s", attempt.job_id, attempt.attempt, code, state)
+    handle.remove()
+    if state in TERMINAL_STATES:
+        executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
+
+
+def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_fn) -> None:
+    """Launch through `launch_fn()`, record what was launched, then watch it."""
+    try:
+        handle = launch_fn()
+    except LaunchError as exc:
+        log.warning("job %s: could not launch: %s", attempt.job_id, exc.reason)
+        try:
+            attempt.finish("error", reason=exc.reason)
+        except NotOwner:
+            pass
+        return
+    except LaunchUnknown as exc:
+        # It may or may not run: keep the slot (write nothing) and let the supervisor find out.
+        log.warning("job %s: launch outcome unknown (%s); leaving it to the supervisor", attempt.job_id, exc)
+        return
+    try:
+        attempt.set_container(handle.container_id, handle.daemon_id, handle.identity)
+    except NotOwner:
+        log.warning("job %s: lost the row while launching; stopping it", attempt.job_id)
+        handle.kill()
+        return
+    watch(rt, attempt, handle, executor, Requests(False, False))
+
+
+def quietly_refused(exc: Exception) -> bool:
+    """Duplicate or stale deliveries are normal under at-least-once dispatch: refuse them without noise."""
+    return isinstance(exc, (NotOwner, Conflict, InvalidState, NotFound))
