@@ -27,7 +27,8 @@ import docker
 import redis
 import requests
 
-BUSYBOX_APPLETS = ("sh", "sleep", "true", "false", "echo", "cat", "ls", "date", "head", "seq", "touch", "kill")
+# The applets the tests use, as symlinks to /bin/busybox in the test image.
+BUSYBOX_APPLETS = "sh sleep true false echo cat ls date head seq touch kill".split()
 
 
 def free_port() -> int:
@@ -44,8 +45,9 @@ def _log_tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def _wait_until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float, what: str,
-                log: Path) -> None:
+def _wait_until(
+    ready: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float, what: str, log: Path
+) -> None:
     """Poll `ready` until it holds; fail at once if `proc` exits, or at the deadline, showing the log."""
     deadline = time.monotonic() + timeout
     while not ready():
@@ -54,6 +56,15 @@ def _wait_until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], timeou
         if time.monotonic() >= deadline:
             raise TimeoutError(f"{what} not ready after {timeout}s:\n{_log_tail(log)}")
         time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (a zombie is dead, only not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _stop_process(proc: subprocess.Popen[bytes] | None, sig: int, timeout: float) -> None:
@@ -116,13 +127,28 @@ class RedisServer:
                     raise
 
     def _launch(self, port: int, timeout: float) -> None:
-        args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                "--dir", str(self.dir), "--daemonize", "no", "--logfile", ""]
+        args = [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            str(self.dir),
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+        ]
         if self._appendonly:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         log = self.dir / "redis.log"
         with log.open("ab") as out:
-            self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            )
         self._port = port
         _wait_until(self._pings, self._proc, timeout, f"redis-server on port {port}", log)
 
@@ -162,9 +188,11 @@ def _is_static_elf(path: Path) -> bool:
     data = path.read_bytes()
     if data[:5] != b"\x7fELF\x02":  # only 64-bit binaries are checked; others are left to fail in docker
         return True
-    phoff, = struct.unpack_from("<Q", data, 0x20)
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    return all(struct.unpack_from("<I", data, phoff + i * phentsize)[0] != 3 for i in range(phnum))  # PT_INTERP
+    return all(
+        struct.unpack_from("<I", data, phoff + i * phentsize)[0] != 3 for i in range(phnum)
+    )  # PT_INTERP
 
 
 def busybox_rootfs_tar() -> bytes:
@@ -178,8 +206,15 @@ def busybox_rootfs_tar() -> bytes:
     binary = source.read_bytes()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, mode in (("bin", 0o755), ("etc", 0o755), ("tmp", 0o1777), ("proc", 0o555), ("sys", 0o555),
-                           ("dev", 0o755), ("root", 0o700)):
+        for name, mode in (
+            ("bin", 0o755),
+            ("etc", 0o755),
+            ("tmp", 0o1777),
+            ("proc", 0o555),
+            ("sys", 0o555),
+            ("dev", 0o755),
+            ("root", 0o700),
+        ):
             info = tarfile.TarInfo(name)
             info.type, info.mode = tarfile.DIRTYPE, mode
             tar.addfile(info)
@@ -201,7 +236,7 @@ class DockerDaemon:
     """
 
     def __init__(self) -> None:
-        # Under /tmp and short: containerd's socket lives in the exec root, and unix socket paths max ~107 bytes.
+        # Short and under /tmp: containerd's socket lives in the exec root; unix socket paths max ~107 bytes.
         self.dir = Path(tempfile.mkdtemp(prefix="jpd-", dir="/tmp"))
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -219,7 +254,7 @@ class DockerDaemon:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def client(self, timeout: float = 30) -> docker.DockerClient:
+    def client(self, timeout: int = 30) -> docker.DockerClient:
         """A new SDK client for this daemon; the caller closes it. Raises DockerException if unreachable."""
         return docker.DockerClient(base_url=self.host, timeout=timeout)
 
@@ -232,12 +267,25 @@ class DockerDaemon:
             raise FileNotFoundError("dockerd not on PATH (apt-get install docker.io)")
         d = self.dir
         # The containerd namespace keeps our containers apart even if dockerd finds a system containerd.
-        args = [dockerd, "--storage-driver=vfs", "--iptables=false", "--ip6tables=false", "--bridge=none",
-                f"--host={self.host}", f"--data-root={d}/root", f"--exec-root={d}/exec", f"--pidfile={d}/d.pid",
-                "--live-restore", f"--containerd-namespace={d.name}", f"--containerd-plugins-namespace={d.name}p"]
+        args = [
+            dockerd,
+            "--storage-driver=vfs",
+            "--iptables=false",
+            "--ip6tables=false",
+            "--bridge=none",
+            f"--host={self.host}",
+            f"--data-root={d}/root",
+            f"--exec-root={d}/exec",
+            f"--pidfile={d}/d.pid",
+            "--live-restore",
+            f"--containerd-namespace={d.name}",
+            f"--containerd-plugins-namespace={d.name}p",
+        ]
         log = d / "dockerd.log"
         with log.open("ab") as out:
-            self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            )
         _wait_until(self._pings, self._proc, timeout, "dockerd", log)
 
     def _pings(self) -> bool:
@@ -252,14 +300,21 @@ class DockerDaemon:
         if not self.running:
             self.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM dockerd by pid and wait; it stops its own containerd, running containers live on."""
-        _stop_process(self._proc, signal.SIGTERM, timeout)
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+        """Signal dockerd by pid and wait; running containers live on (--live-restore).
+
+        On SIGTERM dockerd stops its own containerd; after SIGKILL (a crash) that containerd is killed here,
+        so the next `start()` begins from a clean slate either way."""
+        _stop_process(self._proc, sig, timeout)
         self._kill_strays(only_containerd=True)
 
-    def _kill_strays(self, only_containerd: bool) -> None:
-        """SIGKILL processes whose command line names our dir: a containerd left by a killed dockerd
-        (and, on close, the shims of containers still running). Found by our unique dir, killed by pid."""
+    def _kill_strays(self, only_containerd: bool, timeout: float = 10.0) -> None:
+        """SIGKILL, by pid, what our daemon left: its containerd after a dockerd crash and, on close, any
+        container process and shim still running. Each is recognised by our unique dir, never by name.
+
+        Waits until they are dead, and drops containerd's pidfile: a dockerd started while the old
+        containerd is still dying (or an unreaped zombie) adopts it and then times out dialling it."""
+        targets = [] if only_containerd else self._container_pids()
         marker = str(self.dir).encode()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -268,12 +323,28 @@ class DockerDaemon:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if not any(marker in arg for arg in argv):
-                continue
-            if only_containerd and Path(argv[0].decode(errors="replace")).name != "containerd":
-                continue
+            if any(marker in arg for arg in argv) and (
+                not only_containerd or Path(argv[0].decode(errors="replace")).name == "containerd"
+            ):
+                targets.append(int(entry.name))
+        for pid in targets:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while any(_alive(pid) for pid in targets) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (self.dir / "exec" / "containerd" / "containerd.pid").unlink(missing_ok=True)
+
+    def _container_pids(self) -> list[int]:
+        """Init pids of our containers from containerd's state, each confirmed by the container id in its
+        cgroup, so a pid recycled since the container exited is never hit."""
+        pids = []
+        for pidfile in (self.dir / "exec").glob("containerd/daemon/*/*/*/init.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pidfile.read_text())
+                if pidfile.parent.name in Path(f"/proc/{pid}/cgroup").read_text():
+                    pids.append(pid)
+        return pids
 
     def import_busybox_image(self, tag: str = "jobpool-test:busybox") -> None:
         """Import a busybox rootfs as `tag`: a test image that needs no registry."""
@@ -305,9 +376,14 @@ class DockerDaemon:
             subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
     def close(self) -> None:
-        """Remove containers, stop the daemon, and delete everything it wrote (vfs copies whole images)."""
-        if self.running:
-            with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+        """Remove containers, stop the daemon, and delete everything it wrote (vfs copies whole images).
+
+        Containers left by a test that stopped the daemon keep running (live restore), so the daemon is
+        brought back first to remove them; only what that cannot reach is killed by pid."""
+        with contextlib.suppress(Exception):  # best effort: whatever is left is killed below
+            if not self.running and any((self.dir / "root" / "containers").glob("*")):
+                self.start(timeout=15)
+            if self.running:
                 self.remove_containers()
         self.stop()
         self._kill_strays(only_containerd=False)

@@ -41,8 +41,13 @@ def test_redis_aof_restart_keeps_key(redis_server_factory: Callable[[], RedisSer
 
 def test_busybox_container_runs_without_network_and_is_found_by_label(docker_host: str) -> None:
     with contextlib.closing(docker.from_env(timeout=10)) as client:  # via the DOCKER_HOST set by the fixture
-        labelled = client.containers.run(IMAGE, ["sh", "-c", "ls /sys/class/net; sleep 300"], detach=True,
-                                         network_mode="none", labels={"x": "y"})
+        labelled = client.containers.run(
+            IMAGE,
+            ["sh", "-c", "ls /sys/class/net; sleep 300"],
+            detach=True,
+            network_mode="none",
+            labels={"x": "y"},
+        )
         client.containers.run(IMAGE, ["true"], detach=True, network_mode="none", labels={"x": "z"})
         failing = client.containers.run(IMAGE, ["false"], detach=True, network_mode="none")
 
@@ -60,8 +65,9 @@ def test_stopped_daemon_fails_fast_and_running_container_survives_restart(
     """The "daemon unreachable" fault: calls fail at once rather than hang, and with --live-restore the
     container started before the stop is still running, with the same id, once the daemon is back."""
     with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=3)) as client:
-        container = client.containers.run(IMAGE, ["sleep", "300"], detach=True, network_mode="none",
-                                          labels={"jobpool.test": "survivor"})
+        container = client.containers.run(
+            IMAGE, ["sleep", "300"], detach=True, network_mode="none", labels={"jobpool.test": "survivor"}
+        )
         try:
             docker_daemon.stop()
             started = time.monotonic()
