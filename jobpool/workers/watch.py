@@ -94,7 +94,8 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_f
         try:
             attempt.finish("error", reason=exc.reason)
         except NotOwner:
-            pass
+            return
+        executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
         return
     except LaunchUnknown as exc:
         # It may or may not run: keep the slot (write nothing) and let the supervisor find out.

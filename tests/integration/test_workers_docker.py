@@ -1,0 +1,185 @@
+"""Real workers running real containers: slot limit, outcomes, drain, crash, cancel/pause, fencing."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+
+import docker
+import pytest
+IMAGE = "jobpool-test:busybox"
+from polling import eventually
+
+from jobpool import JobState, Pool
+
+CHECKPOINTING = r"""
+trap 'echo step > "$JOBPOOL_CHECKPOINT_DIR/ck"; echo interrupted; exit 75' TERM
+if [ -f "$JOBPOOL_CHECKPOINT_DIR/ck" ]; then echo "resumed with $(cat "$JOBPOOL_CHECKPOINT_DIR/ck")"; exit 0; fi
+echo started; while true; do sleep 0.1; done
+"""
+IGNORES_TERM = "trap '' TERM; echo started; while true; do sleep 0.1; done"
+
+
+def job_containers(client: docker.DockerClient, job_id: str, running_only: bool = True) -> list:
+    return client.containers.list(all=not running_only, filters={"label": f"jobpool.job_id={job_id}"})
+
+
+def started(client: docker.DockerClient, job_id: str) -> bool:
+    return any(b"started" in c.logs() for c in job_containers(client, job_id))
+
+
+@pytest.fixture
+def client(docker_host: str) -> docker.DockerClient:
+    c = docker.DockerClient(base_url=docker_host)
+    yield c
+    c.close()
+
+
+def test_slot_limit_holds_across_three_workers(pool: Pool, spawn, client) -> None:
+    pool.set_slots(2)
+    jobs = [pool.enqueue(IMAGE, ["sh", "-c", f"echo job {i}; sleep 0.3"]) for i in range(8)]
+    failing = pool.enqueue(IMAGE, ["sh", "-c", "echo about to fail; echo oops >&2; exit 7"])
+    peak = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            n = len(client.containers.list(sparse=True, filters={"label": "jobpool.pool=it", "status": "running"}))
+            peak = max(peak, n)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    for _ in range(3):
+        spawn()
+    try:
+        for job in jobs:
+            assert pool.wait(job.id, timeout=90).state == JobState.SUCCEEDED
+        done = pool.wait(failing.id, timeout=60)
+    finally:
+        stop.set()
+        t.join(10)
+    assert 1 <= peak <= 2, f"{peak} job containers ran at once with 2 slots"
+    assert done.state == JobState.FAILED and done.exit_code == 7 and done.error_reason == "exit_code_7"
+    assert "about to fail" in pool.logs(failing.id) and "oops" in pool.logs(failing.id)
+    assert pool.logs(jobs[0].id).strip() == "job 0"
+    # Containers are removed once their outcome is recorded.
+    eventually(lambda: not client.containers.list(all=True, filters={"label": "jobpool.pool=it"}),
+               message="finished containers are removed")
+
+
+def test_labels_env_and_checkpoint_volume(pool: Pool, spawn, client, docker_host: str) -> None:
+    job = pool.enqueue(IMAGE, ["sh", "-c", 'echo "$JOBPOOL_JOB_ID $JOBPOOL_ATTEMPT $JOBPOOL_CHECKPOINT_DIR"; '
+                                           "echo started; sleep 30"])
+    spawn()
+    eventually(lambda: started(client, job.id), timeout=30, message="job container started")
+    out = subprocess.run(["docker", "-H", docker_host, "ps", "-q", "--filter", f"label=jobpool.job_id={job.id}",
+                          "--filter", "label=jobpool.pool=it", "--filter", "label=jobpool.attempt=1"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert len(out) == 1
+    c = client.containers.get(out[0])
+    assert c.labels["jobpool.boot_id"] == pool.get(job.id).owner_boot
+    assert c.attrs["HostConfig"]["NetworkMode"] == "none"
+    assert c.attrs["HostConfig"]["AutoRemove"] is False
+    assert f"{job.id} 1 /jobpool/checkpoint" in c.logs().decode()
+    assert pool.get(job.id).container_id == c.id
+    pool.cancel(job.id)
+    assert pool.wait(job.id, timeout=30).state == JobState.CANCELLED
+    eventually(lambda: not [v for v in client.volumes.list() if job.id in v.name],
+               message="checkpoint volume removed once the job is terminal")
+
+
+def test_drain_hands_back_with_checkpoint(pool: Pool, spawn, client) -> None:
+    job = pool.enqueue(IMAGE, ["sh", "-c", CHECKPOINTING])
+    w = spawn()
+    eventually(lambda: started(client, job.id), timeout=30, message="job started")
+    t0 = time.monotonic()
+    w.signal(signal.SIGTERM)
+    eventually(lambda: pool.get(job.id).attempt == 2 or pool.get(job.id).state == JobState.QUEUED,
+               timeout=3 + 2, message="handed back within the drain timeout")
+    assert w.wait(15) == 0
+    assert time.monotonic() - t0 < 3 + 5
+    handed = [e for e in pool.events(job.id) if e["to"] == "queued" and e["from"] == "running"]
+    assert handed and handed[0]["reason"] == "shutdown_handback"
+    spawn()
+    done = pool.wait(job.id, timeout=60)
+    assert done.state == JobState.SUCCEEDED and done.attempt == 2 and done.recovery_attempts == 0
+    assert "resumed with step" in pool.logs(job.id)
+    assert "0 jobs left running" in w.log()
+
+
+def test_pause_during_drain_wins(pool: Pool, spawn, client) -> None:
+    # The job stops slowly, so the pause lands while the drain is in flight.
+    slow = CHECKPOINTING.replace("exit 75' TERM", "sleep 1; exit 75' TERM")
+    job = pool.enqueue(IMAGE, ["sh", "-c", slow])
+    w = spawn()
+    eventually(lambda: started(client, job.id), timeout=30, message="job started")
+    w.signal(signal.SIGTERM)
+    eventually(lambda: "asking it to checkpoint" in w.log(), timeout=5, message="drain begun")
+    pool.pause(job.id)
+    assert w.wait(15) == 0
+    assert pool.get(job.id).state == JobState.PAUSED
+    resumed = pool.resume(job.id)
+    assert resumed.state in (JobState.QUEUED, JobState.RUNNING)
+    spawn()
+    done = pool.wait(job.id, timeout=60)
+    assert done.state == JobState.SUCCEEDED and "resumed with step" in pool.logs(job.id)
+
+
+def test_job_ignoring_term_is_left_running_at_the_deadline(pool: Pool, spawn, client) -> None:
+    job = pool.enqueue(IMAGE, ["sh", "-c", IGNORES_TERM])
+    w = spawn()
+    eventually(lambda: started(client, job.id), timeout=30, message="job started")
+    t0 = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(3 + 10) == 0
+    assert time.monotonic() - t0 < 3 + 6, "the drain is bounded"
+    assert "1 job left running" in w.log()
+    row = pool.get(job.id)
+    assert row.state == JobState.RUNNING and row.owner_boot
+    assert len(job_containers(client, job.id)) == 1, "its container keeps running"
+
+
+def test_sigkill_mid_job_leaves_container_and_row_running(pool: Pool, spawn, client) -> None:
+    job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"])
+    w = spawn()
+    eventually(lambda: started(client, job.id), timeout=30, message="job started")
+    w.kill_with_children()
+    row = pool.get(job.id)
+    assert row.state == JobState.RUNNING
+    assert len(job_containers(client, job.id)) == 1
+    # Its lease lapses (nothing renews it) but nothing here frees the slot: that is the supervisor's call.
+    eventually(lambda: not pool.client.exists(pool.keys.lease(job.id)), timeout=5, message="lease expired")
+    assert pool.get(job.id).state == JobState.RUNNING and pool.slots()[0] == 1
+
+
+@pytest.mark.parametrize("action", ["cancel", "pause"])
+def test_cancel_and_pause_of_a_running_job(pool: Pool, spawn, client, action: str) -> None:
+    job = pool.enqueue(IMAGE, ["sh", "-c", IGNORES_TERM])  # forces the SIGKILL after the grace period
+    nxt = pool.enqueue(IMAGE, ["sh", "-c", "echo next"])
+    spawn()
+    eventually(lambda: started(client, job.id), timeout=30, message="job started")
+    getattr(pool, action)(job.id)
+    expected = JobState.CANCELLED if action == "cancel" else JobState.PAUSED
+    assert pool.wait(job.id, timeout=20, states=[expected]).state == expected
+    assert not job_containers(client, job.id)
+    assert pool.wait(nxt.id, timeout=30).state == JobState.SUCCEEDED
+    if action == "pause":
+        assert any(v for v in client.volumes.list() if job.id in v.name), "a paused job keeps its checkpoint"
+
+
+def test_fenced_after_operator_eviction(pool: Pool, spawn, client) -> None:
+    job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"])
+    w = spawn()
+    eventually(lambda: started(client, job.id), timeout=30, message="job started")
+    row = pool.get(job.id)
+    evicted = pool.evict(job.id, row.attempt, reason="operator_test")
+    assert evicted.state == JobState.FAILED
+    before = pool.client.hgetall(pool.keys.job(job.id))
+    n_events = len(pool.events(job.id))
+    eventually(lambda: "no longer ours" in w.log(), timeout=10, message="watcher noticed the fence")
+    eventually(lambda: not job_containers(client, job.id), timeout=10, message="old watcher stopped its container")
+    after = pool.client.hgetall(pool.keys.job(job.id))
+    assert after == before and len(pool.events(job.id)) == n_events, "the old watcher wrote nothing"

@@ -1,0 +1,70 @@
+"""Real jobpool processes for tests: started with `python -m`, killed by pid (and their forked children)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of `pid` (e.g. an RQ worker's work horse)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        pass
+    return out
+
+
+class JobpoolProcess:
+    """`python -m <module>` with JOBPOOL_* settings in its environment; output kept in a log file."""
+
+    def __init__(self, module: str, env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args], env={**os.environ, **env},
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill_with_children(self) -> None:
+        """SIGKILL the process and its forked children at once (a crash, not a stop)."""
+        kids = children(self.proc.pid)
+        self.signal(signal.SIGKILL)
+        for kid in kids:
+            try:
+                os.kill(kid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(10)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop for test cleanup: SIGTERM, then SIGKILL (with children) if it lingers."""
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.proc.poll() is None:
+                self.kill_with_children()
+        self._log.close()
