@@ -26,8 +26,10 @@ from .cli_format import (
     event_line,
     job_details,
     jobs_table,
+    judge_health,
     safe_url,
     status_report,
+    summarize_boots,
 )
 from .config import Settings
 from .models import Job, JobState
@@ -35,12 +37,9 @@ from .spec import ENV_NAME, build_spec
 
 #: Bad input: refused before anything was written, so a usage error (exit 2), not a failure (exit 1).
 USAGE_ERRORS = (errors.ConfigError, errors.InvalidSpec, errors.InvalidArgument)
-#: `status` calls the supervisor dead when its last sweep is older than this many sweep intervals.
-SWEEP_GRACE_INTERVALS = 3
 #: How many boots `status` looks at (newest heartbeats first); the supervisor prunes the rest.
 MAX_BOOTS_SHOWN = 1000
 EVENTS_PAGE = 1000
-TRUTHY = ("1", "true", "yes")
 
 HELP = """Admin CLI for a jobpool: long container jobs under a hard, fleet-wide concurrency limit.
 
@@ -132,12 +131,14 @@ def pool_command(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command the shared options and call it with the merged `CliState` first."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, redis_url: str | None, pool_name: str | None, as_json: bool, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, redis_url: str | None, pool_name: str | None, as_json: bool,
+                **kwargs: Any) -> Any:
         state = click.get_current_context().ensure_object(CliState)
         state.merge(redis_url, pool_name, as_json)
         return fn(state, *args, **kwargs)
 
-    return _apply(_global_options(group=False))(wrapper)
+    decorated: Callable[..., Any] = _apply(_global_options(group=False))(wrapper)
+    return decorated
 
 
 class JobpoolGroup(click.Group):
@@ -152,6 +153,12 @@ class JobpoolGroup(click.Group):
             raise Failure(str(exc)) from None
         except redis.RedisError as exc:  # a reply the API did not expect (e.g. WRONGTYPE): still one line
             raise Failure(f"redis: {exc}") from None
+        except Exception as exc:
+            # The process commands may meet an unreachable Docker daemon; docker-py is imported lazily by
+            # them, so it is recognised by module rather than imported here for every admin command.
+            if type(exc).__module__.partition(".")[0] == "docker":
+                raise Failure(f"docker: {exc}") from None
+            raise
 
 
 @click.group(cls=JobpoolGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -280,7 +287,8 @@ def logs(state: CliState, job_id: str) -> None:
 
 def _recent_events(pool: Pool, job_id: str | None, count: int) -> tuple[list[dict[str, str]], str]:
     """The newest `count` events (of one job, if given), oldest first, and the id to follow on from."""
-    newest, found, upper = "0-0", [], "+"
+    newest, upper = "0-0", "+"
+    found: list[dict[str, str]] = []
     while len(found) < count:
         page = _redis_call(pool.client.xrevrange, pool.keys.events, upper, "-", EVENTS_PAGE)
         if not page:
@@ -313,7 +321,8 @@ def _print_event(state: CliState, entry: dict[str, str]) -> None:
 
 
 @cli.command()
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C (JSON lines with --json).")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing new events until Ctrl-C (JSON lines with --json).")
 @click.option("--job", "job_id", metavar="JOB", help="Only this job's events.")
 @click.option("--count", type=click.IntRange(0, 100_000), default=20, show_default=True,
               help="How many of the newest events to show first.")
@@ -344,7 +353,7 @@ def events(state: CliState, follow: bool, job_id: str | None, count: int) -> Non
 
 def _job_outcome(pool: Pool, job: Job, verb: str, done_state: JobState, requested: bool) -> str:
     if job.state is done_state:
-        return f"{verb} {job.id}"
+        return f"{done_state.value} {job.id}"
     if requested:
         line = f"{verb} requested for {job.id} (it is {job.state.value}; its worker acts on the request)"
         if job.owner_boot and not _boot_is_live(pool, job.owner_boot):
@@ -362,7 +371,7 @@ def cancel(state: CliState, job_id: str, reason: str) -> None:
     pool = state.pool()
     job = pool.cancel(job_id, reason=reason)
     state.emit(job.to_dict(),
-               lambda: _job_outcome(pool, job, "cancelled", JobState.CANCELLED, job.cancel_requested))
+               lambda: _job_outcome(pool, job, "cancel", JobState.CANCELLED, job.cancel_requested))
 
 
 def _queue_doc(pool: Pool) -> dict[str, Any]:
@@ -393,7 +402,7 @@ def pause(state: CliState, job_id: str | None, reason: str) -> None:
         return
     job = pool.pause(job_id, reason=reason)
     assert job is not None
-    state.emit(job.to_dict(), lambda: _job_outcome(pool, job, "paused", JobState.PAUSED, job.pause_requested))
+    state.emit(job.to_dict(), lambda: _job_outcome(pool, job, "pause", JobState.PAUSED, job.pause_requested))
 
 
 @cli.command()
@@ -435,7 +444,7 @@ def _boots(pool: Pool) -> list[tuple[str, float, dict[str, str]]]:
     for boot_id, _ in ids:
         pipe.hgetall(pool.keys.boot(boot_id))
     rows = _redis_call(pipe.execute) if ids else []
-    return [(boot_id, score, row) for (boot_id, score), row in zip(ids, rows)]
+    return [(boot_id, score, row) for (boot_id, score), row in zip(ids, rows, strict=True)]
 
 
 def _last_sweep(pool: Pool, warnings: list[str]) -> dict[str, Any] | None:
@@ -452,40 +461,16 @@ def _last_sweep(pool: Pool, warnings: list[str]) -> dict[str, Any] | None:
 
 
 def _gather_status(state: CliState, doc: dict[str, Any]) -> None:
-    settings, pool = state.settings(), state.pool()
-    reasons, warnings = doc["reasons"], doc["warnings"]
-    now = _server_ms(pool)
+    """Read every fact `status` reports; `judge_health` (pure) turns them into reasons and warnings."""
+    pool = state.pool()
+    doc["now"] = _server_ms(pool)
     doc["redis"]["reachable"] = True
     stats = pool.stats()
-    doc.update(now=now, slots=stats["slots"], counts=stats["counts"], **{
-        k: v for k, v in _queue_doc(pool).items() if k != "pool"})
-    live = draining = stale = 0
-    boots = []
-    for boot_id, score, row in _boots(pool):
-        if not row or row.get("role", "worker") != "worker":
-            stale += not row
-            continue
-        live += 1
-        draining += row.get("draining", "").lower() in TRUTHY
-        boots.append({"id": boot_id, "heartbeat_ms": int(score), **row})
-    doc["workers"] = {"live": live, "draining": draining, "stale": stale, "boots": boots}
-    sweep = _last_sweep(pool, warnings)
-    doc["last_sweep"] = sweep
-    doc["unknown"] = int(sweep.get("unknown", 0)) if sweep else 0
-    limit_ms = SWEEP_GRACE_INTERVALS * settings.sweep_interval_secs * 1000
-    if sweep is None:
-        reasons.append("no live supervisor: no sweep has been recorded for this pool")
-    elif now - int(sweep["at"]) > limit_ms:
-        reasons.append(f"no live supervisor: the last sweep was {ago(int(sweep['at']), now)}, more than "
-                       f"{SWEEP_GRACE_INTERVALS} x JOBPOOL_SWEEP_INTERVAL_SECS ({settings.sweep_interval_secs:g} s)")
-    ready = live - draining
-    if ready < stats["slots"]["max"]:
-        reasons.append(f"fewer live workers than slots: {ready} ready for {stats['slots']['max']} slots")
-    if doc["unknown"]:
-        warnings.append(f"{doc['unknown']} running job(s) could not be probed (Docker unreachable?); "
-                        "their slots are kept until the probe answers")
-    if doc["queue_paused"]:
-        warnings.append("promotion is paused: queued jobs will not start until `jobpool resume`")
+    doc.update(slots=stats["slots"], counts=stats["counts"],
+               **{k: v for k, v in _queue_doc(pool).items() if k != "pool"})
+    doc["workers"] = summarize_boots(_boots(pool))
+    doc["last_sweep"] = _last_sweep(pool, doc["warnings"])
+    doc["unknown"] = int(doc["last_sweep"].get("unknown", 0)) if doc["last_sweep"] else 0
 
 
 @cli.command()
@@ -493,12 +478,14 @@ def _gather_status(state: CliState, doc: dict[str, Any]) -> None:
 def status(state: CliState) -> None:
     """Slots, queue, workers and the supervisor; exits 1 when the pool is unhealthy."""
     settings = state.settings()
-    doc: dict[str, Any] = {"pool": settings.pool, "redis": {"url": safe_url(settings.redis_url), "reachable": False},
-                           "reasons": [], "warnings": []}
+    doc: dict[str, Any] = {"pool": settings.pool, "reasons": [], "warnings": [],
+                           "redis": {"url": safe_url(settings.redis_url), "reachable": False}}
     try:
         _gather_status(state, doc)
     except errors.RedisUnavailable as exc:
         doc["reasons"].append(str(exc))
+    else:
+        judge_health(doc, settings.sweep_interval_secs)
     doc["healthy"] = not doc["reasons"]
     state.emit(doc, lambda: status_report(doc))
     if not doc["healthy"]:
@@ -540,7 +527,7 @@ def reconcile(state: CliState, evict_stale: bool, dry_run: bool) -> None:
 def worker(state: CliState, burst: bool) -> None:
     """Run one worker process (SIGTERM drains it)."""
     run = _load("jobpool.workers", "run_worker", "the worker")
-    _finish(run(state.settings(), burst=burst))
+    run(state.settings(), burst=burst)  # returns how many jobs a drain left running: logged, not an error
 
 
 @cli.command()
@@ -553,12 +540,14 @@ def supervisor(state: CliState, once: bool) -> None:
 
 
 @cli.command()
-@click.option("--workers", type=click.IntRange(1, 256), default=2, show_default=True, help="Worker processes.")
-@click.option("--slots", type=click.IntRange(0, 100_000), default=None, help="Fleet-wide limit [default: workers].")
+@click.option("--workers", type=click.IntRange(1, 256), default=2, show_default=True,
+              help="Worker processes.")
+@click.option("--slots", type=click.IntRange(0, 100_000), default=None,
+              help="Fleet-wide limit [default: workers].")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Where Redis data and the state file live [default: JOBPOOL_STATE_DIR or ./.jobpool].")
-@click.option("--executor", type=click.Choice(["auto", "docker", "subprocess"]), default="auto", show_default=True,
-              help="auto: Docker when a daemon answers, else subprocess.")
+@click.option("--executor", type=click.Choice(["auto", "docker", "subprocess"]), default="auto",
+              show_default=True, help="auto: Docker when a daemon answers, else subprocess.")
 @pool_command
 def up(state: CliState, workers: int, slots: int | None, state_dir: str | None, executor: str) -> None:
     """Run a private Redis, a supervisor and N workers on this machine; Ctrl-C drains and stops them."""

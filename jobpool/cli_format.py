@@ -1,7 +1,8 @@
 """Human output for the CLI: aligned tables, relative times, one-line events, the status report.
 
-Kept apart from `cli.py` so the commands read as "validate, call the API, print". Nothing here touches Redis.
-No job's env values ever reach this module's output: only `Job.to_dict()` (which redacts them) and env *names*.
+Kept apart from `cli.py` so the commands read as "validate, call the API, print". Nothing here touches
+Redis. No job's env values ever reach this module's output: only `Job.to_dict()` (which redacts them) and
+env *names*.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from .models import Job, JobState
+
+#: `status` calls the supervisor dead when its last sweep is older than this many sweep intervals.
+SWEEP_GRACE_INTERVALS = 3
+TRUTHY = ("1", "true", "yes")
 
 STATE_COLOURS = {
     JobState.RUNNING: "cyan",
@@ -60,7 +65,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], styles: Sequenc
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     out = [click.style(line(headers), bold=True)]
     for i, r in enumerate(rows):
@@ -172,6 +177,41 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
 
 
+def summarize_boots(boots: Iterable[tuple[str, float, Mapping[str, str]]]) -> dict[str, Any]:
+    """Count worker boots from (id, last heartbeat ms, boot hash); an empty hash means its TTL ran out."""
+    live = draining = stale = 0
+    shown = []
+    for boot_id, heartbeat_ms, row in boots:
+        if not row:
+            stale += 1
+            continue
+        if row.get("role", "worker") != "worker":  # a boot record of some other process kind
+            continue
+        live += 1
+        draining += row.get("draining", "").lower() in TRUTHY
+        shown.append({"id": boot_id, "heartbeat_ms": int(heartbeat_ms), **row})
+    return {"live": live, "draining": draining, "stale": stale, "boots": shown}
+
+
+def judge_health(doc: dict[str, Any], sweep_interval_secs: float) -> None:
+    """Fill `status`'s reasons (unhealthy) and warnings (worth knowing) from the facts it read."""
+    reasons, warnings, now = doc["reasons"], doc["warnings"], doc["now"]
+    sweep, mx = doc["last_sweep"], doc["slots"]["max"]
+    if sweep is None:
+        reasons.append("no live supervisor: no sweep has been recorded for this pool")
+    elif now - int(sweep["at"]) > SWEEP_GRACE_INTERVALS * sweep_interval_secs * 1000:
+        reasons.append(f"no live supervisor: the last sweep was {ago(int(sweep['at']), now)}, more than "
+                       f"{SWEEP_GRACE_INTERVALS} x JOBPOOL_SWEEP_INTERVAL_SECS ({sweep_interval_secs:g} s)")
+    ready = doc["workers"]["live"] - doc["workers"]["draining"]
+    if ready < mx:
+        reasons.append(f"fewer live workers than slots: {ready} ready for {mx} slot{'s' * (mx != 1)}")
+    if doc["unknown"]:
+        warnings.append(f"{doc['unknown']} running job(s) could not be probed (Docker unreachable?); "
+                        "their slots are kept until the probe answers")
+    if doc["queue_paused"]:
+        warnings.append("promotion is paused: queued jobs will not start until `jobpool resume`")
+
+
 def status_report(doc: Mapping[str, Any]) -> str:
     """The human form of `status`'s JSON document."""
     items: list[tuple[str, str]] = [("pool", doc["pool"]), ("redis", f"{doc['redis']['url']}  "
@@ -180,7 +220,8 @@ def status_report(doc: Mapping[str, Any]) -> str:
         now = doc["now"]
         slots, counts = doc["slots"], doc["counts"]
         items.append(("slots", f"{slots['used']}/{slots['max']} used"))
-        items.append(("jobs", f"{counts['queued']} queued, {counts['paused']} paused, {counts['running']} running"))
+        items.append(("jobs", f"{counts['queued']} queued, {counts['paused']} paused, "
+                              f"{counts['running']} running"))
         if doc["queue_paused"]:
             why = f": {doc['paused_reason']}" if doc.get("paused_reason") else ""
             items.append(("promotion", click.style("PAUSED", fg="yellow")
@@ -201,7 +242,8 @@ def status_report(doc: Mapping[str, Any]) -> str:
             items.append(("last sweep", f"{ago(sweep.get('at'), now)}, {sweep.get('rows', '?')} rows"))
         items.append(("unknowns", str(doc["unknown"]) + ("  (probe could not tell; slots kept)"
                                                          if doc["unknown"] else "")))
-    health = click.style("OK", fg="green") if doc["healthy"] else click.style("UNHEALTHY", fg="red", bold=True)
+    health = (click.style("OK", fg="green") if doc["healthy"]
+              else click.style("UNHEALTHY", fg="red", bold=True))
     items.append(("health", health))
     lines = [pairs(items)]
     lines += [f"  - {r}" for r in doc["reasons"]]
