@@ -1,0 +1,293 @@
+"""Evidence about whether a job's work still exists: its labelled container, or its recorded process.
+
+Every probe answers one of three things and never guesses between them:
+
+- `Present`: the container (or process) exists; running, or exited with a known exit code;
+- `Absent`: it does not exist where this probe can see (for a container: on the daemon asked);
+- `Unknown`: the probe could not tell (daemon unreachable, timeout, SDK/API error, another pid namespace).
+
+`Unknown` is never read as `Absent`: guessing "dead" on missing evidence can hand a slot to a second writer,
+while guessing "alive" costs one sweep interval.
+
+Containers are found by label (`jobpool.pool`, `jobpool.job_id`, `jobpool.attempt`), never by a recorded id:
+a worker may die between launching a container and recording it. The whole pool is listed in one daemon call
+per sweep, however many rows need evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import procid
+
+LABEL_POOL = "jobpool.pool"
+LABEL_JOB = "jobpool.job_id"
+LABEL_ATTEMPT = "jobpool.attempt"
+LABEL_BOOT = "jobpool.boot_id"
+
+#: Container states whose process may still write (a paused container resumes where it was).
+LIVE_STATES = frozenset({"running", "paused", "restarting"})
+#: States whose process is gone for good; the exit code is the job's result.
+ENDED_STATES = frozenset({"exited", "dead", "removing"})
+
+_EXIT_STATUS = re.compile(r"^\s*Exited \((-?\d+)\)")
+
+
+@dataclass(frozen=True)
+class Present:
+    """The container (or process) exists. `exit_code` is set only when `running` is False."""
+
+    running: bool
+    exit_code: int | None = None
+    container_id: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Absent:
+    """Nothing of this (job, attempt) exists where the probe looked. `never_started`: a container was
+    created but never started (its launcher died between create and start); it did no work."""
+
+    detail: str = "no container"
+    never_started: bool = False
+    container_id: str = ""
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The probe could not tell; `reason` says why (it is logged, and keeps the slot)."""
+
+    reason: str
+
+
+Probe = Present | Absent | Unknown
+
+
+def parse_exit_code(status: str | None) -> int | None:
+    """The exit code in a container list's Status ("Exited (137) 3 seconds ago"), or None."""
+    m = _EXIT_STATUS.match(status or "")
+    return int(m.group(1)) if m else None
+
+
+def _summary_result(summary: Mapping[str, Any]) -> Probe | None:
+    """Judge one container from a sparse list entry; None when its exit code needs an inspect."""
+    cid = str(summary.get("Id", ""))
+    state = str(summary.get("State", "")).lower()
+    status = str(summary.get("Status", ""))
+    if state in LIVE_STATES:
+        return Present(running=True, container_id=cid, detail=f"container {cid[:12]} {state}")
+    if state == "created":
+        # A created container's inspect says ExitCode 0: reading that as success would be a lie.
+        return Absent(detail=f"container {cid[:12]} created, never started", never_started=True, container_id=cid)
+    if state in ENDED_STATES:
+        code = parse_exit_code(status)
+        if code is None:
+            return None
+        return Present(running=False, exit_code=code, container_id=cid,
+                       detail=f"container {cid[:12]} exited with {code}")
+    return Unknown(f"container {cid[:12]} in unexpected state {state!r} ({status!r})")
+
+
+def _rank(p: Probe) -> int:
+    """When one attempt somehow has several containers, the most alive one decides."""
+    if isinstance(p, Present):
+        return 3 if p.running else 1
+    if isinstance(p, Unknown):
+        return 2
+    return 0
+
+
+class ContainerProber:
+    """Lists a pool's containers on one Docker daemon; keeps one client (and the daemon's ID) across sweeps.
+
+    The client is created lazily and dropped after any failure, so a daemon that comes back is found again.
+    `api_calls` counts HTTP requests answered by the daemon (for the benchmark and for tests).
+    """
+
+    def __init__(self, docker_host: str | None = None, timeout: float = 10.0) -> None:
+        self.docker_host = docker_host
+        self.timeout = timeout
+        self.api_calls = 0
+        self.list_calls = 0
+        self._client: Any = None
+        self._daemon_id: str | None = None
+
+    # ---- the client ---------------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        if self._client is None:
+            import docker  # imported here: a subprocess-only deployment never needs the SDK loaded
+
+            if self.docker_host:
+                client = docker.DockerClient(base_url=self.docker_host, timeout=self.timeout)
+            else:
+                client = docker.from_env(timeout=self.timeout)
+            client.api.hooks["response"].append(self._count)
+            self._client = client
+        return self._client
+
+    def _count(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        self.api_calls += 1
+
+    def daemon_id(self) -> str:
+        """The daemon's ID (docker info "ID"), asked once per client."""
+        if self._daemon_id is None:
+            self._daemon_id = str(self._connect().info().get("ID", ""))
+        return self._daemon_id
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            finally:
+                self._client = None
+                self._daemon_id = None
+
+    def _failure_reason(self, exc: BaseException) -> str:
+        where = self.docker_host or "DOCKER_HOST/default socket"
+        text = " ".join(str(exc).split())[:300]
+        return f"docker daemon at {where} could not be asked ({type(exc).__name__}: {text})"
+
+    # ---- probing ------------------------------------------------------------------------------------
+
+    def probe(self, pool: str, job_attempts: Mapping[str, int],
+              daemon_ids: Mapping[str, str] | None = None) -> dict[str, Probe]:
+        """For each job id, what its container of that attempt is: one list call for the whole pool.
+
+        `daemon_ids` (job id -> the daemon ID the worker recorded): a container not found here is only
+        `Absent` if it was recorded on this daemon (or nowhere); on another daemon it is `Unknown`.
+        """
+        if not job_attempts:
+            return {}
+        try:
+            return self._probe(pool, job_attempts, daemon_ids or {})
+        except Exception as exc:  # noqa: BLE001 - any failure to ask is "unknown", never "absent"
+            self.close()
+            reason = self._failure_reason(exc)
+            return {job_id: Unknown(reason) for job_id in job_attempts}
+
+    def _probe(self, pool: str, job_attempts: Mapping[str, int],
+               daemon_ids: Mapping[str, str]) -> dict[str, Probe]:
+        client = self._connect()
+        ours = self.daemon_id()
+        self.list_calls += 1
+        listed = client.api.containers(all=True, filters={"label": f"{LABEL_POOL}={pool}"})
+        found: dict[str, Probe] = {}
+        for summary in listed:
+            labels = summary.get("Labels") or {}
+            job_id = labels.get(LABEL_JOB)
+            if job_id not in job_attempts or labels.get(LABEL_ATTEMPT) != str(job_attempts[job_id]):
+                continue  # another job, or an older attempt of this one: not this attempt's evidence
+            result = _summary_result(summary)
+            if result is None:
+                result = self._inspect(client, str(summary.get("Id", "")))
+            if job_id not in found or _rank(result) > _rank(found[job_id]):
+                found[job_id] = result
+        out: dict[str, Probe] = {}
+        for job_id in job_attempts:
+            if job_id in found:
+                out[job_id] = found[job_id]
+                continue
+            recorded = daemon_ids.get(job_id, "")
+            if recorded and ours and recorded != ours:
+                out[job_id] = Unknown(f"container was recorded on docker daemon {recorded}, "
+                                      f"this supervisor sees daemon {ours}")
+            else:
+                out[job_id] = Absent(detail=f"no container labelled for attempt {job_attempts[job_id]} "
+                                            f"on daemon {ours or '?'}")
+        return out
+
+    def _inspect(self, client: Any, container_id: str) -> Probe:
+        """One container's exit code when its list Status did not say (e.g. state "dead")."""
+        import docker
+
+        try:
+            attrs = client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return Absent(detail=f"container {container_id[:12]} removed while probing")
+        except Exception as exc:  # noqa: BLE001 - unknown, for this container only
+            return Unknown(self._failure_reason(exc))
+        state = attrs.get("State") or {}
+        if state.get("Running") or state.get("Paused") or state.get("Restarting"):
+            return Present(running=True, container_id=container_id, detail=f"container {container_id[:12]} running")
+        code = state.get("ExitCode")
+        if isinstance(code, int) and state.get("Status") != "created":
+            return Present(running=False, exit_code=code, container_id=container_id,
+                           detail=f"container {container_id[:12]} exited with {code}")
+        return Unknown(f"container {container_id[:12]} has no readable exit code (state {state.get('Status')!r})")
+
+    # ---- operator actions ---------------------------------------------------------------------------
+
+    def stop_by_label(self, pool: str, job_id: str, attempt: int | None, grace_secs: float) -> list[str]:
+        """Stop the running containers of a job (of one attempt, if given); returns their ids.
+
+        Raises the SDK's exception when the daemon cannot be asked: a caller must not act as if stopped.
+        """
+        client = self._connect()
+        labels = [f"{LABEL_POOL}={pool}", f"{LABEL_JOB}={job_id}"]
+        if attempt is not None:
+            labels.append(f"{LABEL_ATTEMPT}={attempt}")
+        stopped = []
+        try:
+            for summary in client.api.containers(all=False, filters={"label": labels}):
+                cid = str(summary["Id"])
+                client.api.stop(cid, timeout=max(0, int(round(grace_secs))))  # the SDK adds it to its timeout
+                stopped.append(cid)
+        except Exception:
+            self.close()
+            raise
+        return stopped
+
+    def remove(self, container_id: str) -> bool:
+        """Remove an ended container whose result has been recorded; False when it could not be."""
+        import docker
+
+        try:
+            self._connect().api.remove_container(container_id, v=False, force=False)
+            return True
+        except docker.errors.NotFound:
+            return True
+        except Exception:  # noqa: BLE001 - a leftover container is harmless; the next attempt has its own
+            return False
+
+
+def probe_containers(pool_name: str, job_attempts: Mapping[str, int], docker_host: str | None = None,
+                     timeout: float = 10.0, daemon_ids: Mapping[str, str] | None = None) -> dict[str, Probe]:
+    """One-shot form of `ContainerProber.probe` (a fresh client, closed afterwards)."""
+    prober = ContainerProber(docker_host, timeout)
+    try:
+        return prober.probe(pool_name, job_attempts, daemon_ids)
+    finally:
+        prober.close()
+
+
+def parse_identity(identity: str | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A recorded process identity (JSON on the row), or None if there is none or it is unreadable."""
+    if not identity:
+        return None
+    if isinstance(identity, Mapping):
+        return dict(identity)
+    try:
+        value = json.loads(identity)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def probe_process(identity: str | Mapping[str, Any] | None) -> Probe:
+    """Whether the very process a subprocess-executor row recorded is alive, by (pid, start time, pid
+    namespace, kernel boot id): a recycled pid number is `Absent`, another namespace or kernel `Unknown`."""
+    ident = parse_identity(identity)
+    if ident is None:
+        return Unknown("no readable process identity recorded")
+    alive = procid.same_process_alive(ident)
+    pid = ident.get("pid")
+    if alive is True:
+        return Present(running=True, detail=f"process {pid} alive (start time {ident.get('start_time')})")
+    if alive is False:
+        return Absent(detail=f"process {pid} gone (pid free or now another process)")
+    return Unknown(f"process {pid} is in another pid namespace or kernel than this supervisor; cannot tell")

@@ -1,0 +1,483 @@
+"""The sweep: reconcile every running row against ground truth, then promote (ADR-152, DESIGN.md section 5).
+
+One sweep reads all running rows and their leases in a few pipelined round trips, then takes the evidence the
+rows need (one container list per daemon, /proc for subprocess rows, RQ's lists for unclaimed rows) with no
+lock held (there are none), then applies each verdict with `reconcile_apply`, compare-and-set on the evidence
+it was based on. A row that moved on meanwhile (its worker heartbeat, finished, or another supervisor got
+there first) answers `Conflict` and is left alone, which is what makes two supervisors at once safe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from rq import Queue
+from rq.connections import parse_connection
+from rq.exceptions import DuplicateJobError
+from rq.job import Job as RQJob
+from rq.registry import StartedJobRegistry
+from rq.serializers import JSONSerializer
+
+from .. import errors
+from ..api import CANDIDATES_ON_RELEASE, Pool
+from ..config import Settings
+from ..models import Job
+from .probes import Absent, ContainerProber, Probe, Unknown, probe_process
+from .verdicts import (
+    APPLIED_KINDS,
+    EXECUTOR_SUBPROCESS,
+    DispatchFacts,
+    Kind,
+    ProbeKind,
+    RowSnapshot,
+    Verdict,
+    decide,
+    expected_state,
+    probe_needed,
+)
+
+log = logging.getLogger("jobpool.supervisor")
+
+#: The RQ function a live worker runs to re-attach to an orphaned running container (jobpool.workers).
+ADOPT_ENTRY_POINT = "jobpool.workers.entry.adopt_job"
+#: An adoption request still waiting for, or being run by, a worker: do not ask again.
+ADOPT_PENDING = frozenset({"queued", "started", "deferred", "scheduled", "created"})
+_READ_CHUNK = 1000
+
+
+def adopt_rq_job_id(job_id: str, attempt: int) -> str:
+    return f"jobpool-adopt-{job_id}-{attempt}"
+
+
+@dataclass
+class Decision:
+    """One row's verdict in a sweep, and what applying it did."""
+
+    job_id: str
+    attempt: int
+    owner_boot: str
+    verdict: Verdict
+    expected: str
+    #: After applying: the row's new state; "kept"; "conflict" (the row moved on); "adoption requested" /
+    #: "adoption pending"; "not applied (dry run)"; or "error: ...".
+    outcome: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "attempt": self.attempt, "owner_boot": self.owner_boot,
+                "verdict": self.verdict.to_dict(), "expected": self.expected, "outcome": self.outcome}
+
+
+@dataclass
+class SweepReport:
+    pool: str
+    at_ms: int = 0
+    rows: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)
+    unknown: int = 0
+    conflicts: int = 0
+    promoted: int = 0
+    duration_ms: float = 0.0
+    dry_run: bool = False
+    decisions: list[Decision] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """What `pool.keys.last_sweep` holds (the CLI's `status` reads it)."""
+        return {"at": self.at_ms, "rows": self.rows, "verdicts": dict(sorted(self.verdicts.items())),
+                "unknown": self.unknown, "conflicts": self.conflicts, "promoted": self.promoted,
+                "duration_ms": round(self.duration_ms, 1)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pool": self.pool, "dry_run": self.dry_run, **self.summary(),
+                "decisions": [d.to_dict() for d in self.decisions]}
+
+    def line(self) -> str:
+        kinds = " ".join(f"{k}={n}" for k, n in sorted(self.verdicts.items())) or "none"
+        return (f"sweep pool={self.pool}{' (dry run)' if self.dry_run else ''}: rows={self.rows} "
+                f"verdicts[{kinds}] unknown={self.unknown} conflicts={self.conflicts} "
+                f"promoted={self.promoted} in {self.duration_ms:.1f} ms")
+
+
+@dataclass
+class _Snapshot:
+    now_ms: int
+    rows: list[RowSnapshot]
+    lease: dict[str, bool]
+    dispatch: dict[str, DispatchFacts]
+
+
+def _actor() -> str:
+    return f"supervisor:{socket.gethostname()}:{os.getpid()}"
+
+
+class Supervisor:
+    """Sweeps one pool. Holds what is worth keeping between sweeps: the Docker client and an RQ connection."""
+
+    def __init__(self, pool: Pool, prober: ContainerProber | None = None, actor: str | None = None) -> None:
+        self.pool = pool
+        self.settings: Settings = pool.settings
+        self.prober = prober or ContainerProber(os.environ.get("DOCKER_HOST") or None,
+                                                timeout=pool.settings.probe_timeout_secs)
+        self.actor = actor or _actor()
+        self._rq_client: redis.Redis | None = None
+        self._started_key = StartedJobRegistry.key_template.format(pool.keys.rq_queue_name)
+
+    def close(self) -> None:
+        self.prober.close()
+        if self._rq_client is not None:
+            self._rq_client.close()
+            self._rq_client = None
+
+    # ---- evidence -----------------------------------------------------------------------------------
+
+    def _read(self, job_ids: Iterable[str] | None) -> _Snapshot:
+        """All running rows and their leases; RQ facts for the unclaimed ones; owners' boot records for the
+        orphans whose row lacks an executor or daemon id."""
+        c, k = self.pool.client, self.pool.keys
+        pipe = c.pipeline(transaction=False)
+        pipe.time()
+        if job_ids is None:
+            pipe.zrange(k.running, 0, -1)
+        replies = self._exec(pipe)
+        secs, micros = replies[0]
+        now_ms = int(secs) * 1000 + int(micros) // 1000
+        ids: list[str] = list(job_ids) if job_ids is not None else list(replies[1])
+        raw: list[tuple[dict[str, str | None], str | None]] = []
+        for start in range(0, len(ids), _READ_CHUNK):
+            chunk = ids[start:start + _READ_CHUNK]
+            pipe = c.pipeline(transaction=False)
+            for job_id in chunk:
+                pipe.hmget(k.job(job_id), RowSnapshot.FIELDS)
+                pipe.get(k.lease(job_id))
+            replies = self._exec(pipe)
+            for i in range(len(chunk)):
+                values, lease = replies[2 * i], replies[2 * i + 1]
+                row = dict(zip(RowSnapshot.FIELDS, values))
+                if row.get("id") and row.get("state") == "running":
+                    raw.append((row, lease))
+        boots = self._boot_facts([r for r, lease in raw if r.get("owner_boot") and lease is None
+                                  and not (r.get("executor") and r.get("daemon_id"))])
+        rows, leases = [], {}
+        for row, lease in raw:
+            snap = RowSnapshot.from_row(row, self.settings.executor, boots.get(row.get("owner_boot") or ""))
+            rows.append(snap)
+            leases[snap.id] = lease is not None and lease == snap.lease_value
+        dispatch = self._dispatch_facts([r.id for r in rows if not r.claimed], now_ms)
+        return _Snapshot(now_ms, rows, leases, dispatch)
+
+    def _exec(self, pipe: Any) -> list[Any]:
+        try:
+            return list(pipe.execute())
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
+
+    def _boot_facts(self, rows: Sequence[Mapping[str, str | None]]) -> dict[str, dict[str, str | None]]:
+        owners = sorted({str(r["owner_boot"]) for r in rows})
+        if not owners:
+            return {}
+        pipe = self.pool.client.pipeline(transaction=False)
+        for boot in owners:
+            pipe.hmget(self.pool.keys.boot(boot), ["executor", "daemon_id"])
+        return {boot: {"executor": v[0], "daemon_id": v[1]} for boot, v in zip(owners, self._exec(pipe))}
+
+    def _dispatch_facts(self, ids: Sequence[str], now_ms: int) -> dict[str, DispatchFacts]:
+        """Whether RQ still holds each unclaimed id: its queue, its intermediate list (taken by a worker
+        that has not started it), or its started registry with an unexpired entry."""
+        if not ids:
+            return {}
+        k = self.pool.keys
+        pipe = self.pool.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.lpos(k.rq_queue, job_id)
+            pipe.lpos(k.rq_intermediate, job_id)
+        pipe.zrange(self._started_key, 0, -1, withscores=True)
+        *positions, started = self._exec(pipe)
+        live = {str(entry).split(":", 1)[0] for entry, expires in started if expires * 1000 >= now_ms}
+        return {job_id: DispatchFacts(positions[2 * i] is not None, positions[2 * i + 1] is not None,
+                                      job_id in live) for i, job_id in enumerate(ids)}
+
+    def _probe(self, snap: _Snapshot) -> dict[str, Probe]:
+        containers: dict[str, int] = {}
+        daemons: dict[str, str] = {}
+        out: dict[str, Probe] = {}
+        for row in snap.rows:
+            need = probe_needed(row, snap.lease[row.id])
+            if need is ProbeKind.CONTAINER:
+                containers[row.id] = row.attempt
+                daemons[row.id] = row.daemon_id
+            elif need is ProbeKind.PROCESS:
+                out[row.id] = probe_process(row.identity)
+        out.update(self.prober.probe(self.pool.keys.pool, containers, daemons))
+        return out
+
+    # ---- the sweep ----------------------------------------------------------------------------------
+
+    def sweep(self, evict_stale: bool = False, dry_run: bool = False,
+              job_ids: Iterable[str] | None = None) -> SweepReport:
+        """Reconcile every running row (or just `job_ids`), then promote; returns what was decided."""
+        started = time.perf_counter()
+        snap = self._read(job_ids)
+        probes = self._probe(snap)
+        report = SweepReport(self.pool.keys.pool, at_ms=snap.now_ms, rows=len(snap.rows), dry_run=dry_run)
+        for row in snap.rows:
+            probe = probes.get(row.id)
+            verdict = decide(row, snap.lease[row.id], probe, snap.dispatch.get(row.id), snap.now_ms,
+                             self.settings, evict_stale=evict_stale)
+            decision = Decision(row.id, row.attempt, row.owner_boot, verdict,
+                                expected_state(row, verdict, self.settings))
+            report.decisions.append(decision)
+            report.verdicts[verdict.kind.value] += 1
+            if isinstance(probe, Unknown):
+                report.unknown += 1
+            if dry_run:
+                decision.outcome = "not applied (dry run)"
+                continue
+            decision.outcome = self._apply(row, verdict, probe)
+            if decision.outcome == "conflict":
+                report.conflicts += 1
+        if not dry_run:
+            report.promoted = self.pool.promote()
+        report.duration_ms = (time.perf_counter() - started) * 1000
+        if not dry_run and job_ids is None:
+            self._write_last_sweep(report)
+        log.info("%s", report.line())
+        return report
+
+    def _write_last_sweep(self, report: SweepReport) -> None:
+        try:
+            self.pool.client.set(self.pool.keys.last_sweep, json.dumps(report.summary(), sort_keys=True))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
+
+    def _apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None) -> str:
+        try:
+            if verdict.kind in APPLIED_KINDS:
+                return self._reconcile_apply(row, verdict, probe)
+            if verdict.kind is Kind.ADOPT:
+                if verdict.stale:
+                    log.warning("job %s (attempt %d) kept, adoption asked: running past the stale limit (%s)",
+                                row.id, row.attempt, verdict.evidence)
+                return self.request_adoption(row)
+            if verdict.kind is Kind.WARN:
+                log.warning("job %s (attempt %d) kept: %s: %s", row.id, row.attempt, verdict.reason,
+                            verdict.evidence)
+                return "kept"
+            if verdict.kind is Kind.EVICT:
+                return self._evict(row, verdict)
+            return "kept"
+        except errors.RedisUnavailable:
+            raise
+        except errors.JobpoolError as exc:
+            log.error("job %s: applying %s failed: %s", row.id, verdict.kind, exc)
+            return f"error: {exc}"
+
+    def _reconcile_apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None) -> str:
+        k = self.pool.keys
+        keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id), *self.pool.candidates(CANDIDATES_ON_RELEASE)]
+        args = [row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
+                "" if verdict.exit_code is None else verdict.exit_code, self.settings.recovery_budget,
+                verdict.evidence, self.actor]
+        try:
+            reply = self.pool.run("reconcile_apply", keys, args)
+        except errors.Conflict:
+            log.debug("job %s moved on since its evidence was taken; %s not applied", row.id, verdict.kind)
+            return "conflict"
+        except errors.NotFound:
+            return "conflict"
+        state = str(reply[1])
+        log.info("job %s attempt %d: %s -> %s (%s)", row.id, row.attempt, verdict.kind, state, verdict.evidence)
+        # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
+        # dead watcher would have. A never-started one goes too, so nothing can start it later.
+        ended = verdict.kind is Kind.EXITED or (isinstance(probe, Absent) and probe.never_started)
+        if ended and verdict.container_id:
+            self.prober.remove(verdict.container_id)
+        return state
+
+    # ---- adoption -----------------------------------------------------------------------------------
+
+    def _rq(self) -> redis.Redis:
+        """RQ needs a client that does not decode replies; built the way RQ rebuilds connections."""
+        if self._rq_client is None:
+            cls, conn_cls, kwargs = parse_connection(self.pool.client)
+            kwargs = {**kwargs, "decode_responses": False}
+            self._rq_client = cls(connection_pool=redis.ConnectionPool(connection_class=conn_cls, **kwargs))
+        return self._rq_client
+
+    def request_adoption(self, row: RowSnapshot) -> str:
+        """Ask a live worker to re-attach to this orphan's running container, unless it was asked already.
+
+        The supervisor never writes ownership: the worker's `adopt` is a compare-and-set refused while the
+        old owner's lease exists. A finished or failed earlier request is replaced; a pending one is not.
+        """
+        rq_id = adopt_rq_job_id(row.id, row.attempt)
+        conn = self._rq()
+        key = RQJob.key_for(rq_id)
+        try:
+            with conn.pipeline() as pipe:
+                pipe.watch(key)
+                status = pipe.hget(key, "status")
+                if status is not None and status.decode() in ADOPT_PENDING:
+                    return "adoption pending"
+                pipe.multi()
+                pipe.delete(key)
+                pipe.execute()
+            Queue(self.pool.keys.rq_queue_name, connection=conn, serializer=JSONSerializer).enqueue_call(
+                func=ADOPT_ENTRY_POINT, args=[row.id, row.owner_boot, row.attempt], job_id=rq_id,
+                timeout=-1, result_ttl=600, failure_ttl=600, unique=True,
+                description=f"jobpool adopt {row.id} attempt {row.attempt} from {row.owner_boot}",
+            )
+        except (redis.WatchError, DuplicateJobError):
+            return "adoption pending"  # another supervisor asked in the same moment
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
+        log.info("job %s attempt %d: owner %s gone, container running: adoption requested (%s)",
+                 row.id, row.attempt, row.owner_boot, rq_id)
+        return "adoption requested"
+
+    # ---- operator overrides -------------------------------------------------------------------------
+
+    def _evict(self, row: RowSnapshot, verdict: Verdict) -> str:
+        """Stop a stale live job by container label, then fail it `stale_evicted` (operator only)."""
+        if row.executor == EXECUTOR_SUBPROCESS:
+            log.error("job %s: evicting a subprocess job; jobpool never signals a pid it did not start in this "
+                      "boot: its owner %s must stop it, or, if that worker is gone, stop the process by hand "
+                      "(recorded identity %s)", row.id, row.owner_boot, row.identity or "none")
+        else:
+            try:
+                stopped = self.prober.stop_by_label(self.pool.keys.pool, row.id, row.attempt,
+                                                    self.settings.stop_grace_secs)
+            except Exception as exc:  # noqa: BLE001 - not stopped means not evicted: the slot stays
+                log.error("job %s: not evicted: its container could not be stopped: %s", row.id, exc)
+                return f"error: container not stopped: {exc}"
+            log.warning("job %s: stopped %d container(s) by label to evict it: %s", row.id, len(stopped),
+                        ", ".join(c[:12] for c in stopped) or "none running")
+        try:
+            job = self.pool.evict(row.id, row.attempt, reason=verdict.reason, evidence=verdict.evidence,
+                                  actor=self.actor)
+        except errors.Conflict:
+            return "conflict"
+        except errors.InvalidState as exc:
+            return f"ended meanwhile as {exc.state}"
+        return job.state.value
+
+
+# ---- the public entry points --------------------------------------------------------------------------
+
+
+def sweep_once(pool: Pool, prober: ContainerProber | None = None) -> SweepReport:
+    """One unattended sweep of `pool`: reconcile, then promote. Never frees a live job's slot."""
+    sup = Supervisor(pool, prober)
+    try:
+        return sup.sweep()
+    finally:
+        if prober is None:
+            sup.close()
+
+
+def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
+              prober: ContainerProber | None = None) -> SweepReport:
+    """The operator's sweep. `dry_run`: decide and report, change nothing. `evict_stale`: a live job past
+    `job_stale_seconds` is stopped by container label and failed `stale_evicted`, freeing its slot."""
+    sup = Supervisor(pool, prober, actor=f"operator:{socket.gethostname()}:{os.getpid()}")
+    try:
+        return sup.sweep(evict_stale=evict_stale, dry_run=dry_run)
+    finally:
+        if prober is None:
+            sup.close()
+
+
+@dataclass(frozen=True)
+class OrphanStop:
+    """What `stop_orphan` did: `action` is one of not_running, owner_alive, stopped, manual_stop_needed,
+    unknown."""
+
+    job_id: str
+    action: str
+    containers: tuple[str, ...] = ()
+    detail: str = ""
+    state: str = ""
+
+
+def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = None) -> OrphanStop:
+    """Stop the work of a running job whose owner is gone, after a cancel was persisted (`Pool.cancel`).
+
+    Docker rows: the job's running containers are stopped by label (never a pid signal: a pid recorded by
+    another boot may name any process now), then the row is reconciled at once, so a persisted cancel ends
+    it `cancelled`. Subprocess rows: nothing is signalled; a loud log says the process must be stopped by
+    hand. A job whose owner still holds its lease is left to that owner, which honours the persisted request.
+    """
+    job_id = job if isinstance(job, str) else job.id
+    sup = Supervisor(pool, prober, actor=f"operator:{socket.gethostname()}:{os.getpid()}")
+    try:
+        snap = sup._read([job_id])
+        if not snap.rows:
+            return OrphanStop(job_id, "not_running", state=pool.get(job_id).state.value)
+        row = snap.rows[0]
+        if snap.lease[row.id]:
+            return OrphanStop(job_id, "owner_alive", detail=f"owner {row.owner_boot} holds the lease and "
+                                                            "honours the persisted request", state="running")
+        if not row.claimed:
+            return OrphanStop(job_id, "not_running", detail="never claimed", state="running")
+        if row.executor == EXECUTOR_SUBPROCESS:
+            log.error("job %s: its owner boot %s is gone and its process may still be running; jobpool never "
+                      "signals a pid it did not start in this boot, so surviving work must be stopped by hand "
+                      "(recorded identity %s)", job_id, row.owner_boot, row.identity or "none")
+            report = sup.sweep(job_ids=[job_id])
+            return OrphanStop(job_id, "manual_stop_needed", detail=row.identity,
+                              state=report.decisions[0].outcome if report.decisions else "")
+        try:
+            stopped = sup.prober.stop_by_label(pool.keys.pool, job_id, None, pool.settings.stop_grace_secs)
+        except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped
+            log.error("job %s: its container could not be stopped: %s", job_id, exc)
+            return OrphanStop(job_id, "unknown", detail=str(exc), state="running")
+        log.warning("job %s: owner %s gone; stopped %d container(s) by label", job_id, row.owner_boot,
+                    len(stopped))
+        report = sup.sweep(job_ids=[job_id])
+        outcome = report.decisions[0].outcome if report.decisions else ""
+        return OrphanStop(job_id, "stopped", tuple(stopped), state=outcome)
+    finally:
+        if prober is None:
+            sup.close()
+
+
+def run_supervisor(settings: Settings, once: bool = False, stop_event: threading.Event | None = None,
+                   prober: ContainerProber | None = None) -> SweepReport | None:
+    """The supervisor loop: a sweep at start-up (rows left by a previous run are judged at once), then one
+    every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A failed sweep (Redis away) is logged
+    and the loop goes on. Returns the last sweep's report."""
+    stop = stop_event or threading.Event()
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread() and not once:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    pool = Pool.from_settings(settings)
+    sup = Supervisor(pool, prober)
+    last: SweepReport | None = None
+    log.info("supervisor for pool %s: sweeping every %gs", settings.pool, settings.sweep_interval_secs)
+    try:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                last = sup.sweep()
+            except errors.JobpoolError as exc:
+                log.error("sweep of pool %s failed: %s", settings.pool, exc)
+            if once:
+                break
+            stop.wait(max(0.0, began + settings.sweep_interval_secs - time.monotonic()))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sup.close()
+        pool.client.close()
+    log.info("supervisor for pool %s stopped", settings.pool)
+    return last

@@ -1,0 +1,259 @@
+"""Verdicts: what the supervisor does with one running row, given the evidence (DESIGN.md section 5).
+
+Pure functions, no I/O: a row snapshot, whether the owner's lease is present, a probe result, RQ's dispatch
+facts, the time and the settings go in; a `Verdict` comes out. The sweep applies it compare-and-set on the
+same evidence, so a row that moved on in the meantime is left alone.
+
+| row                | evidence                                               | verdict                      |
+|--------------------|--------------------------------------------------------|------------------------------|
+| promoted, unclaimed| in RQ's queue / intermediate list / started registry,  | keep                         |
+|                    | or promoted less than the claim grace ago              |                              |
+| promoted, unclaimed| none of those                                          | redispatch (a new attempt)   |
+| claimed            | lease present for (owner, attempt)                     | keep; past stale limit: warn |
+| claimed            | lease gone, container present and running              | adopt (slot kept)            |
+| claimed            | lease gone, container present and exited               | exited (finish from the code)|
+| claimed            | lease gone, container absent                           | absent (cancel/pause/budget) |
+| claimed            | lease gone, probe unknown                              | warn (slot kept)             |
+
+The unattended sweep never frees the slot of work it believes alive: a stale live job only warns, and only
+the operator's `reconcile(evict_stale=True)` turns that into `evict`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..config import Settings
+from .probes import Absent, Present, Probe, Unknown
+
+# error_reason values: each names the evidence the verdict was based on.
+REASON_NO_CONTAINER = "orphan_reconciled_no_container"
+REASON_DEAD_PID = "orphan_reconciled_dead_pid"
+REASON_NEVER_STARTED = "orphan_reconciled_never_started"
+REASON_CONTAINER_EXITED = "container_exited"
+REASON_STALE_EVICTED = "stale_evicted"
+REASON_LOST_DISPATCH = "lost_dispatch"
+# warning reasons (the slot is kept)
+WARN_STALE = "stale"
+WARN_PROBE_UNKNOWN = "probe_unknown"
+WARN_UNADOPTABLE = "orphan_process_alive"
+
+EXECUTOR_DOCKER = "docker"
+EXECUTOR_SUBPROCESS = "subprocess"
+
+
+class Kind(str, enum.Enum):
+    KEEP = "keep"
+    WARN = "warn"  # keep the slot, and log a WARNING naming the reason
+    ADOPT = "adopt"  # keep the slot, and ask a live worker to re-attach to the running container
+    EXITED = "exited"  # finish from the container's exit code
+    ABSENT = "absent"  # the work is gone: persisted cancel/pause, recovery budget, or failed
+    REDISPATCH = "redispatch"  # promoted but lost before any worker claimed it: dispatch a new attempt
+    EVICT = "evict"  # operator only: stop the live job by label and fail it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Verdicts that change the row through `reconcile_apply`.
+APPLIED_KINDS = frozenset({Kind.EXITED, Kind.ABSENT, Kind.REDISPATCH})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: Kind
+    #: For a changing verdict: the error_reason to record; for a warning: what is wrong.
+    reason: str = ""
+    #: What was seen, in words (goes to the event stream and the log).
+    evidence: str = ""
+    exit_code: int | None = None
+    #: The container the evidence came from (removed after its exit code is recorded).
+    container_id: str = ""
+    #: Running past `job_stale_seconds`.
+    stale: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind.value, "reason": self.reason, "evidence": self.evidence,
+                "exit_code": self.exit_code, "container_id": self.container_id, "stale": self.stale}
+
+
+def _int(v: str | None) -> int | None:
+    try:
+        return int(v) if v not in (None, "") else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class RowSnapshot:
+    """The fields of a running row the verdict depends on, as read at the start of a sweep."""
+
+    id: str
+    attempt: int
+    owner_boot: str = ""
+    container_id: str = ""
+    daemon_id: str = ""
+    identity: str = ""
+    executor: str = EXECUTOR_DOCKER
+    promoted_at: int | None = None
+    claimed_at: int | None = None
+    pause_requested: bool = False
+    cancel_requested: bool = False
+    recovery_attempts: int = 0
+
+    #: The row fields a sweep reads (HMGET): never the log tail, which can be 64 KiB per row.
+    FIELDS = ("id", "state", "attempt", "owner_boot", "container_id", "daemon_id", "identity", "executor",
+              "promoted_at", "claimed_at", "pause_requested", "cancel_requested", "recovery_attempts")
+
+    @property
+    def claimed(self) -> bool:
+        return bool(self.owner_boot)
+
+    @property
+    def lease_value(self) -> str:
+        """What the owner's lease holds while it is alive; any other value is not this attempt's lease."""
+        return f"{self.owner_boot}:{self.attempt}"
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, str | None], default_executor: str = EXECUTOR_DOCKER,
+                 boot_facts: Mapping[str, str | None] | None = None) -> RowSnapshot:
+        """Build from a row; `boot_facts` (the owner's boot record, if still there) fills in an executor or
+        daemon id the row does not carry."""
+        boot_facts = boot_facts or {}
+        identity = row.get("identity") or ""
+        executor = row.get("executor") or (EXECUTOR_SUBPROCESS if identity else "") \
+            or boot_facts.get("executor") or default_executor
+        return cls(
+            id=str(row["id"]), attempt=_int(row.get("attempt")) or 0, owner_boot=row.get("owner_boot") or "",
+            container_id=row.get("container_id") or "",
+            daemon_id=row.get("daemon_id") or boot_facts.get("daemon_id") or "",
+            identity=identity, executor=executor,
+            promoted_at=_int(row.get("promoted_at")), claimed_at=_int(row.get("claimed_at")),
+            pause_requested=row.get("pause_requested") == "1", cancel_requested=row.get("cancel_requested") == "1",
+            recovery_attempts=_int(row.get("recovery_attempts")) or 0,
+        )
+
+
+@dataclass(frozen=True)
+class DispatchFacts:
+    """Where RQ holds a promoted job id (checked for unclaimed rows only)."""
+
+    in_queue: bool = False
+    in_intermediate: bool = False
+    in_started: bool = False
+
+    @property
+    def waiting(self) -> bool:
+        return self.in_queue or self.in_intermediate or self.in_started
+
+    def describe(self) -> str:
+        where = [n for n, v in (("queue", self.in_queue), ("intermediate list", self.in_intermediate),
+                                ("started registry", self.in_started)) if v]
+        return "in RQ's " + " and ".join(where) if where else "in none of RQ's queue, intermediate list, started registry"
+
+
+class ProbeKind(str, enum.Enum):
+    CONTAINER = "container"
+    PROCESS = "process"
+
+
+def probe_needed(row: RowSnapshot, lease_present: bool) -> ProbeKind | None:
+    """Which ground truth a row needs: only a claimed row whose owner's lease is gone is probed."""
+    if not row.claimed or lease_present:
+        return None
+    return ProbeKind.PROCESS if row.executor == EXECUTOR_SUBPROCESS else ProbeKind.CONTAINER
+
+
+def age_secs(since_ms: int | None, now_ms: int) -> float | None:
+    return None if since_ms is None else max(0.0, (now_ms - since_ms) / 1000.0)
+
+
+def is_stale(row: RowSnapshot, now_ms: int, settings: Settings) -> bool:
+    age = age_secs(row.claimed_at if row.claimed_at is not None else row.promoted_at, now_ms)
+    return age is not None and age > settings.job_stale_seconds
+
+
+def _fmt_age(secs: float | None) -> str:
+    if secs is None:
+        return "?"
+    if secs >= 3600:
+        return f"{secs / 3600:.1f}h"
+    return f"{secs:.1f}s"
+
+
+def decide_unclaimed(row: RowSnapshot, dispatch: DispatchFacts | None, now_ms: int, settings: Settings) -> Verdict:
+    age = age_secs(row.promoted_at, now_ms)
+    if dispatch is not None and dispatch.waiting:
+        return Verdict(Kind.KEEP, evidence=f"unclaimed, {dispatch.describe()}")
+    if age is None or age < settings.claim_grace_secs:
+        return Verdict(Kind.KEEP, evidence=f"unclaimed, promoted {_fmt_age(age)} ago (claim grace "
+                                           f"{settings.claim_grace_secs:g}s)")
+    where = (dispatch or DispatchFacts()).describe()
+    return Verdict(Kind.REDISPATCH, reason=REASON_LOST_DISPATCH,
+                   evidence=f"unclaimed attempt {row.attempt}, {where}, promoted {_fmt_age(age)} ago")
+
+
+def decide(row: RowSnapshot, lease_present: bool, probe: Probe | None, dispatch: DispatchFacts | None,
+           now_ms: int, settings: Settings, evict_stale: bool = False) -> Verdict:
+    """The verdict for one running row (DESIGN.md section 5). `evict_stale` is the operator's override."""
+    if not row.claimed:
+        return decide_unclaimed(row, dispatch, now_ms, settings)
+    stale = is_stale(row, now_ms, settings)
+    age = _fmt_age(age_secs(row.claimed_at if row.claimed_at is not None else row.promoted_at, now_ms))
+    owner = f"owner {row.owner_boot} attempt {row.attempt}"
+    stale_note = f"running {age}, past the stale limit of {settings.job_stale_seconds:g}s"
+    if lease_present:
+        if stale and evict_stale:
+            return Verdict(Kind.EVICT, REASON_STALE_EVICTED, f"lease held by {owner}; {stale_note}", stale=True)
+        if stale:
+            return Verdict(Kind.WARN, WARN_STALE, f"lease held by {owner}; {stale_note}; only "
+                                                  "`reconcile --evict-stale` frees it", stale=True)
+        return Verdict(Kind.KEEP, evidence=f"lease held by {owner}")
+    gone = f"lease of {owner} gone"
+    if probe is None or isinstance(probe, Unknown):
+        reason = probe.reason if isinstance(probe, Unknown) else "no probe taken"
+        return Verdict(Kind.WARN, WARN_PROBE_UNKNOWN, f"{gone}; probe unknown: {reason}; slot kept", stale=stale)
+    subprocess = row.executor == EXECUTOR_SUBPROCESS
+    if isinstance(probe, Present) and probe.running:
+        if stale and evict_stale:
+            return Verdict(Kind.EVICT, REASON_STALE_EVICTED, f"{gone}; {probe.detail}; {stale_note}",
+                           container_id=probe.container_id, stale=True)
+        if subprocess:
+            return Verdict(Kind.WARN, WARN_UNADOPTABLE, f"{gone}; {probe.detail}; a process cannot be "
+                                                        "re-parented, so it keeps its slot until it exits",
+                           stale=stale)
+        return Verdict(Kind.ADOPT, evidence=f"{gone}; {probe.detail}", container_id=probe.container_id,
+                       stale=stale)
+    if isinstance(probe, Present):
+        return Verdict(Kind.EXITED, REASON_CONTAINER_EXITED, f"{gone}; {probe.detail}",
+                       exit_code=probe.exit_code, container_id=probe.container_id)
+    assert isinstance(probe, Absent)
+    if subprocess:
+        reason = REASON_DEAD_PID
+    elif probe.never_started:
+        reason = REASON_NEVER_STARTED
+    else:
+        reason = REASON_NO_CONTAINER
+    return Verdict(Kind.ABSENT, reason, f"{gone}; {probe.detail}", container_id=probe.container_id)
+
+
+def expected_state(row: RowSnapshot, verdict: Verdict, settings: Settings) -> str:
+    """The state the row will be in once the verdict is applied (what a dry run shows); mirrors
+    scripts/reconcile_apply.lua and evict.lua."""
+    if verdict.kind is Kind.EXITED:
+        if verdict.exit_code == 0:
+            return "succeeded"
+        if row.cancel_requested:
+            return "cancelled"
+        return "paused" if row.pause_requested else "failed"
+    if verdict.kind is Kind.ABSENT:
+        if row.cancel_requested:
+            return "cancelled"
+        if row.pause_requested:
+            return "paused"
+        return "queued" if row.recovery_attempts < settings.recovery_budget else "failed"
+    if verdict.kind is Kind.EVICT:
+        return "failed"
+    return "running"
