@@ -1,0 +1,155 @@
+"""What the unit tests share: Redis backends (fakeredis[lua] or a real server, each seen through a text and a
+bytes client), a keyspace dump to prove "nothing was written", and short helpers over `Pool` and `Attempt`.
+
+Kept out of conftest.py so test modules can import these by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+import redis
+
+from jobpool.api import Pool
+from jobpool.attempt import Attempt
+from jobpool.config import Settings
+from jobpool.models import Job, JobState
+
+Snapshot = dict[bytes, tuple[bytes, Any, bool]]
+
+
+def keyspace(raw: redis.Redis) -> Snapshot:
+    """Every key with its type, full value and whether it has a TTL: equal snapshots mean nothing was written.
+
+    Values are read through a bytes client, so an RQ hash (zlib data) compares byte for byte.
+    """
+    out: Snapshot = {}
+    for key in sorted(raw.keys("*")):
+        kind = raw.type(key)
+        value: Any
+        if kind == b"hash":
+            value = sorted(raw.hgetall(key).items())
+        elif kind == b"zset":
+            value = raw.zrange(key, 0, -1, withscores=True)
+        elif kind == b"list":
+            value = raw.lrange(key, 0, -1)
+        elif kind == b"set":
+            value = sorted(raw.smembers(key))
+        elif kind == b"stream":
+            value = raw.xrange(key)
+        elif kind == b"string":
+            value = raw.get(key)
+        else:  # pragma: no cover - jobpool writes none of the other types
+            raise AssertionError(f"unexpected key type {kind!r} for {key!r}")
+        out[key] = (kind, value, raw.pttl(key) > 0)
+    return out
+
+
+class Backend:
+    """One Redis (fake or real) seen through a text client (what `Pool` uses) and a bytes client (`raw`)."""
+
+    def __init__(self, name: str, client: redis.Redis, raw: redis.Redis) -> None:
+        self.name, self.client, self.raw = name, client, raw
+
+    def pool(self, **settings: Any) -> Pool:
+        """A `Pool` on this backend; `settings` go to `Settings` (e.g. ``max_concurrent_jobs=3``)."""
+        return Pool(self.client, Settings(**settings))
+
+    def keyspace(self) -> Snapshot:
+        return keyspace(self.raw)
+
+
+def fake_backend() -> Backend:
+    server = fakeredis.FakeServer()
+    # encoding_errors="replace" as in jobpool.api.connect: a log tail need not be UTF-8.
+    client = fakeredis.FakeRedis(server=server, decode_responses=True, encoding_errors="replace")
+    return Backend("fakeredis", client, fakeredis.FakeRedis(server=server))
+
+
+def enqueue(pool: Pool, *command: str, **kw: Any) -> Job:
+    return pool.enqueue(image="busybox", command=list(command) or ["true"], **kw)
+
+
+def claim(pool: Pool, job_id: str, boot: str = "boot-a") -> Attempt:
+    """Claim the current attempt of a promoted job as `boot`."""
+    attempt = Attempt(pool, job_id, boot, pool.get(job_id).attempt)
+    attempt.claim()
+    return attempt
+
+
+def row(pool: Pool, job_id: str) -> dict[str, str]:
+    return pool.client.hgetall(pool.keys.job(job_id))
+
+
+def state_of(pool: Pool, job_id: str) -> str:
+    return pool.get(job_id).state.value
+
+
+def index_of(pool: Pool, job_id: str) -> list[str]:
+    """The names of every state index that holds `job_id` (exactly one, always)."""
+    client = pool.client
+    return [s.value for s in JobState if client.zscore(pool.keys.state_index(s.value), job_id) is not None]
+
+
+def queued_ids(pool: Pool) -> list[str]:
+    return pool.client.zrange(pool.keys.queued, 0, -1)
+
+
+def running_ids(pool: Pool) -> set[str]:
+    return set(pool.client.zrange(pool.keys.running, 0, -1))
+
+
+def rq_list(pool: Pool) -> list[str]:
+    return pool.client.lrange(pool.keys.rq_queue, 0, -1)
+
+
+def rq_hash(backend: Backend, pool: Pool, job_id: str) -> dict[bytes, bytes]:
+    return backend.raw.hgetall(pool.keys.rq_job(job_id))
+
+
+def events_of(pool: Pool, job_id: str | None = None) -> list[dict[str, str]]:
+    return pool.events(job_id, count=100_000)
+
+
+def last_event(pool: Pool, job_id: str) -> dict[str, str]:
+    return events_of(pool, job_id)[-1]
+
+
+def assert_event(ev: dict[str, str], job_id: str, frm: str, to: str, reason: str, **more: str) -> None:
+    got = {k: ev[k] for k in ("job", "from", "to", "reason", *more)}
+    assert got == {"job": job_id, "from": frm, "to": to, "reason": reason, **more}
+    assert int(ev["at"]) > 0
+
+
+def paused_pool(backend: Backend, n: int, slots: int = 1, **kw: Any) -> tuple[Pool, list[Job]]:
+    """A pool with `n` queued jobs (promotion paused while enqueueing), unpaused again, nothing promoted."""
+    pool = backend.pool(max_concurrent_jobs=slots, **kw)
+    pool.pause(None, reason="setup")
+    jobs = [enqueue(pool, "job", str(i)) for i in range(n)]
+    backend.client.delete(pool.keys.paused)  # unpause without promoting
+    return pool, jobs
+
+
+def lease(pool: Pool, job_id: str) -> str | None:
+    return pool.client.get(pool.keys.lease(job_id))
+
+
+def reconcile(pool: Pool, job_id: str, verdict: str, reason: str = "orphan_reconciled_no_container",
+              code: str = "", budget: int = 0, **expect: Any) -> list[Any]:
+    """Apply a supervisor verdict with the row's current values as the evidence (unless overridden)."""
+    r = row(pool, job_id)
+    attempt = expect.get("attempt", r["attempt"])
+    owner = expect.get("owner", r["owner_boot"])
+    cid = expect.get("container_id", r.get("container_id", ""))
+    keys = [pool.keys.job(job_id), pool.keys.lease(job_id), pool.keys.rq_job(job_id), *pool.candidates(4)]
+    args = [job_id, attempt, owner, cid, verdict, reason, code, budget, "probe:absent", "supervisor"]
+    return pool.run("reconcile_apply", keys, args)
+
+
+def orphan(backend: Backend, pool: Pool, job_id: str, boot: str = "boot-a") -> Attempt:
+    """Claim and launch a job, then let its lease vanish (its worker died)."""
+    att = claim(pool, job_id, boot)
+    att.set_container("cid-1", "daemon-1")
+    backend.client.delete(pool.keys.lease(job_id))
+    return att
