@@ -163,6 +163,7 @@ class JobpoolGroup(click.Group):
 
 @click.group(cls=JobpoolGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @_apply(_global_options(group=True))
+@click.version_option(package_name="jobpool", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, redis_url: str | None, pool_name: str | None, as_json: bool) -> None:
     ctx.obj = CliState(redis_url=redis_url, pool_name=pool_name, as_json=as_json)
@@ -341,9 +342,9 @@ def events(state: CliState, follow: bool, job_id: str | None, count: int) -> Non
         else:
             click.echo("no events", err=True)
         return
-    for entry in backlog:
-        _print_event(state, entry)
     try:
+        for entry in backlog:
+            _print_event(state, entry)
         _follow(state, pool, job_id, newest)
     except KeyboardInterrupt:
         return  # Ctrl-C is how a follow ends: exit 0, no "Aborted!"

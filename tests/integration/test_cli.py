@@ -444,6 +444,11 @@ def test_help_documents_shell_completion_and_completion_works(run: Run) -> None:
     assert words.stdout.split() == ["plain,status"]
 
 
+def test_version(run: Run) -> None:
+    result = run("--version")
+    assert result.exit_code == 0 and result.stdout.startswith("jobpool ")
+
+
 # ---- bad input: exit code, one line, nothing written ---------------------------------------------------
 
 BAD_INPUT = [
