@@ -6,6 +6,7 @@ A bad value raises `ConfigError` naming the variable, before anything touches Re
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from .errors import ConfigError
 from .keys import validate_pool_name
 
 EXECUTORS = ("docker", "subprocess")
+#: Written by `jobpool up` in its state directory: how other shells find its Redis with no flags.
+STATE_FILE = "up.json"
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,10 @@ class Settings:
         values: dict[str, Any] = {}
         if "JOBPOOL_REDIS_URL" in env:
             values["redis_url"] = env["JOBPOOL_REDIS_URL"]
+        elif overrides.get("redis_url") is None:
+            found = _url_from_up_state(env.get("JOBPOOL_STATE_DIR") or cls.state_dir)
+            if found:
+                values["redis_url"] = found
         if "JOBPOOL_POOL" in env:
             values["pool"] = env["JOBPOOL_POOL"]
         if "JOBPOOL_EXECUTOR" in env:
@@ -115,3 +122,13 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+def _url_from_up_state(state_dir: str) -> str | None:
+    """The Redis URL of a `jobpool up` running from this state directory, if any."""
+    try:
+        with open(os.path.join(state_dir, STATE_FILE)) as f:
+            url = json.load(f).get("redis_url")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return url if isinstance(url, str) else None

@@ -30,7 +30,7 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
             log.warning("docker daemon not answering yet: %s", exc)
     executor.close()
     boot = Boot(pool, executor.name, daemon_id)
-    runtime = Runtime(pool=pool, boot_id=boot.id)
+    runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id)
     install(runtime)
     boot.start()
     worker = JobpoolWorker(runtime, boot)

@@ -17,6 +17,8 @@ from ..api import Pool
 class Runtime:
     pool: Pool
     boot_id: str
+    #: The Docker daemon's id as seen at boot ('' for the subprocess executor or an absent daemon).
+    daemon_id: str = ""
     #: Set in the horse when a drain (shutdown) is requested: monotonic time of the request.
     drain_requested_at: float | None = None
     left_running: list[str] = field(default_factory=list)

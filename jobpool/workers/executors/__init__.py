@@ -6,15 +6,15 @@ from ...config import Settings
 from .base import Executor, Handle, Launch, LaunchError, LaunchUnknown
 
 
-def make_executor(settings: Settings) -> Executor:
-    """The executor the settings name; Docker honours DOCKER_HOST."""
+def make_executor(settings: Settings, daemon_id: str = "") -> Executor:
+    """The executor the settings name; Docker honours DOCKER_HOST. A known `daemon_id` saves a round trip."""
     if settings.executor == "subprocess":
         from .subprocess import SubprocessExecutor
 
         return SubprocessExecutor(settings.state_dir)
     from .docker import DockerExecutor
 
-    return DockerExecutor()
+    return DockerExecutor(daemon_id=daemon_id)
 
 
 __all__ = ["Executor", "Handle", "Launch", "LaunchError", "LaunchUnknown", "make_executor"]

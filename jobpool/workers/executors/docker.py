@@ -76,9 +76,9 @@ class DockerHandle:
 class DockerExecutor:
     name = "docker"
 
-    def __init__(self, client: docker.DockerClient | None = None) -> None:
+    def __init__(self, client: docker.DockerClient | None = None, daemon_id: str = "") -> None:
         self.client = client or docker.from_env()
-        self._daemon_id: str | None = None
+        self._daemon_id: str | None = daemon_id or None
 
     def daemon_id(self) -> str:
         if self._daemon_id is None:
@@ -87,10 +87,8 @@ class DockerExecutor:
 
     def _volume(self, launch: Launch) -> str:
         name = checkpoint_volume(launch.pool, launch.job_id)
-        try:
-            self.client.volumes.get(name)
-        except docker.errors.NotFound:
-            self.client.volumes.create(name, labels={"jobpool.pool": launch.pool, "jobpool.job_id": launch.job_id})
+        # Creating a local volume that exists returns it: one call either way, and no check-then-act.
+        self.client.volumes.create(name, labels={"jobpool.pool": launch.pool, "jobpool.job_id": launch.job_id})
         return name
 
     def launch(self, launch: Launch) -> DockerHandle:
