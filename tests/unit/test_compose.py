@@ -1,0 +1,55 @@
+"""The compose file's promises: the drain ends before the SIGKILL, Redis persists, workers reach Docker."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _seconds(text: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", str(text))
+    assert m, f"not a compose duration: {text!r}"
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60}[m.group(2)]
+
+
+def test_worker_stop_grace_exceeds_drain_timeout() -> None:
+    worker = _compose()["services"]["worker"]
+    drain = float(worker["environment"]["JOBPOOL_DRAIN_TIMEOUT_SECS"])
+    assert _seconds(worker["stop_grace_period"]) > drain
+    assert worker["init"] is True
+    assert worker.get("stop_signal", "SIGTERM") == "SIGTERM"
+    assert worker["deploy"]["replicas"] >= 1
+
+
+def test_redis_has_aof_a_volume_and_a_healthcheck() -> None:
+    redis = _compose()["services"]["redis"]
+    assert "--appendonly" in redis["command"] and redis["command"][redis["command"].index("--appendonly") + 1] == "yes"
+    assert any(v.endswith(":/data") for v in redis["volumes"])
+    assert "redis-cli" in redis["healthcheck"]["test"] and "ping" in redis["healthcheck"]["test"]
+
+
+def test_worker_and_supervisor_reach_docker_and_are_configured_by_env() -> None:
+    services = _compose()["services"]
+    for name in ("worker", "supervisor"):
+        svc = services[name]
+        assert "/var/run/docker.sock:/var/run/docker.sock" in svc["volumes"]
+        assert all(k.startswith("JOBPOOL_") for k in svc["environment"])
+        assert svc["environment"]["JOBPOOL_REDIS_URL"].startswith("redis://redis:")
+        assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert services["supervisor"]["deploy"]["replicas"] == 1
+
+
+def test_every_compose_setting_is_a_valid_jobpool_setting() -> None:
+    from jobpool import Settings
+
+    env = _compose()["services"]["worker"]["environment"]
+    s = Settings.from_env(env)
+    assert s.drain_timeout_secs == int(env["JOBPOOL_DRAIN_TIMEOUT_SECS"])
