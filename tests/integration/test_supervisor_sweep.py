@@ -1,0 +1,477 @@
+"""The supervisor's sweep against a real redis-server and a real dockerd (DESIGN.md section 5).
+
+Rows are driven without real workers: a job is enqueued, claimed by a boot that then "dies" (a short lease
+that is never renewed), and given a real labelled busybox container, or none. The sweep must then reach
+the verdict the design table gives, from ground truth only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import docker
+import pytest
+from polling import eventually
+from rq import Queue
+from rq.job import Job as RQJob
+from rq.serializers import JSONSerializer
+
+from jobpool import Pool
+from jobpool.attempt import Attempt
+from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
+from jobpool.supervisor.sweep import adopt_rq_job_id
+
+IMAGE = "jobpool-test:busybox"
+DEAD = "dead-boot"
+
+FAST: dict[str, Any] = {
+    "lease_secs": 0.5, "heartbeat_secs": 0.1, "sweep_interval_secs": 0.2, "recovery_budget": 0,
+    "claim_grace_secs": 1.0, "probe_timeout_secs": 5.0, "max_concurrent_jobs": 1, "stop_grace_secs": 1.0,
+}
+
+
+@pytest.fixture
+def make_pool(redis_url: str) -> Iterator[Callable[..., Pool]]:
+    made: list[Pool] = []
+
+    def make(name: str = "sv", **settings: Any) -> Pool:
+        made.append(Pool.from_url(redis_url, name, **{**FAST, **settings}))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.client.close()
+
+
+@pytest.fixture
+def dclient(docker_host: str) -> Iterator[docker.DockerClient]:
+    with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=30)) as client:
+        yield client
+
+
+@pytest.fixture
+def supervisors() -> Iterator[Callable[[Pool], Supervisor]]:
+    made: list[Supervisor] = []
+
+    def make(pool: Pool) -> Supervisor:
+        made.append(Supervisor(pool))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def lease_gone(pool: Pool, job_id: str) -> None:
+    eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10,
+               message=f"lease of {job_id} expiring")
+
+
+def run_container(dclient: docker.DockerClient, pool: Pool, job_id: str, attempt: int,
+                  command: list[str], boot: str = DEAD, start: bool = True) -> Any:
+    labels = {"jobpool.pool": pool.keys.pool, "jobpool.job_id": job_id, "jobpool.attempt": str(attempt),
+              "jobpool.boot_id": boot}
+    if start:
+        return dclient.containers.run(IMAGE, command, detach=True, network_mode="none", labels=labels)
+    return dclient.containers.create(IMAGE, command, network_mode="none", labels=labels)
+
+
+def orphan(pool: Pool, dclient: docker.DockerClient | None, command: list[str] | None = None,
+           record: bool = True, start: bool = True, wait_lease: bool = True) -> tuple[str, int, Any]:
+    """A running row claimed by a boot that died: its lease expires; optionally with a container."""
+    job = pool.enqueue(image=IMAGE, command=["sleep", "300"])
+    job = pool.get(job.id)
+    assert job.state.value == "running", job
+    att = Attempt(pool, job.id, DEAD, job.attempt)
+    att.claim()
+    container = None
+    if command is not None:
+        assert dclient is not None
+        container = run_container(dclient, pool, job.id, job.attempt, command, start=start)
+        if record:
+            att.set_container(container.id, dclient.info()["ID"])
+    if wait_lease:
+        lease_gone(pool, job.id)
+    return job.id, job.attempt, container
+
+
+def transitions(pool: Pool, job_id: str) -> list[tuple[str, str, str]]:
+    return [(e["from"], e["to"], e["reason"]) for e in pool.events(job_id)]
+
+
+def container_exists(dclient: docker.DockerClient, cid: str) -> bool:
+    try:
+        dclient.containers.get(cid)
+        return True
+    except docker.errors.NotFound:
+        return False
+
+
+# ---- the recorded wedge ------------------------------------------------------------------------------
+
+
+def test_wedge_dead_owner_no_container_fails_and_next_job_runs(make_pool, dclient, supervisors) -> None:
+    """slots=1: A's owner died and its container is gone; B waits. One sweep fails A and runs B."""
+    pool = make_pool(recovery_budget=0)
+    a, _, _ = orphan(pool, dclient, command=None)
+    b = pool.enqueue(image=IMAGE, command=["true"])
+    assert pool.get(b.id).state.value == "queued"
+
+    report = supervisors(pool).sweep()
+
+    job_a = pool.get(a)
+    assert (job_a.state.value, job_a.error_reason) == ("failed", "orphan_reconciled_no_container")
+    assert pool.get(b.id).state.value == "running"
+    assert report.verdicts == {"absent": 1}
+    ev = [e for e in pool.events(a) if e["to"] == "failed"]
+    assert len(ev) == 1 and "lease of owner dead-boot attempt 1 gone" in ev[0]["evidence"]
+
+
+def test_wedge_with_recovery_budget_requeues_in_place(make_pool, dclient, supervisors) -> None:
+    pool = make_pool(recovery_budget=1)
+    a, _, _ = orphan(pool, dclient, command=None)
+    b = pool.enqueue(image=IMAGE, command=["true"])
+
+    supervisors(pool).sweep()
+
+    job_a = pool.get(a)
+    # Handed back with its original place: it is the head again, so it is the one promoted.
+    assert (job_a.state.value, job_a.recovery_attempts, job_a.attempt) == ("running", 1, 2)
+    assert ("running", "queued", "orphan_reconciled_no_container") in transitions(pool, a)
+    assert pool.get(b.id).state.value == "queued"
+
+
+def test_rows_left_by_a_previous_run_are_judged_by_the_first_sweep(make_pool, dclient, redis_url) -> None:
+    """run_supervisor sweeps at start-up: a stale row from before the restart is decided at once."""
+    pool = make_pool()
+    a, _, _ = orphan(pool, dclient, command=None)
+    b = pool.enqueue(image=IMAGE, command=["true"])
+    report = run_supervisor(pool.settings, once=True)
+    assert report is not None and report.verdicts == {"absent": 1}
+    assert pool.get(a).state.value == "failed" and pool.get(b.id).state.value == "running"
+    assert json.loads(pool.client.get(pool.keys.last_sweep))["verdicts"] == {"absent": 1}
+
+
+# ---- ground truth: the labelled container --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("code", "state", "reason"), [(0, "succeeded", ""), (3, "failed", "exit_code_3")])
+def test_exited_container_finishes_from_its_exit_code(make_pool, dclient, supervisors, code, state, reason):
+    pool = make_pool()
+    job_id, _, container = orphan(pool, dclient, command=["sh", "-c", f"exit {code}"])
+    assert container.wait(timeout=30)["StatusCode"] == code
+
+    supervisors(pool).sweep()
+
+    job = pool.get(job_id)
+    assert (job.state.value, job.exit_code, job.error_reason) == (state, code, reason)
+    assert not container_exists(dclient, container.id), "an ended container is removed once its code is kept"
+
+
+def test_container_recorded_nowhere_is_still_found_by_label(make_pool, dclient, supervisors) -> None:
+    """The worker died between launching and recording: the label is enough."""
+    pool = make_pool()
+    job_id, _, container = orphan(pool, dclient, command=["sh", "-c", "exit 4"], record=False)
+    container.wait(timeout=30)
+    supervisors(pool).sweep()
+    assert pool.get(job_id).exit_code == 4
+
+
+def test_container_of_an_older_attempt_is_not_evidence(make_pool, dclient, supervisors) -> None:
+    pool = make_pool()
+    job_id, attempt, _ = orphan(pool, dclient, command=None)
+    older = run_container(dclient, pool, job_id, attempt - 1 if attempt > 1 else attempt + 7, ["sleep", "300"])
+    report = supervisors(pool).sweep()
+    assert report.verdicts == {"absent": 1}
+    assert pool.get(job_id).error_reason == "orphan_reconciled_no_container"
+    older.remove(force=True)
+
+
+def test_created_but_never_started_container_is_no_work(make_pool, dclient, supervisors) -> None:
+    """A created container's inspect says ExitCode 0; it must not be read as success."""
+    pool = make_pool()
+    job_id, _, container = orphan(pool, dclient, command=["sleep", "300"], start=False)
+    supervisors(pool).sweep()
+    job = pool.get(job_id)
+    assert (job.state.value, job.error_reason) == ("failed", "orphan_reconciled_never_started")
+    assert not container_exists(dclient, container.id)
+
+
+def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dclient, supervisors) -> None:
+    pool = make_pool()
+    job_id, attempt, container = orphan(pool, dclient, command=["sleep", "300"])
+    b = pool.enqueue(image=IMAGE, command=["true"])
+    sup = supervisors(pool)
+    for _ in range(3):
+        report = sup.sweep()
+        assert report.verdicts == {"adopt": 1}
+    assert pool.get(job_id).state.value == "running" and pool.get(b.id).state.value == "queued"
+    rq_id = adopt_rq_job_id(job_id, attempt)
+    raw = sup._rq()
+    assert [x.decode() for x in raw.lrange(pool.keys.rq_queue, 0, -1)].count(rq_id) == 1
+    rq_job = RQJob.fetch(rq_id, connection=raw, serializer=JSONSerializer)
+    assert (rq_job.func_name, rq_job.args, rq_job.get_status()) == (
+        "jobpool.workers.entry.adopt_job", [job_id, DEAD, attempt], "queued")
+    assert report.decisions[0].outcome == "adoption pending"
+
+    # The request ran and failed (say no worker could attach): the next sweep asks again.
+    raw.lrem(pool.keys.rq_queue, 0, rq_id)
+    rq_job.set_status("failed")
+    assert sup.sweep().decisions[0].outcome == "adoption requested"
+    assert [x.decode() for x in raw.lrange(pool.keys.rq_queue, 0, -1)].count(rq_id) == 1
+    assert Queue(pool.keys.rq_queue_name, connection=raw).fetch_job(rq_id).get_status() == "queued"
+    container.remove(force=True)
+
+
+# ---- unknown keeps the slot ------------------------------------------------------------------------------
+
+
+def test_daemon_unreachable_keeps_slots_and_warns_then_decides(
+        make_pool, dclient, supervisors, docker_daemon, caplog) -> None:
+    pool = make_pool()
+    job_id, _, container = orphan(pool, dclient, command=["sleep", "300"])
+    b = pool.enqueue(image=IMAGE, command=["true"])
+    container.remove(force=True)  # gone; but while the daemon is away nobody can know that
+    sup = supervisors(pool)
+    caplog.set_level(logging.WARNING, logger="jobpool.supervisor")
+    try:
+        docker_daemon.stop()
+        for _ in range(3):
+            report = sup.sweep()
+            assert (report.verdicts, report.unknown) == ({"warn": 1}, 1)
+        assert pool.get(job_id).state.value == "running" and pool.get(b.id).state.value == "queued"
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 3
+        assert all(job_id in w and "probe unknown" in w and "could not be asked" in w for w in warnings)
+    finally:
+        docker_daemon.start()
+    sup.sweep()
+    assert pool.get(job_id).error_reason == "orphan_reconciled_no_container"
+    assert pool.get(b.id).state.value == "running"
+
+
+def test_recorded_on_another_daemon_and_not_here_is_unknown(make_pool, dclient, supervisors) -> None:
+    pool = make_pool()
+    job_id, attempt, _ = orphan(pool, dclient, command=None, wait_lease=False)
+    Attempt(pool, job_id, DEAD, attempt).set_container("f" * 64, "OTHER:DAEMON:ID")
+    lease_gone(pool, job_id)
+    report = supervisors(pool).sweep()
+    assert report.verdicts == {"warn": 1} and report.unknown == 1
+    assert "recorded on docker daemon OTHER:DAEMON:ID" in report.decisions[0].verdict.evidence
+    assert pool.get(job_id).state.value == "running"
+
+
+# ---- stale: only a human evicts ---------------------------------------------------------------------------
+
+
+def test_stale_live_job_only_warns_until_the_operator_evicts(make_pool, dclient, supervisors, caplog) -> None:
+    pool = make_pool(lease_secs=300, job_stale_seconds=1)
+    job_id, attempt, container = orphan(pool, dclient, command=["sleep", "300"], wait_lease=False)
+    b = pool.enqueue(image=IMAGE, command=["true"])
+    sup = supervisors(pool)
+    caplog.set_level(logging.WARNING, logger="jobpool.supervisor")
+    report = eventually(lambda: (r := sup.sweep()).verdicts.get("warn") and r, timeout=10,
+                        message="the live job turning stale")
+    assert report.decisions[0].verdict.reason == "stale"
+    sup.sweep()
+    assert sum("stale" in r.getMessage() and job_id in r.getMessage() for r in caplog.records) >= 2
+    assert pool.get(job_id).state.value == "running" and container.reload() is None
+    assert container.status == "running"
+
+    preview = reconcile(pool, evict_stale=True, dry_run=True)
+    assert preview.decisions[0].verdict.kind is Kind.EVICT and pool.get(job_id).state.value == "running"
+
+    done = reconcile(pool, evict_stale=True)
+    job = pool.get(job_id)
+    assert (job.state.value, job.error_reason) == ("failed", "stale_evicted")
+    assert done.decisions[0].outcome == "failed"
+    container.reload()
+    assert container.status == "exited"
+    assert pool.get(b.id).state.value == "running"
+    assert not pool.client.exists(pool.keys.lease(job_id)) and attempt == job.attempt
+
+
+# ---- two supervisors --------------------------------------------------------------------------------------
+
+
+def test_two_supervisors_sweeping_at_once_never_double_apply(make_pool, dclient) -> None:
+    n = 12
+    pool = make_pool(max_concurrent_jobs=n)
+    orphans = [orphan(pool, dclient, command=None, wait_lease=False)[0] for _ in range(n // 2)]
+    exited = [orphan(pool, dclient, command=["sh", "-c", "exit 5"], wait_lease=False) for _ in range(n // 2)]
+    waiting = [pool.enqueue(image=IMAGE, command=["true"]).id for _ in range(n)]
+    for job_id in orphans + [e[0] for e in exited]:
+        lease_gone(pool, job_id)
+    for _, _, c in exited:
+        c.wait(timeout=30)
+
+    barrier = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def run(name: str) -> None:
+        p = make_pool(max_concurrent_jobs=n)
+        sup = Supervisor(p, actor=name)
+        try:
+            barrier.wait(10)
+            for _ in range(5):
+                sup.sweep()
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failures.append(exc)
+        finally:
+            sup.close()
+
+    threads = [threading.Thread(target=run, args=(f"sup-{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not failures, failures
+    for job_id in orphans + [e[0] for e in exited]:
+        ends = [t for t in transitions(pool, job_id) if t[0] == "running" and t[1] != "running"]
+        assert len(ends) == 1, (job_id, ends)
+    for job_id in waiting:
+        promotions = [t for t in transitions(pool, job_id) if t[:2] == ("queued", "running")]
+        assert len(promotions) == 1, (job_id, promotions)
+    assert pool.slots() == (n, n)
+
+
+# ---- persisted intent -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ask", "state", "reason"), [("cancel", "cancelled", "cancel_requested"),
+                                                      ("pause", "paused", "pause_requested")])
+def test_persisted_request_is_honoured_when_the_owner_died(make_pool, dclient, supervisors, ask, state, reason):
+    pool = make_pool(recovery_budget=3)
+    job_id, _, _ = orphan(pool, dclient, command=None, wait_lease=False)
+    getattr(pool, ask)(job_id)  # the owner is still the dead boot: only a request is persisted
+    assert pool.get(job_id).state.value == "running"
+    lease_gone(pool, job_id)
+    supervisors(pool).sweep()
+    job = pool.get(job_id)
+    assert (job.state.value, job.error_reason) == (state, reason)
+
+
+def test_cancel_of_an_orphan_stops_its_container_by_label(make_pool, dclient) -> None:
+    pool = make_pool()
+    job_id, _, container = orphan(pool, dclient, command=["sleep", "300"], record=False)
+    pool.cancel(job_id)
+    assert pool.get(job_id).cancel_requested
+    result = stop_orphan(pool, job_id)
+    assert (result.action, result.containers, result.state) == ("stopped", (container.id,), "cancelled")
+    assert pool.get(job_id).state.value == "cancelled"
+    assert not container_exists(dclient, container.id)
+
+
+def test_cancel_leaves_a_live_owner_to_honour_it(make_pool, dclient) -> None:
+    pool = make_pool(lease_secs=300)
+    job_id, _, container = orphan(pool, dclient, command=["sleep", "300"], wait_lease=False)
+    pool.cancel(job_id)
+    assert stop_orphan(pool, job_id).action == "owner_alive"
+    container.reload()
+    assert container.status == "running"
+    container.remove(force=True)
+
+
+# ---- promoted, never claimed ------------------------------------------------------------------------------
+
+
+def test_unclaimed_rows_are_left_while_dispatched_and_redispatched_when_lost(make_pool, supervisors) -> None:
+    pool = make_pool(claim_grace_secs=0.5)
+    job = pool.enqueue(image=IMAGE, command=["true"])
+    sup = supervisors(pool)
+    c, k = pool.client, pool.keys
+    assert c.lrange(k.rq_queue, 0, -1) == [job.id]
+    # Still in RQ's queue (all workers busy): left however long it waits.
+    eventually(lambda: c.time()[0] * 1000 - pool.get(job.id).promoted_at > 700, message="grace passing")
+    assert sup.sweep().verdicts == {"keep": 1}
+    # Taken by a worker into the intermediate list, or its started registry: left.
+    c.lmove(k.rq_queue, k.rq_intermediate)
+    assert sup.sweep().verdicts == {"keep": 1}
+    c.lrem(k.rq_intermediate, 0, job.id)
+    c.zadd(f"rq:wip:{k.rq_queue_name}", {f"{job.id}:exec1": c.time()[0] + 60})
+    assert sup.sweep().verdicts == {"keep": 1}
+    # The worker died before claiming; its started-registry entry expired: lost.
+    c.zadd(f"rq:wip:{k.rq_queue_name}", {f"{job.id}:exec1": c.time()[0] - 1})
+    report = sup.sweep()
+    assert report.verdicts == {"redispatch": 1}
+    after = pool.get(job.id)
+    assert (after.state.value, after.attempt) == ("running", 2)
+    assert c.lrange(k.rq_queue, 0, -1) == [job.id]
+    assert ("running", "running", "redispatched") in transitions(pool, job.id)
+    # Just re-dispatched: within grace again.
+    assert sup.sweep().verdicts == {"keep": 1}
+
+
+def test_unclaimed_row_within_grace_is_left(make_pool, supervisors) -> None:
+    pool = make_pool(claim_grace_secs=60)
+    job = pool.enqueue(image=IMAGE, command=["true"])
+    pool.client.delete(pool.keys.rq_queue)  # lost at once, but a worker may be claiming it right now
+    assert supervisors(pool).sweep().verdicts == {"keep": 1}
+    assert pool.get(job.id).attempt == 1
+
+
+# ---- reporting, dry run, the loop ---------------------------------------------------------------------------
+
+
+def test_dry_run_decides_but_changes_nothing(make_pool, dclient) -> None:
+    pool = make_pool()
+    job_id, _, _ = orphan(pool, dclient, command=None)
+    before = pool.events()
+    report = reconcile(pool, dry_run=True)
+    assert [(d.job_id, d.verdict.kind, d.expected) for d in report.decisions] == [(job_id, Kind.ABSENT, "failed")]
+    assert pool.get(job_id).state.value == "running" and pool.events() == before
+    assert not pool.client.exists(pool.keys.last_sweep)
+
+
+def test_summary_line_and_last_sweep(make_pool, dclient, supervisors, caplog) -> None:
+    pool = make_pool(max_concurrent_jobs=3, lease_secs=300)
+    orphan(pool, dclient, command=None, wait_lease=False)  # alive (lease held)
+    caplog.set_level(logging.INFO, logger="jobpool.supervisor")
+    supervisors(pool).sweep()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sweep pool=sv")]
+    assert len(lines) == 1 and "rows=1" in lines[0] and "keep=1" in lines[0] and "unknown=0" in lines[0]
+    last = json.loads(pool.client.get(pool.keys.last_sweep))
+    assert last["rows"] == 1 and last["verdicts"] == {"keep": 1} and last["unknown"] == 0
+    assert last["at"] > 0 and last["duration_ms"] >= 0
+
+
+def test_run_supervisor_loops_until_stopped(make_pool, dclient) -> None:
+    pool = make_pool(sweep_interval_secs=0.1)
+    stop = threading.Event()
+    t = threading.Thread(target=run_supervisor, args=(pool.settings,), kwargs={"stop_event": stop})
+    t.start()
+    try:
+        job_id, _, _ = orphan(pool, dclient, command=None, wait_lease=False)
+        pool.wait(job_id, timeout=10)
+        assert pool.get(job_id).error_reason == "orphan_reconciled_no_container"
+        first = json.loads(pool.client.get(pool.keys.last_sweep))["at"]
+        eventually(lambda: json.loads(pool.client.get(pool.keys.last_sweep))["at"] > first,
+                   message="another sweep")
+    finally:
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()
+
+
+def test_probe_is_one_list_call_per_sweep(make_pool, dclient) -> None:
+    pool = make_pool(max_concurrent_jobs=4)
+    for cmd in (["sleep", "300"], ["sh", "-c", "exit 2"], None, ["sleep", "300"]):
+        orphan(pool, dclient, command=cmd, wait_lease=False)
+    for job_id in pool.client.zrange(pool.keys.running, 0, -1):
+        lease_gone(pool, job_id)
+    eventually(lambda: len(dclient.containers.list(all=True, filters={"status": "exited"})) == 1)
+    prober = ContainerProber(None, timeout=5)
+    sup = Supervisor(pool, prober)
+    try:
+        sup.sweep(dry_run=True)  # warms the client: version + info, once per client
+        calls = prober.api_calls, prober.list_calls
+        report = sup.sweep(dry_run=True)
+        assert (prober.api_calls - calls[0], prober.list_calls - calls[1]) == (1, 1)
+        assert sorted(report.verdicts.items()) == [("absent", 1), ("adopt", 2), ("exited", 1)]
+    finally:
+        sup.close()
