@@ -22,11 +22,13 @@ from . import errors
 from .api import Pool
 from .cli_format import (
     ago,
+    decisions_table,
     event_json,
     event_line,
     job_details,
     jobs_table,
     judge_health,
+    orphan_stop_line,
     safe_url,
     status_report,
     summarize_boots,
@@ -363,16 +365,44 @@ def _job_outcome(pool: Pool, job: Job, verb: str, done_state: JobState, requeste
     return f"{job.id} is {job.state.value}"
 
 
+def _stop_orphan(pool: Pool, job: Job) -> dict[str, Any] | None:
+    """A cancelled running job whose owner boot is gone has nobody to stop it: stop it by container label
+    (DESIGN §5; the supervisor's `stop_orphan` never signals a pid). None when there was nothing to do."""
+    if not (job.state is JobState.RUNNING and job.cancel_requested and job.owner_boot):
+        return None
+    if _boot_is_live(pool, job.owner_boot):
+        return None
+    try:
+        from jobpool.supervisor import stop_orphan
+    except ImportError as exc:
+        return {"action": "unavailable", "containers": [],
+                "detail": f"the supervisor is not in this build ({exc})"}
+    done = stop_orphan(pool, job)
+    return {"action": done.action, "containers": list(done.containers), "detail": done.detail}
+
+
 @cli.command()
 @click.argument("job_id", metavar="JOB")
 @click.option("--reason", default="", metavar="TEXT", help="Recorded in the job's events.")
 @pool_command
 def cancel(state: CliState, job_id: str, reason: str) -> None:
-    """Cancel a job; a running one is asked to stop (the request survives crashes)."""
+    """Cancel a job; a running one is asked to stop (the request survives crashes).
+
+    When the job's worker is gone, its container is stopped by label here.
+    """
     pool = state.pool()
     job = pool.cancel(job_id, reason=reason)
-    state.emit(job.to_dict(),
-               lambda: _job_outcome(pool, job, "cancel", JobState.CANCELLED, job.cancel_requested))
+    owner = job.owner_boot
+    stop = _stop_orphan(pool, job)
+    if stop is not None:
+        job = pool.get(job_id)
+    doc = job.to_dict() if stop is None else {**job.to_dict(), "orphan_stop": stop}
+    state.emit(doc, lambda: _job_outcome(pool, job, "cancel", JobState.CANCELLED, job.cancel_requested
+                                         and stop is None))
+    if stop is not None and not state.as_json:
+        line = orphan_stop_line(stop, owner, job.state.value)
+        if line:
+            click.echo(line, err=line.startswith("warning"))
 
 
 def _queue_doc(pool: Pool) -> dict[str, Any]:
@@ -514,12 +544,10 @@ def _finish(rc: Any) -> None:
 def reconcile(state: CliState, evict_stale: bool, dry_run: bool) -> None:
     """Reconcile running rows against ground truth once (the operator's sweep)."""
     run = _load("jobpool.supervisor", "reconcile", "reconcile")
-    result = run(state.pool(), evict_stale=evict_stale, dry_run=dry_run)
-    if state.as_json:
-        state.emit(result, lambda: None)
-    elif result is not None:
-        items = result if isinstance(result, list) else [result]
-        click.echo("\n".join(str(r) for r in items) if items else "nothing to reconcile")
+    report = run(state.pool(), evict_stale=evict_stale, dry_run=dry_run)
+    doc = report.to_dict()
+    state.emit(doc, lambda: report.line() + ("\n" + decisions_table(doc["decisions"])
+                                               if doc["decisions"] else ""))
 
 
 @cli.command()

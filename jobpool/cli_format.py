@@ -177,6 +177,33 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
 
 
+def decisions_table(decisions: Sequence[Mapping[str, Any]]) -> str:
+    """A reconcile report's per-row verdicts (`Decision.to_dict()`)."""
+    rows = [[d["job_id"], str(d["attempt"]), d["verdict"]["kind"], d["expected"] or "-", d["outcome"] or "-",
+             shorten(d["verdict"].get("evidence") or d["verdict"].get("reason") or "", 60)]
+            for d in decisions]
+    return table(["JOB", "ATT", "VERDICT", "EXPECTED", "OUTCOME", "EVIDENCE"], rows)
+
+
+ORPHAN_STOP_LINES = {
+    "stopped": "its worker boot {boot} is gone: stopped {n} container(s) by label; the job is now {state}",
+    "owner_alive": "its worker still holds the lease and honours the request",
+    "not_running": "",
+    "manual_stop_needed": "warning: its worker boot {boot} is gone and it ran as a subprocess, which "
+                          "jobpool never signals from another boot: stop it by hand ({detail}); "
+                          "the job is now {state}",
+    "unknown": "warning: its worker boot {boot} is gone and Docker could not be asked ({detail}); "
+               "the request is persisted and the supervisor acts on it",
+    "unavailable": "warning: its worker boot {boot} is gone and {detail}: nothing stopped it",
+}
+
+
+def orphan_stop_line(stop: Mapping[str, Any], owner_boot: str, state: str) -> str:
+    """What `cancel` did about a job whose worker is gone ('' when there is nothing to say)."""
+    template = ORPHAN_STOP_LINES.get(stop["action"], "{action}: {detail}")
+    return template.format(boot=owner_boot, n=len(stop["containers"]), state=state, **stop)
+
+
 def summarize_boots(boots: Iterable[tuple[str, float, Mapping[str, str]]]) -> dict[str, Any]:
     """Count worker boots from (id, last heartbeat ms, boot hash); an empty hash means its TTL ran out."""
     live = draining = stale = 0

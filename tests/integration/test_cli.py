@@ -275,20 +275,69 @@ def test_cancel_a_queued_job(run: Run, pool: Pool) -> None:
     assert again.stderr.strip() == "Error: cancel: not allowed while the job is cancelled"
 
 
-def test_cancel_json_of_a_running_claimed_job_is_a_request(run: Run, pool: Pool, client: redis.Redis) -> None:
+def _claimed(client: redis.Redis, pool: Pool, job_id: str, boot_id: str, lease: bool = False) -> None:
+    """What a worker's claim leaves on a running row (and, while it lives, its lease)."""
+    client.hset(pool.keys.job(job_id), mapping={"owner_boot": boot_id, "claimed_at": server_ms(client)})
+    if lease:
+        client.set(pool.keys.lease(job_id), f"{boot_id}:{pool.get(job_id).attempt}", px=30_000)
+
+
+def test_cancel_of_a_running_job_with_a_live_worker_is_a_request(run: Run, pool: Pool,
+                                                                 client: redis.Redis) -> None:
     job_id = enqueue_id(run, "busybox", "--", "sleep", "100")
     assert pool.get(job_id).state == "running"
-    # what a claim leaves: an owner boot (gone here, so the CLI warns about it)
-    client.hset(pool.keys.job(job_id), mapping={"owner_boot": "b" * 32, "claimed_at": server_ms(client)})
+    _live_worker(client, pool, "w1")
+    _claimed(client, pool, job_id, "w1", lease=True)
     doc = ok_json(run("--json", "cancel", job_id))
     assert (doc["state"], doc["cancel_requested"]) == ("running", True)
-    job_id2 = enqueue_id(run, "busybox", "--", "sleep", "100")
+    assert "orphan_stop" not in doc  # its worker stops it
+    human = run("cancel", job_id)  # asking again is harmless
+    assert human.stdout.strip() == (f"cancel requested for {job_id} (it is running; its worker acts on the "
+                                    "request)")
+
+
+def test_cancel_of_an_orphaned_job_stops_it_by_label(run: Run, pool: Pool, client: redis.Redis,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+
+    def stop_orphan(p: Pool, job: Job) -> Any:
+        seen.append(job.id)
+        p.evict(job.id, job.attempt, reason="cancelled")  # stands in for: container stopped, row reconciled
+        return types.SimpleNamespace(action="stopped", containers=("c1",), detail="")
+
+    _fake_module(monkeypatch, "jobpool.supervisor", stop_orphan=stop_orphan)
+    job_id = enqueue_id(run, "busybox", "--", "sleep", "100")
+    _claimed(client, pool, job_id, "gone-boot")
+    human = run("cancel", job_id)
+    assert human.exit_code == 0 and seen == [job_id]
+    assert human.stdout.splitlines()[-1] == (
+        "its worker boot gone-boot is gone: stopped 1 container(s) by label; the job is now failed")
     run("slots", "2")
-    client.hset(pool.keys.job(job_id2), mapping={"owner_boot": "c" * 32, "claimed_at": server_ms(client)})
-    human = run("cancel", job_id2)
-    assert human.exit_code == 0
-    assert f"cancel requested for {job_id2}" in human.stdout
-    assert f"worker boot {'c' * 32} is gone" in human.stdout
+    second = enqueue_id(run, "busybox", "--", "sleep", "100")
+    _claimed(client, pool, second, "gone-too")
+    doc = ok_json(run("cancel", second, "--json"))
+    assert doc["orphan_stop"] == {"action": "stopped", "containers": ["c1"], "detail": ""}
+
+
+def test_cancel_of_an_orphaned_job_without_the_supervisor_warns(run: Run, pool: Pool, client: redis.Redis,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "jobpool.supervisor", None)
+    job_id = enqueue_id(run, "busybox", "--", "sleep", "100")
+    _claimed(client, pool, job_id, "gone-boot")
+    result = run("cancel", job_id)
+    assert result.exit_code == 0  # the request is persisted; recovery honours it
+    assert "warning: its worker boot gone-boot is gone and the supervisor is not in this build" \
+        in result.stderr
+    assert pool.get(job_id).cancel_requested
+
+
+def test_cancel_asks_the_real_supervisor_which_sees_the_owners_lease(run: Run, pool: Pool,
+                                                                     client: redis.Redis) -> None:
+    job_id = enqueue_id(run, "busybox", "--", "sleep", "100")
+    _claimed(client, pool, job_id, "no-boot-record", lease=True)  # boot record gone, lease still held
+    result = run("cancel", job_id, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["orphan_stop"]["action"] == "owner_alive"
 
 
 def test_pause_and_resume_a_job(run: Run, pool: Pool) -> None:
@@ -563,13 +612,22 @@ def test_process_commands_pass_settings_and_options(run: Run, monkeypatch: pytes
         return fn
 
     _fake_module(monkeypatch, "jobpool.workers", run_worker=record("worker", rv=3))
+    decision = {"job_id": "j1", "attempt": 2, "owner_boot": "b1", "expected": "", "outcome": "kept",
+                "verdict": {"kind": "keep", "reason": "", "evidence": "lease held"}}
+    report = types.SimpleNamespace(to_dict=lambda: {"pool": POOL, "decisions": [decision]},
+                                   line=lambda: "sweep pool=clitest: rows=1")
     _fake_module(monkeypatch, "jobpool.supervisor", run_supervisor=record("supervisor"),
-                 reconcile=record("reconcile", rv=[{"job": "x", "verdict": "keep"}]))
+                 reconcile=record("reconcile", rv=report))
     _fake_module(monkeypatch, "jobpool.up", run_up=record("up", rv=4))
 
     assert run("worker", "--burst").exit_code == 0  # its return value is a count of jobs left running
     assert run("supervisor", "--once", "--pool", "p2").exit_code == 0
-    assert ok_json(run("reconcile", "--evict-stale", "--json")) == [{"job": "x", "verdict": "keep"}]
+    assert ok_json(run("reconcile", "--evict-stale", "--json")) == {"pool": POOL, "decisions": [decision]}
+    human = run("reconcile", "--dry-run").stdout.splitlines()
+    assert human[0] == "sweep pool=clitest: rows=1"
+    assert human[1].split() == ["JOB", "ATT", "VERDICT", "EXPECTED", "OUTCOME", "EVIDENCE"]
+    assert human[2].split() == ["j1", "2", "keep", "-", "kept", "lease", "held"]
+    calls.pop()  # the dry run's call
     assert run("up", "--workers", "3", "--slots", "2", "--executor", "subprocess", "--state-dir", "/tmp/s",
                env={"JOBPOOL_SWEEP_INTERVAL_SECS": "7"}).exit_code == 4
     (w, ws, wk), (s, ss, sk), (r, rp, rk), (u, us, uk) = calls
@@ -589,3 +647,20 @@ def test_process_command_docker_failure_is_one_line(run: Run, monkeypatch: pytes
     result = run("worker")
     assert result.exit_code == 1
     assert result.stderr == "Error: docker: Error while fetching server API version\n"
+
+
+def test_real_supervisor_once_then_status_sees_it(run: Run, pool: Pool, client: redis.Redis) -> None:
+    """`supervisor --once` writes the last-sweep record `status` reads (nothing runs: Docker is not asked)."""
+    _live_worker(client, pool, "w1")
+    assert run("status").exit_code == 1
+    result = run("supervisor", "--once")
+    assert result.exit_code == 0, result.output
+    doc = ok_json(run("status", "--json"))
+    assert doc["healthy"] is True and doc["last_sweep"]["rows"] == 0
+
+
+def test_real_reconcile_dry_run_reports_json(run: Run) -> None:
+    doc = ok_json(run("reconcile", "--dry-run", "--json"))
+    assert (doc["pool"], doc["dry_run"], doc["decisions"]) == (POOL, True, [])
+    human = run("reconcile")
+    assert human.exit_code == 0 and human.stdout.startswith(f"sweep pool={POOL}")
