@@ -1,0 +1,303 @@
+"""No key is built inside Lua: every key a script touches arrives in KEYS (STYLE.md items 2 and 3).
+
+A key built from a string inside a script is invisible to Redis Cluster's slot check and to whoever reads
+the caller, and is how a script ends up touching keys nobody passed. The check reads each script as loaded
+(_lib.lua prepended) and requires the key argument of every `redis.call` to be `KEYS[...]`, a local only
+ever assigned `KEYS[...]`, or a parameter of a _lib.lua helper that every caller passes such a value. RQ's
+keys (its job hash, queue list and queue set) arrive in KEYS too, as _lib.lua's header says. Scripts never
+scan the keyspace or read a whole collection, and each opens with a header naming KEYS, ARGV and Returns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+import pytest
+
+from jobpool.keys import PoolKeys
+from jobpool.registry import SCRIPT_NAMES
+
+SCRIPTS = resources.files("jobpool") / "scripts"
+LIB = (SCRIPTS / "_lib.lua").read_text()
+
+#: Commands that take no key. Anything else must name its key first.
+KEYLESS = {"TIME"}
+#: Commands whose every argument is a key.
+ALL_KEYS = {"DEL", "EXISTS", "UNLINK", "TOUCH"}
+#: Never inside a script: they scan the keyspace or read a whole collection of unbounded size.
+FORBIDDEN = {"KEYS", "SCAN", "HSCAN", "SSCAN", "ZSCAN", "SMEMBERS", "HKEYS", "HVALS", "FLUSHALL", "FLUSHDB",
+             "RANDOMKEY", "SORT", "SUNION", "SINTER", "SDIFF"}
+#: Hashes that are one job's row (bounded); HGETALL of anything else (the coalesce map) is unbounded.
+BOUNDED_HASH_VARS = {"jkey"}
+
+
+def strip_comments(text: str) -> str:
+    text = re.sub(r"--\[\[.*?\]\]", "", text, flags=re.S)
+    return re.sub(r"--[^\n]*", "", text)
+
+
+def split_args(text: str, start: int) -> tuple[list[str], int]:
+    """The comma-separated arguments of the call whose '(' is at `start`, and the index after its ')'."""
+    depth, args, cur, i, quote = 0, [], "", start, ""
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            cur += ch
+            if ch == "\\":
+                cur += text[i + 1]
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            cur += ch
+        elif ch in "([{":
+            depth += 1
+            if depth > 1:
+                cur += ch
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                args.append(cur.strip())
+                return [a for a in args if a], i + 1
+            cur += ch
+        elif ch == "," and depth == 1:
+            args.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+        i += 1
+    raise AssertionError(f"unbalanced call at {text[start:start + 60]!r}")
+
+
+def split_top(expr: str) -> list[str]:
+    """An expression list split at top-level commas; ['<complex>'] if it does not close on this line."""
+    try:
+        return split_args("(" + expr + ")", 0)[0]
+    except AssertionError:
+        return ["<complex>"]
+
+
+def is_keys_expr(expr: str) -> bool:
+    """`KEYS[<anything balanced>]` and nothing more (no `..`, no call, no suffix)."""
+    if not expr.startswith("KEYS["):
+        return False
+    depth = 0
+    for i, ch in enumerate(expr[4:], start=4):
+        depth += ch == "["
+        depth -= ch == "]"
+        if depth == 0:
+            return i == len(expr) - 1
+    return False
+
+
+@dataclass
+class Call:
+    func: str | None  # enclosing _lib helper, None at script top level
+    callee: str  # "redis.call" or a helper name
+    args: list[str]
+
+
+@dataclass
+class Program:
+    name: str
+    calls: list[Call] = field(default_factory=list)
+    params: dict[str, list[str]] = field(default_factory=dict)
+    assignments: dict[str, list[str]] = field(default_factory=dict)
+
+
+def parse(name: str, lib: str, body: str) -> Program:
+    """Calls (of redis and of helpers), helper parameters and assignments of one loaded script."""
+    prog = Program(name)
+    for region, text in (("lib", strip_comments(lib)), ("body", strip_comments(body))):
+        for m in re.finditer(r"local\s+function\s+(\w+)\s*\(([^)]*)\)", text):
+            prog.params[m.group(1)] = [p.strip() for p in m.group(2).split(",") if p.strip()]
+        for m in re.finditer(r"^\s*(?:local\s+)?([\w\s,]+?)\s*=\s*(?!=)(.+)$", text, re.M):
+            names = [n.strip() for n in m.group(1).split(",")]
+            if not all(re.fullmatch(r"\w+", n) for n in names) or names[0] in ("if", "elseif", "for"):
+                continue
+            exprs = split_top(m.group(2))
+            for i, n in enumerate(names):
+                prog.assignments.setdefault(n, []).append(exprs[i] if i < len(exprs) else "<multi>")
+        for m in re.finditer(r"for\s+(\w+)\s*=", text):
+            prog.assignments.setdefault(m.group(1), []).append("<loop>")
+        func_starts = [(m.start(), m.group(1)) for m in re.finditer(r"local\s+function\s+(\w+)", text)]
+        callees = "|".join(["redis\\.p?call", *map(re.escape, prog.params)])
+        for m in re.finditer(rf"(?<![\w.])({callees})\s*\(", text):
+            if text[max(0, m.start() - 15):m.start()].rstrip().endswith("function"):
+                continue  # the definition itself
+            enclosing = None
+            if region == "lib":
+                enclosing = next((f for pos, f in reversed(func_starts) if pos < m.start()), None)
+            args, _ = split_args(text, m.end() - 1)
+            callee = "redis.call" if m.group(1).startswith("redis") else m.group(1)
+            prog.calls.append(Call(enclosing, callee, args))
+    return prog
+
+
+def redis_key_args(call: Call) -> tuple[str, list[str]]:
+    """(command, the arguments that are keys) of a redis.call."""
+    cmd = call.args[0]
+    assert re.fullmatch(r"'[A-Z]+'", cmd), f"command name is not a literal: {cmd}"
+    cmd = cmd.strip("'")
+    if cmd in KEYLESS:
+        return cmd, []
+    return cmd, call.args[1:] if cmd in ALL_KEYS else call.args[1:2]
+
+
+def find_key_params(prog: Program) -> set[tuple[str, int]]:
+    """(helper, parameter index) pairs used as keys, to a fixed point (a helper passes its key to another)."""
+    key_params: set[tuple[str, int]] = set()
+    changed = True
+    while changed:
+        changed = False
+        for c in prog.calls:
+            if c.func is None:
+                continue
+            params = prog.params[c.func]
+            used = redis_key_args(c)[1] if c.callee == "redis.call" else [
+                a for i, a in enumerate(c.args) if (c.callee, i) in key_params]
+            for arg in used:
+                if arg in params and (c.func, params.index(arg)) not in key_params:
+                    key_params.add((c.func, params.index(arg)))
+                    changed = True
+    return key_params
+
+
+def command_problems(prog: Program, c: Call) -> list[str]:
+    """What a redis.call may never do, whatever its keys: scan, read a whole collection, lack a key."""
+    cmd, keys = redis_key_args(c)
+    problems = []
+    if cmd in FORBIDDEN:
+        problems.append(f"{prog.name}: {cmd} is never allowed in a script")
+    if cmd in ("ZRANGE", "ZREVRANGE", "LRANGE") and c.args[-1].strip() == "-1":
+        problems.append(f"{prog.name}: {cmd} ... -1 reads a whole collection")
+    if cmd == "HGETALL" and c.args[1] not in BOUNDED_HASH_VARS:
+        problems.append(f"{prog.name}: HGETALL {c.args[1]} is unbounded")
+    if cmd not in KEYLESS and not keys:
+        problems.append(f"{prog.name}: {cmd} without a key")
+    return problems
+
+
+def check(prog: Program) -> list[str]:
+    """Every violation of "keys come from KEYS" (and of the bounded-work rules) in one loaded script."""
+    key_vars = {n for n, exprs in prog.assignments.items() if exprs and all(is_keys_expr(e) for e in exprs)}
+    key_params = find_key_params(prog)
+
+    def from_keys(arg: str, func: str | None) -> bool:
+        if is_keys_expr(arg) or arg in key_vars:
+            return True
+        params = prog.params[func] if func else []
+        return arg in params and (func, params.index(arg)) in key_params
+
+    problems = []
+    for c in prog.calls:
+        if c.callee == "redis.call":
+            problems += command_problems(prog, c)
+            keys = redis_key_args(c)[1]
+        else:
+            keys = [a for i, a in enumerate(c.args) if (c.callee, i) in key_params]
+        problems += [f"{prog.name}: {c.callee}({', '.join(c.args)}) uses key {arg!r}, not drawn from KEYS"
+                     for arg in keys if not from_keys(arg, c.func)]
+    return problems
+
+
+def script_body(name: str) -> str:
+    return (SCRIPTS / f"{name}.lua").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_NAMES))
+def test_every_key_comes_from_keys(name: str) -> None:
+    prog = parse(name, LIB, script_body(name))
+    assert any(c.callee == "redis.call" for c in prog.calls), "the parser found no redis.call at all"
+    assert check(prog) == []
+
+
+def test_every_helper_key_parameter_was_found() -> None:
+    """Helpers that take a job key (`end_running`, `fence`, ...) are checked at their callers."""
+    prog = parse("finish", LIB, script_body("finish"))
+    called = {c.callee for c in prog.calls}
+    assert {"end_running", "fence", "promote_candidates", "verdict_for_exit"} <= called
+
+
+@pytest.mark.parametrize(("snippet", "why"), [
+    ("redis.call('HGET', 'jobpool:{p}:job:' .. ARGV[1], 'x')", "concatenated key"),
+    ("local k = 'jobpool:' .. ARGV[1]\nredis.call('DEL', k)", "key built in a local"),
+    ("local k = KEYS[14]\nk = ARGV[1]\nredis.call('DEL', k)", "a KEYS local reassigned"),
+    ("redis.call('EXISTS', KEYS[14], 'rq:job:' .. ARGV[1])", "second key of a multi-key command"),
+    ("redis.call('HSET', KEYS[14] .. ':x', 'a', 1)", "suffix on a KEYS entry"),
+    ("set_state('job:' .. ARGV[1], ARGV[1], 'queued', 'running', 1)", "a helper handed a built key"),
+    ("end_running(ARGV[1], KEYS[15], ARGV[1], 'failed', '', '', '', 1)", "a helper handed an argument"),
+    ("redis.call('KEYS', 'jobpool:*')", "KEYS *"),
+    ("redis.call('SCAN', 0)", "SCAN"),
+    ("redis.call('ZRANGE', KEYS[3], 0, -1)", "whole queue"),
+    ("redis.call('HGETALL', KEYS[5])", "whole coalesce map"),
+])
+def test_the_checker_catches_violations(snippet: str, why: str) -> None:
+    assert check(parse("bad", LIB, snippet)), f"not caught: {why}"
+
+
+def test_lib_header_lists_the_common_keys_in_order() -> None:
+    header = LIB.split("]]")[0]
+    nc = re.search(r"local NCOMMON = (\d+)", LIB)
+    assert nc and int(nc.group(1)) == len(PoolKeys("p").common()) == 13
+    for i in range(1, 10):
+        assert re.search(rf"KEYS\[{i}\]", header), f"_lib.lua's header does not describe KEYS[{i}]"
+    assert "KEYS[10..13]" in header
+    # The Lua index constants agree with PoolKeys.common()'s order.
+    common = PoolKeys("p").common()
+    names = {"K_CONFIG": "config", "K_PAUSED": "paused", "K_QUEUED": "queued", "K_RUNNING": "running",
+             "K_COALESCE": "coalesce", "K_EVENTS": "events", "K_RQ_QUEUE": "rq:queue:jobpool-p",
+             "K_RQ_QUEUES": "rq:queues", "K_SEQ": "seq"}
+    for line in re.findall(r"^local (K_\w+(?:, K_\w+)*) = ([\d, ]+)$", LIB, re.M):
+        for const, idx in zip(line[0].split(", "), line[1].split(", "), strict=True):
+            assert common[int(idx) - 1].endswith(names[const]), f"{const} = {idx} is not {names[const]}"
+    table = re.search(r"STATE_INDEX = \{([^}]*)\}", LIB)
+    assert table
+    index = dict(re.findall(r"(\w+) = (\d+)", table.group(1)))
+    keys = PoolKeys("p")
+    for state, idx in index.items():
+        assert common[int(idx) - 1] == keys.state_index(state), f"STATE_INDEX.{state} = {idx}"
+
+
+def _covers(header: str, kind: str, n: int) -> bool:
+    for m in re.finditer(rf"{kind}\[(\d+)(?:\.\.(\d*))?\]", header):
+        low, dots, high = int(m.group(1)), ".." in m.group(0), m.group(2)
+        if n == low or (dots and n >= low and (not high or n <= int(high))):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_NAMES))
+def test_each_script_opens_with_a_header(name: str) -> None:
+    text = script_body(name)
+    assert text.startswith(f"--[[ {name}\n"), "the header block comes first and names the operation"
+    header, _, body = text.partition("]]")
+    assert "KEYS[1..13]" in header and "common keys" in header
+    assert "ARGV[" in header and "Returns" in header
+    for kind in ("KEYS", "ARGV"):
+        for n in sorted({int(i) for i in re.findall(rf"{kind}\[(\d+)\]", strip_comments(body))}):
+            assert _covers(header, kind, n), f"{name}.lua uses {kind}[{n}]; its header does not describe it"
+    last_fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=13)
+    if "candidates" in header:
+        assert re.search(rf"KEYS\[{last_fixed + 1}\.\.\]\s+promotion candidates", header), (
+            "candidates come last, right after the fixed keys")
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_NAMES))
+def test_scripts_that_may_promote_say_where_their_candidates_are(name: str) -> None:
+    text = script_body(name)
+    header, _, body = text.partition("]]")
+    m = re.search(r"promote_candidates\((\d+)", strip_comments(body))
+    if not m:
+        return
+    first = int(m.group(1))
+    fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=13)
+    if first > fixed:
+        assert re.search(rf"KEYS\[{first}\.\.\]\s+promotion candidates", header), (
+            f"{name}.lua promotes from KEYS[{first}] on; its header does not say so")
+    else:  # enqueue: the new job is its own (only) candidate, as job:<id>, rq:job:<id>
+        assert re.search(rf"KEYS\[{first}\]\s+job:<id>", header)
+        assert re.search(rf"KEYS\[{first + 1}\]\s+rq:job:<id>", header)
