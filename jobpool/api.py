@@ -6,6 +6,7 @@ arguments, and turns replies into `Job` snapshots. Nothing here does check-then-
 
 from __future__ import annotations
 
+import builtins
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -26,10 +27,6 @@ CANDIDATES_ON_RELEASE = 4
 CANDIDATES_ON_PROMOTE = 32
 
 
-def _actor() -> str:
-    return "api"
-
-
 def connect(url: str) -> redis.Redis:
     """A client for jobpool's own keys: replies decoded as text (a log tail that is not UTF-8 is replaced)."""
     return redis.Redis.from_url(url, decode_responses=True, encoding_errors="replace",
@@ -39,8 +36,10 @@ def connect(url: str) -> redis.Redis:
 class Pool:
     """One pool: a fleet-wide slot limit, a FIFO queue, and the jobs in it."""
 
-    def __init__(self, client: redis.Redis, settings: Settings | None = None) -> None:
+    def __init__(self, client: redis.Redis, settings: Settings | None = None, actor: str = "api") -> None:
         self.settings = settings or Settings()
+        #: Who is recorded in events for this pool's actions ("api", "cli", "supervisor", ...).
+        self.actor = actor
         self.client = client
         self.keys = PoolKeys(self.settings.pool)
         self.scripts = Scripts(client)
@@ -106,7 +105,7 @@ class Pool:
         job_id = uuid.uuid4().hex
         reply = self.run(
             "enqueue", [self.keys.job(job_id), self.keys.rq_job(job_id)],
-            [job_id, job_spec.to_json(), ck, _actor(), self.settings.max_concurrent_jobs,
+            [job_id, job_spec.to_json(), ck, self.actor, self.settings.max_concurrent_jobs,
              *rq_hash_args(self._rq_template, job_id, job_spec.image)],
         )
         if reply[2] == 1:
@@ -119,7 +118,7 @@ class Pool:
         """Promote queued jobs into free slots now (the supervisor also does this every sweep)."""
         total = 0
         for _ in range(1000):  # bounded: each round promotes or stops
-            _, n, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [_actor()])
+            _, n, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [self.actor])
             total += n
             if why not in ("stale", "batch"):
                 break
@@ -140,7 +139,7 @@ class Pool:
         rows = self._redis(pipe.execute)
         return [Job.from_row(r) for r in rows if r]
 
-    def list(self, state: str | JobState | None = None, limit: int = 100) -> list[Job]:
+    def list(self, state: str | JobState | None = None, limit: int = 100) -> builtins.list[Job]:
         """Jobs in one state (queued/paused in queue order, running by promotion, finished newest first),
         or, with no state, the newest `limit` jobs of every state in creation order."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
@@ -157,7 +156,7 @@ class Pool:
             else:
                 ids = self._redis(self.client.zrange, key, 0, limit - 1)
             return self._rows(ids)
-        jobs: list[Job] = []
+        jobs: builtins.list[Job] = []
         for st in JobState:
             jobs += self.list(st, limit)
         jobs.sort(key=lambda j: j.seq)
@@ -193,7 +192,7 @@ class Pool:
             "paused_reason": paused.get("reason") if paused else None,
         }
 
-    def events(self, job_id: str | None = None, count: int = 1000, after: str = "-") -> list[dict[str, str]]:
+    def events(self, job_id: str | None = None, count: int = 1000, after: str = "-") -> builtins.list[dict[str, str]]:
         """Transitions in order, oldest first (capped stream); filtered to one job if given."""
         out = []
         for entry_id, fields in self._redis(self.client.xrange, self.keys.events, after, "+", count):
@@ -220,7 +219,7 @@ class Pool:
         """Cancel a job. A running job is asked to stop (the request is persisted); see `Job.cancel_requested`."""
         self._check_id(job_id)
         reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
-                                    *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, _actor()])
+                                    *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, self.actor])
         if reply[1] == "cancelled":
             self.promote()
         return self.get(job_id)
@@ -228,11 +227,11 @@ class Pool:
     def pause(self, job_id: str | None = None, reason: str = "") -> Job | None:
         """Pause one job, or with no id the whole queue's promotion (reconciling goes on)."""
         if job_id is None:
-            self.run("pause_queue", [], [_actor(), reason])
+            self.run("pause_queue", [], [self.actor, reason])
             return None
         self._check_id(job_id)
         reply = self.run("pause_job", [self.keys.job(job_id), self.keys.lease(job_id),
-                                       *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, _actor()])
+                                       *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, self.actor])
         if reply[1] == "paused":
             self.promote()
         return self.get(job_id)
@@ -240,12 +239,12 @@ class Pool:
     def resume(self, job_id: str | None = None) -> Job | None:
         """Resume one paused job (it keeps its place in the queue), or the whole queue's promotion."""
         if job_id is None:
-            reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [_actor()])
+            reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [self.actor])
             self._after_release(reply[3])
             return None
         self._check_id(job_id)
         reply = self.run("resume_job", [self.keys.job(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
-                         [job_id, _actor()])
+                         [job_id, self.actor])
         self._after_release(reply[3])
         return self.get(job_id)
 
@@ -253,7 +252,7 @@ class Pool:
         """Set the fleet-wide limit; returns the old one. Lowering it stops nothing that runs."""
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= 100_000:
             raise errors.InvalidArgument(f"slots must be a whole number from 0 to 100000, got {n!r}")
-        reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, _actor()])
+        reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, self.actor])
         self._after_release(reply[3])
         return int(reply[1])
 

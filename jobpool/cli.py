@@ -95,6 +95,7 @@ class CliState:
         """The pool (no round trip yet: redis-py connects on first use); closed when the CLI exits."""
         if self._pool is None:
             self._pool = Pool.from_settings(self.settings())
+            self._pool.actor = "cli"
             click.get_current_context().find_root().call_on_close(self._pool.client.close)
         return self._pool
 

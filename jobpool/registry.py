@@ -28,7 +28,7 @@ ERROR_CODES: dict[int, type[errors.JobpoolError]] = {
     -3: errors.NotOwner,
     -4: errors.Conflict,
     -5: errors.AlreadyExists,
-    -6: errors.JobpoolError,
+    -6: errors.InvalidArgument,
 }
 
 _MESSAGES = {

@@ -6,6 +6,7 @@ behind. The limits keep one row small enough that listing thousands of jobs stay
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -32,7 +33,7 @@ class JobSpec:
 
     image: str
     command: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # values may be secrets
     workdir: str | None = None
     user: str | None = None
     network: str = "none"
@@ -58,8 +59,8 @@ class JobSpec:
         return cls(**data)
 
     def coalesce_key(self) -> str:
-        """Equal specs give equal keys: the whole spec, canonical JSON."""
-        return "spec:" + self.to_json()
+        """Equal specs give equal keys: a digest of the canonical JSON (short, and no env value in clear)."""
+        return "spec:" + hashlib.sha256(self.to_json().encode()).hexdigest()
 
 
 _FIELDS = {f for f in JobSpec.__dataclass_fields__}

@@ -147,6 +147,6 @@ end
 local function fence(jkey, boot, attempt)
   if redis.call('EXISTS', jkey) == 0 then return E_NOT_FOUND end
   local row = redis.call('HMGET', jkey, 'state', 'owner_boot', 'attempt')
-  if row[1] ~= 'running' or row[2] ~= boot or row[3] ~= attempt then return E_NOT_OWNER end
+  if boot == '' or row[1] ~= 'running' or row[2] ~= boot or row[3] ~= attempt then return E_NOT_OWNER end
   return 0
 end

@@ -21,20 +21,21 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     """Run one worker until it is stopped (or, with `burst`, until the queue is empty). Returns how many
     jobs it left running at a drain deadline."""
     pool = Pool.from_settings(settings)
-    executor = make_executor(settings)
+    pool.actor = "worker"
     daemon_id = ""
-    if executor.name == "docker":
+    if settings.executor == "docker":
         try:
+            executor = make_executor(settings)
             daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
+            executor.close()
         except Exception as exc:  # noqa: BLE001 - a worker may start before the daemon answers
-            log.warning("docker daemon not answering yet: %s", exc)
-    executor.close()
-    boot = Boot(pool, executor.name, daemon_id)
+            log.warning("docker daemon not answering yet (%s); jobs wait for it", exc)
+    boot = Boot(pool, settings.executor, daemon_id)
     runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id)
     install(runtime)
     boot.start()
     worker = JobpoolWorker(runtime, boot)
-    log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool, executor.name)
+    log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool, settings.executor)
     try:
         worker.work(burst=burst, logging_level="INFO", with_scheduler=False)
     finally:

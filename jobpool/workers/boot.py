@@ -29,7 +29,7 @@ class Boot:
         self.fields = {
             "host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace(),
             "kernel_boot_id": kernel_boot_id(), "daemon_id": daemon_id, "executor": executor_name,
-            "started_at": int(time.time() * 1000), "draining": 0,
+            "started_at": int(time.time() * 1000), "draining": 0, "role": "worker",
         }
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -453,7 +453,7 @@ def test_status_reports_a_paused_queue(run: Run, pool: Pool, client: redis.Redis
     run("pause", "--reason", "upgrade")
     result = run("status")
     assert result.exit_code == 0
-    assert "PAUSED by api" in result.stdout and "upgrade" in result.stdout
+    assert "PAUSED by cli" in result.stdout and "upgrade" in result.stdout
     assert "promotion is paused" in result.stdout
 
 

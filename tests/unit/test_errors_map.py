@@ -118,8 +118,6 @@ def test_raise_for_code_raises_the_mapped_class(code_name: str) -> None:
         assert info.value.state == "running"  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: registry.ERROR_CODES maps -6 (E_BAD_ARG) to the root "
-                                       "JobpoolError, so callers cannot catch it as InvalidArgument")
 def test_bad_argument_code_raises_invalid_argument() -> None:
     code = code_table()["E_BAD_ARG"]
     with pytest.raises(errors.InvalidArgument):

@@ -398,9 +398,6 @@ def test_fenced_write_from_a_non_owner_is_refused_byte_for_byte(backend: Backend
     assert pool.client.pttl(pool.keys.lease(job.id)) > 9_000_000
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: fence() in _lib.lua lets an empty boot id write to an "
-                                       "unclaimed running row (owner_boot is '' there)")
-@pytest.mark.parametrize("write", sorted(FENCED_WRITES))
 def test_fenced_write_with_an_empty_boot_on_an_unclaimed_row_is_refused(backend: Backend, write: str) -> None:
     pool = backend.pool()
     job = enqueue(pool)

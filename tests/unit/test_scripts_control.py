@@ -258,8 +258,6 @@ def test_set_slots_script_rejects_a_bad_limit(backend: Backend, bad: str) -> Non
     assert backend.keyspace() == before
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: set_slots.lua accepts 'inf' (Lua's tonumber parses it; "
-                                       "inf == math.floor(inf)), making the limit unbounded")
 def test_set_slots_script_rejects_infinity(backend: Backend) -> None:
     pool = backend.pool()
     enqueue(pool)
