@@ -82,7 +82,8 @@ def _summary_result(summary: Mapping[str, Any]) -> Probe | None:
         return Present(running=True, container_id=cid, detail=f"container {cid[:12]} {state}")
     if state == "created":
         # A created container's inspect says ExitCode 0: reading that as success would be a lie.
-        return Absent(detail=f"container {cid[:12]} created, never started", never_started=True, container_id=cid)
+        return Absent(detail=f"container {cid[:12]} created, never started", never_started=True,
+                      container_id=cid)
     if state in ENDED_STATES:
         code = parse_exit_code(status)
         if code is None:
@@ -123,9 +124,10 @@ class ContainerProber:
             import docker  # imported here: a subprocess-only deployment never needs the SDK loaded
 
             if self.docker_host:
-                client = docker.DockerClient(base_url=self.docker_host, timeout=self.timeout)
+                # A float timeout works (requests takes one); the SDK's annotation says int.
+                client = docker.DockerClient(base_url=self.docker_host, timeout=self.timeout)  # type: ignore[arg-type]
             else:
-                client = docker.from_env(timeout=self.timeout)
+                client = docker.from_env(timeout=self.timeout)  # type: ignore[arg-type]
             client.api.hooks["response"].append(self._count)
             self._client = client
         return self._client
@@ -179,7 +181,7 @@ class ContainerProber:
         found: dict[str, Probe] = {}
         for summary in listed:
             labels = summary.get("Labels") or {}
-            job_id = labels.get(LABEL_JOB)
+            job_id = str(labels.get(LABEL_JOB, ""))
             if job_id not in job_attempts or labels.get(LABEL_ATTEMPT) != str(job_attempts[job_id]):
                 continue  # another job, or an older attempt of this one: not this attempt's evidence
             result = _summary_result(summary)
@@ -213,12 +215,14 @@ class ContainerProber:
             return Unknown(self._failure_reason(exc))
         state = attrs.get("State") or {}
         if state.get("Running") or state.get("Paused") or state.get("Restarting"):
-            return Present(running=True, container_id=container_id, detail=f"container {container_id[:12]} running")
+            return Present(running=True, container_id=container_id,
+                           detail=f"container {container_id[:12]} running")
         code = state.get("ExitCode")
         if isinstance(code, int) and state.get("Status") != "created":
             return Present(running=False, exit_code=code, container_id=container_id,
                            detail=f"container {container_id[:12]} exited with {code}")
-        return Unknown(f"container {container_id[:12]} has no readable exit code (state {state.get('Status')!r})")
+        return Unknown(f"container {container_id[:12]} has no readable exit code "
+                       f"(state {state.get('Status')!r})")
 
     # ---- operator actions ---------------------------------------------------------------------------
 

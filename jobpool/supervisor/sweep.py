@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ from .verdicts import (
     Verdict,
     decide,
     expected_state,
+    is_stale,
     probe_needed,
 )
 
@@ -54,6 +55,13 @@ ADOPT_ENTRY_POINT = "jobpool.workers.entry.adopt_job"
 #: An adoption request still waiting for, or being run by, a worker: do not ask again.
 ADOPT_PENDING = frozenset({"queued", "started", "deferred", "scheduled", "created"})
 _READ_CHUNK = 1000
+#: What the first read pass takes of every running row: enough to judge a row whose owner holds its lease.
+_BRIEF = ("state", "owner_boot", "attempt", "claimed_at", "promoted_at")
+
+
+def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(ids), _READ_CHUNK):
+        yield ids[start:start + _READ_CHUNK]
 
 
 def adopt_rq_job_id(job_id: str, attempt: int) -> str:
@@ -88,6 +96,8 @@ class SweepReport:
     conflicts: int = 0
     promoted: int = 0
     duration_ms: float = 0.0
+    #: Where the time went: read (rows, leases, RQ facts), probe, decide+apply, promote.
+    phases_ms: dict[str, float] = field(default_factory=dict)
     dry_run: bool = False
     decisions: list[Decision] = field(default_factory=list)
 
@@ -95,7 +105,8 @@ class SweepReport:
         """What `pool.keys.last_sweep` holds (the CLI's `status` reads it)."""
         return {"at": self.at_ms, "rows": self.rows, "verdicts": dict(sorted(self.verdicts.items())),
                 "unknown": self.unknown, "conflicts": self.conflicts, "promoted": self.promoted,
-                "duration_ms": round(self.duration_ms, 1)}
+                "duration_ms": round(self.duration_ms, 1),
+                "phases_ms": {k: round(v, 1) for k, v in self.phases_ms.items()}}
 
     def to_dict(self) -> dict[str, Any]:
         return {"pool": self.pool, "dry_run": self.dry_run, **self.summary(),
@@ -140,40 +151,79 @@ class Supervisor:
 
     # ---- evidence -----------------------------------------------------------------------------------
 
-    def _read(self, job_ids: Iterable[str] | None) -> _Snapshot:
+    def _read(self, job_ids: Iterable[str] | None, evict_stale: bool = False) -> _Snapshot:
         """All running rows and their leases; RQ facts for the unclaimed ones; owners' boot records for the
-        orphans whose row lacks an executor or daemon id."""
+        orphans whose row lacks an executor or daemon id.
+
+        Two passes keep a healthy pool cheap: every row's owner, attempt and times with its lease first, then
+        the whole row only where a decision needs more (lease gone, never claimed, or an eviction to do).
+        """
         c, k = self.pool.client, self.pool.keys
         pipe = c.pipeline(transaction=False)
         pipe.time()
         if job_ids is None:
-            pipe.zrange(k.running, 0, -1)
+            # One command for every running row: SORT ... BY nosort GET reads each member's hash fields and
+            # lease (the patterns carry the pool's hash tag, so they stay in the key's cluster slot).
+            job = k.job("*")
+            pipe.sort(k.running, by="nosort", get=["#", *(f"{job}->{f}" for f in _BRIEF), k.lease("*")],
+                      groups=True)
         replies = self._exec(pipe)
         secs, micros = replies[0]
         now_ms = int(secs) * 1000 + int(micros) // 1000
-        ids: list[str] = list(job_ids) if job_ids is not None else list(replies[1])
-        raw: list[tuple[dict[str, str | None], str | None]] = []
-        for start in range(0, len(ids), _READ_CHUNK):
-            chunk = ids[start:start + _READ_CHUNK]
-            pipe = c.pipeline(transaction=False)
-            for job_id in chunk:
-                pipe.hmget(k.job(job_id), RowSnapshot.FIELDS)
-                pipe.get(k.lease(job_id))
-            replies = self._exec(pipe)
-            for i in range(len(chunk)):
-                values, lease = replies[2 * i], replies[2 * i + 1]
-                row = dict(zip(RowSnapshot.FIELDS, values))
-                if row.get("id") and row.get("state") == "running":
-                    raw.append((row, lease))
-        boots = self._boot_facts([r for r, lease in raw if r.get("owner_boot") and lease is None
+        found = replies[1] if job_ids is None else self._brief_of(list(job_ids))
+        brief: dict[str, dict[str, str | None]] = {}
+        leases: dict[str, bool] = {}
+        for member, *row, lease in found:
+            b = dict(zip(_BRIEF, row, strict=True))
+            if b["state"] != "running":
+                continue  # ended since it was listed, or gone
+            job_id = str(member)
+            brief[job_id] = b
+            leases[job_id] = bool(b["owner_boot"]) and lease == f"{b['owner_boot']}:{b['attempt']}"
+        snaps: dict[str, RowSnapshot] = {}
+        need = []
+        for job_id, b in brief.items():
+            snap = RowSnapshot.brief(job_id, b["owner_boot"], b["attempt"], b["claimed_at"], b["promoted_at"],
+                                     self.settings.executor)
+            if not leases[job_id] or (evict_stale and is_stale(snap, now_ms, self.settings)):
+                need.append(job_id)
+            else:
+                snaps[job_id] = snap
+        full = self._full_rows(need)
+        boots = self._boot_facts([r for r in full.values() if r.get("owner_boot") and not leases[str(r["id"])]
                                   and not (r.get("executor") and r.get("daemon_id"))])
-        rows, leases = [], {}
-        for row, lease in raw:
-            snap = RowSnapshot.from_row(row, self.settings.executor, boots.get(row.get("owner_boot") or ""))
-            rows.append(snap)
-            leases[snap.id] = lease is not None and lease == snap.lease_value
-        dispatch = self._dispatch_facts([r.id for r in rows if not r.claimed], now_ms)
-        return _Snapshot(now_ms, rows, leases, dispatch)
+        for job_id, row in full.items():
+            b = brief[job_id]
+            if (row.get("owner_boot"), row.get("attempt")) != (b["owner_boot"], b["attempt"]):
+                continue  # claimed, adopted or re-dispatched between the passes: judged next sweep
+            boot = boots.get(row.get("owner_boot") or "")
+            snaps[job_id] = RowSnapshot.from_row(row, self.settings.executor, boot)
+        rows_out = [snaps[job_id] for job_id in brief if job_id in snaps]
+        dispatch = self._dispatch_facts([r.id for r in rows_out if not r.claimed], now_ms)
+        return _Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch)
+
+    def _brief_of(self, ids: Sequence[str]) -> list[tuple[str | None, ...]]:
+        """The SORT reply's shape for given ids (an operator's one-job call)."""
+        if not ids:
+            return []
+        pipe = self.pool.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(self.pool.keys.job(job_id), _BRIEF)
+        pipe.mget([self.pool.keys.lease(job_id) for job_id in ids])
+        *rows, leases = self._exec(pipe)
+        return [(job_id, *row, lease) for job_id, row, lease in zip(ids, rows, leases, strict=True)]
+
+    def _full_rows(self, ids: Sequence[str]) -> dict[str, dict[str, str | None]]:
+        out: dict[str, dict[str, str | None]] = {}
+        for chunk in _chunks(ids):
+            pipe = self.pool.client.pipeline(transaction=False)
+            for job_id in chunk:
+                pipe.hmget(self.pool.keys.job(job_id), RowSnapshot.FIELDS)
+            for job_id, values in zip(chunk, self._exec(pipe), strict=True):
+                row = dict(zip(RowSnapshot.FIELDS, values, strict=True))
+                if row.get("id") == job_id and row.get("state") == "running":
+                    out[job_id] = row
+        return out
 
     def _exec(self, pipe: Any) -> list[Any]:
         try:
@@ -188,7 +238,8 @@ class Supervisor:
         pipe = self.pool.client.pipeline(transaction=False)
         for boot in owners:
             pipe.hmget(self.pool.keys.boot(boot), ["executor", "daemon_id"])
-        return {boot: {"executor": v[0], "daemon_id": v[1]} for boot, v in zip(owners, self._exec(pipe))}
+        replies = self._exec(pipe)
+        return {boot: {"executor": v[0], "daemon_id": v[1]} for boot, v in zip(owners, replies, strict=True)}
 
     def _dispatch_facts(self, ids: Sequence[str], now_ms: int) -> dict[str, DispatchFacts]:
         """Whether RQ still holds each unclaimed id: its queue, its intermediate list (taken by a worker
@@ -226,13 +277,19 @@ class Supervisor:
               job_ids: Iterable[str] | None = None) -> SweepReport:
         """Reconcile every running row (or just `job_ids`), then promote; returns what was decided."""
         started = time.perf_counter()
-        snap = self._read(job_ids)
+        snap = self._read(job_ids, evict_stale)
+        t_read = time.perf_counter()
         probes = self._probe(snap)
+        t_probe = time.perf_counter()
         report = SweepReport(self.pool.keys.pool, at_ms=snap.now_ms, rows=len(snap.rows), dry_run=dry_run)
-        for row in snap.rows:
-            probe = probes.get(row.id)
-            verdict = decide(row, snap.lease[row.id], probe, snap.dispatch.get(row.id), snap.now_ms,
-                             self.settings, evict_stale=evict_stale)
+        decided = [(row, probes.get(row.id)) for row in snap.rows]
+        verdicts = [decide(row, snap.lease[row.id], probe, snap.dispatch.get(row.id), snap.now_ms,
+                           self.settings, evict_stale=evict_stale) for row, probe in decided]
+        pending: set[str] = set()
+        if not dry_run:
+            pending = self._pending_adoptions([row for (row, _), v in zip(decided, verdicts, strict=True)
+                                               if v.kind is Kind.ADOPT])
+        for (row, probe), verdict in zip(decided, verdicts, strict=True):
             decision = Decision(row.id, row.attempt, row.owner_boot, verdict,
                                 expected_state(row, verdict, self.settings))
             report.decisions.append(decision)
@@ -242,12 +299,16 @@ class Supervisor:
             if dry_run:
                 decision.outcome = "not applied (dry run)"
                 continue
-            decision.outcome = self._apply(row, verdict, probe)
+            decision.outcome = self._apply(row, verdict, probe, pending)
             if decision.outcome == "conflict":
                 report.conflicts += 1
+        t_apply = time.perf_counter()
         if not dry_run:
             report.promoted = self.pool.promote()
-        report.duration_ms = (time.perf_counter() - started) * 1000
+        done = time.perf_counter()
+        report.duration_ms = (done - started) * 1000
+        report.phases_ms = {"read": (t_read - started) * 1000, "probe": (t_probe - t_read) * 1000,
+                            "apply": (t_apply - t_probe) * 1000, "promote": (done - t_apply) * 1000}
         if not dry_run and job_ids is None:
             self._write_last_sweep(report)
         log.info("%s", report.line())
@@ -259,7 +320,7 @@ class Supervisor:
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
 
-    def _apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None) -> str:
+    def _apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None, pending: set[str]) -> str:
         try:
             if verdict.kind in APPLIED_KINDS:
                 return self._reconcile_apply(row, verdict, probe)
@@ -267,6 +328,8 @@ class Supervisor:
                 if verdict.stale:
                     log.warning("job %s (attempt %d) kept, adoption asked: running past the stale limit (%s)",
                                 row.id, row.attempt, verdict.evidence)
+                if row.id in pending:
+                    return "adoption pending"
                 return self.request_adoption(row)
             if verdict.kind is Kind.WARN:
                 log.warning("job %s (attempt %d) kept: %s: %s", row.id, row.attempt, verdict.reason,
@@ -283,7 +346,8 @@ class Supervisor:
 
     def _reconcile_apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None) -> str:
         k = self.pool.keys
-        keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id), *self.pool.candidates(CANDIDATES_ON_RELEASE)]
+        keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id),
+                *self.pool.candidates(CANDIDATES_ON_RELEASE)]
         args = [row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
                 "" if verdict.exit_code is None else verdict.exit_code, self.settings.recovery_budget,
                 verdict.evidence, self.actor]
@@ -295,7 +359,8 @@ class Supervisor:
         except errors.NotFound:
             return "conflict"
         state = str(reply[1])
-        log.info("job %s attempt %d: %s -> %s (%s)", row.id, row.attempt, verdict.kind, state, verdict.evidence)
+        log.info("job %s attempt %d: %s -> %s (%s)", row.id, row.attempt, verdict.kind, state,
+                 verdict.evidence)
         # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
         # dead watcher would have. A never-started one goes too, so nothing can start it later.
         ended = verdict.kind is Kind.EXITED or (isinstance(probe, Absent) and probe.never_started)
@@ -313,6 +378,17 @@ class Supervisor:
             self._rq_client = cls(connection_pool=redis.ConnectionPool(connection_class=conn_cls, **kwargs))
         return self._rq_client
 
+    def _pending_adoptions(self, rows: Sequence[RowSnapshot]) -> set[str]:
+        """Ids of the rows whose adoption request still waits for, or runs in, a worker (one round trip)."""
+        if not rows:
+            return set()
+        pipe = self._rq().pipeline(transaction=False)
+        for row in rows:
+            pipe.hget(RQJob.key_for(adopt_rq_job_id(row.id, row.attempt)), "status")
+        statuses = self._exec(pipe)
+        return {row.id for row, status in zip(rows, statuses, strict=True)
+                if status is not None and status.decode() in ADOPT_PENDING}
+
     def request_adoption(self, row: RowSnapshot) -> str:
         """Ask a live worker to re-attach to this orphan's running container, unless it was asked already.
 
@@ -324,9 +400,10 @@ class Supervisor:
         key = RQJob.key_for(rq_id)
         try:
             with conn.pipeline() as pipe:
-                pipe.watch(key)
+                pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves watch() unannotated
                 status = pipe.hget(key, "status")
-                if status is not None and status.decode() in ADOPT_PENDING:
+                text = status.decode() if isinstance(status, bytes) else status
+                if text is not None and text in ADOPT_PENDING:
                     return "adoption pending"
                 pipe.multi()
                 pipe.delete(key)
@@ -349,8 +426,9 @@ class Supervisor:
     def _evict(self, row: RowSnapshot, verdict: Verdict) -> str:
         """Stop a stale live job by container label, then fail it `stale_evicted` (operator only)."""
         if row.executor == EXECUTOR_SUBPROCESS:
-            log.error("job %s: evicting a subprocess job; jobpool never signals a pid it did not start in this "
-                      "boot: its owner %s must stop it, or, if that worker is gone, stop the process by hand "
+            log.error("job %s: evicting a subprocess job; jobpool never signals a pid it did not start in "
+                      "this boot: its owner %s must stop it, or, if that worker is gone, stop the process "
+                      "by hand "
                       "(recorded identity %s)", row.id, row.owner_boot, row.identity or "none")
         else:
             try:
@@ -429,8 +507,9 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
         if not row.claimed:
             return OrphanStop(job_id, "not_running", detail="never claimed", state="running")
         if row.executor == EXECUTOR_SUBPROCESS:
-            log.error("job %s: its owner boot %s is gone and its process may still be running; jobpool never "
-                      "signals a pid it did not start in this boot, so surviving work must be stopped by hand "
+            log.error("job %s: its owner boot %s is gone and its process may still be running; jobpool "
+                      "never signals a pid it did not start in this boot, so surviving work must be stopped "
+                      "by hand "
                       "(recorded identity %s)", job_id, row.owner_boot, row.identity or "none")
             report = sup.sweep(job_ids=[job_id])
             return OrphanStop(job_id, "manual_stop_needed", detail=row.identity,
@@ -456,7 +535,7 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
     every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A failed sweep (Redis away) is logged
     and the loop goes on. Returns the last sweep's report."""
     stop = stop_event or threading.Event()
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread() and not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
@@ -471,6 +550,8 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
                 last = sup.sweep()
             except errors.JobpoolError as exc:
                 log.error("sweep of pool %s failed: %s", settings.pool, exc)
+            except Exception:  # noqa: BLE001 - a dead supervisor wedges the queue; log and sweep again
+                log.exception("sweep of pool %s failed", settings.pool)
             if once:
                 break
             stop.wait(max(0.0, began + settings.sweep_interval_secs - time.monotonic()))

@@ -80,8 +80,10 @@ class Verdict:
 
 
 def _int(v: str | None) -> int | None:
+    if not v:
+        return None
     try:
-        return int(v) if v not in (None, "") else None
+        return int(v)
     except ValueError:
         return None
 
@@ -117,6 +119,13 @@ class RowSnapshot:
         return f"{self.owner_boot}:{self.attempt}"
 
     @classmethod
+    def brief(cls, job_id: str, owner_boot: str | None, attempt: str | None, claimed_at: str | None,
+              promoted_at: str | None, executor: str) -> RowSnapshot:
+        """From the few fields that judge a row whose owner holds its lease (the sweep's first pass)."""
+        return cls(id=job_id, attempt=_int(attempt) or 0, owner_boot=owner_boot or "", executor=executor,
+                   claimed_at=_int(claimed_at), promoted_at=_int(promoted_at))
+
+    @classmethod
     def from_row(cls, row: Mapping[str, str | None], default_executor: str = EXECUTOR_DOCKER,
                  boot_facts: Mapping[str, str | None] | None = None) -> RowSnapshot:
         """Build from a row; `boot_facts` (the owner's boot record, if still there) fills in an executor or
@@ -131,7 +140,8 @@ class RowSnapshot:
             daemon_id=row.get("daemon_id") or boot_facts.get("daemon_id") or "",
             identity=identity, executor=executor,
             promoted_at=_int(row.get("promoted_at")), claimed_at=_int(row.get("claimed_at")),
-            pause_requested=row.get("pause_requested") == "1", cancel_requested=row.get("cancel_requested") == "1",
+            pause_requested=row.get("pause_requested") == "1",
+            cancel_requested=row.get("cancel_requested") == "1",
             recovery_attempts=_int(row.get("recovery_attempts")) or 0,
         )
 
@@ -151,7 +161,9 @@ class DispatchFacts:
     def describe(self) -> str:
         where = [n for n, v in (("queue", self.in_queue), ("intermediate list", self.in_intermediate),
                                 ("started registry", self.in_started)) if v]
-        return "in RQ's " + " and ".join(where) if where else "in none of RQ's queue, intermediate list, started registry"
+        if not where:
+            return "in none of RQ's queue, intermediate list, started registry"
+        return "in RQ's " + " and ".join(where)
 
 
 class ProbeKind(str, enum.Enum):
@@ -183,7 +195,8 @@ def _fmt_age(secs: float | None) -> str:
     return f"{secs:.1f}s"
 
 
-def decide_unclaimed(row: RowSnapshot, dispatch: DispatchFacts | None, now_ms: int, settings: Settings) -> Verdict:
+def decide_unclaimed(row: RowSnapshot, dispatch: DispatchFacts | None, now_ms: int,
+                     settings: Settings) -> Verdict:
     age = age_secs(row.promoted_at, now_ms)
     if dispatch is not None and dispatch.waiting:
         return Verdict(Kind.KEEP, evidence=f"unclaimed, {dispatch.describe()}")
@@ -201,36 +214,44 @@ def decide(row: RowSnapshot, lease_present: bool, probe: Probe | None, dispatch:
     if not row.claimed:
         return decide_unclaimed(row, dispatch, now_ms, settings)
     stale = is_stale(row, now_ms, settings)
-    age = _fmt_age(age_secs(row.claimed_at if row.claimed_at is not None else row.promoted_at, now_ms))
     owner = f"owner {row.owner_boot} attempt {row.attempt}"
+    if lease_present and not stale:  # the common case, first and cheap
+        return Verdict(Kind.KEEP, evidence=f"lease held by {owner}")
+    age = _fmt_age(age_secs(row.claimed_at if row.claimed_at is not None else row.promoted_at, now_ms))
     stale_note = f"running {age}, past the stale limit of {settings.job_stale_seconds:g}s"
     if lease_present:
-        if stale and evict_stale:
-            return Verdict(Kind.EVICT, REASON_STALE_EVICTED, f"lease held by {owner}; {stale_note}", stale=True)
-        if stale:
-            return Verdict(Kind.WARN, WARN_STALE, f"lease held by {owner}; {stale_note}; only "
-                                                  "`reconcile --evict-stale` frees it", stale=True)
-        return Verdict(Kind.KEEP, evidence=f"lease held by {owner}")
+        if evict_stale:
+            return Verdict(Kind.EVICT, REASON_STALE_EVICTED, f"lease held by {owner}; {stale_note}",
+                           stale=True)
+        return Verdict(Kind.WARN, WARN_STALE, f"lease held by {owner}; {stale_note}; only "
+                                              "`reconcile --evict-stale` frees it", stale=True)
     gone = f"lease of {owner} gone"
     if probe is None or isinstance(probe, Unknown):
         reason = probe.reason if isinstance(probe, Unknown) else "no probe taken"
-        return Verdict(Kind.WARN, WARN_PROBE_UNKNOWN, f"{gone}; probe unknown: {reason}; slot kept", stale=stale)
-    subprocess = row.executor == EXECUTOR_SUBPROCESS
+        return Verdict(Kind.WARN, WARN_PROBE_UNKNOWN, f"{gone}; probe unknown: {reason}; slot kept",
+                       stale=stale)
     if isinstance(probe, Present) and probe.running:
         if stale and evict_stale:
             return Verdict(Kind.EVICT, REASON_STALE_EVICTED, f"{gone}; {probe.detail}; {stale_note}",
                            container_id=probe.container_id, stale=True)
-        if subprocess:
-            return Verdict(Kind.WARN, WARN_UNADOPTABLE, f"{gone}; {probe.detail}; a process cannot be "
-                                                        "re-parented, so it keeps its slot until it exits",
-                           stale=stale)
-        return Verdict(Kind.ADOPT, evidence=f"{gone}; {probe.detail}", container_id=probe.container_id,
-                       stale=stale)
+        return _alive_orphan(row, probe, gone, stale)
     if isinstance(probe, Present):
         return Verdict(Kind.EXITED, REASON_CONTAINER_EXITED, f"{gone}; {probe.detail}",
                        exit_code=probe.exit_code, container_id=probe.container_id)
-    assert isinstance(probe, Absent)
-    if subprocess:
+    return _absent(row, probe, gone)
+
+
+def _alive_orphan(row: RowSnapshot, probe: Present, gone: str, stale: bool) -> Verdict:
+    if row.executor == EXECUTOR_SUBPROCESS:
+        return Verdict(Kind.WARN, WARN_UNADOPTABLE, f"{gone}; {probe.detail}; a process cannot be "
+                                                    "re-parented, so it keeps its slot until it exits",
+                       stale=stale)
+    return Verdict(Kind.ADOPT, evidence=f"{gone}; {probe.detail}", container_id=probe.container_id,
+                   stale=stale)
+
+
+def _absent(row: RowSnapshot, probe: Absent, gone: str) -> Verdict:
+    if row.executor == EXECUTOR_SUBPROCESS:
         reason = REASON_DEAD_PID
     elif probe.never_started:
         reason = REASON_NEVER_STARTED
