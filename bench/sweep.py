@@ -22,10 +22,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import re
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -49,7 +51,8 @@ POOL = "bench"
 class PerRowProber(ContainerProber):
     """The approach the batched probe replaces: one list-by-label call per row."""
 
-    def _probe(self, pool: str, job_attempts: Mapping[str, int], daemon_ids: Mapping[str, str]) -> dict[str, Probe]:
+    def _probe(self, pool: str, job_attempts: Mapping[str, int],
+               daemon_ids: Mapping[str, str]) -> dict[str, Probe]:
         client = self._connect()
         out: dict[str, Probe] = {}
         for job_id, attempt in job_attempts.items():
@@ -61,13 +64,16 @@ class PerRowProber(ContainerProber):
         return out
 
 
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, list[float]]:
-    runs = []
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, list[float], float]:
+    """Median wall ms, every run's wall ms, and median CPU ms of this process (the machine may be shared:
+    the CPU figure is the sweep's own work; the wall figure adds waiting for redis, dockerd and others)."""
+    runs, cpu = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
         runs.append((time.perf_counter() - t) * 1000)
-    return statistics.median(runs), runs
+        cpu.append((time.process_time() - c) * 1000)
+    return statistics.median(runs), runs, statistics.median(cpu)
 
 
 def seed(pool: Pool, dclient: docker.DockerClient, rows: int, containers: int) -> tuple[list[str], list[str]]:
@@ -126,8 +132,9 @@ def main() -> int:
         dd.start()
         dd.import_busybox_image(IMAGE)
         with contextlib.closing(dd.client(timeout=60)) as dclient:
-            pool = Pool.from_url(rs.url, POOL, max_concurrent_jobs=args.rows, lease_secs=3600, heartbeat_secs=1,
-                                 recovery_budget=0, job_stale_seconds=86400, probe_timeout_secs=30)
+            pool = Pool.from_url(rs.url, POOL, max_concurrent_jobs=args.rows, lease_secs=3600,
+                                 heartbeat_secs=1, recovery_budget=0, job_stale_seconds=86400,
+                                 probe_timeout_secs=30)
             ids, cids = seed(pool, dclient, args.rows, args.containers)
             try:
                 return run(pool, dd, ids, cids, args.repeat)
@@ -141,21 +148,24 @@ def main() -> int:
 
 def run(pool: Pool, dd: DockerDaemon, ids: list[str], cids: list[str], repeat: int) -> int:
     n, m = len(ids), len(cids)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average at start: {load} on {os.cpu_count()} CPU(s)")
     batched = ContainerProber(dd.host, timeout=30)
     sup = Supervisor(pool, batched)
     sup.sweep()  # warm-up: client version + daemon info, and the 200 adoption requests
     before = calls(batched)
-    steady, steady_runs = timed(sup.sweep, repeat)
+    steady, steady_runs, steady_cpu = timed(sup.sweep, repeat)
     api, lists = (calls(batched)[0] - before[0]) / repeat, (calls(batched)[1] - before[1]) / repeat
     last = sup.sweep()
     print(f"\nsteady sweep ({n} rows: {n - m} alive, {m} live orphans), applied: median {steady:.1f} ms "
-          f"(runs {', '.join(f'{r:.0f}' for r in steady_runs)}); daemon calls per sweep {api:g}, "
-          f"of which list calls {lists:g}; verdicts {dict(last.verdicts)}")
+          f"(runs {', '.join(f'{r:.0f}' for r in steady_runs)}), this process's CPU {steady_cpu:.1f} ms; "
+          f"daemon calls per sweep {api:g}, of which list calls {lists:g}; verdicts {dict(last.verdicts)}; "
+          f"phases {last.phases_ms and {k: round(v) for k, v in last.phases_ms.items()}}")
 
     # Every owner gone: all rows need ground truth.
     pool.client.delete(*[pool.keys.lease(j) for j in ids])
     before = calls(batched)
-    dry, dry_runs = timed(lambda: sup.sweep(dry_run=True), repeat)
+    dry, dry_runs, _ = timed(lambda: sup.sweep(dry_run=True), repeat)
     api_b = (calls(batched)[0] - before[0]) / repeat
     verdicts = dict(sup.sweep(dry_run=True).verdicts)
 
@@ -163,17 +173,17 @@ def run(pool: Pool, dd: DockerDaemon, ids: list[str], cids: list[str], repeat: i
     sup_row = Supervisor(pool, per_row)
     sup_row.sweep(dry_run=True)  # warm-up
     before = calls(per_row)
-    dry_row, dry_row_runs = timed(lambda: sup_row.sweep(dry_run=True), max(1, repeat // 2))
+    dry_row, dry_row_runs, _ = timed(lambda: sup_row.sweep(dry_run=True), max(1, repeat // 2))
     api_r = (calls(per_row)[0] - before[0]) / max(1, repeat // 2)
     print(f"all-orphans sweep ({n} rows probed: {m} running, {n - m} absent), dry run: batched median "
           f"{dry:.1f} ms ({api_b:g} daemon calls), per-row median {dry_row:.1f} ms ({api_r:g} daemon calls): "
           f"per-row/batched = {dry_row / dry:.1f}x; verdicts {verdicts}")
 
     attempts = {j: 1 for j in ids}
-    probe_b, _ = timed(lambda: batched.probe(POOL, attempts), repeat)
-    probe_r, _ = timed(lambda: per_row.probe(POOL, attempts), max(1, repeat // 2))
+    probe_b, _, _ = timed(lambda: batched.probe(POOL, attempts), repeat)
+    probe_r, _, _ = timed(lambda: per_row.probe(POOL, attempts), max(1, repeat // 2))
     with contextlib.closing(docker.DockerClient(base_url=dd.host, timeout=60)) as c:
-        full, _ = timed(lambda: c.containers.list(all=True, filters={"label": f"{LABEL_POOL}={POOL}"}), 1)
+        full, _, _ = timed(lambda: c.containers.list(all=True, filters={"label": f"{LABEL_POOL}={POOL}"}), 1)
     print(f"probe alone for {n} rows: batched sparse list {probe_b:.1f} ms; per-row list-by-label "
           f"{probe_r:.1f} ms ({probe_r / probe_b:.1f}x); non-sparse list (inspects each of {m}) "
           f"{full:.1f} ms ({full / probe_b:.1f}x)")
@@ -182,7 +192,7 @@ def run(pool: Pool, dd: DockerDaemon, ids: list[str], cids: list[str], repeat: i
     applied = sup.sweep()
     print(f"one applying sweep of the all-orphans state: {(time.perf_counter() - t) * 1000:.1f} ms, "
           f"verdicts {dict(applied.verdicts)}, outcomes "
-          f"{dict(__import__('collections').Counter(d.outcome for d in applied.decisions))}")
+          f"{dict(Counter(d.outcome for d in applied.decisions))}")
     sup.close()
     sup_row.close()
     ok = steady <= 100 and lists == 1

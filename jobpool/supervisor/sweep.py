@@ -56,7 +56,9 @@ ADOPT_ENTRY_POINT = "jobpool.workers.entry.adopt_job"
 ADOPT_PENDING = frozenset({"queued", "started", "deferred", "scheduled", "created"})
 _READ_CHUNK = 1000
 #: What the first read pass takes of every running row: enough to judge a row whose owner holds its lease.
-_BRIEF = ("state", "owner_boot", "attempt", "claimed_at", "promoted_at")
+#: (Its state needs no reading: the scripts keep `running` and the state field in step, and drop the lease
+#: when a row leaves running; every other row is read whole, state included, in the second pass.)
+_BRIEF = ("owner_boot", "attempt", "claimed_at")
 
 
 def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
@@ -173,17 +175,14 @@ class Supervisor:
         found = replies[1] if job_ids is None else self._brief_of(list(job_ids))
         brief: dict[str, dict[str, str | None]] = {}
         leases: dict[str, bool] = {}
-        for member, *row, lease in found:
-            b = dict(zip(_BRIEF, row, strict=True))
-            if b["state"] != "running":
-                continue  # ended since it was listed, or gone
+        for member, owner, attempt, claimed_at, lease in found:
             job_id = str(member)
-            brief[job_id] = b
-            leases[job_id] = bool(b["owner_boot"]) and lease == f"{b['owner_boot']}:{b['attempt']}"
+            brief[job_id] = {"owner_boot": owner, "attempt": attempt, "claimed_at": claimed_at}
+            leases[job_id] = bool(owner) and lease == f"{owner}:{attempt}"
         snaps: dict[str, RowSnapshot] = {}
         need = []
         for job_id, b in brief.items():
-            snap = RowSnapshot.brief(job_id, b["owner_boot"], b["attempt"], b["claimed_at"], b["promoted_at"],
+            snap = RowSnapshot.brief(job_id, b["owner_boot"], b["attempt"], b["claimed_at"],
                                      self.settings.executor)
             if not leases[job_id] or (evict_stale and is_stale(snap, now_ms, self.settings)):
                 need.append(job_id)

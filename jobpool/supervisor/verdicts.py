@@ -120,10 +120,10 @@ class RowSnapshot:
 
     @classmethod
     def brief(cls, job_id: str, owner_boot: str | None, attempt: str | None, claimed_at: str | None,
-              promoted_at: str | None, executor: str) -> RowSnapshot:
+              executor: str) -> RowSnapshot:
         """From the few fields that judge a row whose owner holds its lease (the sweep's first pass)."""
         return cls(id=job_id, attempt=_int(attempt) or 0, owner_boot=owner_boot or "", executor=executor,
-                   claimed_at=_int(claimed_at), promoted_at=_int(promoted_at))
+                   claimed_at=_int(claimed_at))
 
     @classmethod
     def from_row(cls, row: Mapping[str, str | None], default_executor: str = EXECUTOR_DOCKER,

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from jobpool.config import Settings
-from jobpool.supervisor.probes import Absent, Present, Unknown, _summary_result, parse_exit_code, probe_process
+from jobpool.supervisor.probes import (
+    Absent,
+    Present,
+    Unknown,
+    _summary_result,
+    parse_exit_code,
+    probe_process,
+)
 from jobpool.supervisor.verdicts import (
     DispatchFacts,
     Kind,
@@ -132,15 +139,18 @@ def test_row_snapshot_from_row_fills_executor_and_daemon_from_the_boot_record() 
     (claimed(), Present(running=False, exit_code=1), "failed"),
     (claimed(), Present(running=True), "running"),
 ])
-def test_expected_state_mirrors_reconcile_apply(row: RowSnapshot, probe: Present | Absent, state: str) -> None:
+def test_expected_state_mirrors_reconcile_apply(row: RowSnapshot, probe: Present | Absent,
+                                                state: str) -> None:
     assert expected_state(row, decide(row, False, probe, None, NOW, S), S) == state
 
 
 # ---- reading the daemon's answer ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("status", "code"), [("Exited (0) 3 seconds ago", 0), ("Exited (137) 2 hours ago", 137),
-                                              ("Up 5 minutes", None), ("", None), (None, None), ("Created", None)])
+@pytest.mark.parametrize(("status", "code"), [
+    ("Exited (0) 3 seconds ago", 0), ("Exited (137) 2 hours ago", 137),
+    ("Up 5 minutes", None), ("", None), (None, None), ("Created", None),
+])
 def test_parse_exit_code(status: str | None, code: int | None) -> None:
     assert parse_exit_code(status) == code
 
