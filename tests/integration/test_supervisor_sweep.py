@@ -10,8 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -28,6 +32,7 @@ from jobpool.supervisor.sweep import adopt_rq_job_id
 
 IMAGE = "jobpool-test:busybox"
 DEAD = "dead-boot"
+ROOT = Path(__file__).resolve().parents[2]
 
 FAST: dict[str, Any] = {
     "lease_secs": 0.5, "heartbeat_secs": 0.1, "sweep_interval_secs": 0.2, "recovery_budget": 0,
@@ -185,7 +190,7 @@ def test_container_recorded_nowhere_is_still_found_by_label(make_pool, dclient, 
 def test_container_of_an_older_attempt_is_not_evidence(make_pool, dclient, supervisors) -> None:
     pool = make_pool()
     job_id, attempt, _ = orphan(pool, dclient, command=None)
-    older = run_container(dclient, pool, job_id, attempt - 1 if attempt > 1 else attempt + 7, ["sleep", "300"])
+    older = run_container(dclient, pool, job_id, attempt + 7, ["sleep", "300"])
     report = supervisors(pool).sweep()
     assert report.verdicts == {"absent": 1}
     assert pool.get(job_id).error_reason == "orphan_reconciled_no_container"
@@ -280,8 +285,8 @@ def test_stale_live_job_only_warns_until_the_operator_evicts(make_pool, dclient,
     assert report.decisions[0].verdict.reason == "stale"
     sup.sweep()
     assert sum("stale" in r.getMessage() and job_id in r.getMessage() for r in caplog.records) >= 2
-    assert pool.get(job_id).state.value == "running" and container.reload() is None
-    assert container.status == "running"
+    container.reload()
+    assert pool.get(job_id).state.value == "running" and container.status == "running"
 
     preview = reconcile(pool, evict_stale=True, dry_run=True)
     assert preview.decisions[0].verdict.kind is Kind.EVICT and pool.get(job_id).state.value == "running"
@@ -345,7 +350,8 @@ def test_two_supervisors_sweeping_at_once_never_double_apply(make_pool, dclient)
 
 @pytest.mark.parametrize(("ask", "state", "reason"), [("cancel", "cancelled", "cancel_requested"),
                                                       ("pause", "paused", "pause_requested")])
-def test_persisted_request_is_honoured_when_the_owner_died(make_pool, dclient, supervisors, ask, state, reason):
+def test_persisted_request_is_honoured_when_the_owner_died(make_pool, dclient, supervisors, ask, state,
+                                                           reason) -> None:
     pool = make_pool(recovery_budget=3)
     job_id, _, _ = orphan(pool, dclient, command=None, wait_lease=False)
     getattr(pool, ask)(job_id)  # the owner is still the dead boot: only a request is persisted
@@ -415,7 +421,7 @@ def test_unclaimed_row_within_grace_is_left(make_pool, supervisors) -> None:
     assert pool.get(job.id).attempt == 1
 
 
-# ---- reporting, dry run, the loop ---------------------------------------------------------------------------
+# ---- reporting, dry run, the loop -------------------------------------------------------------------------
 
 
 def test_dry_run_decides_but_changes_nothing(make_pool, dclient) -> None:
@@ -423,7 +429,8 @@ def test_dry_run_decides_but_changes_nothing(make_pool, dclient) -> None:
     job_id, _, _ = orphan(pool, dclient, command=None)
     before = pool.events()
     report = reconcile(pool, dry_run=True)
-    assert [(d.job_id, d.verdict.kind, d.expected) for d in report.decisions] == [(job_id, Kind.ABSENT, "failed")]
+    decided = [(d.job_id, d.verdict.kind, d.expected) for d in report.decisions]
+    assert decided == [(job_id, Kind.ABSENT, "failed")]
     assert pool.get(job_id).state.value == "running" and pool.events() == before
     assert not pool.client.exists(pool.keys.last_sweep)
 
@@ -475,3 +482,24 @@ def test_probe_is_one_list_call_per_sweep(make_pool, dclient) -> None:
         assert sorted(report.verdicts.items()) == [("absent", 1), ("adopt", 2), ("exited", 1)]
     finally:
         sup.close()
+
+
+def test_sigterm_stops_the_supervisor_process_cleanly(make_pool, redis_url, tmp_path) -> None:
+    pool = make_pool(sweep_interval_secs=30)
+    script = ("import logging, sys; from jobpool import Settings; "
+              "from jobpool.supervisor import run_supervisor; logging.basicConfig(level=logging.INFO); "
+              "run_supervisor(Settings.from_env({}, redis_url=sys.argv[1], pool='sv', "
+              "sweep_interval_secs=30))")
+    log = tmp_path / "supervisor.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", script, redis_url], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        eventually(lambda: pool.client.get(pool.keys.last_sweep), timeout=20, message="the start-up sweep")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "supervisor for pool sv stopped" in log.read_text()
