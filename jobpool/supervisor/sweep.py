@@ -30,7 +30,7 @@ from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from .. import errors
-from ..api import CANDIDATES_ON_RELEASE, Pool
+from ..api import CANDIDATES_ON_RELEASE, Pool, connect
 from ..config import Settings
 from ..models import Job
 from .probes import Absent, ContainerProber, Probe, Unknown, probe_process
@@ -538,8 +538,8 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
     if threading.current_thread() is threading.main_thread() and not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
-    pool = Pool.from_settings(settings)
-    sup = Supervisor(pool, prober)
+    pool = Pool(connect(settings.redis_url), settings, actor=_actor())
+    sup = Supervisor(pool, prober, actor=pool.actor)
     last: SweepReport | None = None
     log.info("supervisor for pool %s: sweeping every %gs", settings.pool, settings.sweep_interval_secs)
     try:
