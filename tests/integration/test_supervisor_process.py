@@ -78,7 +78,8 @@ def orphan(pool: Pool, identity: dict[str, Any] | None, wait_lease: bool = True)
 def test_live_unrelated_pid_with_another_start_time_is_dead(pool: Pool, supervisor: Supervisor) -> None:
     """The recorded pid number is alive, but names another process (this test runner): dead."""
     me = os.getpid()
-    fake = {"pid": me, "start_time": start_time(me) - 5, "pidns": pid_namespace(), "boot_id": kernel_boot_id()}
+    fake = {"pid": me, "start_time": start_time(me) - 5, "pidns": pid_namespace(),
+            "boot_id": kernel_boot_id()}
     assert isinstance(probe_process(fake), Absent)
     job_id = orphan(pool, fake)
     b = pool.enqueue(image="busybox", command=["true"])
@@ -169,7 +170,8 @@ def test_live_orphan_process_keeps_its_slot_until_it_exits(pool, supervisor, sle
 
 def test_identity_in_another_pid_namespace_is_unknown(pool: Pool, supervisor: Supervisor) -> None:
     me = os.getpid()
-    other_ns = {"pid": me, "start_time": start_time(me), "pidns": pid_namespace() + 1, "boot_id": kernel_boot_id()}
+    other_ns = {"pid": me, "start_time": start_time(me), "pidns": pid_namespace() + 1,
+                "boot_id": kernel_boot_id()}
     job_id = orphan(pool, other_ns)
     report = supervisor.sweep()
     assert (report.verdicts, report.unknown) == ({"warn": 1}, 1)
