@@ -27,11 +27,11 @@ class JobpoolProcess:
 
     def __init__(self, module: str, env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()) -> None:
         self.log_path = log_path
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args], env={**os.environ, **env},
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )
+        with open(log_path, "wb") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", module, *args], env={**os.environ, **env},
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
 
     @property
     def pid(self) -> int:
@@ -67,4 +67,3 @@ class JobpoolProcess:
                 time.sleep(0.05)
             if self.proc.poll() is None:
                 self.kill_with_children()
-        self._log.close()
