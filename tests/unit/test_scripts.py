@@ -398,6 +398,7 @@ def test_fenced_write_from_a_non_owner_is_refused_byte_for_byte(backend: Backend
     assert pool.client.pttl(pool.keys.lease(job.id)) > 9_000_000
 
 
+@pytest.mark.parametrize("write", sorted(FENCED_WRITES))
 def test_fenced_write_with_an_empty_boot_on_an_unclaimed_row_is_refused(backend: Backend, write: str) -> None:
     pool = backend.pool()
     job = enqueue(pool)
@@ -519,7 +520,7 @@ def test_finish_with_a_bad_kind_or_code_writes_nothing(backend: Backend) -> None
     att = claim(pool, job.id)
     before = backend.keyspace()
     for kind, code in (("exploded", 1), ("exit", None), ("interrupted", None)):
-        with pytest.raises(errors.JobpoolError, match="bad argument"):
+        with pytest.raises(errors.InvalidArgument, match="bad argument"):
             att.finish(kind, code)
     assert backend.keyspace() == before
 

@@ -248,22 +248,21 @@ def test_lowering_slots_never_stops_running_jobs(backend: Backend) -> None:
     assert state_of(pool, waiting.id) == "running" and pool.slots() == (1, 1)
 
 
-@pytest.mark.parametrize("bad", ["-1", "1.5", "abc", "", "nan"])
+@pytest.mark.xfail(strict=True, reason="core bug: before the first enqueue, Pool.slots() reports "
+                                       "Settings.max_concurrent_jobs but _lib.lua max_slots() defaults to 1")
+def test_a_fresh_pool_reports_the_limit_its_scripts_use(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=4)
+    reported = pool.slots()[1]
+    assert pool.set_slots(4) == reported  # set_slots returns the limit the scripts were using
+
+
+@pytest.mark.parametrize("bad", ["-1", "1.5", "abc", "", "nan", "inf", "-inf", "100001", "1e300"])
 def test_set_slots_script_rejects_a_bad_limit(backend: Backend, bad: str) -> None:
     pool = backend.pool()
     enqueue(pool)
     before = backend.keyspace()
-    with pytest.raises(errors.JobpoolError, match="bad argument"):
+    with pytest.raises(errors.InvalidArgument, match="bad argument"):
         pool.run("set_slots", [], [bad, "t"])
-    assert backend.keyspace() == before
-
-
-def test_set_slots_script_rejects_infinity(backend: Backend) -> None:
-    pool = backend.pool()
-    enqueue(pool)
-    before = backend.keyspace()
-    with pytest.raises(errors.JobpoolError):
-        pool.run("set_slots", [], ["inf", "t"])
     assert backend.keyspace() == before
 
 
@@ -429,7 +428,7 @@ def test_reconcile_refuses_a_bad_verdict_and_redispatch_of_a_claimed_job(backend
     orphan(backend, pool, job.id)
     before = backend.keyspace()
     for verdict, code in (("redispatch", ""), ("vanished", ""), ("exited", "")):
-        with pytest.raises(errors.JobpoolError, match="bad argument"):
+        with pytest.raises(errors.InvalidArgument, match="bad argument"):
             reconcile(pool, job.id, verdict, code=code)
     assert backend.keyspace() == before
 
