@@ -35,10 +35,11 @@ class Attempt:
     def _keys(self) -> list[str]:
         return [self.pool.keys.job(self.job_id), self.pool.keys.lease(self.job_id)]
 
-    def claim(self) -> tuple[JobSpec, Requests]:
+    def claim(self, executor: str = "", daemon_id: str = "") -> tuple[JobSpec, Requests]:
         """Take the promoted row for this boot; first claim of an attempt wins (`NotOwner`/`Conflict`/
-        `InvalidState` otherwise)."""
-        reply = self.pool.run("claim", self._keys(), [self.job_id, self.boot_id, self.attempt, self._lease_ms])
+        `InvalidState` otherwise). The executor and daemon are recorded before anything is launched."""
+        reply = self.pool.run("claim", self._keys(),
+                              [self.job_id, self.boot_id, self.attempt, self._lease_ms, executor, daemon_id])
         return JobSpec.from_json(reply[1]), Requests(reply[2] == "1", reply[3] == "1")
 
     @classmethod

@@ -238,6 +238,8 @@ class DockerDaemon:
     def __init__(self) -> None:
         # Short and under /tmp: containerd's socket lives in the exec root; unix socket paths max ~107 bytes.
         self.dir = Path(tempfile.mkdtemp(prefix="jpd-", dir="/tmp"))
+        # containerd accepts only [a-z0-9] (and inner '-', '.') in a namespace; mkdtemp names may hold '_'.
+        self.namespace = "jpd" + "".join(c for c in self.dir.name.lower() if c.isalnum())
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -278,8 +280,8 @@ class DockerDaemon:
             f"--exec-root={d}/exec",
             f"--pidfile={d}/d.pid",
             "--live-restore",
-            f"--containerd-namespace={d.name}",
-            f"--containerd-plugins-namespace={d.name}p",
+            f"--containerd-namespace={self.namespace}",
+            f"--containerd-plugins-namespace={self.namespace}p",
         ]
         log = d / "dockerd.log"
         with log.open("ab") as out:

@@ -10,7 +10,7 @@ Apply a supervisor verdict, only if the row is exactly as it was when the eviden
 was taken (state running, same attempt, same owner, same container) and the owner's lease is still gone.
 Verdicts:
   exited      the container exited with ARGV[7]: ends as a finish would (exit 0 -> succeeded; persisted
-              cancel/pause win; else failed)
+              cancel/pause win; exit 75 -> queued, no budget spent; else failed)
   absent      no container / dead process: persisted cancel -> cancelled; persisted pause -> paused;
               recovery budget ARGV[8] left -> queued (recovery_attempts + 1, original place); else failed
               with reason ARGV[6]
@@ -29,7 +29,8 @@ local now = now_ms()
 local to
 if verdict == 'exited' and tonumber(code) then
   local why
-  to, why = verdict_for_exit(jkey, tonumber(code), false)
+  -- 75 (EX_TEMPFAIL) is the container saying "interrupted at a boundary, resumable": hand it back.
+  to, why = verdict_for_exit(jkey, tonumber(code), tonumber(code) == 75)
   redis.call('HSET', jkey, 'exit_code', code)
   end_running(jkey, lkey, id, to, why, evidence, actor, now)
 elseif verdict == 'absent' then

@@ -260,6 +260,10 @@ def _absent(row: RowSnapshot, probe: Absent, gone: str) -> Verdict:
     return Verdict(Kind.ABSENT, reason, f"{gone}; {probe.detail}", container_id=probe.container_id)
 
 
+#: A container's "interrupted at a boundary, resumable" (EX_TEMPFAIL).
+EXIT_TEMPFAIL = 75
+
+
 def expected_state(row: RowSnapshot, verdict: Verdict, settings: Settings) -> str:
     """The state the row will be in once the verdict is applied (what a dry run shows); mirrors
     scripts/reconcile_apply.lua and evict.lua."""
@@ -268,7 +272,9 @@ def expected_state(row: RowSnapshot, verdict: Verdict, settings: Settings) -> st
             return "succeeded"
         if row.cancel_requested:
             return "cancelled"
-        return "paused" if row.pause_requested else "failed"
+        if row.pause_requested:
+            return "paused"
+        return "queued" if verdict.exit_code == EXIT_TEMPFAIL else "failed"
     if verdict.kind is Kind.ABSENT:
         if row.cancel_requested:
             return "cancelled"

@@ -29,7 +29,7 @@ def run_job() -> str:
     attempt_no = int((rq_job.meta or {}).get("jobpool_attempt", 0))
     attempt = Attempt(rt.pool, job_id, rt.boot_id, attempt_no)
     try:
-        spec, _ = attempt.claim()
+        spec, _ = attempt.claim(rt.pool.settings.executor, rt.daemon_id)
     except JobpoolError as exc:
         if quietly_refused(exc):
             log.info("job %s attempt %s: not claimed (%s)", job_id, attempt_no, exc)

@@ -19,6 +19,8 @@ log = logging.getLogger("jobpool.worker")
 #: Longest single wait on the job, so a drain request is noticed within this many seconds.
 WAIT_SLICE = 0.5
 EXIT_TEMPFAIL = 75
+#: How long a worker keeps trying to record an exit through a Redis outage before leaving it to the supervisor.
+FINISH_RETRY_SECS = 20.0
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 
 
@@ -30,7 +32,13 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
     drain_deadline: float | None = None
     asked_stop = False
     while True:
-        code = handle.wait(min(WAIT_SLICE, settings.heartbeat_secs))
+        try:
+            code = handle.wait(min(WAIT_SLICE, settings.heartbeat_secs))
+        except LaunchUnknown as exc:
+            # Removed under us (an operator, or the supervisor finishing an orphan): no exit code to record.
+            log.warning("job %s attempt %s: %s; leaving the row to the supervisor", attempt.job_id,
+                        attempt.attempt, exc)
+            return
         if code is not None:
             break
         now = time.monotonic()
@@ -47,6 +55,11 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
             try:
                 requests = attempt.heartbeat()
             except NotOwner:
+                if _adopted_elsewhere(rt, attempt):
+                    # We stalled past our lease and a live worker took the job over: it is the owner now.
+                    log.warning("job %s attempt %s: adopted by another worker; leaving it to that worker",
+                                attempt.job_id, attempt.attempt)
+                    return
                 log.warning("job %s attempt %s: no longer ours; stopping it without writing",
                             attempt.job_id, attempt.attempt)
                 handle.signal_stop()
@@ -65,6 +78,29 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
     _finish(rt, attempt, handle, executor, "interrupted" if drain_deadline is not None else "exit", code)
 
 
+def _retrying(call, within: float):  # noqa: ANN001, ANN202 - a tiny local helper
+    """Retry a fenced write through a short Redis outage (a restart); fencing makes a retry safe."""
+    deadline = time.monotonic() + within
+    delay = 0.1
+    while True:
+        try:
+            return call()
+        except RedisUnavailable:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def _adopted_elsewhere(rt: Runtime, attempt: Attempt) -> bool:
+    """The row still runs this very attempt, under another boot: it was adopted, not ended."""
+    try:
+        row = rt.pool.get(attempt.job_id)
+    except (NotFound, RedisUnavailable):
+        return False
+    return row.state.value == "running" and row.attempt == attempt.attempt and row.owner_boot != attempt.boot_id
+
+
 def _stop_within(handle: Handle, grace: float) -> None:
     if grace <= 0 or handle.wait(grace) is None:
         handle.kill()
@@ -73,11 +109,17 @@ def _stop_within(handle: Handle, grace: float) -> None:
 def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, kind: str, code: int) -> None:
     tail = handle.log_tail(LOG_TAIL_BYTES)
     try:
-        state = attempt.finish(kind, code, log_tail=tail)
+        state = _retrying(lambda: attempt.finish(kind, code, log_tail=tail), FINISH_RETRY_SECS)
+    except RedisUnavailable as exc:
+        # The container stays, exited: the supervisor finishes the row from its exit code.
+        log.warning("job %s attempt %s: could not record exit %s (%s); leaving it to the supervisor",
+                    attempt.job_id, attempt.attempt, code, exc)
+        return
     except NotOwner:
         log.warning("job %s attempt %s: finished, but the row is no longer ours; not recorded",
                     attempt.job_id, attempt.attempt)
-        handle.remove()
+        if not _adopted_elsewhere(rt, attempt):
+            handle.remove()  # an adopter would still need the container to read its exit code
         return
     log.info("job %s attempt %s: exit %s -> %s", attempt.job_id, attempt.attempt, code, state)
     handle.remove()

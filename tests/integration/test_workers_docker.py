@@ -23,7 +23,7 @@ IGNORES_TERM = "trap '' TERM; echo started; while true; do sleep 0.1; done"
 
 
 def job_containers(client: docker.DockerClient, job_id: str, running_only: bool = True) -> list:
-    return client.containers.list(all=not running_only, filters={"label": f"jobpool.job_id={job_id}"})
+    return client.containers.list(all=not running_only, sparse=True, filters={"label": f"jobpool.job_id={job_id}"})
 
 
 def started(client: docker.DockerClient, job_id: str) -> bool:
@@ -66,7 +66,7 @@ def test_slot_limit_holds_across_three_workers(pool: Pool, spawn, client) -> Non
     assert "about to fail" in pool.logs(failing.id) and "oops" in pool.logs(failing.id)
     assert pool.logs(jobs[0].id).strip() == "job 0"
     # Containers are removed once their outcome is recorded.
-    eventually(lambda: not client.containers.list(all=True, filters={"label": "jobpool.pool=it"}),
+    eventually(lambda: not client.containers.list(all=True, sparse=True, filters={"label": "jobpool.pool=it"}),
                message="finished containers are removed")
 
 
