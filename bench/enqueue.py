@@ -1,0 +1,195 @@
+"""Benchmark: `Pool.enqueue` against `rq.Queue.enqueue`, and promotion, on one private redis-server.
+
+Starts its own redis-server (tests/servers.py) and measures, in the same run, medians of several rounds:
+
+- `Pool.enqueue` with no free slot (the job stays queued: one script call, row + pre-saved RQ hash + event);
+- `Pool.enqueue` with free slots (the same call also promotes it: RQ hash flipped, id pushed on RQ's list);
+- `rq.Queue.enqueue` with RQ's JSON serializer and a trivial function by dotted path (the baseline: what a
+  plain RQ user pays to make a job visible to workers);
+- promotion: N queued jobs promoted into N free slots by `Pool.promote()` (batches of 32 candidates).
+
+Each round starts from an empty database (FLUSHALL, not timed); the order of the contenders alternates
+between rounds. Goal: `Pool.enqueue` at least 2.0x the jobs/s of `rq.Queue.enqueue`.
+
+    python3 bench/enqueue.py [--n 2000] [--rounds 5] [--profile]
+
+--profile adds a cProfile of `Pool.enqueue` (no free slot), to show where its time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import redis  # noqa: E402 - after the path set-up above
+from rq import Queue  # noqa: E402
+from rq.serializers import JSONSerializer  # noqa: E402
+from servers import RedisServer  # noqa: E402
+
+from jobpool import Pool  # noqa: E402
+from jobpool.api import connect  # noqa: E402
+from jobpool.config import Settings  # noqa: E402
+
+#: The RQ baseline's job function, by dotted path (RQ does not import it at enqueue time).
+TRIVIAL_FUNC = "os.getpid"
+GOAL = 2.0
+POOL_QUEUED = "Pool.enqueue (stays queued)"
+POOL_PROMOTED = "Pool.enqueue (promoted at once)"
+RQ = "rq.Queue.enqueue (JSON serializer)"
+PROMOTE = "Pool.promote (into N free slots)"
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One timed batch: jobs/s (wall), and per job the client's CPU and the server's command time."""
+
+    rate: float
+    client_cpu_us: float
+    server_us: float
+
+
+def fresh(raw: redis.Redis) -> None:
+    """An empty database and zeroed command statistics (not timed)."""
+    raw.flushall()
+    raw.config_resetstat()
+
+
+def server_usec(raw: redis.Redis) -> int:
+    """Microseconds the server spent in commands since `fresh` (nested script calls counted once)."""
+    stats = raw.info("commandstats")
+    if "cmdstat_evalsha" in stats:  # a script's redis.call()s are inside its own time
+        return int(stats["cmdstat_evalsha"]["usec"])
+    return sum(int(v["usec"]) for k, v in stats.items() if k not in ("cmdstat_flushall", "cmdstat_config"))
+
+
+def time_calls(raw: redis.Redis, n: int, call: Callable[[int], object]) -> Measure:
+    """`n` calls of `call(i)`, timed."""
+    before = server_usec(raw)
+    cpu, start = time.process_time(), time.perf_counter()
+    for i in range(n):
+        call(i)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return Measure(n / wall, cpu / n * 1e6, (server_usec(raw) - before) / n)
+
+
+def bench_pool_enqueue(url: str, raw: redis.Redis, n: int, free_slots: bool) -> Measure:
+    fresh(raw)
+    settings = Settings(redis_url=url, pool="bench", max_concurrent_jobs=n if free_slots else 0)
+    pool = Pool(connect(url), settings)
+    pool.client.ping()  # connect before timing
+    try:
+        rate = time_calls(raw, n, lambda i: pool.enqueue(image="busybox", command=["echo", str(i)]))
+        expected = "running" if free_slots else "queued"
+        assert pool.stats()["counts"][expected] == n, "the benchmark did not do what it says"
+        return rate
+    finally:
+        pool.client.close()
+
+
+def bench_rq_enqueue(url: str, raw: redis.Redis, n: int) -> Measure:
+    fresh(raw)
+    client = redis.Redis.from_url(url)
+    queue = Queue("bench", connection=client, serializer=JSONSerializer)
+    client.ping()
+    try:
+        rate = time_calls(raw, n, lambda i: queue.enqueue(TRIVIAL_FUNC, "echo", str(i)))
+        assert queue.count == n, "the benchmark did not do what it says"
+        return rate
+    finally:
+        client.close()
+
+
+def bench_promote(url: str, raw: redis.Redis, n: int) -> Measure:
+    fresh(raw)
+    pool = Pool(connect(url), Settings(redis_url=url, pool="bench", max_concurrent_jobs=0))
+    try:
+        for i in range(n):
+            pool.enqueue(image="busybox", command=["echo", str(i)])
+        pool.client.hset(pool.keys.config, "max_concurrent_jobs", n)  # free slots, nothing promoted yet
+        promoted: list[int] = []
+        m = time_calls(raw, 1, lambda _: promoted.append(pool.promote()))
+        assert promoted == [n] and pool.slots() == (n, n), "the benchmark did not do what it says"
+        return Measure(m.rate * n, m.client_cpu_us / n, m.server_us / n)
+    finally:
+        pool.client.close()
+
+
+def profile_pool_enqueue(url: str, raw: redis.Redis, n: int) -> str:
+    fresh(raw)
+    pool = Pool(connect(url), Settings(redis_url=url, pool="bench", max_concurrent_jobs=0))
+    pool.client.ping()
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(n):
+        pool.enqueue(image="busybox", command=["echo", str(i)])
+    prof.disable()
+    pool.client.close()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("cumulative").print_stats(25)
+    stats.sort_stats("tottime").print_stats(15)
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=2000, help="jobs per round (default 2000)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported (default 5)")
+    ap.add_argument("--profile", action="store_true", help="also cProfile Pool.enqueue")
+    args = ap.parse_args(argv)
+
+    with RedisServer() as server:
+        server.start()
+        raw = redis.Redis.from_url(server.url)
+        url = server.url
+        contenders: dict[str, Callable[[], Measure]] = {
+            POOL_QUEUED: lambda: bench_pool_enqueue(url, raw, args.n, free_slots=False),
+            POOL_PROMOTED: lambda: bench_pool_enqueue(url, raw, args.n, free_slots=True),
+            RQ: lambda: bench_rq_enqueue(url, raw, args.n),
+            PROMOTE: lambda: bench_promote(url, raw, args.n),
+        }
+        for run in contenders.values():  # warm-up (script loading, imports, connections), not reported
+            run()
+        results: dict[str, list[Measure]] = {name: [] for name in contenders}
+        names = list(contenders)
+        for r in range(args.rounds):
+            for name in names if r % 2 == 0 else reversed(names):
+                results[name].append(contenders[name]())
+        profile = profile_pool_enqueue(url, raw, args.n) if args.profile else ""
+        raw.close()
+    report(results, args.n, args.rounds)
+    if profile:
+        print(profile)
+    return 0
+
+
+def report(results: dict[str, list[Measure]], n: int, rounds: int) -> None:
+    def med(name: str, attr: str) -> float:
+        return statistics.median(getattr(m, attr) for m in results[name])
+
+    print(f"private redis-server, N={n} jobs per round, {rounds} rounds; medians (min..max of jobs/s)")
+    print(f"  {'':34s} {'jobs/s':>9s}   {'':17s} {'client CPU/job':>14s} {'server/job':>11s}")
+    for name, ms in results.items():
+        rates = [m.rate for m in ms]
+        print(f"  {name:34s} {med(name, 'rate'):9.0f}   ({min(rates):6.0f}..{max(rates):6.0f})"
+              f" {med(name, 'client_cpu_us'):11.0f} us {med(name, 'server_us'):8.0f} us")
+    base = med(RQ, "rate")
+    ratio, ratio_promoted = med(POOL_QUEUED, "rate") / base, med(POOL_PROMOTED, "rate") / base
+    verdict = "meets" if ratio >= GOAL else "BELOW"
+    print(f"ratio Pool.enqueue / rq.Queue.enqueue (jobs/s): {ratio:.2f} queued, {ratio_promoted:.2f} promoted"
+          f" at once -- {verdict} the goal of {GOAL:.1f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
