@@ -26,12 +26,20 @@ class JobpoolProcess:
     """`python -m <module>` with JOBPOOL_* settings in its environment; output kept in a log file."""
 
     def __init__(self, module: str, env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()) -> None:
+        self.module, self.env, self.args = module, env, args
         self.log_path = log_path
         with open(log_path, "wb") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", module, *args], env={**os.environ, **env},
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
+
+    def respawn(self) -> JobpoolProcess:
+        """A new process like this one (a service manager restarting it), logging beside the old log."""
+        n = 1
+        while (path := self.log_path.with_name(f"{self.log_path.stem}.{n}{self.log_path.suffix}")).exists():
+            n += 1
+        return JobpoolProcess(self.module, self.env, path, self.args)
 
     @property
     def pid(self) -> int:
