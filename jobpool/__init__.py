@@ -9,6 +9,7 @@ from .errors import (
     AlreadyExists,
     ConfigError,
     Conflict,
+    CorruptRow,
     InvalidArgument,
     InvalidSpec,
     InvalidState,
@@ -26,5 +27,5 @@ __all__ = [
     "Pool", "Job", "JobSpec", "JobState", "Settings",
     # errors
     "JobpoolError", "ConfigError", "InvalidSpec", "InvalidArgument", "NotFound", "InvalidState",
-    "NotOwner", "Conflict", "AlreadyExists", "RedisUnavailable", "JobTimeout",
+    "NotOwner", "Conflict", "AlreadyExists", "CorruptRow", "RedisUnavailable", "JobTimeout",
 ]

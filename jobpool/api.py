@@ -7,6 +7,9 @@ arguments, and turns replies into `Job` snapshots. Nothing here does check-then-
 from __future__ import annotations
 
 import builtins
+import logging
+import math
+import re
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -18,13 +21,24 @@ from . import errors
 from .config import Settings
 from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
-from .registry import Scripts
+from .registry import Scripts, wrap_redis_error
 from .rqjob import rq_hash_args, rq_hash_template
-from .spec import build_spec
+from .spec import build_spec, utf8_size
+
+log = logging.getLogger("jobpool")
 
 #: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
 CANDIDATES_ON_RELEASE = 4
 CANDIDATES_ON_PROMOTE = 32
+#: Bounds of what a caller may ask for in one read (the CLI's `ls --limit` allows as much).
+MAX_LIST = 10_000
+MAX_EVENTS = 100_000
+#: A caller's coalesce key, a reason or evidence text: stored in rows and events, so bounded.
+MAX_COALESCE_KEY_BYTES = 1024
+MAX_TEXT_BYTES = 4096
+#: A stream entry id to read events after: "-" (from the start), or "<ms>[-<seq>]", "(" for exclusive.
+_STREAM_ID = re.compile(r"\(?([0-9]{1,20})(?:-([0-9]{1,20}))?")
+_UINT64_MAX = 2**64 - 1
 
 
 def connect(url: str) -> redis.Redis:
@@ -42,7 +56,7 @@ class Pool:
         self.actor = actor
         self.client = client
         self.keys = PoolKeys(self.settings.pool)
-        self.scripts = Scripts(client)
+        self.scripts = Scripts(client, self.settings.max_concurrent_jobs)
         self._rq_template = rq_hash_template(self.keys.rq_queue_name)
 
     @classmethod
@@ -75,14 +89,32 @@ class Pool:
     def _redis(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, getattr(fn, "__name__", "a read")) from None
 
     @staticmethod
     def _check_id(job_id: Any) -> str:
         if not isinstance(job_id, str) or not job_id or len(job_id) > 128 or any(c in job_id for c in " {}:\n"):
             raise errors.NotFound(f"no job {job_id!r} in this pool")
         return job_id
+
+    @staticmethod
+    def _check_text(name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise errors.InvalidArgument(f"{name} must be a string, got {value!r}")
+        try:
+            size = utf8_size(name, value)
+        except errors.InvalidSpec as exc:
+            raise errors.InvalidArgument(str(exc)) from None
+        if size > MAX_TEXT_BYTES:
+            raise errors.InvalidArgument(f"{name} is longer than {MAX_TEXT_BYTES} bytes")
+        return value
+
+    @staticmethod
+    def _check_count(name: str, value: Any, high: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+            raise errors.InvalidArgument(f"{name} must be a whole number from 1 to {high}, got {value!r}")
+        return value
 
     def _after_release(self, why: str) -> None:
         """A script freed slots but its candidates ran out or went stale: finish the promotion."""
@@ -101,6 +133,8 @@ class Pool:
         job_spec = build_spec({"image": image, "command": command, "env": env, **spec}, self.settings.bind_roots)
         if coalesce_key is not None and (not isinstance(coalesce_key, str) or not coalesce_key):
             raise errors.InvalidSpec("coalesce_key must be a non-empty string")
+        if coalesce_key is not None and utf8_size("coalesce_key", coalesce_key) > MAX_COALESCE_KEY_BYTES:
+            raise errors.InvalidSpec(f"coalesce_key is longer than {MAX_COALESCE_KEY_BYTES} bytes")
         ck = ("key:" + coalesce_key) if coalesce_key else (job_spec.coalesce_key() if coalesce else "")
         job_id = uuid.uuid4().hex
         reply = self.run(
@@ -112,7 +146,7 @@ class Pool:
             return self.get(reply[1], coalesced=True)
         self._after_release(reply[3])
         row = reply[5]
-        return Job.from_row(dict(zip(row[::2], row[1::2])))
+        return Job.from_row(dict(zip(row[::2], row[1::2], strict=True)), job_id=job_id)
 
     def promote(self) -> int:
         """Promote queued jobs into free slots now (the supervisor also does this every sweep)."""
@@ -127,23 +161,39 @@ class Pool:
     # ---- reading ------------------------------------------------------------------------------------
 
     def get(self, job_id: str, coalesced: bool = False) -> Job:
-        row = self._redis(self.client.hgetall, self.keys.job(self._check_id(job_id)))
+        """The job's row; `CorruptRow` when it holds something that cannot be read."""
+        key = self.keys.job(self._check_id(job_id))
+        try:
+            row = self._redis(self.client.hgetall, key)
+        except errors.CorruptRow as exc:
+            raise errors.CorruptRow(f"job {job_id}: its row is not a hash ({exc})", job_id) from None
         if not row:
             raise errors.NotFound(f"no job {job_id} in this pool")
-        return Job.from_row(row, coalesced=coalesced)
+        return Job.from_row(row, coalesced=coalesced, job_id=job_id)
 
     def _rows(self, ids: Iterable[str]) -> list[Job]:
+        """The rows of `ids` that can be read; a missing row is skipped, a corrupt one skipped and logged."""
+        ids = builtins.list(ids)
         pipe = self.client.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.keys.job(job_id))
-        rows = self._redis(pipe.execute)
-        return [Job.from_row(r) for r in rows if r]
+        rows = self._redis(pipe.execute, raise_on_error=False)
+        jobs = []
+        for job_id, row in zip(ids, rows, strict=True):
+            if not row:
+                continue
+            try:
+                if isinstance(row, Exception):
+                    raise errors.CorruptRow(f"job {job_id}: its row is unreadable ({row})", job_id)
+                jobs.append(Job.from_row(row, job_id=job_id))
+            except errors.CorruptRow as exc:
+                log.warning("pool %s: skipping a corrupt row: %s", self.keys.pool, exc)
+        return jobs
 
     def list(self, state: str | JobState | None = None, limit: int = 100) -> builtins.list[Job]:
         """Jobs in one state (queued/paused in queue order, running by promotion, finished newest first),
         or, with no state, the newest `limit` jobs of every state in creation order."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise errors.InvalidArgument(f"limit must be a positive whole number, got {limit!r}")
+        self._check_count("limit", limit, MAX_LIST)
         if state is not None:
             try:
                 st = JobState(state)
@@ -173,7 +223,16 @@ class Pool:
         pipe.zcard(self.keys.running)
         pipe.hget(self.keys.config, "max_concurrent_jobs")
         used, mx = self._redis(pipe.execute)
-        return int(used), int(mx) if mx is not None else self.settings.max_concurrent_jobs
+        return int(used), self._limit(mx)
+
+    def _limit(self, stored: str | None) -> int:
+        """The limit the scripts use (scripts/_lib.lua max_slots): the stored one if it is a number, else
+        this pool's default, which every script is given (registry.Scripts)."""
+        try:
+            value = float(stored) if stored is not None else math.nan
+        except ValueError:
+            value = math.nan
+        return int(value) if math.isfinite(value) else self.settings.max_concurrent_jobs
 
     def stats(self) -> dict[str, Any]:
         """Counts per state, slots, and whether promotion is paused."""
@@ -186,14 +245,22 @@ class Pool:
         return {
             "pool": self.keys.pool,
             "counts": {st.value: int(c) for st, c in zip(JobState, counts)},
-            "slots": {"used": int(counts[1]), "max": int(mx) if mx is not None else self.settings.max_concurrent_jobs},
+            "slots": {"used": int(counts[1]), "max": self._limit(mx)},
             "queue_paused": bool(paused),
             "paused_by": paused.get("by") if paused else None,
             "paused_reason": paused.get("reason") if paused else None,
         }
 
     def events(self, job_id: str | None = None, count: int = 1000, after: str = "-") -> builtins.list[dict[str, str]]:
-        """Transitions in order, oldest first (capped stream); filtered to one job if given."""
+        """Transitions in order, oldest first (capped stream); filtered to one job if given. `count` entries
+        are read (1 to 100000), from `after`: "-" for the start, or a stream id ("(" before it: exclusive)."""
+        if job_id is not None and not isinstance(job_id, str):
+            raise errors.InvalidArgument(f"job_id must be a string, got {job_id!r}")
+        self._check_count("count", count, MAX_EVENTS)
+        m = _STREAM_ID.fullmatch(after) if isinstance(after, str) else None
+        if after != "-" and (m is None or any(int(g) > _UINT64_MAX for g in m.groups() if g)):
+            raise errors.InvalidArgument(f"after must be '-' or a stream id like '1700000000000-0', "
+                                         f"got {after!r}")
         out = []
         for entry_id, fields in self._redis(self.client.xrange, self.keys.events, after, "+", count):
             if job_id is None or fields.get("job") == job_id:
@@ -202,8 +269,14 @@ class Pool:
 
     def wait(self, job_id: str, timeout: float = 60.0, states: Iterable[str | JobState] = TERMINAL,
              interval: float = 0.05) -> Job:
-        """Poll until the job is in one of `states` (terminal by default); `JobTimeout` after `timeout` s."""
-        wanted = {JobState(s) for s in states}
+        """Poll until the job is in one of `states` (terminal by default; one state may be given alone);
+        `JobTimeout` after `timeout` s, polling every `interval` s."""
+        wanted = self._states(states)
+        for name, value, low_ok in (("timeout", timeout, True), ("interval", interval, False)):
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
+                    or value < 0 or (value == 0 and not low_ok) or (name == "interval" and value > 86400)):
+                raise errors.InvalidArgument(f"{name} must be a number of seconds above "
+                                             f"{'or at ' if low_ok else ''}0, got {value!r}")
         deadline = time.monotonic() + timeout
         while True:
             job = self.get(job_id)
@@ -213,11 +286,24 @@ class Pool:
                 raise errors.JobTimeout(f"job {job_id} is still {job.state} after {timeout:g}s")
             time.sleep(interval)
 
+    @staticmethod
+    def _states(states: Any) -> set[JobState]:
+        items = [states] if isinstance(states, str) else states
+        try:
+            wanted = {JobState(s) for s in items}
+        except (TypeError, ValueError):
+            names = ", ".join(s.value for s in JobState)
+            raise errors.InvalidArgument(f"states must be job states ({names}), got {states!r}") from None
+        if not wanted:
+            raise errors.InvalidArgument("states must name at least one job state")
+        return wanted
+
     # ---- control ------------------------------------------------------------------------------------
 
     def cancel(self, job_id: str, reason: str = "") -> Job:
         """Cancel a job. A running job is asked to stop (the request is persisted); see `Job.cancel_requested`."""
         self._check_id(job_id)
+        self._check_text("reason", reason)
         reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
                                     *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, self.actor])
         if reply[1] == "cancelled":
@@ -226,6 +312,9 @@ class Pool:
 
     def pause(self, job_id: str | None = None, reason: str = "") -> Job | None:
         """Pause one job, or with no id the whole queue's promotion (reconciling goes on)."""
+        if job_id is not None:
+            self._check_id(job_id)
+        self._check_text("reason", reason)
         if job_id is None:
             self.run("pause_queue", [], [self.actor, reason])
             return None
@@ -263,6 +352,10 @@ class Pool:
         The caller stops the container first; the old owner's next fenced write is refused.
         """
         self._check_id(job_id)
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or not 0 <= attempt <= _UINT64_MAX:
+            raise errors.InvalidArgument(f"attempt must be a whole number, got {attempt!r}")
+        for name, text in (("reason", reason), ("evidence", evidence), ("actor", actor)):
+            self._check_text(name, text)
         self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
                  [job_id, attempt, reason, evidence, actor])
         self.promote()

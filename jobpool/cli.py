@@ -192,7 +192,7 @@ def _pairs(kind: str, key_ok: Callable[[str], bool], key_rule: str) -> Callable[
     return parse
 
 
-_parse_env = _pairs("NAME", lambda k: bool(ENV_NAME.match(k)), "a variable name (letters, digits, '_')")
+_parse_env = _pairs("NAME", lambda k: bool(ENV_NAME.fullmatch(k)), "a variable name (letters, digits, '_')")
 _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label key")
 
 

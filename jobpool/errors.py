@@ -43,6 +43,17 @@ class AlreadyExists(JobpoolError):
     """A job with that id exists already."""
 
 
+class CorruptRow(JobpoolError):
+    """A job row (or another of the pool's keys) holds something jobpool cannot read: edited by hand, or
+    written by another program. `job_id` and `field` say where, when known. Readers skip such rows; a script
+    that meets one leaves it alone or takes it out of the queue, and says so in the event stream."""
+
+    def __init__(self, message: str, job_id: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.field = field
+
+
 class RedisUnavailable(JobpoolError, ConnectionError):
     """Redis could not be reached or answered with a server error."""
 

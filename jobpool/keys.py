@@ -10,7 +10,8 @@ import re
 
 from .errors import ConfigError
 
-POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Matched whole (`fullmatch`): with `match`, a `$` would let a trailing newline through.
+POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 RQ_JOB_PREFIX = "rq:job:"
 RQ_QUEUE_PREFIX = "rq:queue:"
 RQ_QUEUES = "rq:queues"
@@ -20,7 +21,7 @@ STATE_INDEX_NAMES = ("queued", "running", "paused", "succeeded", "failed", "canc
 
 
 def validate_pool_name(name: str) -> str:
-    if not isinstance(name, str) or not POOL_NAME.match(name):
+    if not isinstance(name, str) or not POOL_NAME.fullmatch(name):
         raise ConfigError(
             f"JOBPOOL_POOL: {name!r} is not a pool name (1-64 of letters, digits, '_', '.', '-')"
         )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import CorruptRow, InvalidSpec
 from .spec import JobSpec
 
 
@@ -28,8 +30,37 @@ class JobState(str, enum.Enum):
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
 
-def _int(v: str | None) -> int | None:
-    return int(v) if v not in (None, "") else None
+class _Row:
+    """Reads one stored row field by field; whatever cannot be read is a `CorruptRow` naming the field."""
+
+    def __init__(self, row: Mapping[str, str], job_id: str) -> None:
+        self.row, self.job_id = row, job_id
+
+    def bad(self, name: str, why: str) -> CorruptRow:
+        value = self.row.get(name)
+        shown = "missing" if value is None else f"{value[:60]!r}"
+        message = f"job {self.job_id}: field {name} is unreadable ({shown}): {why}"
+        return CorruptRow(message, self.job_id, name)
+
+    def whole(self, name: str, default: int | None = None) -> int:
+        value = self.row.get(name)
+        if value is None or value == "":
+            if default is None:
+                raise self.bad(name, "a whole number is required")
+            return default
+        try:
+            return int(value, 10)
+        except (TypeError, ValueError):
+            raise self.bad(name, "not a whole number") from None
+
+    def optional_whole(self, name: str) -> int | None:
+        return None if self.row.get(name) in (None, "") else self.whole(name)
+
+    def text(self, name: str) -> str:
+        value = self.row.get(name, "")
+        if not isinstance(value, str):
+            raise self.bad(name, "not text")
+        return value
 
 
 @dataclass(frozen=True)
@@ -59,18 +90,32 @@ class Job:
     finished_at: int | None = None
 
     @classmethod
-    def from_row(cls, row: dict[str, str], coalesced: bool = False) -> Job:
+    def from_row(cls, row: Mapping[str, str], coalesced: bool = False, job_id: str | None = None) -> Job:
+        """The one place a stored row is parsed. Anything unreadable (a field edited by hand, a spec that
+        no longer parses, a row that names another job than `job_id`) raises `CorruptRow`."""
+        ident = row.get("id")
+        r = _Row(row, str(ident if ident else job_id))
+        if not ident or not isinstance(ident, str) or (job_id is not None and ident != job_id):
+            raise r.bad("id", f"expected {job_id!r}" if job_id else "the row names no job")
+        try:
+            state = JobState(row.get("state"))
+        except ValueError:
+            raise r.bad("state", "not a job state") from None
+        try:
+            spec = JobSpec.from_json(r.text("spec"))
+        except InvalidSpec as exc:
+            raise r.bad("spec", str(exc)) from None
         return cls(
-            id=row["id"], state=JobState(row["state"]), spec=JobSpec.from_json(row["spec"]),
-            seq=int(row["seq"]), attempt=int(row.get("attempt", 0)), created_at=int(row["created_at"]),
-            recovery_attempts=int(row.get("recovery_attempts") or 0), exit_code=_int(row.get("exit_code")),
-            error_reason=row.get("error_reason", ""), coalesced=coalesced,
-            coalesce_key=row.get("coalesce_key", ""), owner_boot=row.get("owner_boot", ""),
-            container_id=row.get("container_id", ""), daemon_id=row.get("daemon_id", ""),
-            identity=row.get("identity", ""), pause_requested=row.get("pause_requested") == "1",
-            cancel_requested=row.get("cancel_requested") == "1", promoted_at=_int(row.get("promoted_at")),
-            claimed_at=_int(row.get("claimed_at")), heartbeat_at=_int(row.get("heartbeat_at")),
-            finished_at=_int(row.get("finished_at")),
+            id=ident, state=state, spec=spec,
+            seq=r.whole("seq"), attempt=r.whole("attempt", 0), created_at=r.whole("created_at"),
+            recovery_attempts=r.whole("recovery_attempts", 0), exit_code=r.optional_whole("exit_code"),
+            error_reason=r.text("error_reason"), coalesced=coalesced,
+            coalesce_key=r.text("coalesce_key"), owner_boot=r.text("owner_boot"),
+            container_id=r.text("container_id"), daemon_id=r.text("daemon_id"),
+            identity=r.text("identity"), pause_requested=row.get("pause_requested") == "1",
+            cancel_requested=row.get("cancel_requested") == "1", promoted_at=r.optional_whole("promoted_at"),
+            claimed_at=r.optional_whole("claimed_at"), heartbeat_at=r.optional_whole("heartbeat_at"),
+            finished_at=r.optional_whole("finished_at"),
         )
 
     def to_dict(self) -> dict[str, Any]:

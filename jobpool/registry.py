@@ -18,7 +18,7 @@ from . import errors
 SCRIPT_NAMES = (
     "enqueue", "promote", "claim", "adopt", "heartbeat", "set_container", "finish",
     "pause_job", "resume_job", "cancel", "pause_queue", "resume_queue", "set_slots", "evict",
-    "reconcile_apply",
+    "reconcile_apply", "drop_ghost",
 )
 
 #: The one table from script status codes to exceptions (codes are documented in scripts/_lib.lua).
@@ -39,6 +39,27 @@ _MESSAGES = {
     -5: "a job {arg} exists already",
     -6: "{op}: bad argument {arg}",
 }
+
+
+#: Error replies that say the server cannot serve now (not that the data is bad): `RedisUnavailable`.
+_SERVER_STATE_ERRORS = ("READONLY", "OOM", "BUSY", "LOADING", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN",
+                        "TRYAGAIN", "MISCONF", "NOSCRIPT", "NOAUTH", "NOPERM", "WRONGPASS")
+
+
+def wrap_redis_error(exc: redis.RedisError, what: str) -> errors.JobpoolError:
+    """The typed error for a redis-py error met while doing `what`: unreachable or a server that cannot
+    serve is `RedisUnavailable`; an error reply about the data (WRONGTYPE, a script that failed on a value it
+    read) is `CorruptRow`, so one bad row is that row's error and not "Redis is away"."""
+    if isinstance(exc, redis.ConnectionError):
+        return errors.RedisUnavailable(f"redis unreachable: {exc}")
+    if isinstance(exc, redis.TimeoutError):
+        return errors.RedisUnavailable(f"redis timed out: {exc}")
+    if isinstance(exc, redis.DataError):
+        return errors.InvalidArgument(f"{what}: {exc}")
+    text = str(exc)
+    if isinstance(exc, redis.ResponseError) and not text.startswith(_SERVER_STATE_ERRORS):
+        return errors.CorruptRow(f"{what}: redis refused it on the stored data: {text}")
+    return errors.RedisUnavailable(f"redis refused {what}: {text}")
 
 
 def script_text(name: str) -> str:
@@ -67,9 +88,15 @@ def raise_for_code(op: str, reply: Sequence[Any]) -> None:
 
 
 class Scripts:
-    """The registered scripts of one Redis client; call as ``scripts.run("claim", keys, args)``."""
+    """The registered scripts of one Redis client; call as ``scripts.run("claim", keys, args)``.
 
-    def __init__(self, client: redis.Redis) -> None:
+    `default_slots` is the limit a pool without a stored one uses (`Settings.max_concurrent_jobs`): it goes
+    to every script as one extra, last ARGV, which _lib.lua takes off before the script reads its own, so
+    Lua and Python never hold two copies of a default.
+    """
+
+    def __init__(self, client: redis.Redis, default_slots: int) -> None:
+        self.default_slots = int(default_slots)
         self._scripts: dict[str, Callable[..., Any]] = {
             name: client.register_script(script_text(name)) for name in SCRIPT_NAMES
         }
@@ -77,13 +104,9 @@ class Scripts:
     def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
         """Run a script; returns its reply decoded, or raises the mapped exception."""
         try:
-            reply = self._scripts[op](keys=list(keys), args=list(args))
-        except redis.ConnectionError as exc:
-            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
-        except redis.TimeoutError as exc:
-            raise errors.RedisUnavailable(f"redis timed out: {exc}") from None
-        except redis.ResponseError as exc:
-            raise errors.RedisUnavailable(f"redis refused {op}: {exc}") from None
+            reply = self._scripts[op](keys=list(keys), args=[*args, self.default_slots])
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, op) from None
         reply = _decode(reply)
         raise_for_code(op, reply)
         return reply

@@ -20,8 +20,9 @@ MAX_ARGS = 1024
 MAX_ARG_BYTES = 64 * 1024
 MAX_ENV = 512
 MAX_SPEC_BYTES = 256 * 1024
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MEMORY = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
+#: Matched whole (`fullmatch`): with `match`, a `$` would let a trailing newline through.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MEMORY = re.compile(r"[1-9][0-9]*[bkmg]?", re.IGNORECASE)
 RESERVED_LABEL_PREFIX = "jobpool."
 #: Network modes that would share the host's namespaces with the job.
 FORBIDDEN_NETWORKS = ("host",)
@@ -53,10 +54,15 @@ class JobSpec:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> JobSpec:
-        data = json.loads(text)
-        data["command"] = tuple(data["command"])
-        data["mounts"] = tuple(data.get("mounts", ()))
-        return cls(**data)
+        """Read a stored spec back, checked as at enqueue (except the bind roots, which may have changed
+        since): anything else raises `InvalidSpec`, never a bare JSON or type error."""
+        try:
+            data = json.loads(text)
+        except (ValueError, TypeError) as exc:
+            raise InvalidSpec(f"the spec is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise InvalidSpec(f"the spec is a JSON {type(data).__name__}, not an object")
+        return build_spec(data, check_roots=False)
 
     def coalesce_key(self) -> str:
         """Equal specs give equal keys: a digest of the canonical JSON (short, and no env value in clear)."""
@@ -71,7 +77,16 @@ def _need_str(name: str, value: Any, *, empty_ok: bool = False) -> str:
         raise InvalidSpec(f"{name} must be a non-empty string, got {value!r}")
     if "\x00" in value:
         raise InvalidSpec(f"{name} must not contain NUL bytes")
+    utf8_size(name, value)
     return value
+
+
+def utf8_size(name: str, value: str) -> int:
+    """The UTF-8 size of `value`; a string that has none (a lone surrogate) is refused as `InvalidSpec`."""
+    try:
+        return len(value.encode())
+    except UnicodeEncodeError:
+        raise InvalidSpec(f"{name} is not valid text (it cannot be encoded as UTF-8)") from None
 
 
 def _str_map(name: str, value: Any, key_check: re.Pattern[str] | None = None) -> dict[str, str]:
@@ -85,15 +100,18 @@ def _str_map(name: str, value: Any, key_check: re.Pattern[str] | None = None) ->
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidSpec(f"{name} must map strings to strings; {k!r}: {v!r} is not")
-        if key_check is not None and not key_check.match(k):
+        if key_check is not None and not key_check.fullmatch(k):
             raise InvalidSpec(f"{name} key {k!r} is not a valid name")
+        if not k:
+            raise InvalidSpec(f"{name} key must not be empty")
         if "\x00" in k or "\x00" in v:
             raise InvalidSpec(f"{name} entry {k!r} contains a NUL byte")
+        utf8_size(f"{name} entry {k!r}", k + v)
         out[k] = v
     return out
 
 
-def _check_mounts(mounts: Any, bind_roots: Sequence[str]) -> tuple[str, ...]:
+def _check_mounts(mounts: Any, bind_roots: Sequence[str], check_roots: bool = True) -> tuple[str, ...]:
     if mounts is None:
         return ()
     if isinstance(mounts, str) or not isinstance(mounts, Sequence):
@@ -107,6 +125,9 @@ def _check_mounts(mounts: Any, bind_roots: Sequence[str]) -> tuple[str, ...]:
         host, target = parts[0], parts[1]
         if not os.path.isabs(host) or not os.path.isabs(target):
             raise InvalidSpec(f"mount {m!r}: both paths must be absolute")
+        if not check_roots:
+            out.append(m)
+            continue
         real = os.path.realpath(host)
         if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
             allowed = ", ".join(bind_roots) or "none configured (JOBPOOL_BIND_ROOTS)"
@@ -115,8 +136,10 @@ def _check_mounts(mounts: Any, bind_roots: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = ()) -> JobSpec:
-    """Validate raw fields into a `JobSpec`, or raise `InvalidSpec` saying what is wrong."""
+def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
+               check_roots: bool = True) -> JobSpec:
+    """Validate raw fields into a `JobSpec`, or raise `InvalidSpec` saying what is wrong. `check_roots`
+    False skips only the bind-root check of mounts (a stored spec read back)."""
     unknown = set(fields) - _FIELDS
     if unknown:
         raise InvalidSpec(f"unknown spec field(s): {', '.join(sorted(unknown))} "
@@ -129,7 +152,7 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = ()) -> Job
         raise InvalidSpec(f"command has {len(command)} arguments; at most {MAX_ARGS}")
     for arg in command:
         _need_str("command argument", arg, empty_ok=True)
-        if len(arg.encode()) > MAX_ARG_BYTES:
+        if utf8_size("command argument", arg) > MAX_ARG_BYTES:
             raise InvalidSpec(f"a command argument is longer than {MAX_ARG_BYTES} bytes")
     labels = _str_map("labels", fields.get("labels"))
     for k in labels:
@@ -142,7 +165,7 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = ()) -> Job
     if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not 0 < cpus <= 1024):
         raise InvalidSpec(f"cpus must be a number above 0 and at most 1024, got {cpus!r}")
     memory = fields.get("memory")
-    if memory is not None and (not isinstance(memory, str) or not MEMORY.match(memory)):
+    if memory is not None and (not isinstance(memory, str) or not MEMORY.fullmatch(memory)):
         raise InvalidSpec(f"memory must look like '512m' or '2g', got {memory!r}")
     workdir = fields.get("workdir")
     if workdir is not None and not os.path.isabs(_need_str("workdir", workdir)):
@@ -153,7 +176,7 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = ()) -> Job
     spec = JobSpec(
         image=image, command=tuple(command), env=_str_map("env", fields.get("env"), ENV_NAME),
         workdir=workdir, user=user, network=network, cpus=float(cpus) if cpus is not None else None,
-        memory=memory, labels=labels, mounts=_check_mounts(fields.get("mounts"), bind_roots),
+        memory=memory, labels=labels, mounts=_check_mounts(fields.get("mounts"), bind_roots, check_roots),
     )
     if len(spec.to_json().encode()) > MAX_SPEC_BYTES:
         raise InvalidSpec(f"the spec is larger than {MAX_SPEC_BYTES} bytes")

@@ -16,6 +16,14 @@ ids at the head of `queued`, read by the caller just before the call. A candidat
 it is still the head, so a stale read can delay a promotion (the caller retries) but never reorder one.
 Why candidates and not ids: every key a script touches must arrive in KEYS.
 
+Every script also gets one last ARGV, appended by jobpool/registry.py after the script's own (so a script
+reading "the rest of ARGV" stops at NARGV): the slot limit of a pool with none stored yet
+(Settings.max_concurrent_jobs), so Python reports the limit the scripts use and no default is written twice.
+
+A row a script cannot read must not abort it (Redis keeps what a script wrote before an error): numbers read
+from a row go through `whole`, and a head of the queue whose row is gone or unreadable is taken out of the
+queue with a `dropped_corrupt_row` event instead of wedging promotion for every job behind it.
+
 Error codes (negative first element of the reply; mapped to exceptions in jobpool/registry.py):
   -1 not found   -2 invalid state   -3 not owner (fenced write refused)
   -4 conflict (compare-and-set evidence changed)   -5 already exists   -6 bad argument
@@ -27,6 +35,25 @@ local STATE_INDEX = {queued = 3, running = 4, paused = 10, succeeded = 11, faile
 local E_NOT_FOUND, E_INVALID_STATE, E_NOT_OWNER, E_CONFLICT, E_EXISTS, E_BAD_ARG = -1, -2, -3, -4, -5, -6
 local EVENTS_MAXLEN = 100000
 local PROMOTE_BATCH_LIMIT = 64
+local NARGV = #ARGV - 1
+local DEFAULT_SLOTS = tonumber(ARGV[#ARGV]) or 0
+
+-- A non-negative whole number read from a row, or 0 for anything else (missing, garbage, fractional).
+local function whole(v)
+  local n = tonumber(v)
+  if not n or n ~= n or n < 0 or n == math.huge or n ~= math.floor(n) then return 0 end
+  return n
+end
+
+-- Whether `key` (a key from KEYS) is the row key of job `id`: compares names only, builds no key to call.
+local function is_row_key(key, id)
+  local prefix = string.sub(KEYS[K_CONFIG], 1, -#'config' - 1)
+  return key == prefix .. 'job:' .. id
+end
+
+local function key_type(key)
+  return redis.call('TYPE', key)['ok']
+end
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -57,9 +84,11 @@ local function event(id, from, to, reason, evidence, actor, now)
     'actor', actor or '', 'at', now)
 end
 
--- Move a job between state indexes; score is seq for queued/paused, a time for the rest.
+-- Move a job between state indexes; score is seq for queued/paused, a time for the rest. A row whose seq
+-- is unreadable goes to the back of the queue (scored by the time) rather than failing the script.
 local function set_state(jkey, id, from, to, score)
-  if from ~= '' then redis.call('ZREM', KEYS[STATE_INDEX[from]], id) end
+  score = tonumber(score) or now_ms()
+  if from ~= '' and STATE_INDEX[from] then redis.call('ZREM', KEYS[STATE_INDEX[from]], id) end
   redis.call('ZADD', KEYS[STATE_INDEX[to]], score, id)
   redis.call('HSET', jkey, 'state', to)
 end
@@ -72,13 +101,45 @@ local function drop_coalesce(jkey, id)
   end
 end
 
+-- An entry left naming a job that is no longer queued (its row was dropped) is replaced, not kept.
 local function add_coalesce(jkey, id)
   local ck = redis.call('HGET', jkey, 'coalesce_key')
-  if ck and ck ~= '' then redis.call('HSETNX', KEYS[K_COALESCE], ck, id) end
+  if ck and ck ~= '' then
+    local current = redis.call('HGET', KEYS[K_COALESCE], ck)
+    if not current or not redis.call('ZSCORE', KEYS[K_QUEUED], current) then
+      redis.call('HSET', KEYS[K_COALESCE], ck, id)
+    end
+  end
 end
 
 local function max_slots()
-  return tonumber(redis.call('HGET', KEYS[K_CONFIG], 'max_concurrent_jobs') or '1')
+  return tonumber(redis.call('HGET', KEYS[K_CONFIG], 'max_concurrent_jobs')) or DEFAULT_SLOTS
+end
+
+-- Why the head's row cannot be promoted, or nil when it can: its row key is missing or not a hash, the
+-- row names another job, or RQ's job key holds something other than a hash.
+local function unpromotable(jkey, rqkey, head)
+  local kind = key_type(jkey)
+  if kind ~= 'hash' then return 'row key is ' .. (kind == 'none' and 'missing' or 'a ' .. kind) end
+  local named = redis.call('HGET', jkey, 'id')
+  if named ~= head then return 'row names job ' .. tostring(named or '(none)') end
+  kind = key_type(rqkey)
+  if kind ~= 'hash' and kind ~= 'none' then return 'rq job key is a ' .. kind end
+  return nil
+end
+
+-- Take a head that cannot be promoted out of `queued`: a row that is still a hash of this job is failed
+-- (so it shows up as failed, not as queued for ever); anything else only leaves the queue.
+local function drop_head(jkey, head, why, actor, now)
+  if key_type(jkey) == 'hash' and redis.call('HGET', jkey, 'id') == head then
+    drop_coalesce(jkey, head)
+    set_state(jkey, head, 'queued', 'failed', now)
+    redis.call('HSET', jkey, 'finished_at', now, 'error_reason', 'dropped_corrupt_row')
+    event(head, 'queued', 'failed', 'dropped_corrupt_row', why, actor, now)
+  else
+    redis.call('ZREM', KEYS[K_QUEUED], head)
+    event(head, 'queued', '', 'dropped_corrupt_row', why, actor, now)
+  end
 end
 
 -- Promote candidates from KEYS[first] on while the queue is unpaused, a slot is free and the candidate
@@ -94,19 +155,24 @@ local function promote_candidates(first, actor, now)
     local head = redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1]
     if not head then return promoted, 'empty' end
     local jkey, rqkey = KEYS[first + 2 * i], KEYS[first + 2 * i + 1]
-    if redis.call('HGET', jkey, 'id') ~= head then return promoted, 'stale' end
-    local attempt = redis.call('HINCRBY', jkey, 'attempt', 1)
-    drop_coalesce(jkey, head)
-    set_state(jkey, head, 'queued', 'running', now)
-    redis.call('HSET', jkey, 'promoted_at', now, 'owner_boot', '', 'container_id', '', 'daemon_id', '',
-      'identity', '', 'claimed_at', '')
-    -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
-    redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
-      'meta', cjson.encode({jobpool_attempt = attempt}))
-    redis.call('RPUSH', KEYS[K_RQ_QUEUE], head)
-    redis.call('SADD', KEYS[K_RQ_QUEUES], KEYS[K_RQ_QUEUE])
-    event(head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)
-    promoted = promoted + 1
+    if not is_row_key(jkey, head) then return promoted, 'stale' end
+    local why = unpromotable(jkey, rqkey, head)
+    if why then
+      drop_head(jkey, head, why, actor, now)
+    else
+      local attempt = whole(redis.call('HGET', jkey, 'attempt')) + 1
+      drop_coalesce(jkey, head)
+      set_state(jkey, head, 'queued', 'running', now)
+      redis.call('HSET', jkey, 'attempt', attempt, 'promoted_at', now, 'owner_boot', '', 'container_id', '',
+        'daemon_id', '', 'identity', '', 'claimed_at', '')
+      -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
+      redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
+        'meta', cjson.encode({jobpool_attempt = attempt}))
+      redis.call('RPUSH', KEYS[K_RQ_QUEUE], head)
+      redis.call('SADD', KEYS[K_RQ_QUEUES], KEYS[K_RQ_QUEUE])
+      event(head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)
+      promoted = promoted + 1
+    end
   end
   if redis.call('ZCARD', KEYS[K_QUEUED]) == 0 then return promoted, 'empty' end
   if redis.call('ZCARD', KEYS[K_RUNNING]) >= max then return promoted, 'full' end
@@ -121,7 +187,7 @@ local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now
   redis.call('HSET', jkey, 'owner_boot', '', 'pause_requested', '0', 'cancel_requested', '0')
   local score = now
   if to == 'queued' or to == 'paused' then
-    score = tonumber(redis.call('HGET', jkey, 'seq'))
+    score = redis.call('HGET', jkey, 'seq')
   else
     redis.call('HSET', jkey, 'finished_at', now)
   end

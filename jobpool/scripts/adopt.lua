@@ -6,7 +6,7 @@ ARGV[6] evidence
 Returns {0, spec JSON, container_id, pause_requested, cancel_requested}; -1; -2; -4 evidence changed.
 A live worker takes over a running job whose owner's lease is gone but whose container is
 still running (evidence from the supervisor's probe). Compare-and-set on the old owner and attempt, and
-refused while the old owner's lease is still present.
+refused while the old owner's lease ('<old owner>:<attempt>', judged by value as the sweep does) is present.
 ]]
 local jkey, lkey = KEYS[14], KEYS[15]
 local id, old, attempt, boot, lease_ms, evidence = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -14,7 +14,8 @@ if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
 local row = redis.call('HMGET', jkey, 'state', 'attempt', 'owner_boot', 'spec', 'container_id',
   'pause_requested', 'cancel_requested')
 if row[1] ~= 'running' then return {E_INVALID_STATE, row[1]} end
-if row[2] ~= attempt or row[3] ~= old or redis.call('EXISTS', lkey) == 1 then
+local held = key_type(lkey) == 'string' and redis.call('GET', lkey) == old .. ':' .. attempt
+if row[2] ~= attempt or row[3] ~= old or held then
   return {E_CONFLICT, row[3]}
 end
 local now = now_ms()

@@ -28,7 +28,7 @@ redis.call('HSET', jkey, 'id', id, 'spec', spec, 'seq', seq, 'created_at', now, 
 set_state(jkey, id, '', 'queued', seq)
 add_coalesce(jkey, id)
 local rq = {}
-for i = 6, #ARGV do rq[#rq + 1] = ARGV[i] end
+for i = 6, NARGV do rq[#rq + 1] = ARGV[i] end
 if #rq > 0 then redis.call('HSET', rqkey, unpack(rq)) end
 event(id, '', 'queued', 'enqueued', '', actor, now)
 -- Only this job can be a candidate here; when it is not the head, tell the caller whether to promote.

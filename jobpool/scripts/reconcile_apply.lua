@@ -7,7 +7,8 @@ ARGV[4] expected container id   ARGV[5] verdict   ARGV[6] reason   ARGV[7] exit 
 ARGV[8] recovery budget   ARGV[9] evidence   ARGV[10] actor
 Returns {0, state after, promoted}; -1; -4 the row or its lease changed; -6 unknown verdict.
 Apply a supervisor verdict, only if the row is exactly as it was when the evidence
-was taken (state running, same attempt, same owner, same container) and the owner's lease is still gone.
+was taken (state running, same attempt, same owner, same container) and the owner's lease is still gone:
+judged by its value, as the sweep judged it, so a lease key holding anything but '<owner>:<attempt>' is gone.
 Verdicts:
   exited      the container exited with ARGV[7]: ends as a finish would (exit 0 -> succeeded; persisted
               cancel/pause win; exit 75 -> queued, no budget spent; else failed)
@@ -24,7 +25,9 @@ local row = redis.call('HMGET', jkey, 'state', 'attempt', 'owner_boot', 'contain
 if row[1] ~= 'running' or row[2] ~= attempt or row[3] ~= owner or row[4] ~= cid then
   return {E_CONFLICT, row[1]}
 end
-if owner ~= '' and redis.call('EXISTS', lkey) == 1 then return {E_CONFLICT, 'lease'} end
+if owner ~= '' and key_type(lkey) == 'string' and redis.call('GET', lkey) == owner .. ':' .. attempt then
+  return {E_CONFLICT, 'lease'}
+end
 local now = now_ms()
 local to
 if verdict == 'exited' and tonumber(code) then
@@ -38,7 +41,7 @@ elseif verdict == 'absent' then
     to, reason = 'cancelled', 'cancel_requested'
   elseif redis.call('HGET', jkey, 'pause_requested') == '1' then
     to, reason = 'paused', 'pause_requested'
-  elseif tonumber(row[5]) < (budget or 0) then
+  elseif whole(row[5]) < (budget or 0) then
     to = 'queued'
     redis.call('HINCRBY', jkey, 'recovery_attempts', 1)
   else

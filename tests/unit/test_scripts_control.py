@@ -248,8 +248,6 @@ def test_lowering_slots_never_stops_running_jobs(backend: Backend) -> None:
     assert state_of(pool, waiting.id) == "running" and pool.slots() == (1, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: before the first enqueue, Pool.slots() reports "
-                                       "Settings.max_concurrent_jobs but _lib.lua max_slots() defaults to 1")
 def test_a_fresh_pool_reports_the_limit_its_scripts_use(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=4)
     reported = pool.slots()[1]
