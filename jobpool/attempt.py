@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .api import CANDIDATES_ON_RELEASE, Pool
+from .errors import CorruptRow, InvalidSpec
 from .spec import JobSpec
 
 #: Log tails kept with the job row, so logs outlive the container.
@@ -37,10 +38,20 @@ class Attempt:
 
     def claim(self, executor: str = "", daemon_id: str = "") -> tuple[JobSpec, Requests]:
         """Take the promoted row for this boot; first claim of an attempt wins (`NotOwner`/`Conflict`/
-        `InvalidState` otherwise). The executor and daemon are recorded before anything is launched."""
+        `InvalidState` otherwise). The executor and daemon are recorded before anything is launched.
+
+        A spec that cannot be read (edited in Redis) can never be launched: the attempt is finished at once
+        (failed, reason ``bad_spec: ...``, slot freed) and `CorruptRow` raised, rather than leaving a
+        claimed row with nothing running to hold its slot for ever."""
         reply = self.pool.run("claim", self._keys(),
                               [self.job_id, self.boot_id, self.attempt, self._lease_ms, executor, daemon_id])
-        return JobSpec.from_json(reply[1]), Requests(reply[2] == "1", reply[3] == "1")
+        try:
+            spec = JobSpec.from_json(reply[1])
+        except InvalidSpec as exc:
+            self.finish("error", reason=f"bad_spec: {exc}")
+            raise CorruptRow(f"job {self.job_id}: its spec cannot be read ({exc}); the attempt ended failed",
+                             self.job_id, "spec") from None
+        return spec, Requests(reply[2] == "1", reply[3] == "1")
 
     @classmethod
     def adopt(cls, pool: Pool, job_id: str, old_owner: str, attempt: int, boot_id: str,

@@ -9,6 +9,7 @@ import logging
 
 from ..api import Pool
 from ..config import Settings
+from ..errors import JobpoolError
 from .boot import Boot
 from .executors import make_executor
 from .rqworker import JobpoolWorker
@@ -17,9 +18,13 @@ from .runtime import Runtime, install
 log = logging.getLogger("jobpool.worker")
 
 
+class WorkerDied(JobpoolError):
+    """The worker's work loop ended on an error rather than on a stop request (see its log)."""
+
+
 def run_worker(settings: Settings, burst: bool = False) -> int:
     """Run one worker until it is stopped (or, with `burst`, until the queue is empty). Returns how many
-    jobs it left running at a drain deadline."""
+    jobs it left running at a drain deadline; raises `WorkerDied` when the work loop ended on an error."""
     pool = Pool.from_settings(settings)
     pool.actor = "worker"
     daemon_id = ""
@@ -38,6 +43,8 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool, settings.executor)
     try:
         worker.work(burst=burst, logging_level="INFO", with_scheduler=False)
+        if not worker.ended_normally(burst):
+            raise WorkerDied(f"worker {worker.name}: its work loop ended on an error (logged above)")
     finally:
         noun = "job" if worker.left_running == 1 else "jobs"
         log.info("worker %s: exiting; %d %s left running", worker.name, worker.left_running, noun)
@@ -45,4 +52,4 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     return worker.left_running
 
 
-__all__ = ["run_worker", "JobpoolWorker"]
+__all__ = ["run_worker", "JobpoolWorker", "WorkerDied"]

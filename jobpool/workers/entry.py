@@ -11,7 +11,7 @@ import logging
 from rq import get_current_job
 
 from ..attempt import Attempt
-from ..errors import JobpoolError
+from ..errors import CorruptRow, JobpoolError
 from .executors import Launch, make_executor
 from .runtime import current
 from .watch import launch_and_watch, quietly_refused, watch
@@ -30,6 +30,9 @@ def run_job() -> str:
     attempt = Attempt(rt.pool, job_id, rt.boot_id, attempt_no)
     try:
         spec, _ = attempt.claim(rt.pool.settings.executor, rt.daemon_id)
+    except CorruptRow as exc:
+        log.error("job %s attempt %s: not run: %s", job_id, attempt_no, exc)
+        return "bad-spec"
     except JobpoolError as exc:
         if quietly_refused(exc):
             log.info("job %s attempt %s: not claimed (%s)", job_id, attempt_no, exc)

@@ -43,6 +43,9 @@ class JobpoolWorker(Worker):
         self.boot = boot
         self._drain_kill_at: float | None = None
         self.left_running = 0
+        #: Set when a dequeue found the queue empty (how a --burst run ends normally).
+        self.found_empty = False
+        self.dropped_entries = 0
         # Ignored until the horse installs its handler, so an early drain signal cannot kill it.
         signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
 
@@ -88,6 +91,37 @@ class JobpoolWorker(Worker):
             self.kill_horse(signal.SIGKILL)
             self.wait_for_horse()
         raise SystemExit(1)
+
+    # -- junk on the queue ---------------------------------------------------------------------------------
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        """RQ's dequeue, except that one entry RQ cannot load (an id it refuses, a job hash edited to
+        garbage) is taken off the queue and logged instead of ending the work loop, which would leave every
+        worker that pops it dead. Anything else still ends the loop (and `run_worker` then fails)."""
+        while True:
+            try:
+                result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            except Exception as exc:
+                job_id, queue = getattr(exc, "job_id", None), getattr(exc, "queue", None)
+                if job_id is None or queue is None:
+                    raise
+                self._drop_entry(queue, str(job_id), exc)
+                continue
+            if result is None:
+                self.found_empty = True
+            return result
+
+    def _drop_entry(self, queue: Any, job_id: str, exc: Exception) -> None:
+        # BLMOVE left it in the intermediate list (RQ's maintenance would choke on it there too).
+        self.connection.lrem(queue.intermediate_queue_key, 1, job_id)
+        self.dropped_entries += 1
+        log.error("worker %s: dropped an entry RQ cannot load from %s: %r (%s: %s)", self.name, queue.name,
+                  job_id[:200], type(exc).__name__, exc)
+
+    def ended_normally(self, burst: bool) -> bool:
+        """Whether `work()` returned because it was asked to (a stop, or an empty queue in burst mode),
+        not because its loop died of an exception (RQ logs that and returns as if all were well)."""
+        return bool(self._stop_requested) or (burst and self.found_empty)
 
     # -- bookkeeping ----------------------------------------------------------------------------------------
 

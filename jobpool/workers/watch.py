@@ -54,7 +54,7 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
             next_beat = now + settings.heartbeat_secs
             try:
                 requests = attempt.heartbeat()
-            except NotOwner:
+            except (NotOwner, NotFound):  # NotFound: the row itself is gone; nobody can own it now
                 if _adopted_elsewhere(rt, attempt):
                     # We stalled past our lease and a live worker took the job over: it is the owner now.
                     log.warning("job %s attempt %s: adopted by another worker; leaving it to that worker",
@@ -115,7 +115,7 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, k
         log.warning("job %s attempt %s: could not record exit %s (%s); leaving it to the supervisor",
                     attempt.job_id, attempt.attempt, code, exc)
         return
-    except NotOwner:
+    except (NotOwner, NotFound):
         log.warning("job %s attempt %s: finished, but the row is no longer ours; not recorded",
                     attempt.job_id, attempt.attempt)
         if not _adopted_elsewhere(rt, attempt):
@@ -145,7 +145,7 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_f
         return
     try:
         attempt.set_container(handle.container_id, handle.daemon_id, handle.identity)
-    except NotOwner:
+    except (NotOwner, NotFound):
         log.warning("job %s: lost the row while launching; stopping it", attempt.job_id)
         handle.kill()
         return

@@ -854,16 +854,8 @@ def test_a_worker_skips_junk_rq_ids_and_stale_attempts_and_runs_the_next_job(
 
 
 @pytest.mark.parametrize("junk", [
-    pytest.param("id", marks=xbug(
-        "an id RQ refuses ('not a {job} id\\n': rq.job.validate_job_id raises ValueError in "
-        "Queue.dequeue_any, which only skips NoSuchJobError) ends Worker.work ('found an unhandled "
-        "exception, quitting') and the worker process exits 0; one junk entry kills every worker that pops "
-        "it. Fix: override JobpoolWorker.dequeue_job_and_maintain_ttl (workers/rqworker.py) to catch what "
-        "fetching a job raises, LREM the id from the queue and intermediate list, log, and go on; and make "
-        "run_worker exit non-zero when work() ends on an exception")),
-    pytest.param("hash", marks=xbug(
-        "an rq:job hash edited to garbage (created_at 'x') makes Job.fetch raise ValueError inside "
-        "Queue.dequeue_any: Worker.work quits and the process exits 0 (same fix: workers/rqworker.py)")),
+    pytest.param("id"),
+    pytest.param("hash"),
 ])
 def test_a_worker_survives_an_rq_entry_rq_cannot_load(sub_pool: Pool, raw: redis.Redis,
                                                       spawn: Callable[..., JobpoolProcess],
@@ -883,11 +875,6 @@ def test_a_worker_survives_an_rq_entry_rq_cannot_load(sub_pool: Pool, raw: redis
     _runs_to_success(pool, good.id, (worker,), 15)
 
 
-@xbug("workers/entry.py run_job: Attempt.claim (attempt.py) parses the spec after the claim script has "
-      "written owner and lease; JobSpec.from_json's JSONDecodeError escapes, leaving a claimed row that "
-      "nothing launched. With the subprocess executor the supervisor can never judge it (no identity: probe "
-      "unknown, slot kept for ever), so the queue wedges at the limit. Fix: on a spec that does not parse, "
-      "finish the attempt at once ('error', reason 'bad_spec: ...') and release the slot")
 def test_a_worker_ends_a_job_whose_spec_is_garbage_and_runs_the_next(
         sub_pool: Pool, raw: redis.Redis, spawn: Callable[..., JobpoolProcess]) -> None:
     pool = sub_pool
