@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.connection import parse_url
+
 from .errors import ConfigError
 from .keys import validate_pool_name
 
@@ -69,8 +71,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         validate_pool_name(self.pool)
-        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"JOBPOOL_REDIS_URL: {self.redis_url!r} is not a redis://, rediss:// or unix:// URL")
+        _check_redis_url(self.redis_url)
         for name, b in _NUMERIC.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -122,6 +123,17 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+def _check_redis_url(url: Any) -> None:
+    """Refuse a URL redis-py could not connect with (bad port, broken host, unknown option) now, by name,
+    rather than as a bare ValueError from the first connection."""
+    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"JOBPOOL_REDIS_URL: {url!r} is not a redis://, rediss:// or unix:// URL")
+    try:
+        parse_url(url)
+    except ValueError as exc:
+        raise ConfigError(f"JOBPOOL_REDIS_URL: {url!r} is not a usable URL: {exc}") from None
 
 
 def _url_from_up_state(state_dir: str) -> str | None:
