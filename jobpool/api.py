@@ -30,9 +30,10 @@ log = logging.getLogger("jobpool")
 #: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
 CANDIDATES_ON_RELEASE = 4
 CANDIDATES_ON_PROMOTE = 32
-#: Bounds of what a caller may ask for in one read (the CLI's `ls --limit` allows as much).
-MAX_LIST = 10_000
-MAX_EVENTS = 100_000
+#: Bounds of what a caller may ask for in one read: generous (the events stream keeps about 100000
+#: entries), but finite, so a huge number is a clear InvalidArgument and never a Redis overflow.
+MAX_LIST = 1_000_000
+MAX_EVENTS = 10_000_000
 #: A caller's coalesce key, a reason or evidence text: stored in rows and events, so bounded.
 MAX_COALESCE_KEY_BYTES = 1024
 MAX_TEXT_BYTES = 4096
@@ -253,7 +254,7 @@ class Pool:
 
     def events(self, job_id: str | None = None, count: int = 1000, after: str = "-") -> builtins.list[dict[str, str]]:
         """Transitions in order, oldest first (capped stream); filtered to one job if given. `count` entries
-        are read (1 to 100000), from `after`: "-" for the start, or a stream id ("(" before it: exclusive)."""
+        are read (1 to MAX_EVENTS), from `after`: "-" for the start, or a stream id ("(" before it: exclusive)."""
         if job_id is not None and not isinstance(job_id, str):
             raise errors.InvalidArgument(f"job_id must be a string, got {job_id!r}")
         self._check_count("count", count, MAX_EVENTS)
