@@ -43,14 +43,14 @@ elseif verdict == 'absent' then
     to, reason = 'paused', 'pause_requested'
   elseif whole(row[5]) < (budget or 0) then
     to = 'queued'
-    redis.call('HINCRBY', jkey, 'recovery_attempts', 1)
+    redis.call('HSET', jkey, 'recovery_attempts', whole(row[5]) + 1)
   else
     to = 'failed'
   end
   end_running(jkey, lkey, id, to, reason, evidence, actor, now)
 elseif verdict == 'redispatch' and owner == '' then
-  local next_attempt = redis.call('HINCRBY', jkey, 'attempt', 1)
-  redis.call('HSET', jkey, 'promoted_at', now)
+  local next_attempt = whole(row[2]) + 1
+  redis.call('HSET', jkey, 'attempt', next_attempt, 'promoted_at', now)
   redis.call('ZADD', KEYS[K_RUNNING], now, id)
   redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
     'meta', cjson.encode({jobpool_attempt = next_attempt}))

@@ -5,17 +5,9 @@ recorded process, RQ's dispatch lists), then promotes. Verdicts are compare-and-
 pool are safe; an unknown probe keeps the slot; only the operator's `reconcile(evict_stale=True)` evicts.
 """
 
+from .orphans import OrphanStop, stop_orphan
 from .probes import Absent, ContainerProber, Present, Unknown, probe_containers, probe_process
-from .sweep import (
-    Decision,
-    OrphanStop,
-    Supervisor,
-    SweepReport,
-    reconcile,
-    run_supervisor,
-    stop_orphan,
-    sweep_once,
-)
+from .sweep import Decision, Supervisor, SweepReport, reconcile, run_supervisor, sweep_once
 from .verdicts import Kind, Verdict, decide
 
 __all__ = [

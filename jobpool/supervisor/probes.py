@@ -156,9 +156,10 @@ class ContainerProber:
 
     # ---- probing ------------------------------------------------------------------------------------
 
-    def probe(self, pool: str, job_attempts: Mapping[str, int],
+    def probe(self, pool: str, job_attempts: Mapping[str, int | None],
               daemon_ids: Mapping[str, str] | None = None) -> dict[str, Probe]:
-        """For each job id, what its container of that attempt is: one list call for the whole pool.
+        """For each job id, what its container of that attempt is (None: of any attempt, the most alive
+        one): one list call for the whole pool.
 
         `daemon_ids` (job id -> the daemon ID the worker recorded): a container not found here is only
         `Absent` if it was recorded on this daemon (or nowhere); on another daemon it is `Unknown`.
@@ -172,7 +173,7 @@ class ContainerProber:
             reason = self._failure_reason(exc)
             return {job_id: Unknown(reason) for job_id in job_attempts}
 
-    def _probe(self, pool: str, job_attempts: Mapping[str, int],
+    def _probe(self, pool: str, job_attempts: Mapping[str, int | None],
                daemon_ids: Mapping[str, str]) -> dict[str, Probe]:
         client = self._connect()
         ours = self.daemon_id()
@@ -182,8 +183,11 @@ class ContainerProber:
         for summary in listed:
             labels = summary.get("Labels") or {}
             job_id = str(labels.get(LABEL_JOB, ""))
-            if job_id not in job_attempts or labels.get(LABEL_ATTEMPT) != str(job_attempts[job_id]):
-                continue  # another job, or an older attempt of this one: not this attempt's evidence
+            if job_id not in job_attempts:
+                continue  # another job
+            wanted = job_attempts[job_id]
+            if wanted is not None and labels.get(LABEL_ATTEMPT) != str(wanted):
+                continue  # an older attempt of this one: not this attempt's evidence
             result = _summary_result(summary)
             if result is None:
                 result = self._inspect(client, str(summary.get("Id", "")))
@@ -199,8 +203,9 @@ class ContainerProber:
                 out[job_id] = Unknown(f"container was recorded on docker daemon {recorded}, "
                                       f"this supervisor sees daemon {ours}")
             else:
-                out[job_id] = Absent(detail=f"no container labelled for attempt {job_attempts[job_id]} "
-                                            f"on daemon {ours or '?'}")
+                attempt = job_attempts[job_id]
+                which = "any attempt" if attempt is None else f"attempt {attempt}"
+                out[job_id] = Absent(detail=f"no container labelled for {which} on daemon {ours or '?'}")
         return out
 
     def _inspect(self, client: Any, container_id: str) -> Probe:

@@ -32,7 +32,7 @@ from rq.serializers import JSONSerializer
 from .. import errors
 from ..api import CANDIDATES_ON_RELEASE, Pool, connect
 from ..config import Settings
-from ..models import Job
+from ..registry import wrap_redis_error
 from .probes import Absent, ContainerProber, Probe, Unknown, probe_process
 from .verdicts import (
     APPLIED_KINDS,
@@ -43,6 +43,7 @@ from .verdicts import (
     RowSnapshot,
     Verdict,
     decide,
+    decide_ghost,
     expected_state,
     is_stale,
     probe_needed,
@@ -127,6 +128,10 @@ class _Snapshot:
     rows: list[RowSnapshot]
     lease: dict[str, bool]
     dispatch: dict[str, DispatchFacts]
+    #: Running ids with no readable row (missing, or not a hash): id -> what is wrong.
+    ghosts: dict[str, str] = field(default_factory=dict)
+    #: Whether each ghost's lease key still has a TTL (a worker may still hold it).
+    ghost_leases: dict[str, bool] = field(default_factory=dict)
 
 
 def _actor() -> str:
@@ -188,7 +193,7 @@ class Supervisor:
                 need.append(job_id)
             else:
                 snaps[job_id] = snap
-        full = self._full_rows(need)
+        full, ghosts = self._full_rows(need)
         boots = self._boot_facts([r for r in full.values() if r.get("owner_boot") and not leases[str(r["id"])]
                                   and not (r.get("executor") and r.get("daemon_id"))])
         for job_id, row in full.items():
@@ -199,7 +204,8 @@ class Supervisor:
             snaps[job_id] = RowSnapshot.from_row(row, self.settings.executor, boot)
         rows_out = [snaps[job_id] for job_id in brief if job_id in snaps]
         dispatch = self._dispatch_facts([r.id for r in rows_out if not r.claimed], now_ms)
-        return _Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch)
+        return _Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch, ghosts,
+                         self._live_leases(list(ghosts)))
 
     def _brief_of(self, ids: Sequence[str]) -> list[tuple[str | None, ...]]:
         """The SORT reply's shape for given ids (an operator's one-job call)."""
@@ -209,26 +215,55 @@ class Supervisor:
         for job_id in ids:
             pipe.hmget(self.pool.keys.job(job_id), _BRIEF)
         pipe.mget([self.pool.keys.lease(job_id) for job_id in ids])
-        *rows, leases = self._exec(pipe)
-        return [(job_id, *row, lease) for job_id, row, lease in zip(ids, rows, leases, strict=True)]
+        *rows, leases = self._exec(pipe, raise_on_error=False)
+        if isinstance(leases, Exception):
+            leases = [None] * len(ids)
+        return [(job_id, *(row if isinstance(row, list) else [None] * len(_BRIEF)), lease)
+                for job_id, row, lease in zip(ids, rows, leases, strict=True)]
 
-    def _full_rows(self, ids: Sequence[str]) -> dict[str, dict[str, str | None]]:
+    def _full_rows(self, ids: Sequence[str]) -> tuple[dict[str, dict[str, str | None]], dict[str, str]]:
+        """The whole rows of `ids` still running, and the ghosts among them: ids whose key is missing or
+        not a hash (judged by `decide_ghost`). A row that cannot be read otherwise is skipped and logged:
+        one bad row must not stop the sweep of the others."""
         out: dict[str, dict[str, str | None]] = {}
+        ghosts: dict[str, str] = {}
         for chunk in _chunks(ids):
             pipe = self.pool.client.pipeline(transaction=False)
             for job_id in chunk:
                 pipe.hmget(self.pool.keys.job(job_id), RowSnapshot.FIELDS)
-            for job_id, values in zip(chunk, self._exec(pipe), strict=True):
+            for job_id, values in zip(chunk, self._exec(pipe, raise_on_error=False), strict=True):
+                if isinstance(values, Exception):
+                    if str(values).startswith("WRONGTYPE"):
+                        ghosts[job_id] = "its row key is not a hash"
+                    else:
+                        log.error("job %s: its row could not be read (%s); not judged", job_id, values)
+                    continue
                 row = dict(zip(RowSnapshot.FIELDS, values, strict=True))
-                if row.get("id") == job_id and row.get("state") == "running":
+                if all(v is None for v in values):
+                    ghosts[job_id] = "its row is missing"
+                elif row.get("id") != job_id:
+                    log.error("job %s: its row names job %r; not judged", job_id, row.get("id"))
+                elif row.get("state") == "running":
                     out[job_id] = row
-        return out
+        return out, ghosts
 
-    def _exec(self, pipe: Any) -> list[Any]:
+    def _live_leases(self, ids: Sequence[str]) -> dict[str, bool]:
+        """Whether each id's lease key still has a TTL (any value: a ghost has no owner to compare with)."""
+        if not ids:
+            return {}
+        pipe = self.pool.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.pttl(self.pool.keys.lease(job_id))
+        replies = self._exec(pipe, raise_on_error=False)
+        return {job_id: isinstance(ttl, int) and ttl > 0 for job_id, ttl in zip(ids, replies, strict=True)}
+
+    def _exec(self, pipe: Any, raise_on_error: bool = True) -> list[Any]:
+        """Run a pipeline; with `raise_on_error` False, an error reply of one command is left in its place
+        (a key of the wrong type is that row's problem, not the sweep's)."""
         try:
-            return list(pipe.execute())
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
+            return list(pipe.execute(raise_on_error=raise_on_error))
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, "sweep read") from None
 
     def _boot_facts(self, rows: Sequence[Mapping[str, str | None]]) -> dict[str, dict[str, str | None]]:
         owners = sorted({str(r["owner_boot"]) for r in rows})
@@ -237,8 +272,9 @@ class Supervisor:
         pipe = self.pool.client.pipeline(transaction=False)
         for boot in owners:
             pipe.hmget(self.pool.keys.boot(boot), ["executor", "daemon_id"])
-        replies = self._exec(pipe)
-        return {boot: {"executor": v[0], "daemon_id": v[1]} for boot, v in zip(owners, replies, strict=True)}
+        replies = self._exec(pipe, raise_on_error=False)
+        return {boot: {"executor": v[0], "daemon_id": v[1]} for boot, v in zip(owners, replies, strict=True)
+                if isinstance(v, list)}
 
     def _dispatch_facts(self, ids: Sequence[str], now_ms: int) -> dict[str, DispatchFacts]:
         """Whether RQ still holds each unclaimed id: its queue, its intermediate list (taken by a worker
@@ -267,7 +303,10 @@ class Supervisor:
                 daemons[row.id] = row.daemon_id
             elif need is ProbeKind.PROCESS:
                 out[row.id] = probe_process(row.identity)
-        out.update(self.prober.probe(self.pool.keys.pool, containers, daemons))
+        wanted: dict[str, int | None] = {**containers}
+        if self.settings.executor != EXECUTOR_SUBPROCESS:  # a ghost is probed by label, any attempt
+            wanted.update({job_id: None for job_id in snap.ghosts if not snap.ghost_leases.get(job_id)})
+        out.update(self.prober.probe(self.pool.keys.pool, wanted, daemons))
         return out
 
     # ---- the sweep ----------------------------------------------------------------------------------
@@ -301,6 +340,7 @@ class Supervisor:
             decision.outcome = self._apply(row, verdict, probe, pending)
             if decision.outcome == "conflict":
                 report.conflicts += 1
+        self._judge_ghosts(snap, probes, report, evict_stale, dry_run)
         t_apply = time.perf_counter()
         if not dry_run:
             report.promoted = self.pool.promote()
@@ -312,6 +352,46 @@ class Supervisor:
             self._write_last_sweep(report)
         log.info("%s", report.line())
         return report
+
+    def _judge_ghosts(self, snap: _Snapshot, probes: Mapping[str, Probe], report: SweepReport,
+                      evict_stale: bool, dry_run: bool) -> None:
+        for job_id, why in snap.ghosts.items():
+            probe = probes.get(job_id)
+            verdict = decide_ghost(why, snap.ghost_leases.get(job_id, False), probe, self.settings.executor,
+                                   evict_stale=evict_stale)
+            row = RowSnapshot(id=job_id, attempt=0)
+            decision = Decision(job_id, 0, "", verdict, expected_state(row, verdict, self.settings))
+            report.decisions.append(decision)
+            report.verdicts[verdict.kind.value] += 1
+            if isinstance(probe, Unknown):
+                report.unknown += 1
+            if dry_run:
+                decision.outcome = "not applied (dry run)"
+            elif verdict.kind is Kind.DROP:
+                decision.outcome = self._drop_ghost(job_id, verdict)
+                report.conflicts += decision.outcome == "conflict"
+            else:
+                log.warning("running id %s has no readable row: %s", job_id, verdict.evidence)
+                decision.outcome = "kept"
+
+    def _drop_ghost(self, job_id: str, verdict: Verdict) -> str:
+        k = self.pool.keys
+        try:
+            reply = self.pool.run("drop_ghost", [k.job(job_id), k.lease(job_id),
+                                                 *self.pool.candidates(CANDIDATES_ON_RELEASE)],
+                                  [job_id, verdict.evidence, self.actor])
+        except errors.Conflict:
+            return "conflict"
+        except errors.RedisUnavailable:
+            raise
+        except errors.JobpoolError as exc:
+            log.error("running id %s: dropping it failed: %s", job_id, exc)
+            return f"error: {exc}"
+        if not reply[1]:
+            return "conflict"  # it left `running` meanwhile
+        log.warning("running id %s had no readable row and no work left: dropped, slot freed (%s)", job_id,
+                    verdict.evidence)
+        return "dropped"
 
     def _write_last_sweep(self, report: SweepReport) -> None:
         try:
@@ -473,66 +553,12 @@ def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
             sup.close()
 
 
-@dataclass(frozen=True)
-class OrphanStop:
-    """What `stop_orphan` did: `action` is one of not_running, owner_alive, stopped, manual_stop_needed,
-    unknown."""
-
-    job_id: str
-    action: str
-    containers: tuple[str, ...] = ()
-    detail: str = ""
-    state: str = ""
-
-
-def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = None) -> OrphanStop:
-    """Stop the work of a running job whose owner is gone, after a cancel was persisted (`Pool.cancel`).
-
-    Docker rows: the job's running containers are stopped by label (never a pid signal: a pid recorded by
-    another boot may name any process now), then the row is reconciled at once, so a persisted cancel ends
-    it `cancelled`. Subprocess rows: nothing is signalled; a loud log says the process must be stopped by
-    hand. A job whose owner still holds its lease is left to that owner, which honours the persisted request.
-    """
-    job_id = job if isinstance(job, str) else job.id
-    sup = Supervisor(pool, prober, actor=f"operator:{socket.gethostname()}:{os.getpid()}")
-    try:
-        snap = sup._read([job_id])
-        if not snap.rows:
-            return OrphanStop(job_id, "not_running", state=pool.get(job_id).state.value)
-        row = snap.rows[0]
-        if snap.lease[row.id]:
-            return OrphanStop(job_id, "owner_alive", detail=f"owner {row.owner_boot} holds the lease and "
-                                                            "honours the persisted request", state="running")
-        if not row.claimed:
-            return OrphanStop(job_id, "not_running", detail="never claimed", state="running")
-        if row.executor == EXECUTOR_SUBPROCESS:
-            log.error("job %s: its owner boot %s is gone and its process may still be running; jobpool "
-                      "never signals a pid it did not start in this boot, so surviving work must be stopped "
-                      "by hand "
-                      "(recorded identity %s)", job_id, row.owner_boot, row.identity or "none")
-            report = sup.sweep(job_ids=[job_id])
-            return OrphanStop(job_id, "manual_stop_needed", detail=row.identity,
-                              state=report.decisions[0].outcome if report.decisions else "")
-        try:
-            stopped = sup.prober.stop_by_label(pool.keys.pool, job_id, None, pool.settings.stop_grace_secs)
-        except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped
-            log.error("job %s: its container could not be stopped: %s", job_id, exc)
-            return OrphanStop(job_id, "unknown", detail=str(exc), state="running")
-        log.warning("job %s: owner %s gone; stopped %d container(s) by label", job_id, row.owner_boot,
-                    len(stopped))
-        report = sup.sweep(job_ids=[job_id])
-        outcome = report.decisions[0].outcome if report.decisions else ""
-        return OrphanStop(job_id, "stopped", tuple(stopped), state=outcome)
-    finally:
-        if prober is None:
-            sup.close()
-
-
 def run_supervisor(settings: Settings, once: bool = False, stop_event: threading.Event | None = None,
                    prober: ContainerProber | None = None) -> SweepReport | None:
     """The supervisor loop: a sweep at start-up (rows left by a previous run are judged at once), then one
     every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A failed sweep (Redis away) is logged
-    and the loop goes on. Returns the last sweep's report."""
+    and the loop goes on; with `once`, it is raised, so a cron job or health check sees it. Returns the last
+    sweep's report."""
     stop = stop_event or threading.Event()
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread() and not once:
@@ -541,15 +567,20 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
     pool = Pool(connect(settings.redis_url), settings, actor=_actor())
     sup = Supervisor(pool, prober, actor=pool.actor)
     last: SweepReport | None = None
-    log.info("supervisor for pool %s: sweeping every %gs", settings.pool, settings.sweep_interval_secs)
+    if not once:
+        log.info("supervisor for pool %s: sweeping every %gs", settings.pool, settings.sweep_interval_secs)
     try:
         while not stop.is_set():
             began = time.monotonic()
             try:
                 last = sup.sweep()
             except errors.JobpoolError as exc:
+                if once:
+                    raise
                 log.error("sweep of pool %s failed: %s", settings.pool, exc)
             except Exception:  # noqa: BLE001 - a dead supervisor wedges the queue; log and sweep again
+                if once:
+                    raise
                 log.exception("sweep of pool %s failed", settings.pool)
             if once:
                 break

@@ -14,6 +14,8 @@ same evidence, so a row that moved on in the meantime is left alone.
 | claimed            | lease gone, container present and exited               | exited (finish from the code)|
 | claimed            | lease gone, container absent                           | absent (cancel/pause/budget) |
 | claimed            | lease gone, probe unknown                              | warn (slot kept)             |
+| no row (a ghost)   | a live lease, or a container of any attempt running    | warn (slot kept)             |
+| no row (a ghost)   | neither (docker); subprocess pools: operator only      | drop (slot freed)            |
 
 The unattended sweep never frees the slot of work it believes alive: a stale live job only warns, and only
 the operator's `reconcile(evict_stale=True)` turns that into `evict`.
@@ -39,6 +41,8 @@ REASON_LOST_DISPATCH = "lost_dispatch"
 WARN_STALE = "stale"
 WARN_PROBE_UNKNOWN = "probe_unknown"
 WARN_UNADOPTABLE = "orphan_process_alive"
+WARN_GHOST = "ghost_kept"
+REASON_GHOST = "dropped_ghost"
 
 EXECUTOR_DOCKER = "docker"
 EXECUTOR_SUBPROCESS = "subprocess"
@@ -52,6 +56,7 @@ class Kind(str, enum.Enum):
     ABSENT = "absent"  # the work is gone: persisted cancel/pause, recovery budget, or failed
     REDISPATCH = "redispatch"  # promoted but lost before any worker claimed it: dispatch a new attempt
     EVICT = "evict"  # operator only: stop the live job by label and fail it
+    DROP = "drop"  # a running id with no readable row and no work left: free its slot
 
     def __str__(self) -> str:
         return self.value
@@ -260,6 +265,28 @@ def _absent(row: RowSnapshot, probe: Absent, gone: str) -> Verdict:
     return Verdict(Kind.ABSENT, reason, f"{gone}; {probe.detail}", container_id=probe.container_id)
 
 
+def decide_ghost(why: str, lease_live: bool, probe: Probe | None, executor: str,
+                 evict_stale: bool = False) -> Verdict:
+    """A running id whose row is gone or unreadable (`why`): nothing can ever end it, so it would hold its
+    slot for ever. It is judged by what outlives a row: a live lease (its worker may still be at it; its
+    next fenced write is refused) or a container of the job, any attempt. A subprocess pool's processes
+    cannot be found without the row's recorded identity: only the operator's sweep drops those."""
+    if lease_live:
+        return Verdict(Kind.WARN, WARN_GHOST, f"{why}; a lease with a TTL is still held; slot kept")
+    if executor == EXECUTOR_SUBPROCESS:
+        if evict_stale:
+            return Verdict(Kind.DROP, REASON_GHOST, f"{why}; no lease; freed by the operator's sweep")
+        return Verdict(Kind.WARN, WARN_GHOST, f"{why}; no lease, but a process cannot be found without its "
+                                              "row: only `reconcile --evict-stale` frees the slot")
+    if probe is None or isinstance(probe, Unknown):
+        reason = probe.reason if isinstance(probe, Unknown) else "no probe taken"
+        return Verdict(Kind.WARN, WARN_GHOST, f"{why}; probe unknown: {reason}; slot kept")
+    if isinstance(probe, Present) and probe.running:
+        return Verdict(Kind.WARN, WARN_GHOST, f"{why}; {probe.detail}; slot kept until it stops",
+                       container_id=probe.container_id)
+    return Verdict(Kind.DROP, REASON_GHOST, f"{why}; {probe.detail}")
+
+
 #: A container's "interrupted at a boundary, resumable" (EX_TEMPFAIL).
 EXIT_TEMPFAIL = 75
 
@@ -283,4 +310,6 @@ def expected_state(row: RowSnapshot, verdict: Verdict, settings: Settings) -> st
         return "queued" if row.recovery_attempts < settings.recovery_budget else "failed"
     if verdict.kind is Kind.EVICT:
         return "failed"
+    if verdict.kind is Kind.DROP:
+        return "dropped"
     return "running"

@@ -7,6 +7,7 @@ A refused call must write nothing: those tests compare a full dump of the keyspa
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pool_helpers import (
@@ -29,7 +30,7 @@ from pool_helpers import (
     state_of,
 )
 
-from jobpool import errors
+from jobpool import Pool, errors
 from jobpool.attempt import Attempt
 from jobpool.models import JobState
 
@@ -493,4 +494,116 @@ def test_adopt_of_a_finished_or_unknown_job(backend: Backend) -> None:
         Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "")
     with pytest.raises(errors.NotFound):
         Attempt.adopt(pool, "e" * 32, "boot-a", 1, "boot-b", "")
+    assert backend.keyspace() == before
+
+
+# ---- rows edited to garbage: the scripts take them out of the way, never abort half-way ------------------
+
+
+def test_promote_drops_a_queued_id_whose_row_is_gone_and_promotes_the_next(backend: Backend) -> None:
+    pool, jobs = paused_pool(backend, 2, slots=1)
+    backend.client.delete(pool.keys.job(jobs[0].id))
+    assert pool.promote() == 1
+    assert queued_ids(pool) == [] and running_ids(pool) == {jobs[1].id}
+    assert_event(last_event(pool, jobs[0].id), jobs[0].id, "queued", "", "dropped_corrupt_row",
+                 evidence="row key is missing")
+
+
+def test_promote_drops_a_queued_id_whose_key_is_not_a_hash(backend: Backend) -> None:
+    pool, jobs = paused_pool(backend, 2, slots=1)
+    backend.client.delete(pool.keys.job(jobs[0].id))
+    backend.client.set(pool.keys.job(jobs[0].id), "garbage")
+    assert pool.promote() == 1
+    assert running_ids(pool) == {jobs[1].id}
+    assert backend.client.get(pool.keys.job(jobs[0].id)) == "garbage"  # not written to
+    assert last_event(pool, jobs[0].id)["evidence"] == "row key is a string"
+
+
+def test_promote_fails_a_head_whose_rq_job_key_is_not_a_hash(backend: Backend) -> None:
+    pool, jobs = paused_pool(backend, 2, slots=1)
+    backend.client.delete(pool.keys.rq_job(jobs[0].id))
+    backend.client.set(pool.keys.rq_job(jobs[0].id), "garbage")
+    assert pool.promote() == 1
+    assert state_of(pool, jobs[0].id) == "failed" and index_of(pool, jobs[0].id) == ["failed"]
+    assert row(pool, jobs[0].id)["error_reason"] == "dropped_corrupt_row"
+    assert running_ids(pool) == {jobs[1].id}
+
+
+def test_promote_counts_a_garbage_attempt_as_zero(backend: Backend) -> None:
+    pool, jobs = paused_pool(backend, 1, slots=1)
+    backend.client.hset(pool.keys.job(jobs[0].id), "attempt", "x")
+    assert pool.promote() == 1
+    assert pool.get(jobs[0].id).attempt == 1
+    assert json.loads(rq_hash(backend, pool, jobs[0].id)[b"meta"]) == {"jobpool_attempt": 1}
+
+
+def test_a_coalesce_entry_left_by_a_dropped_row_is_replaced(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    first = enqueue(pool, coalesce_key="k")
+    backend.client.delete(pool.keys.job(first.id))
+    pool.set_slots(1)  # the rowless head is dropped from the queue; its coalesce entry stays behind
+    pool.set_slots(0)
+    second = enqueue(pool, "other", coalesce_key="k")
+    assert not second.coalesced
+    again = enqueue(pool, "again", coalesce_key="k")
+    assert again.coalesced and again.id == second.id
+
+
+def test_reconcile_judges_the_lease_by_its_value(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool)
+    orphan(backend, pool, job.id)
+    backend.client.set(pool.keys.lease(job.id), "garbage")
+    assert reconcile(pool, job.id, "absent")[1] == "failed"
+    assert lease(pool, job.id) is None
+
+
+def test_reconcile_refuses_while_the_owners_lease_holds_its_value(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool)
+    claim(pool, job.id)
+    before = backend.keyspace()
+    with pytest.raises(errors.Conflict):
+        reconcile(pool, job.id, "absent")
+    assert backend.keyspace() == before
+
+
+def test_reconcile_counts_a_garbage_recovery_budget_as_zero_spent(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool)
+    orphan(backend, pool, job.id)
+    backend.client.hset(pool.keys.job(job.id), "recovery_attempts", "-x")
+    assert reconcile(pool, job.id, "absent", budget=1)[1] == "queued"
+
+
+# ---- drop_ghost ---------------------------------------------------------------------------------------
+
+
+def drop_ghost(pool: Pool, job_id: str) -> list[Any]:
+    return pool.run("drop_ghost", [pool.keys.job(job_id), pool.keys.lease(job_id), *pool.candidates(4)],
+                    [job_id, "probe: no container", "supervisor"])
+
+
+def test_drop_ghost_frees_the_slot_of_a_running_id_without_a_row(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool)
+    waiting = enqueue(pool)
+    backend.client.delete(pool.keys.job(job.id))
+    assert drop_ghost(pool, job.id) == [0, 1, 1, "empty"]
+    assert running_ids(pool) == {waiting.id} and job.id not in rq_list(pool)
+    assert_event(last_event(pool, job.id), job.id, "running", "", "dropped_ghost",
+                 evidence="probe: no container", actor="supervisor")
+    assert drop_ghost(pool, job.id)[:2] == [0, 0]  # gone from `running` already: nothing to do
+
+
+@pytest.mark.parametrize("spoil", ["none", "live lease"])
+def test_drop_ghost_refuses_a_row_that_is_a_hash_or_a_live_lease(backend: Backend, spoil: str) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool)
+    if spoil == "live lease":
+        backend.client.delete(pool.keys.job(job.id))
+        backend.client.set(pool.keys.lease(job.id), "boot-a:1", px=60_000)
+    before = backend.keyspace()
+    with pytest.raises(errors.Conflict):
+        drop_ghost(pool, job.id)
     assert backend.keyspace() == before

@@ -1,0 +1,75 @@
+"""Stopping the work of a cancelled job whose worker is gone (the operator's `cancel`, DESIGN.md section 5).
+
+Never by a recorded pid: a pid recorded by another boot may name any process now. Containers are stopped by
+label, then the row is reconciled at once by a one-job sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+from ..api import Pool
+from ..models import Job
+from .probes import ContainerProber
+from .sweep import Supervisor
+from .verdicts import EXECUTOR_SUBPROCESS
+
+log = logging.getLogger("jobpool.supervisor")
+
+
+@dataclass(frozen=True)
+class OrphanStop:
+    """What `stop_orphan` did: `action` is one of not_running, owner_alive, stopped, manual_stop_needed,
+    unknown."""
+
+    job_id: str
+    action: str
+    containers: tuple[str, ...] = ()
+    detail: str = ""
+    state: str = ""
+
+
+def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = None) -> OrphanStop:
+    """Stop the work of a running job whose owner is gone, after a cancel was persisted (`Pool.cancel`).
+
+    Docker rows: the job's running containers are stopped by label (never a pid signal: a pid recorded by
+    another boot may name any process now), then the row is reconciled at once, so a persisted cancel ends
+    it `cancelled`. Subprocess rows: nothing is signalled; a loud log says the process must be stopped by
+    hand. A job whose owner still holds its lease is left to that owner, which honours the persisted request.
+    """
+    job_id = job if isinstance(job, str) else job.id
+    sup = Supervisor(pool, prober, actor=f"operator:{socket.gethostname()}:{os.getpid()}")
+    try:
+        snap = sup._read([job_id])
+        if not snap.rows:
+            return OrphanStop(job_id, "not_running", state=pool.get(job_id).state.value)
+        row = snap.rows[0]
+        if snap.lease[row.id]:
+            return OrphanStop(job_id, "owner_alive", detail=f"owner {row.owner_boot} holds the lease and "
+                                                            "honours the persisted request", state="running")
+        if not row.claimed:
+            return OrphanStop(job_id, "not_running", detail="never claimed", state="running")
+        if row.executor == EXECUTOR_SUBPROCESS:
+            log.error("job %s: its owner boot %s is gone and its process may still be running; jobpool "
+                      "never signals a pid it did not start in this boot, so surviving work must be stopped "
+                      "by hand "
+                      "(recorded identity %s)", job_id, row.owner_boot, row.identity or "none")
+            report = sup.sweep(job_ids=[job_id])
+            return OrphanStop(job_id, "manual_stop_needed", detail=row.identity,
+                              state=report.decisions[0].outcome if report.decisions else "")
+        try:
+            stopped = sup.prober.stop_by_label(pool.keys.pool, job_id, None, pool.settings.stop_grace_secs)
+        except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped
+            log.error("job %s: its container could not be stopped: %s", job_id, exc)
+            return OrphanStop(job_id, "unknown", detail=str(exc), state="running")
+        log.warning("job %s: owner %s gone; stopped %d container(s) by label", job_id, row.owner_boot,
+                    len(stopped))
+        report = sup.sweep(job_ids=[job_id])
+        outcome = report.decisions[0].outcome if report.decisions else ""
+        return OrphanStop(job_id, "stopped", tuple(stopped), state=outcome)
+    finally:
+        if prober is None:
+            sup.close()
