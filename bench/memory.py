@@ -1,0 +1,93 @@
+"""Memory: resident set size of a supervisor and of an idle worker, against baselines from the same run.
+
+    python3 bench/memory.py
+
+Baselines: a bare Python interpreter (`python -c` sleeping) and RQ's own idle `rq worker` on the same Redis.
+Each process is measured (VmRSS from /proc) once it has settled: the supervisor after several sweeps over
+200 running rows, the workers after they registered and sat idle. Printed in MiB and as ratios to RQ's worker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
+
+from procs import JobpoolProcess  # noqa: E402
+from servers import DockerDaemon, RedisServer  # noqa: E402
+
+from jobpool import Pool  # noqa: E402
+from jobpool.attempt import Attempt  # noqa: E402
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def settle(check, timeout: float = 60.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit("memory: a process did not settle in time")
+        time.sleep(0.1)
+
+
+def main() -> int:
+    root = Path(tempfile.mkdtemp(prefix="jobpool-mem-"))
+    redis_server, daemon = RedisServer(), DockerDaemon()
+    started: list[subprocess.Popen[bytes]] = []
+    jp: list[JobpoolProcess] = []
+    try:
+        redis_server.start()
+        daemon.start()
+        env = {**os.environ, "JOBPOOL_REDIS_URL": redis_server.url, "JOBPOOL_POOL": "mem",
+               "DOCKER_HOST": daemon.host, "JOBPOOL_SWEEP_INTERVAL_SECS": "0.5", "JOBPOOL_STATE_DIR": str(root)}
+        pool = Pool.from_env(env=env)
+        pool.set_slots(200)
+        for _ in range(200):  # 200 running rows, owned by a live lease, for the supervisor to sweep
+            job = pool.enqueue("jobpool-test:busybox", ["true"])
+            Attempt(pool, job.id, "bench-boot", 1).claim()
+        pool.client.delete(pool.keys.rq_queue)  # claimed already: nothing for the worker, which stays idle
+        bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        rq_log = open(root / "rq.log", "wb")
+        rq = subprocess.Popen(["rq", "worker", "--url", redis_server.url, "rq-baseline"],
+                              stdout=rq_log, stderr=subprocess.STDOUT)
+        rq_log.close()
+        started += [bare, rq]
+        sup = JobpoolProcess("jobpool.cli", env, root / "supervisor.log", ("supervisor",))
+        wrk = JobpoolProcess("jobpool.cli", env, root / "worker.log", ("worker",))
+        jp += [sup, wrk]
+        settle(lambda: "Listening on rq-baseline" in (root / "rq.log").read_text())
+        settle(lambda: pool.client.zcard(pool.keys.boots) == 1)
+        sweeps = lambda: (pool.client.get(pool.keys.last_sweep) or "")  # noqa: E731
+        first = sweeps()
+        settle(lambda: sweeps() and sweeps() != first)
+        time.sleep(3)  # several more sweeps and idle heartbeats, so caches and pools have grown
+        figures = {"python (bare)": rss_mib(bare.pid), "rq worker (idle)": rss_mib(rq.pid),
+                   "jobpool worker (idle)": rss_mib(wrk.pid), "jobpool supervisor (200 rows)": rss_mib(sup.pid)}
+        base = figures["rq worker (idle)"]
+        print("memory: VmRSS, MiB (ratio to RQ's idle worker)")
+        for name, mib in figures.items():
+            print(f"  {name:32s} {mib:6.1f}  ({mib / base:.2f}x)")
+    finally:
+        for p in jp:
+            p.stop(timeout=15)
+        for p in started:
+            p.kill()
+            p.wait(10)
+        daemon.close()
+        redis_server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
