@@ -254,7 +254,7 @@ class Pool:
 
     def events(self, job_id: str | None = None, count: int = 1000, after: str = "-") -> builtins.list[dict[str, str]]:
         """Transitions in order, oldest first (capped stream); filtered to one job if given. `count` entries
-        are read (1 to MAX_EVENTS), from `after`: "-" for the start, or a stream id ("(" before it: exclusive)."""
+        are read (1 to MAX_EVENTS), from `after`: "-" for the start, or a stream id ("(" first: exclusive)."""
         if job_id is not None and not isinstance(job_id, str):
             raise errors.InvalidArgument(f"job_id must be a string, got {job_id!r}")
         self._check_count("count", count, MAX_EVENTS)

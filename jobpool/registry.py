@@ -42,8 +42,14 @@ _MESSAGES = {
 
 
 #: Error replies that say the server cannot serve now (not that the data is bad): `RedisUnavailable`.
-_SERVER_STATE_ERRORS = ("READONLY", "OOM", "BUSY", "LOADING", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN",
-                        "TRYAGAIN", "MISCONF", "NOSCRIPT", "NOAUTH", "NOPERM", "WRONGPASS")
+#: redis-py turns some into their own classes (and strips the code from the message); the rest keep it.
+_SERVER_STATE_CLASSES: tuple[type[redis.RedisError], ...] = (
+    redis.exceptions.ReadOnlyError, redis.exceptions.OutOfMemoryError, redis.exceptions.NoScriptError,
+    redis.exceptions.NoPermissionError, redis.exceptions.AuthenticationError, redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError, redis.exceptions.MasterDownError, redis.exceptions.ExecAbortError,
+)
+_SERVER_STATE_CODES = ("READONLY", "OOM", "BUSY", "LOADING", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN",
+                       "TRYAGAIN", "MISCONF", "NOSCRIPT", "NOAUTH", "NOPERM", "WRONGPASS")
 
 
 def wrap_redis_error(exc: redis.RedisError, what: str) -> errors.JobpoolError:
@@ -57,7 +63,8 @@ def wrap_redis_error(exc: redis.RedisError, what: str) -> errors.JobpoolError:
     if isinstance(exc, redis.DataError):
         return errors.InvalidArgument(f"{what}: {exc}")
     text = str(exc)
-    if isinstance(exc, redis.ResponseError) and not text.startswith(_SERVER_STATE_ERRORS):
+    server_state = isinstance(exc, _SERVER_STATE_CLASSES) or text.startswith(_SERVER_STATE_CODES)
+    if isinstance(exc, redis.ResponseError) and not server_state:
         return errors.CorruptRow(f"{what}: redis refused it on the stored data: {text}")
     return errors.RedisUnavailable(f"redis refused {what}: {text}")
 
