@@ -526,6 +526,13 @@ def status(state: CliState) -> None:
 
 # ---- processes (their packages import lazily, so the admin commands work without them) -----------------
 
+def _log_to_stderr() -> None:
+    """The long-running commands log their decisions (sweep summaries, drains, verdicts) to stderr."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
 def _load(module: str, name: str, what: str) -> Callable[..., Any]:
     try:
         return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
@@ -557,6 +564,7 @@ def reconcile(state: CliState, evict_stale: bool, dry_run: bool) -> None:
 def worker(state: CliState, burst: bool) -> None:
     """Run one worker process (SIGTERM drains it)."""
     run = _load("jobpool.workers", "run_worker", "the worker")
+    _log_to_stderr()
     run(state.settings(), burst=burst)  # returns how many jobs a drain left running: logged, not an error
 
 
@@ -566,6 +574,7 @@ def worker(state: CliState, burst: bool) -> None:
 def supervisor(state: CliState, once: bool) -> None:
     """Run the sweep loop: reconcile, then promote, every JOBPOOL_SWEEP_INTERVAL_SECS."""
     run = _load("jobpool.supervisor", "run_supervisor", "the supervisor")
+    _log_to_stderr()
     _finish(run(state.settings(), once=once))
 
 

