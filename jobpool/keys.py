@@ -51,14 +51,15 @@ class PoolKeys:
         self.rq_queue_name = f"jobpool-{pool}"
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"
-
-    def common(self) -> list[str]:
-        """The 13 keys every script takes first, in the order scripts/_lib.lua expects."""
-        return [
+        self._common = (
             self.config, self.paused, self.queued, self.running, self.coalesce, self.events,
             self.rq_queue, RQ_QUEUES, self.seq,
             self.paused_jobs, self.succeeded, self.failed, self.cancelled,
-        ]
+        )
+
+    def common(self) -> list[str]:
+        """The 13 keys every script takes first, in the order scripts/_lib.lua expects (a fresh list)."""
+        return list(self._common)
 
     def state_index(self, state: str) -> str:
         return {

@@ -28,14 +28,10 @@ def rq_hash_template(queue_name: str) -> dict[str, bytes | str | int]:
     return fields
 
 
-def rq_hash_args(template: dict[str, bytes | str | int], job_id: str, image: str) -> list[bytes | str | int]:
-    """Field/value pairs for the enqueue script's ARGV."""
+def rq_hash_args(template: list[bytes | str | int], job_id: str, image: str) -> list[bytes | str | int]:
+    """Field/value pairs for the enqueue script's ARGV; `template` is `rq_hash_template` flattened."""
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    out: list[bytes | str | int] = ["created_at", now, "description", f"jobpool {job_id} ({image})"]
-    for k, v in template.items():
-        out.append(k)
-        out.append(v)
-    return out
+    return ["created_at", now, "description", f"jobpool {job_id} ({image})", *template]
 
 
 class _NoConnection:

@@ -6,12 +6,13 @@ behind. The limits keep one row small enough that listing thousands of jobs stay
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidSpec
@@ -45,11 +46,16 @@ class JobSpec:
     mounts: tuple[str, ...] = ()
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["command"] = list(self.command)
-        data["mounts"] = list(self.mounts)
-        data["env"] = dict(self.env)
-        data["labels"] = dict(self.labels)
+        """Canonical JSON (sorted keys), computed once: a spec is frozen."""
+        return self._json
+
+    @functools.cached_property
+    def _json(self) -> str:
+        data = {
+            "image": self.image, "command": list(self.command), "env": dict(self.env), "workdir": self.workdir,
+            "user": self.user, "network": self.network, "cpus": self.cpus, "memory": self.memory,
+            "labels": dict(self.labels), "mounts": list(self.mounts),
+        }
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod

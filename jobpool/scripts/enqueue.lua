@@ -5,7 +5,8 @@ KEYS[15]     rq:job:<id>   RQ's job hash (outside the hash tag: RQ's own key)
 ARGV[1] id   ARGV[2] spec JSON   ARGV[3] coalesce key ('' = none)   ARGV[4] actor
 ARGV[5]      the slot limit to set if the pool has none yet
 ARGV[6..]    RQ job hash field/value pairs (status 'created'; promote flips it to 'queued')
-Returns {0, id, coalesced 0|1, why_stopped, promoted, row as field/value pairs}; -5 when the id exists.
+Returns {0, id, coalesced 0|1, why_stopped, promoted, state, seq, created_at, attempt, promoted_at};
+        -5 when the id exists.
 why_stopped 'stale' means slots are free but this job is not the head: the caller should run promote.
 Create a job row (or return the queued job with the same coalesce key), pre-save its RQ
 job hash in the same step, and promote it at once if it is the head and a slot is free.
@@ -40,4 +41,6 @@ elseif redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then
 elseif redis.call('ZCARD', KEYS[K_RUNNING]) < max_slots() then
   why = 'stale'
 end
-return {0, id, 0, why, promoted, redis.call('HGETALL', jkey)}
+-- Only what this script set: the caller already holds the spec, so no row is read back.
+local row = redis.call('HMGET', jkey, 'state', 'seq', 'attempt', 'promoted_at')
+return {0, id, 0, why, promoted, row[1], row[2], now, row[3], row[4] or ''}

@@ -27,16 +27,17 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     jobs it left running at a drain deadline; raises `WorkerDied` when the work loop ended on an error."""
     pool = Pool.from_settings(settings)
     pool.actor = "worker"
-    daemon_id = ""
+    daemon_id, api_version = "", None
     if settings.executor == "docker":
         try:
             executor = make_executor(settings)
             daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
+            api_version = executor.api_version  # type: ignore[attr-defined]
             executor.close()
         except Exception as exc:  # noqa: BLE001 - a worker may start before the daemon answers
             log.warning("docker daemon not answering yet (%s); jobs wait for it", exc)
     boot = Boot(pool, settings.executor, daemon_id)
-    runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id)
+    runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version)
     install(runtime)
     boot.start()
     worker = JobpoolWorker(runtime, boot)

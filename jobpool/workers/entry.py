@@ -38,7 +38,7 @@ def run_job() -> str:
             log.info("job %s attempt %s: not claimed (%s)", job_id, attempt_no, exc)
             return "not-claimed"
         raise
-    executor = make_executor(rt.pool.settings, rt.daemon_id)
+    executor = make_executor(rt.pool.settings, rt.daemon_id, rt.api_version)
     try:
         env = {"JOBPOOL_JOB_ID": job_id, "JOBPOOL_ATTEMPT": str(attempt_no), "JOBPOOL_POOL": rt.pool.keys.pool}
         launch = Launch(rt.pool.keys.pool, job_id, attempt_no, rt.boot_id, spec, env)
@@ -52,7 +52,7 @@ def adopt_job(job_id: str, old_owner: str, attempt_no: int) -> str:
     """Re-attach to a live container whose worker is gone (asked for by the supervisor), then watch it
     to its real exit code. The takeover is a compare-and-set, refused while the old owner's lease lives."""
     rt = current()
-    executor = make_executor(rt.pool.settings, rt.daemon_id)
+    executor = make_executor(rt.pool.settings, rt.daemon_id, rt.api_version)
     try:
         row = rt.pool.get(job_id)
         handle = executor.attach(rt.pool.keys.pool, job_id, int(attempt_no), row.container_id)

@@ -19,6 +19,8 @@ class Runtime:
     boot_id: str
     #: The Docker daemon's id as seen at boot ('' for the subprocess executor or an absent daemon).
     daemon_id: str = ""
+    #: The Docker API version negotiated once at boot, so each job's client skips the negotiation.
+    api_version: str | None = None
     #: Set in the horse when a drain (shutdown) is requested: monotonic time of the request.
     drain_requested_at: float | None = None
     left_running: list[str] = field(default_factory=list)

@@ -6,7 +6,7 @@ from ...config import Settings
 from .base import Executor, Handle, Launch, LaunchError, LaunchUnknown
 
 
-def make_executor(settings: Settings, daemon_id: str = "") -> Executor:
+def make_executor(settings: Settings, daemon_id: str = "", api_version: str | None = None) -> Executor:
     """The executor the settings name; Docker honours DOCKER_HOST. A known `daemon_id` saves a round trip."""
     if settings.executor == "subprocess":
         from .subprocess import SubprocessExecutor
@@ -14,7 +14,7 @@ def make_executor(settings: Settings, daemon_id: str = "") -> Executor:
         return SubprocessExecutor(settings.state_dir)
     from .docker import DockerExecutor
 
-    return DockerExecutor(daemon_id=daemon_id)
+    return DockerExecutor(daemon_id=daemon_id, api_version=api_version)
 
 
 __all__ = ["Executor", "Handle", "Launch", "LaunchError", "LaunchUnknown", "make_executor"]
