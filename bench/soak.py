@@ -262,7 +262,11 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
             except JobpoolError:
                 counts = None
             if counts is not None and counts["queued"] + counts["running"] + counts["paused"] == 0:
-                break
+                if set(figures.faults) >= set(FAULTS):
+                    break
+                # Every fault kind must meet live jobs at least once: keep the queue fed until it has.
+                job_ids += [pool.enqueue(IMAGE, job_command(rng)).id for _ in range(5)]
+                figures.jobs = len(job_ids)
             if counts is not None and time.monotonic() >= next_fault:
                 if not schedule:
                     schedule = rng.sample(FAULTS, len(FAULTS))

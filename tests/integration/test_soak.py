@@ -25,4 +25,4 @@ def test_soak_keeps_every_promise_under_faults(redis_server, docker_daemon) -> N
     assert not figures.double_container_jobs, figures.line()
     assert figures.stuck == 0, figures.line()
     assert figures.illegal_transitions == 0, figures.line()
-    assert sum(figures.outcomes.values()) == 20
+    assert figures.jobs >= 20 and sum(figures.outcomes.values()) == figures.jobs
