@@ -174,15 +174,16 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
         w = Child(f"worker-{i}", [*cli, "worker"], root / "logs" / f"worker-{i}.log", env)
         w.start()
         stack.workers.append(w)
-    stack.state_file().write_text(json.dumps({
-        "pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis.proc.pid if stack.redis.proc else 0,
-        "pool": settings.pool, "executor": chosen, "workers": workers, "started_at": int(time.time() * 1000),
-    }))
     click.echo(f"jobpool up: redis at {url} (AOF on, data in {root / 'redis'})")
     click.echo(f"  executor: {chosen}{'' if chosen == 'docker' else ' (no Docker daemon answered)'}; "
                f"{workers} workers, {pool.slots()[1]} slots; logs in {root / 'logs'}")
     click.echo(f"  other shells in this directory find it with no flags: jobpool enqueue IMAGE -- CMD...")
     click.echo("  Ctrl-C drains the workers and stops everything.")
+    # Written last: its appearance tells other shells (and tests) that everything above is up.
+    stack.state_file().write_text(json.dumps({
+        "pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis.proc.pid if stack.redis.proc else 0,
+        "pool": settings.pool, "executor": chosen, "workers": workers, "started_at": int(time.time() * 1000),
+    }))
     return _supervise(stack)
 
 

@@ -15,7 +15,9 @@ local id, boot, attempt, kind, code, reason, tail = ARGV[1], ARGV[2], ARGV[3], A
 local f = fence(jkey, boot, attempt)
 if f ~= 0 then return {f} end
 local to, why
-if kind == 'error' then
+if kind == 'error' and redis.call('HGET', jkey, 'cancel_requested') == '1' then
+  to, why = 'cancelled', 'cancel_requested'  -- what the user asked for happened: nothing runs
+elseif kind == 'error' then
   to, why = 'failed', reason
 elseif (kind == 'exit' or kind == 'interrupted') and tonumber(code) then
   to, why = verdict_for_exit(jkey, tonumber(code), kind == 'interrupted')

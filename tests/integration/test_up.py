@@ -48,7 +48,8 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         state_file = tmp_path / ".jobpool" / "up.json"
         state = eventually(lambda: state_file.exists() and json.loads(state_file.read_text()), timeout=30,
                            message="up wrote its state file")
-        out = (tmp_path / "up.log").read_text()
+        out = eventually(lambda: "Ctrl-C drains" in (log_text := (tmp_path / "up.log").read_text()) and log_text,
+                         timeout=10, message="up announced itself")
         assert state["redis_url"] in out and f"executor: {executor}" in out
         # Another shell in the same directory finds it with no flags.
         enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "--json", "enqueue", IMAGE, "--",

@@ -466,6 +466,16 @@ def test_finish_error_fails_with_the_given_reason(backend: Backend) -> None:
     assert_event(last_event(pool, job.id), job.id, "running", "failed", "image not found")
 
 
+def test_finish_error_after_a_cancel_request_is_cancelled(backend: Backend) -> None:
+    """The launch failed, so nothing runs: the user's cancel is what happened, not a failure."""
+    pool = backend.pool()
+    job = enqueue(pool)
+    att = claim(pool, job.id)
+    assert pool.cancel(job.id).cancel_requested
+    assert att.finish("error", reason="image not found") == "cancelled"
+    assert pool.get(job.id).state == JobState.CANCELLED and pool.slots()[0] == 0
+
+
 @pytest.mark.parametrize(("request_", "kind", "code", "expected"), [
     ("cancel", "exit", 143, "cancelled"),
     ("pause", "exit", 143, "paused"),

@@ -143,7 +143,7 @@ class PoolMachine(RuleBasedStateMachine):
         me = data.draw(st.sampled_from(self.owned()))
         before = self.row(me.job_id)
         if kind == "error":
-            expected = "failed"
+            expected = "cancelled" if before["cancel_requested"] == "1" else "failed"
         elif code == 0:
             expected = "succeeded"
         elif before["cancel_requested"] == "1":
