@@ -5,9 +5,11 @@ recorded process, RQ's dispatch lists), then promotes. Verdicts are compare-and-
 pool are safe; an unknown probe keeps the slot; only the operator's `reconcile(evict_stale=True)` evicts.
 """
 
+from .loop import reconcile, run_supervisor, sweep_once
 from .orphans import OrphanStop, stop_orphan
 from .probes import Absent, ContainerProber, Present, Unknown, probe_containers, probe_process
-from .sweep import Decision, Supervisor, SweepReport, reconcile, run_supervisor, sweep_once
+from .report import Decision, SweepReport
+from .sweep import Supervisor
 from .verdicts import Kind, Verdict, decide
 
 __all__ = [

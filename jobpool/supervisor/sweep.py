@@ -12,11 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,10 +27,11 @@ from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from .. import errors
-from ..api import CANDIDATES_ON_RELEASE, Pool, connect
+from ..api import CANDIDATES_ON_RELEASE, Pool
 from ..config import Settings
 from ..registry import wrap_redis_error
 from .probes import Absent, ContainerProber, Probe, Unknown, probe_process
+from .report import Decision, SweepReport
 from .verdicts import (
     APPLIED_KINDS,
     EXECUTOR_SUBPROCESS,
@@ -69,57 +67,6 @@ def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
 
 def adopt_rq_job_id(job_id: str, attempt: int) -> str:
     return f"jobpool-adopt-{job_id}-{attempt}"
-
-
-@dataclass
-class Decision:
-    """One row's verdict in a sweep, and what applying it did."""
-
-    job_id: str
-    attempt: int
-    owner_boot: str
-    verdict: Verdict
-    expected: str
-    #: After applying: the row's new state; "kept"; "conflict" (the row moved on); "adoption requested" /
-    #: "adoption pending"; "not applied (dry run)"; or "error: ...".
-    outcome: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "attempt": self.attempt, "owner_boot": self.owner_boot,
-                "verdict": self.verdict.to_dict(), "expected": self.expected, "outcome": self.outcome}
-
-
-@dataclass
-class SweepReport:
-    pool: str
-    at_ms: int = 0
-    rows: int = 0
-    verdicts: Counter[str] = field(default_factory=Counter)
-    unknown: int = 0
-    conflicts: int = 0
-    promoted: int = 0
-    duration_ms: float = 0.0
-    #: Where the time went: read (rows, leases, RQ facts), probe, decide+apply, promote.
-    phases_ms: dict[str, float] = field(default_factory=dict)
-    dry_run: bool = False
-    decisions: list[Decision] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        """What `pool.keys.last_sweep` holds (the CLI's `status` reads it)."""
-        return {"at": self.at_ms, "rows": self.rows, "verdicts": dict(sorted(self.verdicts.items())),
-                "unknown": self.unknown, "conflicts": self.conflicts, "promoted": self.promoted,
-                "duration_ms": round(self.duration_ms, 1),
-                "phases_ms": {k: round(v, 1) for k, v in self.phases_ms.items()}}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pool": self.pool, "dry_run": self.dry_run, **self.summary(),
-                "decisions": [d.to_dict() for d in self.decisions]}
-
-    def line(self) -> str:
-        kinds = " ".join(f"{k}={n}" for k, n in sorted(self.verdicts.items())) or "none"
-        return (f"sweep pool={self.pool}{' (dry run)' if self.dry_run else ''}: rows={self.rows} "
-                f"verdicts[{kinds}] unknown={self.unknown} conflicts={self.conflicts} "
-                f"promoted={self.promoted} in {self.duration_ms:.1f} ms")
 
 
 @dataclass
@@ -330,10 +277,7 @@ class Supervisor:
         for (row, probe), verdict in zip(decided, verdicts, strict=True):
             decision = Decision(row.id, row.attempt, row.owner_boot, verdict,
                                 expected_state(row, verdict, self.settings))
-            report.decisions.append(decision)
-            report.verdicts[verdict.kind.value] += 1
-            if isinstance(probe, Unknown):
-                report.unknown += 1
+            report.record(decision, isinstance(probe, Unknown))
             if dry_run:
                 decision.outcome = "not applied (dry run)"
                 continue
@@ -361,10 +305,7 @@ class Supervisor:
                                    evict_stale=evict_stale)
             row = RowSnapshot(id=job_id, attempt=0)
             decision = Decision(job_id, 0, "", verdict, expected_state(row, verdict, self.settings))
-            report.decisions.append(decision)
-            report.verdicts[verdict.kind.value] += 1
-            if isinstance(probe, Unknown):
-                report.unknown += 1
+            report.record(decision, isinstance(probe, Unknown))
             if dry_run:
                 decision.outcome = "not applied (dry run)"
             elif verdict.kind is Kind.DROP:
@@ -529,66 +470,3 @@ class Supervisor:
 
 
 # ---- the public entry points --------------------------------------------------------------------------
-
-
-def sweep_once(pool: Pool, prober: ContainerProber | None = None) -> SweepReport:
-    """One unattended sweep of `pool`: reconcile, then promote. Never frees a live job's slot."""
-    sup = Supervisor(pool, prober)
-    try:
-        return sup.sweep()
-    finally:
-        if prober is None:
-            sup.close()
-
-
-def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
-              prober: ContainerProber | None = None) -> SweepReport:
-    """The operator's sweep. `dry_run`: decide and report, change nothing. `evict_stale`: a live job past
-    `job_stale_seconds` is stopped by container label and failed `stale_evicted`, freeing its slot."""
-    sup = Supervisor(pool, prober, actor=f"operator:{socket.gethostname()}:{os.getpid()}")
-    try:
-        return sup.sweep(evict_stale=evict_stale, dry_run=dry_run)
-    finally:
-        if prober is None:
-            sup.close()
-
-
-def run_supervisor(settings: Settings, once: bool = False, stop_event: threading.Event | None = None,
-                   prober: ContainerProber | None = None) -> SweepReport | None:
-    """The supervisor loop: a sweep at start-up (rows left by a previous run are judged at once), then one
-    every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A failed sweep (Redis away) is logged
-    and the loop goes on; with `once`, it is raised, so a cron job or health check sees it. Returns the last
-    sweep's report."""
-    stop = stop_event or threading.Event()
-    previous: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread() and not once:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
-    pool = Pool(connect(settings.redis_url), settings, actor=_actor())
-    sup = Supervisor(pool, prober, actor=pool.actor)
-    last: SweepReport | None = None
-    if not once:
-        log.info("supervisor for pool %s: sweeping every %gs", settings.pool, settings.sweep_interval_secs)
-    try:
-        while not stop.is_set():
-            began = time.monotonic()
-            try:
-                last = sup.sweep()
-            except errors.JobpoolError as exc:
-                if once:
-                    raise
-                log.error("sweep of pool %s failed: %s", settings.pool, exc)
-            except Exception:  # noqa: BLE001 - a dead supervisor wedges the queue; log and sweep again
-                if once:
-                    raise
-                log.exception("sweep of pool %s failed", settings.pool)
-            if once:
-                break
-            stop.wait(max(0.0, began + settings.sweep_interval_secs - time.monotonic()))
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        sup.close()
-        pool.client.close()
-    log.info("supervisor for pool %s stopped", settings.pool)
-    return last

@@ -1,0 +1,83 @@
+"""The supervisor's entry points: one sweep, the operator's reconcile, and the sweep loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from .. import errors
+from ..api import Pool, connect
+from ..config import Settings
+from .probes import ContainerProber
+from .report import SweepReport
+from .sweep import Supervisor, _actor
+
+log = logging.getLogger("jobpool.supervisor")
+
+
+def sweep_once(pool: Pool, prober: ContainerProber | None = None) -> SweepReport:
+    """One unattended sweep of `pool`: reconcile, then promote. Never frees a live job's slot."""
+    sup = Supervisor(pool, prober)
+    try:
+        return sup.sweep()
+    finally:
+        if prober is None:
+            sup.close()
+
+
+def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
+              prober: ContainerProber | None = None) -> SweepReport:
+    """The operator's sweep. `dry_run`: decide and report, change nothing. `evict_stale`: a live job past
+    `job_stale_seconds` is stopped by container label and failed `stale_evicted`, freeing its slot."""
+    sup = Supervisor(pool, prober, actor=f"operator:{socket.gethostname()}:{os.getpid()}")
+    try:
+        return sup.sweep(evict_stale=evict_stale, dry_run=dry_run)
+    finally:
+        if prober is None:
+            sup.close()
+
+
+def run_supervisor(settings: Settings, once: bool = False, stop_event: threading.Event | None = None,
+                   prober: ContainerProber | None = None) -> SweepReport | None:
+    """The supervisor loop: a sweep at start-up (rows left by a previous run are judged at once), then one
+    every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A failed sweep (Redis away) is logged
+    and the loop goes on; with `once`, it is raised, so a cron job or health check sees it. Returns the last
+    sweep's report."""
+    stop = stop_event or threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread() and not once:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    pool = Pool(connect(settings.redis_url), settings, actor=_actor())
+    sup = Supervisor(pool, prober, actor=pool.actor)
+    last: SweepReport | None = None
+    if not once:
+        log.info("supervisor for pool %s: sweeping every %gs", settings.pool, settings.sweep_interval_secs)
+    try:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                last = sup.sweep()
+            except errors.JobpoolError as exc:
+                if once:
+                    raise
+                log.error("sweep of pool %s failed: %s", settings.pool, exc)
+            except Exception:  # noqa: BLE001 - a dead supervisor wedges the queue; log and sweep again
+                if once:
+                    raise
+                log.exception("sweep of pool %s failed", settings.pool)
+            if once:
+                break
+            stop.wait(max(0.0, began + settings.sweep_interval_secs - time.monotonic()))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sup.close()
+        pool.client.close()
+    log.info("supervisor for pool %s stopped", settings.pool)
+    return last

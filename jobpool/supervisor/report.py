@@ -1,0 +1,66 @@
+"""What a sweep decided and did: per-row decisions and the summary written to `last_sweep`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .verdicts import Verdict
+
+
+@dataclass
+class Decision:
+    """One row's verdict in a sweep, and what applying it did."""
+
+    job_id: str
+    attempt: int
+    owner_boot: str
+    verdict: Verdict
+    expected: str
+    #: After applying: the row's new state; "kept"; "conflict" (the row moved on); "adoption requested" /
+    #: "adoption pending"; "not applied (dry run)"; or "error: ...".
+    outcome: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "attempt": self.attempt, "owner_boot": self.owner_boot,
+                "verdict": self.verdict.to_dict(), "expected": self.expected, "outcome": self.outcome}
+
+
+@dataclass
+class SweepReport:
+    pool: str
+    at_ms: int = 0
+    rows: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)
+    unknown: int = 0
+    conflicts: int = 0
+    promoted: int = 0
+    duration_ms: float = 0.0
+    #: Where the time went: read (rows, leases, RQ facts), probe, decide+apply, promote.
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    dry_run: bool = False
+    decisions: list[Decision] = field(default_factory=list)
+
+    def record(self, decision: Decision, unknown: bool) -> None:
+        """Count one row's verdict (and whether its probe was unknown) before it is applied."""
+        self.decisions.append(decision)
+        self.verdicts[decision.verdict.kind.value] += 1
+        self.unknown += unknown
+
+    def summary(self) -> dict[str, Any]:
+        """What `pool.keys.last_sweep` holds (the CLI's `status` reads it)."""
+        return {"at": self.at_ms, "rows": self.rows, "verdicts": dict(sorted(self.verdicts.items())),
+                "unknown": self.unknown, "conflicts": self.conflicts, "promoted": self.promoted,
+                "duration_ms": round(self.duration_ms, 1),
+                "phases_ms": {k: round(v, 1) for k, v in self.phases_ms.items()}}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pool": self.pool, "dry_run": self.dry_run, **self.summary(),
+                "decisions": [d.to_dict() for d in self.decisions]}
+
+    def line(self) -> str:
+        kinds = " ".join(f"{k}={n}" for k, n in sorted(self.verdicts.items())) or "none"
+        return (f"sweep pool={self.pool}{' (dry run)' if self.dry_run else ''}: rows={self.rows} "
+                f"verdicts[{kinds}] unknown={self.unknown} conflicts={self.conflicts} "
+                f"promoted={self.promoted} in {self.duration_ms:.1f} ms")
