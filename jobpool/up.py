@@ -180,10 +180,13 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
     click.echo(f"  other shells in this directory find it with no flags: jobpool enqueue IMAGE -- CMD...")
     click.echo("  Ctrl-C drains the workers and stops everything.")
     # Written last: its appearance tells other shells (and tests) that everything above is up.
-    stack.state_file().write_text(json.dumps({
+    # Atomically (write, then rename), so a reader never sees half a file.
+    tmp = stack.state_file().with_suffix(".tmp")
+    tmp.write_text(json.dumps({
         "pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis.proc.pid if stack.redis.proc else 0,
         "pool": settings.pool, "executor": chosen, "workers": workers, "started_at": int(time.time() * 1000),
     }))
+    os.replace(tmp, stack.state_file())
     return _supervise(stack)
 
 
