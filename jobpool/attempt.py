@@ -55,10 +55,12 @@ class Attempt:
 
     @classmethod
     def adopt(cls, pool: Pool, job_id: str, old_owner: str, attempt: int, boot_id: str,
-              evidence: str) -> tuple[Attempt, JobSpec, str, Requests]:
-        """Take over a running job whose owner's lease is gone and whose container still runs."""
+              evidence: str, daemon_id: str = "") -> tuple[Attempt, JobSpec, str, Requests]:
+        """Take over a running job whose owner's lease is gone and whose container still runs; refused
+        (`Conflict`) unless the row's recorded daemon identity is `daemon_id`, the adopter's own."""
         me = cls(pool, job_id, boot_id, attempt)
-        reply = pool.run("adopt", me._keys(), [job_id, old_owner, attempt, boot_id, me._lease_ms, evidence])
+        reply = pool.run("adopt", me._keys(),
+                         [job_id, old_owner, attempt, boot_id, me._lease_ms, evidence, daemon_id])
         return me, JobSpec.from_json(reply[1]), reply[2], Requests(reply[3] == "1", reply[4] == "1")
 
     def heartbeat(self) -> Requests:

@@ -397,3 +397,11 @@ class DockerDaemon:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def daemon_identity(host: str) -> str:
+    """The jobpool identity (jobpool/daemonid.py) of the daemon at `host`, as a worker there records it."""
+    from jobpool import daemonid
+
+    with contextlib.closing(docker.DockerClient(base_url=host, timeout=30)) as client:
+        return daemonid.establish(client, host)

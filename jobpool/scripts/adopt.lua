@@ -2,20 +2,22 @@
 KEYS[1..13]  common keys (see _lib.lua)
 KEYS[14]     job:<id>      KEYS[15] lease:<id>
 ARGV[1] id   ARGV[2] old owner boot   ARGV[3] attempt   ARGV[4] new boot id   ARGV[5] lease ms
-ARGV[6] evidence
+ARGV[6] evidence   ARGV[7] the adopter's daemon identity
 Returns {0, spec JSON, container_id, pause_requested, cancel_requested}; -1; -2; -4 evidence changed.
 A live worker takes over a running job whose owner's lease is gone but whose container is
 still running (evidence from the supervisor's probe). Compare-and-set on the old owner and attempt, and
-refused while the old owner's lease ('<old owner>:<attempt>', judged by value as the sweep does) is present.
+refused while the old owner's lease ('<old owner>:<attempt>', judged by value as the sweep does) is present,
+or when the row's daemon identity is not the adopter's: only a worker on that daemon can watch the container.
 ]]
 local jkey, lkey = KEYS[14], KEYS[15]
 local id, old, attempt, boot, lease_ms, evidence = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local daemon = ARGV[7]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
 local row = redis.call('HMGET', jkey, 'state', 'attempt', 'owner_boot', 'spec', 'container_id',
-  'pause_requested', 'cancel_requested')
+  'pause_requested', 'cancel_requested', 'daemon_id')
 if row[1] ~= 'running' then return {E_INVALID_STATE, row[1]} end
 local held = key_type(lkey) == 'string' and redis.call('GET', lkey) == old .. ':' .. attempt
-if row[2] ~= attempt or row[3] ~= old or held then
+if row[2] ~= attempt or row[3] ~= old or held or (row[8] or '') ~= daemon then
   return {E_CONFLICT, row[3]}
 end
 local now = now_ms()

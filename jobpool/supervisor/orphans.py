@@ -60,6 +60,12 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
             report = sup.sweep(job_ids=[job_id])
             return OrphanStop(job_id, "manual_stop_needed", detail=row.identity,
                               state=report.decisions[0].outcome if report.decisions else "")
+        ok, why = sup.prober.same_daemon(row.daemon_id)
+        if not ok:
+            # Nothing found by label here says nothing about the daemon it runs on: stop nothing, claim
+            # nothing; the persisted cancel waits for evidence from the right daemon.
+            log.error("job %s: its container cannot be stopped from here: %s", job_id, why)
+            return OrphanStop(job_id, "unknown", detail=why, state="running")
         try:
             stopped = sup.prober.stop_by_label(pool.keys.pool, job_id, None, pool.settings.stop_grace_secs)
         except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped

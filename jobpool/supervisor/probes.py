@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import procid
+from .. import daemonid, procid
 
 LABEL_POOL = "jobpool.pool"
 LABEL_JOB = "jobpool.job_id"
@@ -116,6 +116,7 @@ class ContainerProber:
         self.list_calls = 0
         self._client: Any = None
         self._daemon_id: str | None = None
+        self.identity_problem = ""
 
     # ---- the client ---------------------------------------------------------------------------------
 
@@ -136,10 +137,23 @@ class ContainerProber:
         self.api_calls += 1
 
     def daemon_id(self) -> str:
-        """The daemon's ID (docker info "ID"), asked once per client."""
+        """The daemon's identity (jobpool/daemonid.py), established once per client; '' when it cannot be
+        (the reason is kept in `identity_problem`). SDK errors asking the daemon propagate."""
         if self._daemon_id is None:
-            self._daemon_id = str(self._connect().info().get("ID", ""))
+            try:
+                self._daemon_id = daemonid.establish(self._connect(), self.docker_host)
+                self.identity_problem = ""
+            except daemonid.IdentityUnavailable as exc:
+                self._daemon_id = ""
+                self.identity_problem = str(exc)
         return self._daemon_id
+
+    def same_daemon(self, recorded: str) -> tuple[bool, str]:
+        """Whether this prober's daemon is the one an attempt was recorded on (daemonid.same_daemon)."""
+        ok, why = daemonid.same_daemon(recorded, self.daemon_id())
+        if not ok and self.identity_problem:
+            why = f"{why}: {self.identity_problem}"
+        return ok, why
 
     def close(self) -> None:
         if self._client is not None:
@@ -161,8 +175,12 @@ class ContainerProber:
         """For each job id, what its container of that attempt is (None: of any attempt, the most alive
         one): one list call for the whole pool.
 
-        `daemon_ids` (job id -> the daemon ID the worker recorded): a container not found here is only
-        `Absent` if it was recorded on this daemon (or nowhere); on another daemon it is `Unknown`.
+        `daemon_ids` (job id -> the daemon identity the worker recorded at claim): only a daemon whose
+        identity equals the recorded one may answer for a row (`Present`, `Absent`); for any other row, and
+        for a row with no identity, the answer is `Unknown` naming both identities, whatever this daemon
+        lists. Ids missing from `daemon_ids` (a ghost: a running id whose row is unreadable) are answered
+        from this daemon's listing; their verdicts (verdicts.decide_ghost) never free a slot on an
+        unattended sweep.
         """
         if not job_attempts:
             return {}
@@ -195,17 +213,17 @@ class ContainerProber:
                 found[job_id] = result
         out: dict[str, Probe] = {}
         for job_id in job_attempts:
+            if job_id in daemon_ids:
+                ok, why = self.same_daemon(daemon_ids[job_id])
+                if not ok:
+                    out[job_id] = Unknown(why)
+                    continue
             if job_id in found:
                 out[job_id] = found[job_id]
                 continue
-            recorded = daemon_ids.get(job_id, "")
-            if recorded and ours and recorded != ours:
-                out[job_id] = Unknown(f"container was recorded on docker daemon {recorded}, "
-                                      f"this supervisor sees daemon {ours}")
-            else:
-                attempt = job_attempts[job_id]
-                which = "any attempt" if attempt is None else f"attempt {attempt}"
-                out[job_id] = Absent(detail=f"no container labelled for {which} on daemon {ours or '?'}")
+            attempt = job_attempts[job_id]
+            which = "any attempt" if attempt is None else f"attempt {attempt}"
+            out[job_id] = Absent(detail=f"no container labelled for {which} on daemon {ours or '?'}")
         return out
 
     def _inspect(self, client: Any, container_id: str) -> Probe:
@@ -251,12 +269,13 @@ class ContainerProber:
             raise
         return stopped
 
-    def remove(self, container_id: str) -> bool:
-        """Remove an ended container whose result has been recorded; False when it could not be."""
+    def remove(self, container_id: str, force: bool = False) -> bool:
+        """Remove a container: an ended one whose result has been recorded, or (`force`) a created one that
+        must never start. True once it is gone (or was already); False when that is not known."""
         import docker
 
         try:
-            self._connect().api.remove_container(container_id, v=False, force=False)
+            self._connect().api.remove_container(container_id, v=False, force=force)
             return True
         except docker.errors.NotFound:
             return True

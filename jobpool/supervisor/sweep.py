@@ -365,6 +365,14 @@ class Supervisor:
             return f"error: {exc}"
 
     def _reconcile_apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None) -> str:
+        never_started = isinstance(probe, Absent) and probe.never_started and bool(probe.container_id)
+        if never_started and not self.prober.remove(probe.container_id, force=True):  # type: ignore[union-attr]
+            # A launcher that stalled between create and start may still start it: "never started" is only
+            # true once the container can no longer be started, so it goes first, and if it cannot go the
+            # slot stays.
+            log.warning("job %s attempt %d kept: its created container %s could not be removed, so a late "
+                        "start could still run it", row.id, row.attempt, probe.container_id[:12])  # type: ignore[union-attr]
+            return "kept"
         k = self.pool.keys
         keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id),
                 *self.pool.candidates(CANDIDATES_ON_RELEASE)]
@@ -382,9 +390,8 @@ class Supervisor:
         log.info("job %s attempt %d: %s -> %s (%s)", row.id, row.attempt, verdict.kind, state,
                  verdict.evidence)
         # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
-        # dead watcher would have. A never-started one goes too, so nothing can start it later.
-        ended = verdict.kind is Kind.EXITED or (isinstance(probe, Absent) and probe.never_started)
-        if ended and verdict.container_id:
+        # dead watcher would have.
+        if verdict.kind is Kind.EXITED and verdict.container_id:
             self.prober.remove(verdict.container_id)
         return state
 
@@ -451,6 +458,12 @@ class Supervisor:
                       "by hand "
                       "(recorded identity %s)", row.id, row.owner_boot, row.identity or "none")
         else:
+            ok, why = self.prober.same_daemon(row.daemon_id)
+            if not ok:
+                # Stopping "by label" here would stop nothing on the daemon where it runs; evicting anyway
+                # would hand its slot on while it still writes.
+                log.error("job %s: not evicted: its container cannot be stopped from here: %s", row.id, why)
+                return f"error: not evicted: {why}"
             try:
                 stopped = self.prober.stop_by_label(self.pool.keys.pool, row.id, row.attempt,
                                                     self.settings.stop_grace_secs)

@@ -15,7 +15,8 @@ same evidence, so a row that moved on in the meantime is left alone.
 | claimed            | lease gone, container absent                           | absent (cancel/pause/budget) |
 | claimed            | lease gone, probe unknown                              | warn (slot kept)             |
 | no row (a ghost)   | a live lease, or a container of any attempt running    | warn (slot kept)             |
-| no row (a ghost)   | neither (docker); subprocess pools: operator only      | drop (slot freed)            |
+| no row (a ghost)   | neither: operator only (the daemon it ran on is not    | drop (slot freed)            |
+|                    | known; unattended sweeps warn)                         |                              |
 
 The unattended sweep never frees the slot of work it believes alive: a stale live job only warns, and only
 the operator's `reconcile(evict_stale=True)` turns that into `evict`.
@@ -269,8 +270,9 @@ def decide_ghost(why: str, lease_live: bool, probe: Probe | None, executor: str,
                  evict_stale: bool = False) -> Verdict:
     """A running id whose row is gone or unreadable (`why`): nothing can ever end it, so it would hold its
     slot for ever. It is judged by what outlives a row: a live lease (its worker may still be at it; its
-    next fenced write is refused) or a container of the job, any attempt. A subprocess pool's processes
-    cannot be found without the row's recorded identity: only the operator's sweep drops those."""
+    next fenced write is refused) or a container of the job, any attempt. Without the row neither the daemon
+    nor the process it ran as is known, so "nothing found here" is not proof: only the operator's sweep drops
+    a ghost."""
     if lease_live:
         return Verdict(Kind.WARN, WARN_GHOST, f"{why}; a lease with a TTL is still held; slot kept")
     if executor == EXECUTOR_SUBPROCESS:
@@ -284,7 +286,13 @@ def decide_ghost(why: str, lease_live: bool, probe: Probe | None, executor: str,
     if isinstance(probe, Present) and probe.running:
         return Verdict(Kind.WARN, WARN_GHOST, f"{why}; {probe.detail}; slot kept until it stops",
                        container_id=probe.container_id)
-    return Verdict(Kind.DROP, REASON_GHOST, f"{why}; {probe.detail}")
+    # Without its row, nothing says which daemon the job ran on: "none here" proves nothing about another
+    # daemon of the fleet (jobpool/daemonid.py). Only the operator, who can look, frees such a slot.
+    if not evict_stale:
+        return Verdict(Kind.WARN, WARN_GHOST, f"{why}; no lease; {probe.detail}, but a job without its row "
+                                              "may run on another daemon: only `reconcile --evict-stale` "
+                                              "frees the slot")
+    return Verdict(Kind.DROP, REASON_GHOST, f"{why}; {probe.detail}; freed by the operator's sweep")
 
 
 #: A container's "interrupted at a boundary, resumable" (EX_TEMPFAIL).

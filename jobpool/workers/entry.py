@@ -11,9 +11,10 @@ import logging
 from rq import get_current_job
 
 from ..attempt import Attempt
+from ..daemonid import same_daemon
 from ..errors import CorruptRow, JobpoolError
 from .executors import Launch, make_executor
-from .runtime import current
+from .runtime import Runtime, current
 from .watch import launch_and_watch, quietly_refused, watch
 
 log = logging.getLogger("jobpool.worker")
@@ -28,8 +29,9 @@ def run_job() -> str:
     job_id = rq_job.id
     attempt_no = int((rq_job.meta or {}).get("jobpool_attempt", 0))
     attempt = Attempt(rt.pool, job_id, rt.boot_id, attempt_no)
+    daemon = daemon_identity(rt)  # raises when unknown: never claim what could not be found again
     try:
-        spec, _ = attempt.claim(rt.pool.settings.executor, rt.daemon_id)
+        spec, _ = attempt.claim(rt.pool.settings.executor, daemon)
     except CorruptRow as exc:
         log.error("job %s attempt %s: not run: %s", job_id, attempt_no, exc)
         return "bad-spec"
@@ -40,7 +42,8 @@ def run_job() -> str:
         raise
     executor = make_executor(rt.pool.settings, rt.daemon_id, rt.api_version)
     try:
-        env = {"JOBPOOL_JOB_ID": job_id, "JOBPOOL_ATTEMPT": str(attempt_no), "JOBPOOL_POOL": rt.pool.keys.pool}
+        env = {"JOBPOOL_JOB_ID": job_id, "JOBPOOL_ATTEMPT": str(attempt_no),
+               "JOBPOOL_POOL": rt.pool.keys.pool}
         launch = Launch(rt.pool.keys.pool, job_id, attempt_no, rt.boot_id, spec, env)
         launch_and_watch(rt, attempt, executor, lambda: executor.launch(launch))
     finally:
@@ -48,20 +51,44 @@ def run_job() -> str:
     return "done"
 
 
+def daemon_identity(rt: Runtime) -> str:
+    """The identity of this worker's Docker daemon (jobpool/daemonid.py), established once per boot; ''
+    for the subprocess executor. Raises when it cannot be established: a Docker attempt is claimed only with
+    the identity of the daemon it will run on, or the supervisor could never find it again."""
+    if rt.pool.settings.executor != "docker" or rt.daemon_id:
+        return rt.daemon_id
+    executor = make_executor(rt.pool.settings, "", rt.api_version)
+    try:
+        rt.daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
+    except Exception as exc:
+        log.warning("docker daemon identity not established (%s); not claiming", exc)
+        raise
+    finally:
+        executor.close()
+    return rt.daemon_id
+
+
 def adopt_job(job_id: str, old_owner: str, attempt_no: int) -> str:
     """Re-attach to a live container whose worker is gone (asked for by the supervisor), then watch it
-    to its real exit code. The takeover is a compare-and-set, refused while the old owner's lease lives."""
+    to its real exit code. The takeover is a compare-and-set, refused while the old owner's lease lives,
+    and only a worker on the daemon the attempt was recorded on may take it (its container is there)."""
     rt = current()
+    row = rt.pool.get(job_id)
+    ok, why = same_daemon(row.daemon_id, daemon_identity(rt))
+    if not ok:
+        log.info("job %s: not adopted here: %s", job_id, why)
+        return "not-adopted"
     executor = make_executor(rt.pool.settings, rt.daemon_id, rt.api_version)
     try:
-        row = rt.pool.get(job_id)
         handle = executor.attach(rt.pool.keys.pool, job_id, int(attempt_no), row.container_id)
         if handle is None:
             log.info("job %s: nothing to adopt", job_id)
             return "not-adopted"
         try:
             attempt, _, _, requests = Attempt.adopt(rt.pool, job_id, old_owner, int(attempt_no), rt.boot_id,
-                                                    evidence=f"container {handle.container_id[:12]} running")
+                                                    evidence=f"container {handle.container_id[:12]} running "
+                                                             f"on daemon {rt.daemon_id}",
+                                                    daemon_id=rt.daemon_id)
         except JobpoolError as exc:
             if quietly_refused(exc):
                 log.info("job %s: not adopted (%s)", job_id, exc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from typing import Any
 import docker
 import pytest
 from polling import eventually
+from servers import daemon_identity
 from rq import Queue
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
@@ -93,13 +95,14 @@ def orphan(pool: Pool, dclient: docker.DockerClient | None, command: list[str] |
     job = pool.get(job.id)
     assert job.state.value == "running", job
     att = Attempt(pool, job.id, DEAD, job.attempt)
-    att.claim()
+    identity = daemon_identity(os.environ["DOCKER_HOST"])
+    att.claim("docker", identity)  # what a worker on this daemon records before it launches anything
     container = None
     if command is not None:
         assert dclient is not None
         container = run_container(dclient, pool, job.id, job.attempt, command, start=start)
         if record:
-            att.set_container(container.id, dclient.info()["ID"])
+            att.set_container(container.id, identity)
     if wait_lease:
         lease_gone(pool, job.id)
     return job.id, job.attempt, container
@@ -260,14 +263,21 @@ def test_daemon_unreachable_keeps_slots_and_warns_then_decides(
     assert pool.get(b.id).state.value == "running"
 
 
-def test_recorded_on_another_daemon_and_not_here_is_unknown(make_pool, dclient, supervisors) -> None:
+@pytest.mark.parametrize("recorded", ["jpd1:another-daemon@another-boot", "LVIU:3F7J:DOCKER:ID", ""])
+def test_recorded_on_another_daemon_or_before_identities_is_unknown(make_pool, dclient, supervisors,
+                                                                     recorded: str) -> None:
+    """Another daemon's identity, a bare Docker ID (rows recorded before identities; two daemons can share
+    one), or nothing: "no container here" proves nothing, and neither does an exited one found here."""
     pool = make_pool()
-    job_id, attempt, _ = orphan(pool, dclient, command=None, wait_lease=False)
-    Attempt(pool, job_id, DEAD, attempt).set_container("f" * 64, "OTHER:DAEMON:ID")
+    job_id, attempt, container = orphan(pool, dclient, command=["true"], wait_lease=False)
+    Attempt(pool, job_id, DEAD, attempt).set_container(container.id, recorded)
+    eventually(lambda: (container.reload(), container.status == "exited")[1], timeout=10,
+               message="the container exiting")
     lease_gone(pool, job_id)
     report = supervisors(pool).sweep()
     assert report.verdicts == {"warn": 1} and report.unknown == 1
-    assert "recorded on docker daemon OTHER:DAEMON:ID" in report.decisions[0].verdict.evidence
+    evidence = report.decisions[0].verdict.evidence
+    assert (recorded or "no daemon identity recorded") in evidence and "jpd1:" in evidence
     assert pool.get(job_id).state.value == "running"
 
 

@@ -449,7 +449,8 @@ def test_adopt_takes_over_when_the_lease_is_gone(backend: Backend) -> None:
     job = enqueue(pool, "long")
     old = orphan(backend, pool, job.id, "boot-a")
     pool.pause(job.id)
-    me, spec, container_id, requests = Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "probe: running")
+    me, spec, container_id, requests = Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "probe: running",
+                                                     daemon_id="daemon-1")
     assert spec.command == ("long",) and container_id == "cid-1" and requests.pause and not requests.cancel
     got = row(pool, job.id)
     assert got["owner_boot"] == "boot-b" and got["adopted_from"] == "boot-a" and got["state"] == "running"
@@ -483,6 +484,21 @@ def test_adopt_is_compare_and_set(backend: Backend, old_owner: str, attempt: int
     with pytest.raises(errors.Conflict):
         Attempt.adopt(pool, job.id, old_owner, attempt, "boot-b", "")
     assert backend.keyspace() == before
+
+
+def test_adopt_is_refused_to_a_worker_on_another_daemon(backend: Backend) -> None:
+    """Only a worker on the daemon the attempt was recorded on can watch its container (daemonid.py)."""
+    pool = backend.pool()
+    job = enqueue(pool)
+    Attempt(pool, job.id, "boot-a", 1).claim("docker", "jpd1:aaaa@boot-1")
+    pool.client.delete(pool.keys.lease(job.id))
+    before = backend.keyspace()
+    for other in ("jpd1:bbbb@boot-1", ""):
+        with pytest.raises(errors.Conflict):
+            Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id=other)
+    assert backend.keyspace() == before
+    Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id="jpd1:aaaa@boot-1")
+    assert row(pool, job.id)["owner_boot"] == "boot-b"
 
 
 def test_adopt_of_a_finished_or_unknown_job(backend: Backend) -> None:

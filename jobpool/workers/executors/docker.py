@@ -13,6 +13,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from ... import daemonid
 from .base import CONTAINER_CHECKPOINT_DIR, Launch, LaunchError, LaunchUnknown
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,10 @@ class DockerExecutor:
         return str(self.client.api.api_version)
 
     def daemon_id(self) -> str:
+        """The daemon's identity (jobpool/daemonid.py), recorded at claim; raises `IdentityUnavailable` (or
+        the SDK's error) when it cannot be established, so nothing is launched without it."""
         if self._daemon_id is None:
-            self._daemon_id = str(self.client.info().get("ID", ""))
+            self._daemon_id = daemonid.establish(self.client)
         return self._daemon_id
 
     @staticmethod

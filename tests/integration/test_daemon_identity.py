@@ -1,0 +1,206 @@
+"""Two real dockerd daemons that report the same Docker ID, as daemons reading one /etc/docker/key.json (or
+VMs cloned from one image) do. Evidence from a daemon speaks for an attempt only when that daemon is the one
+the attempt was recorded on (jobpool/daemonid.py): "not found on the daemon I asked" is otherwise unknown.
+
+Workers and the supervisor are real processes; both daemons are sampled throughout, and a job must never
+have two live containers across them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import docker
+import pytest
+from polling import eventually
+from procs import JobpoolProcess
+from servers import DockerDaemon, daemon_identity
+
+from jobpool import JobState, Pool
+from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
+
+IMAGE = "jobpool-test:busybox"
+
+
+@pytest.fixture(scope="module")
+def second_daemon() -> Iterator[DockerDaemon]:
+    """A second private dockerd with its own socket, data root and exec root, started like the first."""
+    daemon = DockerDaemon()
+    try:
+        daemon.start()
+        daemon.import_busybox_image()
+        yield daemon
+    finally:
+        daemon.close()
+
+
+@pytest.fixture
+def two_daemons(docker_host: str, second_daemon: DockerDaemon) -> tuple[str, str]:
+    second_daemon.ensure_running()
+    second_daemon.remove_containers()
+    second_daemon.remove_volumes(prefix="jobpool-ckpt")
+    return docker_host, second_daemon.host
+
+
+class Sampler:
+    """Lists the job containers of both daemons every 0.1 s; counts live containers per job per round."""
+
+    def __init__(self, hosts: tuple[str, ...]) -> None:
+        self.clients = [docker.DockerClient(base_url=h, timeout=10) for h in hosts]
+        self.most_live: Counter[str] = Counter()
+        self.attempts: dict[str, set[str]] = {}
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            live: Counter[str] = Counter()
+            for client in self.clients:
+                with contextlib.suppress(docker.errors.DockerException):
+                    for c in client.api.containers(all=True, filters={"label": "jobpool.pool"}):
+                        labels = c.get("Labels") or {}
+                        job = labels.get("jobpool.job_id", "")
+                        self.attempts.setdefault(job, set()).add(labels.get("jobpool.attempt", ""))
+                        if c.get("State") in ("running", "paused", "restarting"):
+                            live[job] += 1
+            for job, n in live.items():
+                self.most_live[job] = max(self.most_live[job], n)
+            self.rounds += 1
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for client in self.clients:
+            client.close()
+
+
+def live_on(host: str, job_id: str) -> bool:
+    with contextlib.closing(docker.DockerClient(base_url=host, timeout=10)) as client:
+        return bool(client.containers.list(sparse=True, filters={"label": f"jobpool.job_id={job_id}"}))
+
+
+def test_two_daemons_report_one_docker_id_but_have_two_identities(two_daemons: tuple[str, str]) -> None:
+    d1, d2 = two_daemons
+    ids = []
+    for host in (d1, d2):
+        with contextlib.closing(docker.DockerClient(base_url=host, timeout=10)) as client:
+            ids.append(client.info()["ID"])
+    assert ids[0] == ids[1], "precondition: the two private daemons share /etc/docker/key.json"
+    first, second = daemon_identity(d1), daemon_identity(d2)
+    assert first != second
+    assert daemon_identity(d1) == first, "the identity is stable: kept on the daemon"
+
+
+def _start_on(spawn: Callable[..., JobpoolProcess], pool: Pool, host: str, command: list[str]) -> tuple[
+        JobpoolProcess, str]:
+    worker = spawn(DOCKER_HOST=host)
+    job = pool.enqueue(IMAGE, command)
+    eventually(lambda: live_on(host, job.id), timeout=30, message=f"job {job.id} running on {host}")
+    return worker, job.id
+
+
+def test_a_job_on_a_daemon_sharing_the_supervisors_docker_id_keeps_its_slot(
+        two_daemons: tuple[str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+    """The incident: the supervisor asks daemon 1 about a job recorded on daemon 2 (same Docker ID), finds
+    nothing and must not call it absent. The job keeps attempt 1 and its slot; nothing runs it twice."""
+    d1, d2 = two_daemons
+    pool.set_slots(2)
+    command = ["sh", "-c", "echo started; sleep 8"]
+    with Sampler((d1, d2)) as sampler:
+        supervisor = spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=d1)
+        w2, on_d2 = _start_on(spawn, pool, d2, command)
+        _start_on(spawn, pool, d1, command)
+        w2.kill_with_children()  # the container keeps running on daemon 2
+        spawn(DOCKER_HOST=d2)  # restarted by a service manager: a live worker on daemon 2 could run attempt 2
+        # Until well after its container has ended (and long after its lease lapsed): sweeps go on, the job is
+        # never judged absent from daemon 1 and never re-run.
+        eventually(lambda: not live_on(d2, on_d2), timeout=30, message="the job's container exiting")
+        seen = supervisor.log().count("sweep pool=")
+        eventually(lambda: supervisor.log().count("sweep pool=") >= seen + 4, timeout=20,
+                   message="four more sweeps")
+    assert sampler.rounds > 50
+    assert sampler.most_live[on_d2] == 1, "two live containers of one job"
+    assert sampler.attempts[on_d2] == {"1"}, "a second attempt was launched"
+    job = pool.get(on_d2)
+    assert (job.state, job.attempt) == (JobState.RUNNING, 1)
+    assert pool.client.zscore(pool.keys.running, on_d2) is not None
+    assert f"job {on_d2} (attempt 1) kept: probe_unknown" in supervisor.log()
+    assert "attempt recorded on daemon jpd1:" in supervisor.log()
+
+
+def test_the_supervisor_on_the_right_daemon_judges_present_exited_and_absent(
+        two_daemons: tuple[str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+    d1, d2 = two_daemons
+    pool.set_slots(3)
+    sup = Supervisor(pool, ContainerProber(d2, timeout=5))
+    wrong = Supervisor(pool, ContainerProber(d1, timeout=5))
+    try:
+        workers = [spawn(DOCKER_HOST=d2) for _ in range(3)]  # a worker runs one job at a time
+        running = pool.enqueue(IMAGE, ["sh", "-c", "sleep 60"]).id
+        exiting = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 2; exit 3"]).id
+        gone = pool.enqueue(IMAGE, ["sh", "-c", "sleep 60"]).id
+        eventually(lambda: all(live_on(d2, j) for j in (running, exiting, gone)), timeout=30,
+                   message="three jobs on d2")
+        for w in workers:
+            w.kill_with_children()
+        with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
+            for c in client.containers.list(sparse=True, filters={"label": f"jobpool.job_id={gone}"}):
+                c.remove(force=True)
+        eventually(lambda: not live_on(d2, exiting), timeout=20, message="the exiting job's container ended")
+        ids = (running, exiting, gone)
+        eventually(lambda: not any(pool.client.exists(pool.keys.lease(j)) for j in ids), timeout=10,
+                   message="the dead worker's leases lapsing")
+
+        # From the other daemon (same Docker ID): unknown for all three, nothing changes; no cancel either.
+        report = wrong.sweep(job_ids=ids, dry_run=True)
+        assert {d.verdict.kind.value for d in report.decisions} == {"warn"} and report.unknown == 3
+        pool.cancel(gone)
+        stop = stop_orphan(pool, gone, wrong.prober)
+        assert stop.action == "unknown" and "this process is on daemon jpd1:" in stop.detail
+        assert pool.get(gone).state is JobState.RUNNING
+
+        report = sup.sweep(job_ids=ids)
+        verdicts = {d.job_id: d.verdict.kind.value for d in report.decisions}
+        assert verdicts == {running: "adopt", exiting: "exited", gone: "absent"}
+        assert (pool.get(exiting).state, pool.get(exiting).exit_code) == (JobState.FAILED, 3)
+        assert pool.get(gone).state is JobState.CANCELLED
+        assert pool.get(running).state is JobState.RUNNING
+    finally:
+        sup.close()
+        wrong.close()
+
+
+def test_a_worker_on_another_daemon_refuses_to_adopt(
+        two_daemons: tuple[str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+    """Adoption goes through the pool's one RQ queue, so any worker may take it; only one on the daemon the
+    attempt was recorded on may re-attach (the adopt script compares identities too)."""
+    d1, d2 = two_daemons
+    pool.set_slots(1)
+    w2, job_id = _start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 6; exit 0"])
+    w2.kill_with_children()
+    w1 = spawn(DOCKER_HOST=d1)
+    sup = Supervisor(pool, ContainerProber(d2, timeout=5))
+    try:
+        eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10,
+                   message="lease lapsed")
+        assert sup.sweep(job_ids=[job_id]).decisions[0].outcome == "adoption requested"
+        eventually(lambda: "not adopted here" in w1.log(), timeout=20, message="the d1 worker refusing")
+        assert pool.get(job_id).owner_boot not in ("",) and pool.get(job_id).state is JobState.RUNNING
+        assert not any(e["reason"] == "adopted" for e in pool.events(job_id))
+        # A worker on daemon 2 then takes it over and finishes it from the container's real exit code.
+        spawn(DOCKER_HOST=d2)
+        done = eventually(lambda: (j := pool.get(job_id)).state is not JobState.RUNNING and j
+                          or (sup.sweep(job_ids=[job_id]) and None), timeout=40, interval=0.5,
+                          message="the job finished by an adopter on daemon 2")
+        assert (done.state, done.attempt) == (JobState.SUCCEEDED, 1)
+    finally:
+        sup.close()
