@@ -7,6 +7,7 @@ boot) gets `NotOwner` from its next write and must stop without writing anything
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +28,16 @@ class Requests:
 
 
 class Attempt:
-    """One (job, attempt) as owned by one worker boot."""
+    """One (job, attempt) as owned by one worker boot.
+
+    Every write may be sent again when its reply was lost (`RedisUnavailable`): the fenced writes are
+    idempotent, and `claim` called again on the same `Attempt` is the same claim (its token is this object's),
+    so it succeeds again. A new `Attempt` for an owned attempt is a new claim, and is refused."""
 
     def __init__(self, pool: Pool, job_id: str, boot_id: str, attempt: int) -> None:
         self.pool, self.job_id, self.boot_id, self.attempt = pool, job_id, boot_id, int(attempt)
         self._lease_ms = int(pool.settings.lease_secs * 1000)
+        self._claim_token = uuid.uuid4().hex
 
     def _keys(self) -> list[str]:
         return [self.pool.keys.job(self.job_id), self.pool.keys.lease(self.job_id)]
@@ -39,12 +45,14 @@ class Attempt:
     def claim(self, executor: str = "", daemon_id: str = "") -> tuple[JobSpec, Requests]:
         """Take the promoted row for this boot; first claim of an attempt wins (`NotOwner`/`Conflict`/
         `InvalidState` otherwise). The executor and daemon are recorded before anything is launched.
+        Called again after a lost reply, it succeeds again (renewing the lease) if the lost call took the row.
 
         A spec that cannot be read (edited in Redis) can never be launched: the attempt is finished at once
         (failed, reason ``bad_spec: ...``, slot freed) and `CorruptRow` raised, rather than leaving a
         claimed row with nothing running to hold its slot for ever."""
         reply = self.pool.run("claim", self._keys(),
-                              [self.job_id, self.boot_id, self.attempt, self._lease_ms, executor, daemon_id])
+                              [self.job_id, self.boot_id, self.attempt, self._lease_ms, executor, daemon_id,
+                               self._claim_token])
         try:
             spec = JobSpec.from_json(reply[1])
         except InvalidSpec as exc:
@@ -73,14 +81,16 @@ class Attempt:
                       [self.boot_id, self.attempt, container_id, daemon_id,
                        json.dumps(identity, sort_keys=True) if identity else ""])
 
-    def finish(self, kind: str, exit_code: int | None = None, reason: str = "", log_tail: bytes | str = b"") -> str:
+    def finish(self, kind: str, exit_code: int | None = None, reason: str = "",
+               log_tail: bytes | str = b"") -> str:
         """Report the end of the attempt ('exit', 'interrupted' or 'error'); returns the job's new state."""
         if isinstance(log_tail, str):
             log_tail = log_tail.encode(errors="replace")
         tail = log_tail[-LOG_TAIL_BYTES:]
         reply = self.pool.run(
             "finish", [*self._keys(), *self.pool.candidates(CANDIDATES_ON_RELEASE)],
-            [self.job_id, self.boot_id, self.attempt, kind, "" if exit_code is None else exit_code, reason, tail],
+            [self.job_id, self.boot_id, self.attempt, kind, "" if exit_code is None else exit_code, reason,
+             tail],
         )
         self.pool._after_release(reply[3])
         return str(reply[1])

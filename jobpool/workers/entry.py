@@ -15,7 +15,7 @@ from ..daemonid import same_daemon
 from ..errors import CorruptRow, JobpoolError
 from .executors import Launch, make_executor
 from .runtime import Runtime, current
-from .watch import launch_and_watch, quietly_refused, watch
+from .watch import _retrying, launch_and_watch, quietly_refused, watch
 
 log = logging.getLogger("jobpool.worker")
 
@@ -31,7 +31,10 @@ def run_job() -> str:
     attempt = Attempt(rt.pool, job_id, rt.boot_id, attempt_no)
     daemon = daemon_identity(rt)  # raises when unknown: never claim what could not be found again
     try:
-        spec, _ = attempt.claim(rt.pool.settings.executor, daemon)
+        # A claim whose reply was lost is sent again by the same `attempt`, and succeeds again: giving up
+        # would leave the row claimed with nothing launched.
+        spec, _ = _retrying(lambda: attempt.claim(rt.pool.settings.executor, daemon),
+                            what=f"job {job_id} attempt {attempt_no}: claim")
     except CorruptRow as exc:
         log.error("job %s attempt %s: not run: %s", job_id, attempt_no, exc)
         return "bad-spec"

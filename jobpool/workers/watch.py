@@ -22,6 +22,8 @@ EXIT_TEMPFAIL = 75
 #: How long a worker keeps trying to record an exit through a Redis outage before leaving it to the supervisor.
 FINISH_RETRY_SECS = 20.0
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+#: Longest pause between two tries of a write while Redis does not answer.
+RETRY_MAX_DELAY = 2.0
 
 
 def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, requests: Requests) -> None:
@@ -78,18 +80,29 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
     _finish(rt, attempt, handle, executor, "interrupted" if drain_deadline is not None else "exit", code)
 
 
-def _retrying(call, within: float):  # noqa: ANN001, ANN202 - a tiny local helper
-    """Retry a fenced write through a short Redis outage (a restart); fencing makes a retry safe."""
-    deadline = time.monotonic() + within
-    delay = 0.1
+def _retrying(call, within: float | None = None, what: str = "a write"):  # noqa: ANN001, ANN202 - local
+    """Send a write until Redis answers it. A lost reply (a connection reset after the script ran) and an
+    outage both read as `RedisUnavailable`, and every worker write is safe to send again: the fenced writes
+    are idempotent, and a claim sent again by the same `Attempt` succeeds again. A refusal (`NotOwner`, ...)
+    is an answer and is raised. With `within`, give up after that many seconds and raise the last error;
+    without, only the worker's force stop (it kills this horse) ends the wait."""
+    deadline = None if within is None else time.monotonic() + within
+    delay, tries = 0.1, 0
     while True:
         try:
-            return call()
-        except RedisUnavailable:
-            if time.monotonic() + delay > deadline:
+            result = call()
+        except RedisUnavailable as exc:
+            tries += 1
+            if deadline is not None and time.monotonic() + delay > deadline:
                 raise
+            if tries == 1:
+                log.warning("%s: redis did not answer (%s); retrying until it does", what, exc)
             time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
+            continue
+        if tries:
+            log.info("%s: done after %d retries", what, tries)
+        return result
 
 
 def _adopted_elsewhere(rt: Runtime, attempt: Attempt) -> bool:
@@ -129,13 +142,16 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, k
 
 def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_fn) -> None:
     """Launch through `launch_fn()`, record what was launched, then watch it."""
+    what = f"job {attempt.job_id} attempt {attempt.attempt}"
     try:
         handle = launch_fn()
     except LaunchError as exc:
         log.warning("job %s: could not launch: %s", attempt.job_id, exc.reason)
+        reason = exc.reason
         try:
-            attempt.finish("error", reason=exc.reason)
-        except NotOwner:
+            _retrying(lambda: attempt.finish("error", reason=reason),
+                      what=f"{what}: recording its launch failure")
+        except (NotOwner, NotFound):
             return
         executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
         return
@@ -144,7 +160,9 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_f
         log.warning("job %s: launch outcome unknown (%s); leaving it to the supervisor", attempt.job_id, exc)
         return
     try:
-        attempt.set_container(handle.container_id, handle.daemon_id, handle.identity)
+        # Until this is recorded the supervisor cannot find a subprocess job, so it is sent until answered.
+        _retrying(lambda: attempt.set_container(handle.container_id, handle.daemon_id, handle.identity),
+                  what=f"{what}: recording what was launched")
     except (NotOwner, NotFound):
         log.warning("job %s: lost the row while launching; stopping it", attempt.job_id)
         handle.kill()

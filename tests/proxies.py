@@ -1,0 +1,324 @@
+"""Fault-injecting proxies put in front of the real servers, for faults a server will not produce on cue.
+
+- `RedisReplyDropper`: a TCP proxy in front of a redis-server that forwards every request, but for chosen
+  script calls closes the client's connection instead of passing on the reply: the script ran, the caller
+  never heard (a connection reset at the worst moment).
+- `DockerCreateHold`: a unix-socket proxy in front of a dockerd that holds the reply of
+  `POST /containers/create` until released: the daemon has created the container, the caller still waits
+  (a daemon hiccup, a big image on vfs).
+
+Both pass bytes through untouched otherwise, so the client and the server are the real ones. Nothing here
+imports pytest; each proxy runs in threads of the test process and is closed by the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def _pump(src: socket.socket, on_data: Callable[[bytes], bool]) -> None:
+    """Read `src` until it closes, handing each chunk to `on_data`; stop when it returns False."""
+    while True:
+        try:
+            data = src.recv(65536)
+        except OSError:
+            return
+        if not data or not on_data(data):
+            return
+
+
+class _Proxy:
+    """Accepts connections on `listener`, opens one upstream connection for each, runs `serve(client,
+    upstream)` in a thread per connection. `close()` shuts every socket."""
+
+    def __init__(self, listener: socket.socket, connect: Callable[[], socket.socket]) -> None:
+        self._listener = listener
+        self._connect = connect
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        self._spawn(self._accept_loop)
+
+    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = self._connect()
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    upstream.close()
+                    return
+                self._sockets += [client, upstream]
+            self._spawn(self._serve_safely, client, upstream)
+
+    def _serve_safely(self, client: socket.socket, upstream: socket.socket) -> None:
+        try:
+            self.serve(client, upstream)
+        except OSError:
+            pass
+        finally:
+            self.cut(client, upstream)
+
+    def serve(self, client: socket.socket, upstream: socket.socket) -> None:
+        raise NotImplementedError
+
+    def _pump_safely(self, src: socket.socket, on_data: Callable[[bytes], bool],
+                     other: socket.socket) -> None:
+        """`_pump` in its own thread: when `src` ends, so does the whole connection."""
+        try:
+            _pump(src, on_data)
+        except OSError:
+            pass
+        finally:
+            self.cut(src, other)
+
+    @staticmethod
+    def cut(*socks: socket.socket) -> None:
+        """Shut both directions now: the peer sees the connection end (reset or EOF)."""
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            socks = [self._listener, *self._sockets]
+        self.cut(*socks)
+        for s in socks:
+            s.close()
+        for t in self._threads:
+            t.join(5)
+
+
+# ---- Redis ----------------------------------------------------------------------------------------------
+
+
+def _resp(buf: bytes, pos: int) -> tuple[Any, int] | None:
+    """One RESP2/RESP3 value from `buf` at `pos`: (value, end), or None while it is incomplete. Aggregates
+    come back as lists and bulk strings as bytes: enough to count replies and read a request's words."""
+    if pos >= len(buf):
+        return None
+    eol = buf.find(b"\r\n", pos)
+    if eol < 0:
+        return None
+    kind, line, end = buf[pos:pos + 1], buf[pos + 1:eol], eol + 2
+    if kind in b"$!=":  # bulk string, bulk error, verbatim string
+        n = int(line)
+        if n < 0:
+            return None, end
+        if len(buf) < end + n + 2:
+            return None
+        return buf[end:end + n], end + n + 2
+    if kind in b"*~>%|":  # array, set, push; map and attribute hold pairs
+        n = int(line)
+        items = []
+        for _ in range(max(n, 0) * (2 if kind in b"%|" else 1)):
+            got = _resp(buf, end)
+            if got is None:
+                return None
+            item, end = got
+            items.append(item)
+        return items, end
+    if kind in b"+-:_,#(":
+        return line, end
+    return buf[pos:eol].split(), end  # an inline command (redis-cli style)
+
+
+class RedisReplyDropper(_Proxy):
+    """`url` reaches the redis-server on `upstream_port`. `drop(sha, count)`: the replies of the next
+    `count` calls of the script with that SHA1 (EVALSHA, or EVAL of its body) are not passed on; the
+    client's connection is closed instead. `dropped` and `calls` count them per SHA."""
+
+    def __init__(self, upstream_port: int) -> None:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        self.port = int(listener.getsockname()[1])
+        self._rules: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        super().__init__(listener, lambda: socket.create_connection(("127.0.0.1", upstream_port)))
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def drop(self, sha: str, count: int = 1) -> None:
+        with self._lock:
+            self._rules[sha] = count
+
+    def _script_sha(self, request: Any) -> str | None:
+        if not isinstance(request, list) or len(request) < 2 or not isinstance(request[0], bytes):
+            return None
+        cmd = request[0].upper()
+        if cmd in (b"EVALSHA", b"EVALSHA_RO"):
+            return bytes(request[1]).decode(errors="replace").lower()
+        if cmd in (b"EVAL", b"EVAL_RO"):
+            return hashlib.sha1(bytes(request[1])).hexdigest()
+        return None
+
+    def _counted(self, request: Any) -> str | None:
+        """The SHA of a script call (counted in `calls`), or None for any other request."""
+        sha = self._script_sha(request)
+        if sha is not None:
+            with self._lock:
+                self.calls[sha] = self.calls.get(sha, 0) + 1
+        return sha
+
+    def _should_drop(self, sha: str | None, reply: bytes) -> bool:
+        """Whether to drop this reply: its script ran (a NOSCRIPT error says it did not: redis-py then loads
+        the script and calls again) and drops are left for it."""
+        if sha is None or reply.startswith(b"-NOSCRIPT"):
+            return False
+        with self._lock:
+            left = self._rules.get(sha, 0)
+            if left <= 0:
+                return False
+            self._rules[sha] = left - 1
+            self.dropped[sha] = self.dropped.get(sha, 0) + 1
+            return True
+
+    def serve(self, client: socket.socket, upstream: socket.socket) -> None:
+        # One entry per request, in order: Redis answers in order, so the n-th reply answers the n-th request.
+        # A request's entry is queued before its last byte goes upstream, so it is there before its reply.
+        pending: deque[str | None] = deque()
+        requests = bytearray()
+
+        def upward(data: bytes) -> bool:
+            requests.extend(data)
+            buf, pos = bytes(requests), 0
+            while (got := _resp(buf, pos)) is not None:
+                request, pos = got
+                pending.append(self._counted(request))
+            del requests[:pos]
+            upstream.sendall(data)
+            return True
+
+        self._spawn(self._pump_safely, client, upward, upstream)
+        replies = bytearray()
+
+        def downward(data: bytes) -> bool:
+            replies.extend(data)
+            buf, pos = bytes(replies), 0
+            while (got := _resp(buf, pos)) is not None:
+                _, end = got
+                if self._should_drop(pending.popleft() if pending else None, buf[pos:end]):
+                    self.cut(client, upstream)  # the script ran; its caller never hears
+                    return False
+                client.sendall(buf[pos:end])
+                pos = end
+            del replies[:pos]
+            return True
+
+        _pump(upstream, downward)
+
+
+# ---- Docker ---------------------------------------------------------------------------------------------
+
+
+class DockerCreateHold(_Proxy):
+    """A unix socket (`host`, for DOCKER_HOST) in front of the dockerd socket `upstream` (a unix:// URL).
+
+    `hold()`: the reply of every later `POST .../containers/create` is kept back until `release()`. The
+    request itself goes through at once, so the daemon creates the container while the caller waits.
+    `held` is set when a create's reply is being held, with `held_at` its monotonic time.
+
+    Request lines are recognised at the start of a read: the SDK writes a request's head in one go and sends
+    the next request on a connection only after the reply to the previous one, so a read never starts
+    inside a request head."""
+
+    def __init__(self, upstream: str) -> None:
+        path = upstream.removeprefix("unix://")
+        self.dir = Path(tempfile.mkdtemp(prefix="jph-", dir="/tmp"))
+        self.path = str(self.dir / "docker.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        listener.listen(64)
+        self._holding = False
+        self._release = threading.Event()
+        self.held = threading.Event()
+        self.held_at: float | None = None
+        self.creates = 0
+
+        def connect() -> socket.socket:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(path)
+            except OSError:
+                s.close()
+                raise
+            return s
+
+        super().__init__(listener, connect)
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.path}"
+
+    def hold(self) -> None:
+        self._release.clear()
+        self._holding = True
+
+    def release(self) -> None:
+        self._holding = False
+        self._release.set()
+
+    @staticmethod
+    def _is_create(data: bytes) -> bool:
+        line = data.split(b"\r\n", 1)[0]
+        return line.startswith(b"POST ") and b"/containers/create" in line.split(b" ")[1].split(b"?")[0]
+
+    def serve(self, client: socket.socket, upstream: socket.socket) -> None:
+        hold_next = threading.Event()
+
+        def upward(data: bytes) -> bool:
+            if self._is_create(data):
+                self.creates += 1
+                if self._holding:
+                    hold_next.set()  # before the request goes on, so before its reply can come back
+            upstream.sendall(data)
+            return True
+
+        self._spawn(self._pump_safely, client, upward, upstream)
+
+        def downward(data: bytes) -> bool:
+            if hold_next.is_set():
+                hold_next.clear()
+                self.held_at = time.monotonic()
+                self.held.set()
+                self._release.wait(120)
+            client.sendall(data)
+            return True
+
+        _pump(upstream, downward)
+
+    def close(self) -> None:
+        self.release()
+        super().close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            self.dir.rmdir()
