@@ -1,16 +1,22 @@
 """The watcher: launch (or re-attach to) one attempt, keep its lease, act on requests, finish it.
 
-Every write is fenced on (boot, attempt). When a write is refused (`NotOwner`) the row is no longer ours
-(evicted, reconciled, adopted by another boot): the watcher stops the container and leaves without writing.
+Every write is fenced on (boot, attempt). When a heartbeat is refused (`NotOwner`) the row is no longer
+ours (evicted, reconciled, adopted, or Redis lost our claim): the watcher leaves its container to another
+worker only on proof that that worker re-attached to it, claims the attempt back when Redis hands it out
+unclaimed again, and otherwise stops and removes the container and leaves without writing.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
+import redis
+
 from ..attempt import LOG_TAIL_BYTES, Attempt, Requests
-from ..errors import Conflict, InvalidState, NotFound, NotOwner, RedisUnavailable
+from ..errors import Conflict, InvalidState, JobpoolError, NotFound, NotOwner, RedisUnavailable
+from ..models import Job
 from .executors import Executor, Handle, LaunchError, LaunchUnknown
 from .runtime import Runtime
 
@@ -54,23 +60,13 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
             return
         if now >= next_beat:
             next_beat = now + settings.heartbeat_secs
-            try:
-                requests = attempt.heartbeat()
-            except (NotOwner, NotFound):  # NotFound: the row itself is gone; nobody can own it now
-                if _adopted_elsewhere(rt, attempt):
-                    # We stalled past our lease and a live worker took the job over: it is the owner now.
-                    log.warning("job %s attempt %s: adopted by another worker; leaving it to that worker",
-                                attempt.job_id, attempt.attempt)
-                    return
-                log.warning("job %s attempt %s: no longer ours; stopping it without writing",
-                            attempt.job_id, attempt.attempt)
-                handle.signal_stop()
-                _stop_within(handle, settings.stop_grace_secs)
+            beat = _beat(rt, attempt, handle, requests)
+            if beat is None:
                 return
-            except RedisUnavailable as exc:
-                log.warning("job %s: heartbeat failed (%s); will retry", attempt.job_id, exc)
+            requests = beat
         if (requests.cancel or requests.pause) and not asked_stop:
-            log.info("job %s: %s requested; stopping it", attempt.job_id, "cancel" if requests.cancel else "pause")
+            log.info("job %s: %s requested; stopping it", attempt.job_id,
+                     "cancel" if requests.cancel else "pause")
             handle.signal_stop()
             asked_stop = True
             kill_at = now + settings.stop_grace_secs
@@ -78,6 +74,32 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
             handle.kill()
             kill_at = None
     _finish(rt, attempt, handle, executor, "interrupted" if drain_deadline is not None else "exit", code)
+
+
+def _beat(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests) -> Requests | None:
+    """Renew the lease and read the persisted requests back; None when the watcher must leave: the job is
+    its adopter's now, or no longer anyone's (then its container was stopped and removed)."""
+    try:
+        return attempt.heartbeat()
+    except RedisUnavailable as exc:
+        log.warning("job %s: heartbeat failed (%s); will retry", attempt.job_id, exc)
+        return requests
+    except (NotOwner, NotFound):  # NotFound: the row itself is gone; nobody can own it now
+        fate = _after_refusal(rt, attempt, handle)
+    if isinstance(fate, Requests):
+        return fate  # claimed back after Redis lost our claim: watched as before
+    if fate == UNKNOWN:
+        return requests
+    if fate == ADOPTED:
+        # We stalled past our lease and a live worker re-attached to this very container.
+        log.warning("job %s attempt %s: adopted by another worker; leaving it to that worker",
+                    attempt.job_id, attempt.attempt)
+        return None
+    log.warning("job %s attempt %s: no longer ours; stopping it without writing", attempt.job_id,
+                attempt.attempt)
+    _stop_within(handle, rt.pool.settings.stop_grace_secs)
+    handle.remove()  # nothing will record it, and a relaunch of this attempt would reuse its name
+    return None
 
 
 def _retrying(call, within: float | None = None, what: str = "a write"):  # noqa: ANN001, ANN202 - local
@@ -105,18 +127,95 @@ def _retrying(call, within: float | None = None, what: str = "a write"):  # noqa
         return result
 
 
-def _adopted_elsewhere(rt: Runtime, attempt: Attempt) -> bool:
-    """The row still runs this very attempt, under another boot: it was adopted, not ended."""
+#: What a refused heartbeat turned out to mean (besides `Requests`: claimed back, go on watching).
+ADOPTED, LOST, UNKNOWN = "adopted", "lost", "unknown"
+
+
+def _adopted_elsewhere(rt: Runtime, attempt: Attempt, handle: Handle) -> bool:
+    """Proof that another worker re-attached to OUR container; anything short of proof is False."""
     try:
         row = rt.pool.get(attempt.job_id)
-    except (NotFound, RedisUnavailable):
+        return _adoption_proven(rt, attempt, handle, row)
+    except (JobpoolError, redis.RedisError):
         return False
-    return row.state.value == "running" and row.attempt == attempt.attempt and row.owner_boot != attempt.boot_id
+
+
+def _adoption_proven(rt: Runtime, attempt: Attempt, handle: Handle, row: Job) -> bool:
+    """The row runs this attempt under a non-empty boot other than ours, that boot's record is live, and
+    the row names the very container (or process) we watch. Anything less is not an adoption: a row
+    Redis rolled back to before our claim (owner '') or re-issued to another worker that launched its own
+    container passes "same attempt, other owner" too. Raises RedisUnavailable when it cannot tell."""
+    if row.state.value != "running" or row.attempt != attempt.attempt:
+        return False
+    if row.owner_boot in ("", attempt.boot_id) or not _names_ours(row, handle):
+        return False
+    try:
+        return bool(rt.pool.client.exists(rt.pool.keys.boot(row.owner_boot)))
+    except redis.RedisError as exc:
+        raise RedisUnavailable(f"boot record of {row.owner_boot} unreadable: {exc}") from None
+
+
+def _names_ours(row: Job, handle: Handle) -> bool:
+    """The row records the container (Docker) or the process identity (subprocess) we watch."""
+    if handle.container_id:
+        return row.container_id == handle.container_id
+    if not handle.identity or not row.identity:
+        return False
+    try:
+        return json.loads(row.identity) == handle.identity
+    except ValueError:
+        return False
+
+
+def _after_refusal(rt: Runtime, attempt: Attempt, handle: Handle) -> Requests | str:
+    """What a refused heartbeat means for the container we watch: ADOPTED only on proof (it goes on under
+    its adopter); the row running this attempt unclaimed again (Redis lost its last writes: a crash before
+    they reached disk, a failover to a lagging replica) is claimed back for our container, so this attempt
+    runs once and its restored RQ delivery is refused (the `Requests` it carries are returned); LOST
+    (stop it) for everything else; UNKNOWN while Redis cannot answer (ask again at the next beat)."""
+    try:
+        row = rt.pool.get(attempt.job_id)
+        if row.state.value == "running" and row.attempt == attempt.attempt:
+            if row.owner_boot == "" and row.container_id in ("", handle.container_id):
+                return _claim_back(rt, attempt, handle)
+            if row.owner_boot == attempt.boot_id and _names_ours(row, handle):
+                return UNKNOWN  # ours again already: the next beat says so
+        return ADOPTED if _adoption_proven(rt, attempt, handle, row) else LOST
+    except RedisUnavailable:
+        return UNKNOWN
+    except JobpoolError:  # NotFound, CorruptRow: no row anyone could own
+        return LOST
+
+
+def _claim_back(rt: Runtime, attempt: Attempt, handle: Handle) -> Requests | str:
+    try:
+        _, requests = attempt.claim(rt.pool.settings.executor, rt.daemon_id)
+    except RedisUnavailable:
+        return UNKNOWN
+    except JobpoolError as exc:  # another worker claimed it first, or it moved on: theirs, not ours
+        log.warning("job %s attempt %s: Redis lost our claim and it could not be taken back (%s)",
+                    attempt.job_id, attempt.attempt, exc)
+        return LOST
+    log.warning("job %s attempt %s: Redis lost our claim; claimed it back for the container we run",
+                attempt.job_id, attempt.attempt)
+    try:
+        _retrying(lambda: attempt.set_container(handle.container_id, handle.daemon_id, handle.identity),
+                  FINISH_RETRY_SECS)
+    except RedisUnavailable as exc:  # the row is ours and watched; only a crash of ours would miss it
+        log.warning("job %s: could not record its container again (%s)", attempt.job_id, exc)
+    except JobpoolError:
+        return LOST
+    return requests
 
 
 def _stop_within(handle: Handle, grace: float) -> None:
-    if grace <= 0 or handle.wait(grace) is None:
-        handle.kill()
+    """SIGTERM, then SIGKILL if it is still running after `grace` seconds."""
+    handle.signal_stop()
+    try:
+        if grace <= 0 or handle.wait(grace) is None:
+            handle.kill()
+    except LaunchUnknown:
+        pass  # removed under us: nothing left to stop
 
 
 def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, kind: str, code: int) -> None:
@@ -131,7 +230,7 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, k
     except (NotOwner, NotFound):
         log.warning("job %s attempt %s: finished, but the row is no longer ours; not recorded",
                     attempt.job_id, attempt.attempt)
-        if not _adopted_elsewhere(rt, attempt):
+        if not _adopted_elsewhere(rt, attempt, handle):
             handle.remove()  # an adopter would still need the container to read its exit code
         return
     log.info("job %s attempt %s: exit %s -> %s", attempt.job_id, attempt.attempt, code, state)
