@@ -25,11 +25,12 @@ log = logging.getLogger("jobpool.worker")
 #: Longest single wait on the job, so a drain request is noticed within this many seconds.
 WAIT_SLICE = 0.5
 EXIT_TEMPFAIL = 75
-#: How long a worker keeps trying to record an exit through a Redis outage before leaving it to the supervisor.
+#: How long a bounded write retry lasts before it gives up (an exit code is never given up: see `_finish`).
 FINISH_RETRY_SECS = 20.0
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
-#: Longest pause between two tries of a write while Redis does not answer.
-RETRY_MAX_DELAY = 2.0
+#: Longest pause between two tries of a write while Redis does not answer: short, because after an outage
+#: every lease has lapsed and the worker's write should land before a sweep judges the row without it.
+RETRY_MAX_DELAY = 0.5
 
 
 def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, requests: Requests) -> None:
@@ -219,14 +220,14 @@ def _stop_within(handle: Handle, grace: float) -> None:
 
 
 def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, kind: str, code: int) -> None:
+    """Record the exit code, however long Redis is away. A subprocess job's code lives only here, and a
+    dropped code makes the supervisor re-run a job that succeeded (it finds a dead pid and nothing else).
+    Only an answer ends the wait: recorded, or refused (the row moved on: proof it was superseded); the
+    worker's force stop kills this horse, and then the supervisor decides from what it can see."""
     tail = handle.log_tail(LOG_TAIL_BYTES)
     try:
-        state = _retrying(lambda: attempt.finish(kind, code, log_tail=tail), FINISH_RETRY_SECS)
-    except RedisUnavailable as exc:
-        # The container stays, exited: the supervisor finishes the row from its exit code.
-        log.warning("job %s attempt %s: could not record exit %s (%s); leaving it to the supervisor",
-                    attempt.job_id, attempt.attempt, code, exc)
-        return
+        state = _retrying(lambda: attempt.finish(kind, code, log_tail=tail),
+                          what=f"job {attempt.job_id} attempt {attempt.attempt}: recording exit {code}")
     except (NotOwner, NotFound):
         log.warning("job %s attempt %s: finished, but the row is no longer ours; not recorded",
                     attempt.job_id, attempt.attempt)
