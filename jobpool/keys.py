@@ -20,6 +20,12 @@ RQ_QUEUES = "rq:queues"
 STATE_INDEX_NAMES = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
 
 
+def worker_name(pool: str, boot_id: str) -> str:
+    """The RQ worker name of a jobpool worker boot: how an RQ job's `worker_name` leads back to the boot
+    whose record says whether that worker lives (supervisor/sweep.py)."""
+    return f"jobpool-{pool}-{boot_id[:12]}"
+
+
 def validate_pool_name(name: str) -> str:
     if not isinstance(name, str) or not POOL_NAME.fullmatch(name):
         raise ConfigError(
@@ -72,6 +78,10 @@ class PoolKeys:
 
     def lease(self, job_id: str) -> str:
         return f"{self.prefix}lease:{job_id}"
+
+    def adoption(self, job_id: str) -> str:
+        """The RQ job id of the latest adoption request for a job (supervisor/sweep.py)."""
+        return f"{self.prefix}adopt:{job_id}"
 
     def boot(self, boot_id: str) -> str:
         return f"{self.prefix}boot:{boot_id}"

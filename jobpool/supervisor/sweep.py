@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from rq.serializers import JSONSerializer
 from .. import errors
 from ..api import CANDIDATES_ON_RELEASE, Pool
 from ..config import Settings
+from ..keys import worker_name
 from ..registry import wrap_redis_error
 from .probes import Absent, ContainerProber, Probe, Unknown, probe_process
 from .report import Decision, SweepReport
@@ -51,8 +53,11 @@ log = logging.getLogger("jobpool.supervisor")
 
 #: The RQ function a live worker runs to re-attach to an orphaned running container (jobpool.workers).
 ADOPT_ENTRY_POINT = "jobpool.workers.entry.adopt_job"
-#: An adoption request still waiting for, or being run by, a worker: do not ask again.
-ADOPT_PENDING = frozenset({"queued", "started", "deferred", "scheduled", "created"})
+#: An adoption request still waiting for a worker: do not ask again. A "started" one is pending only while
+#: the worker running it lives (a SIGKILLed adopter leaves "started" behind for good).
+ADOPT_WAITING = frozenset({"queued", "deferred", "scheduled", "created"})
+#: How long the pointer to the latest adoption request of a job is kept.
+ADOPT_REQUEST_TTL_SECS = 86400
 _READ_CHUNK = 1000
 #: What the first read pass takes of every running row: enough to judge a row whose owner holds its lease.
 #: (Its state needs no reading: the scripts keep `running` and the state field in step, and drop the lease
@@ -66,7 +71,10 @@ def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
 
 
 def adopt_rq_job_id(job_id: str, attempt: int) -> str:
-    return f"jobpool-adopt-{job_id}-{attempt}"
+    """A fresh RQ job id for one adoption request. Never reused: RQ's registries still name an earlier
+    request (a dead adopter's stays in the started registry until RQ cleans it up, which would fail a new
+    request that had the same id)."""
+    return f"jobpool-adopt-{job_id}-{attempt}-{uuid.uuid4().hex[:12]}"
 
 
 @dataclass
@@ -96,6 +104,7 @@ class Supervisor:
         self.actor = actor or _actor()
         self._rq_client: redis.Redis | None = None
         self._started_key = StartedJobRegistry.key_template.format(pool.keys.rq_queue_name)
+        self._sort_ro = True  # until the server says it has no SORT_RO (Redis < 7)
 
     def close(self) -> None:
         self.prober.close()
@@ -112,16 +121,7 @@ class Supervisor:
         Two passes keep a healthy pool cheap: every row's owner, attempt and times with its lease first, then
         the whole row only where a decision needs more (lease gone, never claimed, or an eviction to do).
         """
-        c, k = self.pool.client, self.pool.keys
-        pipe = c.pipeline(transaction=False)
-        pipe.time()
-        if job_ids is None:
-            # One command for every running row: SORT ... BY nosort GET reads each member's hash fields and
-            # lease (the patterns carry the pool's hash tag, so they stay in the key's cluster slot).
-            job = k.job("*")
-            pipe.sort(k.running, by="nosort", get=["#", *(f"{job}->{f}" for f in _BRIEF), k.lease("*")],
-                      groups=True)
-        replies = self._exec(pipe)
+        replies = self._read_running(job_ids is None)
         secs, micros = replies[0]
         now_ms = int(secs) * 1000 + int(micros) // 1000
         found = replies[1] if job_ids is None else self._brief_of(list(job_ids))
@@ -153,6 +153,35 @@ class Supervisor:
         dispatch = self._dispatch_facts([r.id for r in rows_out if not r.claimed], now_ms)
         return _Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch, ghosts,
                          self._live_leases(list(ghosts)))
+
+    def _read_running(self, all_rows: bool) -> list[Any]:
+        """The server's time and, with `all_rows`, every running row's brief fields and lease, as tuples.
+
+        One command reads them all: SORT_RO ... BY nosort GET reads each member's hash fields and lease (the
+        patterns carry the pool's hash tag, so they stay in the key's cluster slot). SORT_RO, not SORT: SORT
+        counts as a write (it can STORE), so a replica or a server at its memory limit refuses it, and the
+        sweep must read there too. Redis 6.2 has no SORT_RO; there plain SORT is used."""
+        k = self.pool.keys
+        get = ["#", *(f"{k.job('*')}->{f}" for f in _BRIEF), k.lease("*")]
+        pipe = self.pool.client.pipeline(transaction=False)
+        pipe.time()
+        if all_rows:
+            # By hand: redis-py's `sort_ro()` (8.1) sends a plain SORT.
+            args = [k.running, "BY", "nosort", *(a for g in get for a in ("GET", g))]
+            pipe.execute_command("SORT_RO" if self._sort_ro else "SORT", *args)
+        try:
+            replies = list(pipe.execute())
+        except redis.ResponseError as exc:
+            if self._sort_ro and "unknown command" in str(exc).lower():
+                self._sort_ro = False
+                return self._read_running(all_rows)
+            raise wrap_redis_error(exc, "sweep read") from None
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, "sweep read") from None
+        if all_rows:
+            flat, width = replies[1], len(get)
+            replies[1] = [tuple(flat[i:i + width]) for i in range(0, len(flat), width)]
+        return replies
 
     def _brief_of(self, ids: Sequence[str]) -> list[tuple[str | None, ...]]:
         """The SORT reply's shape for given ids (an operator's one-job call)."""
@@ -406,35 +435,64 @@ class Supervisor:
         return self._rq_client
 
     def _pending_adoptions(self, rows: Sequence[RowSnapshot]) -> set[str]:
-        """Ids of the rows whose adoption request still waits for, or runs in, a worker (one round trip)."""
+        """Ids of the rows whose latest adoption request still waits for a worker, or is being run by a
+        worker that lives (two round trips, plus one for the boots of "started" ones)."""
         if not rows:
             return set()
-        pipe = self._rq().pipeline(transaction=False)
+        conn = self._rq()
+        pipe = conn.pipeline(transaction=False)
         for row in rows:
-            pipe.hget(RQJob.key_for(adopt_rq_job_id(row.id, row.attempt)), "status")
-        statuses = self._exec(pipe)
-        return {row.id for row, status in zip(rows, statuses, strict=True)
-                if status is not None and status.decode() in ADOPT_PENDING}
+            pipe.get(self.pool.keys.adoption(row.id))
+        requests = {row.id: r.decode() for row, r in zip(rows, self._exec(pipe), strict=True) if r}
+        if not requests:
+            return set()
+        pipe = conn.pipeline(transaction=False)
+        for rq_id in requests.values():
+            pipe.hmget(RQJob.key_for(rq_id), ["status", "worker_name"])
+        found = {job_id: [v.decode() if v else "" for v in reply]
+                 for job_id, reply in zip(requests, self._exec(pipe), strict=True)}
+        pending = {job_id for job_id, (status, _) in found.items() if status in ADOPT_WAITING}
+        started = {job_id: worker for job_id, (status, worker) in found.items() if status == "started"}
+        live = self._live_workers(set(started.values()))
+        return pending | {job_id for job_id, worker in started.items() if worker in live}
+
+    def _live_workers(self, names: set[str]) -> set[str]:
+        """Which of these RQ worker names belong to a jobpool worker whose boot record lives. RQ's own worker
+        key outlives a SIGKILLed worker by its worker_ttl (minutes); the boot record by one lease."""
+        if not names:
+            return set()
+        boots = [str(b) for b in self.pool.client.zrange(self.pool.keys.boots, 0, -1)]
+        by_name = {worker_name(self.pool.keys.pool, b): b for b in boots}
+        mine = {n: by_name[n] for n in names if n in by_name}
+        if not mine:
+            return set()
+        pipe = self.pool.client.pipeline(transaction=False)
+        for boot in mine.values():
+            pipe.exists(self.pool.keys.boot(boot))
+        return {n for n, alive in zip(mine, self._exec(pipe), strict=True) if alive}
 
     def request_adoption(self, row: RowSnapshot) -> str:
-        """Ask a live worker to re-attach to this orphan's running container, unless it was asked already.
+        """Ask a live worker to re-attach to this orphan's running container, unless a request is pending.
 
         The supervisor never writes ownership: the worker's `adopt` is a compare-and-set refused while the
-        old owner's lease exists. A finished or failed earlier request is replaced; a pending one is not.
+        old owner's lease exists. Each request is a new RQ job; `adoption(job)` names the latest, and the
+        WATCH on it makes two supervisors asking at once enqueue one request.
         """
+        if row.id in self._pending_adoptions([row]):
+            return "adoption pending"
         rq_id = adopt_rq_job_id(row.id, row.attempt)
         conn = self._rq()
-        key = RQJob.key_for(rq_id)
+        pointer = self.pool.keys.adoption(row.id)
         try:
             with conn.pipeline() as pipe:
-                pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves watch() unannotated
-                status = pipe.hget(key, "status")
-                text = status.decode() if isinstance(status, bytes) else status
-                if text is not None and text in ADOPT_PENDING:
-                    return "adoption pending"
+                pipe.watch(pointer)  # type: ignore[no-untyped-call]  # redis-py leaves watch() unannotated
+                before = pipe.get(pointer)
                 pipe.multi()
-                pipe.delete(key)
+                pipe.set(pointer, rq_id, ex=ADOPT_REQUEST_TTL_SECS)
                 pipe.execute()
+            if before is not None and before.decode() != rq_id:
+                # A request that ended or whose worker died: drop its hash so it cannot be run late.
+                conn.delete(RQJob.key_for(before.decode()))
             Queue(self.pool.keys.rq_queue_name, connection=conn, serializer=JSONSerializer).enqueue_call(
                 func=ADOPT_ENTRY_POINT, args=[row.id, row.owner_boot, row.attempt], job_id=rq_id,
                 timeout=-1, result_ttl=600, failure_ttl=600, unique=True,

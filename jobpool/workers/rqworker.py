@@ -19,6 +19,7 @@ from rq import Worker
 from rq.serializers import JSONSerializer
 
 from ..errors import JobpoolError
+from ..keys import worker_name
 from .boot import Boot
 from .runtime import DRAIN_SIGNAL, Runtime
 
@@ -35,7 +36,7 @@ class JobpoolWorker(Worker):
             [pool.keys.rq_queue_name],
             connection=redis.Redis.from_url(pool.settings.redis_url),
             serializer=JSONSerializer,
-            name=f"jobpool-{pool.keys.pool}-{boot.id[:12]}",
+            name=worker_name(pool.keys.pool, boot.id),
             job_monitoring_interval=1,  # how often the drain bound below is checked
             **kwargs,
         )

@@ -21,16 +21,17 @@ from typing import Any
 
 import docker
 import pytest
+import redis
 from polling import eventually
-from servers import daemon_identity
 from rq import Queue
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
+from servers import daemon_identity
 
 from jobpool import Pool
 from jobpool.attempt import Attempt
+from jobpool.keys import worker_name
 from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
-from jobpool.supervisor.sweep import adopt_rq_job_id
 
 IMAGE = "jobpool-test:busybox"
 DEAD = "dead-boot"
@@ -210,6 +211,10 @@ def test_created_but_never_started_container_is_no_work(make_pool, dclient, supe
     assert not container_exists(dclient, container.id)
 
 
+def adoption_requests(raw: Any, pool: Pool) -> list[str]:
+    return [x.decode() for x in raw.lrange(pool.keys.rq_queue, 0, -1) if x.startswith(b"jobpool-adopt-")]
+
+
 def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dclient, supervisors) -> None:
     pool = make_pool()
     job_id, attempt, container = orphan(pool, dclient, command=["sleep", "300"])
@@ -219,20 +224,45 @@ def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dc
         report = sup.sweep()
         assert report.verdicts == {"adopt": 1}
     assert pool.get(job_id).state.value == "running" and pool.get(b.id).state.value == "queued"
-    rq_id = adopt_rq_job_id(job_id, attempt)
     raw = sup._rq()
-    assert [x.decode() for x in raw.lrange(pool.keys.rq_queue, 0, -1)].count(rq_id) == 1
+    rq_id = raw.get(pool.keys.adoption(job_id)).decode()
+    assert adoption_requests(raw, pool) == [rq_id]
     rq_job = RQJob.fetch(rq_id, connection=raw, serializer=JSONSerializer)
     assert (rq_job.func_name, rq_job.args, rq_job.get_status()) == (
         "jobpool.workers.entry.adopt_job", [job_id, DEAD, attempt], "queued")
     assert report.decisions[0].outcome == "adoption pending"
 
-    # The request ran and failed (say no worker could attach): the next sweep asks again.
+    # The request ran and failed (say no worker could attach): the next sweep asks again, with a new id.
     raw.lrem(pool.keys.rq_queue, 0, rq_id)
     rq_job.set_status("failed")
     assert sup.sweep().decisions[0].outcome == "adoption requested"
-    assert [x.decode() for x in raw.lrange(pool.keys.rq_queue, 0, -1)].count(rq_id) == 1
-    assert Queue(pool.keys.rq_queue_name, connection=raw).fetch_job(rq_id).get_status() == "queued"
+    again = raw.get(pool.keys.adoption(job_id)).decode()
+    assert again != rq_id and adoption_requests(raw, pool) == [again]
+    assert Queue(pool.keys.rq_queue_name, connection=raw).fetch_job(again).get_status() == "queued"
+    assert not raw.exists(RQJob.key_for(rq_id)), "the ended request could still be run late"
+    container.remove(force=True)
+
+
+def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool, dclient, supervisors) -> None:
+    """A worker that took the adoption request and died before re-attaching leaves it "started" for good
+    (RQ's own worker key outlives it by minutes): pending only while that worker's boot record lives."""
+    pool = make_pool()
+    job_id, _, container = orphan(pool, dclient, command=["sleep", "300"])
+    sup = supervisors(pool)
+    assert sup.sweep().decisions[0].outcome == "adoption requested"
+    raw = sup._rq()
+    first = raw.get(pool.keys.adoption(job_id)).decode()
+    # What RQ leaves when a worker takes the request: status "started", the worker's name on the job.
+    boot = "b" * 32
+    raw.lrem(pool.keys.rq_queue, 0, first)
+    raw.hset(RQJob.key_for(first), mapping={"status": "started", "worker_name": worker_name("sv", boot)})
+    pool.client.zadd(pool.keys.boots, {boot: 1})
+    pool.client.hset(pool.keys.boot(boot), "pid", 1)
+    assert sup.sweep().decisions[0].outcome == "adoption pending", "its worker lives: it is at it"
+    pool.client.delete(pool.keys.boot(boot))  # the worker was SIGKILLed: its record expired
+    assert sup.sweep().decisions[0].outcome == "adoption requested"
+    again = raw.get(pool.keys.adoption(job_id)).decode()
+    assert again != first and adoption_requests(raw, pool) == [again]
     container.remove(force=True)
 
 
@@ -513,3 +543,21 @@ def test_sigterm_stops_the_supervisor_process_cleanly(make_pool, redis_url, tmp_
             proc.kill()
             proc.wait(10)
     assert "supervisor for pool sv stopped" in log.read_text()
+
+
+def test_the_sweep_reads_under_a_memory_limit(make_pool, dclient, supervisors) -> None:
+    """At its memory limit (noeviction) Redis refuses every command that may write, SORT included: the
+    sweep's read must still work there (SORT_RO), so an operator's dry run can see what is held and why."""
+    pool = make_pool()
+    job_id, _, _ = orphan(pool, dclient, command=["sleep", "300"])
+    config = pool.client.config_get("maxmemory*")
+    pool.client.config_set("maxmemory-policy", "noeviction")
+    pool.client.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            pool.client.set("jobpool-test-probe", "x")
+        report = supervisors(pool).sweep(dry_run=True)
+        assert [(d.job_id, d.verdict.kind.value) for d in report.decisions] == [(job_id, "adopt")]
+    finally:
+        pool.client.config_set("maxmemory", config["maxmemory"])
+        pool.client.config_set("maxmemory-policy", config["maxmemory-policy"])
