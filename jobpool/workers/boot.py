@@ -15,7 +15,9 @@ import time
 import uuid
 
 from ..api import Pool
+from ..keys import worker_name
 from ..procid import kernel_boot_id, pid_namespace
+from .outage import Outage, is_transient
 
 log = logging.getLogger("jobpool.worker")
 
@@ -33,6 +35,8 @@ class Boot:
         }
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Shared with the process's work loop (jobpool/workers/rqworker.py): one outage, logged once.
+        self.outage = Outage(f"worker {worker_name(pool.keys.pool, self.id)}")
 
     def beat(self) -> None:
         now = int(time.time() * 1000)
@@ -62,7 +66,12 @@ class Boot:
             try:
                 self.beat()
             except Exception as exc:  # noqa: BLE001 - keep beating through a Redis restart
-                log.warning("boot heartbeat failed: %s", exc)
+                if is_transient(exc):
+                    self.outage.failed("the boot heartbeat", exc)
+                else:
+                    log.warning("boot heartbeat failed: %s", exc)
+            else:
+                self.outage.recovered()
 
     def stop(self) -> None:
         """A clean exit removes the record at once; a crash lets it expire."""

@@ -15,18 +15,35 @@ import time
 from typing import Any
 
 import redis
-from rq import Worker
+from rq import Queue, Worker
+from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 
 from ..errors import JobpoolError
 from ..keys import worker_name
 from .boot import Boot
+from .outage import Backoff, OutageError, is_transient
 from .runtime import DRAIN_SIGNAL, Runtime
 
 log = logging.getLogger("jobpool.worker")
 
 #: Extra time the worker gives its horse past the drain timeout to record the outcome before killing it.
 HORSE_MARGIN_SECS = 5.0
+
+
+class _Queue(Queue):
+    """RQ's queue, except that a dropped connection in the dequeue leaves RQ's own dequeue loop (which retries
+    it on its own schedule, each retry logged as an error) for `JobpoolWorker`, which waits out every kind of
+    outage the same way (jobpool/workers/outage.py)."""
+
+    @classmethod
+    def dequeue_any(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().dequeue_any(*args, **kwargs)
+        except redis.ConnectionError as exc:
+            if is_transient(exc):
+                raise OutageError(exc) from exc
+            raise
 
 
 class JobpoolWorker(Worker):
@@ -38,10 +55,17 @@ class JobpoolWorker(Worker):
             serializer=JSONSerializer,
             name=worker_name(pool.keys.pool, boot.id),
             job_monitoring_interval=1,  # how often the drain bound below is checked
+            queue_class=_Queue,
             **kwargs,
         )
         self.runtime = runtime
         self.boot = boot
+        self.outage = boot.outage
+        #: Set by the first stop signal. RQ's own `_stop_requested` is set only when the signal comes during a
+        #: job: an idle worker is stopped by an exception out of its dequeue, which leaves it False.
+        self.stop_asked = False
+        #: Set when a --burst run stopped because RQ's workers are suspended (`rq suspend`): a normal end too.
+        self.suspended_in_burst = False
         self._drain_kill_at: float | None = None
         self.left_running = 0
         #: Set when a dequeue found the queue empty (how a --burst run ends normally).
@@ -53,6 +77,7 @@ class JobpoolWorker(Worker):
     # -- first signal: drain ------------------------------------------------------------------------------
 
     def handle_warm_shutdown_request(self) -> None:
+        self.stop_asked = True
         settings = self.runtime.pool.settings
         log.info("worker %s: shutting down; draining for at most %ss", self.name, settings.drain_timeout_secs)
         self.boot.set_draining()
@@ -67,7 +92,15 @@ class JobpoolWorker(Worker):
                 pass
 
     def maintain_heartbeats(self, job: Any) -> None:
-        super().maintain_heartbeats(job)
+        # RQ's heartbeats for the running job; missed ones during an outage only age keys that live a minute.
+        try:
+            super().maintain_heartbeats(job)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self.outage.failed("the running job's RQ heartbeat", exc)
+        else:
+            self.outage.recovered()
         if self._drain_kill_at is None:
             return
         # Repeat the request: it is idempotent, and covers a horse that had not yet set its handler.
@@ -87,30 +120,48 @@ class JobpoolWorker(Worker):
 
     def request_force_stop(self, signum: int, frame: Any) -> None:
         """Exit at once; the job's container keeps running and the supervisor decides its row."""
-        log.warning("worker %s: second signal; exiting now, leaving running jobs to the supervisor", self.name)
+        log.warning("worker %s: second signal; exiting now, leaving running jobs to the supervisor",
+                    self.name)
         if self.horse_pid:
             self.kill_horse(signal.SIGKILL)
             self.wait_for_horse()
         raise SystemExit(1)
 
-    # -- junk on the queue ---------------------------------------------------------------------------------
+    # -- Redis outages and junk on the queue -----------------------------------------------------------------
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        """RQ's dequeue, retried with backoff while Redis cannot serve it (RQ's loop would end on any error
+        but a dropped connection), and past junk on the queue (see `_dequeue`)."""
+        backoff = Backoff()
+        while True:
+            try:
+                result = self._dequeue(timeout, max_idle_time)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                # Had BLMOVE taken an entry before the error (RQ failed to load it), it stays in RQ's
+                # intermediate list until RQ's maintenance clears it; the supervisor then dispatches the job
+                # again (jobpool/supervisor/verdicts.py). It is not junk, so `_dequeue` does not drop it.
+                self.outage.failed("the worker's dequeue", exc)
+                backoff.sleep()
+                continue
+            self.outage.recovered()
+            if result is None:
+                self.found_empty = True
+            return result
+
+    def _dequeue(self, timeout: int | None, max_idle_time: int | None) -> Any:
         """RQ's dequeue, except that one entry RQ cannot load (an id it refuses, a job hash edited to
         garbage) is taken off the queue and logged instead of ending the work loop, which would leave every
         worker that pops it dead. Anything else still ends the loop (and `run_worker` then fails)."""
         while True:
             try:
-                result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
             except Exception as exc:
                 job_id, queue = getattr(exc, "job_id", None), getattr(exc, "queue", None)
-                if job_id is None or queue is None:
+                if job_id is None or queue is None or is_transient(exc):
                     raise
                 self._drop_entry(queue, str(job_id), exc)
-                continue
-            if result is None:
-                self.found_empty = True
-            return result
 
     def _drop_entry(self, queue: Any, job_id: str, exc: Exception) -> None:
         # BLMOVE left it in the intermediate list (RQ's maintenance would choke on it there too).
@@ -119,10 +170,62 @@ class JobpoolWorker(Worker):
         log.error("worker %s: dropped an entry RQ cannot load from %s: %r (%s: %s)", self.name, queue.name,
                   job_id[:200], type(exc).__name__, exc)
 
+    def _pubsub_exception_handler(self, exc: Exception, pubsub: Any, pubsub_thread: Any) -> None:
+        """RQ's handler for its command channel thread logs a dropped connection as an error every 2 s and
+        lets any other error end the thread; an outage is logged once here and waited out at the same pace."""
+        if not is_transient(exc):
+            return super()._pubsub_exception_handler(exc, pubsub, pubsub_thread)
+        self.outage.failed("the worker's command channel", exc)
+        time.sleep(2.0)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """RQ's check (a read, between jobs), retried while Redis cannot serve it."""
+        backoff = Backoff()
+        while True:
+            try:
+                return super().check_for_suspension(burst)
+            except StopRequested:
+                self.suspended_in_burst = burst and not self.stop_asked
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.outage.failed("the worker's suspension check", exc)
+                backoff.sleep()
+
+    # RQ's own bookkeeping: its worker key (which expires by itself) and registry maintenance (which the next
+    # round redoes). Skipped during an outage: it must not end the loop, nor lose a job already dequeued.
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        if pipeline is not None:  # only queued: the caller's execute() meets any error
+            return super().heartbeat(timeout, pipeline)
+        self._best_effort("the worker's RQ heartbeat", super().heartbeat, timeout)
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        if pipeline is not None:
+            return super().set_state(state, pipeline)
+        self._best_effort("the worker's RQ state", super().set_state, state)
+
+    def run_maintenance_tasks(self) -> None:
+        self._best_effort("RQ's registry maintenance", super().run_maintenance_tasks)
+
+    def teardown(self) -> None:
+        self._best_effort("the worker's RQ deregistration", super().teardown)
+
+    def _best_effort(self, what: str, call: Any, *args: Any) -> None:
+        try:
+            call(*args)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self.outage.failed(what, exc)
+
     def ended_normally(self, burst: bool) -> bool:
-        """Whether `work()` returned because it was asked to (a stop, or an empty queue in burst mode),
-        not because its loop died of an exception (RQ logs that and returns as if all were well)."""
-        return bool(self._stop_requested) or (burst and self.found_empty)
+        """Whether `work()` returned because it was asked to (a stop signal, an empty queue or `rq suspend`
+        in burst mode), not because its loop died of an exception. `work()` returns the same way in both
+        cases; with the arguments `run_worker` passes, every other way out of RQ's loop logs an error."""
+        return self.stop_asked or bool(self._stop_requested) or (
+            burst and (self.found_empty or self.suspended_in_burst))
 
     # -- bookkeeping ----------------------------------------------------------------------------------------
 
