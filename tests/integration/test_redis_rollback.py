@@ -20,13 +20,12 @@ from pathlib import Path
 
 import docker
 import pytest
-from conftest import FAST, IMAGE
 from polling import eventually
 from procs import JobpoolProcess, children
 
 from jobpool import JobState, Pool
 
-NOTICE_SECS = float(FAST["JOBPOOL_HEARTBEAT_SECS"]) + float(FAST["JOBPOOL_STOP_GRACE_SECS"]) + 3.0
+IMAGE = "jobpool-test:busybox"
 
 
 class Sampler(threading.Thread):
@@ -39,6 +38,7 @@ class Sampler(threading.Thread):
         self.watched_from: float | None = None  # monotonic time from which live containers must be watched
         self.peak = 0
         self.unwatched: list[str] = []
+        self.judged = 0  # samples taken since `watched_from`
         self.seen: set[str] = set()
 
     def _watched(self, cid: str) -> bool:
@@ -57,6 +57,7 @@ class Sampler(threading.Thread):
             self.seen.update(live)
             self.peak = max(self.peak, len(live))
             if self.watched_from is not None and time.monotonic() >= self.watched_from:
+                self.judged += 1
                 for cid in live:
                     try:
                         ok = self._watched(cid)
@@ -75,13 +76,16 @@ def client(docker_host: str):
 
 
 def test_claim_lost_by_redis_rollback_never_leaves_two_or_an_unwatched_container(
-        redis_server_factory, client, tmp_path: Path) -> None:
+        redis_server_factory, pool_env: dict[str, str], client, tmp_path: Path) -> None:
     server = redis_server_factory()
     server.start()  # no AOF, no automatic saves: only the explicit SAVE below survives a SIGKILL
-    env = {**FAST, "JOBPOOL_REDIS_URL": server.url, "JOBPOOL_POOL": "it",
-           "JOBPOOL_STATE_DIR": str(tmp_path / "state")}
+    env = {**pool_env, "JOBPOOL_REDIS_URL": server.url}  # the fast test timings, on this private server
     pool = Pool.from_env(env=env)
-    job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 8; echo finished"])
+    # A heartbeat to notice, the stop grace to stop, and a margin for a loaded machine.
+    notice_secs = pool.settings.heartbeat_secs + pool.settings.stop_grace_secs + 3.0
+    # Runs until the test says so (a file made with `docker exec`), so it is still running when judged.
+    job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; while [ ! -f /tmp/go ]; do sleep 0.1; done; "
+                                           "echo finished"])
     promoted = pool.get(job.id)
     assert promoted.state == JobState.RUNNING and promoted.owner_boot == ""  # promoted, nobody claimed yet
     pool.client.save()
@@ -96,13 +100,18 @@ def test_claim_lost_by_redis_rollback_never_leaves_two_or_an_unwatched_container
         sampler.start()
         server.kill()
         server.start()  # same port and dir: back from the RDB saved before the claim
-        sampler.watched_from = time.monotonic() + NOTICE_SECS
+        sampler.watched_from = time.monotonic() + notice_secs
         # What the restart brought back, read before the worker can write again or right after it did:
         # the claim we saw is gone either way.
         back = eventually(lambda: pool.get(job.id), timeout=5, ignoring=(Exception,),
                           message="the row is readable again")
         assert back.state == JobState.RUNNING and back.attempt == claimed.attempt
         assert back.owner_boot == "" or back.claimed_at != claimed.claimed_at, "Redis did not lose the claim"
+        eventually(lambda: sampler.judged >= 20, timeout=notice_secs + 30,
+                   message="the job's containers were judged for a while after the watcher had time to act")
+        for cid in set(sampler.seen):
+            with contextlib.suppress(docker.errors.APIError):
+                client.containers.get(cid).exec_run(["touch", "/tmp/go"])
         done = pool.wait(job.id, timeout=60)
         # The delivery Redis brought back was forgotten when the attempt finished: nothing runs it again.
         assert pool.client.llen(pool.keys.rq_queue) == 0
@@ -128,7 +137,9 @@ def test_a_stalled_watcher_leaves_a_proven_adoption_to_its_adopter(pool: Pool, s
     really re-attached to must leave that container running when it wakes, not stop it."""
     from jobpool.supervisor import Supervisor
 
-    job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 10; echo finished"])
+    # Runs until the test says so (a file made with `docker exec`), however slowly the adoption goes.
+    job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; while [ ! -f /tmp/go ]; do sleep 0.1; done; "
+                                           "echo finished"])
     stalled = spawn()
     claimed = eventually(lambda: (r := pool.get(job.id)).container_id and r, timeout=30, message="claimed")
     eventually(lambda: b"started" in client.containers.get(claimed.container_id).logs(), timeout=30,
@@ -152,7 +163,9 @@ def test_a_stalled_watcher_leaves_a_proven_adoption_to_its_adopter(pool: Pool, s
         sup.close()
     eventually(lambda: "adopted by another worker" in stalled.log(), timeout=10,
                message="the woken watcher saw the proof and left")
-    assert client.containers.get(claimed.container_id).status == "running", "the woken watcher stopped it"
+    container = client.containers.get(claimed.container_id)
+    assert container.status == "running", "the woken watcher stopped it"
+    container.exec_run(["touch", "/tmp/go"])
     done = pool.wait(job.id, timeout=60)
     assert (done.state, done.exit_code, done.attempt) == (JobState.SUCCEEDED, 0, claimed.attempt)
     assert "finished" in pool.logs(job.id)
