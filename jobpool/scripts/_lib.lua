@@ -201,12 +201,19 @@ local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now
 end
 
 -- How a container's exit ends a job: exit 0 is success whatever was asked; otherwise a persisted cancel
--- or pause wins; an exit after a shutdown interrupt hands the job back; anything else is a failure.
+-- or pause wins; an exit after its watcher asked it to stop (`interrupted`: a drain, or a pause or cancel
+-- request since withdrawn) hands the job back to its place, no recovery budget spent; anything else is a
+-- failure. The handback's reason names a pause of this attempt that a resume withdrew (resume_job.lua
+-- records `pause_withdrawn` = attempt): 'pause_withdrawn_handback'; otherwise 'shutdown_handback'.
 local function verdict_for_exit(jkey, code, interrupted)
   if code == 0 then return 'succeeded', 'exit_0' end
   if redis.call('HGET', jkey, 'cancel_requested') == '1' then return 'cancelled', 'cancel_requested' end
   if redis.call('HGET', jkey, 'pause_requested') == '1' then return 'paused', 'pause_requested' end
-  if interrupted then return 'queued', 'shutdown_handback' end
+  if interrupted then
+    local row = redis.call('HMGET', jkey, 'pause_withdrawn', 'attempt')
+    if row[1] and row[1] ~= '' and row[1] == row[2] then return 'queued', 'pause_withdrawn_handback' end
+    return 'queued', 'shutdown_handback'
+  end
   return 'failed', 'exit_code_' .. code
 end
 

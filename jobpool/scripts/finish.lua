@@ -7,8 +7,10 @@ ARGV[6] reason (for 'error')   ARGV[7] log tail
 Returns {0, new state, promoted, why_stopped}; -1; -3; -6 unknown kind.
 The owner reports how its attempt ended; release the slot and promote in the same step.
 Fenced on (boot, attempt). kind: 'exit' (the container exited with ARGV[5]), 'interrupted' (exited after
-a shutdown interrupt: a non-zero exit hands the job back without spending recovery budget), 'error' (it
-never ran: launch failure; ends failed with ARGV[6]).
+its watcher sent it the stop signal: for a drain, or for a pause or cancel request; a non-zero exit with no
+persisted cancel/pause, e.g. a pause withdrawn by a resume, hands the job back to its place without
+spending recovery budget: verdict_for_exit in _lib.lua), 'error' (it never ran: launch failure; ends
+failed with ARGV[6]).
 ]]
 local jkey, lkey = KEYS[14], KEYS[15]
 local id, boot, attempt, kind, code, reason, tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]

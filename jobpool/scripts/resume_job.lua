@@ -5,12 +5,14 @@ KEYS[15..]   promotion candidates
 ARGV[1] id   ARGV[2] actor
 Returns {0, state after, promoted, why_stopped}; -1; -2 when there is nothing to resume.
 A paused job goes back to `queued` at its original place; a running job whose pause
-was requested but not yet acted on has the request withdrawn.
+was requested but has not ended yet has the request withdrawn. Its watcher may have sent the stop signal
+already: it calls off its SIGKILL, and `pause_withdrawn` (= the attempt) lets the exit of a job that stops
+anyway hand it back as 'pause_withdrawn_handback' (verdict_for_exit in _lib.lua) instead of failing it.
 ]]
 local jkey = KEYS[14]
 local id, actor = ARGV[1], ARGV[2]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
-local row = redis.call('HMGET', jkey, 'state', 'seq', 'pause_requested')
+local row = redis.call('HMGET', jkey, 'state', 'seq', 'pause_requested', 'attempt')
 local now = now_ms()
 if row[1] == 'paused' then
   set_state(jkey, id, 'paused', 'queued', tonumber(row[2]))
@@ -20,7 +22,7 @@ if row[1] == 'paused' then
   local promoted, why = promote_candidates(15, actor, now)
   return {0, redis.call('HGET', jkey, 'state'), promoted, why}
 elseif row[1] == 'running' and row[3] == '1' then
-  redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '')
+  redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '', 'pause_withdrawn', row[4] or '')
   event(id, 'running', 'running', 'pause_withdrawn', '', actor, now)
   return {0, 'running', 0, 'none'}
 end

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import redis
 
@@ -37,9 +38,8 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
     """Watch a launched attempt until it exits, the row is lost, or a drain deadline passes."""
     settings = rt.pool.settings
     next_beat = time.monotonic() + settings.heartbeat_secs
-    kill_at: float | None = None
+    stop = _Stop()
     drain_deadline: float | None = None
-    asked_stop = False
     while True:
         try:
             code = handle.wait(min(WAIT_SLICE, settings.heartbeat_secs))
@@ -55,26 +55,49 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
             drain_deadline = rt.drain_requested_at + settings.drain_timeout_secs
             log.info("job %s: shutdown, asking it to checkpoint and stop", attempt.job_id)
             handle.signal_stop()
+            stop.asked = True
         if drain_deadline is not None and now >= drain_deadline:
             log.warning("job %s: still running at the drain deadline; left running", attempt.job_id)
             rt.left_running.append(attempt.job_id)
             return
-        if now >= next_beat:
+        # A SIGKILL falls due only on a fresh read: a pause withdrawn since the last beat calls it off.
+        if now >= next_beat or (stop.kill_at is not None and now >= stop.kill_at):
             next_beat = now + settings.heartbeat_secs
             beat = _beat(rt, attempt, handle, requests)
             if beat is None:
                 return
             requests = beat
-        if (requests.cancel or requests.pause) and not asked_stop:
-            log.info("job %s: %s requested; stopping it", attempt.job_id,
-                     "cancel" if requests.cancel else "pause")
+        stop.act(attempt.job_id, handle, requests, now, settings.stop_grace_secs, drain_deadline is not None)
+    # Asked to stop, it may exit non-zero for that alone: without a persisted cancel/pause it is handed back.
+    _finish(rt, attempt, handle, executor, "interrupted" if stop.asked else "exit", code)
+
+
+@dataclass
+class _Stop:
+    """What the watcher asked of its job. `asked` stays set once a stop signal went out (a drain, a pause or
+    a cancel): the exit is then reported as 'interrupted', so one with no persisted cancel/pause (a pause
+    withdrawn by a resume) hands the job back instead of failing it. `kill_at` is the SIGKILL due at the
+    end of a pause's or cancel's stop grace, called off when the request is withdrawn."""
+
+    asked: bool = False
+    requested: bool = False
+    kill_at: float | None = None
+
+    def act(self, job_id: str, handle: Handle, requests: Requests, now: float, grace: float,
+            draining: bool) -> None:
+        wanted = requests.cancel or requests.pause
+        if wanted and not self.requested:
+            log.info("job %s: %s requested; stopping it", job_id, "cancel" if requests.cancel else "pause")
             handle.signal_stop()
-            asked_stop = True
-            kill_at = now + settings.stop_grace_secs
-        if kill_at is not None and now >= kill_at and drain_deadline is None:
+            self.asked = self.requested = True
+            self.kill_at = now + grace
+        elif not wanted and self.requested:
+            if self.kill_at is not None:
+                log.info("job %s: stop request withdrawn before it stopped; not killing it", job_id)
+            self.requested, self.kill_at = False, None
+        if self.kill_at is not None and now >= self.kill_at and not draining:  # a drain has its own deadline
             handle.kill()
-            kill_at = None
-    _finish(rt, attempt, handle, executor, "interrupted" if drain_deadline is not None else "exit", code)
+            self.kill_at = None
 
 
 def _beat(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests) -> Requests | None:
