@@ -3,9 +3,9 @@
 - `RedisReplyDropper`: a TCP proxy in front of a redis-server that forwards every request, but for chosen
   script calls closes the client's connection instead of passing on the reply: the script ran, the caller
   never heard (a connection reset at the worst moment).
-- `DockerCreateHold`: a unix-socket proxy in front of a dockerd that holds the reply of
+- `DockerLaunchHold`: a unix-socket proxy in front of a dockerd that holds the reply of
   `POST /containers/create` until released: the daemon has created the container, the caller still waits
-  (a daemon hiccup, a big image on vfs).
+  (a daemon hiccup, a big image on vfs); or that holds a container's start request.
 
 Both pass bytes through untouched otherwise, so the client and the server are the real ones. Nothing here
 imports pytest; each proxy runs in threads of the test process and is closed by the test.
@@ -239,12 +239,14 @@ class RedisReplyDropper(_Proxy):
 # ---- Docker ---------------------------------------------------------------------------------------------
 
 
-class DockerCreateHold(_Proxy):
+class DockerLaunchHold(_Proxy):
     """A unix socket (`host`, for DOCKER_HOST) in front of the dockerd socket `upstream` (a unix:// URL).
 
     `hold()`: the reply of every later `POST .../containers/create` is kept back until `release()`. The
     request itself goes through at once, so the daemon creates the container while the caller waits.
-    `held` is set when a create's reply is being held, with `held_at` its monotonic time.
+    `hold("start")`: every later `POST .../containers/<id>/start` request is kept back until `release()`,
+    so the daemon has not started it yet. `held` is set when something is being held, with `held_at` its
+    monotonic time.
 
     Request lines are recognised at the start of a read: the SDK writes a request's head in one go and sends
     the next request on a connection only after the reply to the previous one, so a read never starts
@@ -257,7 +259,7 @@ class DockerCreateHold(_Proxy):
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(self.path)
         listener.listen(64)
-        self._holding = False
+        self._holding: str | None = None
         self._release = threading.Event()
         self.held = threading.Event()
         self.held_at: float | None = None
@@ -278,27 +280,45 @@ class DockerCreateHold(_Proxy):
     def host(self) -> str:
         return f"unix://{self.path}"
 
-    def hold(self) -> None:
+    def hold(self, what: str = "create") -> None:
+        assert what in ("create", "start")
         self._release.clear()
-        self._holding = True
+        self._holding = what
 
     def release(self) -> None:
-        self._holding = False
+        self._holding = None
         self._release.set()
 
     @staticmethod
-    def _is_create(data: bytes) -> bool:
-        line = data.split(b"\r\n", 1)[0]
-        return line.startswith(b"POST ") and b"/containers/create" in line.split(b" ")[1].split(b"?")[0]
+    def _request(data: bytes) -> str | None:
+        """'create' or 'start' for those container requests, else None."""
+        words = data.split(b"\r\n", 1)[0].split(b" ")
+        if len(words) < 2 or words[0] != b"POST":
+            return None
+        path = words[1].split(b"?")[0]
+        if path.endswith(b"/containers/create"):
+            return "create"
+        if path.endswith(b"/start") and b"/containers/" in path:
+            return "start"
+        return None
+
+    def _hold_here(self) -> None:
+        self.held_at = time.monotonic()
+        self.held.set()
+        self._release.wait(120)
 
     def serve(self, client: socket.socket, upstream: socket.socket) -> None:
         hold_next = threading.Event()
 
         def upward(data: bytes) -> bool:
-            if self._is_create(data):
+            request = self._request(data)
+            if request == "create":
                 self.creates += 1
-                if self._holding:
+            if request is not None and request == self._holding:
+                if request == "create":
                     hold_next.set()  # before the request goes on, so before its reply can come back
+                else:
+                    self._hold_here()  # the start request itself waits: the daemon has not seen it
             upstream.sendall(data)
             return True
 
@@ -307,9 +327,7 @@ class DockerCreateHold(_Proxy):
         def downward(data: bytes) -> bool:
             if hold_next.is_set():
                 hold_next.clear()
-                self.held_at = time.monotonic()
-                self.held.set()
-                self._release.wait(120)
+                self._hold_here()
             client.sendall(data)
             return True
 

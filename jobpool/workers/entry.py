@@ -48,7 +48,7 @@ def run_job() -> str:
         env = {"JOBPOOL_JOB_ID": job_id, "JOBPOOL_ATTEMPT": str(attempt_no),
                "JOBPOOL_POOL": rt.pool.keys.pool}
         launch = Launch(rt.pool.keys.pool, job_id, attempt_no, rt.boot_id, spec, env)
-        launch_and_watch(rt, attempt, executor, lambda: executor.launch(launch))
+        launch_and_watch(rt, attempt, executor, lambda fence: executor.launch(launch, fence))
     finally:
         executor.close()
     return "done"

@@ -19,6 +19,8 @@ from ..attempt import LOG_TAIL_BYTES, Attempt, Requests
 from ..errors import Conflict, InvalidState, JobpoolError, NotFound, NotOwner, RedisUnavailable
 from ..models import Job
 from .executors import Executor, Handle, LaunchError, LaunchUnknown
+from .executors.base import NotLaunched
+from .launchlease import LaunchLease
 from .runtime import Runtime
 
 log = logging.getLogger("jobpool.worker")
@@ -264,33 +266,51 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, k
 
 
 def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_fn) -> None:
-    """Launch through `launch_fn()`, record what was launched, then watch it."""
+    """Launch through `launch_fn(fence)`, record what was launched, then watch it.
+
+    A launch may outlast the lease, so the lease is renewed all through it (`LaunchLease`), and `fence`, a
+    fenced heartbeat the executor calls just before the job can start, proves the row still ours then: a
+    refusal means the job is not started (`NotLaunched`). A start that finds its container removed is
+    `NotLaunched` too: the supervisor removes a never-started container before applying its verdict, which
+    then stands; writing anything here would only race it. Nothing runs, so nothing is written."""
     what = f"job {attempt.job_id} attempt {attempt.attempt}"
-    try:
-        handle = launch_fn()
-    except LaunchError as exc:
-        log.warning("job %s: could not launch: %s", attempt.job_id, exc.reason)
-        reason = exc.reason
+    with LaunchLease(attempt, rt.pool.settings.heartbeat_secs) as lease:
+
+        def fence() -> None:
+            try:
+                lease.requests = _retrying(attempt.heartbeat, what=f"{what}: confirming the row before start")
+            except (NotOwner, NotFound) as exc:
+                raise NotLaunched(f"the row is no longer ours ({exc})") from None
+
         try:
-            _retrying(lambda: attempt.finish("error", reason=reason),
-                      what=f"{what}: recording its launch failure")
-        except (NotOwner, NotFound):
+            handle = launch_fn(fence)
+        except NotLaunched as exc:
+            log.warning("%s: not started: %s; nothing runs, and the row is left as it is", what, exc)
             return
-        executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
-        return
-    except LaunchUnknown as exc:
-        # It may or may not run: keep the slot (write nothing) and let the supervisor find out.
-        log.warning("job %s: launch outcome unknown (%s); leaving it to the supervisor", attempt.job_id, exc)
-        return
-    try:
-        # Until this is recorded the supervisor cannot find a subprocess job, so it is sent until answered.
-        _retrying(lambda: attempt.set_container(handle.container_id, handle.daemon_id, handle.identity),
-                  what=f"{what}: recording what was launched")
-    except (NotOwner, NotFound):
-        log.warning("job %s: lost the row while launching; stopping it", attempt.job_id)
-        handle.kill()
-        return
-    watch(rt, attempt, handle, executor, Requests(False, False))
+        except LaunchError as exc:
+            log.warning("job %s: could not launch: %s", attempt.job_id, exc.reason)
+            reason = exc.reason
+            try:
+                _retrying(lambda: attempt.finish("error", reason=reason),
+                          what=f"{what}: recording its launch failure")
+            except (NotOwner, NotFound):
+                return
+            executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
+            return
+        except LaunchUnknown as exc:
+            # It may or may not run: keep the slot (write nothing) and let the supervisor find out.
+            log.warning("%s: launch outcome unknown (%s); leaving it to the supervisor", what, exc)
+            return
+        try:
+            # Until this is recorded the supervisor cannot find a subprocess job: sent until answered.
+            _retrying(lambda: attempt.set_container(handle.container_id, handle.daemon_id, handle.identity),
+                      what=f"{what}: recording what was launched")
+        except (NotOwner, NotFound):
+            log.warning("job %s: lost the row while launching; stopping it", attempt.job_id)
+            handle.kill()
+            handle.remove()  # nothing will record it, and a relaunch of this attempt would reuse its name
+            return
+    watch(rt, attempt, handle, executor, lease.requests or Requests(False, False))
 
 
 def quietly_refused(exc: Exception) -> bool:

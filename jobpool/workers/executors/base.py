@@ -6,6 +6,7 @@ subprocess executor share one claim -> launch -> watch -> finish path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +30,18 @@ class LaunchUnknown(Exception):
     """Launching failed in a way that leaves it unknown whether the job runs (daemon unreachable mid-launch).
 
     The watcher then writes nothing: the row keeps its slot until the supervisor has evidence."""
+
+
+class NotLaunched(Exception):
+    """The launch was given up before the job could run, and it is known that nothing of it runs: the row
+    stopped being ours while the launch was in flight (the fence refused), or the container was removed
+    before its start (the supervisor, judging the attempt, removes a never-started container first).
+
+    The watcher writes nothing: the row is someone else's, or the supervisor's verdict is on its way."""
+
+
+def no_fence() -> None:
+    """The fence of a launch that has nobody to ask (tests, tools): always go on."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +89,11 @@ class Handle(Protocol):
 class Executor(Protocol):
     name: str
 
-    def launch(self, launch: Launch) -> Handle: ...
+    def launch(self, launch: Launch, fence: Callable[[], None] = no_fence) -> Handle:
+        """Start the job. `fence()` is called after everything slow (the container is created) and just
+        before the job can run: it raises `NotLaunched` when the attempt is no longer ours, and the executor
+        then removes what it prepared and lets `NotLaunched` through. A launch may outlast the lease, so
+        only a check this late proves the row still ours when the job starts."""
 
     def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> Handle | None:
         """Re-attach to a running attempt (adoption); None when it is not there or cannot be attached."""

@@ -7,6 +7,7 @@ the container after `finish` has recorded it. Each job has one checkpoint volume
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -14,11 +15,18 @@ import docker.errors
 import requests.exceptions
 
 from ... import daemonid
-from .base import CONTAINER_CHECKPOINT_DIR, Launch, LaunchError, LaunchUnknown
+from .base import CONTAINER_CHECKPOINT_DIR, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
 
 log = logging.getLogger(__name__)
 
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
+
+
+def _answered(exc: docker.errors.APIError, method: str) -> bool:
+    """Whether the daemon's error answered a request of this HTTP method (the SDK's `containers.create`
+    is a POST that creates and a GET that reads the container back)."""
+    request = getattr(exc.response, "request", None)
+    return getattr(request, "method", None) == method
 
 
 def checkpoint_volume(pool: str, job_id: str) -> str:
@@ -102,48 +110,76 @@ class DockerExecutor:
         return docker.types.Mount(CONTAINER_CHECKPOINT_DIR, checkpoint_volume(launch.pool, launch.job_id),
                                   type="volume", labels={"jobpool.pool": launch.pool, "jobpool.job_id": launch.job_id})
 
-    def launch(self, launch: Launch) -> DockerHandle:
+    def _create_kwargs(self, launch: Launch) -> dict[str, Any]:
         spec = launch.spec
         env = {**spec.env, **launch.env, "JOBPOOL_CHECKPOINT_DIR": CONTAINER_CHECKPOINT_DIR}
+        volumes: dict[str, dict[str, str]] = {}
+        for m in spec.mounts:
+            host, target, *mode = m.split(":")
+            volumes[host] = {"bind": target, "mode": mode[0] if mode else "rw"}
+        kwargs: dict[str, Any] = {
+            "command": list(spec.command), "environment": env, "labels": {**spec.labels, **launch.labels()},
+            "name": container_name(launch.pool, launch.job_id, launch.attempt), "auto_remove": False,
+            "network_mode": spec.network, "volumes": volumes, "stop_signal": "SIGTERM",
+            "mounts": [self._checkpoint_mount(launch)],
+        }
+        if spec.workdir:
+            kwargs["working_dir"] = spec.workdir
+        if spec.user:
+            kwargs["user"] = spec.user
+        if spec.cpus:
+            kwargs["nano_cpus"] = int(spec.cpus * 1e9)
+        if spec.memory:
+            kwargs["mem_limit"] = spec.memory
+        return kwargs
+
+    def launch(self, launch: Launch, fence: Callable[[], None] = no_fence) -> DockerHandle:
+        """Create, fence, start: never `run`, which pulls a missing image (jobs must not reach registries),
+        and never start after a create without asking the fence (a create can outlast the lease)."""
+        spec = launch.spec
         try:
-            volumes: dict[str, dict[str, str]] = {}
-            for m in spec.mounts:
-                host, target, *mode = m.split(":")
-                volumes[host] = {"bind": target, "mode": mode[0] if mode else "rw"}
-            kwargs: dict[str, Any] = {
-                "command": list(spec.command), "environment": env, "labels": {**spec.labels, **launch.labels()},
-                "name": container_name(launch.pool, launch.job_id, launch.attempt), "detach": True,
-                "auto_remove": False, "network_mode": spec.network, "volumes": volumes, "stop_signal": "SIGTERM",
-                "mounts": [self._checkpoint_mount(launch)],
-            }
-            if spec.workdir:
-                kwargs["working_dir"] = spec.workdir
-            if spec.user:
-                kwargs["user"] = spec.user
-            if spec.cpus:
-                kwargs["nano_cpus"] = int(spec.cpus * 1e9)
-            if spec.memory:
-                kwargs["mem_limit"] = spec.memory
-            kwargs.pop("detach")
-            # create + start, never run: `run` pulls a missing image, and jobs must not reach registries.
-            container = self.client.containers.create(spec.image, **kwargs)
-            container.start()
-            return DockerHandle(self.client, container, self.daemon_id())
+            container = self.client.containers.create(spec.image, **self._create_kwargs(launch))
         except docker.errors.ImageNotFound as exc:
-            self._remove_created(launch)
             raise LaunchError(f"image_not_found: {spec.image}: {exc.explanation or exc}") from None
+        except docker.errors.NotFound as exc:
+            if _answered(exc, "GET"):  # the SDK's read-back after the create: created, then removed
+                raise NotLaunched("its container was removed before it could start") from None
+            raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
         except docker.errors.APIError as exc:
-            self._remove_created(launch)
+            if exc.status_code == 409:
+                # The name is taken: a container of this very attempt exists already (launched before a Redis
+                # rollback, or by a duplicate delivery). It may be running: not ours to remove or to fail.
+                raise LaunchUnknown(f"a container of this attempt exists already: {exc.explanation or exc}") \
+                    from None
             raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
         except _UNREACHABLE as exc:
-            raise LaunchUnknown(f"docker daemon unreachable during launch: {exc}") from None
-
-    def _remove_created(self, launch: Launch) -> None:
-        """A failed `run` may leave a created, never-started container: remove it so no one mistakes it."""
+            raise LaunchUnknown(f"docker daemon unreachable during create: {exc}") from None
         try:
-            self.client.containers.get(container_name(launch.pool, launch.job_id, launch.attempt)).remove(force=True)
-        except (docker.errors.APIError, *_UNREACHABLE):
+            fence()
+        except BaseException:
+            self._remove_created(container)
+            raise
+        try:
+            container.start()
+        except docker.errors.NotFound:
+            raise NotLaunched("its container was removed before it could start") from None
+        except docker.errors.APIError as exc:
+            self._remove_created(container)
+            raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
+        except _UNREACHABLE as exc:
+            raise LaunchUnknown(f"docker daemon unreachable during start: {exc}") from None
+        return DockerHandle(self.client, container, self.daemon_id())
+
+    def _remove_created(self, container: Any) -> None:
+        """Remove the container this launch created and never started, so no one mistakes it for work (and
+        a late start cannot run it). Only that container, by id: a name may belong to another launch."""
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
             pass
+        except (docker.errors.APIError, *_UNREACHABLE) as exc:
+            # Left created: the supervisor removes a never-started container before it judges the attempt.
+            log.warning("could not remove created container %s: %s", container.id[:12], exc)
 
     def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> DockerHandle | None:
         try:
