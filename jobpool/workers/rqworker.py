@@ -194,7 +194,8 @@ class JobpoolWorker(Worker):
                 backoff.sleep()
 
     # RQ's own bookkeeping: its worker key (which expires by itself) and registry maintenance (which the next
-    # round redoes). Skipped during an outage: it must not end the loop, nor lose a job already dequeued.
+    # round redoes). Skipped during an outage: it must not end the loop, nor lose a job already dequeued or
+    # running (the job's own record is the horse's business: jobpool/workers/watch.py).
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         if pipeline is not None:  # only queued: the caller's execute() meets any error
@@ -205,6 +206,11 @@ class JobpoolWorker(Worker):
         if pipeline is not None:
             return super().set_state(state, pipeline)
         self._best_effort("the worker's RQ state", super().set_state, state)
+
+    def set_current_job_working_time(self, working_time: float, pipeline: Any = None) -> None:
+        if pipeline is not None:
+            return super().set_current_job_working_time(working_time, pipeline)
+        self._best_effort("the worker's RQ job time", super().set_current_job_working_time, working_time)
 
     def run_maintenance_tasks(self) -> None:
         self._best_effort("RQ's registry maintenance", super().run_maintenance_tasks)
