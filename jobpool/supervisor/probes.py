@@ -269,13 +269,14 @@ class ContainerProber:
             raise
         return stopped
 
-    def remove(self, container_id: str, force: bool = False) -> bool:
-        """Remove a container: an ended one whose result has been recorded, or (`force`) a created one that
-        must never start. True once it is gone (or was already); False when that is not known."""
+    def remove(self, container_id: str) -> bool:
+        """Remove a container that is not running: an ended one whose result has been recorded, or a created
+        one that must never start. True once it is gone (or was already); False otherwise (a running
+        container is never removed)."""
         import docker
 
         try:
-            self._connect().api.remove_container(container_id, v=False, force=force)
+            self._connect().api.remove_container(container_id, v=False, force=False)
             return True
         except docker.errors.NotFound:
             return True

@@ -45,6 +45,7 @@ from .verdicts import (
     decide,
     decide_ghost,
     expected_state,
+    hold_while_recovering,
     is_stale,
     probe_needed,
 )
@@ -105,6 +106,8 @@ class Supervisor:
         self._rq_client: redis.Redis | None = None
         self._started_key = StartedJobRegistry.key_template.format(pool.keys.rq_queue_name)
         self._sort_ro = True  # until the server says it has no SORT_RO (Redis < 7)
+        self._redis_lost = False
+        self._redis_back_at: float | None = None
 
     def close(self) -> None:
         self.prober.close()
@@ -182,6 +185,25 @@ class Supervisor:
             flat, width = replies[1], len(get)
             replies[1] = [tuple(flat[i:i + width]) for i in range(0, len(flat), width)]
         return replies
+
+    def _redis_recovering(self) -> str:
+        """Why leases cannot be trusted to have lapsed on their own just now, or ''.
+
+        A lease also lapses while Redis is away (restarted, or out of this supervisor's reach), and a worker
+        then holds a result it could not write (an exit code it retries until Redis answers). For one lease
+        after Redis is back, a lapsed lease is no proof that its worker is gone."""
+        lease = self.settings.lease_secs
+        if self._redis_lost:
+            self._redis_lost, self._redis_back_at = False, time.monotonic()
+        if self._redis_back_at is not None and time.monotonic() - self._redis_back_at < lease:
+            return f"this supervisor reached redis again {time.monotonic() - self._redis_back_at:.1f}s ago"
+        try:
+            uptime = int(self.pool.client.info("server").get("uptime_in_seconds", lease + 1))
+        except (redis.RedisError, ValueError, TypeError):
+            return ""
+        if uptime < lease:
+            return f"redis-server started {uptime}s ago"
+        return ""
 
     def _brief_of(self, ids: Sequence[str]) -> list[tuple[str | None, ...]]:
         """The SORT reply's shape for given ids (an operator's one-job call)."""
@@ -291,7 +313,12 @@ class Supervisor:
               job_ids: Iterable[str] | None = None) -> SweepReport:
         """Reconcile every running row (or just `job_ids`), then promote; returns what was decided."""
         started = time.perf_counter()
-        snap = self._read(job_ids, evict_stale)
+        try:
+            snap = self._read(job_ids, evict_stale)
+        except errors.RedisUnavailable:
+            self._redis_lost = True
+            raise
+        recovering = self._redis_recovering()
         t_read = time.perf_counter()
         probes = self._probe(snap)
         t_probe = time.perf_counter()
@@ -299,6 +326,7 @@ class Supervisor:
         decided = [(row, probes.get(row.id)) for row in snap.rows]
         verdicts = [decide(row, snap.lease[row.id], probe, snap.dispatch.get(row.id), snap.now_ms,
                            self.settings, evict_stale=evict_stale) for row, probe in decided]
+        verdicts = [hold_while_recovering(v, recovering) for v in verdicts]
         pending: set[str] = set()
         if not dry_run:
             pending = self._pending_adoptions([row for (row, _), v in zip(decided, verdicts, strict=True)
@@ -395,12 +423,13 @@ class Supervisor:
 
     def _reconcile_apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None) -> str:
         never_started = isinstance(probe, Absent) and probe.never_started and bool(probe.container_id)
-        if never_started and not self.prober.remove(probe.container_id, force=True):  # type: ignore[union-attr]
-            # A launcher that stalled between create and start may still start it: "never started" is only
-            # true once the container can no longer be started, so it goes first, and if it cannot go the
-            # slot stays.
-            log.warning("job %s attempt %d kept: its created container %s could not be removed, so a late "
-                        "start could still run it", row.id, row.attempt, probe.container_id[:12])  # type: ignore[union-attr]
+        if never_started and not self.prober.remove(probe.container_id):  # type: ignore[union-attr]
+            # A launcher that stalled between create and start may still start it: "never started" holds
+            # only once the container can no longer be started, so it goes first. Not forced: Docker orders
+            # the remove and a start in flight, and a container started meanwhile refuses a plain remove;
+            # then the slot stays and the next sweep finds its lease renewed.
+            log.warning("job %s attempt %d kept: its created container %s could not be removed (started "
+                        "meanwhile?)", row.id, row.attempt, probe.container_id[:12])  # type: ignore[union-attr]
             return "kept"
         k = self.pool.keys
         keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id),

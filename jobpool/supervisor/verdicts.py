@@ -43,6 +43,7 @@ WARN_STALE = "stale"
 WARN_PROBE_UNKNOWN = "probe_unknown"
 WARN_UNADOPTABLE = "orphan_process_alive"
 WARN_GHOST = "ghost_kept"
+WARN_RECOVERING = "redis_recovering"
 REASON_GHOST = "dropped_ghost"
 
 EXECUTOR_DOCKER = "docker"
@@ -264,6 +265,16 @@ def _absent(row: RowSnapshot, probe: Absent, gone: str) -> Verdict:
     else:
         reason = REASON_NO_CONTAINER
     return Verdict(Kind.ABSENT, reason, f"{gone}; {probe.detail}", container_id=probe.container_id)
+
+
+def hold_while_recovering(verdict: Verdict, recovering: str) -> Verdict:
+    """While Redis has just come back (`recovering` says how), an "absent" verdict waits: the lease that
+    lapsed may have lapsed only because Redis was away, and its worker may be about to record the real
+    exit code. The slot is kept for that while; every other verdict stands."""
+    if not recovering or verdict.kind is not Kind.ABSENT:
+        return verdict
+    return Verdict(Kind.WARN, WARN_RECOVERING, f"{verdict.evidence}; but {recovering}: its worker is given "
+                                               "one lease to report; slot kept", stale=verdict.stale)
 
 
 def decide_ghost(why: str, lease_live: bool, probe: Probe | None, executor: str,

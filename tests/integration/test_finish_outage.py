@@ -8,11 +8,14 @@ failed, with no budget left). The worker now retries until the write is answered
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from polling import eventually
+from procs import children
 from servers import RedisServer
 
 from jobpool import JobState, Pool
@@ -49,5 +52,51 @@ def test_an_exit_during_a_long_redis_outage_is_recorded_when_redis_returns(
         assert (done.state, done.attempt, done.exit_code) == (JobState.SUCCEEDED, 1, 0), worker.log()[-3000:]
         assert runs.read_text().split() == ["1"], "the job ran once"
         assert pool.slots()[0] == 0
+    finally:
+        pool.client.close()
+
+
+def test_a_supervisor_does_not_judge_leases_that_lapsed_in_the_outage(
+        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str], spawn,
+        tmp_path: Path) -> None:
+    """Every lease lapses while Redis is away; a supervisor sweeping the moment it is back would find the
+    job's pid gone and re-run a job whose worker is about to record its success. For one lease it waits."""
+    server = redis_server_factory()
+    server.start(appendonly=True)
+    env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": server.url, "JOBPOOL_RECOVERY_BUDGET": "3",
+           "JOBPOOL_LEASE_SECS": "4"}
+    pool = Pool.from_env(env=env)
+    runs, go, ended = tmp_path / "runs", tmp_path / "go", tmp_path / "ended"
+    job = pool.enqueue("ignored", ["sh", "-c", f'echo "$JOBPOOL_ATTEMPT" >> {runs}; '
+                                               f"while [ ! -f {go} ]; do sleep 0.05; done; touch {ended}"])
+    worker = spawn(**env)
+    supervisor = spawn(module="jobpool.cli", args=("supervisor",), **env)
+    eventually(lambda: runs.exists() and pool.get(job.id).identity, timeout=30, message="job launched")
+    pool.client.close()
+
+    server.stop()
+    go.touch()
+    eventually(ended.exists, timeout=10, message="job ended")
+    # The worker (and its horse, holding the exit code) is slower to reconnect than the supervisor.
+    stalled = [worker.pid, *children(worker.pid)]
+    for pid in stalled:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(5)  # the fault itself: an outage longer than the lease
+        swept = supervisor.log().count("sweep pool=")
+        server.start(appendonly=True)
+        eventually(lambda: supervisor.log().count("sweep pool=") >= swept + 2, timeout=10,
+                   message="the supervisor sweeping while the worker has not reported yet")
+    finally:
+        for pid in stalled:
+            os.kill(pid, signal.SIGCONT)
+
+    pool = Pool.from_env(env=env)
+    try:
+        done = pool.wait(job.id, timeout=15)
+        assert (done.state, done.attempt) == (JobState.SUCCEEDED, 1), (worker.log()[-2000:],
+                                                                       supervisor.log()[-2000:])
+        assert runs.read_text().split() == ["1"], "the job ran once"
+        assert "redis_recovering" in supervisor.log()
     finally:
         pool.client.close()
