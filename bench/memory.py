@@ -23,7 +23,7 @@ from procs import JobpoolProcess  # noqa: E402
 from servers import DockerDaemon, RedisServer  # noqa: E402
 
 from jobpool import Pool  # noqa: E402
-from jobpool.attempt import Attempt  # noqa: E402
+from jobpool.workers.attempt import Attempt  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:

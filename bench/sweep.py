@@ -40,9 +40,9 @@ import docker  # noqa: E402 - after the path set-up above
 from servers import DockerDaemon, RedisServer  # noqa: E402
 
 from jobpool import Pool  # noqa: E402
-from jobpool.attempt import Attempt  # noqa: E402
 from jobpool.supervisor import ContainerProber, Supervisor  # noqa: E402
 from jobpool.supervisor.probes import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL, Absent, Probe, _summary_result  # noqa: E402
+from jobpool.workers.attempt import Attempt  # noqa: E402
 
 IMAGE = "jobpool-test:busybox"
 POOL = "bench"

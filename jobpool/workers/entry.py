@@ -10,9 +10,9 @@ import logging
 
 from rq import get_current_job
 
-from ..attempt import Attempt
 from ..daemonid import same_daemon
 from ..errors import CorruptRow, JobpoolError
+from .attempt import Attempt
 from .executors import Launch, make_executor
 from .runtime import Runtime, current
 from .watch import _retrying, launch_and_watch, quietly_refused, watch

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..attempt import Attempt, Requests
 from ..errors import NotFound, NotOwner, RedisUnavailable
+from .attempt import Attempt, Requests
 
 log = logging.getLogger("jobpool.worker")
 

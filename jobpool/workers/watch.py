@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import redis
 
-from ..attempt import LOG_TAIL_BYTES, Attempt, Requests
 from ..errors import Conflict, InvalidState, JobpoolError, NotFound, NotOwner, RedisUnavailable
 from ..models import Job
+from .attempt import LOG_TAIL_BYTES, Attempt, Requests
 from .executors import Executor, Handle, LaunchError, LaunchUnknown
 from .executors.base import NotLaunched
 from .launchlease import LaunchLease

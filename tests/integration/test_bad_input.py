@@ -46,10 +46,10 @@ from jobpool import (
     Pool,
     RedisUnavailable,
 )
-from jobpool.attempt import Attempt
 from jobpool.cli import main as cli_main
 from jobpool.spec import MAX_SPEC_BYTES
 from jobpool.supervisor import reconcile, sweep_once
+from jobpool.workers.attempt import Attempt
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "jobpool-test:busybox"

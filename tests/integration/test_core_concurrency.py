@@ -23,7 +23,7 @@ from typing import Any
 from polling import eventually
 
 from jobpool import Conflict, InvalidState, NotOwner, Pool
-from jobpool.attempt import Attempt
+from jobpool.workers.attempt import Attempt
 
 POOL = "conc"
 SLOTS = 3

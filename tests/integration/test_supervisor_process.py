@@ -23,10 +23,10 @@ import pytest
 from polling import eventually
 
 from jobpool import Pool
-from jobpool.attempt import Attempt
 from jobpool.procid import identity_of, kernel_boot_id, pid_namespace, start_time
 from jobpool.supervisor import Supervisor, probe_process, reconcile, stop_orphan
 from jobpool.supervisor.probes import Absent, Present, Unknown
+from jobpool.workers.attempt import Attempt
 
 DEAD = "dead-boot"
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_recycled_pid_in_a_fresh_pid_namespace_is_judged_dead(redis_url: str) ->
     script = textwrap.dedent("""
         import json, os, subprocess, sys, time
         from jobpool import Pool
-        from jobpool.attempt import Attempt
+        from jobpool.workers.attempt import Attempt
         from jobpool.procid import identity_of, start_time
         from jobpool.supervisor import Supervisor, probe_process
         settings = json.loads(sys.argv[2])

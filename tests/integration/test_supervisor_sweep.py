@@ -29,9 +29,9 @@ from rq.serializers import JSONSerializer
 from servers import daemon_identity
 
 from jobpool import Pool
-from jobpool.attempt import Attempt
 from jobpool.keys import worker_name
 from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
+from jobpool.workers.attempt import Attempt
 
 IMAGE = "jobpool-test:busybox"
 DEAD = "dead-boot"

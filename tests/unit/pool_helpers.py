@@ -12,9 +12,9 @@ import fakeredis
 import redis
 
 from jobpool.api import Pool
-from jobpool.attempt import Attempt
 from jobpool.config import Settings
 from jobpool.models import Job, JobState
+from jobpool.workers.attempt import Attempt
 
 Snapshot = dict[bytes, tuple[bytes, Any, bool]]
 

@@ -13,7 +13,7 @@ import pytest
 from pool_helpers import Backend, enqueue, events_of, lease, row
 
 from jobpool import errors
-from jobpool.attempt import Attempt
+from jobpool.workers.attempt import Attempt
 
 
 def claims(pool, job_id: str) -> int:  # noqa: ANN001 - a Pool

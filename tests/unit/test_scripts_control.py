@@ -31,8 +31,8 @@ from pool_helpers import (
 )
 
 from jobpool import Pool, errors
-from jobpool.attempt import Attempt
 from jobpool.models import JobState
+from jobpool.workers.attempt import Attempt
 
 # ---- pause_job / resume_job ---------------------------------------------------------------------------
 

@@ -22,9 +22,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pool_helpers import fake_backend, keyspace
 
 from jobpool import errors
-from jobpool.attempt import Attempt
 from jobpool.models import JobState
 from jobpool.spec import build_spec
+from jobpool.workers.attempt import Attempt
 
 BOOTS = ("boot-1", "boot-2", "boot-3")
 COMMANDS = ("a", "b", "c")

@@ -15,7 +15,7 @@ import pytest
 from pool_helpers import Backend, claim, enqueue
 
 from jobpool import errors
-from jobpool.attempt import Attempt, Requests
+from jobpool.workers.attempt import Attempt, Requests
 from jobpool.workers.runtime import Runtime
 from jobpool.workers.watch import ADOPTED, LOST, _after_refusal
 

@@ -1,7 +1,8 @@
 """`Attempt`: the worker side of one job attempt, every write fenced on (boot id, attempt).
 
 A worker that lost the row (evicted by an operator, reconciled by the supervisor, adopted by another
-boot) gets `NotOwner` from its next write and must stop without writing anything else.
+boot) gets `NotOwner` from its next write and must stop without writing anything else (docs/architecture.md,
+'Every state change is one Lua script' and 'Workers').
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from .api import CANDIDATES_ON_RELEASE, Pool
-from .errors import CorruptRow, InvalidSpec
-from .spec import JobSpec
+from ..api import CANDIDATES_ON_RELEASE, Pool
+from ..errors import CorruptRow, InvalidSpec
+from ..spec import JobSpec
 
 #: Log tails kept with the job row, so logs outlive the container.
 LOG_TAIL_BYTES = 64 * 1024
