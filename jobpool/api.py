@@ -21,7 +21,7 @@ from . import errors
 from .config import Settings
 from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
-from .registry import Scripts, wrap_redis_error
+from .registry import Scripts, call_redis
 from .rqjob import rq_hash_args, rq_hash_template
 from .spec import build_spec, utf8_size
 
@@ -83,19 +83,14 @@ class Pool:
     def candidates(self, n: int) -> list[str]:
         """Keys of the first `n` queued jobs: what a slot-freeing script may promote (checked there)."""
         out: list[str] = []
-        for job_id in self._redis(self.client.zrange, self.keys.queued, 0, n - 1):
+        for job_id in call_redis(self.client.zrange, self.keys.queued, 0, n - 1):
             out += [self.keys.job(job_id), self.keys.rq_job(job_id)]
         return out
 
-    def _redis(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except redis.RedisError as exc:
-            raise wrap_redis_error(exc, getattr(fn, "__name__", "a read")) from None
-
     @staticmethod
     def _check_id(job_id: Any) -> str:
-        if not isinstance(job_id, str) or not job_id or len(job_id) > 128 or any(c in job_id for c in " {}:\n"):
+        if (not isinstance(job_id, str) or not job_id or len(job_id) > 128
+                or any(c in job_id for c in " {}:\n")):
             raise errors.NotFound(f"no job {job_id!r} in this pool")
         return job_id
 
@@ -131,7 +126,8 @@ class Pool:
         Only queued jobs coalesce: a running job is already reading its inputs, so a job enqueued after it
         starts must run after it. The returned `Job.coalesced` says which happened.
         """
-        job_spec = build_spec({"image": image, "command": command, "env": env, **spec}, self.settings.bind_roots)
+        job_spec = build_spec({"image": image, "command": command, "env": env, **spec},
+                              self.settings.bind_roots)
         if coalesce_key is not None and (not isinstance(coalesce_key, str) or not coalesce_key):
             raise errors.InvalidSpec("coalesce_key must be a non-empty string")
         if coalesce_key is not None and utf8_size("coalesce_key", coalesce_key) > MAX_COALESCE_KEY_BYTES:
@@ -169,7 +165,7 @@ class Pool:
         """The job's row; `CorruptRow` when it holds something that cannot be read."""
         key = self.keys.job(self._check_id(job_id))
         try:
-            row = self._redis(self.client.hgetall, key)
+            row = call_redis(self.client.hgetall, key)
         except errors.CorruptRow as exc:
             raise errors.CorruptRow(f"job {job_id}: its row is not a hash ({exc})", job_id) from None
         if not row:
@@ -182,7 +178,7 @@ class Pool:
         pipe = self.client.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.keys.job(job_id))
-        rows = self._redis(pipe.execute, raise_on_error=False)
+        rows = call_redis(pipe.execute, raise_on_error=False)
         jobs = []
         for job_id, row in zip(ids, rows, strict=True):
             if not row:
@@ -207,9 +203,9 @@ class Pool:
                 raise errors.InvalidArgument(f"unknown state {state!r} (one of {states})") from None
             key = self.keys.state_index(st.value)
             if st in TERMINAL:
-                ids = self._redis(self.client.zrevrange, key, 0, limit - 1)
+                ids = call_redis(self.client.zrevrange, key, 0, limit - 1)
             else:
-                ids = self._redis(self.client.zrange, key, 0, limit - 1)
+                ids = call_redis(self.client.zrange, key, 0, limit - 1)
             return self._rows(ids)
         jobs: builtins.list[Job] = []
         for st in JobState:
@@ -220,14 +216,14 @@ class Pool:
     def logs(self, job_id: str) -> str:
         """The last 64 KiB of the job's output, kept after its container is gone."""
         self.get(job_id)
-        return self._redis(self.client.hget, self.keys.job(job_id), "log_tail") or ""
+        return call_redis(self.client.hget, self.keys.job(job_id), "log_tail") or ""
 
     def slots(self) -> tuple[int, int]:
         """(used, max) of the fleet-wide limit."""
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(self.keys.running)
         pipe.hget(self.keys.config, "max_concurrent_jobs")
-        used, mx = self._redis(pipe.execute)
+        used, mx = call_redis(pipe.execute)
         return int(used), self._limit(mx)
 
     def _limit(self, stored: str | None) -> int:
@@ -246,17 +242,18 @@ class Pool:
             pipe.zcard(self.keys.state_index(st.value))
         pipe.hget(self.keys.config, "max_concurrent_jobs")
         pipe.hgetall(self.keys.paused)
-        *counts, mx, paused = self._redis(pipe.execute)
+        *counts, mx, paused = call_redis(pipe.execute)
         return {
             "pool": self.keys.pool,
-            "counts": {st.value: int(c) for st, c in zip(JobState, counts)},
+            "counts": {st.value: int(c) for st, c in zip(JobState, counts, strict=True)},
             "slots": {"used": int(counts[1]), "max": self._limit(mx)},
             "queue_paused": bool(paused),
             "paused_by": paused.get("by") if paused else None,
             "paused_reason": paused.get("reason") if paused else None,
         }
 
-    def events(self, job_id: str | None = None, count: int = 1000, after: str = "-") -> builtins.list[dict[str, str]]:
+    def events(self, job_id: str | None = None, count: int = 1000,
+               after: str = "-") -> builtins.list[dict[str, str]]:
         """Transitions in order, oldest first (capped stream); filtered to one job if given. `count` entries
         are read (1 to MAX_EVENTS), from `after`: "-" for the start, or a stream id ("(" first: exclusive)."""
         if job_id is not None and not isinstance(job_id, str):
@@ -267,7 +264,7 @@ class Pool:
             raise errors.InvalidArgument(f"after must be '-' or a stream id like '1700000000000-0', "
                                          f"got {after!r}")
         out = []
-        for entry_id, fields in self._redis(self.client.xrange, self.keys.events, after, "+", count):
+        for entry_id, fields in call_redis(self.client.xrange, self.keys.events, after, "+", count):
             if job_id is None or fields.get("job") == job_id:
                 out.append({"id": entry_id, **fields})
         return out
@@ -306,7 +303,8 @@ class Pool:
     # ---- control ------------------------------------------------------------------------------------
 
     def cancel(self, job_id: str, reason: str = "") -> Job:
-        """Cancel a job. A running job is asked to stop (the request is persisted); see `Job.cancel_requested`."""
+        """Cancel a job. A running job is asked to stop (the request is persisted): see
+        `Job.cancel_requested`."""
         self._check_id(job_id)
         self._check_text("reason", reason)
         reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
@@ -361,7 +359,8 @@ class Pool:
             raise errors.InvalidArgument(f"attempt must be a whole number, got {attempt!r}")
         for name, text in (("reason", reason), ("evidence", evidence), ("actor", actor)):
             self._check_text(name, text)
-        self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
+        self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
+                           *self.candidates(CANDIDATES_ON_RELEASE)],
                  [job_id, attempt, reason, evidence, actor])
         self.promote()
         return self.get(job_id)

@@ -33,6 +33,7 @@ from .cli_format import (
 )
 from .config import Settings
 from .models import Job, JobState
+from .registry import call_redis, wrap_redis_error
 from .spec import ENV_NAME, build_spec
 
 #: Bad input: refused before anything was written, so a usage error (exit 2), not a failure (exit 1).
@@ -58,14 +59,6 @@ class Failure(click.ClickException):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def _redis_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Our own reads of pool keys, with connection failures mapped like the API's."""
-    try:
-        return fn(*args, **kwargs)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
 
 
 @dataclass
@@ -147,13 +140,14 @@ class JobpoolGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except redis.RedisError as exc:  # met outside the API (a process command): mapped the same way
+                raise wrap_redis_error(exc, ctx.invoked_subcommand or "jobpool") from None
         except USAGE_ERRORS as exc:
             raise Failure(str(exc), exit_code=2) from None
         except errors.JobpoolError as exc:
             raise Failure(str(exc)) from None
-        except redis.RedisError as exc:  # a reply the API did not expect (e.g. WRONGTYPE): still one line
-            raise Failure(f"redis: {exc}") from None
         except Exception as exc:
             # The process commands may meet an unreachable Docker daemon; docker-py is imported lazily by
             # them, so it is recognised by module rather than imported here for every admin command.
@@ -196,12 +190,12 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
 
 def _server_ms(pool: Pool) -> int:
     """Now, on the Redis server's clock (the clock every job time was written with)."""
-    secs, usecs = _redis_call(pool.client.time)
+    secs, usecs = call_redis(pool.client.time)
     return int(secs) * 1000 + int(usecs) // 1000
 
 
 def _boot_is_live(pool: Pool, boot_id: str) -> bool:
-    return bool(boot_id) and bool(_redis_call(pool.client.exists, pool.keys.boot(boot_id)))
+    return bool(boot_id) and bool(call_redis(pool.client.exists, pool.keys.boot(boot_id)))
 
 
 # ---- jobs --------------------------------------------------------------------------------------------
@@ -292,7 +286,7 @@ def _recent_events(pool: Pool, job_id: str | None, count: int) -> tuple[list[dic
     newest, upper = "0-0", "+"
     found: list[dict[str, str]] = []
     while len(found) < count:
-        page = _redis_call(pool.client.xrevrange, pool.keys.events, upper, "-", EVENTS_PAGE)
+        page = call_redis(pool.client.xrevrange, pool.keys.events, upper, "-", EVENTS_PAGE)
         if not page:
             break
         if newest == "0-0":
@@ -309,7 +303,7 @@ def _recent_events(pool: Pool, job_id: str | None, count: int) -> tuple[list[dic
 
 def _follow(state: CliState, pool: Pool, job_id: str | None, after: str) -> None:
     while True:
-        reply = _redis_call(pool.client.xread, {pool.keys.events: after}, count=EVENTS_PAGE, block=1000)
+        reply = call_redis(pool.client.xread, {pool.keys.events: after}, count=EVENTS_PAGE, block=1000)
         for _key, entries in reply or []:
             for entry_id, fields in entries:
                 after = entry_id
@@ -406,7 +400,7 @@ def cancel(state: CliState, job_id: str, reason: str) -> None:
 
 def _queue_doc(pool: Pool) -> dict[str, Any]:
     stats = pool.stats()
-    since = _redis_call(pool.client.hget, pool.keys.paused, "since")
+    since = call_redis(pool.client.hget, pool.keys.paused, "since")
     return {"pool": stats["pool"], "queue_paused": stats["queue_paused"], "paused_by": stats["paused_by"],
             "paused_reason": stats["paused_reason"], "paused_since": int(since) if since else None}
 
@@ -469,16 +463,16 @@ def slots(state: CliState, n: int | None) -> None:
 
 def _boots(pool: Pool) -> list[tuple[str, float, dict[str, str]]]:
     """(boot id, last heartbeat ms, boot hash) for the newest boots; an empty hash = the boot is gone."""
-    ids = _redis_call(pool.client.zrevrange, pool.keys.boots, 0, MAX_BOOTS_SHOWN - 1, withscores=True)
+    ids = call_redis(pool.client.zrevrange, pool.keys.boots, 0, MAX_BOOTS_SHOWN - 1, withscores=True)
     pipe = pool.client.pipeline(transaction=False)
     for boot_id, _ in ids:
         pipe.hgetall(pool.keys.boot(boot_id))
-    rows = _redis_call(pipe.execute) if ids else []
+    rows = call_redis(pipe.execute) if ids else []
     return [(boot_id, score, row) for (boot_id, score), row in zip(ids, rows, strict=True)]
 
 
 def _last_sweep(pool: Pool, warnings: list[str]) -> dict[str, Any] | None:
-    raw = _redis_call(pool.client.get, pool.keys.last_sweep)
+    raw = call_redis(pool.client.get, pool.keys.last_sweep)
     if raw is None:
         return None
     try:

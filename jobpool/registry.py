@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
@@ -67,6 +67,19 @@ def wrap_redis_error(exc: redis.RedisError, what: str) -> errors.JobpoolError:
     if isinstance(exc, redis.ResponseError) and not server_state:
         return errors.CorruptRow(f"{what}: redis refused it on the stored data: {text}")
     return errors.RedisUnavailable(f"redis refused {what}: {text}")
+
+
+T = TypeVar("T")
+
+
+def call_redis(fn: Callable[..., T], /, *args: Any, what: str | None = None, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, a redis-py call, with any error it raises mapped by `wrap_redis_error`: how
+    the API, the status report and the CLI read Redis, so a caller handles `JobpoolError` alone. `what`
+    names the operation in the message (default: the method's name)."""
+    try:
+        return fn(*args, **kwargs)
+    except redis.RedisError as exc:
+        raise wrap_redis_error(exc, what or getattr(fn, "__name__", "a read")) from None
 
 
 def script_text(name: str) -> str:
