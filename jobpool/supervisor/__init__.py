@@ -1,8 +1,10 @@
-"""The supervisor: keeps the queue moving without ever freeing a live job's slot (ADR-152, DESIGN.md §5).
+"""The supervisor: keeps the queue moving without ever freeing a live job's slot.
 
 Every sweep reconciles each running row against ground truth (its owner's lease, its labelled container or
 recorded process, RQ's dispatch lists), then promotes. Verdicts are compare-and-set, so two supervisors on one
 pool are safe; an unknown probe keeps the slot; only the operator's `reconcile(evict_stale=True)` evicts.
+docs/architecture.md, 'Evidence and verdicts', tells the rules and why; one sweep is evidence.py ->
+verdicts.py -> apply.py (adoption requests in adoption.py), driven by sweep.py.
 """
 
 from .loop import reconcile, run_supervisor, sweep_once

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 from typing import Any
@@ -15,7 +13,7 @@ from ..api import Pool, connect
 from ..config import Settings
 from .probes import ContainerProber
 from .report import SweepReport
-from .sweep import Supervisor, _actor
+from .sweep import Supervisor, actor_name
 
 log = logging.getLogger("jobpool.supervisor")
 
@@ -34,7 +32,7 @@ def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
               prober: ContainerProber | None = None) -> SweepReport:
     """The operator's sweep. `dry_run`: decide and report, change nothing. `evict_stale`: a live job past
     `job_stale_seconds` is stopped by container label and failed `stale_evicted`, freeing its slot."""
-    sup = Supervisor(pool, prober, actor=f"operator:{socket.gethostname()}:{os.getpid()}")
+    sup = Supervisor(pool, prober, actor=actor_name("operator"))
     try:
         return sup.sweep(evict_stale=evict_stale, dry_run=dry_run)
     finally:
@@ -53,7 +51,7 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
     if threading.current_thread() is threading.main_thread() and not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
-    pool = Pool(connect(settings.redis_url), settings, actor=_actor())
+    pool = Pool(connect(settings.redis_url), settings, actor=actor_name())
     sup = Supervisor(pool, prober, actor=pool.actor)
     last: SweepReport | None = None
     if not once:

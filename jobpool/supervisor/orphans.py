@@ -1,20 +1,19 @@
-"""Stopping the work of a cancelled job whose worker is gone (the operator's `cancel`, DESIGN.md section 5).
+"""Stopping the work of a cancelled job whose worker is gone (the operator's `cancel`).
 
 Never by a recorded pid: a pid recorded by another boot may name any process now. Containers are stopped by
-label, then the row is reconciled at once by a one-job sweep.
+label, on the daemon they were recorded on, then the row is reconciled at once by a one-job sweep
+(docs/architecture.md, 'Rules the verdicts encode, and why').
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from dataclasses import dataclass
 
 from ..api import Pool
 from ..models import Job
 from .probes import ContainerProber
-from .sweep import Supervisor
+from .sweep import Supervisor, actor_name
 from .verdicts import EXECUTOR_SUBPROCESS
 
 log = logging.getLogger("jobpool.supervisor")
@@ -41,9 +40,9 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
     hand. A job whose owner still holds its lease is left to that owner, which honours the persisted request.
     """
     job_id = job if isinstance(job, str) else job.id
-    sup = Supervisor(pool, prober, actor=f"operator:{socket.gethostname()}:{os.getpid()}")
+    sup = Supervisor(pool, prober, actor=actor_name("operator"))
     try:
-        snap = sup._read([job_id])
+        snap = sup.evidence.read([job_id])
         if not snap.rows:
             return OrphanStop(job_id, "not_running", state=pool.get(job_id).state.value)
         row = snap.rows[0]

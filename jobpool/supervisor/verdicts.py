@@ -1,8 +1,9 @@
-"""Verdicts: what the supervisor does with one running row, given the evidence (DESIGN.md section 5).
+"""Verdicts: what the supervisor does with one running row, given the evidence.
 
 Pure functions, no I/O: a row snapshot, whether the owner's lease is present, a probe result, RQ's dispatch
 facts, the time and the settings go in; a `Verdict` comes out. The sweep applies it compare-and-set on the
-same evidence, so a row that moved on in the meantime is left alone.
+same evidence, so a row that moved on in the meantime is left alone (docs/architecture.md, 'Evidence and
+verdicts', and 'Rules the verdicts encode, and why').
 
 | row                | evidence                                               | verdict                      |
 |--------------------|--------------------------------------------------------|------------------------------|
@@ -217,7 +218,7 @@ def decide_unclaimed(row: RowSnapshot, dispatch: DispatchFacts | None, now_ms: i
 
 def decide(row: RowSnapshot, lease_present: bool, probe: Probe | None, dispatch: DispatchFacts | None,
            now_ms: int, settings: Settings, evict_stale: bool = False) -> Verdict:
-    """The verdict for one running row (DESIGN.md section 5). `evict_stale` is the operator's override."""
+    """The verdict for one running row (the table above). `evict_stale` is the operator's override."""
     if not row.claimed:
         return decide_unclaimed(row, dispatch, now_ms, settings)
     stale = is_stale(row, now_ms, settings)

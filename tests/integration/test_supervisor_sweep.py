@@ -224,7 +224,7 @@ def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dc
         report = sup.sweep()
         assert report.verdicts == {"adopt": 1}
     assert pool.get(job_id).state.value == "running" and pool.get(b.id).state.value == "queued"
-    raw = sup._rq()
+    raw = sup.adoptions.rq_client()
     rq_id = raw.get(pool.keys.adoption(job_id)).decode()
     assert adoption_requests(raw, pool) == [rq_id]
     rq_job = RQJob.fetch(rq_id, connection=raw, serializer=JSONSerializer)
@@ -250,7 +250,7 @@ def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool, dclient, supe
     job_id, _, container = orphan(pool, dclient, command=["sleep", "300"])
     sup = supervisors(pool)
     assert sup.sweep().decisions[0].outcome == "adoption requested"
-    raw = sup._rq()
+    raw = sup.adoptions.rq_client()
     first = raw.get(pool.keys.adoption(job_id)).decode()
     # What RQ leaves when a worker takes the request: status "started", the worker's name on the job.
     boot = "b" * 32

@@ -1,0 +1,138 @@
+"""Adoption requests: asking a live worker to re-attach to an orphan's running container.
+
+The supervisor never writes ownership (docs/architecture.md, 'Rules the verdicts encode, and why'): it
+enqueues an RQ job that a worker on the container's daemon runs, and the worker's `adopt` is a
+compare-and-set refused while the old owner's lease exists or when the daemon identity differs. Each request
+is a fresh RQ job; `PoolKeys.adoption(job)` names the latest, so a request is asked again only once the
+latest one ended or its worker died.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+
+import redis
+from rq import Queue
+from rq.connections import parse_connection
+from rq.exceptions import DuplicateJobError
+from rq.job import Job as RQJob
+from rq.serializers import JSONSerializer
+
+from .. import errors
+from ..api import Pool
+from ..keys import worker_name
+from .evidence import run_pipeline
+from .verdicts import RowSnapshot
+
+log = logging.getLogger("jobpool.supervisor")
+
+#: The RQ function a live worker runs to re-attach to an orphaned running container (jobpool.workers).
+ADOPT_ENTRY_POINT = "jobpool.workers.entry.adopt_job"
+#: An adoption request still waiting for a worker: do not ask again. A "started" one is pending only while
+#: the worker running it lives (a SIGKILLed adopter leaves "started" behind for good).
+ADOPT_WAITING = frozenset({"queued", "deferred", "scheduled", "created"})
+#: How long the pointer to the latest adoption request of a job is kept.
+ADOPT_REQUEST_TTL_SECS = 86400
+
+
+def adopt_rq_job_id(job_id: str, attempt: int) -> str:
+    """A fresh RQ job id for one adoption request. Never reused: RQ's registries still name an earlier
+    request (a dead adopter's stays in the started registry until RQ cleans it up, which would fail a new
+    request that had the same id)."""
+    return f"jobpool-adopt-{job_id}-{attempt}-{uuid.uuid4().hex[:12]}"
+
+
+class Adoptions:
+    """The adoption requests of one pool. Holds the RQ connection (opened on first use)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self._rq_client: redis.Redis | None = None
+
+    def close(self) -> None:
+        if self._rq_client is not None:
+            self._rq_client.close()
+            self._rq_client = None
+
+    def rq_client(self) -> redis.Redis:
+        """RQ needs a client that does not decode replies; built the way RQ rebuilds connections."""
+        if self._rq_client is None:
+            cls, conn_cls, kwargs = parse_connection(self.pool.client)
+            kwargs = {**kwargs, "decode_responses": False}
+            self._rq_client = cls(connection_pool=redis.ConnectionPool(connection_class=conn_cls, **kwargs))
+        return self._rq_client
+
+    def pending(self, rows: Sequence[RowSnapshot]) -> set[str]:
+        """Ids of the rows whose latest adoption request still waits for a worker, or is being run by a
+        worker that lives (two round trips, plus one for the boots of "started" ones)."""
+        if not rows:
+            return set()
+        conn = self.rq_client()
+        pipe = conn.pipeline(transaction=False)
+        for row in rows:
+            pipe.get(self.pool.keys.adoption(row.id))
+        requests = {row.id: r.decode() for row, r in zip(rows, run_pipeline(pipe), strict=True) if r}
+        if not requests:
+            return set()
+        pipe = conn.pipeline(transaction=False)
+        for rq_id in requests.values():
+            pipe.hmget(RQJob.key_for(rq_id), ["status", "worker_name"])
+        found = {job_id: [v.decode() if v else "" for v in reply]
+                 for job_id, reply in zip(requests, run_pipeline(pipe), strict=True)}
+        pending = {job_id for job_id, (status, _) in found.items() if status in ADOPT_WAITING}
+        started = {job_id: worker for job_id, (status, worker) in found.items() if status == "started"}
+        live = self.live_workers(set(started.values()))
+        return pending | {job_id for job_id, worker in started.items() if worker in live}
+
+    def live_workers(self, names: set[str]) -> set[str]:
+        """Which of these RQ worker names belong to a jobpool worker whose boot record lives. RQ's own worker
+        key outlives a SIGKILLed worker by its worker_ttl (minutes); the boot record by one lease."""
+        if not names:
+            return set()
+        boots = [str(b) for b in self.pool.client.zrange(self.pool.keys.boots, 0, -1)]
+        by_name = {worker_name(self.pool.keys.pool, b): b for b in boots}
+        mine = {n: by_name[n] for n in names if n in by_name}
+        if not mine:
+            return set()
+        pipe = self.pool.client.pipeline(transaction=False)
+        for boot in mine.values():
+            pipe.exists(self.pool.keys.boot(boot))
+        return {n for n, alive in zip(mine, run_pipeline(pipe), strict=True) if alive}
+
+    def request(self, row: RowSnapshot) -> str:
+        """Ask a live worker to re-attach to this orphan's running container, unless a request is pending.
+
+        The supervisor never writes ownership: the worker's `adopt` is a compare-and-set refused while the
+        old owner's lease exists. Each request is a new RQ job; `adoption(job)` names the latest, and the
+        WATCH on it makes two supervisors asking at once enqueue one request.
+        """
+        if row.id in self.pending([row]):
+            return "adoption pending"
+        rq_id = adopt_rq_job_id(row.id, row.attempt)
+        conn = self.rq_client()
+        pointer = self.pool.keys.adoption(row.id)
+        try:
+            with conn.pipeline() as pipe:
+                pipe.watch(pointer)  # type: ignore[no-untyped-call]  # redis-py leaves watch() unannotated
+                raw = pipe.get(pointer)
+                pipe.multi()
+                pipe.set(pointer, rq_id, ex=ADOPT_REQUEST_TTL_SECS)
+                pipe.execute()
+            before = raw.decode() if isinstance(raw, bytes) else raw
+            if before is not None and before != rq_id:
+                # A request that ended or whose worker died: drop its hash so it cannot be run late.
+                conn.delete(RQJob.key_for(before))
+            Queue(self.pool.keys.rq_queue_name, connection=conn, serializer=JSONSerializer).enqueue_call(
+                func=ADOPT_ENTRY_POINT, args=[row.id, row.owner_boot, row.attempt], job_id=rq_id,
+                timeout=-1, result_ttl=600, failure_ttl=600, unique=True,
+                description=f"jobpool adopt {row.id} attempt {row.attempt} from {row.owner_boot}",
+            )
+        except (redis.WatchError, DuplicateJobError):
+            return "adoption pending"  # another supervisor asked in the same moment
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
+        log.info("job %s attempt %d: owner %s gone, container running: adoption requested (%s)",
+                 row.id, row.attempt, row.owner_boot, rq_id)
+        return "adoption requested"

@@ -1,0 +1,141 @@
+"""Applying verdicts: each one a compare-and-set on the evidence it was based on.
+
+The last step of a sweep (docs/architecture.md, 'Evidence and verdicts'). `reconcile_apply` and
+`drop_ghost` run only while the row (or the running id) is still as the evidence saw it; a row that moved on
+meanwhile (its worker heartbeat, finished, or another supervisor got there first) answers `Conflict` and is
+left alone, which is what makes two supervisors at once safe. Eviction, the operator's override, stops the
+job's container by label on the daemon it was recorded on before failing it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .. import errors
+from ..api import CANDIDATES_ON_RELEASE, Pool
+from .adoption import Adoptions
+from .probes import Absent, ContainerProber, Probe
+from .verdicts import APPLIED_KINDS, EXECUTOR_SUBPROCESS, Kind, RowSnapshot, Verdict
+
+log = logging.getLogger("jobpool.supervisor")
+
+
+class Applier:
+    """Applies the verdicts of one pool's sweeps in the name of `actor` (recorded in each event)."""
+
+    def __init__(self, pool: Pool, prober: ContainerProber, adoptions: Adoptions, actor: str) -> None:
+        self.pool = pool
+        self.settings = pool.settings
+        self.prober = prober
+        self.adoptions = adoptions
+        self.actor = actor
+
+    def apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None, pending: set[str]) -> str:
+        """Apply one row's verdict; returns the outcome a `Decision` records. `pending` holds the ids whose
+        adoption request is still pending (read once for the whole sweep)."""
+        try:
+            if verdict.kind in APPLIED_KINDS:
+                return self.reconcile_apply(row, verdict, probe)
+            if verdict.kind is Kind.ADOPT:
+                if verdict.stale:
+                    log.warning("job %s (attempt %d) kept, adoption asked: running past the stale limit (%s)",
+                                row.id, row.attempt, verdict.evidence)
+                if row.id in pending:
+                    return "adoption pending"
+                return self.adoptions.request(row)
+            if verdict.kind is Kind.WARN:
+                log.warning("job %s (attempt %d) kept: %s: %s", row.id, row.attempt, verdict.reason,
+                            verdict.evidence)
+                return "kept"
+            if verdict.kind is Kind.EVICT:
+                return self.evict(row, verdict)
+            return "kept"
+        except errors.RedisUnavailable:
+            raise
+        except errors.JobpoolError as exc:
+            log.error("job %s: applying %s failed: %s", row.id, verdict.kind, exc)
+            return f"error: {exc}"
+
+    def reconcile_apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None) -> str:
+        """End, requeue or redispatch a row whose owner is gone (`reconcile_apply.lua`); returns its state."""
+        never_started = isinstance(probe, Absent) and probe.never_started and bool(probe.container_id)
+        if never_started and not self.prober.remove(probe.container_id):  # type: ignore[union-attr]
+            # A launcher that stalled between create and start may still start it: "never started" holds
+            # only once the container can no longer be started, so it goes first. Not forced: Docker orders
+            # the remove and a start in flight, and a container started meanwhile refuses a plain remove;
+            # then the slot stays and the next sweep finds its lease renewed.
+            log.warning("job %s attempt %d kept: its created container %s could not be removed (started "
+                        "meanwhile?)", row.id, row.attempt, probe.container_id[:12])  # type: ignore[union-attr]
+            return "kept"
+        k = self.pool.keys
+        keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id),
+                *self.pool.candidates(CANDIDATES_ON_RELEASE)]
+        args = [row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
+                "" if verdict.exit_code is None else verdict.exit_code, self.settings.recovery_budget,
+                verdict.evidence, self.actor]
+        try:
+            reply = self.pool.run("reconcile_apply", keys, args)
+        except errors.Conflict:
+            log.debug("job %s moved on since its evidence was taken; %s not applied", row.id, verdict.kind)
+            return "conflict"
+        except errors.NotFound:
+            return "conflict"
+        state = str(reply[1])
+        log.info("job %s attempt %d: %s -> %s (%s)", row.id, row.attempt, verdict.kind, state,
+                 verdict.evidence)
+        # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
+        # dead watcher would have.
+        if verdict.kind is Kind.EXITED and verdict.container_id:
+            self.prober.remove(verdict.container_id)
+        return state
+
+    def drop_ghost(self, job_id: str, verdict: Verdict) -> str:
+        """Free the slot of a running id with no readable row (`drop_ghost.lua`); returns the outcome."""
+        k = self.pool.keys
+        try:
+            reply = self.pool.run("drop_ghost", [k.job(job_id), k.lease(job_id),
+                                                 *self.pool.candidates(CANDIDATES_ON_RELEASE)],
+                                  [job_id, verdict.evidence, self.actor])
+        except errors.Conflict:
+            return "conflict"
+        except errors.RedisUnavailable:
+            raise
+        except errors.JobpoolError as exc:
+            log.error("running id %s: dropping it failed: %s", job_id, exc)
+            return f"error: {exc}"
+        if not reply[1]:
+            return "conflict"  # it left `running` meanwhile
+        log.warning("running id %s had no readable row and no work left: dropped, slot freed (%s)", job_id,
+                    verdict.evidence)
+        return "dropped"
+
+    def evict(self, row: RowSnapshot, verdict: Verdict) -> str:
+        """Stop a stale live job by container label, then fail it `stale_evicted` (operator only)."""
+        if row.executor == EXECUTOR_SUBPROCESS:
+            log.error("job %s: evicting a subprocess job; jobpool never signals a pid it did not start in "
+                      "this boot: its owner %s must stop it, or, if that worker is gone, stop the process "
+                      "by hand "
+                      "(recorded identity %s)", row.id, row.owner_boot, row.identity or "none")
+        else:
+            ok, why = self.prober.same_daemon(row.daemon_id)
+            if not ok:
+                # Stopping "by label" here would stop nothing on the daemon where it runs; evicting anyway
+                # would hand its slot on while it still writes.
+                log.error("job %s: not evicted: its container cannot be stopped from here: %s", row.id, why)
+                return f"error: not evicted: {why}"
+            try:
+                stopped = self.prober.stop_by_label(self.pool.keys.pool, row.id, row.attempt,
+                                                    self.settings.stop_grace_secs)
+            except Exception as exc:  # noqa: BLE001 - not stopped means not evicted: the slot stays
+                log.error("job %s: not evicted: its container could not be stopped: %s", row.id, exc)
+                return f"error: container not stopped: {exc}"
+            log.warning("job %s: stopped %d container(s) by label to evict it: %s", row.id, len(stopped),
+                        ", ".join(c[:12] for c in stopped) or "none running")
+        try:
+            job = self.pool.evict(row.id, row.attempt, reason=verdict.reason, evidence=verdict.evidence,
+                                  actor=self.actor)
+        except errors.Conflict:
+            return "conflict"
+        except errors.InvalidState as exc:
+            return f"ended meanwhile as {exc.state}"
+        return job.state.value
