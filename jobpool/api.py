@@ -9,36 +9,34 @@ from __future__ import annotations
 import builtins
 import logging
 import math
-import re
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import redis
 
 from . import errors
+from . import events as event_stream
 from .config import Settings
 from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
 from .registry import Scripts, call_redis
 from .rqjob import rq_hash_args, rq_hash_template
 from .spec import build_spec, utf8_size
+from .status import Health, StatusReport, read_status
 
 log = logging.getLogger("jobpool")
 
 #: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
 CANDIDATES_ON_RELEASE = 4
 CANDIDATES_ON_PROMOTE = 32
-#: Bounds of what a caller may ask for in one read: generous (the events stream keeps about 100000
-#: entries), but finite, so a huge number is a clear InvalidArgument and never a Redis overflow.
+#: The most jobs a caller may ask for in one read: generous, but finite, so a huge number is a clear
+#: InvalidArgument and never a Redis overflow.
 MAX_LIST = 1_000_000
-MAX_EVENTS = 10_000_000
 #: A caller's coalesce key, a reason or evidence text: stored in rows and events, so bounded.
 MAX_COALESCE_KEY_BYTES = 1024
 MAX_TEXT_BYTES = 4096
-#: A stream entry id to read events after: "-" (from the start), or "<ms>[-<seq>]", "(" for exclusive.
-_STREAM_ID = re.compile(r"\(?([0-9]{1,20})(?:-([0-9]{1,20}))?")
 _UINT64_MAX = 2**64 - 1
 
 
@@ -73,6 +71,10 @@ class Pool:
     @classmethod
     def from_settings(cls, settings: Settings) -> Pool:
         return cls(connect(settings.redis_url), settings)
+
+    def close(self) -> None:
+        """Close the Redis connections (the pool may be used again: redis-py reconnects)."""
+        self.client.close()
 
     # ---- plumbing shared by every call -------------------------------------------------------------
 
@@ -236,7 +238,7 @@ class Pool:
         return int(value) if math.isfinite(value) else self.settings.max_concurrent_jobs
 
     def stats(self) -> dict[str, Any]:
-        """Counts per state, slots, and whether promotion is paused."""
+        """Counts per state, slots, and whether promotion is paused (by whom, why, since when)."""
         pipe = self.client.pipeline(transaction=False)
         for st in JobState:
             pipe.zcard(self.keys.state_index(st.value))
@@ -250,24 +252,46 @@ class Pool:
             "queue_paused": bool(paused),
             "paused_by": paused.get("by") if paused else None,
             "paused_reason": paused.get("reason") if paused else None,
+            "paused_since": int(paused["since"]) if paused and paused.get("since", "").isdigit() else None,
         }
 
     def events(self, job_id: str | None = None, count: int = 1000,
                after: str = "-") -> builtins.list[dict[str, str]]:
         """Transitions in order, oldest first (capped stream); filtered to one job if given. `count` entries
-        are read (1 to MAX_EVENTS), from `after`: "-" for the start, or a stream id ("(" first: exclusive)."""
-        if job_id is not None and not isinstance(job_id, str):
-            raise errors.InvalidArgument(f"job_id must be a string, got {job_id!r}")
-        self._check_count("count", count, MAX_EVENTS)
-        m = _STREAM_ID.fullmatch(after) if isinstance(after, str) else None
-        if after != "-" and (m is None or any(int(g) > _UINT64_MAX for g in m.groups() if g)):
-            raise errors.InvalidArgument(f"after must be '-' or a stream id like '1700000000000-0', "
-                                         f"got {after!r}")
-        out = []
-        for entry_id, fields in call_redis(self.client.xrange, self.keys.events, after, "+", count):
-            if job_id is None or fields.get("job") == job_id:
-                out.append({"id": entry_id, **fields})
-        return out
+        are read (1 to events.MAX_EVENTS), from `after`: "-" for the start, or a stream id ("(" first:
+        exclusive)."""
+        return event_stream.read(self, job_id, count, after)
+
+    def tail_events(self, job_id: str | None = None,
+                    count: int = 20) -> tuple[builtins.list[dict[str, str]], str]:
+        """The newest `count` events (of one job, if given), oldest first, and the stream id to give
+        `follow_events` so that it goes on from them without a gap."""
+        return event_stream.tail(self, job_id, count)
+
+    def follow_events(self, job_id: str | None = None, after: str | None = None,
+                      block_secs: float = 1.0) -> Iterator[dict[str, str]]:
+        """Events written after stream id `after` (default: from now on), as they come: an iterator that
+        blocks and never ends by itself (stop iterating to stop)."""
+        return event_stream.follow(self, job_id, after, block_secs)
+
+    def now_ms(self) -> int:
+        """Now on the Redis server's clock: the clock every time in a row, an event or a record is on."""
+        secs, usecs = call_redis(self.client.time)
+        return int(secs) * 1000 + int(usecs) // 1000
+
+    def boot_is_live(self, boot_id: str) -> bool:
+        """Whether a worker boot's record is still there: its process heartbeats it, a crash lets it expire
+        (workers/boot.py). False for an empty id (a row no worker has claimed)."""
+        return bool(boot_id) and bool(call_redis(self.client.exists, self.keys.boot(boot_id)))
+
+    def status(self) -> StatusReport:
+        """Slots, the queue, promotion, live workers, the last sweep and the health verdict, in one typed
+        report (`to_dict()` for JSON). An unreachable Redis is an unhealthy report, not an exception."""
+        return read_status(self)
+
+    def health(self) -> Health:
+        """The health verdict of `status()`: `healthy`, with the reasons when not, and warnings."""
+        return self.status().health
 
     def wait(self, job_id: str, timeout: float = 60.0, states: Iterable[str | JobState] = TERMINAL,
              interval: float = 0.05) -> Job:

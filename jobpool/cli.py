@@ -20,27 +20,21 @@ import redis
 from . import errors
 from .api import Pool
 from .cli_format import (
-    ago,
     event_json,
     event_line,
     job_details,
     jobs_table,
-    judge_health,
     orphan_stop_line,
-    safe_url,
     status_report,
-    summarize_boots,
 )
 from .config import Settings
 from .models import Job, JobState
-from .registry import call_redis, wrap_redis_error
+from .registry import wrap_redis_error
 from .spec import ENV_NAME, build_spec
+from .status import ago
 
 #: Bad input: refused before anything was written, so a usage error (exit 2), not a failure (exit 1).
 USAGE_ERRORS = (errors.ConfigError, errors.InvalidSpec, errors.InvalidArgument)
-#: How many boots `status` looks at (newest heartbeats first); the supervisor prunes the rest.
-MAX_BOOTS_SHOWN = 1000
-EVENTS_PAGE = 1000
 
 HELP = """Admin CLI for a jobpool: long container jobs under a hard, fleet-wide concurrency limit.
 
@@ -87,7 +81,7 @@ class CliState:
         if self._pool is None:
             self._pool = Pool.from_settings(self.settings())
             self._pool.actor = "cli"
-            click.get_current_context().find_root().call_on_close(self._pool.client.close)
+            click.get_current_context().find_root().call_on_close(self._pool.close)
         return self._pool
 
     def emit(self, doc: Any, human: Callable[[], str | None]) -> None:
@@ -188,16 +182,6 @@ _parse_env = _pairs("NAME", lambda k: bool(ENV_NAME.fullmatch(k)), "a variable n
 _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label key")
 
 
-def _server_ms(pool: Pool) -> int:
-    """Now, on the Redis server's clock (the clock every job time was written with)."""
-    secs, usecs = call_redis(pool.client.time)
-    return int(secs) * 1000 + int(usecs) // 1000
-
-
-def _boot_is_live(pool: Pool, boot_id: str) -> bool:
-    return bool(boot_id) and bool(call_redis(pool.client.exists, pool.keys.boot(boot_id)))
-
-
 # ---- jobs --------------------------------------------------------------------------------------------
 
 @cli.command(context_settings={"allow_interspersed_args": False})
@@ -254,7 +238,7 @@ def ls_(state: CliState, job_state: str | None, limit: int) -> None:
     if not jobs:
         click.echo("no jobs" + (f" {job_state}" if job_state else ""))
         return
-    click.echo(jobs_table(jobs, _server_ms(pool)))
+    click.echo(jobs_table(jobs, pool.now_ms()))
 
 
 @cli.command()
@@ -264,7 +248,7 @@ def show(state: CliState, job_id: str) -> None:
     """Everything about one job (env values are never shown)."""
     pool = state.pool()
     job = pool.get(job_id)
-    state.emit(job.to_dict(), lambda: job_details(job, _server_ms(pool)))
+    state.emit(job.to_dict(), lambda: job_details(job, pool.now_ms()))
 
 
 @cli.command()
@@ -279,36 +263,6 @@ def logs(state: CliState, job_id: str) -> None:
         click.echo(text, nl=not text.endswith("\n"))
     else:
         click.echo(f"(no output recorded for {job_id})", err=True)
-
-
-def _recent_events(pool: Pool, job_id: str | None, count: int) -> tuple[list[dict[str, str]], str]:
-    """The newest `count` events (of one job, if given), oldest first, and the id to follow on from."""
-    newest, upper = "0-0", "+"
-    found: list[dict[str, str]] = []
-    while len(found) < count:
-        page = call_redis(pool.client.xrevrange, pool.keys.events, upper, "-", EVENTS_PAGE)
-        if not page:
-            break
-        if newest == "0-0":
-            newest = page[0][0]
-        for entry_id, fields in page:
-            if job_id is None or fields.get("job") == job_id:
-                found.append({"id": entry_id, **fields})
-                if len(found) == count:
-                    break
-        upper = "(" + page[-1][0]
-    found.reverse()
-    return found, newest
-
-
-def _follow(state: CliState, pool: Pool, job_id: str | None, after: str) -> None:
-    while True:
-        reply = call_redis(pool.client.xread, {pool.keys.events: after}, count=EVENTS_PAGE, block=1000)
-        for _key, entries in reply or []:
-            for entry_id, fields in entries:
-                after = entry_id
-                if job_id is None or fields.get("job") == job_id:
-                    _print_event(state, {"id": entry_id, **fields})
 
 
 def _print_event(state: CliState, entry: dict[str, str]) -> None:
@@ -328,7 +282,7 @@ def events(state: CliState, follow: bool, job_id: str | None, count: int) -> Non
     pool = state.pool()
     if job_id is not None:
         pool.get(job_id)  # an unknown job is an error, not an empty stream
-    backlog, newest = _recent_events(pool, job_id, count)
+    backlog, newest = pool.tail_events(job_id, count)
     if not follow:
         if state.as_json:
             state.emit([event_json(e) for e in backlog], lambda: None)
@@ -340,7 +294,8 @@ def events(state: CliState, follow: bool, job_id: str | None, count: int) -> Non
     try:
         for entry in backlog:
             _print_event(state, entry)
-        _follow(state, pool, job_id, newest)
+        for entry in pool.follow_events(job_id, after=newest):
+            _print_event(state, entry)
     except KeyboardInterrupt:
         return  # Ctrl-C is how a follow ends: exit 0, no "Aborted!"
 
@@ -352,7 +307,7 @@ def _job_outcome(pool: Pool, job: Job, verb: str, done_state: JobState, requeste
         return f"{done_state.value} {job.id}"
     if requested:
         line = f"{verb} requested for {job.id} (it is {job.state.value}; its worker acts on the request)"
-        if job.owner_boot and not _boot_is_live(pool, job.owner_boot):
+        if job.owner_boot and not pool.boot_is_live(job.owner_boot):
             line += f"\nwarning: its worker boot {job.owner_boot} is gone; the supervisor recovers the job"
         return line
     return f"{job.id} is {job.state.value}"
@@ -363,7 +318,7 @@ def _stop_orphan(pool: Pool, job: Job) -> dict[str, Any] | None:
     (DESIGN §5; the supervisor's `stop_orphan` never signals a pid). None when there was nothing to do."""
     if not (job.state is JobState.RUNNING and job.cancel_requested and job.owner_boot):
         return None
-    if _boot_is_live(pool, job.owner_boot):
+    if pool.boot_is_live(job.owner_boot):
         return None
     try:
         from jobpool.supervisor import stop_orphan
@@ -400,9 +355,7 @@ def cancel(state: CliState, job_id: str, reason: str) -> None:
 
 def _queue_doc(pool: Pool) -> dict[str, Any]:
     stats = pool.stats()
-    since = call_redis(pool.client.hget, pool.keys.paused, "since")
-    return {"pool": stats["pool"], "queue_paused": stats["queue_paused"], "paused_by": stats["paused_by"],
-            "paused_reason": stats["paused_reason"], "paused_since": int(since) if since else None}
+    return {k: stats[k] for k in ("pool", "queue_paused", "paused_by", "paused_reason", "paused_since")}
 
 
 def _queue_line(doc: dict[str, Any], now_ms: int) -> str:
@@ -422,7 +375,7 @@ def pause(state: CliState, job_id: str | None, reason: str) -> None:
     if job_id is None:
         pool.pause(None, reason=reason)
         doc = _queue_doc(pool)
-        state.emit(doc, lambda: _queue_line(doc, _server_ms(pool)))
+        state.emit(doc, lambda: _queue_line(doc, pool.now_ms()))
         return
     job = pool.pause(job_id, reason=reason)
     assert job is not None
@@ -438,7 +391,7 @@ def resume(state: CliState, job_id: str | None) -> None:
     if job_id is None:
         pool.resume(None)
         doc = _queue_doc(pool)
-        state.emit(doc, lambda: _queue_line(doc, _server_ms(pool)))
+        state.emit(doc, lambda: _queue_line(doc, pool.now_ms()))
         return
     job = pool.resume(job_id)
     assert job is not None
@@ -461,58 +414,13 @@ def slots(state: CliState, n: int | None) -> None:
 
 # ---- health ------------------------------------------------------------------------------------------
 
-def _boots(pool: Pool) -> list[tuple[str, float, dict[str, str]]]:
-    """(boot id, last heartbeat ms, boot hash) for the newest boots; an empty hash = the boot is gone."""
-    ids = call_redis(pool.client.zrevrange, pool.keys.boots, 0, MAX_BOOTS_SHOWN - 1, withscores=True)
-    pipe = pool.client.pipeline(transaction=False)
-    for boot_id, _ in ids:
-        pipe.hgetall(pool.keys.boot(boot_id))
-    rows = call_redis(pipe.execute) if ids else []
-    return [(boot_id, score, row) for (boot_id, score), row in zip(ids, rows, strict=True)]
-
-
-def _last_sweep(pool: Pool, warnings: list[str]) -> dict[str, Any] | None:
-    raw = call_redis(pool.client.get, pool.keys.last_sweep)
-    if raw is None:
-        return None
-    try:
-        sweep = json.loads(raw)
-        int(sweep["at"])
-    except (ValueError, TypeError, KeyError):
-        warnings.append(f"the last-sweep record is unreadable: {raw[:80]!r}")
-        return None
-    return sweep if isinstance(sweep, dict) else None
-
-
-def _gather_status(state: CliState, doc: dict[str, Any]) -> None:
-    """Read every fact `status` reports; `judge_health` (pure) turns them into reasons and warnings."""
-    pool = state.pool()
-    doc["now"] = _server_ms(pool)
-    doc["redis"]["reachable"] = True
-    stats = pool.stats()
-    doc.update(slots=stats["slots"], counts=stats["counts"],
-               **{k: v for k, v in _queue_doc(pool).items() if k != "pool"})
-    doc["workers"] = summarize_boots(_boots(pool))
-    doc["last_sweep"] = _last_sweep(pool, doc["warnings"])
-    doc["unknown"] = int(doc["last_sweep"].get("unknown", 0)) if doc["last_sweep"] else 0
-
-
 @cli.command()
 @pool_command
 def status(state: CliState) -> None:
     """Slots, queue, workers and the supervisor; exits 1 when the pool is unhealthy."""
-    settings = state.settings()
-    doc: dict[str, Any] = {"pool": settings.pool, "reasons": [], "warnings": [],
-                           "redis": {"url": safe_url(settings.redis_url), "reachable": False}}
-    try:
-        _gather_status(state, doc)
-    except errors.RedisUnavailable as exc:
-        doc["reasons"].append(str(exc))
-    else:
-        judge_health(doc, settings.sweep_interval_secs)
-    doc["healthy"] = not doc["reasons"]
-    state.emit(doc, lambda: status_report(doc))
-    if not doc["healthy"]:
+    report = state.pool().status()
+    state.emit(report.to_dict(), lambda: status_report(report))
+    if not report.healthy:
         click.get_current_context().exit(1)
 
 

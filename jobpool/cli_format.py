@@ -1,8 +1,8 @@
 """Human output for the CLI: aligned tables, relative times, one-line events, the status report.
 
 Kept apart from `cli.py` so the commands read as "validate, call the API, print". Nothing here touches
-Redis. No job's env values ever reach this module's output: only `Job.to_dict()` (which redacts them) and
-env *names*.
+Redis or judges anything: the health rules are the status report's (jobpool/status.py). No job's env
+values ever reach this module's output: only `Job.to_dict()` (which redacts them) and env *names*.
 """
 
 from __future__ import annotations
@@ -11,15 +11,11 @@ import shlex
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
 from .models import Job, JobState
-
-#: `status` calls the supervisor dead when its last sweep is older than this many sweep intervals.
-SWEEP_GRACE_INTERVALS = 3
-TRUTHY = ("1", "true", "yes")
+from .status import StatusReport, ago
 
 STATE_COLOURS = {
     JobState.RUNNING: "cyan",
@@ -27,21 +23,6 @@ STATE_COLOURS = {
     JobState.FAILED: "red",
     JobState.PAUSED: "yellow",
 }
-
-
-def ago(ms: int | None, now_ms: int) -> str:
-    """'3 min ago' for a time in ms since the epoch; '-' when there is none."""
-    if ms is None:
-        return "-"
-    secs = (now_ms - ms) / 1000
-    if secs < 0:
-        return "in the future"  # clock skew between whoever wrote it and the Redis server
-    if secs < 1:
-        return "just now"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if secs >= size:
-            return f"{int(secs // size)} {unit} ago"
-    return f"{int(secs)} s ago"
 
 
 def clock(ms: int | str | None) -> str:
@@ -162,21 +143,6 @@ def event_line(entry: Mapping[str, Any]) -> str:
     return "  ".join(p for p in parts if p)
 
 
-def safe_url(url: str) -> str:
-    """The Redis URL with any password replaced, fit to print."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
-
-
 def decisions_table(decisions: Sequence[Mapping[str, Any]]) -> str:
     """A reconcile report's per-row verdicts (`Decision.to_dict()`)."""
     rows = [[d["job_id"], str(d["attempt"]), d["verdict"]["kind"], d["expected"] or "-", d["outcome"] or "-",
@@ -204,75 +170,42 @@ def orphan_stop_line(stop: Mapping[str, Any], owner_boot: str, state: str) -> st
     return template.format(boot=owner_boot, n=len(stop["containers"]), state=state, **stop)
 
 
-def summarize_boots(boots: Iterable[tuple[str, float, Mapping[str, str]]]) -> dict[str, Any]:
-    """Count worker boots from (id, last heartbeat ms, boot hash); an empty hash means its TTL ran out."""
-    live = draining = stale = 0
-    shown = []
-    for boot_id, heartbeat_ms, row in boots:
-        if not row:
-            stale += 1
-            continue
-        if row.get("role", "worker") != "worker":  # a boot record of some other process kind
-            continue
-        live += 1
-        draining += row.get("draining", "").lower() in TRUTHY
-        shown.append({"id": boot_id, "heartbeat_ms": int(heartbeat_ms), **row})
-    return {"live": live, "draining": draining, "stale": stale, "boots": shown}
-
-
-def judge_health(doc: dict[str, Any], sweep_interval_secs: float) -> None:
-    """Fill `status`'s reasons (unhealthy) and warnings (worth knowing) from the facts it read."""
-    reasons, warnings, now = doc["reasons"], doc["warnings"], doc["now"]
-    sweep, mx = doc["last_sweep"], doc["slots"]["max"]
-    if sweep is None:
-        reasons.append("no live supervisor: no sweep has been recorded for this pool")
-    elif now - int(sweep["at"]) > SWEEP_GRACE_INTERVALS * sweep_interval_secs * 1000:
-        reasons.append(f"no live supervisor: the last sweep was {ago(int(sweep['at']), now)}, more than "
-                       f"{SWEEP_GRACE_INTERVALS} x JOBPOOL_SWEEP_INTERVAL_SECS ({sweep_interval_secs:g} s)")
-    ready = doc["workers"]["live"] - doc["workers"]["draining"]
-    if ready < mx:
-        reasons.append(f"fewer live workers than slots: {ready} ready for {mx} slot{'s' * (mx != 1)}")
-    if doc["unknown"]:
-        warnings.append(f"{doc['unknown']} running job(s) could not be probed (Docker unreachable?); "
-                        "their slots are kept until the probe answers")
-    if doc["queue_paused"]:
-        warnings.append("promotion is paused: queued jobs will not start until `jobpool resume`")
-
-
-def status_report(doc: Mapping[str, Any]) -> str:
-    """The human form of `status`'s JSON document."""
-    items: list[tuple[str, str]] = [("pool", doc["pool"]), ("redis", f"{doc['redis']['url']}  "
-                                    + ("reachable" if doc["redis"]["reachable"] else "UNREACHABLE"))]
-    if doc["redis"]["reachable"]:
-        now = doc["now"]
-        slots, counts = doc["slots"], doc["counts"]
-        items.append(("slots", f"{slots['used']}/{slots['max']} used"))
-        items.append(("jobs", f"{counts['queued']} queued, {counts['paused']} paused, "
-                              f"{counts['running']} running"))
-        if doc["queue_paused"]:
-            why = f": {doc['paused_reason']}" if doc.get("paused_reason") else ""
-            items.append(("promotion", click.style("PAUSED", fg="yellow")
-                          + f" by {doc.get('paused_by') or '?'} {ago(doc.get('paused_since'), now)}{why}"))
-        else:
-            items.append(("promotion", "running"))
-        w = doc["workers"]
-        draining = f" ({w['draining']} draining)" if w["draining"] else ""
-        stale = f", {w['stale']} gone" if w["stale"] else ""
-        items.append(("workers", f"{w['live']} live{draining}{stale}"))
-        for boot in w["boots"]:
-            where = " ".join(f"{k}={boot[k]}" for k in ("host", "pid") if boot.get(k))
-            items.append(("", f"{boot['id']}  {where}  heartbeat {ago(boot.get('heartbeat_ms'), now)}"))
-        sweep = doc["last_sweep"]
-        if sweep is None:
-            items.append(("last sweep", "never (no supervisor has run)"))
-        else:
-            items.append(("last sweep", f"{ago(sweep.get('at'), now)}, {sweep.get('rows', '?')} rows"))
-        items.append(("unknowns", str(doc["unknown"]) + ("  (probe could not tell; slots kept)"
-                                                         if doc["unknown"] else "")))
-    health = (click.style("OK", fg="green") if doc["healthy"]
+def status_report(report: StatusReport) -> str:
+    """The human form of `status` (its JSON form is `report.to_dict()`)."""
+    items: list[tuple[str, str]] = [("pool", report.pool), ("redis", f"{report.redis_url}  "
+                                    + ("reachable" if report.reachable else "UNREACHABLE"))]
+    now = report.now_ms or 0
+    if report.slots is not None:
+        items.append(("slots", f"{report.slots.used}/{report.slots.max} used"))
+    if report.counts:
+        c, q = report.counts, report.queue
+        head = (f" (the oldest enqueued {ago(now - q.oldest_wait_ms, now)})"
+                if q is not None and q.oldest_wait_ms is not None else "")
+        items.append(("jobs", f"{c['queued']} queued{head}, {c['paused']} paused, {c['running']} running"))
+    if report.promotion is not None:
+        p = report.promotion
+        why = f": {p.reason}" if p.reason else ""
+        paused = click.style("PAUSED", fg="yellow") + f" by {p.by or '?'} {ago(p.since, now)}{why}"
+        items.append(("promotion", paused if p.paused else "running"))
+    if report.workers is not None:
+        w = report.workers
+        draining = f" ({w.draining} draining)" if w.draining else ""
+        stale = f", {w.stale} gone" if w.stale else ""
+        items.append(("workers", f"{w.live} live{draining}{stale}"))
+        for boot in w.boots:
+            where = " ".join(f"{k}={v}" for k, v in (("host", boot.host), ("pid", boot.pid)) if v)
+            running = f"  running {', '.join(boot.jobs)}" if boot.jobs else ""
+            items.append(("", f"{boot.id}  {where}  heartbeat {ago(boot.heartbeat_ms, now)}{running}"))
+    if report.reachable:
+        sweep = report.last_sweep
+        items.append(("last sweep", "never (no supervisor has run)" if sweep is None else
+                      f"{ago(sweep.at, now)}, {sweep.rows if sweep.rows is not None else '?'} rows"))
+        items.append(("unknowns", f"{report.unknown}" + ("  (probe could not tell; slots kept)"
+                                                         if report.unknown else "")))
+    health = (click.style("OK", fg="green") if report.healthy
               else click.style("UNHEALTHY", fg="red", bold=True))
     items.append(("health", health))
     lines = [pairs(items)]
-    lines += [f"  - {r}" for r in doc["reasons"]]
-    lines += [f"  ! {w}" for w in doc.get("warnings", [])]
+    lines += [f"  - {r}" for r in report.health.reasons]
+    lines += [f"  ! {w}" for w in report.health.warnings]
     return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""Reading a pool's event stream: a range from the start, the newest few, and following it live.
+
+Every script appends its transitions to one capped stream (docs/architecture.md, "The Redis data model");
+these are its only readers, behind `Pool.events`, `Pool.tail_events` and `Pool.follow_events`. Entries come
+back as dicts of the stream's fields plus their stream ``id``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from . import errors
+from .registry import call_redis
+
+if TYPE_CHECKING:
+    from .api import Pool
+
+#: Bounds of what a caller may ask for in one read: generous (the stream keeps about 100000 entries), but
+#: finite, so a huge number is a clear InvalidArgument and never a Redis overflow.
+MAX_EVENTS = 10_000_000
+#: Entries per round trip when paging back through the stream or following it.
+PAGE = 1000
+#: A stream entry id: "<ms>[-<seq>]"; `read` also takes "-" (the start) and "(" first (exclusive).
+_STREAM_ID = re.compile(r"\(?([0-9]{1,20})(?:-([0-9]{1,20}))?")
+_UINT64_MAX = 2**64 - 1
+
+Event = dict[str, str]
+
+
+def _check_job(job_id: Any) -> None:
+    if job_id is not None and not isinstance(job_id, str):
+        raise errors.InvalidArgument(f"job_id must be a string, got {job_id!r}")
+
+
+def _check_count(count: Any, low: int) -> None:
+    if not isinstance(count, int) or isinstance(count, bool) or not low <= count <= MAX_EVENTS:
+        raise errors.InvalidArgument(f"count must be a whole number from {low} to {MAX_EVENTS}, "
+                                     f"got {count!r}")
+
+
+def _is_stream_id(value: Any, exclusive_ok: bool) -> bool:
+    m = _STREAM_ID.fullmatch(value) if isinstance(value, str) else None
+    return (m is not None and (exclusive_ok or not value.startswith("("))
+            and all(int(g) <= _UINT64_MAX for g in m.groups() if g))
+
+
+def _entry(entry_id: str, fields: dict[str, str]) -> Event:
+    return {"id": entry_id, **fields}
+
+
+def read(pool: Pool, job_id: str | None, count: int, after: str) -> list[Event]:
+    """`count` entries from `after` ("-" or a stream id, "(" first: exclusive), oldest first; those of
+    `job_id` alone when it is given."""
+    _check_job(job_id)
+    _check_count(count, 1)
+    if after != "-" and not _is_stream_id(after, exclusive_ok=True):
+        raise errors.InvalidArgument(f"after must be '-' or a stream id like '1700000000000-0', "
+                                     f"got {after!r}")
+    return [_entry(entry_id, fields)
+            for entry_id, fields in call_redis(pool.client.xrange, pool.keys.events, after, "+", count)
+            if job_id is None or fields.get("job") == job_id]
+
+
+def tail(pool: Pool, job_id: str | None, count: int) -> tuple[list[Event], str]:
+    """The newest `count` entries (of `job_id`, if given), oldest first, and the id of the newest entry in
+    the stream ("0-0" when it is empty): where a follow goes on without a gap or a repeat."""
+    _check_job(job_id)
+    _check_count(count, 0)
+    newest, upper = "0-0", "+"
+    found: list[Event] = []
+    while len(found) < count:
+        page = call_redis(pool.client.xrevrange, pool.keys.events, upper, "-", PAGE)
+        if not page:
+            break
+        if newest == "0-0":
+            newest = page[0][0]
+        for entry_id, fields in page:
+            if job_id is None or fields.get("job") == job_id:
+                found.append(_entry(entry_id, fields))
+                if len(found) == count:
+                    break
+        upper = "(" + page[-1][0]
+    if count == 0:
+        newest = _newest(pool)
+    found.reverse()
+    return found, newest
+
+
+def _newest(pool: Pool) -> str:
+    page = call_redis(pool.client.xrevrange, pool.keys.events, "+", "-", 1)
+    return page[0][0] if page else "0-0"
+
+
+def follow(pool: Pool, job_id: str | None, after: str | None, block_secs: float) -> Iterator[Event]:
+    """Entries written after stream id `after` (None: after the newest now), as they come; each wait for
+    new ones blocks at most `block_secs` on the server. Checked at once; the iterator never ends by itself."""
+    _check_job(job_id)
+    if after is not None and not _is_stream_id(after, exclusive_ok=False):
+        raise errors.InvalidArgument(f"after must be a stream id like '1700000000000-0', got {after!r}")
+    if (isinstance(block_secs, bool) or not isinstance(block_secs, (int, float)) or math.isnan(block_secs)
+            or not 0.001 <= block_secs <= 3600):
+        raise errors.InvalidArgument(f"block_secs must be from 0.001 to 3600 seconds, got {block_secs!r}")
+    return _follow(pool, job_id, after if after is not None else _newest(pool), int(block_secs * 1000))
+
+
+def _follow(pool: Pool, job_id: str | None, after: str, block_ms: int) -> Iterator[Event]:
+    while True:
+        reply = call_redis(pool.client.xread, {pool.keys.events: after}, count=PAGE, block=block_ms)
+        for _key, entries in reply or []:
+            for entry_id, fields in entries:
+                after = entry_id  # a concrete id, never "$": nothing written between two reads is missed
+                if job_id is None or fields.get("job") == job_id:
+                    yield _entry(entry_id, fields)

@@ -1,0 +1,360 @@
+"""A pool's status as one typed report, and the health rules that judge it: what `Pool.status()` returns.
+
+The CLI's `status`, the Python API and anything that serves a dashboard or metrics read this one report, so
+they cannot disagree about what "healthy" means. It is read, never written: the facts come from the keys the
+scripts, the workers' boot records and the supervisor's last-sweep record keep (docs/architecture.md, "The
+Redis data model"). `to_dict()` is the JSON form `jobpool status --json` prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from . import errors
+from .registry import call_redis, wrap_redis_error
+
+if TYPE_CHECKING:
+    from .api import Pool
+
+#: The supervisor counts as dead when its last sweep is older than this many sweep intervals.
+SWEEP_GRACE_INTERVALS = 3
+#: How many boots the report looks at (newest heartbeats first); the workers prune older ones
+#: (workers/boot.py).
+MAX_BOOTS = 1000
+TRUTHY = ("1", "true", "yes")
+
+
+def ago(ms: int | None, now_ms: int) -> str:
+    """'3 min ago' for a time in ms since the epoch; '-' when there is none."""
+    if ms is None:
+        return "-"
+    secs = (now_ms - ms) / 1000
+    if secs < 0:
+        return "in the future"  # clock skew between whoever wrote it and the Redis server
+    if secs < 1:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if secs >= size:
+            return f"{int(secs // size)} {unit} ago"
+    return f"{int(secs)} s ago"
+
+
+def safe_url(url: str) -> str:
+    """The Redis URL with any password replaced, fit to print."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+
+
+def _int(value: Any) -> int | None:
+    """A stored number, or None when it is missing or not one (records may be edited by hand)."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Slots:
+    used: int
+    max: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"used": self.used, "max": self.max}
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The queue's head: how many jobs wait, and how long the first of them has waited since it was
+    enqueued (None when the queue is empty)."""
+
+    depth: int
+    oldest_job: str | None = None
+    oldest_wait_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"depth": self.depth, "oldest_job": self.oldest_job, "oldest_wait_ms": self.oldest_wait_ms}
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """Whether promotion is paused (`jobpool pause` with no job), by whom, why and since when (ms)."""
+
+    paused: bool
+    by: str | None = None
+    reason: str | None = None
+    since: int | None = None
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One live worker boot, from its record (workers/boot.py) and the running rows that name it."""
+
+    id: str
+    host: str = ""
+    pid: int | None = None
+    pidns: str = ""
+    kernel_boot_id: str = ""
+    daemon_id: str = ""
+    executor: str = ""
+    started_at: int | None = None
+    draining: bool = False
+    #: Its last heartbeat (ms since the epoch, the `boots` index score) and its age on the server's clock.
+    heartbeat_ms: int | None = None
+    heartbeat_age_ms: int | None = None
+    #: The running jobs whose rows name this boot as owner (one at a time, unless rows were edited).
+    jobs: tuple[str, ...] = ()
+
+    @classmethod
+    def from_record(cls, boot_id: str, row: Mapping[str, str], heartbeat_ms: float, now_ms: int,
+                    jobs: tuple[str, ...]) -> Worker:
+        beat = _int(heartbeat_ms)
+        return cls(id=boot_id, host=row.get("host", ""), pid=_int(row.get("pid")), pidns=row.get("pidns", ""),
+                   kernel_boot_id=row.get("kernel_boot_id", ""), daemon_id=row.get("daemon_id", ""),
+                   executor=row.get("executor", ""), started_at=_int(row.get("started_at")),
+                   draining=row.get("draining", "").lower() in TRUTHY, heartbeat_ms=beat,
+                   heartbeat_age_ms=None if beat is None else now_ms - beat, jobs=jobs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "host": self.host, "pid": self.pid, "pidns": self.pidns,
+                "kernel_boot_id": self.kernel_boot_id, "daemon_id": self.daemon_id, "executor": self.executor,
+                "started_at": self.started_at, "draining": self.draining, "heartbeat_ms": self.heartbeat_ms,
+                "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs)}
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Live boots (draining ones among them: they take no new job) and boots whose record expired."""
+
+    live: int
+    draining: int
+    stale: int
+    boots: tuple[Worker, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"live": self.live, "draining": self.draining, "stale": self.stale,
+                "boots": [b.to_dict() for b in self.boots]}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The supervisor's last sweep, as it recorded it (supervisor/report.py `SweepReport.summary`)."""
+
+    at: int
+    age_ms: int
+    rows: int | None = None
+    unknown: int = 0
+    conflicts: int = 0
+    promoted: int = 0
+    duration_ms: float | None = None
+    verdicts: Mapping[str, int] = field(default_factory=dict)
+    phases_ms: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: str, now_ms: int) -> Sweep:
+        """The record's fields; `ValueError` when it is not a JSON object with a time in it."""
+        doc = json.loads(raw)
+        at = _int(doc.get("at")) if isinstance(doc, dict) else None
+        if at is None:
+            raise ValueError("not a JSON object with a time 'at'")
+        verdicts, phases, duration = doc.get("verdicts"), doc.get("phases_ms"), doc.get("duration_ms")
+        return cls(at=at, age_ms=now_ms - at, rows=_int(doc.get("rows")),
+                   unknown=_int(doc.get("unknown")) or 0, conflicts=_int(doc.get("conflicts")) or 0,
+                   promoted=_int(doc.get("promoted")) or 0,
+                   duration_ms=float(duration) if _is_number(duration) else None,
+                   verdicts={str(k): int(v) for k, v in verdicts.items() if _is_number(v)}
+                   if isinstance(verdicts, dict) else {},
+                   phases_ms={str(k): float(v) for k, v in phases.items() if _is_number(v)}
+                   if isinstance(phases, dict) else {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "age_ms": self.age_ms, "rows": self.rows, "unknown": self.unknown,
+                "conflicts": self.conflicts, "promoted": self.promoted, "duration_ms": self.duration_ms,
+                "verdicts": dict(self.verdicts), "phases_ms": dict(self.phases_ms)}
+
+
+@dataclass(frozen=True)
+class Health:
+    """The verdict: healthy unless there is a reason; warnings are worth knowing but not unhealthy."""
+
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        return not self.reasons
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "reasons": list(self.reasons), "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """Everything `status` shows. When Redis could not be read, only `pool`, `redis_url`, `reachable` and
+    `health` (which says why) are filled."""
+
+    pool: str
+    redis_url: str
+    reachable: bool
+    health: Health
+    now_ms: int | None = None
+    slots: Slots | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+    queue: Queue | None = None
+    promotion: Promotion | None = None
+    workers: Workers | None = None
+    last_sweep: Sweep | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.health.healthy
+
+    @property
+    def unknown(self) -> int | None:
+        """Running jobs the last sweep could not probe (their slots are kept until a probe answers)."""
+        if not self.reachable:
+            return None
+        return self.last_sweep.unknown if self.last_sweep else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        promotion = self.promotion
+        return {
+            "pool": self.pool, "now": self.now_ms,
+            "redis": {"url": self.redis_url, "reachable": self.reachable},
+            "slots": self.slots.to_dict() if self.slots else None, "counts": dict(self.counts),
+            "queue": self.queue.to_dict() if self.queue else None,
+            # Flat, as `status --json` has printed them from the start (and `pause --json` still does).
+            "queue_paused": promotion.paused if promotion else None,
+            "paused_by": promotion.by if promotion else None,
+            "paused_reason": promotion.reason if promotion else None,
+            "paused_since": promotion.since if promotion else None,
+            "workers": self.workers.to_dict() if self.workers else None,
+            "last_sweep": self.last_sweep.to_dict() if self.last_sweep else None,
+            "unknown": self.unknown, **self.health.to_dict(),
+        }
+
+
+def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str, ...] = ()) -> Health:
+    """The health rules: unhealthy without a supervisor that swept lately or with fewer ready workers than
+    slots (a slot no worker can take is a job that waits for nothing)."""
+    reasons: list[str] = []
+    notes = list(warnings)
+    now, sweep = report.now_ms or 0, report.last_sweep
+    if sweep is None:
+        reasons.append("no live supervisor: no sweep has been recorded for this pool")
+    elif now - sweep.at > SWEEP_GRACE_INTERVALS * sweep_interval_secs * 1000:
+        reasons.append(f"no live supervisor: the last sweep was {ago(sweep.at, now)}, more than "
+                       f"{SWEEP_GRACE_INTERVALS} x JOBPOOL_SWEEP_INTERVAL_SECS ({sweep_interval_secs:g} s)")
+    mx = report.slots.max if report.slots else 0
+    ready = (report.workers.live - report.workers.draining) if report.workers else 0
+    if ready < mx:
+        reasons.append(f"fewer live workers than slots: {ready} ready for {mx} slot{'s' * (mx != 1)}")
+    if report.unknown:
+        notes.append(f"{report.unknown} running job(s) could not be probed (Docker unreachable?); "
+                     "their slots are kept until the probe answers")
+    if report.promotion and report.promotion.paused:
+        notes.append("promotion is paused: queued jobs will not start until `jobpool resume`")
+    return Health(tuple(reasons), tuple(notes))
+
+
+def read_status(pool: Pool) -> StatusReport:
+    """Read and judge the pool's status; an unreachable Redis is an unhealthy report, not an error."""
+    url = safe_url(pool.settings.redis_url)
+    try:
+        report, warnings = _read(pool, url)
+    except errors.RedisUnavailable as exc:
+        return StatusReport(pool=pool.keys.pool, redis_url=url, reachable=False, health=Health((str(exc),)))
+    return dataclasses.replace(report, health=judge(report, pool.settings.sweep_interval_secs, warnings))
+
+
+def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
+    stats = pool.stats()
+    pipe = pool.client.pipeline(transaction=False)
+    pipe.time()
+    pipe.get(pool.keys.last_sweep)
+    pipe.zrevrange(pool.keys.boots, 0, MAX_BOOTS - 1, withscores=True)
+    pipe.zrange(pool.keys.running, 0, -1)
+    pipe.zrange(pool.keys.queued, 0, 0)
+    replies = call_redis(pipe.execute, raise_on_error=False, what="status")
+    for i, reply in enumerate(replies):
+        if isinstance(reply, Exception) and i != 1:  # the last-sweep record alone may be unreadable
+            raise wrap_redis_error(reply, "status")  # type: ignore[arg-type]
+    (secs, usecs), raw_sweep, boots, running, head = replies
+    now = int(secs) * 1000 + int(usecs) // 1000
+    warnings: list[str] = []
+    sweep = _sweep(raw_sweep, now, warnings)
+    records, owners, created = _read_rows(pool, [b for b, _ in boots], running, head)
+    report = StatusReport(
+        pool=pool.keys.pool, redis_url=url, reachable=True, health=Health(), now_ms=now,
+        slots=Slots(**stats["slots"]), counts=stats["counts"],
+        queue=Queue(depth=stats["counts"]["queued"], oldest_job=head[0] if head else None,
+                    oldest_wait_ms=None if created is None else now - created),
+        promotion=Promotion(stats["queue_paused"], stats["paused_by"], stats["paused_reason"],
+                            _int(stats["paused_since"])),
+        workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep)
+    return report, tuple(warnings)
+
+
+def _sweep(raw: str | Exception | None, now: int, warnings: list[str]) -> Sweep | None:
+    """The last-sweep record; one that cannot be read is a warning (and, like none, no live supervisor)."""
+    if raw is None:
+        return None
+    try:
+        if isinstance(raw, Exception):
+            raise ValueError(str(raw))
+        return Sweep.parse(raw, now)
+    except ValueError:
+        warnings.append(f"the last-sweep record is unreadable: {str(raw)[:80]!r}")
+        return None
+
+
+def _workers(boots: list[tuple[str, float]], records: list[dict[str, str]], owner_of: dict[str, str | None],
+             now: int) -> Workers:
+    jobs_of: dict[str, list[str]] = {}
+    for job_id, owner in owner_of.items():
+        if owner:
+            jobs_of.setdefault(owner, []).append(job_id)
+    shown: list[Worker] = []
+    stale = 0
+    for (boot_id, score), row in zip(boots, records, strict=True):
+        if not row:  # its TTL ran out: the process is gone
+            stale += 1
+        elif row.get("role", "worker") == "worker":  # a boot record of another process kind is not counted
+            shown.append(Worker.from_record(boot_id, row, score, now, tuple(jobs_of.get(boot_id, ()))))
+    return Workers(live=len(shown), draining=sum(w.draining for w in shown), stale=stale, boots=tuple(shown))
+
+
+def _read_rows(pool: Pool, boot_ids: list[str], running: list[str],
+               head: list[str]) -> tuple[list[dict[str, str]], list[str | None], int | None]:
+    """Boot records, the owner of each running row and when the head of the queue was enqueued, in one
+    round trip; a key that cannot be read counts as missing (the report is about the pool, not one row)."""
+    pipe = pool.client.pipeline(transaction=False)
+    for boot_id in boot_ids:
+        pipe.hgetall(pool.keys.boot(boot_id))
+    for job_id in running:
+        pipe.hget(pool.keys.job(job_id), "owner_boot")
+    for job_id in head:
+        pipe.hget(pool.keys.job(job_id), "created_at")
+    replies = [None if isinstance(r, Exception) else r
+               for r in call_redis(pipe.execute, raise_on_error=False, what="status")]
+    records = [r or {} for r in replies[:len(boot_ids)]]
+    owners = replies[len(boot_ids):len(boot_ids) + len(running)]
+    created = _int(replies[-1]) if head else None
+    return records, owners, created
