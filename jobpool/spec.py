@@ -44,6 +44,10 @@ class JobSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: "HOST:CONTAINER" or "HOST:CONTAINER:ro"; HOST must sit under a configured bind root.
     mounts: tuple[str, ...] = ()
+    #: Run an init process (Docker's tini) as the container's PID 1: it forwards the stop signal to the
+    #: command and reaps zombies. Without it the command is PID 1, where the kernel drops any signal the
+    #: command has no handler for, so a plain `sh` ignores SIGTERM and a pause waits out the stop grace.
+    init: bool = True
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys), computed once: a spec is frozen."""
@@ -52,9 +56,10 @@ class JobSpec:
     @functools.cached_property
     def _json(self) -> str:
         data = {
-            "image": self.image, "command": list(self.command), "env": dict(self.env), "workdir": self.workdir,
-            "user": self.user, "network": self.network, "cpus": self.cpus, "memory": self.memory,
-            "labels": dict(self.labels), "mounts": list(self.mounts),
+            "image": self.image, "command": list(self.command), "env": dict(self.env),
+            "workdir": self.workdir, "user": self.user, "network": self.network, "cpus": self.cpus,
+            "memory": self.memory, "labels": dict(self.labels), "mounts": list(self.mounts),
+            "init": self.init,
         }
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
@@ -142,6 +147,27 @@ def _check_mounts(mounts: Any, bind_roots: Sequence[str], check_roots: bool = Tr
     return tuple(out)
 
 
+def _check_command(command: Any) -> tuple[str, ...]:
+    if isinstance(command, (str, bytes)) or not isinstance(command, Sequence) or not command:
+        raise InvalidSpec("command must be a non-empty list of strings")
+    if len(command) > MAX_ARGS:
+        raise InvalidSpec(f"command has {len(command)} arguments; at most {MAX_ARGS}")
+    for arg in command:
+        _need_str("command argument", arg, empty_ok=True)
+        if utf8_size("command argument", arg) > MAX_ARG_BYTES:
+            raise InvalidSpec(f"a command argument is longer than {MAX_ARG_BYTES} bytes")
+    return tuple(command)
+
+
+def _check_limits(cpus: Any, memory: Any) -> tuple[float | None, str | None]:
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float))
+                             or not 0 < cpus <= 1024):
+        raise InvalidSpec(f"cpus must be a number above 0 and at most 1024, got {cpus!r}")
+    if memory is not None and (not isinstance(memory, str) or not MEMORY.fullmatch(memory)):
+        raise InvalidSpec(f"memory must look like '512m' or '2g', got {memory!r}")
+    return (float(cpus) if cpus is not None else None), memory
+
+
 def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
                check_roots: bool = True) -> JobSpec:
     """Validate raw fields into a `JobSpec`, or raise `InvalidSpec` saying what is wrong. `check_roots`
@@ -151,38 +177,30 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
         raise InvalidSpec(f"unknown spec field(s): {', '.join(sorted(unknown))} "
                           "(privileged mode and host namespaces are never allowed)")
     image = _need_str("image", fields.get("image"))
-    command = fields.get("command")
-    if isinstance(command, (str, bytes)) or not isinstance(command, Sequence) or not command:
-        raise InvalidSpec("command must be a non-empty list of strings")
-    if len(command) > MAX_ARGS:
-        raise InvalidSpec(f"command has {len(command)} arguments; at most {MAX_ARGS}")
-    for arg in command:
-        _need_str("command argument", arg, empty_ok=True)
-        if utf8_size("command argument", arg) > MAX_ARG_BYTES:
-            raise InvalidSpec(f"a command argument is longer than {MAX_ARG_BYTES} bytes")
+    command = _check_command(fields.get("command"))
     labels = _str_map("labels", fields.get("labels"))
     for k in labels:
         if k.startswith(RESERVED_LABEL_PREFIX):
             raise InvalidSpec(f"label {k!r}: the 'jobpool.' prefix is reserved for jobpool's own labels")
     network = _need_str("network", fields.get("network", "none"))
     if network in FORBIDDEN_NETWORKS or network.startswith("container:"):
-        raise InvalidSpec(f"network {network!r} would share another namespace with the job; not allowed")
-    cpus = fields.get("cpus")
-    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not 0 < cpus <= 1024):
-        raise InvalidSpec(f"cpus must be a number above 0 and at most 1024, got {cpus!r}")
-    memory = fields.get("memory")
-    if memory is not None and (not isinstance(memory, str) or not MEMORY.fullmatch(memory)):
-        raise InvalidSpec(f"memory must look like '512m' or '2g', got {memory!r}")
+        raise InvalidSpec(f"network {network!r} would share another namespace with the job; "
+                          "not allowed")
+    cpus, memory = _check_limits(fields.get("cpus"), fields.get("memory"))
     workdir = fields.get("workdir")
     if workdir is not None and not os.path.isabs(_need_str("workdir", workdir)):
         raise InvalidSpec(f"workdir must be an absolute path, got {workdir!r}")
     user = fields.get("user")
     if user is not None:
         _need_str("user", user)
+    init = fields.get("init", True)
+    if not isinstance(init, bool):
+        raise InvalidSpec(f"init must be true or false, got {init!r}")
     spec = JobSpec(
-        image=image, command=tuple(command), env=_str_map("env", fields.get("env"), ENV_NAME),
-        workdir=workdir, user=user, network=network, cpus=float(cpus) if cpus is not None else None,
-        memory=memory, labels=labels, mounts=_check_mounts(fields.get("mounts"), bind_roots, check_roots),
+        image=image, command=command, env=_str_map("env", fields.get("env"), ENV_NAME),
+        workdir=workdir, user=user, network=network, cpus=cpus, memory=memory, labels=labels,
+        mounts=_check_mounts(fields.get("mounts"), bind_roots, check_roots),
+        init=init,
     )
     if len(spec.to_json().encode()) > MAX_SPEC_BYTES:
         raise InvalidSpec(f"the spec is larger than {MAX_SPEC_BYTES} bytes")

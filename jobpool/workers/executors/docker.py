@@ -135,10 +135,13 @@ class DockerExecutor:
 
     def launch(self, launch: Launch, fence: Callable[[], None] = no_fence) -> DockerHandle:
         """Create, fence, start: never `run`, which pulls a missing image (jobs must not reach registries),
-        and never start after a create without asking the fence (a create can outlast the lease)."""
+        and never start after a create without asking the fence (a create can outlast the lease). With the
+        spec's `init` (the default) the daemon's init (tini) is PID 1, so the command gets the stop signal
+        as it would outside a container (see JobSpec.init in jobpool/spec.py)."""
         spec = launch.spec
         try:
-            container = self.client.containers.create(spec.image, **self._create_kwargs(launch))
+            container = self.client.containers.create(spec.image, init=spec.init,
+                                                      **self._create_kwargs(launch))
         except docker.errors.ImageNotFound as exc:
             raise LaunchError(f"image_not_found: {spec.image}: {exc.explanation or exc}") from None
         except docker.errors.NotFound as exc:
