@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import docker.transport.unixconn
 import pytest
 import redis
-from servers import DockerDaemon, RedisServer
+from servers import DockerDaemon, RedisServer, redis_server_binary
 
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 REDIS_FIXTURES = {"redis_server", "redis_url", "redis_server_factory"}
@@ -48,7 +48,7 @@ def _unavailable(reason: str) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without redis-server: skip the tests that need it, except under CI, where its fixtures fail them."""
-    if shutil.which("redis-server") or IN_CI:
+    if redis_server_binary() or IN_CI:
         return
     skip = pytest.mark.skip(reason="redis-server is not on PATH (apt-get install redis-server)")
     for item in items:
@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _require_redis_server() -> None:
-    if not shutil.which("redis-server"):
+    if not redis_server_binary():
         _unavailable("redis-server is not on PATH (apt-get install redis-server)")
 
 

