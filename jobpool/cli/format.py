@@ -1,6 +1,6 @@
 """Human output for the CLI: aligned tables, relative times, one-line events, the status report.
 
-Kept apart from `cli.py` so the commands read as "validate, call the API, print". Nothing here touches
+Kept apart from the commands so they read as "validate, call the API, print". Nothing here touches
 Redis or judges anything: the health rules are the status report's (jobpool/status.py). No job's env
 values ever reach this module's output: only `Job.to_dict()` (which redacts them) and env *names*.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from .models import Job, JobState
-from .status import StatusReport, ago
+from ..models import Job, JobState
+from ..status import StatusReport, ago
 
 STATE_COLOURS = {
     JobState.RUNNING: "cyan",

@@ -1,0 +1,220 @@
+"""The job commands: `enqueue`, `ls`, `show`, `logs`, `cancel`, `pause`, `resume` (a queue pause too)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..api import Pool
+from ..models import Job, JobState
+from ..spec import ENV_NAME, build_spec
+from ..status import ago
+from .app import CliState, pool_command
+from .format import job_details, jobs_table, orphan_stop_line
+
+# ---- input parsing ---------------------------------------------------------------------------------------
+
+def _pairs(kind: str, key_ok: Callable[[str], bool], key_rule: str) -> Callable[..., dict[str, str]]:
+    def parse(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in values:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise click.BadParameter(f"{item!r} is not {kind}=VALUE", ctx, param)
+            if not key_ok(key):
+                raise click.BadParameter(f"{key!r} in {item.split('=')[0]!r}=… is not {key_rule}", ctx, param)
+            out[key] = value
+        return out
+
+    return parse
+
+
+_parse_env = _pairs("NAME", lambda k: bool(ENV_NAME.fullmatch(k)), "a variable name (letters, digits, '_')")
+_parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label key")
+
+
+# ---- jobs --------------------------------------------------------------------------------------------
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option("--coalesce", is_flag=True, help="Return the queued job with an identical spec, if any.")
+@click.option("--coalesce-key", metavar="K", help="Coalesce on this key instead of the whole spec.")
+@click.option("--env", "env", multiple=True, metavar="K=V", callback=_parse_env,
+              help="Environment variable for the job (repeatable). Values are never printed.")
+@click.option("--workdir", metavar="DIR", help="Absolute working directory in the container.")
+@click.option("--user", metavar="USER", help="User (name or uid[:gid]) to run as.")
+@click.option("--memory", metavar="M", help="Memory limit, e.g. 512m or 2g.")
+@click.option("--cpus", type=float, metavar="C", help="CPU limit, e.g. 1.5.")
+@click.option("--label", "labels", multiple=True, metavar="K=V", callback=_parse_labels,
+              help="Container label (repeatable); the jobpool. prefix is reserved.")
+@click.argument("image")
+@click.argument("command", nargs=-1, required=True)
+@pool_command
+def enqueue(state: CliState, image: str, command: tuple[str, ...], coalesce: bool, coalesce_key: str | None,
+            env: dict[str, str], workdir: str | None, user: str | None, memory: str | None,
+            cpus: float | None, labels: dict[str, str]) -> None:
+    """Queue IMAGE running CMD; prints the job id.
+
+    Options go before IMAGE: everything after it is the command (a `--` there is optional).
+    """
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise click.UsageError("missing the command to run after IMAGE")
+    if coalesce_key is not None and not coalesce_key:
+        raise click.BadParameter("must not be empty", param_hint="'--coalesce-key'")
+    fields: dict[str, Any] = {"image": image, "command": list(command), "env": env, "labels": labels}
+    fields.update({k: v for k, v in (("workdir", workdir), ("user", user), ("memory", memory),
+                                     ("cpus", cpus)) if v is not None})
+    build_spec(fields, state.settings().bind_roots)  # refuse a bad spec before connecting
+    job = state.pool().enqueue(coalesce=coalesce, coalesce_key=coalesce_key, **fields)
+    state.emit(job.to_dict(), lambda: job.id)
+    if job.coalesced and not state.as_json:
+        click.echo(f"coalesced: an identical job was already queued; this is its id ({job.state.value})",
+                   err=True)
+
+
+@click.command("ls")
+@click.option("--state", "job_state", type=click.Choice([s.value for s in JobState]),
+              help="Only jobs in this state.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True,
+              help="At most this many jobs.")
+@pool_command
+def ls_(state: CliState, job_state: str | None, limit: int) -> None:
+    """List jobs: one state in queue order, or the newest of every state."""
+    pool = state.pool()
+    jobs = pool.list(job_state, limit=limit)
+    if state.as_json:
+        state.emit([j.to_dict() for j in jobs], lambda: None)
+        return
+    if not jobs:
+        click.echo("no jobs" + (f" {job_state}" if job_state else ""))
+        return
+    click.echo(jobs_table(jobs, pool.now_ms()))
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+@pool_command
+def show(state: CliState, job_id: str) -> None:
+    """Everything about one job (env values are never shown)."""
+    pool = state.pool()
+    job = pool.get(job_id)
+    state.emit(job.to_dict(), lambda: job_details(job, pool.now_ms()))
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+@pool_command
+def logs(state: CliState, job_id: str) -> None:
+    """The last 64 KiB of a job's output, kept after its container is gone."""
+    text = state.pool().logs(job_id)
+    if state.as_json:
+        state.emit({"id": job_id, "log": text}, lambda: None)
+    elif text:
+        click.echo(text, nl=not text.endswith("\n"))
+    else:
+        click.echo(f"(no output recorded for {job_id})", err=True)
+
+
+# ---- control -----------------------------------------------------------------------------------------
+
+def _job_outcome(pool: Pool, job: Job, verb: str, done_state: JobState, requested: bool) -> str:
+    if job.state is done_state:
+        return f"{done_state.value} {job.id}"
+    if requested:
+        line = f"{verb} requested for {job.id} (it is {job.state.value}; its worker acts on the request)"
+        if job.owner_boot and not pool.boot_is_live(job.owner_boot):
+            line += f"\nwarning: its worker boot {job.owner_boot} is gone; the supervisor recovers the job"
+        return line
+    return f"{job.id} is {job.state.value}"
+
+
+def _stop_orphan(pool: Pool, job: Job) -> dict[str, Any] | None:
+    """A cancelled running job whose owner boot is gone has nobody to stop it: stop it by container label
+    (the supervisor's `stop_orphan`, which never signals a pid: docs/architecture.md, "Rules the verdicts
+    encode, and why"). None when there was nothing to do."""
+    if not (job.state is JobState.RUNNING and job.cancel_requested and job.owner_boot):
+        return None
+    if pool.boot_is_live(job.owner_boot):
+        return None
+    try:
+        from jobpool.supervisor import stop_orphan
+    except ImportError as exc:
+        return {"action": "unavailable", "containers": [],
+                "detail": f"the supervisor is not in this build ({exc})"}
+    done = stop_orphan(pool, job)
+    return {"action": done.action, "containers": list(done.containers), "detail": done.detail}
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("--reason", default="", metavar="TEXT", help="Recorded in the job's events.")
+@pool_command
+def cancel(state: CliState, job_id: str, reason: str) -> None:
+    """Cancel a job; a running one is asked to stop (the request survives crashes).
+
+    When the job's worker is gone, its container is stopped by label here.
+    """
+    pool = state.pool()
+    job = pool.cancel(job_id, reason=reason)
+    owner = job.owner_boot
+    stop = _stop_orphan(pool, job)
+    if stop is not None:
+        job = pool.get(job_id)
+    doc = job.to_dict() if stop is None else {**job.to_dict(), "orphan_stop": stop}
+    state.emit(doc, lambda: _job_outcome(pool, job, "cancel", JobState.CANCELLED, job.cancel_requested
+                                         and stop is None))
+    if stop is not None and not state.as_json:
+        line = orphan_stop_line(stop, owner, job.state.value)
+        if line:
+            click.echo(line, err=line.startswith("warning"))
+
+
+def _queue_doc(pool: Pool) -> dict[str, Any]:
+    stats = pool.stats()
+    return {k: stats[k] for k in ("pool", "queue_paused", "paused_by", "paused_reason", "paused_since")}
+
+
+def _queue_line(doc: dict[str, Any], now_ms: int) -> str:
+    if not doc["queue_paused"]:
+        return f"promotion running for pool {doc['pool']}"
+    why = f": {doc['paused_reason']}" if doc["paused_reason"] else ""
+    return f"promotion paused for pool {doc['pool']} (since {ago(doc['paused_since'], now_ms)}){why}"
+
+
+@click.command()
+@click.argument("job_id", metavar="[JOB]", required=False)
+@click.option("--reason", default="", metavar="TEXT", help="Recorded with the pause.")
+@pool_command
+def pause(state: CliState, job_id: str | None, reason: str) -> None:
+    """Pause one job, or with no JOB the whole queue's promotion (reconciling goes on)."""
+    pool = state.pool()
+    if job_id is None:
+        pool.pause(None, reason=reason)
+        doc = _queue_doc(pool)
+        state.emit(doc, lambda: _queue_line(doc, pool.now_ms()))
+        return
+    job = pool.pause(job_id, reason=reason)
+    assert job is not None
+    state.emit(job.to_dict(), lambda: _job_outcome(pool, job, "pause", JobState.PAUSED, job.pause_requested))
+
+
+@click.command()
+@click.argument("job_id", metavar="[JOB]", required=False)
+@pool_command
+def resume(state: CliState, job_id: str | None) -> None:
+    """Resume one paused job (it keeps its place), or with no JOB the queue's promotion."""
+    pool = state.pool()
+    if job_id is None:
+        pool.resume(None)
+        doc = _queue_doc(pool)
+        state.emit(doc, lambda: _queue_line(doc, pool.now_ms()))
+        return
+    job = pool.resume(job_id)
+    assert job is not None
+    state.emit(job.to_dict(), lambda: f"resumed {job.id} ({job.state.value})")
+
+
+COMMANDS = (enqueue, ls_, show, logs, cancel, pause, resume)

@@ -1,0 +1,86 @@
+"""The pool commands: `slots`, `status`, `events` and the operator's `reconcile`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .app import CliState, load, pool_command
+from .format import decisions_table, event_json, event_line, status_report
+
+
+@click.command(context_settings={"ignore_unknown_options": True})  # so `slots -1` reaches the range check
+@click.argument("n", type=click.IntRange(0, 100_000), required=False)
+@pool_command
+def slots(state: CliState, n: int | None) -> None:
+    """Show the fleet-wide limit (used/max), or set it to N. Lowering it stops nothing that runs."""
+    pool = state.pool()
+    previous = pool.set_slots(n) if n is not None else None
+    used, mx = pool.slots()
+    doc: dict[str, Any] = {"used": used, "max": mx}
+    if previous is not None:
+        doc["previous"] = previous
+    state.emit(doc, lambda: f"{used}/{mx}" + (f"  (was {previous})" if previous is not None else ""))
+
+
+@click.command()
+@pool_command
+def status(state: CliState) -> None:
+    """Slots, queue, workers and the supervisor; exits 1 when the pool is unhealthy."""
+    report = state.pool().status()
+    state.emit(report.to_dict(), lambda: status_report(report))
+    if not report.healthy:
+        click.get_current_context().exit(1)
+
+
+def _print_event(state: CliState, entry: dict[str, str]) -> None:
+    doc = event_json(entry)
+    click.echo(json.dumps(doc, sort_keys=True) if state.as_json else event_line(doc))
+
+
+@click.command()
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing new events until Ctrl-C (JSON lines with --json).")
+@click.option("--job", "job_id", metavar="JOB", help="Only this job's events.")
+@click.option("--count", type=click.IntRange(0, 100_000), default=20, show_default=True,
+              help="How many of the newest events to show first.")
+@pool_command
+def events(state: CliState, follow: bool, job_id: str | None, count: int) -> None:
+    """Job transitions (and queue pauses), oldest first."""
+    pool = state.pool()
+    if job_id is not None:
+        pool.get(job_id)  # an unknown job is an error, not an empty stream
+    backlog, newest = pool.tail_events(job_id, count)
+    if not follow:
+        if state.as_json:
+            state.emit([event_json(e) for e in backlog], lambda: None)
+        elif backlog:
+            click.echo("\n".join(event_line(event_json(e)) for e in backlog))
+        else:
+            click.echo("no events", err=True)
+        return
+    try:
+        for entry in backlog:
+            _print_event(state, entry)
+        for entry in pool.follow_events(job_id, after=newest):
+            _print_event(state, entry)
+    except KeyboardInterrupt:
+        return  # Ctrl-C is how a follow ends: exit 0, no "Aborted!"
+
+
+@click.command()
+@click.option("--evict-stale", is_flag=True, help="Also stop and fail live jobs past the stale limit.")
+@click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+@pool_command
+def reconcile(state: CliState, evict_stale: bool, dry_run: bool) -> None:
+    """Reconcile running rows against ground truth once (the operator's sweep)."""
+    run = load("jobpool.supervisor", "reconcile", "reconcile")
+    report = run(state.pool(), evict_stale=evict_stale, dry_run=dry_run)
+    doc = report.to_dict()
+    state.emit(doc, lambda: report.line() + ("\n" + decisions_table(doc["decisions"])
+                                               if doc["decisions"] else ""))
+
+
+COMMANDS = (slots, status, events, reconcile)
