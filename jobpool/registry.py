@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 
@@ -69,17 +69,15 @@ def wrap_redis_error(exc: redis.RedisError, what: str) -> errors.JobpoolError:
     return errors.RedisUnavailable(f"redis refused {what}: {text}")
 
 
-T = TypeVar("T")
-
-
-def call_redis(fn: Callable[..., T], /, *args: Any, what: str | None = None, **kwargs: Any) -> T:
+def call_redis(fn: Callable[..., Any], /, *args: Any, what: str | None = None, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, a redis-py call, with any error it raises mapped by `wrap_redis_error`: how
     the API, the status report and the CLI read Redis, so a caller handles `JobpoolError` alone. `what`
-    names the operation in the message (default: the method's name)."""
+    names the operation in the message (default: the method's name). The reply is `Any`: redis-py types
+    replies as bytes or str whatever the client, and jobpool's clients decode them (api.connect)."""
     try:
         return fn(*args, **kwargs)
     except redis.RedisError as exc:
-        raise wrap_redis_error(exc, what or getattr(fn, "__name__", "a read")) from None
+        raise wrap_redis_error(exc, what or str(getattr(fn, "__name__", "a read"))) from None
 
 
 def script_text(name: str) -> str:

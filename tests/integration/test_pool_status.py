@@ -186,7 +186,12 @@ def test_events_follow_with_count_0_prints_only_new_events(redis_url: str, pool_
     proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout or ()], daemon=True).start()
+
+    def pump() -> None:
+        for line in proc.stdout or ():
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
     fresh: list[str] = []
     try:
         first = eventually(lambda: _enqueue_until_seen(pool, lines, fresh), timeout=20,
@@ -203,4 +208,5 @@ def _enqueue_until_seen(pool: Pool, lines: queue.Queue[str], fresh: list[str]) -
     if lines.empty():
         fresh.append(pool.enqueue("busybox", ["true"]).id)
         return None
-    return json.loads(lines.get_nowait())
+    event: dict[str, Any] = json.loads(lines.get_nowait())
+    return event
