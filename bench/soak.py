@@ -1,12 +1,29 @@
-"""Chaos soak: real redis-server (AOF), real dockerd, real workers and supervisor, faults on a seeded schedule.
+"""Chaos soak: real redis-server (AOF), two real dockerd daemons, real workers and supervisors, faults on a
+seeded schedule.
 
     python3 bench/soak.py [--jobs 300] [--slots 3] [--workers 4] [--seed 1] [--max-minutes 40]
 
-Faults: SIGKILL a worker (and its forked horse), SIGTERM a worker (drain), kill and restart the supervisor,
-stop and restart dockerd, kill -9 and restart redis-server (AOF, fsync always), cancel and pause/resume random
-jobs. It runs until every job is terminal (bounded in time) and prints one line of figures. The promises are
-the zeros: lost jobs, instants over the slot limit (the daemon sampled), jobs with two live containers at
-once, jobs stuck non-terminal, and illegal transitions in the events stream.
+Faults: SIGKILL a worker (and its forked horse), SIGTERM a worker (drain), kill and restart a supervisor,
+stop and restart a dockerd, kill -9 and restart redis-server (AOF, fsync always), cancel and pause/resume
+random jobs; and the faults that reach the holes closed most recently:
+
+- `shared_id_daemon`: the fleet runs on two daemons that report one Docker ID; a worker on daemon 2 is
+  SIGKILLed (with its horse) while jobs run there, and restarted. Each daemon has its own supervisor.
+- `slow_launch`: the held worker's next `POST /containers/create` reply (or start request) is held for longer
+  than the lease.
+- `redis_rollback`: Redis loses its last writes: its AOF directory is copied, the fleet runs 0.5-2 s more,
+  redis-server is SIGKILLed and comes back from the copy on the same port.
+- `lost_reply`: the reply of the next call of `claim`, `set_container` or `finish` (workers reach Redis
+  through a proxy) is dropped: the script ran, the worker never heard.
+
+(A killed `jobpool up` is not among them: the soak runs workers and supervisors itself;
+tests/integration/test_up.py kills `up` with real processes.) Layout of the fleet, the sampler and the
+injectors: `bench/soak_fleet.py`.
+
+It runs until every job is terminal and every fault kind has met live jobs (bounded in time) and prints one
+line of figures. The promises are the zeros: lost jobs, instants over the slot limit (both daemons sampled,
+summed), jobs with two live containers at once (on one daemon or across the two), jobs stuck non-terminal, and
+illegal transitions in the events stream.
 
 `tests/integration/test_soak.py` runs it small in CI and asserts the same zeros.
 """
@@ -14,14 +31,13 @@ once, jobs stuck non-terminal, and illegal transitions in the events stream.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
-import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -30,16 +46,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
 
-import docker  # noqa: E402
-import redis  # noqa: E402
-from procs import JobpoolProcess  # noqa: E402
 from servers import DockerDaemon, RedisServer  # noqa: E402
+from soak_fleet import ARMED, IMAGE, POOL, Chaos, Fleet, Sampler, all_events, finding_line  # noqa: E402
 
 from jobpool import JobState, Pool  # noqa: E402
 from jobpool.errors import JobpoolError  # noqa: E402
 
-IMAGE = "jobpool-test:busybox"
-POOL = "soak"
 TIMINGS = {
     "JOBPOOL_HEARTBEAT_SECS": "0.3",
     "JOBPOOL_LEASE_SECS": "1.5",
@@ -51,7 +63,7 @@ TIMINGS = {
     "JOBPOOL_RECOVERY_BUDGET": "20",
 }
 FAULTS = ("worker_sigkill", "worker_sigterm", "supervisor_restart", "dockerd_restart", "redis_restart",
-          "cancel", "pause_resume")
+          "cancel", "pause_resume", "shared_id_daemon", "slow_launch", "redis_rollback", "lost_reply")
 #: Legal (from, to) pairs in the events stream; "running"->"running" are claims, adoptions, requests.
 LEGAL = {
     ("", "queued"), ("queued", "running"), ("queued", "paused"), ("queued", "cancelled"),
@@ -88,11 +100,22 @@ class Figures:
     outcomes: Counter = field(default_factory=Counter)
     failure_reasons: Counter = field(default_factory=Counter)
     wall_secs: float = 0.0
+    #: What the sampler saw when a zero broke, and the events each Redis rollback took back.
+    findings: list = field(default_factory=list)
+    rolled_back_events: int = 0
+    rollbacks: list = field(default_factory=list)
+    lost_replies: Counter = field(default_factory=Counter)
+    missed: Counter = field(default_factory=Counter)
+    held_launches: list = field(default_factory=list)
 
     def line(self) -> str:
         rec = " ".join(
             f"{k}={statistics.median(v):.1f}/{max(v):.1f}s" for k, v in sorted(self.recovery.items()) if v)
         faults = ",".join(f"{k}:{v}" for k, v in sorted(self.faults.items()))
+        if self.lost_replies:
+            faults += " lost_reply_of:" + ",".join(f"{k}:{v}" for k, v in sorted(self.lost_replies.items()))
+        if self.rollbacks:
+            faults += f" rolled_back_events:{self.rolled_back_events}"
         outcomes = ",".join(f"{k}:{v}" for k, v in sorted(self.outcomes.items()))
         if self.failure_reasons:
             outcomes += " failed_by:" + ",".join(f"{k}:{v}" for k, v in sorted(self.failure_reasons.items()))
@@ -107,53 +130,6 @@ class Figures:
                     or self.illegal_transitions)
 
 
-class Fleet:
-    """The processes under test, each restartable, all stopped by pid."""
-
-    def __init__(self, root: Path, env: dict[str, str], workers: int) -> None:
-        self.root, self.env = root, env
-        self.workers: list[JobpoolProcess | None] = [None] * workers
-        self.supervisor: JobpoolProcess | None = None
-        self._n = 0
-        for i in range(workers):
-            self.start_worker(i)
-        self.start_supervisor()
-
-    def _spawn(self, args: tuple[str, ...]) -> JobpoolProcess:
-        self._n += 1
-        return JobpoolProcess("jobpool.cli", self.env, self.root / f"{args[0]}-{self._n}.log", args)
-
-    def start_worker(self, i: int) -> None:
-        self.workers[i] = self._spawn(("worker",))
-
-    def start_supervisor(self) -> None:
-        self.supervisor = self._spawn(("supervisor",))
-
-    def close(self) -> None:
-        for p in [*self.workers, self.supervisor]:
-            if p is not None:
-                p.stop(timeout=15)
-
-
-def sample_daemon(host: str, slots: int, figures: Figures, stop: threading.Event) -> None:
-    """Count job containers running at each instant (while the daemon answers): over the limit, or two of one job."""
-    client = docker.DockerClient(base_url=host, timeout=5)
-    while not stop.is_set():
-        try:
-            running = client.containers.list(sparse=True, filters={"label": f"jobpool.pool={POOL}",
-                                                                    "status": "running"})
-        except Exception:  # noqa: BLE001 - the daemon is down on purpose at times: no sample then
-            stop.wait(0.2)
-            continue
-        figures.samples += 1
-        if len(running) > slots:
-            figures.over_limit_instants += 1
-        per_job = Counter((c.attrs.get("Labels") or {}).get("jobpool.job_id") for c in running)
-        figures.double_container_jobs |= {j for j, n in per_job.items() if n > 1}
-        stop.wait(0.05)
-    client.close()
-
-
 def progress_after(pool: Pool, since_ms: int, timeout: float) -> float | None:
     """Seconds from `since_ms` to the next promotion or terminal transition (the queue moving again)."""
     deadline = time.monotonic() + timeout
@@ -166,42 +142,6 @@ def progress_after(pool: Pool, since_ms: int, timeout: float) -> float | None:
             pass
         time.sleep(0.1)
     return None
-
-
-def inject(kind: str, rng: random.Random, fleet: Fleet, redis_server: RedisServer, daemon: DockerDaemon,
-           pool: Pool, job_ids: list[str]) -> None:
-    if kind == "worker_sigkill":
-        i = rng.randrange(len(fleet.workers))
-        w = fleet.workers[i]
-        if w is not None:
-            w.kill_with_children()
-        fleet.start_worker(i)
-    elif kind == "worker_sigterm":
-        i = rng.randrange(len(fleet.workers))
-        w = fleet.workers[i]
-        if w is not None:
-            w.stop(timeout=30)
-        fleet.start_worker(i)
-    elif kind == "supervisor_restart":
-        if fleet.supervisor is not None:
-            fleet.supervisor.kill_with_children()
-        fleet.start_supervisor()
-    elif kind == "dockerd_restart":
-        daemon.stop()
-        time.sleep(rng.uniform(0.5, 3.0))  # the outage itself: its length is what is being tested
-        daemon.start()
-    elif kind == "redis_restart":
-        redis_server.kill()
-        redis_server.restart()
-    elif kind in ("cancel", "pause_resume"):
-        job_id = rng.choice(job_ids)
-        try:
-            if kind == "cancel":
-                pool.cancel(job_id)
-            else:
-                pool.pause(job_id)  # the main loop resumes it a little later
-        except JobpoolError:
-            pass  # finished already, or Redis is restarting: a user would see the same
 
 
 def check_transitions(pool: Pool, job_ids: list[str]) -> int:
@@ -231,86 +171,153 @@ def check_transitions(pool: Pool, job_ids: list[str]) -> int:
 
 
 def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, max_minutes: float = 40.0,
-             fault_every: tuple[float, float] = (1.0, 3.0)) -> Figures:
-    """Faults are drawn in seeded rounds that each hold every kind once, so even a short soak meets them all."""
+             fault_every: tuple[float, float] = (1.0, 3.0), rounds: int = 1) -> Figures:
+    """Faults are drawn in seeded rounds that each hold every kind once, so even a short soak meets them all
+    (`rounds` times each, at least). A fault counts once it met live jobs; one that could not (an armed one
+    whose moment has not come yet, a rollback that took back no transition) is drawn again."""
     rng = random.Random(seed)
     figures = Figures(jobs=jobs)
     root = Path(tempfile.mkdtemp(prefix="jobpool-soak-"))
-    redis_server, daemon = RedisServer(), DockerDaemon()
+    print(f"soak: logs in {root}", file=sys.stderr)
+    redis_server, daemons = RedisServer(), [DockerDaemon(), DockerDaemon()]
     fleet: Fleet | None = None
-    stop = threading.Event()
+    sampler: Sampler | None = None
+    chaos: Chaos | None = None
     t0 = time.monotonic()
     try:
         redis_server.start(appendonly=True)
-        daemon.start()
-        daemon.import_busybox_image(IMAGE)
+        for daemon in daemons:
+            daemon.start()
+            daemon.import_busybox_image(IMAGE)
         env = {**TIMINGS, "JOBPOOL_REDIS_URL": redis_server.url, "JOBPOOL_POOL": POOL,
-               "JOBPOOL_EXECUTOR": "docker", "DOCKER_HOST": daemon.host, "JOBPOOL_STATE_DIR": str(root)}
+               "JOBPOOL_EXECUTOR": "docker", "JOBPOOL_STATE_DIR": str(root)}
         pool = Pool.from_env(env=env)
         pool.set_slots(slots)
         job_ids = [pool.enqueue(IMAGE, job_command(rng)).id for _ in range(jobs)]
-        fleet = Fleet(root, {**os.environ, **env}, workers)
-        sampler = threading.Thread(target=sample_daemon, args=(daemon.host, slots, figures, stop), daemon=True)
+        fleet = Fleet(root, {**os.environ, **env}, redis_server, daemons, workers)
+        sampler = Sampler([d.host for d in daemons], slots, figures)
         sampler.start()
-        deadline = t0 + max_minutes * 60
-        next_fault = time.monotonic() + rng.uniform(*fault_every)
-        paused_seen: dict[str, float] = {}
-        schedule: list[str] = []
-        while time.monotonic() < deadline:
-            try:
-                counts = pool.stats()["counts"]
-            except JobpoolError:
-                counts = None
-            if counts is not None and counts["queued"] + counts["running"] + counts["paused"] == 0:
-                if set(figures.faults) >= set(FAULTS):
-                    break
-                # Every fault kind must meet live jobs at least once: keep the queue fed until it has.
-                job_ids += [pool.enqueue(IMAGE, job_command(rng)).id for _ in range(5)]
-                figures.jobs = len(job_ids)
-            if counts is not None and time.monotonic() >= next_fault:
-                if not schedule:
-                    schedule = rng.sample(FAULTS, len(FAULTS))
-                kind = schedule.pop()
-                at_ms = int(time.time() * 1000)
-                inject(kind, rng, fleet, redis_server, daemon, pool, job_ids)
-                figures.faults[kind] += 1
-                if kind not in ("cancel", "pause_resume"):
-                    took = progress_after(pool, at_ms, timeout=30)
-                    if took is not None:
-                        figures.recovery[kind].append(took)
-                next_fault = time.monotonic() + rng.uniform(*fault_every)
-            # The user who paused a job resumes it a second or so later.
-            if counts is not None and counts["paused"]:
-                try:
-                    for job in pool.list(JobState.PAUSED, limit=100):
-                        if time.monotonic() - paused_seen.setdefault(job.id, time.monotonic()) > 1.0:
-                            pool.resume(job.id)
-                            paused_seen.pop(job.id)
-                except JobpoolError:
-                    pass
-            time.sleep(0.2)
-        stop.set()
-        sampler.join(10)
-        for job_id in job_ids:
-            try:
-                job = pool.get(job_id)
-            except JobpoolError:
-                figures.lost += 1
-                continue
-            figures.outcomes[job.state.value] += 1
-            if job.state == JobState.FAILED:
-                figures.failure_reasons[job.error_reason] += 1
-            if not job.state.terminal:
-                figures.stuck += 1
-        figures.illegal_transitions = check_transitions(pool, job_ids)
+        # Its own generator: what the armed faults pick depends on when they are met, the schedule must not.
+        chaos = Chaos(random.Random(seed + 1), fleet, redis_server, pool, figures, root)
+        drive(pool, chaos, rng, figures, job_ids, t0 + max_minutes * 60, fault_every, rounds)
+        chaos.disarm()
+        sampler.stop()
+        tally(pool, figures, job_ids)
+        write_findings(pool, figures, root, slots)
     finally:
-        stop.set()
         figures.wall_secs = time.monotonic() - t0
+        if chaos is not None:
+            chaos.disarm()
+            chaos.close()
+        if sampler is not None:
+            sampler.stop()
         if fleet is not None:
             fleet.close()
-        daemon.close()
+        for daemon in daemons:
+            daemon.close()
         redis_server.close()
     return figures
+
+
+def drive(pool: Pool, chaos: Chaos, rng: random.Random, figures: Figures, job_ids: list[str], deadline: float,
+          fault_every: tuple[float, float], rounds: int) -> None:
+    """The main loop: feed the queue until every fault kind met live jobs, inject faults on the schedule,
+    resume what was paused, until nothing is left to run (or the deadline)."""
+    next_fault = time.monotonic() + rng.uniform(*fault_every)
+    paused_seen: dict[str, float] = {}
+    schedule: list[str] = []
+    while time.monotonic() < deadline:
+        try:
+            counts = pool.stats()["counts"]
+        except JobpoolError:
+            counts = None
+        if counts is not None and counts["queued"] + counts["running"] + counts["paused"] == 0:
+            if min(figures.faults[kind] for kind in FAULTS) >= rounds:
+                return
+            # Every fault kind must meet live jobs at least once: keep the queue fed until it has.
+            job_ids += [pool.enqueue(IMAGE, job_command(rng)).id for _ in range(5)]
+            figures.jobs = len(job_ids)
+        met = [(kind, int(time.time() * 1000)) for kind in chaos.poll()]
+        if counts is not None and time.monotonic() >= next_fault:
+            if not schedule:
+                schedule = rng.sample(FAULTS, len(FAULTS))
+            kind = schedule.pop()
+            at_ms = int(time.time() * 1000)
+            if chaos.inject(kind, job_ids):
+                met.append((kind, at_ms))
+            elif kind not in ARMED:
+                figures.missed[kind] += 1
+                schedule.append(kind)  # the next fault drawn
+            next_fault = time.monotonic() + rng.uniform(*fault_every)
+        count_met(pool, figures, met)
+        if counts is not None and counts["paused"]:
+            resume_paused(pool, paused_seen)
+        time.sleep(0.2)
+
+
+def count_met(pool: Pool, figures: Figures, met: list[tuple[str, int]]) -> None:
+    """Count the faults that met live jobs, and how long the queue took to move again after each crash."""
+    for kind, at_ms in met:
+        figures.faults[kind] += 1
+        if kind not in ("cancel", "pause_resume", "slow_launch", "lost_reply"):
+            took = progress_after(pool, at_ms, timeout=30)
+            if took is not None:
+                figures.recovery[kind].append(took)
+
+
+def resume_paused(pool: Pool, paused_seen: dict[str, float]) -> None:
+    """The user who paused a job resumes it a second or so later."""
+    try:
+        for job in pool.list(JobState.PAUSED, limit=100):
+            if time.monotonic() - paused_seen.setdefault(job.id, time.monotonic()) > 1.0:
+                pool.resume(job.id)
+                paused_seen.pop(job.id)
+    except JobpoolError:
+        pass
+
+
+def tally(pool: Pool, figures: Figures, job_ids: list[str]) -> None:
+    """Every job's end: lost (no row), stuck (not terminal), or its outcome; then the transitions check."""
+    for job_id in job_ids:
+        try:
+            job = pool.get(job_id)
+        except JobpoolError:
+            figures.lost += 1
+            print(f"soak: lost {job_id}", file=sys.stderr)
+            continue
+        figures.outcomes[job.state.value] += 1
+        if job.state == JobState.FAILED:
+            figures.failure_reasons[job.error_reason] += 1
+        if not job.state.terminal:
+            figures.stuck += 1
+            print(f"soak: stuck {job_id} in {job.state.value}", file=sys.stderr)
+    figures.illegal_transitions = check_transitions(pool, job_ids)
+    for job_id in figures.held_launches:  # each must end normally, run once (the sampler judges that)
+        with contextlib.suppress(JobpoolError):
+            job = pool.get(job_id)
+            print(f"soak: held launch of {job_id}: {job.state.value} at attempt {job.attempt}",
+                  file=sys.stderr)
+
+
+def write_findings(pool: Pool, figures: Figures, root: Path, slots: int) -> None:
+    """For each instant that broke a zero: what ran, every event of the jobs involved, and the events the
+    Redis rollbacks took back, in `findings.txt` under the soak's dir (its logs are there too)."""
+    if not figures.findings:
+        return
+    jobs = sorted({job for f in figures.findings for job, *_ in f["live"]})
+    events = [e for e in all_events(pool) if e.get("job") in jobs]
+    lines = [finding_line(f, slots) for f in figures.findings]
+    for job in jobs:
+        lines.append(f"events of {job}:")
+        lines += [f"  {e['id']} {e['from']}->{e['to']} {e['reason']} attempt={e.get('attempt', '')} "
+                  f"{ {k: v for k, v in e.items() if k not in ('id', 'job', 'from', 'to', 'reason')} }"
+                  for e in events if e["job"] == job]
+    for rb in figures.rollbacks:
+        lines.append(f"rollback at {rb['at']:.3f} to {rb['restored_to']}, took back:")
+        lines += [f"  {e['id']} {e.get('job')} {e.get('from')}->{e.get('to')} {e.get('reason')}"
+                  for e in rb["lost"]]
+    (root / "findings.txt").write_text("\n".join(lines) + "\n")
+    print(f"soak: findings written to {root / 'findings.txt'}", file=sys.stderr)
 
 
 def main() -> int:

@@ -1,0 +1,398 @@
+"""The soak's fleet (two private dockerd daemons, workers, supervisors, the fault proxies), its sampler, and
+its fault injectors. `bench/soak.py` runs them; see its docstring for what is measured.
+
+The fleet is laid out so every fault kind meets the parts it is about:
+
+- Two dockerd daemons (tests/servers.py `DockerDaemon`) that share `/etc/docker/key.json`, hence Docker's
+  ID; workers alternate between them and each has its own supervisor. A supervisor answers "unknown" for
+  rows recorded on the other daemon (jobpool/daemonid.py), and adoption requests go through the one RQ
+  queue, so a worker on the wrong daemon refuses them and the supervisor asks again.
+- Every worker reaches Redis through a `RedisReplyDropper` (tests/proxies.py), which can drop the reply of
+  the next call of one script; supervisors and the soak itself talk to Redis directly.
+- Worker 0 reaches daemon 1 through a `DockerLaunchHold`, which can hold its launch longer than the lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import shutil
+import sys
+import threading
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+for _p in (str(HERE.parent / "tests"), str(HERE.parent)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import docker  # noqa: E402
+from procs import JobpoolProcess, children  # noqa: E402
+from proxies import DockerLaunchHold, RedisReplyDropper  # noqa: E402
+from servers import DockerDaemon, RedisServer  # noqa: E402
+
+from jobpool import Pool  # noqa: E402
+from jobpool.errors import JobpoolError  # noqa: E402
+from jobpool.registry import script_text  # noqa: E402
+
+IMAGE = "jobpool-test:busybox"
+POOL = "soak"
+#: Faults armed now and met later, when the moment they need comes (a launch on the held worker, a call of
+#: the chosen script, a busy worker on daemon 2). The others are injected at once.
+ARMED = ("shared_id_daemon", "slow_launch", "lost_reply")
+LOST_REPLY_SCRIPTS = ("claim", "set_container", "finish")
+
+
+def script_sha(name: str) -> str:
+    """The SHA1 redis-py sends with EVALSHA for one of jobpool's scripts (its loaded text)."""
+    return hashlib.sha1(script_text(name).encode()).hexdigest()
+
+
+def stream_id(value: str) -> tuple[int, int]:
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def all_events(pool: Pool, after: str = "-") -> list[dict[str, str]]:
+    """Every event after `after` (exclusive unless "-"), paging through the stream."""
+    out: list[dict[str, str]] = []
+    cursor = after if after == "-" else f"({after}"
+    while True:
+        batch = pool.events(after=cursor, count=5000)
+        if not batch:
+            return out
+        out += batch
+        cursor = f"({batch[-1]['id']}"
+
+
+def finding_line(finding: dict, slots: int) -> str:
+    what = ", ".join(f"{job}#{att}@d{d}:{cid}" for job, att, d, cid in finding["live"])
+    at = finding["at"]
+    return (f"{time.strftime('%H:%M:%S', time.localtime(at))}.{int(at * 1000) % 1000:03d} {finding['kind']}: "
+            f"{len(finding['live'])} running (limit {slots}), two of {finding['doubles'] or '-'}: {what}")
+
+
+class Fleet:
+    """The processes under test, each restartable, all stopped by pid; and the two proxies."""
+
+    def __init__(self, root: Path, env: dict[str, str], redis_server: RedisServer,
+                 daemons: list[DockerDaemon], workers: int) -> None:
+        self.root, self.env, self.daemons = root, env, daemons
+        self.redis_proxy = RedisReplyDropper(redis_server.port)
+        self.docker_proxy = DockerLaunchHold(daemons[0].host)
+        #: Daemon index of each worker: alternating, so both daemons have workers.
+        self.placement = [i % len(daemons) for i in range(max(workers, len(daemons)))]
+        self.workers: list[JobpoolProcess | None] = [None] * len(self.placement)
+        self.supervisors: list[JobpoolProcess | None] = [None] * len(daemons)
+        self._n = 0
+        for i in range(len(self.workers)):
+            self.start_worker(i)
+        for d in range(len(daemons)):
+            self.start_supervisor(d)
+
+    def _spawn(self, name: str, env: dict[str, str], args: tuple[str, ...]) -> JobpoolProcess:
+        self._n += 1
+        return JobpoolProcess("jobpool.cli", {**self.env, **env}, self.root / f"{name}-{self._n}.log", args)
+
+    def start_worker(self, i: int) -> None:
+        d = self.placement[i]
+        held = i == 0  # the one worker whose launches can be held
+        host = self.docker_proxy.host if held else self.daemons[d].host
+        self.workers[i] = self._spawn(f"worker{i}-d{d + 1}{'-held' if held else ''}",
+                                      {"JOBPOOL_REDIS_URL": self.redis_proxy.url, "DOCKER_HOST": host},
+                                      ("worker",))
+
+    def start_supervisor(self, d: int) -> None:
+        self.supervisors[d] = self._spawn(f"supervisor-d{d + 1}", {"DOCKER_HOST": self.daemons[d].host},
+                                          ("supervisor",))
+
+    def kill_worker(self, i: int) -> None:
+        """SIGKILL a worker and its horse, and start it again (as a service manager would)."""
+        w = self.workers[i]
+        if w is not None:
+            w.kill_with_children()
+        self.start_worker(i)
+
+    def close(self) -> None:
+        self.docker_proxy.release()
+        for p in [*self.workers, *self.supervisors]:
+            if p is not None:
+                p.stop(timeout=15)
+        self.docker_proxy.close()
+        self.redis_proxy.close()
+
+
+class Sampler(threading.Thread):
+    """Counts the job containers running at each instant, summed over both daemons: over the limit, or two
+    of one job (on one daemon or across them).
+
+    Two daemons cannot be listed at one instant, and a job handed from one daemon to the other could show
+    in a naive pair of listings as two (the old one listed before it stopped, the new one after it began).
+    So the daemons are listed in turn, A B A B ..., and each listing of one daemon is judged together with
+    the containers of the other daemon that both its neighbours list (running before and after, so at that
+    instant too). While a daemon does not answer, what the other lists is judged alone (a lower bound)."""
+
+    def __init__(self, hosts: list[str], slots: int, figures: Any) -> None:
+        super().__init__(daemon=True)
+        self.slots, self.figures = slots, figures
+        self.clients = [docker.DockerClient(base_url=h, timeout=5) for h in hosts]
+        self.halt = threading.Event()
+
+    def _list(self, d: int) -> dict[str, tuple[int, str, str]] | None:
+        """Running job containers on daemon `d`: id -> (daemon, job, attempt); None if it does not answer."""
+        try:
+            found = self.clients[d].api.containers(filters={"label": f"jobpool.pool={POOL}",
+                                                            "status": "running"})
+        except Exception:  # noqa: BLE001 - the daemon is down on purpose at times: unknown then
+            return None
+        return {c["Id"]: (d, (c.get("Labels") or {}).get("jobpool.job_id", ""),
+                          (c.get("Labels") or {}).get("jobpool.attempt", "")) for c in found}
+
+    def run(self) -> None:
+        recent: deque[tuple[int, dict | None]] = deque(maxlen=3)
+        k = 0
+        while not self.halt.is_set():
+            d = k % len(self.clients)
+            k += 1
+            recent.append((d, self._list(d)))
+            if len(recent) == 3:
+                (_, before), (_, middle), (_, after) = recent
+                if middle is not None or (before is not None and after is not None):
+                    steady = {cid: v for cid, v in (before or {}).items() if cid in (after or {})}
+                    self._judge({**steady, **(middle or {})})
+            self.halt.wait(0.03)
+        for client in self.clients:
+            client.close()
+
+    def _judge(self, live: dict[str, tuple[int, str, str]]) -> None:
+        f = self.figures
+        f.samples += 1
+        per_job = Counter(job for _, job, _ in live.values())
+        doubles = {j for j, n in per_job.items() if n > 1}
+        if len(live) > self.slots:
+            f.over_limit_instants += 1
+        f.double_container_jobs |= doubles
+        if len(live) > self.slots or doubles:
+            finding = {"at": time.time(), "kind": "double" if doubles else "over_limit",
+                       "doubles": sorted(doubles),
+                       "live": sorted((job, att, dd + 1, cid[:12]) for cid, (dd, job, att) in live.items())}
+            f.findings.append(finding)
+            print(f"soak: {finding_line(finding, self.slots)}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+
+
+class Chaos:
+    """The fault injectors. `inject(kind)` injects one now (False when it could not meet live jobs) or arms
+    it; `poll()` returns the armed kinds met since the last call."""
+
+    def __init__(self, rng: random.Random, fleet: Fleet, redis_server: RedisServer, pool: Pool,
+                 figures: Any, root: Path) -> None:
+        self.rng, self.fleet, self.redis_server, self.pool = rng, fleet, redis_server, pool
+        self.figures, self.root = figures, root
+        self.armed: dict[str, Any] = {}
+        self._held_met = 0
+        self._hold_thread: threading.Thread | None = None
+        self._ending = threading.Event()
+        self._d2 = docker.DockerClient(base_url=fleet.daemons[-1].host, timeout=5)
+
+    # ---- injected at once ---------------------------------------------------------------------------
+
+    def inject(self, kind: str, job_ids: list[str]) -> bool:
+        if kind in ARMED:
+            if kind not in self.armed:
+                self._arm(kind)
+            return False  # counted when met
+        if kind in ("cancel", "pause_resume"):
+            self._user(kind, self.rng.choice(job_ids))
+            return True
+        return bool(getattr(self, kind)())
+
+    def worker_sigkill(self) -> bool:
+        self.fleet.kill_worker(self.rng.randrange(len(self.fleet.workers)))
+        return True
+
+    def worker_sigterm(self) -> bool:
+        i = self.rng.randrange(len(self.fleet.workers))
+        w = self.fleet.workers[i]
+        if w is not None:
+            w.stop(timeout=30)
+        self.fleet.start_worker(i)
+        return True
+
+    def supervisor_restart(self) -> bool:
+        d = self.rng.randrange(len(self.fleet.supervisors))
+        s = self.fleet.supervisors[d]
+        if s is not None:
+            s.kill_with_children()
+        self.fleet.start_supervisor(d)
+        return True
+
+    def dockerd_restart(self) -> bool:
+        daemon = self.rng.choice(self.fleet.daemons)
+        daemon.stop()
+        time.sleep(self.rng.uniform(0.5, 3.0))  # the outage itself: its length is what is being tested
+        daemon.start()
+        return True
+
+    def redis_restart(self) -> bool:
+        self.redis_server.kill()
+        self.redis_server.restart()
+        return True
+
+    def _user(self, kind: str, job_id: str) -> None:
+        try:
+            if kind == "cancel":
+                self.pool.cancel(job_id)
+            else:
+                self.pool.pause(job_id)  # the main loop resumes it a little later
+        except JobpoolError:
+            pass  # finished already, or Redis is restarting: a user would see the same
+
+    def redis_rollback(self) -> bool:
+        """Redis loses its last writes: the AOF directory is copied now, the fleet runs on for 0.5-2 s,
+        redis-server is SIGKILLed and comes back (same port and dir) from the copy. Injected only while jobs
+        run, and it met them only if it took back at least one transition (a promotion, claim, exit...).
+        The events it took back are counted and logged, so a finding can be traced to them."""
+        try:
+            if not self.pool.stats()["counts"]["running"]:
+                return False
+            last = self.pool.client.xrevrange(self.pool.keys.events, count=1)
+        except Exception:  # noqa: BLE001 - Redis away: try again later
+            return False
+        mark = last[0][0] if last else "0-0"
+        # Redis 7 keeps its AOF in a directory (base, increments, manifest); Redis 6 in one file.
+        aof = self.redis_server.dir / "appendonlydir"
+        if not aof.exists():
+            aof = self.redis_server.dir / "appendonly.aof"
+        copy = self.root / f"aof-at-{int(time.time() * 1000)}"
+        (shutil.copytree if aof.is_dir() else shutil.copy2)(aof, copy)
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        try:
+            written = all_events(self.pool, mark)
+        except JobpoolError:
+            written = []
+        self.redis_server.kill()
+        if aof.is_dir():
+            shutil.rmtree(aof)
+            shutil.copytree(copy, aof)
+        else:
+            shutil.copy2(copy, aof)
+        (shutil.rmtree if copy.is_dir() else Path.unlink)(copy)
+        self.redis_server.restart()
+        try:
+            back = self.pool.client.xrevrange(self.pool.keys.events, count=1)
+        except Exception:  # noqa: BLE001 - read again below if it fails; the count is a figure only
+            back = []
+        restored = stream_id(back[0][0]) if back else (0, 0)
+        lost = [e for e in written if stream_id(e["id"]) > restored]
+        self.figures.rolled_back_events += len(lost)
+        self.figures.rollbacks.append({"at": time.time(), "restored_to": back[0][0] if back else "",
+                                       "lost": lost})
+        print(f"soak: redis_rollback took back {len(lost)} events: "
+              + ", ".join(f"{e.get('job')}:{e.get('from')}->{e.get('to')}({e.get('reason')})" for e in lost),
+              file=sys.stderr)
+        return bool(lost)
+
+    # ---- armed, met later ---------------------------------------------------------------------------
+
+    def _arm(self, kind: str) -> None:
+        if kind == "lost_reply":
+            name = self.rng.choice(LOST_REPLY_SCRIPTS)
+            sha = script_sha(name)
+            self.armed[kind] = (name, sha, self.fleet.redis_proxy.dropped.get(sha, 0))
+            self.fleet.redis_proxy.drop(sha, 1)
+        elif kind == "slow_launch":
+            what = self.rng.choice(("create", "start"))
+            hold_for = self.rng.uniform(1.5, 2.5) * float(self.fleet.env["JOBPOOL_LEASE_SECS"])
+            self.armed[kind] = what
+            self._hold_thread = threading.Thread(target=self._hold_one_launch, args=(what, hold_for),
+                                                 daemon=True)
+            self._hold_thread.start()
+        elif kind == "shared_id_daemon":
+            self.armed[kind] = True
+
+    def _hold_one_launch(self, what: str, hold_for: float) -> None:
+        """Hold the held worker's next create reply (or start request) for `hold_for` seconds, longer than
+        the lease, then let it through. Gives up after a minute without a launch there."""
+        proxy = self.fleet.docker_proxy
+        proxy.held.clear()
+        proxy.hold(what)
+        try:
+            deadline = time.monotonic() + 60
+            while not proxy.held.wait(0.2):
+                if self._ending.is_set() or time.monotonic() > deadline:
+                    return
+            jobs = self._created_on_daemon1()
+            if not self._ending.wait(hold_for):
+                self._held_met += 1
+                self.figures.held_launches += jobs
+                print(f"soak: slow_launch held a {what} of {jobs or '?'} for {hold_for:.1f}s",
+                      file=sys.stderr)
+        finally:
+            proxy.release()
+
+    def _created_on_daemon1(self) -> list[str]:
+        """The jobs with a created, never started container on daemon 1: the held launch is among them."""
+        try:
+            with contextlib.closing(docker.DockerClient(base_url=self.fleet.daemons[0].host, timeout=5)) as c:
+                found = c.api.containers(all=True, filters={"label": f"jobpool.pool={POOL}",
+                                                            "status": "created"})
+        except Exception:  # noqa: BLE001 - a figure for the report only
+            return []
+        return [(x.get("Labels") or {}).get("jobpool.job_id", "") for x in found]
+
+    def poll(self) -> list[str]:
+        met = []
+        if "lost_reply" in self.armed:
+            name, sha, before = self.armed["lost_reply"]
+            if self.fleet.redis_proxy.dropped.get(sha, 0) > before:
+                del self.armed["lost_reply"]
+                self.figures.lost_replies[name] += 1
+                met.append("lost_reply")
+        if "slow_launch" in self.armed and self._hold_thread is not None and not self._hold_thread.is_alive():
+            del self.armed["slow_launch"]
+            if self._held_met:
+                self._held_met -= 1
+                met.append("slow_launch")
+        if "shared_id_daemon" in self.armed and self._kill_busy_worker_on_daemon2():
+            del self.armed["shared_id_daemon"]
+            met.append("shared_id_daemon")
+        return met
+
+    def _kill_busy_worker_on_daemon2(self) -> bool:
+        """SIGKILL a daemon-2 worker (and its horse) while its horse runs a job and job containers run on
+        daemon 2; it is started again. False (stay armed) until that moment comes."""
+        last = len(self.fleet.daemons) - 1
+        busy = [i for i, d in enumerate(self.fleet.placement)
+                if d == last and (w := self.fleet.workers[i]) is not None and w.proc.poll() is None
+                and children(w.pid)]
+        if not busy:
+            return False
+        try:
+            if not self._d2.api.containers(filters={"label": f"jobpool.pool={POOL}", "status": "running"}):
+                return False
+        except Exception:  # noqa: BLE001 - daemon 2 restarting: not now
+            return False
+        self.fleet.kill_worker(self.rng.choice(busy))
+        return True
+
+    def disarm(self) -> None:
+        """Take back whatever is still armed, so the end of the soak meets no fault."""
+        if "lost_reply" in self.armed:
+            self.fleet.redis_proxy.drop(self.armed["lost_reply"][1], 0)
+        self.armed.clear()
+        self._ending.set()
+        self.fleet.docker_proxy.release()
+        if self._hold_thread is not None:
+            self._hold_thread.join(10)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._d2.close()
