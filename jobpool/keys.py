@@ -22,7 +22,7 @@ STATE_INDEX_NAMES = ("queued", "running", "paused", "succeeded", "failed", "canc
 
 def worker_name(pool: str, boot_id: str) -> str:
     """The RQ worker name of a jobpool worker boot: how an RQ job's `worker_name` leads back to the boot
-    whose record says whether that worker lives (supervisor/sweep.py)."""
+    whose record says whether that worker lives (supervisor/adoption.py)."""
     return f"jobpool-{pool}-{boot_id[:12]}"
 
 
@@ -80,7 +80,7 @@ class PoolKeys:
         return f"{self.prefix}lease:{job_id}"
 
     def adoption(self, job_id: str) -> str:
-        """The RQ job id of the latest adoption request for a job (supervisor/sweep.py)."""
+        """The RQ job id of the latest adoption request for a job (supervisor/adoption.py)."""
         return f"{self.prefix}adopt:{job_id}"
 
     def boot(self, boot_id: str) -> str:
