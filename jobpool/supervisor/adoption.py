@@ -20,9 +20,9 @@ from rq.exceptions import DuplicateJobError
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
-from .. import errors
 from ..api import Pool
 from ..keys import worker_name
+from ..registry import wrap_redis_error
 from .evidence import run_pipeline
 from .verdicts import RowSnapshot
 
@@ -131,8 +131,8 @@ class Adoptions:
             )
         except (redis.WatchError, DuplicateJobError):
             return "adoption pending"  # another supervisor asked in the same moment
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, "adoption request") from None
         log.info("job %s attempt %d: owner %s gone, container running: adoption requested (%s)",
                  row.id, row.attempt, row.owner_boot, rq_id)
         return "adoption requested"

@@ -16,11 +16,10 @@ import socket
 import time
 from collections.abc import Iterable, Mapping
 
-import redis
-
 from .. import errors
 from ..api import Pool
 from ..config import Settings
+from ..registry import call_redis
 from .adoption import Adoptions
 from .apply import Applier
 from .evidence import Evidence, Snapshot
@@ -118,7 +117,5 @@ class Supervisor:
                 decision.outcome = "kept"
 
     def _write_last_sweep(self, report: SweepReport) -> None:
-        try:
-            self.pool.client.set(self.pool.keys.last_sweep, json.dumps(report.summary(), sort_keys=True))
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise errors.RedisUnavailable(f"redis unreachable: {exc}") from None
+        summary = json.dumps(report.summary(), sort_keys=True)
+        call_redis(self.pool.client.set, self.pool.keys.last_sweep, summary, what="recording the sweep")
