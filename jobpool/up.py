@@ -122,7 +122,7 @@ def choose_executor(asked: str) -> tuple[str, str]:
     """The executor `up` runs its workers with, and why (said in its first lines)."""
     where = os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
     if asked != "auto":
-        return asked, "--executor"
+        return asked, f"as asked: --executor {asked}"
     if docker_answers():
         return "docker", f"a Docker daemon answered at {where}"
     return "subprocess", (f"no Docker daemon answered at {where}; each job runs as a process on this "

@@ -5,7 +5,6 @@ drain that hands the running job back; and a second `up` refuses while any proce
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -14,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import termios
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,20 +20,12 @@ from typing import Any
 import pytest
 from polling import eventually
 from procs import children
+from upstack import Stacks, Up, descendants, fast_env
 
 from jobpool import JobState, Pool
 from jobpool.procid import identity_of, same_process_alive
 
 IMAGE = "jobpool-test:busybox"
-
-
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        kids = children(todo.pop())
-        out += kids
-        todo += kids
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -80,7 +70,7 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         again = subprocess.run([sys.executable, "-m", "jobpool.cli", "up"], cwd=tmp_path, env=env,
                                capture_output=True, text=True, timeout=30)
         assert again.returncode == 1 and "already running" in again.stderr
-        started = _descendants(up.pid)
+        started = descendants(up.pid)
         assert len(started) >= 4, "redis, supervisor and two workers"
         up.send_signal(signal.SIGINT)
         assert up.wait(60) == 0
@@ -89,112 +79,18 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         assert not state_file.exists()
     finally:
         if up.poll() is None:
-            for p in _descendants(up.pid):
+            for p in descendants(up.pid):
                 os.kill(p, signal.SIGKILL)
             up.kill()
             up.wait(10)
         log.close()
 
 
-def _env() -> dict[str, str]:
-    env = {**os.environ, "JOBPOOL_SWEEP_INTERVAL_SECS": "1", "JOBPOOL_HEARTBEAT_SECS": "0.5",
-           "JOBPOOL_LEASE_SECS": "2", "JOBPOOL_DRAIN_TIMEOUT_SECS": "3"}
-    env.pop("JOBPOOL_REDIS_URL", None)
-    return env
-
-
-def _take_terminal() -> None:
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-class Up:
-    """One real `jobpool up` (subprocess executor) in `cwd`; `seen` collects the identity of every process
-    it was seen to start, so teardown can kill, by pid and identity, whatever a failing test left behind.
-    With `tty`, it runs in a session of its own on a pseudo-terminal, as in a shell's window; closing the
-    terminal (`hang_up`) is the kernel's hangup, not a signal the test picks."""
-
-    def __init__(self, cwd: Path, name: str, args: tuple[str, ...], seen: list[dict[str, Any]],
-                 tty: bool = False, env: dict[str, str] | None = None) -> None:
-        self.cwd, self.seen = cwd, seen
-        self.log_path = cwd / f"{name}.log"
-        self.state_file = cwd / ".jobpool" / "up.json"
-        argv = [sys.executable, "-m", "jobpool.cli", "up", *args]
-        if not any(a.startswith("--executor") for a in args):
-            argv += ["--executor", "subprocess"]
-        env = env or _env()
-        self.terminal: int | None = None
-        if tty:
-            self.terminal, window = os.openpty()
-            self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=window, stdout=window,
-                                         stderr=window, start_new_session=True, preexec_fn=_take_terminal)
-            os.close(window)
-        else:
-            with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.PIPE,
-                                             text=True)
-        self.seen.append(identity_of(self.proc.pid))
-
-    def hang_up(self) -> None:
-        assert self.terminal is not None
-        os.close(self.terminal)
-        self.terminal = None
-
-    def stderr(self) -> str:
-        return self.proc.stderr.read() if self.proc.stderr else "(on its terminal)"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def ready(self) -> dict[str, Any]:
-        """The state file this very `up` wrote (not a stale one), once it has written it."""
-        def mine() -> dict[str, Any] | None:
-            assert self.proc.poll() is None, f"up exited ({self.proc.returncode}): {self.stderr()}"
-            try:
-                state = json.loads(self.state_file.read_text())
-            except (OSError, ValueError):
-                return None
-            return state if state.get("pid") == self.proc.pid else None
-        state = eventually(mine, timeout=30, message="up wrote its state file")
-        self.snapshot()
-        return state
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        """The identities of every process below `up` now (redis and its guard, supervisor, workers, horses,
-        jobs), remembered for teardown."""
-        found = []
-        for pid in _descendants(self.proc.pid):
-            try:
-                found.append(identity_of(pid))
-            except OSError:
-                pass  # gone meanwhile
-        self.seen.extend(found)
-        return found
-
-
 @pytest.fixture
 def start_up(tmp_path: Path) -> Iterator[Callable[..., Up]]:
-    seen: list[dict[str, Any]] = []
-    started: list[Up] = []
-
-    def start(*args: str, name: str = "up", tty: bool = False, env: dict[str, str] | None = None) -> Up:
-        up = Up(tmp_path, name, args, seen, tty, env)
-        started.append(up)
-        return up
-
-    yield start
-    for up in started:
-        up.snapshot()
-    for ident in seen:  # a test that failed (or ran against an `up` that leaks) leaves no process behind
-        if same_process_alive(ident):
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                os.kill(ident["pid"], sig)
-    for up in started:
-        up.proc.kill()
-        up.proc.wait(10)
-        if up.proc.stderr:
-            up.proc.stderr.close()
-        if up.terminal is not None:
-            os.close(up.terminal)
+    stacks = Stacks(tmp_path)
+    yield stacks.start
+    stacks.close()
 
 
 def _gone(idents: list[dict[str, Any]]) -> bool:
@@ -215,7 +111,8 @@ def _workers(up: Up) -> list[dict[str, Any]]:
 
 def _running_job(cwd: Path, state: dict[str, Any]) -> str:
     enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "--json", "enqueue", IMAGE, "--",
-                          "sleep", "300"], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=30)
+                          "sleep", "300"], cwd=cwd, env=fast_env(), capture_output=True, text=True,
+                         timeout=30)
     assert enq.returncode == 0, enq.stderr
     job_id = json.loads(enq.stdout)["id"]
     pool = Pool.from_url(state["redis_url"])
@@ -314,7 +211,7 @@ def test_up_on_a_machine_with_neither_redis_server_nor_docker(tmp_path: Path,
     sock_path = tmp_path / "docker.sock"
     silent.bind(str(sock_path))
     silent.listen(64)
-    env = {**_env(), "PATH": str(bare), "DOCKER_HOST": f"unix://{sock_path}"}
+    env = {**fast_env(), "PATH": str(bare), "DOCKER_HOST": f"unix://{sock_path}"}
     try:
         up = start_up("--workers", "1", "--executor", "auto", env=env)
         state = up.ready()
