@@ -48,12 +48,14 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
 @click.option("--cpus", type=float, metavar="C", help="CPU limit, e.g. 1.5.")
 @click.option("--label", "labels", multiple=True, metavar="K=V", callback=_parse_labels,
               help="Container label (repeatable); the jobpool. prefix is reserved.")
+@click.option("--no-init", "no_init", is_flag=True,
+              help="Run CMD as the container's PID 1, with no init to pass it the stop signal.")
 @click.argument("image")
 @click.argument("command", nargs=-1, required=True)
 @pool_command
 def enqueue(state: CliState, image: str, command: tuple[str, ...], coalesce: bool, coalesce_key: str | None,
             env: dict[str, str], workdir: str | None, user: str | None, memory: str | None,
-            cpus: float | None, labels: dict[str, str]) -> None:
+            cpus: float | None, labels: dict[str, str], no_init: bool) -> None:
     """Queue IMAGE running CMD; prints the job id.
 
     Options go before IMAGE: everything after it is the command (a `--` there is optional).
@@ -67,6 +69,8 @@ def enqueue(state: CliState, image: str, command: tuple[str, ...], coalesce: boo
     fields: dict[str, Any] = {"image": image, "command": list(command), "env": env, "labels": labels}
     fields.update({k: v for k, v in (("workdir", workdir), ("user", user), ("memory", memory),
                                      ("cpus", cpus)) if v is not None})
+    if no_init:
+        fields["init"] = False
     build_spec(fields, state.settings().bind_roots)  # refuse a bad spec before connecting
     job = state.pool().enqueue(coalesce=coalesce, coalesce_key=coalesce_key, **fields)
     state.emit(job.to_dict(), lambda: job.id)

@@ -1,10 +1,13 @@
 """Job containers run with an init process (Docker's tini) as PID 1, so a job's command gets the stop signal
 as it would outside a container: `sh -c 'sleep 30'` paused ends at once, of the SIGTERM. Without init the
 command is PID 1, where the kernel drops a signal it has no handler for: only the SIGKILL after the stop
-grace ends it."""
+grace ends it. The CLI's `enqueue --no-init` asks for the latter."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -57,3 +60,12 @@ def test_without_init_the_command_is_pid_1_and_ignores_sigterm(pool: Pool, spawn
     assert done.state == JobState.PAUSED, (done.state, done.exit_code, done.error_reason)
     assert done.exit_code == 128 + 9, "only the SIGKILL after the stop grace ended it"
     assert time.monotonic() - asked >= 2
+
+
+@pytest.mark.parametrize("flags, init", [((), True), (("--no-init",), False)])
+def test_the_cli_enqueues_with_init_unless_told_not_to(pool: Pool, pool_env: dict[str, str],
+                                                       flags: tuple[str, ...], init: bool) -> None:
+    enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "enqueue", *flags, IMAGE, "--", *SLEEPER],
+                         env={**os.environ, **pool_env}, capture_output=True, text=True, timeout=30)
+    assert enq.returncode == 0, enq.stderr
+    assert pool.get(enq.stdout.strip()).spec.init is init
