@@ -19,6 +19,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from jobpool.registry import SCRIPT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +56,7 @@ def run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
     return proc
 
 
+@pytest.mark.timeout(900)  # the dependencies come from the package index: allow for a cold cache
 def test_installed_wheel_finds_its_scripts_and_brings_a_redis_server(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     build = [sys.executable, "-m", "pip", "wheel", str(ROOT), "-w", str(dist), "--no-deps", "-q"]
