@@ -1,33 +1,16 @@
-"""What the API hands back: job states and `Job` snapshots read from a row."""
+"""What the API hands back: `Job` snapshots read from a row. `JobState` is defined with the rest of the
+cross-layer contract (jobpool/contract.py) and re-exported here."""
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .contract import TERMINAL as TERMINAL  # re-exported: the API's default wait states
+from .contract import JobState
 from .errors import CorruptRow, InvalidSpec
 from .spec import JobSpec
-
-
-class JobState(str, enum.Enum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    PAUSED = "paused"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-
-TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
 
 class _Row:
@@ -127,8 +110,9 @@ class Job:
             "owner_boot": self.owner_boot, "container_id": self.container_id, "daemon_id": self.daemon_id,
             "pause_requested": self.pause_requested, "cancel_requested": self.cancel_requested,
             "promoted_at": self.promoted_at, "claimed_at": self.claimed_at, "finished_at": self.finished_at,
-            "spec": {"image": self.spec.image, "command": list(self.spec.command), "env": {k: "<redacted>" for k in self.spec.env},  # values may be secrets
+            "spec": {"image": self.spec.image, "command": list(self.spec.command),
+                     "env": {k: "<redacted>" for k in self.spec.env},  # values may be secrets
                      "workdir": self.spec.workdir, "user": self.spec.user, "network": self.spec.network,
                      "cpus": self.spec.cpus, "memory": self.spec.memory, "labels": dict(self.spec.labels),
-                     "mounts": list(self.spec.mounts)},
+                     "mounts": list(self.spec.mounts), "init": self.spec.init},
         }

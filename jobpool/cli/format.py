@@ -106,6 +106,7 @@ def job_details(job: Job, now_ms: int) -> str:
         ("workdir", s.workdir or "-"),
         ("user", s.user or "-"),
         ("network", s.network),
+        ("init", "yes" if s.init else "no (the command runs as PID 1)"),
         ("cpus", f"{s.cpus:g}" if s.cpus is not None else "-"),
         ("memory", s.memory or "-"),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(s.labels.items())) or "-"),

@@ -1,4 +1,4 @@
-"""`JobpoolWorker`: RQ's forking worker with a bounded drain (ADR-009).
+"""`JobpoolWorker`: RQ's forking worker with a bounded drain (docs/architecture.md, "Workers").
 
 RQ's warm shutdown waits for the running job without limit. Here the first SIGTERM/SIGINT stops claiming
 (RQ's own behaviour), asks the horse to interrupt its job (the horse sends the container its stop signal),

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from jobpool import InvalidSpec
+from jobpool import InvalidSpec, Pool
+from jobpool.cli.format import job_details
 from jobpool.spec import JobSpec, build_spec
 
 BASE = {"image": "busybox", "command": ["sh", "-c", "sleep 30"]}
@@ -36,3 +37,9 @@ def test_a_spec_stored_before_the_field_existed_reads_back_with_init() -> None:
 def test_init_must_be_a_bool(bad: object) -> None:
     with pytest.raises(InvalidSpec, match="init must be true or false"):
         build_spec({**BASE, "init": bad})
+
+
+def test_show_and_json_say_whether_a_job_has_init(pool: Pool) -> None:
+    job = pool.get(pool.enqueue("busybox", ["true"], init=False).id)
+    assert job.to_dict()["spec"]["init"] is False
+    assert "no (the command runs as PID 1)" in job_details(job, 0)
