@@ -14,6 +14,7 @@ from typing import Any
 
 from redis.connection import parse_url
 
+from .contract import MAX_SLOTS
 from .errors import ConfigError
 from .keys import validate_pool_name
 
@@ -32,7 +33,7 @@ class _Bound:
 
 # field name -> (env var, type, low, high). Everything numeric is bounded: a typo should fail loudly.
 _NUMERIC: dict[str, _Bound] = {
-    "max_concurrent_jobs": _Bound("JOBPOOL_MAX_CONCURRENT_JOBS", int, 0, 100_000),
+    "max_concurrent_jobs": _Bound("JOBPOOL_MAX_CONCURRENT_JOBS", int, 0, MAX_SLOTS),
     "heartbeat_secs": _Bound("JOBPOOL_HEARTBEAT_SECS", float, 0.05, 3600),
     "lease_secs": _Bound("JOBPOOL_LEASE_SECS", float, 0.2, 86400),
     "sweep_interval_secs": _Bound("JOBPOOL_SWEEP_INTERVAL_SECS", float, 0.05, 86400),
@@ -117,7 +118,8 @@ class Settings:
             try:
                 values[name] = b.kind(raw) if b.kind is float else int(raw, 10)
             except ValueError:
-                raise ConfigError(f"{b.env}: {raw!r} is not a {'whole ' if b.kind is int else ''}number") from None
+                what = "whole number" if b.kind is int else "number"
+                raise ConfigError(f"{b.env}: {raw!r} is not a {what}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

@@ -1,7 +1,8 @@
 """Loads the Lua scripts once per client and maps their status codes to typed exceptions.
 
 Each ``scripts/<op>.lua`` is one atomic operation; ``scripts/_lib.lua`` (shared helpers) is prepended at load
-time, never at call time, so a script's text, and so its SHA, is fixed for the life of the process.
+time, never at call time, and before it the constants the scripts share with Python (`contract.lua_constants`,
+from jobpool/contract.py), so a script's text, and so its SHA, is fixed for the life of the process.
 redis-py's `register_script` reloads a script on NOSCRIPT, so a Redis restart needs no special handling.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import redis
 
-from . import errors
+from . import contract, errors
 
 SCRIPT_NAMES = (
     "enqueue", "promote", "claim", "adopt", "heartbeat", "set_container", "finish",
@@ -81,8 +82,10 @@ def call_redis(fn: Callable[..., Any], /, *args: Any, what: str | None = None, *
 
 
 def script_text(name: str) -> str:
+    """The text loaded as script `name`: the contract's constants, _lib.lua, then the script itself."""
     pkg = resources.files("jobpool") / "scripts"
-    return (pkg / "_lib.lua").read_text() + "\n" + (pkg / f"{name}.lua").read_text()
+    return (contract.lua_constants() + (pkg / "_lib.lua").read_text() + "\n"
+            + (pkg / f"{name}.lua").read_text())
 
 
 def _decode(value: Any) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .contract import LABEL_PREFIX
 from .errors import InvalidSpec
 
 MAX_ARGS = 1024
@@ -24,7 +25,6 @@ MAX_SPEC_BYTES = 256 * 1024
 #: Matched whole (`fullmatch`): with `match`, a `$` would let a trailing newline through.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MEMORY = re.compile(r"[1-9][0-9]*[bkmg]?", re.IGNORECASE)
-RESERVED_LABEL_PREFIX = "jobpool."
 #: Network modes that would share the host's namespaces with the job.
 FORBIDDEN_NETWORKS = ("host",)
 
@@ -180,7 +180,7 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
     command = _check_command(fields.get("command"))
     labels = _str_map("labels", fields.get("labels"))
     for k in labels:
-        if k.startswith(RESERVED_LABEL_PREFIX):
+        if k.startswith(LABEL_PREFIX):
             raise InvalidSpec(f"label {k!r}: the 'jobpool.' prefix is reserved for jobpool's own labels")
     network = _need_str("network", fields.get("network", "none"))
     if network in FORBIDDEN_NETWORKS or network.startswith("container:"):

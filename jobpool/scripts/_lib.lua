@@ -1,5 +1,9 @@
 --[[ _lib.lua: shared helpers, prepended to every script by jobpool/registry.py when it is loaded.
 
+Before this file come the constants the scripts share with Python, generated from jobpool/contract.py
+(LUA_CONSTANTS): EXIT_TEMPFAIL, MAX_SLOTS, EVENTS_MAXLEN, RQ_META_ATTEMPT. Use those names; never write
+their values into a script.
+
 Every script receives the pool's 13 common keys first, in this order (keys.py: PoolKeys.common()):
   KEYS[1] config      hash   max_concurrent_jobs
   KEYS[2] paused      hash   present = promotion paused
@@ -33,7 +37,6 @@ local K_RQ_QUEUE, K_RQ_QUEUES, K_SEQ = 7, 8, 9
 local NCOMMON = 13
 local STATE_INDEX = {queued = 3, running = 4, paused = 10, succeeded = 11, failed = 12, cancelled = 13}
 local E_NOT_FOUND, E_INVALID_STATE, E_NOT_OWNER, E_CONFLICT, E_EXISTS, E_BAD_ARG = -1, -2, -3, -4, -5, -6
-local EVENTS_MAXLEN = 100000
 local PROMOTE_BATCH_LIMIT = 64
 local NARGV = #ARGV - 1
 local DEFAULT_SLOTS = tonumber(ARGV[#ARGV]) or 0
@@ -167,7 +170,7 @@ local function promote_candidates(first, actor, now)
         'daemon_id', '', 'identity', '', 'claimed_at', '')
       -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
       redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
-        'meta', cjson.encode({jobpool_attempt = attempt}))
+        'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}))
       redis.call('RPUSH', KEYS[K_RQ_QUEUE], head)
       redis.call('SADD', KEYS[K_RQ_QUEUES], KEYS[K_RQ_QUEUE])
       event(head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)

@@ -11,7 +11,7 @@ was taken (state running, same attempt, same owner, same container) and the owne
 judged by its value, as the sweep judged it, so a lease key holding anything but '<owner>:<attempt>' is gone.
 Verdicts:
   exited      the container exited with ARGV[7]: ends as a finish would (exit 0 -> succeeded; persisted
-              cancel/pause win; exit 75 -> queued, no budget spent; else failed)
+              cancel/pause win; exit EXIT_TEMPFAIL -> queued, no budget spent; else failed)
   absent      no container / dead process: persisted cancel -> cancelled; persisted pause -> paused;
               recovery budget ARGV[8] left -> queued (recovery_attempts + 1, original place); else failed
               with reason ARGV[6]
@@ -32,8 +32,8 @@ local now = now_ms()
 local to
 if verdict == 'exited' and tonumber(code) then
   local why
-  -- 75 (EX_TEMPFAIL) is the container saying "interrupted at a boundary, resumable": hand it back.
-  to, why = verdict_for_exit(jkey, tonumber(code), tonumber(code) == 75)
+  -- EXIT_TEMPFAIL is the container saying "interrupted at a boundary, resumable": hand it back.
+  to, why = verdict_for_exit(jkey, tonumber(code), tonumber(code) == EXIT_TEMPFAIL)
   redis.call('HSET', jkey, 'exit_code', code)
   end_running(jkey, lkey, id, to, why, evidence, actor, now)
 elseif verdict == 'absent' then
@@ -53,7 +53,7 @@ elseif verdict == 'redispatch' and owner == '' then
   redis.call('HSET', jkey, 'attempt', next_attempt, 'promoted_at', now)
   redis.call('ZADD', KEYS[K_RUNNING], now, id)
   redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
-    'meta', cjson.encode({jobpool_attempt = next_attempt}))
+    'meta', cjson.encode({[RQ_META_ATTEMPT] = next_attempt}))
   redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
   redis.call('RPUSH', KEYS[K_RQ_QUEUE], id)
   event(id, 'running', 'running', 'redispatched', evidence, actor, now)

@@ -1,13 +1,13 @@
 --[[ set_slots
 KEYS[1..13]  common keys (see _lib.lua)
 KEYS[14..]   promotion candidates
-ARGV[1] new limit (integer 0..100000)   ARGV[2] actor
+ARGV[1] new limit (integer 0..MAX_SLOTS)   ARGV[2] actor
 Returns {0, old limit, promoted, why_stopped}; -6 when the limit is not a non-negative integer.
 Change the fleet-wide limit. Lowering it never stops a running job: promotion simply
 waits until running drops below the new limit. Raising it promotes at once.
 ]]
 local n = tonumber(ARGV[1])
-if not n or n < 0 or n > 100000 or n ~= math.floor(n) then return {E_BAD_ARG, ARGV[1]} end
+if not n or n < 0 or n > MAX_SLOTS or n ~= math.floor(n) then return {E_BAD_ARG, ARGV[1]} end
 local old = max_slots()
 local now = now_ms()
 redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', n)

@@ -9,7 +9,7 @@ Every probe answers one of three things and never guesses between them:
 `Unknown` is never read as `Absent`: guessing "dead" on missing evidence can hand a slot to a second writer,
 while guessing "alive" costs one sweep interval.
 
-Containers are found by label (`jobpool.pool`, `jobpool.job_id`, `jobpool.attempt`), never by a recorded id:
+Containers are found by label (jobpool/contract.py: pool, job id, attempt), never by a recorded id:
 a worker may die between launching a container and recording it. The whole pool is listed in one daemon call
 per sweep, however many rows need evidence.
 """
@@ -23,11 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import daemonid, procid
-
-LABEL_POOL = "jobpool.pool"
-LABEL_JOB = "jobpool.job_id"
-LABEL_ATTEMPT = "jobpool.attempt"
-LABEL_BOOT = "jobpool.boot_id"
+from ..contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 
 #: Container states whose process may still write (a paused container resumes where it was).
 LIVE_STATES = frozenset({"running", "paused", "restarting"})

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..config import Settings
+from ..contract import EXIT_TEMPFAIL, JobState
 from .probes import Absent, Present, Probe, Unknown
 
 # error_reason values: each names the evidence the verdict was based on.
@@ -96,6 +97,13 @@ def _int(v: str | None) -> int | None:
         return None
 
 
+def _count(v: str | None) -> int:
+    """A count read from a row as the scripts read it (`whole` in scripts/_lib.lua): anything but a
+    non-negative whole number is 0, so a dry run predicts what reconcile_apply.lua will do with it."""
+    n = _int(v)
+    return n if n is not None and n >= 0 else 0
+
+
 @dataclass(frozen=True)
 class RowSnapshot:
     """The fields of a running row the verdict depends on, as read at the start of a sweep."""
@@ -150,7 +158,7 @@ class RowSnapshot:
             promoted_at=_int(row.get("promoted_at")), claimed_at=_int(row.get("claimed_at")),
             pause_requested=row.get("pause_requested") == "1",
             cancel_requested=row.get("cancel_requested") == "1",
-            recovery_attempts=_int(row.get("recovery_attempts")) or 0,
+            recovery_attempts=_count(row.get("recovery_attempts")),
         )
 
 
@@ -307,29 +315,39 @@ def decide_ghost(why: str, lease_live: bool, probe: Probe | None, executor: str,
     return Verdict(Kind.DROP, REASON_GHOST, f"{why}; {probe.detail}; freed by the operator's sweep")
 
 
-#: A container's "interrupted at a boundary, resumable" (EX_TEMPFAIL).
-EXIT_TEMPFAIL = 75
+def state_after_exit(code: int, stop_asked: bool, cancel_requested: bool, pause_requested: bool) -> JobState:
+    """How an exit ends a job (`verdict_for_exit` in scripts/_lib.lua, applied by finish.lua for a worker and
+    by reconcile_apply.lua for the supervisor): exit 0 is success whatever was asked; otherwise a persisted
+    cancel, then a persisted pause, wins; an exit after jobpool asked the job to stop is handed back to its
+    place; any other exit fails. `stop_asked`: for a worker, that its watcher sent the stop signal (a drain,
+    or a pause or cancel since withdrawn); the supervisor cannot know that and takes an `EXIT_TEMPFAIL` exit,
+    the job's own word that it was interrupted at a boundary, as asked."""
+    if code == 0:
+        return JobState.SUCCEEDED
+    if cancel_requested:
+        return JobState.CANCELLED
+    if pause_requested:
+        return JobState.PAUSED
+    return JobState.QUEUED if stop_asked else JobState.FAILED
 
 
 def expected_state(row: RowSnapshot, verdict: Verdict, settings: Settings) -> str:
-    """The state the row will be in once the verdict is applied (what a dry run shows); mirrors
-    scripts/reconcile_apply.lua and evict.lua."""
+    """The state the row will be in once the verdict is applied (what a dry run shows): what
+    scripts/reconcile_apply.lua and evict.lua do, checked against them by tests/unit/test_exit_verdicts.py."""
     if verdict.kind is Kind.EXITED:
-        if verdict.exit_code == 0:
-            return "succeeded"
-        if row.cancel_requested:
-            return "cancelled"
-        if row.pause_requested:
-            return "paused"
-        return "queued" if verdict.exit_code == EXIT_TEMPFAIL else "failed"
+        if verdict.exit_code is None:  # reconcile_apply.lua refuses an exit without a code: nothing changes
+            return JobState.RUNNING.value
+        code = verdict.exit_code
+        return state_after_exit(code, code == EXIT_TEMPFAIL, row.cancel_requested, row.pause_requested).value
     if verdict.kind is Kind.ABSENT:
         if row.cancel_requested:
-            return "cancelled"
+            return JobState.CANCELLED.value
         if row.pause_requested:
-            return "paused"
-        return "queued" if row.recovery_attempts < settings.recovery_budget else "failed"
+            return JobState.PAUSED.value
+        budget_left = row.recovery_attempts < settings.recovery_budget
+        return (JobState.QUEUED if budget_left else JobState.FAILED).value
     if verdict.kind is Kind.EVICT:
-        return "failed"
+        return JobState.FAILED.value
     if verdict.kind is Kind.DROP:
         return "dropped"
-    return "running"
+    return JobState.RUNNING.value

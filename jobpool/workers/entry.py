@@ -10,6 +10,7 @@ import logging
 
 from rq import get_current_job
 
+from ..contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_POOL, RQ_META_ATTEMPT
 from ..daemonid import same_daemon
 from ..errors import CorruptRow, JobpoolError
 from .attempt import Attempt
@@ -27,7 +28,7 @@ def run_job() -> str:
     if rq_job is None:
         raise RuntimeError("run_job must run as an RQ job")
     job_id = rq_job.id
-    attempt_no = int((rq_job.meta or {}).get("jobpool_attempt", 0))
+    attempt_no = int((rq_job.meta or {}).get(RQ_META_ATTEMPT, 0))
     attempt = Attempt(rt.pool, job_id, rt.boot_id, attempt_no)
     daemon = daemon_identity(rt)  # raises when unknown: never claim what could not be found again
     try:
@@ -45,8 +46,7 @@ def run_job() -> str:
         raise
     executor = make_executor(rt.pool.settings, rt.daemon_id, rt.api_version)
     try:
-        env = {"JOBPOOL_JOB_ID": job_id, "JOBPOOL_ATTEMPT": str(attempt_no),
-               "JOBPOOL_POOL": rt.pool.keys.pool}
+        env = {ENV_JOB_ID: job_id, ENV_ATTEMPT: str(attempt_no), ENV_POOL: rt.pool.keys.pool}
         launch = Launch(rt.pool.keys.pool, job_id, attempt_no, rt.boot_id, spec, env)
         launch_and_watch(rt, attempt, executor, lambda fence: executor.launch(launch, fence))
     finally:

@@ -28,7 +28,6 @@ log = logging.getLogger("jobpool.worker")
 
 #: Longest single wait on the job, so a drain request is noticed within this many seconds.
 WAIT_SLICE = 0.5
-EXIT_TEMPFAIL = 75
 #: How long a bounded write retry lasts before it gives up (an exit code is never given up: see `_finish`).
 FINISH_RETRY_SECS = 20.0
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")

@@ -1,4 +1,5 @@
-"""The verdict table of DESIGN.md section 5, row by row, as pure functions (no Redis, no Docker)."""
+"""The verdict table (docs/architecture.md, 'Evidence and verdicts'), row by row, as pure functions (no
+Redis, no Docker). What a verdict does to the row is checked against the scripts in test_exit_verdicts.py."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from jobpool.supervisor.verdicts import (
     ProbeKind,
     RowSnapshot,
     decide,
-    expected_state,
     probe_needed,
 )
 
@@ -127,21 +127,6 @@ def test_row_snapshot_from_row_fills_executor_and_daemon_from_the_boot_record() 
     assert (snap.executor, snap.daemon_id, snap.attempt, snap.lease_value) == ("subprocess", "D", 3, "b:3")
     assert RowSnapshot.from_row({**row, "identity": "{}"}, "docker").executor == "subprocess"
     assert RowSnapshot.from_row(row, "docker").executor == "docker"
-
-
-@pytest.mark.parametrize(("row", "probe", "state"), [
-    (claimed(), Absent(), "queued"),
-    (claimed(recovery_attempts=1), Absent(), "failed"),
-    (claimed(cancel_requested=True), Absent(), "cancelled"),
-    (claimed(pause_requested=True, recovery_attempts=1), Absent(), "paused"),
-    (claimed(cancel_requested=True), Present(running=False, exit_code=0), "succeeded"),
-    (claimed(pause_requested=True), Present(running=False, exit_code=1), "paused"),
-    (claimed(), Present(running=False, exit_code=1), "failed"),
-    (claimed(), Present(running=True), "running"),
-])
-def test_expected_state_mirrors_reconcile_apply(row: RowSnapshot, probe: Present | Absent,
-                                                state: str) -> None:
-    assert expected_state(row, decide(row, False, probe, None, NOW, S), S) == state
 
 
 # ---- reading the daemon's answer ----------------------------------------------------------------------

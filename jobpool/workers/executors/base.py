@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ...contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB, LABEL_POOL
 from ...spec import JobSpec
 
 #: Where a job finds its checkpoint directory inside a container.
@@ -56,10 +57,8 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
 
     def labels(self) -> dict[str, str]:
-        return {
-            "jobpool.pool": self.pool, "jobpool.job_id": self.job_id,
-            "jobpool.attempt": str(self.attempt), "jobpool.boot_id": self.boot_id,
-        }
+        return {LABEL_POOL: self.pool, LABEL_JOB: self.job_id, LABEL_ATTEMPT: str(self.attempt),
+                LABEL_BOOT: self.boot_id}
 
 
 class Handle(Protocol):

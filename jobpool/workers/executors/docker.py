@@ -15,6 +15,7 @@ import docker.errors
 import requests.exceptions
 
 from ... import daemonid
+from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from .base import CONTAINER_CHECKPOINT_DIR, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
 
 log = logging.getLogger(__name__)
@@ -108,11 +109,11 @@ class DockerExecutor:
     def _checkpoint_mount(launch: Launch) -> docker.types.Mount:
         """The job's checkpoint volume, created by the container create itself when it is not there yet."""
         return docker.types.Mount(CONTAINER_CHECKPOINT_DIR, checkpoint_volume(launch.pool, launch.job_id),
-                                  type="volume", labels={"jobpool.pool": launch.pool, "jobpool.job_id": launch.job_id})
+                                  type="volume", labels={LABEL_POOL: launch.pool, LABEL_JOB: launch.job_id})
 
     def _create_kwargs(self, launch: Launch) -> dict[str, Any]:
         spec = launch.spec
-        env = {**spec.env, **launch.env, "JOBPOOL_CHECKPOINT_DIR": CONTAINER_CHECKPOINT_DIR}
+        env = {**spec.env, **launch.env, ENV_CHECKPOINT_DIR: CONTAINER_CHECKPOINT_DIR}
         volumes: dict[str, dict[str, str]] = {}
         for m in spec.mounts:
             host, target, *mode = m.split(":")
@@ -190,14 +191,14 @@ class DockerExecutor:
                 container = self.client.containers.get(container_id)
             else:
                 found = self.client.containers.list(all=True, filters={"label": [
-                    f"jobpool.pool={pool}", f"jobpool.job_id={job_id}", f"jobpool.attempt={attempt}"]})
+                    f"{LABEL_POOL}={pool}", f"{LABEL_JOB}={job_id}", f"{LABEL_ATTEMPT}={attempt}"]})
                 if not found:
                     return None
                 container = found[0]
         except docker.errors.NotFound:
             return None
         labels = container.labels or {}
-        if labels.get("jobpool.job_id") != job_id or labels.get("jobpool.attempt") != str(attempt):
+        if labels.get(LABEL_JOB) != job_id or labels.get(LABEL_ATTEMPT) != str(attempt):
             return None
         return DockerHandle(self.client, container, self.daemon_id())
 

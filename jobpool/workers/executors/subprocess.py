@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...contract import ENV_CHECKPOINT_DIR
 from ...procid import identity_of
 from .base import Launch, LaunchError, no_fence
 
@@ -81,7 +82,7 @@ class SubprocessExecutor:
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{launch.job_id}-a{launch.attempt}.log"
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env, **launch.env,
-               "JOBPOOL_CHECKPOINT_DIR": str(ckpt)}
+               ENV_CHECKPOINT_DIR: str(ckpt)}
         fence()  # nothing to undo yet: a refusal (NotLaunched) goes straight through
         try:
             with open(log_path, "wb") as out:

@@ -1,0 +1,94 @@
+"""The cross-layer contract: every name and number that more than one side of jobpool must agree on.
+
+Workers write these (container labels, the environment of a job), the supervisor reads them back (it finds
+a container by its labels alone), the Lua scripts judge by them (the tempfail exit code, the slot ceiling,
+the state names), and jobs rely on them (docs/architecture.md, 'The container contract'). A name spelt two
+ways on two sides fails silently: a label renamed on the worker side makes every probe answer "absent", the
+one mistake that could hand a slot to a second writer. So each is defined here once and imported; the Lua
+scripts, which cannot import, get the values they use prepended as generated constants (`lua_constants`,
+loaded by jobpool/registry.py).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+# ---- container labels: how the supervisor finds a job's container without its worker ---------------------
+
+#: Every label jobpool sets starts with this; a job spec may not set one (jobpool/spec.py).
+LABEL_PREFIX = "jobpool."
+LABEL_POOL = LABEL_PREFIX + "pool"
+LABEL_JOB = LABEL_PREFIX + "job_id"
+LABEL_ATTEMPT = LABEL_PREFIX + "attempt"
+LABEL_BOOT = LABEL_PREFIX + "boot_id"
+
+# ---- the environment a job is started with -------------------------------------------------------------
+
+ENV_JOB_ID = "JOBPOOL_JOB_ID"
+ENV_ATTEMPT = "JOBPOOL_ATTEMPT"
+ENV_POOL = "JOBPOOL_POOL"
+#: A directory that survives the job's attempts (a volume per job for Docker), removed when the job ends.
+ENV_CHECKPOINT_DIR = "JOBPOOL_CHECKPOINT_DIR"
+
+# ---- exits, limits, states -----------------------------------------------------------------------------
+
+#: EX_TEMPFAIL (sysexits.h): the job's "interrupted at a unit-of-work boundary, resumable". Found by the
+#: supervisor it hands the job back to its place, no recovery budget spent (scripts/reconcile_apply.lua).
+EXIT_TEMPFAIL = 75
+#: The largest fleet-wide slot limit accepted anywhere (settings, the API, `jobpool slots`, set_slots.lua).
+MAX_SLOTS = 100_000
+#: About how many entries the pool's event stream keeps (XADD MAXLEN ~ in scripts/_lib.lua).
+EVENTS_MAXLEN = 100_000
+#: The key in an RQ job's meta that carries the attempt it dispatches (written by the scripts on promotion,
+#: read by the worker before it claims).
+RQ_META_ATTEMPT = "jobpool_attempt"
+
+
+class JobState(str, enum.Enum):
+    """A job's state as stored in its row's `state` field and named by its state index (jobpool/keys.py)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+# ---- what the Lua scripts get of this --------------------------------------------------------------------
+
+#: Lua name -> value, each prepended to every script as ``local NAME = value``.
+LUA_CONSTANTS: dict[str, int | str] = {
+    "EXIT_TEMPFAIL": EXIT_TEMPFAIL,
+    "MAX_SLOTS": MAX_SLOTS,
+    "EVENTS_MAXLEN": EVENTS_MAXLEN,
+    "RQ_META_ATTEMPT": RQ_META_ATTEMPT,
+}
+_LUA_STRING = re.compile(r"[A-Za-z0-9_.:-]*")
+
+
+def _lua_literal(value: int | str) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"no Lua literal for {value!r}")
+    if isinstance(value, int):
+        return str(value)
+    if not _LUA_STRING.fullmatch(value):  # nothing that would need escaping
+        raise ValueError(f"not a plain Lua string: {value!r}")
+    return f"'{value}'"
+
+
+def lua_constants() -> str:
+    """The Lua block of `LUA_CONSTANTS` that jobpool/registry.py puts before scripts/_lib.lua."""
+    lines = ["-- Generated from jobpool/contract.py (LUA_CONSTANTS) when the scripts are loaded."]
+    lines += [f"local {name} = {_lua_literal(value)}" for name, value in LUA_CONSTANTS.items()]
+    return "\n".join(lines) + "\n"

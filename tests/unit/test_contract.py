@@ -1,0 +1,91 @@
+"""The cross-layer contract (jobpool/contract.py) is defined once, and the Lua scripts see the same values.
+
+A label, exit code or limit copied by hand drifts: a label renamed on the worker side alone would make every
+probe say "absent". These checks read the sources for copies and run the scripts to see the generated
+constants in force, on fakeredis[lua] and on a real server.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from pool_helpers import Backend, enqueue, rq_hash
+
+import jobpool
+from jobpool import contract, errors
+from jobpool.contract import EXIT_TEMPFAIL, MAX_SLOTS, JobState
+from jobpool.keys import PoolKeys
+from jobpool.registry import SCRIPT_NAMES, script_text
+
+PACKAGE = Path(jobpool.__file__).parent
+SCRIPTS = resources.files("jobpool") / "scripts"
+LIB = (SCRIPTS / "_lib.lua").read_text()
+
+#: Spellings that must appear in jobpool/ only where contract.py defines them.
+LITERALS = {
+    "a container label": re.compile(r"""["']jobpool\.(pool|job_id|attempt|boot_id)\b"""),
+    "a job environment name": re.compile(r"JOBPOOL_(JOB_ID|ATTEMPT|CHECKPOINT_DIR)\b"),
+    "the tempfail exit code": re.compile(rf"(?<![\w.]){EXIT_TEMPFAIL}(?![\w.])"),
+    "the RQ meta attempt key": re.compile(contract.RQ_META_ATTEMPT),
+}
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".lua") and p.name != "contract.py")
+
+
+@pytest.mark.parametrize("what", LITERALS)
+def test_jobpool_spells_the_contract_only_in_contract_py(what: str) -> None:
+    found = [f"{p.relative_to(PACKAGE)}:{n}: {line.strip()}"
+             for p in _sources() for n, line in enumerate(p.read_text().splitlines(), 1)
+             if LITERALS[what].search(line)]
+    assert not found, f"{what} copied outside jobpool/contract.py:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("name", contract.LUA_CONSTANTS)
+def test_scripts_never_write_a_generated_value(name: str) -> None:
+    value = str(contract.LUA_CONSTANTS[name])
+    for script in ("_lib", *SCRIPT_NAMES):
+        text = (SCRIPTS / f"{script}.lua").read_text()
+        assert not re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", text), \
+            f"{script}.lua writes {value} instead of {name}"
+
+
+def test_every_script_is_loaded_with_the_constants_first() -> None:
+    block = contract.lua_constants()
+    for name in SCRIPT_NAMES:
+        assert script_text(name).startswith(block + LIB)
+
+
+def test_the_generated_block_holds_the_contract_values(backend: Backend) -> None:
+    names = list(contract.LUA_CONSTANTS)
+    got = backend.client.eval(contract.lua_constants() + f"return {{{', '.join(names)}}}", 0)
+    assert got == [str(v) if isinstance(v, str) else v for v in contract.LUA_CONSTANTS.values()]
+
+
+def test_lua_slot_ceiling_is_the_contract_one(backend: Backend) -> None:
+    pool = backend.pool()
+    pool.run("set_slots", pool.candidates(0), [MAX_SLOTS, "test"])
+    assert int(pool.client.hget(pool.keys.config, "max_concurrent_jobs")) == MAX_SLOTS
+    with pytest.raises(errors.InvalidArgument):
+        pool.run("set_slots", pool.candidates(0), [MAX_SLOTS + 1, "test"])
+
+
+def test_promotion_writes_the_attempt_under_the_contract_meta_key(backend: Backend) -> None:
+    pool = backend.pool()
+    job = enqueue(pool)
+    meta = rq_hash(backend, pool, job.id)[b"meta"].decode()
+    assert meta == f'{{"{contract.RQ_META_ATTEMPT}":1}}'
+
+
+def test_state_names_agree_across_layers() -> None:
+    """Lua writes states through STATE_INDEX (set_state in _lib.lua); keys.py names an index for each."""
+    table = re.search(r"STATE_INDEX = \{([^}]*)\}", LIB)
+    assert table
+    assert set(re.findall(r"(\w+) = \d+", table.group(1))) == {s.value for s in JobState}
+    keys = PoolKeys("p")
+    assert len({keys.state_index(s.value) for s in JobState}) == len(JobState)
+    assert jobpool.JobState is JobState and jobpool.models.JobState is JobState

@@ -1,0 +1,137 @@
+"""The Python exit -> state rules against the Lua scripts that apply them, by running the scripts.
+
+A dry run of the sweep shows `expected_state` (jobpool/supervisor/verdicts.py); what happens is decided by
+reconcile_apply.lua for the supervisor and finish.lua for a worker (both through `verdict_for_exit` in
+_lib.lua). Each case here sets up a real row with the real scripts (claim, pause, cancel, resume), asks the
+Python rules what will happen, applies the verdict or the finish as jobpool does (`Applier.apply`,
+`Attempt.finish`), and compares with the state the script left, on fakeredis[lua] and on a real server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from pool_helpers import Backend, claim, enqueue, row, state_of
+
+from jobpool.api import Pool
+from jobpool.contract import EXIT_TEMPFAIL
+from jobpool.supervisor.apply import Applier
+from jobpool.supervisor.probes import Absent, Present, Probe
+from jobpool.supervisor.verdicts import (
+    DispatchFacts,
+    Kind,
+    RowSnapshot,
+    decide,
+    expected_state,
+    state_after_exit,
+)
+from jobpool.workers.attempt import Attempt
+
+CODES = [0, EXIT_TEMPFAIL, 1, 143]
+
+
+def _pause_withdrawn(pool: Pool, job_id: str) -> None:
+    pool.pause(job_id)
+    pool.resume(job_id)
+
+
+#: What a user asked of the running job before it ended, each through its own script.
+INTENTS: dict[str, Callable[[Pool, str], object]] = {
+    "none": lambda pool, job_id: None,
+    "cancel": lambda pool, job_id: pool.cancel(job_id),
+    "pause": lambda pool, job_id: pool.pause(job_id),
+    "pause withdrawn": _pause_withdrawn,
+    "pause and cancel": lambda pool, job_id: (pool.pause(job_id), pool.cancel(job_id)),
+}
+
+
+def running(backend: Backend, intent: str, budget: int = 1) -> tuple[Pool, str, Attempt]:
+    """A claimed, launched job with `intent` applied, and the queue's promotion paused so that whatever the
+    job ends as stays visible (a handed-back job is not promoted again)."""
+    pool = backend.pool(max_concurrent_jobs=1, recovery_budget=budget)
+    job = enqueue(pool)
+    att = claim(pool, job.id)
+    att.set_container("c-1", "daemon-1")
+    INTENTS[intent](pool, job.id)
+    pool.pause(None)
+    assert state_of(pool, job.id) == "running"
+    return pool, job.id, att
+
+
+def supervise(pool: Pool, job_id: str, probe: Probe) -> tuple[str, str]:
+    """The worker is gone: (what the dry run predicts, the state reconcile_apply.lua leaves)."""
+    pool.client.delete(pool.keys.lease(job_id))
+    snap = RowSnapshot.from_row(row(pool, job_id))
+    verdict = decide(snap, False, probe, None, pool.client.time()[0] * 1000, pool.settings)
+    predicted = expected_state(snap, verdict, pool.settings)
+    # A probe without a container id needs no Docker: nothing to remove, so no prober is asked.
+    Applier(pool, None, None, "test-supervisor").apply(snap, verdict, probe, set())  # type: ignore[arg-type]
+    return predicted, row(pool, job_id)["state"]
+
+
+# ---- the supervisor: reconcile_apply.lua -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("intent", INTENTS)
+@pytest.mark.parametrize("code", CODES)
+def test_container_exited(backend: Backend, code: int, intent: str) -> None:
+    pool, job_id, _ = running(backend, intent)
+    predicted, got = supervise(pool, job_id, Present(running=False, exit_code=code))
+    assert predicted == got == state_of(pool, job_id)
+
+
+@pytest.mark.parametrize("intent", INTENTS)
+@pytest.mark.parametrize("budget", [0, 1])
+def test_container_absent(backend: Backend, budget: int, intent: str) -> None:
+    pool, job_id, _ = running(backend, intent, budget)
+    predicted, got = supervise(pool, job_id, Absent())
+    assert predicted == got == state_of(pool, job_id)
+
+
+@pytest.mark.parametrize("stored", ["-1", "junk", "1.5", "0"])
+def test_absent_with_an_unreadable_recovery_count_and_no_budget(backend: Backend, stored: str) -> None:
+    """A count edited by hand reads as the scripts read it (0), so the dry run says what will happen."""
+    pool, job_id, _ = running(backend, "none", budget=0)
+    pool.client.hset(pool.keys.job(job_id), "recovery_attempts", stored)
+    predicted, got = supervise(pool, job_id, Absent())
+    assert (predicted, got) == ("failed", "failed")
+
+
+def test_an_exit_without_a_code_changes_nothing(backend: Backend) -> None:
+    pool, job_id, _ = running(backend, "none")
+    assert supervise(pool, job_id, Present(running=False)) == ("running", "running")
+
+
+def test_container_running_keeps_the_row(backend: Backend) -> None:
+    pool, job_id, _ = running(backend, "none")
+    pool.client.delete(pool.keys.lease(job_id))
+    snap = RowSnapshot.from_row(row(pool, job_id))
+    verdict = decide(snap, False, Present(running=True), None, 0, pool.settings)
+    assert verdict.kind is Kind.ADOPT and expected_state(snap, verdict, pool.settings) == "running"
+
+
+def test_a_lost_dispatch_is_redispatched_and_stays_running(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1, claim_grace_secs=0.1)
+    job = enqueue(pool)
+    snap = RowSnapshot.from_row(row(pool, job.id))
+    now = (snap.promoted_at or 0) + 1000
+    verdict = decide(snap, False, None, DispatchFacts(), now, pool.settings)
+    assert verdict.kind is Kind.REDISPATCH
+    Applier(pool, None, None, "test-supervisor").apply(snap, verdict, None, set())  # type: ignore[arg-type]
+    assert expected_state(snap, verdict, pool.settings) == state_of(pool, job.id) == "running"
+    assert pool.get(job.id).attempt == snap.attempt + 1
+
+
+# ---- the worker: finish.lua ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("intent", INTENTS)
+@pytest.mark.parametrize("stop_asked", [False, True], ids=["exit", "interrupted"])
+@pytest.mark.parametrize("code", CODES)
+def test_worker_finish(backend: Backend, code: int, stop_asked: bool, intent: str) -> None:
+    pool, job_id, att = running(backend, intent)
+    snap = RowSnapshot.from_row(row(pool, job_id))
+    predicted = state_after_exit(code, stop_asked, snap.cancel_requested, snap.pause_requested)
+    reply = att.finish("interrupted" if stop_asked else "exit", code)
+    assert predicted.value == reply == state_of(pool, job_id)
