@@ -18,10 +18,10 @@ import re
 
 #: Every label jobpool sets starts with this; a job spec may not set one (jobpool/spec.py).
 LABEL_PREFIX = "jobpool."
-LABEL_POOL = LABEL_PREFIX + "pool"
-LABEL_JOB = LABEL_PREFIX + "job_id"
-LABEL_ATTEMPT = LABEL_PREFIX + "attempt"
-LABEL_BOOT = LABEL_PREFIX + "boot_id"
+LABEL_POOL = "jobpool.pool"
+LABEL_JOB = "jobpool.job_id"
+LABEL_ATTEMPT = "jobpool.attempt"
+LABEL_BOOT = "jobpool.boot_id"
 
 # ---- the environment a job is started with -------------------------------------------------------------
 

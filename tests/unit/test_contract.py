@@ -19,6 +19,7 @@ from jobpool import contract, errors
 from jobpool.contract import EXIT_TEMPFAIL, MAX_SLOTS, JobState
 from jobpool.keys import PoolKeys
 from jobpool.registry import SCRIPT_NAMES, script_text
+from jobpool.spec import build_spec
 
 PACKAGE = Path(jobpool.__file__).parent
 SCRIPTS = resources.files("jobpool") / "scripts"
@@ -43,6 +44,13 @@ def test_jobpool_spells_the_contract_only_in_contract_py(what: str) -> None:
              for p in _sources() for n, line in enumerate(p.read_text().splitlines(), 1)
              if LITERALS[what].search(line)]
     assert not found, f"{what} copied outside jobpool/contract.py:\n" + "\n".join(found)
+
+
+def test_labels_are_all_reserved_from_job_specs() -> None:
+    labels = [contract.LABEL_POOL, contract.LABEL_JOB, contract.LABEL_ATTEMPT, contract.LABEL_BOOT]
+    assert all(label.startswith(contract.LABEL_PREFIX) for label in labels)
+    with pytest.raises(errors.InvalidSpec):
+        build_spec({"image": "busybox", "command": ["true"], "labels": {contract.LABEL_JOB: "x"}})
 
 
 @pytest.mark.parametrize("name", contract.LUA_CONSTANTS)
