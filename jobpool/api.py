@@ -19,6 +19,7 @@ import redis
 from . import errors
 from . import events as event_stream
 from .config import Settings
+from .contract import MAX_SLOTS
 from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
 from .registry import Scripts, call_redis
@@ -114,8 +115,10 @@ class Pool:
             raise errors.InvalidArgument(f"{name} must be a whole number from 1 to {high}, got {value!r}")
         return value
 
-    def _after_release(self, why: str) -> None:
-        """A script freed slots but its candidates ran out or went stale: finish the promotion."""
+    def after_release(self, reply: Sequence[Any]) -> None:
+        """After a script that may free a slot (its reply is {0, result, promoted, why_stopped, ...}, see
+        scripts/_lib.lua): when its candidates ran out or went stale, finish the promotion."""
+        why = reply[3]
         if why in ("stale", "batch"):
             self.promote()
 
@@ -138,12 +141,12 @@ class Pool:
         job_id = uuid.uuid4().hex
         reply = self.run(
             "enqueue", [self.keys.job(job_id), self.keys.rq_job(job_id)],
-            [job_id, job_spec.to_json(), ck, self.actor, self.settings.max_concurrent_jobs,
+            [job_id, job_spec.to_json(), ck, self.actor,
              *rq_hash_args(self._rq_flat, job_id, job_spec.image)],
         )
-        if reply[2] == 1:
+        if reply[4] == 1:
             return self.get(reply[1], coalesced=True)
-        self._after_release(reply[3])
+        self.after_release(reply)
         state, seq, created_at, attempt, promoted_at = reply[5:10]
         # Built from what the script set and the spec in hand: reading the row back would cost a third of
         # an enqueue (the spec re-parsed and re-validated).
@@ -333,8 +336,7 @@ class Pool:
         self._check_text("reason", reason)
         reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
                                     *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, self.actor])
-        if reply[1] == "cancelled":
-            self.promote()
+        self.after_release(reply)
         return self.get(job_id)
 
     def pause(self, job_id: str | None = None, reason: str = "") -> Job | None:
@@ -348,28 +350,27 @@ class Pool:
         self._check_id(job_id)
         reply = self.run("pause_job", [self.keys.job(job_id), self.keys.lease(job_id),
                                        *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, self.actor])
-        if reply[1] == "paused":
-            self.promote()
+        self.after_release(reply)
         return self.get(job_id)
 
     def resume(self, job_id: str | None = None) -> Job | None:
         """Resume one paused job (it keeps its place in the queue), or the whole queue's promotion."""
         if job_id is None:
             reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [self.actor])
-            self._after_release(reply[3])
+            self.after_release(reply)
             return None
         self._check_id(job_id)
         reply = self.run("resume_job", [self.keys.job(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
                          [job_id, self.actor])
-        self._after_release(reply[3])
+        self.after_release(reply)
         return self.get(job_id)
 
     def set_slots(self, n: int) -> int:
         """Set the fleet-wide limit; returns the old one. Lowering it stops nothing that runs."""
-        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= 100_000:
-            raise errors.InvalidArgument(f"slots must be a whole number from 0 to 100000, got {n!r}")
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SLOTS:
+            raise errors.InvalidArgument(f"slots must be a whole number from 0 to {MAX_SLOTS}, got {n!r}")
         reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, self.actor])
-        self._after_release(reply[3])
+        self.after_release(reply)
         return int(reply[1])
 
     def evict(self, job_id: str, attempt: int, reason: str = "evicted", evidence: str = "",
@@ -383,8 +384,8 @@ class Pool:
             raise errors.InvalidArgument(f"attempt must be a whole number, got {attempt!r}")
         for name, text in (("reason", reason), ("evidence", evidence), ("actor", actor)):
             self._check_text(name, text)
-        self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
-                           *self.candidates(CANDIDATES_ON_RELEASE)],
-                 [job_id, attempt, reason, evidence, actor])
-        self.promote()
+        reply = self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
+                                   *self.candidates(CANDIDATES_ON_RELEASE)],
+                         [job_id, attempt, reason, evidence, actor])
+        self.after_release(reply)
         return self.get(job_id)

@@ -18,8 +18,8 @@ from .registry import call_redis
 if TYPE_CHECKING:
     from .api import Pool
 
-#: Bounds of what a caller may ask for in one read: generous (the stream keeps about 100000 entries), but
-#: finite, so a huge number is a clear InvalidArgument and never a Redis overflow.
+#: Bounds of what a caller may ask for in one read: generous (the stream keeps about EVENTS_MAXLEN entries,
+#: contract.py), but finite, so a huge number is a clear InvalidArgument and never a Redis overflow.
 MAX_EVENTS = 10_000_000
 #: Entries per round trip when paging back through the stream or following it.
 PAGE = 1000

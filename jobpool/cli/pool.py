@@ -7,12 +7,13 @@ from typing import Any
 
 import click
 
+from ..contract import EVENTS_MAXLEN, MAX_SLOTS
 from .app import CliState, load, pool_command
 from .format import decisions_table, event_json, event_line, status_report
 
 
 @click.command(context_settings={"ignore_unknown_options": True})  # so `slots -1` reaches the range check
-@click.argument("n", type=click.IntRange(0, 100_000), required=False)
+@click.argument("n", type=click.IntRange(0, MAX_SLOTS), required=False)
 @pool_command
 def slots(state: CliState, n: int | None) -> None:
     """Show the fleet-wide limit (used/max), or set it to N. Lowering it stops nothing that runs."""
@@ -44,7 +45,7 @@ def _print_event(state: CliState, entry: dict[str, str]) -> None:
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing new events until Ctrl-C (JSON lines with --json).")
 @click.option("--job", "job_id", metavar="JOB", help="Only this job's events.")
-@click.option("--count", type=click.IntRange(0, 100_000), default=20, show_default=True,
+@click.option("--count", type=click.IntRange(0, EVENTS_MAXLEN), default=20, show_default=True,
               help="How many of the newest events to show first.")
 @pool_command
 def events(state: CliState, follow: bool, job_id: str | None, count: int) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ..contract import MAX_SLOTS
 from .app import CliState, load, pool_command
 
 
@@ -48,7 +49,7 @@ def supervisor(state: CliState, once: bool) -> None:
 @click.command()
 @click.option("--workers", type=click.IntRange(1, 256), default=2, show_default=True,
               help="Worker processes.")
-@click.option("--slots", type=click.IntRange(0, 100_000), default=None,
+@click.option("--slots", type=click.IntRange(0, MAX_SLOTS), default=None,
               help="Fleet-wide limit [default: workers].")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Where Redis data and the state file live [default: JOBPOOL_STATE_DIR or ./.jobpool].")

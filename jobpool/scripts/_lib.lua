@@ -19,6 +19,9 @@ Scripts that may free a slot take "promotion candidates" last: pairs of (job:<id
 ids at the head of `queued`, read by the caller just before the call. A candidate is promoted only while
 it is still the head, so a stale read can delay a promotion (the caller retries) but never reorder one.
 Why candidates and not ids: every key a script touches must arrive in KEYS.
+Every script that may free a slot or promote replies in one shape: {0, result, promoted, why_stopped, ...}.
+why_stopped is promote_candidates' (paused | full | empty | stale | batch), or 'none' when no slot was
+freed; on 'stale' or 'batch' the caller promotes again (Pool.after_release).
 
 Every script also gets one last ARGV, appended by jobpool/registry.py after the script's own (so a script
 reading "the rest of ARGV" stops at NARGV): the slot limit of a pool with none stored yet

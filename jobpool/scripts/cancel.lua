@@ -3,7 +3,8 @@ KEYS[1..13]  common keys (see _lib.lua)
 KEYS[14]     job:<id>      KEYS[15] lease:<id>
 KEYS[16..]   promotion candidates
 ARGV[1] id   ARGV[2] reason   ARGV[3] actor
-Returns {0, state after (cancelled | running), owner boot, attempt, promoted}; -1; -2 when finished.
+Returns {0, state after (cancelled | running), promoted, why_stopped, owner boot, attempt}; -1; -2 when
+        finished.
 A queued, paused, or promoted-but-unclaimed job is cancelled at once; a claimed running job
 gets a persisted cancel request: its watcher stops the container, or, when its owner is gone, the
 caller stops it by container label and crash recovery honours the request.
@@ -18,14 +19,14 @@ if state == 'queued' or state == 'paused' then
   set_state(jkey, id, state, 'cancelled', now)
   redis.call('HSET', jkey, 'finished_at', now, 'error_reason', 'cancelled')
   event(id, state, 'cancelled', 'cancel', reason, actor, now)
-  return {0, 'cancelled', '', row[3], 0}
+  return {0, 'cancelled', 0, 'none', '', row[3]}
 elseif state == 'running' and row[2] == '' then
   end_running(jkey, lkey, id, 'cancelled', 'cancel', reason, actor, now)
-  local promoted = promote_candidates(16, actor, now)
-  return {0, 'cancelled', '', row[3], promoted}
+  local promoted, why = promote_candidates(16, actor, now)
+  return {0, 'cancelled', promoted, why, '', row[3]}
 elseif state == 'running' then
   redis.call('HSET', jkey, 'cancel_requested', '1')
   event(id, 'running', 'running', 'cancel_requested', reason, actor, now)
-  return {0, 'running', row[2], row[3], 0}
+  return {0, 'running', 0, 'none', row[2], row[3]}
 end
 return {E_INVALID_STATE, state}

@@ -3,7 +3,7 @@ KEYS[1..13]  common keys (see _lib.lua)
 KEYS[14]     job:<id>      KEYS[15] lease:<id>
 KEYS[16..]   promotion candidates
 ARGV[1] id   ARGV[2] expected attempt   ARGV[3] reason   ARGV[4] evidence   ARGV[5] actor
-Returns {0, 'failed', promoted}; -1; -2 not running; -4 the attempt changed.
+Returns {0, 'failed', promoted, why_stopped}; -1; -2 not running; -4 the attempt changed.
 An operator frees the slot of a running job (after its container was stopped by label).
 Compare-and-set on the attempt the operator looked at; the old owner's next fenced write is refused.
 ]]
@@ -15,5 +15,5 @@ if row[1] ~= 'running' then return {E_INVALID_STATE, row[1]} end
 if row[2] ~= attempt then return {E_CONFLICT, row[2]} end
 local now = now_ms()
 end_running(jkey, lkey, id, 'failed', reason, evidence, actor, now)
-local promoted = promote_candidates(16, actor, now)
-return {0, 'failed', promoted}
+local promoted, why = promote_candidates(16, actor, now)
+return {0, 'failed', promoted, why}

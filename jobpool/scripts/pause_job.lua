@@ -3,7 +3,7 @@ KEYS[1..13]  common keys (see _lib.lua)
 KEYS[14]     job:<id>      KEYS[15] lease:<id>
 KEYS[16..]   promotion candidates
 ARGV[1] id   ARGV[2] reason   ARGV[3] actor
-Returns {0, state after (paused | running), promoted}; -1; -2 when paused or finished already.
+Returns {0, state after (paused | running), promoted, why_stopped}; -1; -2 when paused or finished already.
 A user's pause. A queued job (or a promoted one no worker has claimed yet) is paused at
 once and keeps its place; a claimed running job gets a persisted pause request that its watcher acts on
 (and that crash recovery honours), so the request survives the worker dying first.
@@ -18,15 +18,15 @@ if state == 'queued' then
   set_state(jkey, id, 'queued', 'paused', tonumber(row[3]))
   redis.call('HSET', jkey, 'paused_at', now, 'pause_reason', reason)
   event(id, 'queued', 'paused', 'pause', reason, actor, now)
-  return {0, 'paused', 0}
+  return {0, 'paused', 0, 'none'}
 elseif state == 'running' and row[2] == '' then
   redis.call('HSET', jkey, 'pause_reason', reason)
   end_running(jkey, lkey, id, 'paused', 'pause', reason, actor, now)
-  local promoted = promote_candidates(16, actor, now)
-  return {0, 'paused', promoted}
+  local promoted, why = promote_candidates(16, actor, now)
+  return {0, 'paused', promoted, why}
 elseif state == 'running' then
   redis.call('HSET', jkey, 'pause_requested', '1', 'pause_reason', reason)
   event(id, 'running', 'running', 'pause_requested', reason, actor, now)
-  return {0, 'running', 0}
+  return {0, 'running', 0, 'none'}
 end
 return {E_INVALID_STATE, state}

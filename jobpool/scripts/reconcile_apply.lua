@@ -5,7 +5,7 @@ KEYS[17..]   promotion candidates
 ARGV[1] id   ARGV[2] expected attempt   ARGV[3] expected owner ('' = unclaimed)
 ARGV[4] expected container id   ARGV[5] verdict   ARGV[6] reason   ARGV[7] exit code
 ARGV[8] recovery budget   ARGV[9] evidence   ARGV[10] actor
-Returns {0, state after, promoted}; -1; -4 the row or its lease changed; -6 unknown verdict.
+Returns {0, state after, promoted, why_stopped}; -1; -4 the row or its lease changed; -6 unknown verdict.
 Apply a supervisor verdict, only if the row is exactly as it was when the evidence
 was taken (state running, same attempt, same owner, same container) and the owner's lease is still gone:
 judged by its value, as the sweep judged it, so a lease key holding anything but '<owner>:<attempt>' is gone.
@@ -57,9 +57,9 @@ elseif verdict == 'redispatch' and owner == '' then
   redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
   redis.call('RPUSH', KEYS[K_RQ_QUEUE], id)
   event(id, 'running', 'running', 'redispatched', evidence, actor, now)
-  return {0, 'running', 0}
+  return {0, 'running', 0, 'none'}
 else
   return {E_BAD_ARG, verdict}
 end
-local promoted = promote_candidates(17, actor, now)
-return {0, to, promoted}
+local promoted, why = promote_candidates(17, actor, now)
+return {0, to, promoted, why}

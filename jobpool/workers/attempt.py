@@ -93,5 +93,5 @@ class Attempt:
             [self.job_id, self.boot_id, self.attempt, kind, "" if exit_code is None else exit_code, reason,
              tail],
         )
-        self.pool._after_release(reply[3])
+        self.pool.after_release(reply)
         return str(reply[1])

@@ -10,10 +10,10 @@ import json
 from typing import Any
 
 import pytest
+from attempts import claim
 from pool_helpers import (
     Backend,
     assert_event,
-    claim,
     enqueue,
     events_of,
     index_of,
@@ -408,7 +408,7 @@ def test_reconcile_redispatch_pushes_a_new_attempt_and_keeps_the_slot(backend: B
     job = enqueue(pool)
     nxt = enqueue(pool)
     backend.client.delete(pool.keys.rq_queue)  # RQ lost the delivery
-    assert reconcile(pool, job.id, "redispatch") == [0, "running", 0]
+    assert reconcile(pool, job.id, "redispatch") == [0, "running", 0, "none"]
     got = pool.get(job.id)
     assert got.state is JobState.RUNNING and got.attempt == 2 and running_ids(pool) == {job.id}
     assert state_of(pool, nxt.id) == "queued" and rq_list(pool) == [job.id]

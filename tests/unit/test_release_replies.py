@@ -1,0 +1,41 @@
+"""Every script that may free a slot replies in one shape, {0, result, promoted, why_stopped, ...}
+(scripts/_lib.lua), so a caller knows whether to promote again instead of promoting blindly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pool_helpers import Backend, claim, enqueue, orphan, reconcile
+
+from jobpool.api import CANDIDATES_ON_RELEASE, Pool
+
+WHY = {"paused", "full", "empty", "stale", "batch", "none"}
+
+
+def _release(pool: Pool, script: str, job_id: str, *args: Any) -> list[Any]:
+    keys = [pool.keys.job(job_id), pool.keys.lease(job_id), *pool.candidates(CANDIDATES_ON_RELEASE)]
+    return pool.run(script, keys, [job_id, *args])
+
+
+CASES: dict[str, Callable[[Backend, Pool, str], list[Any]]] = {
+    "cancel": lambda b, p, j: _release(p, "cancel", j, "r", "t"),
+    "pause_job": lambda b, p, j: _release(p, "pause_job", j, "r", "t"),
+    "evict": lambda b, p, j: (claim(p, j), _release(p, "evict", j, 1, "r", "e", "t"))[1],
+    "reconcile_apply": lambda b, p, j: (orphan(b, p, j), reconcile(p, j, "absent"))[1],
+    "finish": lambda b, p, j: (att := claim(p, j)).pool.run(
+        "finish", [*att._keys(), *p.candidates(CANDIDATES_ON_RELEASE)],
+        [j, att.boot_id, 1, "exit", 0, "", ""]),
+}
+
+
+@pytest.mark.parametrize("script", list(CASES))
+def test_a_release_reply_says_how_promotion_stopped(backend: Backend, script: str) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool, "first")
+    nxt = enqueue(pool, "second")
+    reply = CASES[script](backend, pool, job.id)
+    assert reply[0] == 0 and isinstance(reply[2], int) and reply[3] in WHY, reply
+    if reply[1] != "running":  # the slot was freed: the job behind took it in the same step
+        assert (reply[2], pool.get(nxt.id).state.value) == (1, "running"), reply
