@@ -1,5 +1,6 @@
 """What the unit tests share: Redis backends (fakeredis[lua] or a real server, each seen through a text and a
-bytes client), a keyspace dump to prove "nothing was written", and short helpers over `Pool` and `Attempt`.
+bytes client) and short helpers over `Pool` and `Attempt`. The keyspace snapshot (tests/snapshot.py) and the
+claim helper (tests/attempts.py) are shared with the integration tests.
 
 Kept out of conftest.py so test modules can import these by name.
 """
@@ -10,52 +11,13 @@ from typing import Any
 
 import fakeredis
 import redis
+from attempts import claim
+from snapshot import Snapshot, keyspace
 
 from jobpool.api import Pool
 from jobpool.config import Settings
 from jobpool.models import Job, JobState
 from jobpool.workers.attempt import Attempt
-
-Snapshot = dict[bytes, tuple[bytes, Any, bool]]
-
-
-#: Test-only Lua (scripts in jobpool/ may never do this): the whole keyspace in one round trip.
-_DUMP_LUA = """
-local out = {}
-for _, key in ipairs(redis.call('KEYS', '*')) do
-  local kind = redis.call('TYPE', key)['ok']
-  local value
-  if kind == 'hash' then value = redis.call('HGETALL', key)
-  elseif kind == 'zset' then value = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  elseif kind == 'list' then value = redis.call('LRANGE', key, 0, -1)
-  elseif kind == 'set' then value = redis.call('SMEMBERS', key)
-  elseif kind == 'stream' then value = redis.call('XRANGE', key, '-', '+')
-  elseif kind == 'string' then value = {redis.call('GET', key)}
-  else value = {} end
-  out[#out + 1] = {key, kind, value, redis.call('PTTL', key) > 0 and 1 or 0}
-end
-return out
-"""
-
-
-def _freeze(value: Any) -> Any:
-    return tuple(_freeze(v) for v in value) if isinstance(value, list) else value
-
-
-def keyspace(raw: redis.Redis) -> Snapshot:
-    """Every key with its type, full value and whether it has a TTL: equal snapshots mean nothing was written.
-
-    Read in one script through a bytes client, so an RQ hash (zlib data) compares byte for byte and the
-    snapshot is one round trip (the state machine takes hundreds).
-    """
-    out: Snapshot = {}
-    for key, kind, value, has_ttl in raw.eval(_DUMP_LUA, 0):
-        if kind in (b"hash", b"zset"):  # field order is not part of the value
-            value = sorted(zip(value[::2], value[1::2], strict=True))
-        elif kind == b"set":
-            value = sorted(value)
-        out[key] = (kind, _freeze(value), bool(has_ttl))
-    return dict(sorted(out.items()))
 
 
 class Backend:
@@ -81,13 +43,6 @@ def fake_backend() -> Backend:
 
 def enqueue(pool: Pool, *command: str, **kw: Any) -> Job:
     return pool.enqueue(image="busybox", command=list(command) or ["true"], **kw)
-
-
-def claim(pool: Pool, job_id: str, boot: str = "boot-a") -> Attempt:
-    """Claim the current attempt of a promoted job as `boot`."""
-    attempt = Attempt(pool, job_id, boot, pool.get(job_id).attempt)
-    attempt.claim()
-    return attempt
 
 
 def row(pool: Pool, job_id: str) -> dict[str, str]:

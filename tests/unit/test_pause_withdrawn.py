@@ -8,10 +8,10 @@ job back to its place (no recovery budget spent) with a reason that says so, and
 from __future__ import annotations
 
 import pytest
+from attempts import claim
 from pool_helpers import (
     Backend,
     assert_event,
-    claim,
     enqueue,
     last_event,
     lease,

@@ -15,10 +15,10 @@ from importlib import resources
 from typing import Any
 
 import pytest
+from attempts import claim
 from pool_helpers import (
     Backend,
     assert_event,
-    claim,
     enqueue,
     events_of,
     index_of,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from attempts import claim
 from pool_helpers import (
     Backend,
-    claim,
     enqueue,
     rq_list,
 )

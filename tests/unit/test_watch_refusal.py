@@ -12,7 +12,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from pool_helpers import Backend, claim, enqueue
+from attempts import claim
+from pool_helpers import Backend, enqueue
 
 from jobpool import errors
 from jobpool.workers.attempt import Attempt, Requests
