@@ -1,6 +1,6 @@
 """Shared fixtures: a real redis-server and a real dockerd, private to this test run.
 
-Integration tests need the real servers (see DESIGN.md section 7). On a developer's machine without them the
+Integration tests need the real servers, never stand-ins. On a developer's machine without them the
 tests that need them are skipped with the reason; under CI (env CI set) a missing or broken server fails
 loudly instead, because a green run that skipped the integration layer proves nothing.
 """
@@ -8,7 +8,6 @@ loudly instead, because a green run that skipped the integration layer proves no
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import socket
 from collections.abc import Callable, Iterator
@@ -16,9 +15,10 @@ from collections.abc import Callable, Iterator
 import docker.transport.unixconn
 import pytest
 import redis
+from constants import IN_CI
+from hypothesis import settings
 from servers import DockerDaemon, RedisServer, redis_server_binary
 
-IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 REDIS_FIXTURES = {"redis_server", "redis_url", "redis_server_factory"}
 
 
@@ -37,6 +37,15 @@ def _connect_closing_on_error(self: docker.transport.unixconn.UnixHTTPConnection
 # Under filterwarnings=error the ResourceWarning fails whichever test the garbage collector happens to run
 # in, and "daemon unreachable" is a case we test on purpose, so the test process carries that PR's fix.
 docker.transport.unixconn.UnixHTTPConnection.connect = _connect_closing_on_error  # type: ignore[method-assign]
+
+
+# The hypothesis state machine (tests/unit/test_state_machine.py, the only hypothesis test) takes its length
+# from the profile: a quick pass on a developer's machine (about 1,000 steps per backend, seconds); under CI
+# 100 examples of up to 60 steps, about 5,800 steps per backend, above MACHINE_STEPS_CI (tests/constants.py).
+# The CI profile extends hypothesis' own (derandomized, so a CI run is reproducible; no example database).
+settings.register_profile("dev", max_examples=40, stateful_step_count=30)
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=100, stateful_step_count=60)
+settings.load_profile("ci" if IN_CI else "dev")
 
 
 def _unavailable(reason: str) -> None:

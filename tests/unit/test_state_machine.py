@@ -1,5 +1,5 @@
-"""A hypothesis state machine over the whole API on fakeredis[lua], checking the registry's invariants after
-every step (DESIGN.md sections 1 and 3):
+"""A hypothesis state machine over the whole API, on fakeredis[lua] and on a real redis-server, checking the
+registry's invariants after every step:
 
 - promotion never overshoots: running <= max, or, after the limit was lowered, running never grows;
 - no idle slot while work waits: with promotion unpaused and a slot free, nothing is queued;
@@ -10,6 +10,9 @@ every step (DESIGN.md sections 1 and 3):
 - RQ's list holds running jobs only, each once (a late delivery can never run a job that is not running);
 - the events stream, replayed, gives exactly the running set;
 - a refused fenced write (wrong boot, old attempt) or a refused transition changes nothing at all.
+
+Its length comes from the hypothesis profile tests/conftest.py loads: a quick pass locally, and under CI at
+least `MACHINE_STEPS_CI` steps per backend, which the test checks it ran.
 """
 
 from __future__ import annotations
@@ -17,9 +20,17 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis.strategies as st
+from constants import IN_CI, MACHINE_STEPS_CI
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from pool_helpers import fake_backend, keyspace
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from pool_helpers import Backend
+from snapshot import keyspace
 
 from jobpool import errors
 from jobpool.models import JobState
@@ -32,9 +43,10 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 class PoolMachine(RuleBasedStateMachine):
-    def __init__(self) -> None:
+    def __init__(self, backend: Backend, steps: list[int]) -> None:
         super().__init__()
-        self.backend = fake_backend()
+        backend.raw.flushall()  # every example starts from an empty Redis
+        self.backend, self.steps, self.checks = backend, steps, 0
         self.pool = self.backend.pool(max_concurrent_jobs=2, lease_secs=30, heartbeat_secs=5,
                                       recovery_budget=1)
         # Written up front: before the first enqueue, Lua's default limit (1) and Pool.slots()' (the setting)
@@ -45,8 +57,8 @@ class PoolMachine(RuleBasedStateMachine):
         self.prev_running = 0
 
     def teardown(self) -> None:
-        self.backend.client.close()
-        self.backend.raw.close()
+        # The invariants run once before the first step and once after each: steps are the checks less one.
+        self.steps[0] += max(0, self.checks - 1)
 
     # ---- reading the registry ----
 
@@ -264,6 +276,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @invariant()
     def registry_invariants(self) -> None:
+        self.checks += 1
         keys, pipe = self.pool.keys, self.pool.client.pipeline(transaction=False)
         for job_id in self.ids:
             pipe.hgetall(keys.job(job_id))
@@ -329,8 +342,9 @@ def replay_running(events: list[tuple[str, dict[str, str]]]) -> set[str]:
     return running
 
 
-PoolMachine.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=30, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-TestPoolMachine = PoolMachine.TestCase
+def test_the_registry_invariants_hold_after_every_step(backend: Backend) -> None:
+    steps = [0]
+    run_state_machine_as_test(lambda: PoolMachine(backend, steps), settings=settings(
+        deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    if IN_CI:
+        assert steps[0] >= MACHINE_STEPS_CI, f"only {steps[0]} steps ran on {backend.name}"
