@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from rq.job import Job as RQJob
+from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 
 #: The RQ job function, by dotted path (JSON-serialized, never pickled).
@@ -20,7 +21,8 @@ def rq_hash_template(queue_name: str) -> dict[str, bytes | str | int]:
     """RQ's job hash fields for a jobpool job, less the per-job ones (created_at, description)."""
     job = RQJob.create(
         func=ENTRY_POINT, id="template", origin=queue_name, timeout=-1, result_ttl=-1, failure_ttl=-1,
-        status="created", serializer=JSONSerializer, description="", connection=_NoConnection(),
+        status=JobStatus.CREATED, serializer=JSONSerializer, description="",
+        connection=_NoConnection(),  # type: ignore[arg-type]  # never used: the template is not saved
     )
     fields = job.to_dict(include_meta=False, include_result=False)
     for per_job in ("created_at", "description"):

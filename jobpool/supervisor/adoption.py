@@ -115,7 +115,7 @@ class Adoptions:
         pointer = self.pool.keys.adoption(row.id)
         try:
             with conn.pipeline() as pipe:
-                pipe.watch(pointer)  # type: ignore[no-untyped-call]  # redis-py leaves watch() unannotated
+                pipe.watch(pointer)
                 raw = pipe.get(pointer)
                 pipe.multi()
                 pipe.set(pointer, rq_id, ex=ADOPT_REQUEST_TTL_SECS)

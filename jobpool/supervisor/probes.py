@@ -121,10 +121,10 @@ class ContainerProber:
             import docker  # imported here: a subprocess-only deployment never needs the SDK loaded
 
             if self.docker_host:
-                # A float timeout works (requests takes one); the SDK's annotation says int.
-                client = docker.DockerClient(base_url=self.docker_host, timeout=self.timeout)  # type: ignore[arg-type]
+                # A float timeout works (requests takes one); the SDK says int.
+                client = docker.DockerClient(base_url=self.docker_host, timeout=self.timeout)
             else:
-                client = docker.from_env(timeout=self.timeout)  # type: ignore[arg-type]
+                client = docker.from_env(timeout=self.timeout)
             client.api.hooks["response"].append(self._count)
             self._client = client
         return self._client

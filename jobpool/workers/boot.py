@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import uuid
+from typing import Any
 
 from ..api import Pool
 from ..keys import worker_name
@@ -28,7 +29,7 @@ class Boot:
         self.id = uuid.uuid4().hex
         self.key = pool.keys.boot(self.id)
         self.ttl_ms = int(max(pool.settings.lease_secs, 3 * pool.settings.heartbeat_secs) * 1000)
-        self.fields = {
+        self.fields: dict[str, str | int] = {
             "host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace(),
             "kernel_boot_id": kernel_boot_id(), "daemon_id": daemon_id, "executor": executor_name,
             "started_at": int(time.time() * 1000), "draining": 0, "role": "worker",
@@ -41,7 +42,8 @@ class Boot:
     def beat(self) -> None:
         now = int(time.time() * 1000)
         pipe = self.pool.client.pipeline(transaction=True)
-        pipe.hset(self.key, mapping={**self.fields, "heartbeat_at": now})
+        record: dict[Any, str | int] = {**self.fields, "heartbeat_at": now}  # redis-py: invariant keys
+        pipe.hset(self.key, mapping=record)
         pipe.pexpire(self.key, self.ttl_ms)
         pipe.zadd(self.pool.keys.boots, {self.id: now})
         # Forget boots whose records expired long ago, so the index stays the size of the fleet.
