@@ -99,7 +99,8 @@ def main() -> int:
                "JOBPOOL_RECOVERY_BUDGET": "0", "JOBPOOL_STOP_GRACE_SECS": "0", "JOBPOOL_STATE_DIR": str(root)}
         pool = Pool.from_env(env=env)
         pool.set_slots(1)
-        workers += [JobpoolProcess("jobpool.cli", env, root / f"worker-{i}.log", ("worker",)) for i in range(2)]
+        workers += [JobpoolProcess("jobpool.cli", env, root / f"worker-{i}.log", ("worker",))
+                    for i in range(2)]
         supervisor = JobpoolProcess("jobpool.cli", env, root / "supervisor.log", ("supervisor",))
         client = docker.DockerClient(base_url=daemon.host)
         results = {}

@@ -50,7 +50,8 @@ def main() -> int:
         redis_server.start()
         daemon.start()
         env = {**os.environ, "JOBPOOL_REDIS_URL": redis_server.url, "JOBPOOL_POOL": "mem",
-               "DOCKER_HOST": daemon.host, "JOBPOOL_SWEEP_INTERVAL_SECS": "0.5", "JOBPOOL_STATE_DIR": str(root)}
+               "DOCKER_HOST": daemon.host, "JOBPOOL_SWEEP_INTERVAL_SECS": "0.5",
+               "JOBPOOL_STATE_DIR": str(root)}
         pool = Pool.from_env(env=env)
         pool.set_slots(200)
         for _ in range(200):  # 200 running rows, owned by a live lease, for the supervisor to sweep
@@ -73,7 +74,8 @@ def main() -> int:
         settle(lambda: sweeps() and sweeps() != first)
         time.sleep(3)  # several more sweeps and idle heartbeats, so caches and pools have grown
         figures = {"python (bare)": rss_mib(bare.pid), "rq worker (idle)": rss_mib(rq.pid),
-                   "jobpool worker (idle)": rss_mib(wrk.pid), "jobpool supervisor (200 rows)": rss_mib(sup.pid)}
+                   "jobpool worker (idle)": rss_mib(wrk.pid),
+                   "jobpool supervisor (200 rows)": rss_mib(sup.pid)}
         base = figures["rq worker (idle)"]
         print("memory: VmRSS, MiB (ratio to RQ's idle worker)")
         for name, mib in figures.items():

@@ -24,7 +24,8 @@ class NotFound(JobpoolError, LookupError):
 
 
 class InvalidState(JobpoolError):
-    """The transition is not legal from the job's current state (resume a running job, cancel a finished one)."""
+    """The transition is not legal from the job's current state (resume a running job, cancel a finished
+    one)."""
 
     def __init__(self, message: str, state: str | None = None) -> None:
         super().__init__(message)

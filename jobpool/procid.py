@@ -30,7 +30,8 @@ def start_time(pid: int) -> int:
 
 def identity_of(pid: int) -> dict[str, Any]:
     """The identity of a live process, as recorded with its job row."""
-    return {"pid": pid, "start_time": start_time(pid), "pidns": pid_namespace(pid), "boot_id": kernel_boot_id()}
+    return {"pid": pid, "start_time": start_time(pid), "pidns": pid_namespace(pid),
+            "boot_id": kernel_boot_id()}
 
 
 def same_process_alive(identity: dict[str, Any]) -> bool | None:

@@ -41,7 +41,8 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     install(runtime)
     boot.start()
     worker = JobpoolWorker(runtime, boot)
-    log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool, settings.executor)
+    log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool,
+             settings.executor)
     try:
         worker.work(burst=burst, logging_level="INFO", with_scheduler=False)
         if not worker.ended_normally(burst):
