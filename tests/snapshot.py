@@ -51,8 +51,3 @@ def keyspace(raw: redis.Redis) -> Snapshot:
         out[key] = (kind, _freeze(value), bool(has_ttl))
     return dict(sorted(out.items()))
 
-
-def keyspace_at(url: str) -> Snapshot:
-    """`keyspace` of the Redis at `url`, through a client of its own."""
-    with redis.Redis.from_url(url) as raw:
-        return keyspace(raw)

@@ -2,36 +2,61 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
+from bad_input import SUB, Jobs
+from constants import FAST_ENV, IMAGE
 from procs import JobpoolProcess
 
 from jobpool import Pool
 
-IMAGE = "jobpool-test:busybox"
-
-#: Fast timings so fault tests finish in seconds; the same code paths as the defaults.
-FAST = {
-    "JOBPOOL_HEARTBEAT_SECS": "0.2",
-    "JOBPOOL_LEASE_SECS": "1",
-    "JOBPOOL_DRAIN_TIMEOUT_SECS": "3",
-    "JOBPOOL_STOP_GRACE_SECS": "2",
-    "JOBPOOL_SWEEP_INTERVAL_SECS": "0.5",
-    "JOBPOOL_CLAIM_GRACE_SECS": "5",
-    "JOBPOOL_PROBE_TIMEOUT_SECS": "3",
-}
-
 
 @pytest.fixture
 def pool_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
-    return {**FAST, "JOBPOOL_REDIS_URL": redis_url, "JOBPOOL_POOL": "it", "JOBPOOL_STATE_DIR": str(tmp_path / "state")}
+    return {**FAST_ENV, "JOBPOOL_REDIS_URL": redis_url, "JOBPOOL_POOL": "it",
+            "JOBPOOL_STATE_DIR": str(tmp_path / "state")}
 
 
 @pytest.fixture
-def pool(pool_env: dict[str, str]) -> Pool:
-    return Pool.from_env(env=pool_env)
+def pool(pool_env: dict[str, str]) -> Iterator[Pool]:
+    p = Pool.from_env(env=pool_env)
+    yield p
+    p.client.close()
+
+
+@pytest.fixture
+def sub_pool(pool_env: dict[str, str]) -> Iterator[Pool]:
+    """`pool` for workers that run jobs as local processes (no image, no daemon)."""
+    p = Pool.from_env(env={**pool_env, **SUB})
+    yield p
+    p.client.close()
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    """A client that returns bytes: for keyspace snapshots (tests/snapshot.py) and for writing garbage."""
+    with contextlib.closing(redis.Redis.from_url(redis_url)) as client:
+        yield client
+
+
+@pytest.fixture
+def seeded(pool: Pool) -> Jobs:
+    """One job in each of running (promoted, unclaimed), queued, paused and cancelled, so "nothing written"
+    and "nothing lost" mean something."""
+    pool.set_slots(1)
+    jobs = {
+        "running": pool.enqueue(IMAGE, ["sh", "-c", "sleep 1"]),
+        "queued": pool.enqueue(IMAGE, ["true"], env={"TOKEN": "secret"}),
+        "paused": pool.enqueue(IMAGE, ["true"], labels={"team": "a"}),
+        "cancelled": pool.enqueue(IMAGE, ["false"]),
+    }
+    pool.pause(jobs["paused"].id)
+    pool.cancel(jobs["cancelled"].id)
+    return {name: pool.get(job.id) for name, job in jobs.items()}
 
 
 @pytest.fixture

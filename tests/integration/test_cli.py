@@ -1,7 +1,8 @@
 """The admin CLI through click's runner, against a real redis-server.
 
 Every command is run in both output modes (`--json` parsed with `json.loads`); every kind of bad input is
-checked for its exit code, its one-line message, and that Redis is byte-for-byte unchanged afterwards.
+checked for its exit code, its one-line message, and that Redis is unchanged afterwards (every key's value
+and TTL, tests/snapshot.py).
 `events --follow` runs as a real process so Ctrl-C is a real SIGINT.
 """
 
@@ -26,6 +27,7 @@ import redis
 from click.testing import CliRunner, Result
 from polling import eventually
 from servers import free_port
+from snapshot import keyspace
 
 from jobpool import Job, Pool
 from jobpool.cli import main
@@ -70,12 +72,6 @@ def pool(redis_url: str) -> Iterator[Pool]:
     p = Pool.from_url(redis_url, name=POOL)
     yield p
     p.client.close()
-
-
-def snapshot(redis_url: str) -> dict[bytes, bytes | None]:
-    """Every key and its serialized value: equal snapshots mean nothing was written."""
-    with contextlib.closing(redis.Redis.from_url(redis_url)) as c:
-        return {k: c.dump(k) for k in sorted(c.keys("*"))}
 
 
 def server_ms(client: redis.Redis) -> int:
@@ -546,28 +542,28 @@ def seeded(run: Run, pool: Pool) -> Job:
 @pytest.mark.parametrize(("args", "env", "code", "message"), BAD_INPUT,
                          ids=[" ".join(c[0]) for c in BAD_INPUT])
 def test_bad_input_is_refused_with_one_line_and_nothing_written(
-        run: Run, redis_url: str, seeded: Job, args: list[str], env: dict[str, str], code: int,
+        run: Run, raw: redis.Redis, seeded: Job, args: list[str], env: dict[str, str], code: int,
         message: str) -> None:
-    before = snapshot(redis_url)
+    before = keyspace(raw)
     result = run(*args, env=env)
     assert result.exit_code == code, result.output
     assert message in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
     assert "Traceback" not in result.output and SECRET not in result.output
     assert result.stdout == ""
-    assert snapshot(redis_url) == before
+    assert keyspace(raw) == before
 
 
 @pytest.mark.parametrize("args", [["resume", "{job}"], ["cancel", "{job}"], ["pause", "{job}"]])
-def test_illegal_transition_exits_1_and_writes_nothing(run: Run, redis_url: str, seeded: Job,
+def test_illegal_transition_exits_1_and_writes_nothing(run: Run, raw: redis.Redis, seeded: Job,
                                                        args: list[str]) -> None:
     if args[0] != "resume":
         run("cancel", seeded.id)  # finished: nothing more may happen to it
-    before = snapshot(redis_url)
+    before = keyspace(raw)
     result = run(*[a.format(job=seeded.id) for a in args])
     assert result.exit_code == 1
     assert result.stderr.startswith(f"Error: {args[0]}") and "not allowed while the job is" in result.stderr
-    assert snapshot(redis_url) == before
+    assert keyspace(raw) == before
 
 
 def test_redis_unreachable_is_one_line_exit_1(run: Run) -> None:

@@ -1,0 +1,124 @@
+"""Bad input through the CLI and its environment, as real processes and through click's runner: every
+``JOBPOOL_*`` variable with a bad value, and Redis unreachable.
+
+Each is one ``Error:`` line on stderr naming the variable, exit 2 (bad input) or 1 (failure), never a
+traceback, and nothing is written to Redis (a canary key and the whole keyspace, tests/snapshot.py, compared).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import redis
+from bad_input import cli, one_line_error
+from click.testing import CliRunner
+from servers import free_port
+from snapshot import keyspace
+
+from jobpool.cli import main as cli_main
+
+BAD_ENV = [
+    ("JOBPOOL_REDIS_URL", "http://127.0.0.1/"),
+    ("JOBPOOL_REDIS_URL", "127.0.0.1:6379"),
+    ("JOBPOOL_POOL", "no spaces"),
+    ("JOBPOOL_POOL", "x" * 65),
+    ("JOBPOOL_MAX_CONCURRENT_JOBS", "many"),
+    ("JOBPOOL_MAX_CONCURRENT_JOBS", "100001"),
+    ("JOBPOOL_MAX_CONCURRENT_JOBS", "2.5"),
+    ("JOBPOOL_HEARTBEAT_SECS", "0"),
+    ("JOBPOOL_HEARTBEAT_SECS", "nan"),
+    ("JOBPOOL_LEASE_SECS", "1"),  # under twice the default heartbeat (5 s)
+    ("JOBPOOL_LEASE_SECS", "-inf"),
+    ("JOBPOOL_SWEEP_INTERVAL_SECS", "0"),
+    ("JOBPOOL_JOB_STALE_SECONDS", "-5"),
+    ("JOBPOOL_DRAIN_TIMEOUT_SECS", "1.5"),
+    ("JOBPOOL_DRAIN_TIMEOUT_SECS", "0"),
+    ("JOBPOOL_RECOVERY_BUDGET", "1001"),
+    ("JOBPOOL_RECOVERY_BUDGET", "one"),
+    ("JOBPOOL_EXECUTOR", "podman"),
+    ("JOBPOOL_EXECUTOR", ""),
+    ("JOBPOOL_CLAIM_GRACE_SECS", "0"),
+    ("JOBPOOL_PROBE_TIMEOUT_SECS", "601"),
+    ("JOBPOOL_STOP_GRACE_SECS", "-1"),
+    ("JOBPOOL_BIND_ROOTS", "relative/dir"),
+]
+
+
+def test_every_bad_jobpool_variable_is_one_line_exit_2_naming_it(redis_url: str, raw: redis.Redis,
+                                                                 tmp_path: Path) -> None:
+    """As real processes: one bad value of every variable for `ls` (it refuses before connecting), and a few
+    for `worker` and `supervisor --once`. Run concurrently: each is a Python start-up."""
+    first = {var: value for var, value in reversed(BAD_ENV)}  # the first bad value listed for each variable
+    assert set(first) == {
+        "JOBPOOL_REDIS_URL", "JOBPOOL_POOL", "JOBPOOL_MAX_CONCURRENT_JOBS", "JOBPOOL_HEARTBEAT_SECS",
+        "JOBPOOL_LEASE_SECS", "JOBPOOL_SWEEP_INTERVAL_SECS", "JOBPOOL_JOB_STALE_SECONDS",
+        "JOBPOOL_DRAIN_TIMEOUT_SECS", "JOBPOOL_RECOVERY_BUDGET", "JOBPOOL_EXECUTOR",
+        "JOBPOOL_CLAIM_GRACE_SECS", "JOBPOOL_PROBE_TIMEOUT_SECS", "JOBPOOL_STOP_GRACE_SECS",
+        "JOBPOOL_BIND_ROOTS"}
+    raw.set("canary", "1")
+    before = keyspace(raw)
+    runs = [(("ls",), var, value) for var, value in first.items()]
+    runs += [(("worker",), "JOBPOOL_EXECUTOR", "podman"), (("worker",), "JOBPOOL_LEASE_SECS", "1"),
+             (("supervisor", "--once"), "JOBPOOL_SWEEP_INTERVAL_SECS", "0"),
+             (("supervisor", "--once"), "JOBPOOL_PROBE_TIMEOUT_SECS", "601")]
+    base = {"JOBPOOL_REDIS_URL": redis_url, "JOBPOOL_POOL": "it"}
+
+    def one(run: tuple[tuple[str, ...], str, str]) -> str | None:
+        args, var, value = run
+        try:
+            result = cli(*args, env={**base, var: value}, cwd=tmp_path, timeout=30)
+        except subprocess.TimeoutExpired:
+            return f"{' '.join(args)} with {var}={value!r}: still running after 30 s (value accepted?)"
+        why = one_line_error(result, 2)
+        if why is None and var not in result.stderr:
+            why = f"the message does not name {var}: {result.stderr!r}"
+        return None if why is None else f"{' '.join(args)} with {var}={value!r}: {why}"
+
+    with ThreadPoolExecutor(max_workers=6) as workers:
+        problems = [p for p in workers.map(one, runs) if p]
+    assert problems == []
+    assert keyspace(raw) == before
+
+
+def test_every_bad_value_is_refused_in_process_too(redis_url: str, raw: redis.Redis, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every listed bad value (not just the first of each variable), through click's runner: cheap."""
+    monkeypatch.chdir(tmp_path)
+    raw.set("canary", "1")
+    before = keyspace(raw)
+    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("JOBPOOL_")}
+    problems = []
+    for var, value in BAD_ENV:
+        env = {**clean, "JOBPOOL_REDIS_URL": redis_url, "JOBPOOL_POOL": "it", var: value}
+        result = CliRunner().invoke(cli_main, ["ls"], env=env)
+        lines = result.stderr.strip().splitlines()
+        crashed = result.exception is not None and not isinstance(result.exception, SystemExit)
+        if result.exit_code != 2 or crashed or len(lines) != 1 or not lines[0].startswith(f"Error: {var}"):
+            problems.append(f"{var}={value!r}: exit {result.exit_code}, {result.stderr!r}, "
+                            f"{result.exception!r}")
+    assert problems == []
+    assert keyspace(raw) == before
+
+
+@pytest.mark.parametrize(("module", "args", "var", "value"), [
+    pytest.param("jobpool.workers", (), "JOBPOOL_HEARTBEAT_SECS", "abc"),
+    pytest.param("jobpool.cli", ("ls",), "JOBPOOL_REDIS_URL", "redis://127.0.0.1:notaport/0"),
+    pytest.param("jobpool.cli", ("ls",), "JOBPOOL_POOL", "p\n"),
+])
+def test_a_bad_variable_at_other_doors_is_one_line_exit_2(redis_url: str, tmp_path: Path, module: str,
+                                                          args: tuple[str, ...], var: str,
+                                                          value: str) -> None:
+    result = cli(*args, env={"JOBPOOL_REDIS_URL": redis_url, var: value}, cwd=tmp_path, module=module)
+    assert one_line_error(result, 2) is None, one_line_error(result, 2)
+    assert var in result.stderr
+
+
+def test_supervisor_once_with_redis_unreachable_is_one_line_exit_1(tmp_path: Path) -> None:
+    result = cli("supervisor", "--once", env={"JOBPOOL_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
+                 cwd=tmp_path)
+    assert one_line_error(result, 1) is None, one_line_error(result, 1)
+    assert "redis unreachable" in result.stderr
