@@ -19,8 +19,6 @@ from procs import JobpoolProcess
 from jobpool import Job, JobState, Pool
 
 REPO = Path(__file__).resolve().parents[1]
-#: Workers that run jobs as local processes: no image, no daemon.
-SUB = {"JOBPOOL_EXECUTOR": "subprocess"}
 #: A well-formed job id that no pool holds.
 UNKNOWN_ID = "0" * 32
 HUGE = "x" * 1_000_000

@@ -15,6 +15,19 @@ IMAGE = "jobpool-test:busybox"
 #: True under CI: a missing service fails instead of skipping, and the state machine runs its long profile.
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
+#: The environment of workers that run jobs as local processes: no image, no daemon.
+SUB = {"JOBPOOL_EXECUTOR": "subprocess"}
+
+#: A job that checkpoints: on SIGTERM it records a step in its checkpoint directory and exits 75 (interrupted,
+#: hand me back); run again, it finds the step and succeeds.
+CHECKPOINTING = r"""
+trap 'echo step > "$JOBPOOL_CHECKPOINT_DIR/ck"; echo interrupted; exit 75' TERM
+if [ -f "$JOBPOOL_CHECKPOINT_DIR/ck" ]; then
+  echo "resumed with $(cat "$JOBPOOL_CHECKPOINT_DIR/ck")"; exit 0
+fi
+echo started; while true; do sleep 0.1; done
+"""
+
 #: Fast timings for real jobpool processes (their environment), so fault tests finish in seconds; the same
 #: code paths as the defaults.
 FAST_ENV = {

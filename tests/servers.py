@@ -26,6 +26,7 @@ from pathlib import Path
 import docker
 import redis
 import requests
+from constants import IMAGE
 
 # The applets the tests use, as symlinks to /bin/busybox in the test image.
 BUSYBOX_APPLETS = "sh sleep true false echo cat ls date head seq touch kill".split()
@@ -361,7 +362,7 @@ class DockerDaemon:
                     pids.append(pid)
         return pids
 
-    def import_busybox_image(self, tag: str = "jobpool-test:busybox") -> None:
+    def import_busybox_image(self, tag: str = IMAGE) -> None:
         """Import a busybox rootfs as `tag`: a test image that needs no registry."""
         repository, _, version = tag.rpartition(":")
         with contextlib.closing(self.client()) as client:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from bad_input import SUB, Jobs
-from constants import FAST_ENV, IMAGE
+from bad_input import Jobs
+from constants import FAST_ENV, IMAGE, SUB
 from procs import JobpoolProcess
 
 from jobpool import Pool
@@ -25,7 +25,7 @@ def pool_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
 def pool(pool_env: dict[str, str]) -> Iterator[Pool]:
     p = Pool.from_env(env=pool_env)
     yield p
-    p.client.close()
+    p.close()
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def sub_pool(pool_env: dict[str, str]) -> Iterator[Pool]:
     """`pool` for workers that run jobs as local processes (no image, no daemon)."""
     p = Pool.from_env(env={**pool_env, **SUB})
     yield p
-    p.client.close()
+    p.close()
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import redis
 from attempts import claim
-from bad_input import SUB, Jobs, alive, cli, one_line_error, rows, runs_to_success
-from constants import IMAGE
+from bad_input import Jobs, alive, cli, one_line_error, rows, runs_to_success
+from constants import IMAGE, SUB
 from polling import eventually
 from procs import JobpoolProcess
 

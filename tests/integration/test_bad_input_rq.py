@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 import redis
 from attempts import claim
-from bad_input import SUB, UNKNOWN_ID, alive, rows, runs_to_success
+from bad_input import UNKNOWN_ID, alive, rows, runs_to_success
+from constants import SUB
 from polling import eventually
 from procs import JobpoolProcess
 

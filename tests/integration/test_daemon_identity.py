@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterator
 
 import docker
 import pytest
+from constants import IMAGE
 from polling import eventually
 from procs import JobpoolProcess
 from servers import DockerDaemon, daemon_identity
 
 from jobpool import JobState, Pool
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
-
-IMAGE = "jobpool-test:busybox"
 
 
 @pytest.fixture(scope="module")

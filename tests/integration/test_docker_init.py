@@ -14,11 +14,11 @@ from typing import Any
 
 import docker
 import pytest
+from constants import IMAGE
 from polling import eventually
 
 from jobpool import JobState, Pool
 
-IMAGE = "jobpool-test:busybox"
 SLEEPER = ["sh", "-c", "sleep 30"]
 
 

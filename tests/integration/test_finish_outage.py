@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from constants import SUB
 from polling import eventually
 from procs import children
 from servers import RedisServer
 
 from jobpool import JobState, Pool
 
-SUB = {"JOBPOOL_EXECUTOR": "subprocess"}
 #: How long a worker used to keep an exit code through an outage before dropping it (the fixed window in
 #: jobpool/workers/watch.py that this test outlasts).
 OLD_WINDOW_SECS = 20.0

@@ -17,14 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from constants import SUB
 from polling import eventually
 from proxies import RedisReplyDropper
 from servers import RedisServer
 
 from jobpool import JobState, Pool
 from jobpool.registry import script_text
-
-SUB = {"JOBPOOL_EXECUTOR": "subprocess"}
 
 
 def script_sha(name: str) -> str:

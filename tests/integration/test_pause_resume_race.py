@@ -15,11 +15,10 @@ import time
 
 import docker
 import pytest
+from constants import IMAGE
 from polling import eventually
 
 from jobpool import JobState, Pool
-
-IMAGE = "jobpool-test:busybox"
 
 #: Checkpoints on SIGTERM and exits 75 once /tmp/go exists; a run that finds the checkpoint exits 0.
 CHECKPOINTS_ON_GO = r"""

@@ -11,28 +11,21 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from constants import SUB
 from polling import eventually
 
 from jobpool import InvalidArgument, Pool
 from jobpool.status import StatusReport
 
-SUB = {"JOBPOOL_EXECUTOR": "subprocess"}
 REPO = Path(__file__).resolve().parents[2]
 #: A job that runs until it is stopped, on the subprocess executor (the image is ignored there).
 FOREVER = ["sh", "-c", "while true; do sleep 0.1; done"]
-
-
-@pytest.fixture
-def sub_pool(pool_env: dict[str, str]) -> Iterator[Pool]:
-    p = Pool.from_env(env={**pool_env, **SUB})
-    yield p
-    p.close()
 
 
 def _json_round_trip(report: StatusReport) -> dict[str, Any]:

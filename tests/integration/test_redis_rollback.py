@@ -20,12 +20,11 @@ from pathlib import Path
 
 import docker
 import pytest
+from constants import IMAGE
 from polling import eventually
 from procs import JobpoolProcess, children
 
 from jobpool import JobState, Pool
-
-IMAGE = "jobpool-test:busybox"
 
 
 class Sampler(threading.Thread):

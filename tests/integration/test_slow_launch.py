@@ -22,12 +22,12 @@ from collections.abc import Iterator
 
 import docker
 import pytest
+from constants import IMAGE
 from polling import eventually
 from proxies import DockerLaunchHold
 
 from jobpool import JobState, Pool
 
-IMAGE = "jobpool-test:busybox"
 LIVE = ("running", "paused", "restarting")
 
 

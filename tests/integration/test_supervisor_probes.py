@@ -11,6 +11,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from constants import IMAGE
 
 from jobpool.supervisor import ContainerProber, Unknown, probe_containers
 
@@ -67,7 +68,7 @@ def test_probe_on_a_real_daemon_reports_present_exited_and_absent(docker_host: s
     with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=30)) as client:
         def run(job: str, attempt: int, cmd: list[str]) -> docker.models.containers.Container:
             labels = {"jobpool.pool": "p", "jobpool.job_id": job, "jobpool.attempt": str(attempt)}
-            return client.containers.run("jobpool-test:busybox", cmd, detach=True, network_mode="none",
+            return client.containers.run(IMAGE, cmd, detach=True, network_mode="none",
                                          labels=labels)
 
         run("live", 1, ["sleep", "300"])

@@ -20,18 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from attempts import claim
+from constants import FAST_SETTINGS
 from polling import eventually
 
 from jobpool import Pool
 from jobpool.procid import identity_of, kernel_boot_id, pid_namespace, start_time
 from jobpool.supervisor import Supervisor, probe_process, reconcile, stop_orphan
 from jobpool.supervisor.probes import Absent, Present, Unknown
-from jobpool.workers.attempt import Attempt
 
 DEAD = "dead-boot"
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS: dict[str, Any] = {"lease_secs": 0.5, "heartbeat_secs": 0.1, "recovery_budget": 0,
-                            "max_concurrent_jobs": 1, "executor": "subprocess", "claim_grace_secs": 1.0}
+SETTINGS: dict[str, Any] = {**FAST_SETTINGS, "executor": "subprocess"}
 
 
 @pytest.fixture
@@ -66,8 +66,7 @@ def sleeper() -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
 def orphan(pool: Pool, identity: dict[str, Any] | None, wait_lease: bool = True) -> str:
     job = pool.get(pool.enqueue(image="busybox", command=["sleep", "300"]).id)
     assert job.state.value == "running"
-    att = Attempt(pool, job.id, DEAD, job.attempt)
-    att.claim()
+    att = claim(pool, job.id, DEAD)
     if identity is not None:
         att.set_container(identity=identity)
     if wait_lease:

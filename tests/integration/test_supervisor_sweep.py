@@ -22,33 +22,27 @@ from typing import Any
 import docker
 import pytest
 import redis
+from attempts import claim
+from constants import FAST_SETTINGS, IMAGE
 from polling import eventually
 from rq import Queue
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
-from servers import daemon_identity
 
 from jobpool import Pool
 from jobpool.keys import worker_name
 from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
 from jobpool.workers.attempt import Attempt
 
-IMAGE = "jobpool-test:busybox"
 DEAD = "dead-boot"
 ROOT = Path(__file__).resolve().parents[2]
-
-FAST: dict[str, Any] = {
-    "lease_secs": 0.5, "heartbeat_secs": 0.1, "sweep_interval_secs": 0.2, "recovery_budget": 0,
-    "claim_grace_secs": 1.0, "probe_timeout_secs": 5.0, "max_concurrent_jobs": 1, "stop_grace_secs": 1.0,
-}
-
 
 @pytest.fixture
 def make_pool(redis_url: str) -> Iterator[Callable[..., Pool]]:
     made: list[Pool] = []
 
     def make(name: str = "sv", **settings: Any) -> Pool:
-        made.append(Pool.from_url(redis_url, name, **{**FAST, **settings}))
+        made.append(Pool.from_url(redis_url, name, **{**FAST_SETTINGS, **settings}))
         return made[-1]
 
     yield make
@@ -95,9 +89,8 @@ def orphan(pool: Pool, dclient: docker.DockerClient | None, command: list[str] |
     job = pool.enqueue(image=IMAGE, command=["sleep", "300"])
     job = pool.get(job.id)
     assert job.state.value == "running", job
-    att = Attempt(pool, job.id, DEAD, job.attempt)
-    identity = daemon_identity(os.environ["DOCKER_HOST"])
-    att.claim("docker", identity)  # what a worker on this daemon records before it launches anything
+    att = claim(pool, job.id, DEAD, os.environ["DOCKER_HOST"])  # records this daemon's identity
+    identity = pool.get(job.id).daemon_id
     container = None
     if command is not None:
         assert dclient is not None

@@ -13,12 +13,11 @@ from collections.abc import Iterator
 
 import docker
 import pytest
+from constants import IMAGE
 from polling import eventually
 
 from jobpool import JobState, Pool
 from jobpool.supervisor import Supervisor
-
-IMAGE = "jobpool-test:busybox"
 
 
 @pytest.fixture

@@ -10,10 +10,9 @@ import docker
 import pytest
 import redis
 import requests
+from constants import IMAGE
 from polling import eventually
 from servers import DockerDaemon, RedisServer
-
-IMAGE = "jobpool-test:busybox"
 
 
 @pytest.mark.parametrize("run", [1, 2])

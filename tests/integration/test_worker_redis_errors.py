@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
+from constants import SUB
 from polling import eventually
 from procs import JobpoolProcess
 from servers import RedisServer
 
 from jobpool import JobState, Pool
 
-SUB = {"JOBPOOL_EXECUTOR": "subprocess"}
 #: What the worker logs once when an outage starts (jobpool/workers/outage.py).
 OUTAGE_WARNING = "Redis cannot serve"
 #: How long each fault is held once the worker has met it: several retries at the longest backoff.

@@ -9,21 +9,17 @@ import time
 
 import docker
 import pytest
-IMAGE = "jobpool-test:busybox"
+from constants import CHECKPOINTING, IMAGE
 from polling import eventually
 
 from jobpool import JobState, Pool
 
-CHECKPOINTING = r"""
-trap 'echo step > "$JOBPOOL_CHECKPOINT_DIR/ck"; echo interrupted; exit 75' TERM
-if [ -f "$JOBPOOL_CHECKPOINT_DIR/ck" ]; then echo "resumed with $(cat "$JOBPOOL_CHECKPOINT_DIR/ck")"; exit 0; fi
-echo started; while true; do sleep 0.1; done
-"""
 IGNORES_TERM = "trap '' TERM; echo started; while true; do sleep 0.1; done"
 
 
 def job_containers(client: docker.DockerClient, job_id: str, running_only: bool = True) -> list:
-    return client.containers.list(all=not running_only, sparse=True, filters={"label": f"jobpool.job_id={job_id}"})
+    return client.containers.list(all=not running_only, sparse=True,
+                                  filters={"label": f"jobpool.job_id={job_id}"})
 
 
 def started(client: docker.DockerClient, job_id: str) -> bool:
@@ -47,7 +43,8 @@ def test_slot_limit_holds_across_three_workers(pool: Pool, spawn, client) -> Non
     def sample() -> None:
         nonlocal peak
         while not stop.is_set():
-            n = len(client.containers.list(sparse=True, filters={"label": "jobpool.pool=it", "status": "running"}))
+            n = len(client.containers.list(sparse=True,
+                                           filters={"label": "jobpool.pool=it", "status": "running"}))
             peak = max(peak, n)
 
     t = threading.Thread(target=sample, daemon=True)
@@ -66,7 +63,8 @@ def test_slot_limit_holds_across_three_workers(pool: Pool, spawn, client) -> Non
     assert "about to fail" in pool.logs(failing.id) and "oops" in pool.logs(failing.id)
     assert pool.logs(jobs[0].id).strip() == "job 0"
     # Containers are removed once their outcome is recorded.
-    eventually(lambda: not client.containers.list(all=True, sparse=True, filters={"label": "jobpool.pool=it"}),
+    eventually(lambda: not client.containers.list(all=True, sparse=True,
+                                                  filters={"label": "jobpool.pool=it"}),
                message="finished containers are removed")
 
 
@@ -75,7 +73,8 @@ def test_labels_env_and_checkpoint_volume(pool: Pool, spawn, client, docker_host
                                            "echo started; sleep 30"])
     spawn()
     eventually(lambda: started(client, job.id), timeout=30, message="job container started")
-    out = subprocess.run(["docker", "-H", docker_host, "ps", "-q", "--filter", f"label=jobpool.job_id={job.id}",
+    out = subprocess.run(["docker", "-H", docker_host, "ps", "-q",
+                          "--filter", f"label=jobpool.job_id={job.id}",
                           "--filter", "label=jobpool.pool=it", "--filter", "label=jobpool.attempt=1"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert len(out) == 1
@@ -180,6 +179,7 @@ def test_fenced_after_operator_eviction(pool: Pool, spawn, client) -> None:
     before = pool.client.hgetall(pool.keys.job(job.id))
     n_events = len(pool.events(job.id))
     eventually(lambda: "no longer ours" in w.log(), timeout=10, message="watcher noticed the fence")
-    eventually(lambda: not job_containers(client, job.id), timeout=10, message="old watcher stopped its container")
+    eventually(lambda: not job_containers(client, job.id), timeout=10,
+               message="old watcher stopped its container")
     after = pool.client.hgetall(pool.keys.job(job.id))
     assert after == before and len(pool.events(job.id)) == n_events, "the old watcher wrote nothing"

@@ -1,4 +1,5 @@
-"""The subprocess executor (no Docker): same outcomes and drain as containers; a recycled pid is not the job."""
+"""The subprocess executor (no Docker): same outcomes and drain as containers; a recycled pid is not the
+job."""
 
 from __future__ import annotations
 
@@ -8,27 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from constants import CHECKPOINTING, SUB
 from polling import eventually
 
 from jobpool import JobState, Pool
 from jobpool.procid import identity_of, same_process_alive
 
-SUB = {"JOBPOOL_EXECUTOR": "subprocess"}
-CHECKPOINTING = r"""
-trap 'echo step > "$JOBPOOL_CHECKPOINT_DIR/ck"; echo interrupted; exit 75' TERM
-if [ -f "$JOBPOOL_CHECKPOINT_DIR/ck" ]; then echo "resumed with $(cat "$JOBPOOL_CHECKPOINT_DIR/ck")"; exit 0; fi
-echo started; while true; do sleep 0.1; done
-"""
-
-
-@pytest.fixture
-def sub_pool(pool_env: dict[str, str]) -> Pool:
-    return Pool.from_env(env={**pool_env, **SUB})
-
 
 def test_success_failure_and_env(sub_pool: Pool, spawn) -> None:
-    ok = sub_pool.enqueue("ignored", ["sh", "-c", 'echo "$JOBPOOL_JOB_ID $JOBPOOL_ATTEMPT"; test -d "$JOBPOOL_CHECKPOINT_DIR"'])
+    env_check = 'echo "$JOBPOOL_JOB_ID $JOBPOOL_ATTEMPT"; test -d "$JOBPOOL_CHECKPOINT_DIR"'
+    ok = sub_pool.enqueue("ignored", ["sh", "-c", env_check])
     bad = sub_pool.enqueue("ignored", ["sh", "-c", "echo nope; exit 4"])
     spawn(**SUB)
     assert sub_pool.wait(ok.id, timeout=30).state == JobState.SUCCEEDED

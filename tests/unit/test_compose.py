@@ -31,7 +31,8 @@ def test_worker_stop_grace_exceeds_drain_timeout() -> None:
 
 def test_redis_has_aof_a_volume_and_a_healthcheck() -> None:
     redis = _compose()["services"]["redis"]
-    assert "--appendonly" in redis["command"] and redis["command"][redis["command"].index("--appendonly") + 1] == "yes"
+    command = redis["command"]
+    assert "--appendonly" in command and command[command.index("--appendonly") + 1] == "yes"
     assert any(v.endswith(":/data") for v in redis["volumes"])
     assert "redis-cli" in redis["healthcheck"]["test"] and "ping" in redis["healthcheck"]["test"]
 
