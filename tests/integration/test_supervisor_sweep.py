@@ -1,4 +1,5 @@
-"""The supervisor's sweep against a real redis-server and a real dockerd (DESIGN.md section 5).
+"""The supervisor's sweep against a real redis-server and a real dockerd (docs/architecture.md, "Evidence
+and verdicts").
 
 Rows are driven without real workers: a job is enqueued, claimed by a boot that then "dies" (a short lease
 that is never renewed), and given a real labelled busybox container, or none. The sweep must then reach

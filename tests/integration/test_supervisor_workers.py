@@ -1,6 +1,6 @@
 """The supervisor with real workers killed mid-job (SIGKILL of the worker and its work horse).
 
-The wedge ADR-152 records, and its cure: a job whose worker died without finishing keeps its slot until a
+The wedge, and its cure: a job whose worker died without finishing keeps its slot until a
 sweep judges it from ground truth: its container gone (the row ends, the next job runs) or still running
 (a live worker adopts it and finishes it from the container's real exit code, and only then does the
 next job run).

@@ -2,9 +2,10 @@
 promote, claim, the fenced worker writes, finish, and the event trail. Each runs on fakeredis[lua] and on a
 real redis-server (the `backend` fixture).
 
-Each test states a promise of DESIGN.md section 3 and checks it in Redis itself: the row, the state indexes,
-the RQ hash and list, the lease, and the `events` stream. A refused call must write nothing: those tests
-compare a full dump of the keyspace before and after.
+Each test states a promise of the scripts (docs/architecture.md, "Every state change is one Lua script") and
+checks it in Redis itself: the row, the state indexes, the RQ hash and list, the lease, and the `events`
+stream. A refused call must write nothing: those tests compare the whole keyspace (tests/snapshot.py) before
+and after.
 """
 
 from __future__ import annotations

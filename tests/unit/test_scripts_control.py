@@ -1,7 +1,8 @@
 """The control scripts, via the public API: pause/resume of a job and of the queue, cancel, set_slots, evict,
 and the supervisor's compare-and-set scripts reconcile_apply and adopt. On fakeredis[lua] and a real server.
 
-A refused call must write nothing: those tests compare a full dump of the keyspace before and after.
+A refused call must write nothing: those tests compare the whole keyspace (tests/snapshot.py) before and
+after.
 """
 
 from __future__ import annotations
