@@ -26,6 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import IMAGE, EventRecorder, bed, loadavg, median, ms, pct  # noqa: E402
 
+from jobpool.contract import LABEL_JOB, LABEL_POOL  # noqa: E402
+
 GOAL_MS = 30.0
 JOB_CMD = ["sh", "-c", "sleep 0.2"]
 POOL = "bench-handoff"
@@ -126,8 +128,7 @@ def analyse(run: Run) -> dict[str, Any]:
         cid = e["Actor"]["ID"]
         times.setdefault(cid, {}).setdefault(e["Action"], int(e["timeNano"]))
         labels.setdefault(cid, e["Actor"].get("Attributes", {}))
-    by_job = {labels[c]["jobpool.job_id"]: t for c, t in times.items()
-              if labels[c].get("jobpool.pool") == POOL}
+    by_job = {labels[c][LABEL_JOB]: t for c, t in times.items() if labels[c].get(LABEL_POOL) == POOL}
 
     handoff: list[float] = []
     stages: dict[str, list[float]] = {k: [] for k in STAGES}

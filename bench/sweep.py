@@ -40,8 +40,9 @@ import docker  # noqa: E402 - after the path set-up above
 from servers import DockerDaemon, RedisServer  # noqa: E402
 
 from jobpool import Pool  # noqa: E402
+from jobpool.contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB, LABEL_POOL  # noqa: E402
 from jobpool.supervisor import ContainerProber, Supervisor  # noqa: E402
-from jobpool.supervisor.probes import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL, Absent, Probe, _summary_result  # noqa: E402
+from jobpool.supervisor.probes import Absent, Probe, _summary_result  # noqa: E402
 from jobpool.workers.attempt import Attempt  # noqa: E402
 
 IMAGE = "jobpool-test:busybox"
@@ -92,7 +93,7 @@ def seed(pool: Pool, dclient: docker.DockerClient, rows: int, containers: int) -
 
     def launch(job_id: str) -> str:
         c = dclient.containers.run(IMAGE, ["sleep", "3600"], detach=True, network_mode="none", labels={
-            LABEL_POOL: POOL, LABEL_JOB: job_id, LABEL_ATTEMPT: "1", "jobpool.boot_id": "live-boot"})
+            LABEL_POOL: POOL, LABEL_JOB: job_id, LABEL_ATTEMPT: "1", LABEL_BOOT: "live-boot"})
         attempts[job_id].set_container(c.id, daemon_id)
         return str(c.id)
 
