@@ -11,11 +11,20 @@ its watcher sent it the stop signal: for a drain, or for a pause or cancel reque
 persisted cancel/pause, e.g. a pause withdrawn by a resume, hands the job back to its place without
 spending recovery budget: verdict_for_exit in _lib.lua), 'error' (it never ran: launch failure; ends
 failed with ARGV[6]).
+The row keeps finished_by = '<boot>:<attempt>' and finished_as = the state it ended in, so a finish sent
+again after its reply was lost gets the same answer instead of a refusal.
 ]]
 local jkey, lkey = KEYS[14], KEYS[15]
 local id, boot, attempt, kind, code, reason, tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local f = fence(jkey, boot, attempt)
-if f ~= 0 then return {f} end
+if f ~= 0 then
+  -- The same finish sent again because its reply was lost: it landed, so answer as it did then. No one else
+  -- writes finished_by for this boot and attempt, so this cannot take a finish that was not ours.
+  if f == E_NOT_OWNER and redis.call('HGET', jkey, 'finished_by') == boot .. ':' .. attempt then
+    return {0, redis.call('HGET', jkey, 'finished_as'), 0, 'none'}
+  end
+  return {f}
+end
 local to, why
 if kind == 'error' and redis.call('HGET', jkey, 'cancel_requested') == '1' then
   to, why = 'cancelled', 'cancel_requested'  -- what the user asked for happened: nothing runs
@@ -27,7 +36,8 @@ else
   return {E_BAD_ARG, kind}
 end
 local now = now_ms()
-redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail)
+redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail, 'finished_by', boot .. ':' .. attempt,
+  'finished_as', to)
 end_running(jkey, lkey, id, to, why, 'exit_code=' .. code, boot, now)
 local promoted, stopped = promote_candidates(16, boot, now)
 return {0, to, promoted, stopped}

@@ -39,3 +39,21 @@ def test_a_release_reply_says_how_promotion_stopped(backend: Backend, script: st
     assert reply[0] == 0 and isinstance(reply[2], int) and reply[3] in WHY, reply
     if reply[1] != "running":  # the slot was freed: the job behind took it in the same step
         assert (reply[2], pool.get(nxt.id).state.value) == (1, "running"), reply
+
+
+def test_a_finish_sent_again_after_its_reply_was_lost_gets_the_same_answer(backend: Backend) -> None:
+    """The worker retries a finish whose reply it never saw (a connection reset after Redis ran it); the
+    first one landed and cleared the owner, so a fenced refusal would read as "superseded"."""
+    pool = backend.pool()
+    job = enqueue(pool, "x")
+    att = claim(pool, job.id)
+    assert att.finish("exit", 0) == "succeeded"
+    before = backend.keyspace()
+    assert att.finish("exit", 0) == "succeeded"
+    assert backend.keyspace() == before
+    # Only that boot's own finish of that attempt: another boot, or the next attempt, is still refused.
+    from jobpool.errors import NotOwner
+    from jobpool.workers.attempt import Attempt
+
+    with pytest.raises(NotOwner):
+        Attempt(pool, job.id, "boot-z", 1).finish("exit", 0)

@@ -415,8 +415,12 @@ def test_fenced_write_after_the_job_ended_is_refused(backend: Backend, write: st
     att = claim(pool, job.id)
     att.finish("exit", 0)
     before = backend.keyspace()
-    with pytest.raises(errors.NotOwner):
-        FENCED_WRITES[write](att)
+    if write.startswith("finish"):
+        # Its own finish sent again (its reply was lost): the answer it had, and nothing written.
+        assert FENCED_WRITES[write](att) == "succeeded"
+    else:
+        with pytest.raises(errors.NotOwner):
+            FENCED_WRITES[write](att)
     assert backend.keyspace() == before
 
 
