@@ -18,6 +18,7 @@ import redis
 from rq import Queue, Worker
 from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
+from rq.worker import WorkerStatus
 
 from ..errors import JobpoolError
 from ..keys import worker_name
@@ -236,7 +237,30 @@ class JobpoolWorker(Worker):
     # -- bookkeeping ----------------------------------------------------------------------------------------
 
     def execute_job(self, job: Any, queue: Any) -> None:
-        super().execute_job(job, queue)
+        """RQ's execute_job (prepare, fork, monitor, idle), with the Redis writes RQ's parent makes around a
+        job waited out instead of ending the work loop: before the fork they are retried (the job was
+        dequeued and must run); after the horse has exited they are RQ's own bookkeeping of a job whose
+        outcome jobpool already recorded, and are skipped."""
+        backoff = Backoff()
+        while True:
+            try:
+                self.prepare_execution(job)
+                break
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.outage.failed("preparing a job", exc)
+                backoff.sleep()
+        self.fork_work_horse(job, queue)
+        try:
+            self.monitor_work_horse(job, queue)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self.outage.failed("RQ's record of a finished job", exc)
+            if self.horse_pid:
+                self.wait_for_horse()  # reap it: a horse still running here is past its own handling
+        self.set_state(WorkerStatus.IDLE)
         if self._drain_kill_at is not None and self._still_ours(job.id):
             self.left_running += 1
 

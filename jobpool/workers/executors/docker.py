@@ -168,15 +168,19 @@ class DockerExecutor:
         except docker.errors.NotFound:
             raise NotLaunched("its container was removed before it could start") from None
         except docker.errors.APIError as exc:
-            self._remove_created(container)
+            if not self._remove_created(container):
+                # A start refused with an error may still have left something running; only a container
+                # known to be gone lets the slot go.
+                raise LaunchUnknown(f"start failed ({exc.explanation or exc}) and its container could not "
+                                    "be removed") from None
             raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
         except _UNREACHABLE as exc:
             raise LaunchUnknown(f"docker daemon unreachable during start: {exc}") from None
         return DockerHandle(self.client, container, self.daemon_id())
 
-    def _remove_created(self, container: Any) -> None:
-        """Remove the container this launch created and never started, so no one mistakes it for work (and
-        a late start cannot run it). Only that container, by id: a name may belong to another launch."""
+    def _remove_created(self, container: Any) -> bool:
+        """Remove the container this launch created, so no one mistakes it for work (and a late start cannot
+        run it); True once it is gone. Only that container, by id: a name may belong to another launch."""
         try:
             container.remove(force=True)
         except docker.errors.NotFound:
@@ -184,6 +188,8 @@ class DockerExecutor:
         except (docker.errors.APIError, *_UNREACHABLE) as exc:
             # Left created: the supervisor removes a never-started container before it judges the attempt.
             log.warning("could not remove created container %s: %s", container.id[:12], exc)
+            return False
+        return True
 
     def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> DockerHandle | None:
         try:
