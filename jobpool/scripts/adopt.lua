@@ -17,7 +17,9 @@ local row = redis.call('HMGET', jkey, 'state', 'attempt', 'owner_boot', 'spec', 
   'pause_requested', 'cancel_requested', 'daemon_id')
 if row[1] ~= 'running' then return {E_INVALID_STATE, row[1]} end
 local held = key_type(lkey) == 'string' and redis.call('GET', lkey) == old .. ':' .. attempt
-if row[2] ~= attempt or row[3] ~= old or held or (row[8] or '') ~= daemon then
+-- An empty identity proves nothing (a row claimed without one, or an adopter that has none): refused, as
+-- daemonid.same_daemon refuses it.
+if row[2] ~= attempt or row[3] ~= old or held or daemon == '' or (row[8] or '') ~= daemon then
   return {E_CONFLICT, row[3]}
 end
 local now = now_ms()

@@ -22,7 +22,7 @@ from rq.serializers import JSONSerializer
 
 from ..api import Pool
 from ..keys import worker_name
-from ..registry import wrap_redis_error
+from ..registry import call_redis, wrap_redis_error
 from .evidence import run_pipeline
 from .verdicts import RowSnapshot
 
@@ -91,7 +91,8 @@ class Adoptions:
         key outlives a SIGKILLed worker by its worker_ttl (minutes); the boot record by one lease."""
         if not names:
             return set()
-        boots = [str(b) for b in self.pool.client.zrange(self.pool.keys.boots, 0, -1)]
+        boots = [str(b) for b in call_redis(self.pool.client.zrange, self.pool.keys.boots, 0, -1,
+                                            what="reading the fleet's boots")]
         by_name = {worker_name(self.pool.keys.pool, b): b for b in boots}
         mine = {n: by_name[n] for n in names if n in by_name}
         if not mine:

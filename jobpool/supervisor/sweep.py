@@ -56,12 +56,16 @@ class Supervisor:
     def sweep(self, evict_stale: bool = False, dry_run: bool = False,
               job_ids: Iterable[str] | None = None) -> SweepReport:
         """Reconcile every running row (or just `job_ids`), then promote; returns what was decided."""
-        started = time.perf_counter()
         try:
-            snap = self.evidence.read(job_ids, evict_stale)
+            return self._sweep(evict_stale, dry_run, job_ids)
         except errors.RedisUnavailable:
+            # Whichever step met it, leases may lapse while Redis is away: the next sweeps hold "absent".
             self.evidence.redis_lost()
             raise
+
+    def _sweep(self, evict_stale: bool, dry_run: bool, job_ids: Iterable[str] | None) -> SweepReport:
+        started = time.perf_counter()
+        snap = self.evidence.read(job_ids, evict_stale)
         recovering = self.evidence.redis_recovering()
         t_read = time.perf_counter()
         probes = self.evidence.probe(snap, self.prober)

@@ -64,7 +64,7 @@ class Attempt:
 
     @classmethod
     def adopt(cls, pool: Pool, job_id: str, old_owner: str, attempt: int, boot_id: str,
-              evidence: str, daemon_id: str = "") -> tuple[Attempt, JobSpec, str, Requests]:
+              evidence: str, daemon_id: str) -> tuple[Attempt, JobSpec, str, Requests]:
         """Take over a running job whose owner's lease is gone and whose container still runs; refused
         (`Conflict`) unless the row's recorded daemon identity is `daemon_id`, the adopter's own."""
         me = cls(pool, job_id, boot_id, attempt)

@@ -469,10 +469,10 @@ def test_adopt_takes_over_when_the_lease_is_gone(backend: Backend) -> None:
 def test_adopt_is_refused_while_the_lease_is_present(backend: Backend) -> None:
     pool = backend.pool()
     job = enqueue(pool)
-    claim(pool, job.id, "boot-a")
+    Attempt(pool, job.id, "boot-a", 1).claim("docker", "daemon-1")
     before = backend.keyspace()
     with pytest.raises(errors.Conflict):
-        Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "")
+        Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id="daemon-1")
     assert backend.keyspace() == before
 
 
@@ -483,7 +483,7 @@ def test_adopt_is_compare_and_set(backend: Backend, old_owner: str, attempt: int
     orphan(backend, pool, job.id, "boot-a")
     before = backend.keyspace()
     with pytest.raises(errors.Conflict):
-        Attempt.adopt(pool, job.id, old_owner, attempt, "boot-b", "")
+        Attempt.adopt(pool, job.id, old_owner, attempt, "boot-b", "", daemon_id="daemon-1")
     assert backend.keyspace() == before
 
 
@@ -498,6 +498,13 @@ def test_adopt_is_refused_to_a_worker_on_another_daemon(backend: Backend) -> Non
         with pytest.raises(errors.Conflict):
             Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id=other)
     assert backend.keyspace() == before
+    # A row claimed with no identity is adopted by nobody, not even an adopter with none.
+    pool.set_slots(2)
+    blind = enqueue(pool, "blind")
+    Attempt(pool, blind.id, "boot-a", 1).claim()
+    pool.client.delete(pool.keys.lease(blind.id))
+    with pytest.raises(errors.Conflict):
+        Attempt.adopt(pool, blind.id, "boot-a", 1, "boot-b", "", daemon_id="")
     Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id="jpd1:aaaa@boot-1")
     assert row(pool, job.id)["owner_boot"] == "boot-b"
 
@@ -508,9 +515,9 @@ def test_adopt_of_a_finished_or_unknown_job(backend: Backend) -> None:
     claim(pool, job.id).finish("exit", 1)
     before = backend.keyspace()
     with pytest.raises(errors.InvalidState):
-        Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "")
+        Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id="daemon-1")
     with pytest.raises(errors.NotFound):
-        Attempt.adopt(pool, "e" * 32, "boot-a", 1, "boot-b", "")
+        Attempt.adopt(pool, "e" * 32, "boot-a", 1, "boot-b", "", daemon_id="daemon-1")
     assert backend.keyspace() == before
 
 

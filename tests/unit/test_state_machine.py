@@ -37,6 +37,8 @@ from jobpool.models import JobState
 from jobpool.spec import build_spec
 from jobpool.workers.attempt import Attempt
 
+#: The daemon identity every claim records (adoption compares it: scripts/adopt.lua).
+DAEMON = "jpd1:machine@boot"
 BOOTS = ("boot-1", "boot-2", "boot-3")
 COMMANDS = ("a", "b", "c")
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -133,7 +135,7 @@ class PoolMachine(RuleBasedStateMachine):
         attempt = int(self.row(job_id)["attempt"])
         self.refused(errors.Conflict, lambda: Attempt(self.pool, job_id, boot, attempt + 1).claim())
         me = Attempt(self.pool, job_id, boot, attempt)
-        me.claim()
+        me.claim("docker", DAEMON)
         self.seen_attempts.append(me)
         self.refused(errors.NotOwner, lambda: Attempt(self.pool, job_id, BOOTS[0], attempt).claim())
 
@@ -180,7 +182,8 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool.client.delete(self.pool.keys.lease(me.job_id))
         if adopt:
             heir = next(b for b in BOOTS if b != me.boot_id)
-            new, *_ = Attempt.adopt(self.pool, me.job_id, me.boot_id, me.attempt, heir, "probe: running")
+            new, *_ = Attempt.adopt(self.pool, me.job_id, me.boot_id, me.attempt, heir, "probe: running",
+                                    daemon_id=DAEMON)
             self.seen_attempts.append(new)
             return
         k = self.pool.keys
