@@ -38,7 +38,6 @@ MAX_LIST = 1_000_000
 #: A caller's coalesce key, a reason or evidence text: stored in rows and events, so bounded.
 MAX_COALESCE_KEY_BYTES = 1024
 MAX_TEXT_BYTES = 4096
-_UINT64_MAX = 2**64 - 1
 
 
 def connect(url: str) -> redis.Redis:
@@ -380,7 +379,8 @@ class Pool:
         The caller stops the container first; the old owner's next fenced write is refused.
         """
         self._check_id(job_id)
-        if not isinstance(attempt, int) or isinstance(attempt, bool) or not 0 <= attempt <= _UINT64_MAX:
+        if (not isinstance(attempt, int) or isinstance(attempt, bool)
+                or not 0 <= attempt <= event_stream.UINT64_MAX):
             raise errors.InvalidArgument(f"attempt must be a whole number, got {attempt!r}")
         for name, text in (("reason", reason), ("evidence", evidence), ("actor", actor)):
             self._check_text(name, text)

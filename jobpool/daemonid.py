@@ -25,7 +25,7 @@ on Docker < 23) gives the daemon a new identity: rows recorded before are then "
 or an operator ends them: the safe direction.
 
 `same_daemon` is the one comparison every caller goes through (probes, adoption, cancel of an orphan,
-eviction). See docs/architecture.md ("Evidence and the daemon's identity").
+eviction). See docs/architecture.md ("The daemon's identity").
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ MAX_EVENTS = 10_000_000
 PAGE = 1000
 #: A stream entry id: "<ms>[-<seq>]"; `read` also takes "-" (the start) and "(" first (exclusive).
 _STREAM_ID = re.compile(r"\(?([0-9]{1,20})(?:-([0-9]{1,20}))?")
-_UINT64_MAX = 2**64 - 1
+#: The largest number Redis takes in a stream id or a counter.
+UINT64_MAX = 2**64 - 1
 
 Event = dict[str, str]
 
@@ -44,7 +45,7 @@ def _check_count(count: Any, low: int) -> None:
 def _is_stream_id(value: Any, exclusive_ok: bool) -> bool:
     m = _STREAM_ID.fullmatch(value) if isinstance(value, str) else None
     return (m is not None and (exclusive_ok or not value.startswith("("))
-            and all(int(g) <= _UINT64_MAX for g in m.groups() if g))
+            and all(int(g) <= UINT64_MAX for g in m.groups() if g))
 
 
 def _entry(entry_id: str, fields: dict[str, str]) -> Event:

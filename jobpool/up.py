@@ -33,14 +33,13 @@ import redis
 from . import upstate
 from .api import Pool
 from .config import STATE_FILE, Settings
+from .daemonid import effective_docker_host
 from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders
 
 #: Time for the supervisor and Redis to stop after the workers; then SIGKILL.
 STOP_SECS = 10.0
 
 
-#: Where docker-py looks when DOCKER_HOST is not set (shown when no daemon answers there).
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ def docker_answers(timeout: float = 2.0) -> bool:
 
 def choose_executor(asked: str) -> tuple[str, str]:
     """The executor `up` runs its workers with, and why (said in its first lines)."""
-    where = os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+    where = effective_docker_host(None)
     if asked != "auto":
         return asked, f"as asked: --executor {asked}"
     if docker_answers():

@@ -17,7 +17,8 @@ from ..api import Pool
 class Runtime:
     pool: Pool
     boot_id: str
-    #: The Docker daemon's id as seen at boot ('' for the subprocess executor or an absent daemon).
+    #: The Docker daemon's identity (jobpool/daemonid.py), established at boot or, if the daemon did not
+    #: answer then, before the first claim (workers/entry.py); '' for the subprocess executor.
     daemon_id: str = ""
     #: The Docker API version negotiated once at boot, so each job's client skips the negotiation.
     api_version: str | None = None

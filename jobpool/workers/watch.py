@@ -130,9 +130,10 @@ def _beat(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests) -> 
 
 def _retrying(call, within: float | None = None, what: str = "a write"):  # noqa: ANN001, ANN202 - local
     """Send a write until Redis answers it. A lost reply (a connection reset after the script ran) and an
-    outage both read as `RedisUnavailable`, and every worker write is safe to send again: the fenced writes
-    are idempotent, and a claim sent again by the same `Attempt` succeeds again. A refusal (`NotOwner`, ...)
-    is an answer and is raised. With `within`, give up after that many seconds and raise the last error;
+    outage both read as `RedisUnavailable`, and every worker write is safe to send again: a heartbeat or
+    set_container sent twice writes the same, a finish sent again gets the answer it had (finished_by),
+    and a claim sent again by the same `Attempt` succeeds again. A refusal (`NotOwner`, ...) is an answer
+    and is raised. With `within`, give up after that many seconds and raise the last error;
     without, only the worker's force stop (it kills this horse) ends the wait."""
     deadline = None if within is None else time.monotonic() + within
     delay, tries = 0.1, 0

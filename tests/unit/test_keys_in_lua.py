@@ -1,4 +1,5 @@
-"""No key is built inside Lua: every key a script touches arrives in KEYS (STYLE.md items 2 and 3).
+"""No key is built inside Lua: every key a script touches arrives in KEYS (docs/architecture.md,
+"Every state change is one Lua script").
 
 A key built from a string inside a script is invisible to Redis Cluster's slot check and to whoever reads
 the caller, and is how a script ends up touching keys nobody passed. The check reads each script as loaded
