@@ -59,8 +59,12 @@ class JobSpec:
             "image": self.image, "command": list(self.command), "env": dict(self.env),
             "workdir": self.workdir, "user": self.user, "network": self.network, "cpus": self.cpus,
             "memory": self.memory, "labels": dict(self.labels), "mounts": list(self.mounts),
-            "init": self.init,
         }
+        # Written only when off: a spec with the default reads as it did before the field existed, so a
+        # worker of the previous release (whose spec refuses unknown fields) still runs it during a rolling
+        # upgrade, and such a job still coalesces with one queued before the upgrade.
+        if not self.init:
+            data["init"] = False
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @classmethod
