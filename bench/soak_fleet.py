@@ -33,9 +33,11 @@ for _p in (str(HERE.parent / "tests"), str(HERE.parent)):
 import docker  # noqa: E402
 from procs import JobpoolProcess, children  # noqa: E402
 from proxies import DockerLaunchHold, RedisReplyDropper  # noqa: E402
+from rq.registry import StartedJobRegistry  # noqa: E402
 from servers import DockerDaemon, RedisServer  # noqa: E402
 
 from jobpool import Pool  # noqa: E402
+from jobpool.contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL  # noqa: E402
 from jobpool.errors import JobpoolError  # noqa: E402
 from jobpool.registry import script_text  # noqa: E402
 
@@ -69,11 +71,21 @@ def all_events(pool: Pool, after: str = "-") -> list[dict[str, str]]:
         cursor = f"({batch[-1]['id']}"
 
 
+def stamp(at: float) -> str:
+    return f"{time.strftime('%H:%M:%S', time.localtime(at))}.{int(at * 1000) % 1000:03d}"
+
+
 def finding_line(finding: dict, slots: int) -> str:
     what = ", ".join(f"{job}#{att}@d{d}:{cid}" for job, att, d, cid in finding["live"])
-    at = finding["at"]
-    return (f"{time.strftime('%H:%M:%S', time.localtime(at))}.{int(at * 1000) % 1000:03d} {finding['kind']}: "
+    return (f"{stamp(finding['at'])} {finding['kind']}: "
             f"{len(finding['live'])} running (limit {slots}), two of {finding['doubles'] or '-'}: {what}")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 class Fleet:
@@ -117,6 +129,19 @@ class Fleet:
             w.kill_with_children()
         self.start_worker(i)
 
+    def revive(self) -> list[str]:
+        """Start again every worker or supervisor that exited on its own, as the compose file's
+        `restart: unless-stopped` would; returns what exited and how (its last error line)."""
+        gone = []
+        for procs, start in ((self.workers, self.start_worker), (self.supervisors, self.start_supervisor)):
+            for i, p in enumerate(procs):
+                if p is not None and p.proc.poll() is not None:
+                    lines = [ln for ln in p.log().splitlines() if ln.strip()]
+                    last = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), "")
+                    gone.append(f"{p.log_path.name} exited {p.proc.returncode}: {last[-200:]}")
+                    start(i)
+        return gone
+
     def close(self) -> None:
         self.docker_proxy.release()
         for p in [*self.workers, *self.supervisors]:
@@ -145,12 +170,12 @@ class Sampler(threading.Thread):
     def _list(self, d: int) -> dict[str, tuple[int, str, str]] | None:
         """Running job containers on daemon `d`: id -> (daemon, job, attempt); None if it does not answer."""
         try:
-            found = self.clients[d].api.containers(filters={"label": f"jobpool.pool={POOL}",
+            found = self.clients[d].api.containers(filters={"label": f"{LABEL_POOL}={POOL}",
                                                             "status": "running"})
         except Exception:  # noqa: BLE001 - the daemon is down on purpose at times: unknown then
             return None
-        return {c["Id"]: (d, (c.get("Labels") or {}).get("jobpool.job_id", ""),
-                          (c.get("Labels") or {}).get("jobpool.attempt", "")) for c in found}
+        return {c["Id"]: (d, (c.get("Labels") or {}).get(LABEL_JOB, ""),
+                          (c.get("Labels") or {}).get(LABEL_ATTEMPT, "")) for c in found}
 
     def run(self) -> None:
         recent: deque[tuple[int, dict | None]] = deque(maxlen=3)
@@ -193,9 +218,9 @@ class Chaos:
     it; `poll()` returns the armed kinds met since the last call."""
 
     def __init__(self, rng: random.Random, fleet: Fleet, redis_server: RedisServer, pool: Pool,
-                 figures: Any, root: Path) -> None:
+                 figures: Any, root: Path, rollback_anywhere: bool = False) -> None:
         self.rng, self.fleet, self.redis_server, self.pool = rng, fleet, redis_server, pool
-        self.figures, self.root = figures, root
+        self.figures, self.root, self.rollback_anywhere = figures, root, rollback_anywhere
         self.armed: dict[str, Any] = {}
         self._held_met = 0
         self._hold_thread: threading.Thread | None = None
@@ -214,12 +239,23 @@ class Chaos:
             return True
         return bool(getattr(self, kind)())
 
+    def note(self, kind: str, what: str) -> None:
+        """One line per fault, with the time, so a finding can be set against what was done just before."""
+        print(f"soak: {stamp(time.time())} {kind}: {what}", file=sys.stderr)
+
+    def _worker(self, i: int) -> str:
+        w = self.fleet.workers[i]
+        return w.log_path.name if w is not None else f"worker{i}"
+
     def worker_sigkill(self) -> bool:
-        self.fleet.kill_worker(self.rng.randrange(len(self.fleet.workers)))
+        i = self.rng.randrange(len(self.fleet.workers))
+        self.note("worker_sigkill", self._worker(i))
+        self.fleet.kill_worker(i)
         return True
 
     def worker_sigterm(self) -> bool:
         i = self.rng.randrange(len(self.fleet.workers))
+        self.note("worker_sigterm", self._worker(i))
         w = self.fleet.workers[i]
         if w is not None:
             w.stop(timeout=30)
@@ -228,6 +264,7 @@ class Chaos:
 
     def supervisor_restart(self) -> bool:
         d = self.rng.randrange(len(self.fleet.supervisors))
+        self.note("supervisor_restart", f"daemon {d + 1}")
         s = self.fleet.supervisors[d]
         if s is not None:
             s.kill_with_children()
@@ -235,18 +272,24 @@ class Chaos:
         return True
 
     def dockerd_restart(self) -> bool:
-        daemon = self.rng.choice(self.fleet.daemons)
+        d = self.rng.randrange(len(self.fleet.daemons))
+        daemon = self.fleet.daemons[d]
+        outage = self.rng.uniform(0.5, 3.0)  # the outage itself: its length is what is being tested
+        self.note("dockerd_restart", f"daemon {d + 1} stopped for {outage:.1f}s")
         daemon.stop()
-        time.sleep(self.rng.uniform(0.5, 3.0))  # the outage itself: its length is what is being tested
+        time.sleep(outage)
         daemon.start()
+        self.note("dockerd_restart", f"daemon {d + 1} answers again")
         return True
 
     def redis_restart(self) -> bool:
+        self.note("redis_restart", "kill -9")
         self.redis_server.kill()
         self.redis_server.restart()
         return True
 
     def _user(self, kind: str, job_id: str) -> None:
+        self.note(kind, job_id)
         try:
             if kind == "cancel":
                 self.pool.cancel(job_id)
@@ -272,19 +315,19 @@ class Chaos:
         if not aof.exists():
             aof = self.redis_server.dir / "appendonly.aof"
         copy = self.root / f"aof-at-{int(time.time() * 1000)}"
-        (shutil.copytree if aof.is_dir() else shutil.copy2)(aof, copy)
+        if not self._copy_aof(aof, copy):
+            return False
+        self.note("redis_rollback", "AOF copied")
         time.sleep(self.rng.uniform(0.5, 2.0))
         try:
             written = all_events(self.pool, mark)
         except JobpoolError:
             written = []
+        self.note("redis_rollback", "kill -9, back from the copy")
         self.redis_server.kill()
-        if aof.is_dir():
-            shutil.rmtree(aof)
-            shutil.copytree(copy, aof)
-        else:
-            shutil.copy2(copy, aof)
-        (shutil.rmtree if copy.is_dir() else Path.unlink)(copy)
+        _remove(aof)
+        (shutil.copytree if copy.is_dir() else shutil.copy2)(copy, aof)
+        _remove(copy)
         self.redis_server.restart()
         try:
             back = self.pool.client.xrevrange(self.pool.keys.events, count=1)
@@ -300,6 +343,31 @@ class Chaos:
               file=sys.stderr)
         return bool(lost)
 
+    def _copy_aof(self, aof: Path, copy: Path) -> bool:
+        """Copy the AOF at an instant when no RQ delivery is between a worker's BLMOVE and its horse's start,
+        unless `rollback_anywhere`. A rollback to such an instant leaves the job's RQ entry in RQ's
+        intermediate list with its row unclaimed, and the supervisor keeps that row ("in RQ's intermediate
+        list") until RQ's own maintenance clears the entry: every 10 minutes per worker, in two passes at
+        least a minute apart, so the slot is held 10-20 minutes (a liveness gap in jobpool, reported; the
+        soak would only see it as a job stuck at its deadline). Quiet means: the intermediate list empty and
+        RQ's started registry the same before and after the copy (a BLMOVE during the copy creates an
+        execution there before the horse takes the entry off the list)."""
+        c, k = self.pool.client, self.pool.keys
+        wip = StartedJobRegistry.key_template.format(k.rq_queue_name)
+        for _ in range(200):
+            try:
+                before = c.llen(k.rq_intermediate), c.zrange(wip, 0, -1)
+                if before[0] == 0 or self.rollback_anywhere:
+                    (shutil.copytree if aof.is_dir() else shutil.copy2)(aof, copy)
+                    if self.rollback_anywhere or (c.llen(k.rq_intermediate), c.zrange(wip, 0, -1)) == before:
+                        return True
+                    _remove(copy)
+            except Exception:  # noqa: BLE001 - Redis away: not now
+                _remove(copy)
+                return False
+            time.sleep(0.01)
+        return False
+
     # ---- armed, met later ---------------------------------------------------------------------------
 
     def _arm(self, kind: str) -> None:
@@ -308,10 +376,12 @@ class Chaos:
             sha = script_sha(name)
             self.armed[kind] = (name, sha, self.fleet.redis_proxy.dropped.get(sha, 0))
             self.fleet.redis_proxy.drop(sha, 1)
+            self.note("lost_reply", f"armed: the next {name} reply")
         elif kind == "slow_launch":
             what = self.rng.choice(("create", "start"))
             hold_for = self.rng.uniform(1.5, 2.5) * float(self.fleet.env["JOBPOOL_LEASE_SECS"])
             self.armed[kind] = what
+            self.note("slow_launch", f"armed: the held worker's next {what}, for {hold_for:.1f}s")
             self._hold_thread = threading.Thread(target=self._hold_one_launch, args=(what, hold_for),
                                                  daemon=True)
             self._hold_thread.start()
@@ -330,11 +400,11 @@ class Chaos:
                 if self._ending.is_set() or time.monotonic() > deadline:
                     return
             jobs = self._created_on_daemon1()
+            self.note("slow_launch", f"holding a {what} of {jobs or '?'}")
             if not self._ending.wait(hold_for):
                 self._held_met += 1
                 self.figures.held_launches += jobs
-                print(f"soak: slow_launch held a {what} of {jobs or '?'} for {hold_for:.1f}s",
-                      file=sys.stderr)
+                self.note("slow_launch", f"released after {hold_for:.1f}s")
         finally:
             proxy.release()
 
@@ -342,17 +412,18 @@ class Chaos:
         """The jobs with a created, never started container on daemon 1: the held launch is among them."""
         try:
             with contextlib.closing(docker.DockerClient(base_url=self.fleet.daemons[0].host, timeout=5)) as c:
-                found = c.api.containers(all=True, filters={"label": f"jobpool.pool={POOL}",
+                found = c.api.containers(all=True, filters={"label": f"{LABEL_POOL}={POOL}",
                                                             "status": "created"})
         except Exception:  # noqa: BLE001 - a figure for the report only
             return []
-        return [(x.get("Labels") or {}).get("jobpool.job_id", "") for x in found]
+        return [(x.get("Labels") or {}).get(LABEL_JOB, "") for x in found]
 
     def poll(self) -> list[str]:
         met = []
         if "lost_reply" in self.armed:
             name, sha, before = self.armed["lost_reply"]
             if self.fleet.redis_proxy.dropped.get(sha, 0) > before:
+                self.note("lost_reply", f"a {name} reply dropped")
                 del self.armed["lost_reply"]
                 self.figures.lost_replies[name] += 1
                 met.append("lost_reply")
@@ -376,11 +447,13 @@ class Chaos:
         if not busy:
             return False
         try:
-            if not self._d2.api.containers(filters={"label": f"jobpool.pool={POOL}", "status": "running"}):
+            if not self._d2.api.containers(filters={"label": f"{LABEL_POOL}={POOL}", "status": "running"}):
                 return False
         except Exception:  # noqa: BLE001 - daemon 2 restarting: not now
             return False
-        self.fleet.kill_worker(self.rng.choice(busy))
+        i = self.rng.choice(busy)
+        self.note("shared_id_daemon", f"SIGKILL {self._worker(i)} and its horse")
+        self.fleet.kill_worker(i)
         return True
 
     def disarm(self) -> None:
