@@ -1,5 +1,6 @@
-"""The soak's fleet (two private dockerd daemons, workers, supervisors, the fault proxies), its sampler, and
-its fault injectors. `bench/soak.py` runs them; see its docstring for what is measured.
+"""The soak's fleet (two private dockerd daemons, workers, supervisors, the fault proxies) and its sampler.
+`bench/soak.py` runs them, `bench/soak_faults.py` injects the faults; see soak.py's docstring for what is
+measured.
 
 The fleet is laid out so every fault kind meets the parts it is about:
 
@@ -14,9 +15,6 @@ The fleet is laid out so every fault kind meets the parts it is about:
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import random
 import shutil
 import sys
 import threading
@@ -31,29 +29,15 @@ for _p in (str(HERE.parent / "tests"), str(HERE.parent)):
         sys.path.insert(0, _p)
 
 import docker  # noqa: E402
-from procs import JobpoolProcess, children  # noqa: E402
+from procs import JobpoolProcess  # noqa: E402
 from proxies import DockerLaunchHold, RedisReplyDropper  # noqa: E402
-from rq.registry import StartedJobRegistry  # noqa: E402
 from servers import DockerDaemon, RedisServer  # noqa: E402
 
 from jobpool import Pool  # noqa: E402
 from jobpool.contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL  # noqa: E402
-from jobpool.errors import JobpoolError  # noqa: E402
-from jobpool.registry import script_text  # noqa: E402
 
 IMAGE = "jobpool-test:busybox"
 POOL = "soak"
-#: Faults armed now and met later, when the moment they need comes (a launch on the held worker, a call of
-#: the chosen script, a busy worker on daemon 2). The others are injected at once.
-ARMED = ("shared_id_daemon", "slow_launch", "lost_reply")
-LOST_REPLY_SCRIPTS = ("claim", "set_container", "finish")
-
-
-def script_sha(name: str) -> str:
-    """The SHA1 redis-py sends with EVALSHA for one of jobpool's scripts (its loaded text)."""
-    return hashlib.sha1(script_text(name).encode()).hexdigest()
-
-
 def stream_id(value: str) -> tuple[int, int]:
     ms, _, seq = value.partition("-")
     return int(ms), int(seq or 0)
@@ -81,7 +65,7 @@ def finding_line(finding: dict, slots: int) -> str:
             f"{len(finding['live'])} running (limit {slots}), two of {finding['doubles'] or '-'}: {what}")
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path)
     else:
@@ -211,261 +195,3 @@ class Sampler(threading.Thread):
     def stop(self) -> None:
         self.halt.set()
         self.join(10)
-
-
-class Chaos:
-    """The fault injectors. `inject(kind)` injects one now (False when it could not meet live jobs) or arms
-    it; `poll()` returns the armed kinds met since the last call."""
-
-    def __init__(self, rng: random.Random, fleet: Fleet, redis_server: RedisServer, pool: Pool,
-                 figures: Any, root: Path, rollback_anywhere: bool = False) -> None:
-        self.rng, self.fleet, self.redis_server, self.pool = rng, fleet, redis_server, pool
-        self.figures, self.root, self.rollback_anywhere = figures, root, rollback_anywhere
-        self.armed: dict[str, Any] = {}
-        self._held_met = 0
-        self._hold_thread: threading.Thread | None = None
-        self._ending = threading.Event()
-        self._d2 = docker.DockerClient(base_url=fleet.daemons[-1].host, timeout=5)
-
-    # ---- injected at once ---------------------------------------------------------------------------
-
-    def inject(self, kind: str, job_ids: list[str]) -> bool:
-        if kind in ARMED:
-            if kind not in self.armed:
-                self._arm(kind)
-            return False  # counted when met
-        if kind in ("cancel", "pause_resume"):
-            self._user(kind, self.rng.choice(job_ids))
-            return True
-        return bool(getattr(self, kind)())
-
-    def note(self, kind: str, what: str) -> None:
-        """One line per fault, with the time, so a finding can be set against what was done just before."""
-        print(f"soak: {stamp(time.time())} {kind}: {what}", file=sys.stderr)
-
-    def _worker(self, i: int) -> str:
-        w = self.fleet.workers[i]
-        return w.log_path.name if w is not None else f"worker{i}"
-
-    def worker_sigkill(self) -> bool:
-        i = self.rng.randrange(len(self.fleet.workers))
-        self.note("worker_sigkill", self._worker(i))
-        self.fleet.kill_worker(i)
-        return True
-
-    def worker_sigterm(self) -> bool:
-        i = self.rng.randrange(len(self.fleet.workers))
-        self.note("worker_sigterm", self._worker(i))
-        w = self.fleet.workers[i]
-        if w is not None:
-            w.stop(timeout=30)
-        self.fleet.start_worker(i)
-        return True
-
-    def supervisor_restart(self) -> bool:
-        d = self.rng.randrange(len(self.fleet.supervisors))
-        self.note("supervisor_restart", f"daemon {d + 1}")
-        s = self.fleet.supervisors[d]
-        if s is not None:
-            s.kill_with_children()
-        self.fleet.start_supervisor(d)
-        return True
-
-    def dockerd_restart(self) -> bool:
-        d = self.rng.randrange(len(self.fleet.daemons))
-        daemon = self.fleet.daemons[d]
-        outage = self.rng.uniform(0.5, 3.0)  # the outage itself: its length is what is being tested
-        self.note("dockerd_restart", f"daemon {d + 1} stopped for {outage:.1f}s")
-        daemon.stop()
-        time.sleep(outage)
-        daemon.start()
-        self.note("dockerd_restart", f"daemon {d + 1} answers again")
-        return True
-
-    def redis_restart(self) -> bool:
-        self.note("redis_restart", "kill -9")
-        self.redis_server.kill()
-        self.redis_server.restart()
-        return True
-
-    def _user(self, kind: str, job_id: str) -> None:
-        self.note(kind, job_id)
-        try:
-            if kind == "cancel":
-                self.pool.cancel(job_id)
-            else:
-                self.pool.pause(job_id)  # the main loop resumes it a little later
-        except JobpoolError:
-            pass  # finished already, or Redis is restarting: a user would see the same
-
-    def redis_rollback(self) -> bool:
-        """Redis loses its last writes: the AOF directory is copied now, the fleet runs on for 0.5-2 s,
-        redis-server is SIGKILLed and comes back (same port and dir) from the copy. Injected only while jobs
-        run, and it met them only if it took back at least one transition (a promotion, claim, exit...).
-        The events it took back are counted and logged, so a finding can be traced to them."""
-        try:
-            if not self.pool.stats()["counts"]["running"]:
-                return False
-            last = self.pool.client.xrevrange(self.pool.keys.events, count=1)
-        except Exception:  # noqa: BLE001 - Redis away: try again later
-            return False
-        mark = last[0][0] if last else "0-0"
-        # Redis 7 keeps its AOF in a directory (base, increments, manifest); Redis 6 in one file.
-        aof = self.redis_server.dir / "appendonlydir"
-        if not aof.exists():
-            aof = self.redis_server.dir / "appendonly.aof"
-        copy = self.root / f"aof-at-{int(time.time() * 1000)}"
-        if not self._copy_aof(aof, copy):
-            return False
-        self.note("redis_rollback", "AOF copied")
-        time.sleep(self.rng.uniform(0.5, 2.0))
-        try:
-            written = all_events(self.pool, mark)
-        except JobpoolError:
-            written = []
-        self.note("redis_rollback", "kill -9, back from the copy")
-        self.redis_server.kill()
-        _remove(aof)
-        (shutil.copytree if copy.is_dir() else shutil.copy2)(copy, aof)
-        _remove(copy)
-        self.redis_server.restart()
-        try:
-            back = self.pool.client.xrevrange(self.pool.keys.events, count=1)
-        except Exception:  # noqa: BLE001 - read again below if it fails; the count is a figure only
-            back = []
-        restored = stream_id(back[0][0]) if back else (0, 0)
-        lost = [e for e in written if stream_id(e["id"]) > restored]
-        self.figures.rolled_back_events += len(lost)
-        self.figures.rollbacks.append({"at": time.time(), "restored_to": back[0][0] if back else "",
-                                       "lost": lost})
-        print(f"soak: redis_rollback took back {len(lost)} events: "
-              + ", ".join(f"{e.get('job')}:{e.get('from')}->{e.get('to')}({e.get('reason')})" for e in lost),
-              file=sys.stderr)
-        return bool(lost)
-
-    def _copy_aof(self, aof: Path, copy: Path) -> bool:
-        """Copy the AOF at an instant when no RQ delivery is between a worker's BLMOVE and its horse's start,
-        unless `rollback_anywhere`. A rollback to such an instant leaves the job's RQ entry in RQ's
-        intermediate list with its row unclaimed, and the supervisor keeps that row ("in RQ's intermediate
-        list") until RQ's own maintenance clears the entry: every 10 minutes per worker, in two passes at
-        least a minute apart, so the slot is held 10-20 minutes (a liveness gap in jobpool, reported; the
-        soak would only see it as a job stuck at its deadline). Quiet means: the intermediate list empty and
-        RQ's started registry the same before and after the copy (a BLMOVE during the copy creates an
-        execution there before the horse takes the entry off the list)."""
-        c, k = self.pool.client, self.pool.keys
-        wip = StartedJobRegistry.key_template.format(k.rq_queue_name)
-        for _ in range(200):
-            try:
-                before = c.llen(k.rq_intermediate), c.zrange(wip, 0, -1)
-                if before[0] == 0 or self.rollback_anywhere:
-                    (shutil.copytree if aof.is_dir() else shutil.copy2)(aof, copy)
-                    if self.rollback_anywhere or (c.llen(k.rq_intermediate), c.zrange(wip, 0, -1)) == before:
-                        return True
-                    _remove(copy)
-            except Exception:  # noqa: BLE001 - Redis away: not now
-                _remove(copy)
-                return False
-            time.sleep(0.01)
-        return False
-
-    # ---- armed, met later ---------------------------------------------------------------------------
-
-    def _arm(self, kind: str) -> None:
-        if kind == "lost_reply":
-            name = self.rng.choice(LOST_REPLY_SCRIPTS)
-            sha = script_sha(name)
-            self.armed[kind] = (name, sha, self.fleet.redis_proxy.dropped.get(sha, 0))
-            self.fleet.redis_proxy.drop(sha, 1)
-            self.note("lost_reply", f"armed: the next {name} reply")
-        elif kind == "slow_launch":
-            what = self.rng.choice(("create", "start"))
-            hold_for = self.rng.uniform(1.5, 2.5) * float(self.fleet.env["JOBPOOL_LEASE_SECS"])
-            self.armed[kind] = what
-            self.note("slow_launch", f"armed: the held worker's next {what}, for {hold_for:.1f}s")
-            self._hold_thread = threading.Thread(target=self._hold_one_launch, args=(what, hold_for),
-                                                 daemon=True)
-            self._hold_thread.start()
-        elif kind == "shared_id_daemon":
-            self.armed[kind] = True
-
-    def _hold_one_launch(self, what: str, hold_for: float) -> None:
-        """Hold the held worker's next create reply (or start request) for `hold_for` seconds, longer than
-        the lease, then let it through. Gives up after a minute without a launch there."""
-        proxy = self.fleet.docker_proxy
-        proxy.held.clear()
-        proxy.hold(what)
-        try:
-            deadline = time.monotonic() + 60
-            while not proxy.held.wait(0.2):
-                if self._ending.is_set() or time.monotonic() > deadline:
-                    return
-            jobs = self._created_on_daemon1()
-            self.note("slow_launch", f"holding a {what} of {jobs or '?'}")
-            if not self._ending.wait(hold_for):
-                self._held_met += 1
-                self.figures.held_launches += jobs
-                self.note("slow_launch", f"released after {hold_for:.1f}s")
-        finally:
-            proxy.release()
-
-    def _created_on_daemon1(self) -> list[str]:
-        """The jobs with a created, never started container on daemon 1: the held launch is among them."""
-        try:
-            with contextlib.closing(docker.DockerClient(base_url=self.fleet.daemons[0].host, timeout=5)) as c:
-                found = c.api.containers(all=True, filters={"label": f"{LABEL_POOL}={POOL}",
-                                                            "status": "created"})
-        except Exception:  # noqa: BLE001 - a figure for the report only
-            return []
-        return [(x.get("Labels") or {}).get(LABEL_JOB, "") for x in found]
-
-    def poll(self) -> list[str]:
-        met = []
-        if "lost_reply" in self.armed:
-            name, sha, before = self.armed["lost_reply"]
-            if self.fleet.redis_proxy.dropped.get(sha, 0) > before:
-                self.note("lost_reply", f"a {name} reply dropped")
-                del self.armed["lost_reply"]
-                self.figures.lost_replies[name] += 1
-                met.append("lost_reply")
-        if "slow_launch" in self.armed and self._hold_thread is not None and not self._hold_thread.is_alive():
-            del self.armed["slow_launch"]
-            if self._held_met:
-                self._held_met -= 1
-                met.append("slow_launch")
-        if "shared_id_daemon" in self.armed and self._kill_busy_worker_on_daemon2():
-            del self.armed["shared_id_daemon"]
-            met.append("shared_id_daemon")
-        return met
-
-    def _kill_busy_worker_on_daemon2(self) -> bool:
-        """SIGKILL a daemon-2 worker (and its horse) while its horse runs a job and job containers run on
-        daemon 2; it is started again. False (stay armed) until that moment comes."""
-        last = len(self.fleet.daemons) - 1
-        busy = [i for i, d in enumerate(self.fleet.placement)
-                if d == last and (w := self.fleet.workers[i]) is not None and w.proc.poll() is None
-                and children(w.pid)]
-        if not busy:
-            return False
-        try:
-            if not self._d2.api.containers(filters={"label": f"{LABEL_POOL}={POOL}", "status": "running"}):
-                return False
-        except Exception:  # noqa: BLE001 - daemon 2 restarting: not now
-            return False
-        i = self.rng.choice(busy)
-        self.note("shared_id_daemon", f"SIGKILL {self._worker(i)} and its horse")
-        self.fleet.kill_worker(i)
-        return True
-
-    def disarm(self) -> None:
-        """Take back whatever is still armed, so the end of the soak meets no fault."""
-        if "lost_reply" in self.armed:
-            self.fleet.redis_proxy.drop(self.armed["lost_reply"][1], 0)
-        self.armed.clear()
-        self._ending.set()
-        self.fleet.docker_proxy.release()
-        if self._hold_thread is not None:
-            self._hold_thread.join(10)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._d2.close()

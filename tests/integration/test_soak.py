@@ -1,6 +1,6 @@
-"""The chaos soak (bench/soak.py) at CI size: every fault kind met live jobs twice, and the promises' figures are
-zero. Its fleet runs on two private dockerd daemons that share Docker's ID, with workers reaching Redis and one
-daemon through fault proxies (tests/proxies.py); see bench/soak_fleet.py."""
+"""The chaos soak (bench/soak.py) at CI size: every fault kind met live jobs twice, and the promises' figures
+are zero. Its fleet runs on two private dockerd daemons that share Docker's ID, with workers reaching Redis
+and one daemon through fault proxies (tests/proxies.py); see bench/soak_fleet.py."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ def test_soak_keeps_every_promise_under_faults(redis_server, docker_daemon) -> N
     print(figures.line())
     assert {k for k, n in figures.faults.items() if n >= 2} == set(FAULTS), figures.line()
     assert figures.rolled_back_events > 0, "a Redis rollback took back transitions"
-    assert figures.held_launches, "a launch was held past the lease"
     assert figures.samples > 50, "the daemons were sampled throughout"
     assert figures.lost == 0, figures.line()
     assert figures.over_limit_instants == 0, (figures.line(), figures.findings)
