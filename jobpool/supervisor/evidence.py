@@ -9,6 +9,7 @@ compare-and-set on this very evidence.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -70,6 +71,10 @@ class Evidence:
         self._started_key = StartedJobRegistry.key_template.format(pool.keys.rq_queue_name)
         self._sort_ro = True  # until the server says it has no SORT_RO (Redis < 7)
         self._redis_lost = False
+        #: Unclaimed ids RQ holds as taken (intermediate list, started registry): since when this supervisor
+        #: has seen them so. A delivery stuck there (its worker died, or Redis rolled back under it) is only
+        #: cleared by RQ's maintenance, minutes later; past the claim grace the sweep dispatches it again.
+        self._taken_since: dict[str, float] = {}
         self._redis_back_at: float | None = None
 
     def read(self, job_ids: Iterable[str] | None = None, evict_stale: bool = False) -> Snapshot:
@@ -261,5 +266,14 @@ class Evidence:
         pipe.zrange(self._started_key, 0, -1, withscores=True)
         *positions, started = run_pipeline(pipe)
         live = {str(entry).split(":", 1)[0] for entry, expires in started if expires * 1000 >= now_ms}
-        return {job_id: DispatchFacts(positions[2 * i] is not None, positions[2 * i + 1] is not None,
-                                      job_id in live) for i, job_id in enumerate(ids)}
+        facts = {}
+        for i, job_id in enumerate(ids):
+            f = DispatchFacts(positions[2 * i] is not None, positions[2 * i + 1] is not None, job_id in live)
+            if f.taken:
+                since = self._taken_since.setdefault(job_id, time.monotonic())
+                f = dataclasses.replace(f, taken_secs=time.monotonic() - since)
+            facts[job_id] = f
+        # Forget what is no longer taken and unclaimed (claimed, ended, or back on the queue).
+        keep = {job_id for job_id, f in facts.items() if f.taken}
+        self._taken_since = {k: v for k, v in self._taken_since.items() if k in keep}
+        return facts

@@ -169,6 +169,13 @@ class DispatchFacts:
     in_queue: bool = False
     in_intermediate: bool = False
     in_started: bool = False
+    #: How long this supervisor has seen the id taken (intermediate list or started registry) unclaimed.
+    taken_secs: float = 0.0
+
+    @property
+    def taken(self) -> bool:
+        """A worker took the delivery off the queue but has not claimed it (yet)."""
+        return not self.in_queue and (self.in_intermediate or self.in_started)
 
     @property
     def waiting(self) -> bool:
@@ -214,6 +221,13 @@ def _fmt_age(secs: float | None) -> str:
 def decide_unclaimed(row: RowSnapshot, dispatch: DispatchFacts | None, now_ms: int,
                      settings: Settings) -> Verdict:
     age = age_secs(row.promoted_at, now_ms)
+    if dispatch is not None and dispatch.taken and dispatch.taken_secs >= settings.claim_grace_secs:
+        # A worker claims within moments of taking a delivery; one held this long was lost with its worker
+        # or by a Redis rollback, and RQ frees it only minutes later. Nothing runs before a claim, and of two
+        # deliveries only the first claim wins, so a new attempt is safe.
+        return Verdict(Kind.REDISPATCH, reason=REASON_LOST_DISPATCH,
+                       evidence=f"unclaimed attempt {row.attempt}, {dispatch.describe()} for "
+                                f"{dispatch.taken_secs:.0f}s without a claim")
     if dispatch is not None and dispatch.waiting:
         return Verdict(Kind.KEEP, evidence=f"unclaimed, {dispatch.describe()}")
     if age is None or age < settings.claim_grace_secs:

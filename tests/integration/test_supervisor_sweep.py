@@ -447,6 +447,23 @@ def test_unclaimed_rows_are_left_while_dispatched_and_redispatched_when_lost(mak
     assert sup.sweep().verdicts == {"keep": 1}
 
 
+def test_a_delivery_stuck_in_rqs_intermediate_list_is_dispatched_again(make_pool, supervisors) -> None:
+    """What a Redis rollback (or a worker dying between BLMOVE and its horse) leaves: the delivery in RQ's
+    intermediate list, no claim. RQ's maintenance frees it only minutes later; the sweep does not wait."""
+    pool = make_pool(claim_grace_secs=0.5)
+    job = pool.enqueue(image=IMAGE, command=["true"])
+    sup = supervisors(pool)
+    c, k = pool.client, pool.keys
+    c.lmove(k.rq_queue, k.rq_intermediate)
+    assert sup.sweep().verdicts == {"keep": 1}, "just taken: a worker claims within moments"
+    report = eventually(lambda: (r := sup.sweep()).verdicts.get("redispatch") and r, timeout=10,
+                        message="the stuck delivery dispatched again")
+    assert "intermediate list" in report.decisions[0].verdict.evidence
+    after = pool.get(job.id)
+    assert (after.state.value, after.attempt, after.owner_boot) == ("running", 2, "")
+    assert c.lrange(k.rq_queue, 0, -1) == [job.id]
+
+
 def test_unclaimed_row_within_grace_is_left(make_pool, supervisors) -> None:
     pool = make_pool(claim_grace_secs=60)
     job = pool.enqueue(image=IMAGE, command=["true"])

@@ -48,6 +48,16 @@ def test_unclaimed_and_held_by_rq_is_left_however_old(facts: DispatchFacts) -> N
     assert v.kind is Kind.KEEP
 
 
+@pytest.mark.parametrize("facts", [DispatchFacts(in_intermediate=True, taken_secs=S.claim_grace_secs),
+                                   DispatchFacts(in_started=True, taken_secs=S.claim_grace_secs + 1)])
+def test_a_delivery_taken_but_unclaimed_past_the_grace_is_redispatched(facts: DispatchFacts) -> None:
+    v = decide(unclaimed(61), False, None, facts, NOW, S)
+    assert (v.kind, v.reason) == (Kind.REDISPATCH, "lost_dispatch") and "without a claim" in v.evidence
+    # Back on the queue too (RQ's maintenance re-enqueued it): waiting for a worker, left.
+    assert decide(unclaimed(61), False, None, DispatchFacts(in_queue=True, in_intermediate=True,
+                                                            taken_secs=999), NOW, S).kind is Kind.KEEP
+
+
 def test_unclaimed_within_grace_is_left_even_if_lost() -> None:
     assert decide(unclaimed(59), False, None, DispatchFacts(), NOW, S).kind is Kind.KEEP
 
