@@ -45,7 +45,7 @@ class Chaos:
     it; `poll()` returns the armed kinds met since the last call."""
 
     def __init__(self, rng: random.Random, fleet: Fleet, redis_server: RedisServer, pool: Pool,
-                 figures: Any, root: Path, rollback_anywhere: bool = False) -> None:
+                 figures: Any, root: Path, rollback_anywhere: bool = True) -> None:
         self.rng, self.fleet, self.redis_server, self.pool = rng, fleet, redis_server, pool
         self.figures, self.root, self.rollback_anywhere = figures, root, rollback_anywhere
         self.armed: dict[str, Any] = {}
@@ -173,11 +173,10 @@ class Chaos:
     def _copy_aof(self, aof: Path, copy: Path) -> bool:
         """Copy the AOF at an instant when no RQ delivery is between a worker's BLMOVE and its horse's start,
         unless `rollback_anywhere`. A rollback to such an instant leaves the job's RQ entry in RQ's
-        intermediate list with its row unclaimed, and the supervisor keeps that row ("in RQ's intermediate
-        list") until RQ's own maintenance clears the entry: every 10 minutes per worker, in two passes at
-        least a minute apart, so the slot is held 10-20 minutes (a liveness gap in jobpool, reported; the
-        soak would only see it as a job stuck at its deadline). Quiet means: the intermediate list empty and
-        RQ's started registry the same before and after the copy (a BLMOVE during the copy creates an
+        intermediate list with its row unclaimed; RQ's own maintenance clears such an entry only every 10
+        minutes per worker, so the supervisor dispatches it again once it has seen it held past the claim
+        grace (jobpool/supervisor/verdicts.py, `decide_unclaimed`). Quiet means: the intermediate list empty
+        and RQ's started registry the same before and after the copy (a BLMOVE during the copy creates an
         execution there before the horse takes the entry off the list)."""
         c, k = self.pool.client, self.pool.keys
         wip = StartedJobRegistry.key_template.format(k.rq_queue_name)
