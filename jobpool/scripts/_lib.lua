@@ -1,10 +1,5 @@
 --[[ _lib.lua: shared helpers, prepended to every script by jobpool/registry.py when it is loaded.
-
-Before this file come the constants the scripts share with Python, generated from jobpool/contract.py
-(LUA_CONSTANTS): EXIT_TEMPFAIL, MAX_SLOTS, EVENTS_MAXLEN, RQ_META_ATTEMPT. Use those names; never write
-their values into a script.
-
-Every script receives the pool's 13 common keys first, in this order (keys.py: PoolKeys.common()):
+KEYS: every script receives the pool's 13 common keys first, in this order (keys.py: PoolKeys.common()):
   KEYS[1] config      hash   max_concurrent_jobs
   KEYS[2] paused      hash   present = promotion paused
   KEYS[3] queued      zset   id -> seq (FIFO)
@@ -15,6 +10,10 @@ Every script receives the pool's 13 common keys first, in this order (keys.py: P
   KEYS[8] rq:queues   set    RQ's registry of queues (RQ's own key)
   KEYS[9] seq         string global enqueue counter
   KEYS[10..13]        zsets  paused / succeeded / failed / cancelled job indexes
+Before this file come the constants the scripts share with Python, generated from jobpool/contract.py
+(LUA_CONSTANTS): EXIT_TEMPFAIL, MAX_SLOTS, EVENTS_MAXLEN, RQ_META_ATTEMPT. Use those names; never write
+their values into a script.
+
 Scripts that may free a slot take "promotion candidates" last: pairs of (job:<id>, rq:job:<id>) for the
 ids at the head of `queued`, read by the caller just before the call. A candidate is promoted only while
 it is still the head, so a stale read can delay a promotion (the caller retries) but never reorder one.
