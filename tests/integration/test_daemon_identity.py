@@ -20,7 +20,7 @@ from polling import eventually
 from procs import JobpoolProcess
 from servers import DockerDaemon, daemon_identity
 
-from jobpool import JobState, Pool
+from jobpool import JobState, Pool, daemonid
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
 
 
@@ -203,3 +203,24 @@ def test_a_worker_on_another_daemon_refuses_to_adopt(
         assert (done.state, done.attempt) == (JobState.SUCCEEDED, 1)
     finally:
         sup.close()
+
+
+def test_processes_racing_to_make_the_identity_agree_on_one(two_daemons: tuple[str, str]) -> None:
+    """The first to ask creates the identity volume; a racing create of the same name returns the same
+    volume, and every process reads the label back from the daemon."""
+    _, d2 = two_daemons
+    with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_volume(daemonid.VOLUME)
+    seen: list[str] = []
+
+    def establish() -> None:
+        with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
+            seen.append(daemonid.establish(client, d2))
+
+    threads = [threading.Thread(target=establish) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(seen) == 8 and len(set(seen)) == 1, seen
