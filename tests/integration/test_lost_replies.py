@@ -42,6 +42,7 @@ def dropper(redis_server: RedisServer, redis_url: str) -> Iterator[RedisReplyDro
     pytest.param("claim", 1, id="claim"),
     pytest.param("claim", 3, id="claim-three-times"),
     pytest.param("set_container", 1, id="set_container"),
+    pytest.param("finish", 1, id="finish"),
 ])
 def test_a_lost_reply_is_retried_and_the_job_runs_once(pool_env: dict[str, str], spawn, tmp_path: Path,
                                                         dropper: RedisReplyDropper, script: str,
@@ -64,6 +65,10 @@ def test_a_lost_reply_is_retried_and_the_job_runs_once(pool_env: dict[str, str],
         events = [e["reason"] for e in pool.events(job.id)]
         assert events.count("claimed") == 1, events
         assert pool.slots()[0] == 0
+        # The finish sent again got its answer (not a refusal read as "superseded"): the ended job's
+        # checkpoint went with it.
+        checkpoint = Path(pool_env["JOBPOOL_STATE_DIR"]) / "checkpoints" / pool.keys.pool / job.id
+        eventually(lambda: not checkpoint.exists(), timeout=10, message="the checkpoint removed")
         # Nothing is held for ever: the one slot takes the next job, through the same worker.
         nxt = pool.enqueue("ignored", ["sh", "-c", "exit 0"])
         assert pool.wait(nxt.id, timeout=20).state is JobState.SUCCEEDED
