@@ -88,17 +88,18 @@ def adopt_job(job_id: str, old_owner: str, attempt_no: int) -> str:
             log.info("job %s: nothing to adopt", job_id)
             return "not-adopted"
         try:
-            attempt, _, _, requests = Attempt.adopt(rt.pool, job_id, old_owner, int(attempt_no), rt.boot_id,
-                                                    evidence=f"container {handle.container_id[:12]} running "
-                                                             f"on daemon {rt.daemon_id}",
-                                                    daemon_id=rt.daemon_id)
+            evidence = f"container {handle.container_id[:12]} running on daemon {rt.daemon_id}"
+            attempt, _, _, requests = _retrying(  # a lost reply: sent again, the same adoption answers
+                lambda: Attempt.adopt(rt.pool, job_id, old_owner, int(attempt_no), rt.boot_id,
+                                      evidence=evidence, daemon_id=rt.daemon_id), what="adopt")
         except JobpoolError as exc:
             if quietly_refused(exc):
                 log.info("job %s: not adopted (%s)", job_id, exc)
                 return "not-adopted"
             raise
         log.info("job %s attempt %s: adopted from boot %s", job_id, attempt_no, old_owner)
-        attempt.set_container(handle.container_id, handle.daemon_id, handle.identity)
+        _retrying(lambda: attempt.set_container(handle.container_id, handle.daemon_id, handle.identity),
+                  what="set_container")
         watch(rt, attempt, handle, executor, requests)
     finally:
         executor.close()

@@ -509,6 +509,24 @@ def test_adopt_is_refused_to_a_worker_on_another_daemon(backend: Backend) -> Non
     assert row(pool, job.id)["owner_boot"] == "boot-b"
 
 
+def test_an_adoption_sent_again_after_its_reply_was_lost_succeeds_again(backend: Backend) -> None:
+    pool = backend.pool(lease_secs=30, heartbeat_secs=5)
+    job = enqueue(pool, "long")
+    orphan(backend, pool, job.id, "boot-a")
+    Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "probe: running", daemon_id="daemon-1")
+    pool.client.pexpire(pool.keys.lease(job.id), 5)  # the retry also renews the lease
+    again, spec, container_id, _ = Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "probe: running",
+                                                 daemon_id="daemon-1")
+    assert (spec.command, container_id) == (("long",), "cid-1")
+    assert lease(pool, job.id) == "boot-b:1" and pool.client.pttl(pool.keys.lease(job.id)) > 1000
+    assert [e["reason"] for e in events_of(pool, job.id)].count("adopted") == 1
+    again.heartbeat()
+    # Another boot, or another daemon, is still refused.
+    for boot, daemon in (("boot-c", "daemon-1"), ("boot-b", "daemon-2")):
+        with pytest.raises(errors.Conflict):
+            Attempt.adopt(pool, job.id, "boot-a", 1, boot, "", daemon_id=daemon)
+
+
 def test_adopt_of_a_finished_or_unknown_job(backend: Backend) -> None:
     pool = backend.pool()
     job = enqueue(pool)
