@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import socket
 import tempfile
@@ -245,8 +246,9 @@ class DockerLaunchHold(_Proxy):
     `hold()`: the reply of every later `POST .../containers/create` is kept back until `release()`. The
     request itself goes through at once, so the daemon creates the container while the caller waits.
     `hold("start")`: every later `POST .../containers/<id>/start` request is kept back until `release()`,
-    so the daemon has not started it yet. `held` is set when something is being held, with `held_at` its
-    monotonic time.
+    so the daemon has not started it yet. `refuse(n, message)`: the next `n` creates never reach the daemon
+    and are answered 500 with `message`, as a daemon shutting down answers. `held` is set when something is
+    being held, with `held_at` its monotonic time.
 
     Request lines are recognised at the start of a read: the SDK writes a request's head in one go and sends
     the next request on a connection only after the reply to the previous one, so a read never starts
@@ -264,6 +266,9 @@ class DockerLaunchHold(_Proxy):
         self.held = threading.Event()
         self.held_at: float | None = None
         self.creates = 0
+        self._refusals = 0
+        self._refusal = ""
+        self.refused = 0
 
         def connect() -> socket.socket:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -284,6 +289,24 @@ class DockerLaunchHold(_Proxy):
         assert what in ("create", "start")
         self._release.clear()
         self._holding = what
+
+    def refuse(self, count: int, message: str) -> None:
+        with self._lock:
+            self._refusals, self._refusal = count, message
+
+    def _take_refusal(self) -> str | None:
+        with self._lock:
+            if self._refusals <= 0:
+                return None
+            self._refusals -= 1
+            self.refused += 1
+            return self._refusal
+
+    @staticmethod
+    def _error_reply(message: str) -> bytes:
+        body = json.dumps({"message": message}).encode()
+        return (b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
     def release(self) -> None:
         self._holding = None
@@ -309,9 +332,23 @@ class DockerLaunchHold(_Proxy):
 
     def serve(self, client: socket.socket, upstream: socket.socket) -> None:
         hold_next = threading.Event()
+        swallow = {"left": 0, "reply": b""}  # a refused create's body still to read, then its answer
 
         def upward(data: bytes) -> bool:
+            if swallow["left"] > 0:
+                swallow["left"] -= len(data)
+                if swallow["left"] <= 0:
+                    client.sendall(swallow["reply"])
+                return True
             request = self._request(data)
+            if request == "create" and (message := self._take_refusal()) is not None:
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                swallow["left"], swallow["reply"] = length - len(body), self._error_reply(message)
+                if swallow["left"] <= 0:
+                    client.sendall(swallow["reply"])
+                return True
             if request == "create":
                 self.creates += 1
             if request is not None and request == self._holding:

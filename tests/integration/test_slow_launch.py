@@ -177,3 +177,17 @@ def test_a_start_that_finds_its_container_gone_runs_nothing_and_writes_nothing(
     assert sampler.live_attempts <= {"2"} and sampler.max_live <= 1
     reasons = [e["reason"] for e in pool.events(job.id)]
     assert not [r for r in reasons if r.startswith("launch_failed")], reasons
+
+
+def test_a_daemon_error_on_create_does_not_fail_the_job_for_good(pool: Pool, spawn, proxy) -> None:
+    """A daemon shutting down answers a create with a server error ("database not open"). That says nothing
+    about the job, and maybe not even that nothing was created: the outcome is unknown, the slot is kept,
+    and the sweep recovers the attempt from ground truth. It used to fail the job on the spot."""
+    proxy.refuse(1, "write /var/lib/docker/containers: database not open")
+    job = pool.enqueue(IMAGE, ["sh", "-c", "echo ran"])
+    spawn(module="jobpool.cli", args=("supervisor",))
+    spawn(DOCKER_HOST=proxy.host)
+    done = pool.wait(job.id, timeout=60)
+    assert proxy.refused == 1, "the fault was injected"
+    assert (done.state, done.attempt) == (JobState.SUCCEEDED, 2), (done.error_reason, pool.events(job.id))
+    assert done.recovery_attempts == 1, "recovered by the sweep (absent: nothing was created)"

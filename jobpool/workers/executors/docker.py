@@ -83,6 +83,19 @@ class DockerHandle:
             log.warning("could not remove container %s: %s", self.container_id[:12], exc)
 
 
+def _create_refused(exc: docker.errors.APIError) -> Exception:
+    """What a create the daemon answered with an error means for the attempt."""
+    if exc.status_code == 409:
+        # The name is taken: a container of this very attempt exists already (launched before a Redis
+        # rollback, or by a duplicate delivery). It may be running: not ours to remove or to fail.
+        return LaunchUnknown(f"a container of this attempt exists already: {exc.explanation or exc}")
+    if exc.is_server_error():
+        # The daemon failed, not the job (one shutting down answers "database not open"), and it may have
+        # created the container before failing: unknown, the slot stays, the sweep decides.
+        return LaunchUnknown(f"docker daemon error during create: {exc.explanation or exc}")
+    return LaunchError(f"launch_failed: {exc.explanation or exc}")
+
+
 class DockerExecutor:
     name = "docker"
 
@@ -150,12 +163,7 @@ class DockerExecutor:
                 raise NotLaunched("its container was removed before it could start") from None
             raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
         except docker.errors.APIError as exc:
-            if exc.status_code == 409:
-                # The name is taken: a container of this very attempt exists already (launched before a Redis
-                # rollback, or by a duplicate delivery). It may be running: not ours to remove or to fail.
-                raise LaunchUnknown(f"a container of this attempt exists already: {exc.explanation or exc}") \
-                    from None
-            raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
+            raise _create_refused(exc) from None
         except _UNREACHABLE as exc:
             raise LaunchUnknown(f"docker daemon unreachable during create: {exc}") from None
         try:
