@@ -41,6 +41,22 @@ def admin_of(server: RedisServer) -> Iterator[redis.Redis]:
         yield client
 
 
+def idle_worker(server: RedisServer, pool_env: dict[str, str],
+                spawn: Callable[..., JobpoolProcess]) -> tuple[dict[str, str], JobpoolProcess]:
+    """A real subprocess-executor worker on `server`, once it is blocked in its dequeue (idle)."""
+    env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": server.url}
+    worker = spawn(**env)
+    with admin_of(server) as admin:
+        eventually(lambda: blocked_in_dequeue(admin), timeout=15, message="worker idle in its dequeue")
+    return env, worker
+
+
+def fill_memory(admin: redis.Redis) -> None:
+    """A memory limit below what Redis holds, with noeviction: every write is refused with OOM."""
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", str(int(admin.info("memory")["used_memory"]) // 2))
+
+
 def blocked_in_dequeue(admin: redis.Redis) -> bool:
     """Whether some client is blocked in BLMOVE: the worker waiting for a job on its (empty) queue."""
     return any(c["cmd"] == "blmove" and "b" in c["flags"] for c in admin.client_list())
@@ -88,10 +104,8 @@ def test_worker_outlives_its_primary_turned_replica(
         pool_env: dict[str, str], spawn) -> None:
     other = redis_server_factory()
     other.start()
-    env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
-    worker = spawn(**env)
+    env, worker = idle_worker(private_redis, pool_env, spawn)
     with admin_of(private_redis) as admin:
-        eventually(lambda: blocked_in_dequeue(admin), timeout=15, message="worker idle in its dequeue")
         # A demoted primary: the blocked BLMOVE is released with UNBLOCKED, every write then gets READONLY.
         admin.replicaof("127.0.0.1", str(other.port))
         hold_fault(worker, admin, at_least=3)
@@ -102,12 +116,9 @@ def test_worker_outlives_its_primary_turned_replica(
 
 def test_worker_outlives_redis_out_of_memory(
         private_redis: RedisServer, pool_env: dict[str, str], spawn) -> None:
-    env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
-    worker = spawn(**env)
+    env, worker = idle_worker(private_redis, pool_env, spawn)
     with admin_of(private_redis) as admin:
-        eventually(lambda: blocked_in_dequeue(admin), timeout=15, message="worker idle in its dequeue")
-        admin.config_set("maxmemory-policy", "noeviction")
-        admin.config_set("maxmemory", str(int(admin.info("memory")["used_memory"]) // 2))  # every write: OOM
+        fill_memory(admin)  # every write: OOM
         # Full memory does not wake a blocked client; its dequeue timing out (every few minutes) does.
         blocked = [c["id"] for c in admin.client_list() if c["cmd"] == "blmove" and "b" in c["flags"]]
         assert blocked and admin.client_unblock(blocked[0], error=False)
@@ -119,10 +130,7 @@ def test_worker_outlives_redis_out_of_memory(
 def test_worker_outlives_a_redis_restart(private_redis: RedisServer, pool_env: dict[str, str], spawn) -> None:
     """RQ retried a dropped connection on its own, but logged every retry at ERROR and waited up to a
     minute between them; the worker now logs the outage once and resumes within seconds."""
-    env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
-    worker = spawn(**env)
-    with admin_of(private_redis) as admin:
-        eventually(lambda: blocked_in_dequeue(admin), timeout=15, message="worker idle in its dequeue")
+    env, worker = idle_worker(private_redis, pool_env, spawn)
     private_redis.stop()
     eventually(lambda: OUTAGE_WARNING in worker.log(), timeout=10, message="the worker saw the outage")
     ends = time.monotonic() + FAULT_SECS
@@ -165,10 +173,7 @@ def test_worker_still_dies_of_an_error_that_waiting_does_not_fix(
 
 def test_worker_stopped_during_an_outage_exits_0(
         private_redis: RedisServer, pool_env: dict[str, str], spawn) -> None:
-    env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
-    worker = spawn(**env)
-    with admin_of(private_redis) as admin:
-        eventually(lambda: blocked_in_dequeue(admin), timeout=15, message="worker idle in its dequeue")
+    env, worker = idle_worker(private_redis, pool_env, spawn)
     private_redis.stop()
     eventually(lambda: OUTAGE_WARNING in worker.log(), timeout=10, message="the worker saw the outage")
     worker.signal(signal.SIGTERM)
@@ -187,8 +192,7 @@ def test_worker_outlives_redis_out_of_memory_during_a_job(
         job = pool.enqueue("ignored", ["sh", "-c", f"while [ ! -f {go} ]; do sleep 0.05; done; echo ran"])
         eventually(lambda: pool.get(job.id).identity, timeout=20, message="job launched")
         with admin_of(private_redis) as admin:
-            admin.config_set("maxmemory-policy", "noeviction")
-            admin.config_set("maxmemory", str(int(admin.info("memory")["used_memory"]) // 2))
+            fill_memory(admin)
             ends = time.monotonic() + FAULT_SECS  # RQ's job heartbeats, one a second, are refused meanwhile
             while time.monotonic() < ends:
                 assert worker.proc.poll() is None, f"the worker exited on the fault:\n{worker.log()[-3000:]}"
