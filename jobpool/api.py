@@ -55,7 +55,8 @@ class Pool:
         self.actor = actor
         self.client = client
         self.keys = PoolKeys(self.settings.pool)
-        self.scripts = Scripts(client, self.settings.max_concurrent_jobs)
+        self.scripts = Scripts(client, self.settings.max_concurrent_jobs,
+                               self.settings.events_maxlen)
         self._rq_flat = [x for kv in rq_hash_template(self.keys.rq_queue_name).items() for x in kv]
 
     @classmethod

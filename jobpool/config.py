@@ -14,7 +14,7 @@ from typing import Any
 
 from redis.connection import parse_url
 
-from .contract import MAX_SLOTS
+from .contract import EVENTS_MAXLEN, MAX_SLOTS
 from .errors import ConfigError
 from .keys import validate_pool_name
 
@@ -43,6 +43,14 @@ _NUMERIC: dict[str, _Bound] = {
     "claim_grace_secs": _Bound("JOBPOOL_CLAIM_GRACE_SECS", float, 0.1, 86400),
     "probe_timeout_secs": _Bound("JOBPOOL_PROBE_TIMEOUT_SECS", float, 0.1, 600),
     "stop_grace_secs": _Bound("JOBPOOL_STOP_GRACE_SECS", float, 0, 3600),
+    "events_maxlen": _Bound("JOBPOOL_EVENTS_MAXLEN", int, 100, 100_000_000),
+    # Retention of finished jobs (jobpool/retention.py): 0 turns a cap off.
+    "keep_succeeded": _Bound("JOBPOOL_KEEP_SUCCEEDED", int, 0, 100_000_000),
+    "keep_failed": _Bound("JOBPOOL_KEEP_FAILED", int, 0, 100_000_000),
+    "keep_cancelled": _Bound("JOBPOOL_KEEP_CANCELLED", int, 0, 100_000_000),
+    "keep_succeeded_secs": _Bound("JOBPOOL_KEEP_SUCCEEDED_SECS", int, 0, 100 * 365 * 86400),
+    "keep_failed_secs": _Bound("JOBPOOL_KEEP_FAILED_SECS", int, 0, 100 * 365 * 86400),
+    "keep_cancelled_secs": _Bound("JOBPOOL_KEEP_CANCELLED_SECS", int, 0, 100 * 365 * 86400),
 }
 
 
@@ -65,6 +73,16 @@ class Settings:
     probe_timeout_secs: float = 10.0
     #: How long a stopped container gets between its stop signal and SIGKILL.
     stop_grace_secs: float = 10.0
+    #: About how many entries the pool's event stream keeps (each job's own history is kept in its row).
+    events_maxlen: int = EVENTS_MAXLEN
+    #: Finished jobs kept, per terminal state: the newest N, and none older than the age (seconds); 0 = no
+    #: cap of that kind. Failures are kept longer: they are what someone comes back to look at.
+    keep_succeeded: int = 10_000
+    keep_failed: int = 10_000
+    keep_cancelled: int = 10_000
+    keep_succeeded_secs: int = 7 * 86400
+    keep_failed_secs: int = 30 * 86400
+    keep_cancelled_secs: int = 7 * 86400
     #: Host directories under which job specs may bind-mount; none by default.
     bind_roots: tuple[str, ...] = field(default_factory=tuple)
     #: Where the subprocess executor keeps checkpoints and `jobpool up` keeps its Redis.

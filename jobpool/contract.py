@@ -38,8 +38,11 @@ ENV_CHECKPOINT_DIR = "JOBPOOL_CHECKPOINT_DIR"
 EXIT_TEMPFAIL = 75
 #: The largest fleet-wide slot limit accepted anywhere (settings, the API, `jobpool slots`, set_slots.lua).
 MAX_SLOTS = 100_000
-#: About how many entries the pool's event stream keeps (XADD MAXLEN ~ in scripts/_lib.lua).
+#: About how many entries the pool's event stream keeps by default (XADD MAXLEN ~ in scripts/_lib.lua; the
+#: setting JOBPOOL_EVENTS_MAXLEN, config.py).
 EVENTS_MAXLEN = 100_000
+#: How much of a job's own history its row keeps (the newest transitions; scripts/_lib.lua `event`).
+HISTORY_MAX_BYTES = 16_384
 #: The key in an RQ job's meta that carries the attempt it dispatches (written by the scripts on promotion,
 #: read by the worker before it claims).
 RQ_META_ATTEMPT = "jobpool_attempt"
@@ -72,6 +75,7 @@ LUA_CONSTANTS: dict[str, int | str] = {
     "EXIT_TEMPFAIL": EXIT_TEMPFAIL,
     "MAX_SLOTS": MAX_SLOTS,
     "EVENTS_MAXLEN": EVENTS_MAXLEN,
+    "HISTORY_MAX_BYTES": HISTORY_MAX_BYTES,
     "RQ_META_ATTEMPT": RQ_META_ATTEMPT,
 }
 _LUA_STRING = re.compile(r"[A-Za-z0-9_.:-]*")

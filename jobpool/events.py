@@ -1,19 +1,24 @@
-"""Reading a pool's event stream: a range from the start, the newest few, and following it live.
+"""Reading a pool's events: a range from the start, the newest few, and following them live.
 
-Every script appends its transitions to one capped stream (docs/architecture.md, "The Redis data model");
-these are its only readers, behind `Pool.events`, `Pool.tail_events` and `Pool.follow_events`. Entries come
-back as dicts of the stream's fields plus their stream ``id``.
+Every script appends its transitions to one capped stream, and a job's own transitions to its row's
+`history` too (docs/architecture.md, "The Redis data model"); these are their only readers, behind
+`Pool.events`, `Pool.tail_events` and `Pool.follow_events`. One job's events come from its row, so finding
+them costs what that job has, not what the stream holds; a row written before rows kept a history falls back
+to filtering the stream. Entries come back as dicts of the stream's fields plus their stream ``id``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from . import errors
-from .registry import call_redis
+from .registry import call_redis, wrap_redis_error
 
 if TYPE_CHECKING:
     from .api import Pool
@@ -52,6 +57,45 @@ def _entry(entry_id: str, fields: dict[str, str]) -> Event:
     return {"id": entry_id, **fields}
 
 
+#: The fields of one line of a row's history, in the order scripts/_lib.lua `event` writes them.
+_HISTORY_FIELDS = ("id", "from", "to", "reason", "evidence", "actor", "at")
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.lstrip("(").partition("-")
+    return int(ms), int(seq or 0)
+
+
+def history(pool: Pool, job_id: str) -> tuple[list[Event] | None, str]:
+    """A job's transitions from its row, oldest first, and the newest id in the stream then, read in one
+    transaction so a follow from it has no gap and no repeat. None instead of the transitions when there is no
+    row that keeps them: a row written before rows did, or none at all (a job pruned, dropped as a ghost or a
+    corrupt row, or never there), whose traces only the stream may still hold."""
+    key = pool.keys.job(job_id)
+    pipe = pool.client.pipeline(transaction=True)
+    pipe.hget(key, "history").xrevrange(pool.keys.events, "+", "-", 1)
+    found, newest = call_redis(pipe.execute, raise_on_error=False, what="history")
+    if isinstance(newest, redis.RedisError):
+        raise wrap_redis_error(newest, "history")
+    if isinstance(found, redis.ResponseError):  # the job's key holds no hash: not a row that keeps one
+        found = None
+    newest_id = newest[0][0] if newest else "0-0"
+    if found is None:
+        return None, newest_id
+    entries = []
+    for line in found.split("\n"):
+        try:
+            values = json.loads(line)
+        except ValueError:
+            values = None
+        if not isinstance(values, list) or len(values) != len(_HISTORY_FIELDS):
+            raise errors.CorruptRow(f"job {job_id}: field history is unreadable ({line[:60]!r})",
+                                    job_id, "history")
+        fields = dict(zip(_HISTORY_FIELDS, map(str, values), strict=True))
+        entries.append({"id": fields.pop("id"), "job": job_id, **fields})
+    return entries, newest_id
+
+
 def read(pool: Pool, job_id: str | None, count: int, after: str) -> list[Event]:
     """`count` entries from `after` ("-" or a stream id, "(" first: exclusive), oldest first; those of
     `job_id` alone when it is given."""
@@ -60,6 +104,13 @@ def read(pool: Pool, job_id: str | None, count: int, after: str) -> list[Event]:
     if after != "-" and not _is_stream_id(after, exclusive_ok=True):
         raise errors.InvalidArgument(f"after must be '-' or a stream id like '1700000000000-0', "
                                      f"got {after!r}")
+    own = history(pool, job_id)[0] if job_id is not None else None
+    if own is not None:
+        if after != "-":
+            bound = _id_key(after)
+            own = [e for e in own
+                   if _id_key(e["id"]) > bound or (not after.startswith("(") and _id_key(e["id"]) == bound)]
+        return own[:count]
     return [_entry(entry_id, fields)
             for entry_id, fields in call_redis(pool.client.xrange, pool.keys.events, after, "+", count)
             if job_id is None or fields.get("job") == job_id]
@@ -70,6 +121,9 @@ def tail(pool: Pool, job_id: str | None, count: int) -> tuple[list[Event], str]:
     the stream ("0-0" when it is empty): where a follow goes on without a gap or a repeat."""
     _check_job(job_id)
     _check_count(count, 0)
+    own, newest_now = history(pool, job_id) if job_id is not None else (None, "0-0")
+    if own is not None:
+        return (own[len(own) - count:] if count else []), newest_now
     newest, upper = "0-0", "+"
     found: list[Event] = []
     while len(found) < count:

@@ -111,13 +111,16 @@ def raise_for_code(op: str, reply: Sequence[Any]) -> None:
 class Scripts:
     """The registered scripts of one Redis client; call as ``scripts.run("claim", keys, args)``.
 
-    `default_slots` is the limit a pool without a stored one uses (`Settings.max_concurrent_jobs`): it goes
-    to every script as one extra, last ARGV, which _lib.lua takes off before the script reads its own, so
-    Lua and Python never hold two copies of a default.
+    `default_slots` is the limit a pool without a stored one uses (`Settings.max_concurrent_jobs`) and
+    `events_maxlen` the event stream's cap (`Settings.events_maxlen`): they go to every script as two extra,
+    last ARGV, which _lib.lua takes off before the script reads its own, so Lua and Python never hold two
+    copies of a default.
     """
 
-    def __init__(self, client: redis.Redis, default_slots: int) -> None:
+    def __init__(self, client: redis.Redis, default_slots: int,
+                 events_maxlen: int = contract.EVENTS_MAXLEN) -> None:
         self.default_slots = int(default_slots)
+        self.events_maxlen = int(events_maxlen)
         self._scripts: dict[str, Callable[..., Any]] = {
             name: client.register_script(script_text(name)) for name in SCRIPT_NAMES
         }
@@ -125,7 +128,7 @@ class Scripts:
     def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
         """Run a script; returns its reply decoded, or raises the mapped exception."""
         try:
-            reply = self._scripts[op](keys=list(keys), args=[*args, self.default_slots])
+            reply = self._scripts[op](keys=list(keys), args=[*args, self.default_slots, self.events_maxlen])
         except redis.RedisError as exc:
             raise wrap_redis_error(exc, op) from None
         reply = _decode(reply)

@@ -11,8 +11,8 @@ KEYS: every script receives the pool's 13 common keys first, in this order (keys
   KEYS[9] seq         string global enqueue counter
   KEYS[10..13]        zsets  paused / succeeded / failed / cancelled job indexes
 Before this file come the constants the scripts share with Python, generated from jobpool/contract.py
-(LUA_CONSTANTS): EXIT_TEMPFAIL, MAX_SLOTS, EVENTS_MAXLEN, RQ_META_ATTEMPT. Use those names; never write
-their values into a script.
+(LUA_CONSTANTS): EXIT_TEMPFAIL, MAX_SLOTS, EVENTS_MAXLEN, HISTORY_MAX_BYTES, RQ_META_ATTEMPT. Use those
+names; never write their values into a script.
 
 Scripts that may free a slot take "promotion candidates" last: pairs of (job:<id>, rq:job:<id>) for the
 ids at the head of `queued`, read by the caller just before the call. A candidate is promoted only while
@@ -22,9 +22,15 @@ Every script that may free a slot or promote replies in one shape: {0, result, p
 why_stopped is promote_candidates' (paused | full | empty | stale | batch), or 'none' when no slot was
 freed; on 'stale' or 'batch' the caller promotes again (Pool.after_release).
 
-Every script also gets one last ARGV, appended by jobpool/registry.py after the script's own (so a script
+Every script also gets two last ARGV, appended by jobpool/registry.py after the script's own (so a script
 reading "the rest of ARGV" stops at NARGV): the slot limit of a pool with none stored yet
-(Settings.max_concurrent_jobs), so Python reports the limit the scripts use and no default is written twice.
+(Settings.max_concurrent_jobs), so Python reports the limit the scripts use and no default is written twice,
+and the event stream's cap (Settings.events_maxlen).
+
+Every transition of a job is written twice: to the pool's capped stream (the feed that `jobpool events`
+tails and follows) and to the job's own row, field `history` (one JSON array per line: stream id, from, to,
+reason, evidence, actor, at; the newest HISTORY_MAX_BYTES kept). A job's history is read from its row, so
+it costs what that job has, whatever else the stream holds, and goes when the row is pruned.
 
 A row a script cannot read must not abort it (Redis keeps what a script wrote before an error): numbers read
 from a row go through `whole`, and a head of the queue whose row is gone or unreadable is taken out of the
@@ -40,8 +46,9 @@ local NCOMMON = 13
 local STATE_INDEX = {queued = 3, running = 4, paused = 10, succeeded = 11, failed = 12, cancelled = 13}
 local E_NOT_FOUND, E_INVALID_STATE, E_NOT_OWNER, E_CONFLICT, E_EXISTS, E_BAD_ARG = -1, -2, -3, -4, -5, -6
 local PROMOTE_BATCH_LIMIT = 64
-local NARGV = #ARGV - 1
-local DEFAULT_SLOTS = tonumber(ARGV[#ARGV]) or 0
+local NARGV = #ARGV - 2
+local DEFAULT_SLOTS = tonumber(ARGV[#ARGV - 1]) or 0
+local STREAM_MAXLEN = tonumber(ARGV[#ARGV]) or EVENTS_MAXLEN
 
 -- A non-negative whole number read from a row, or 0 for anything else (missing, garbage, fractional).
 local function whole(v)
@@ -83,19 +90,50 @@ local function iso_utc(ms)
     math.floor((rem % 3600) / 60), rem % 60, (ms % 1000) * 1000)
 end
 
-local function event(id, from, to, reason, evidence, actor, now)
-  redis.call('XADD', KEYS[K_EVENTS], 'MAXLEN', '~', EVENTS_MAXLEN, '*',
+-- Record a transition: in the pool's stream, and in the row's history when `jkey` (the job's row, a hash of
+-- this job) is given. Queue-wide events (pause, slots) pass nil.
+local function event(jkey, id, from, to, reason, evidence, actor, now)
+  local at = string.format('%d', now)
+  local sid = redis.call('XADD', KEYS[K_EVENTS], 'MAXLEN', '~', STREAM_MAXLEN, '*',
     'job', id, 'from', from, 'to', to, 'reason', reason or '', 'evidence', evidence or '',
-    'actor', actor or '', 'at', now)
+    'actor', actor or '', 'at', at)
+  if not jkey then return end
+  local line = cjson.encode({sid, from, to, reason or '', evidence or '', actor or '', at})
+  local old = redis.call('HGET', jkey, 'history')
+  if old and old ~= '' then line = old .. '\n' .. line end
+  if #line > HISTORY_MAX_BYTES then
+    local cut = string.find(line, '\n', #line - HISTORY_MAX_BYTES, true)
+    if cut then line = string.sub(line, cut + 1) end
+  end
+  redis.call('HSET', jkey, 'history', line)
 end
 
--- Move a job between state indexes; score is seq for queued/paused, a time for the rest. A row whose seq
--- is unreadable goes to the back of the queue (scored by the time) rather than failing the script.
+-- A row that reached a terminal state keeps what its readers show (Job.from_row, jobpool/models.py), its
+-- history and the answer to a finish sent again (finished_by/finished_as); the fields that only steer a live
+-- attempt go, and so do empty ones: retained finished rows are most of what a long-lived pool stores.
+local LIVE_ONLY = {'claim_token', 'pause_requested', 'cancel_requested', 'pause_withdrawn', 'owner_boot',
+  'heartbeat_at', 'launched_at'}
+local DROP_IF_EMPTY = {'coalesce_key', 'identity', 'container_id', 'daemon_id', 'exit_code', 'error_reason',
+  'log_tail', 'claimed_at', 'promoted_at'}
+local TERMINAL_STATE = {succeeded = true, failed = true, cancelled = true}
+
+local function compact_finished(jkey)
+  redis.call('HDEL', jkey, unpack(LIVE_ONLY))
+  local values = redis.call('HMGET', jkey, unpack(DROP_IF_EMPTY))
+  for i, name in ipairs(DROP_IF_EMPTY) do
+    if values[i] == '' then redis.call('HDEL', jkey, name) end
+  end
+end
+
+-- Move a job between state indexes; score is seq for queued/paused, a time for the rest (the terminal
+-- indexes are ordered by finish time, which is what retention prunes by). A row whose seq is unreadable goes
+-- to the back of the queue (scored by the time) rather than failing the script. A terminal row is compacted.
 local function set_state(jkey, id, from, to, score)
   score = tonumber(score) or now_ms()
   if from ~= '' and STATE_INDEX[from] then redis.call('ZREM', KEYS[STATE_INDEX[from]], id) end
   redis.call('ZADD', KEYS[STATE_INDEX[to]], score, id)
   redis.call('HSET', jkey, 'state', to)
+  if TERMINAL_STATE[to] then compact_finished(jkey) end
 end
 
 -- A coalesce entry names a queued job only: drop it when that job leaves `queued`.
@@ -140,10 +178,10 @@ local function drop_head(jkey, head, why, actor, now)
     drop_coalesce(jkey, head)
     set_state(jkey, head, 'queued', 'failed', now)
     redis.call('HSET', jkey, 'finished_at', now, 'error_reason', 'dropped_corrupt_row')
-    event(head, 'queued', 'failed', 'dropped_corrupt_row', why, actor, now)
+    event(jkey, head, 'queued', 'failed', 'dropped_corrupt_row', why, actor, now)
   else
     redis.call('ZREM', KEYS[K_QUEUED], head)
-    event(head, 'queued', '', 'dropped_corrupt_row', why, actor, now)
+    event(nil, head, 'queued', '', 'dropped_corrupt_row', why, actor, now)
   end
 end
 
@@ -175,7 +213,7 @@ local function promote_candidates(first, actor, now)
         'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}))
       redis.call('RPUSH', KEYS[K_RQ_QUEUE], head)
       redis.call('SADD', KEYS[K_RQ_QUEUES], KEYS[K_RQ_QUEUE])
-      event(head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)
+      event(jkey, head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)
       promoted = promoted + 1
     end
   end
@@ -196,11 +234,11 @@ local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now
   else
     redis.call('HSET', jkey, 'finished_at', now)
   end
+  redis.call('HSET', jkey, 'error_reason', to == 'succeeded' and '' or reason)
   set_state(jkey, id, '', to, score)
   if to == 'queued' then add_coalesce(jkey, id) end
   if to == 'paused' then redis.call('HSET', jkey, 'paused_at', now) end
-  redis.call('HSET', jkey, 'error_reason', to == 'succeeded' and '' or reason)
-  event(id, 'running', to, reason, evidence, actor, now)
+  event(jkey, id, 'running', to, reason, evidence, actor, now)
   -- A promoted job that no worker took yet must not be run by a late delivery: forget it in RQ's list.
   redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
 end

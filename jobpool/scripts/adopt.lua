@@ -32,5 +32,5 @@ end
 local now = now_ms()
 redis.call('HSET', jkey, 'owner_boot', boot, 'heartbeat_at', now, 'adopted_from', old)
 redis.call('SET', lkey, boot .. ':' .. attempt, 'PX', lease_ms)
-event(id, 'running', 'running', 'adopted', evidence, boot, now)
+event(jkey, id, 'running', 'running', 'adopted', evidence, boot, now)
 return {0, row[4], row[5], row[6], row[7]}

@@ -18,7 +18,7 @@ if state == 'queued' or state == 'paused' then
   drop_coalesce(jkey, id)
   set_state(jkey, id, state, 'cancelled', now)
   redis.call('HSET', jkey, 'finished_at', now, 'error_reason', 'cancelled')
-  event(id, state, 'cancelled', 'cancel', reason, actor, now)
+  event(jkey, id, state, 'cancelled', 'cancel', reason, actor, now)
   return {0, 'cancelled', 0, 'none', '', row[3]}
 elseif state == 'running' and row[2] == '' then
   end_running(jkey, lkey, id, 'cancelled', 'cancel', reason, actor, now)
@@ -26,7 +26,7 @@ elseif state == 'running' and row[2] == '' then
   return {0, 'cancelled', promoted, why, '', row[3]}
 elseif state == 'running' then
   redis.call('HSET', jkey, 'cancel_requested', '1')
-  event(id, 'running', 'running', 'cancel_requested', reason, actor, now)
+  event(jkey, id, 'running', 'running', 'cancel_requested', reason, actor, now)
   return {0, 'running', 0, 'none', row[2], row[3]}
 end
 return {E_INVALID_STATE, state}

@@ -31,5 +31,5 @@ if row[3] ~= '' then return {E_NOT_OWNER, row[3]} end
 redis.call('HSET', jkey, 'owner_boot', boot, 'claimed_at', now, 'heartbeat_at', now, 'executor', executor or '',
   'daemon_id', daemon or '', 'claim_token', token)
 redis.call('SET', lkey, boot .. ':' .. attempt, 'PX', lease_ms)
-event(id, 'running', 'running', 'claimed', 'boot=' .. boot .. ' attempt=' .. attempt, boot, now)
+event(jkey, id, 'running', 'running', 'claimed', 'boot=' .. boot .. ' attempt=' .. attempt, boot, now)
 return {0, row[4], row[5], row[6]}

@@ -19,6 +19,6 @@ local now = now_ms()
 redis.call('ZREM', KEYS[K_RUNNING], id)
 redis.call('DEL', lkey)
 redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
-event(id, 'running', '', 'dropped_ghost', evidence, actor, now)
+event(nil, id, 'running', '', 'dropped_ghost', evidence, actor, now)
 local promoted, why = promote_candidates(16, actor, now)
 return {0, 1, promoted, why}

@@ -30,7 +30,7 @@ add_coalesce(jkey, id)
 local rq = {}
 for i = 5, NARGV do rq[#rq + 1] = ARGV[i] end
 if #rq > 0 then redis.call('HSET', rqkey, unpack(rq)) end
-event(id, '', 'queued', 'enqueued', '', actor, now)
+event(jkey, id, '', 'queued', 'enqueued', '', actor, now)
 -- Only this job can be a candidate here; when it is not the head, tell the caller whether to promote.
 local promoted, why = 0, 'full'
 if redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1] == id then

@@ -17,7 +17,7 @@ if state == 'queued' then
   drop_coalesce(jkey, id)
   set_state(jkey, id, 'queued', 'paused', tonumber(row[3]))
   redis.call('HSET', jkey, 'paused_at', now, 'pause_reason', reason)
-  event(id, 'queued', 'paused', 'pause', reason, actor, now)
+  event(jkey, id, 'queued', 'paused', 'pause', reason, actor, now)
   return {0, 'paused', 0, 'none'}
 elseif state == 'running' and row[2] == '' then
   redis.call('HSET', jkey, 'pause_reason', reason)
@@ -26,7 +26,7 @@ elseif state == 'running' and row[2] == '' then
   return {0, 'paused', promoted, why}
 elseif state == 'running' then
   redis.call('HSET', jkey, 'pause_requested', '1', 'pause_reason', reason)
-  event(id, 'running', 'running', 'pause_requested', reason, actor, now)
+  event(jkey, id, 'running', 'running', 'pause_requested', reason, actor, now)
   return {0, 'running', 0, 'none'}
 end
 return {E_INVALID_STATE, state}

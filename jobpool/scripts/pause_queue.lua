@@ -7,5 +7,5 @@ Hold promotion (reconciling goes on). Idempotent; the first pause's record is ke
 if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return {0, 0} end
 local now = now_ms()
 redis.call('HSET', KEYS[K_PAUSED], 'by', ARGV[1], 'reason', ARGV[2], 'since', now)
-event('', '', '', 'queue_paused', ARGV[2], ARGV[1], now)
+event(nil, '', '', '', 'queue_paused', ARGV[2], ARGV[1], now)
 return {0, 1}

@@ -56,7 +56,7 @@ elseif verdict == 'redispatch' and owner == '' then
     'meta', cjson.encode({[RQ_META_ATTEMPT] = next_attempt}))
   redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
   redis.call('RPUSH', KEYS[K_RQ_QUEUE], id)
-  event(id, 'running', 'running', 'redispatched', evidence, actor, now)
+  event(jkey, id, 'running', 'running', 'redispatched', evidence, actor, now)
   return {0, 'running', 0, 'none'}
 else
   return {E_BAD_ARG, verdict}

@@ -18,12 +18,12 @@ if row[1] == 'paused' then
   set_state(jkey, id, 'paused', 'queued', tonumber(row[2]))
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '')
   add_coalesce(jkey, id)
-  event(id, 'paused', 'queued', 'resume', '', actor, now)
+  event(jkey, id, 'paused', 'queued', 'resume', '', actor, now)
   local promoted, why = promote_candidates(15, actor, now)
   return {0, redis.call('HGET', jkey, 'state'), promoted, why}
 elseif row[1] == 'running' and row[3] == '1' then
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '', 'pause_withdrawn', row[4] or '')
-  event(id, 'running', 'running', 'pause_withdrawn', '', actor, now)
+  event(jkey, id, 'running', 'running', 'pause_withdrawn', '', actor, now)
   return {0, 'running', 0, 'none'}
 end
 return {E_INVALID_STATE, row[1]}

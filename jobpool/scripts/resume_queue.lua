@@ -7,6 +7,6 @@ Let promotion run again, and promote at once.
 ]]
 local now = now_ms()
 local was = redis.call('DEL', KEYS[K_PAUSED])
-if was == 1 then event('', '', '', 'queue_resumed', '', ARGV[1], now) end
+if was == 1 then event(nil, '', '', '', 'queue_resumed', '', ARGV[1], now) end
 local promoted, why = promote_candidates(14, ARGV[1], now)
 return {0, was, promoted, why}

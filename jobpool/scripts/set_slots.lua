@@ -11,6 +11,6 @@ if not n or n < 0 or n > MAX_SLOTS or n ~= math.floor(n) then return {E_BAD_ARG,
 local old = max_slots()
 local now = now_ms()
 redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', n)
-event('', '', '', 'slots_set', old .. '->' .. n, ARGV[2], now)
+event(nil, '', '', '', 'slots_set', old .. '->' .. n, ARGV[2], now)
 local promoted, why = promote_candidates(14, ARGV[2], now)
 return {0, old, promoted, why}

@@ -107,7 +107,7 @@ def reconcile(pool: Pool, job_id: str, verdict: str, reason: str = "orphan_recon
     """Apply a supervisor verdict with the row's current values as the evidence (unless overridden)."""
     r = row(pool, job_id)
     attempt = expect.get("attempt", r["attempt"])
-    owner = expect.get("owner", r["owner_boot"])
+    owner = expect.get("owner", r.get("owner_boot", ""))
     cid = expect.get("container_id", r.get("container_id", ""))
     keys = [pool.keys.job(job_id), pool.keys.lease(job_id), pool.keys.rq_job(job_id), *pool.candidates(4)]
     args = [job_id, attempt, owner, cid, verdict, reason, code, budget, "probe:absent", "supervisor"]

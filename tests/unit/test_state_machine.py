@@ -337,7 +337,7 @@ class PoolMachine(RuleBasedStateMachine):
             else:
                 assert leases[job_id] is None, f"a {r['state']} job (owner {r['owner_boot']!r}) holds a lease"
             if r["state"] in TERMINAL:
-                assert job_id not in running and r["owner_boot"] == "" and r.get("finished_at"), (
+                assert job_id not in running and r.get("owner_boot", "") == "" and r.get("finished_at"), (
                     f"a {r['state']} job still holds a slot or an owner")
 
 
