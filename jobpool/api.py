@@ -16,13 +16,14 @@ from typing import Any
 
 import redis
 
-from . import errors
+from . import errors, retention
 from . import events as event_stream
 from .config import Settings
 from .contract import MAX_SLOTS
 from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
 from .registry import Scripts, call_redis
+from .retention import PruneReport
 from .rqjob import rq_hash_args, rq_hash_template
 from .spec import build_spec, utf8_size
 from .status import Health, StatusReport, read_status
@@ -94,7 +95,7 @@ class Pool:
     def _check_id(job_id: Any) -> str:
         if (not isinstance(job_id, str) or not job_id or len(job_id) > 128
                 or any(c in job_id for c in " {}:\n")):
-            raise errors.NotFound(f"no job {job_id!r} in this pool")
+            raise errors.NotFound(errors.no_job(repr(job_id)))
         return job_id
 
     @staticmethod
@@ -174,7 +175,7 @@ class Pool:
         except errors.CorruptRow as exc:
             raise errors.CorruptRow(f"job {job_id}: its row is not a hash ({exc})", job_id) from None
         if not row:
-            raise errors.NotFound(f"no job {job_id} in this pool")
+            raise errors.NotFound(errors.no_job(job_id))
         return Job.from_row(row, coalesced=coalesced, job_id=job_id)
 
     def _rows(self, ids: Iterable[str]) -> list[Job]:
@@ -276,6 +277,11 @@ class Pool:
         """Events written after stream id `after` (default: from now on), as they come: an iterator that
         blocks and never ends by itself (stop iterating to stop)."""
         return event_stream.follow(self, job_id, after, block_secs)
+
+    def prune(self, dry_run: bool = False) -> PruneReport:
+        """Remove the finished jobs past retention (`Settings.keep_*`) with everything they left; with
+        `dry_run`, count them and list the first. Never touches a queued, running or paused job."""
+        return retention.prune(self, dry_run=dry_run)
 
     def now_ms(self) -> int:
         """Now on the Redis server's clock: the clock every time in a row, an event or a record is on."""

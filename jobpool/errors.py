@@ -20,7 +20,16 @@ class InvalidSpec(JobpoolError, ValueError):
 
 
 class NotFound(JobpoolError, LookupError):
-    """No job with that id in this pool."""
+    """No job with that id in this pool: never there, or a finished job pruned after its retention."""
+
+
+#: What every "no such job" says: a finished job is removed once past retention (jobpool/retention.py), so
+#: an id that worked last week may be gone for that reason alone.
+NOT_FOUND_HINT = "(never enqueued, or finished and pruned past retention: JOBPOOL_KEEP_*)"
+
+
+def no_job(job_id: object) -> str:
+    return f"no job {job_id} in this pool {NOT_FOUND_HINT}"
 
 
 class InvalidState(JobpoolError):

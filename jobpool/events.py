@@ -73,7 +73,8 @@ def history(pool: Pool, job_id: str) -> tuple[list[Event] | None, str]:
     corrupt row, or never there), whose traces only the stream may still hold."""
     key = pool.keys.job(job_id)
     pipe = pool.client.pipeline(transaction=True)
-    pipe.hget(key, "history").xrevrange(pool.keys.events, "+", "-", 1)
+    pipe.hget(key, "history")
+    pipe.xrevrange(pool.keys.events, "+", "-", 1)
     found, newest = call_redis(pipe.execute, raise_on_error=False, what="history")
     if isinstance(newest, redis.RedisError):
         raise wrap_redis_error(newest, "history")

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+from rq.registry import FailedJobRegistry, FinishedJobRegistry
+from rq.results import get_key as rq_results_key
+
 from .errors import ConfigError
 
 #: Matched whole (`fullmatch`): with `match`, a `$` would let a trailing newline through.
@@ -57,6 +60,9 @@ class PoolKeys:
         self.rq_queue_name = f"jobpool-{pool}"
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"
+        #: RQ's registries of finished and failed deliveries (RQ's names, from RQ itself).
+        self.rq_finished = FinishedJobRegistry.key_template.format(self.rq_queue_name)
+        self.rq_failed = FailedJobRegistry.key_template.format(self.rq_queue_name)
         self._common = (
             self.config, self.paused, self.queued, self.running, self.coalesce, self.events,
             self.rq_queue, RQ_QUEUES, self.seq,
@@ -89,3 +95,13 @@ class PoolKeys:
     @staticmethod
     def rq_job(job_id: str) -> str:
         return RQ_JOB_PREFIX + job_id
+
+    @staticmethod
+    def rq_results(job_id: str) -> str:
+        """RQ's stream of a job's delivery results (RQ's name)."""
+        return str(rq_results_key(job_id))
+
+    def leftovers(self, job_id: str) -> list[str]:
+        """Every key a finished job may leave, its row first, in the order scripts/prune.lua takes them."""
+        return [self.job(job_id), self.rq_job(job_id), self.rq_results(job_id), self.lease(job_id),
+                self.adoption(job_id)]

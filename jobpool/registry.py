@@ -19,7 +19,7 @@ from . import contract, errors
 SCRIPT_NAMES = (
     "enqueue", "promote", "claim", "adopt", "heartbeat", "set_container", "finish",
     "pause_job", "resume_job", "cancel", "pause_queue", "resume_queue", "set_slots", "evict",
-    "reconcile_apply", "drop_ghost",
+    "reconcile_apply", "drop_ghost", "prune",
 )
 
 #: The one table from script status codes to exceptions (codes are documented in scripts/_lib.lua).
@@ -33,7 +33,7 @@ ERROR_CODES: dict[int, type[errors.JobpoolError]] = {
 }
 
 _MESSAGES = {
-    -1: "no job {arg} in this pool",
+    -1: "no job {arg} in this pool " + errors.NOT_FOUND_HINT.replace("{", "{{").replace("}", "}}"),
     -2: "{op}: not allowed while the job is {arg}",
     -3: "{op}: this worker no longer owns the job",
     -4: "{op}: the job changed since it was looked at (now {arg})",

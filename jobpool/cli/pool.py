@@ -84,4 +84,30 @@ def reconcile(state: CliState, evict_stale: bool, dry_run: bool) -> None:
                                                if doc["decisions"] else ""))
 
 
-COMMANDS = (slots, status, events, reconcile)
+#: Ids `prune` prints per state (--json has them all).
+SHOWN_IDS = 100
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Count what would go (listing the first); remove nothing.")
+@pool_command
+def prune(state: CliState, dry_run: bool) -> None:
+    """Remove finished jobs past retention now, with everything they left.
+
+    Each terminal state keeps its newest JOBPOOL_KEEP_<STATE> jobs and none older than
+    JOBPOOL_KEEP_<STATE>_SECS (0 turns a cap off); the supervisor does the same a little each sweep.
+    Queued, running and paused jobs are never touched."""
+    report = state.pool().prune(dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+
+    def text() -> str:
+        lines = [f"{s}: {verb} {report.counts[s]} (keeping {report.caps[s]})" for s in report.caps]
+        for s in report.caps:
+            lines += [f"  {s} {i}" for i in report.ids[s][:SHOWN_IDS]]
+            if len(report.ids[s]) > SHOWN_IDS:
+                lines.append(f"  ... and {len(report.ids[s]) - SHOWN_IDS} more {s} (--json lists them all)")
+        return "\n".join(lines)
+    state.emit(report.to_dict(), text)
+
+
+COMMANDS = (slots, status, events, reconcile, prune)

@@ -36,6 +36,8 @@ class SweepReport:
     unknown: int = 0
     conflicts: int = 0
     promoted: int = 0
+    #: Finished jobs removed past retention in this sweep (jobpool/retention.py).
+    pruned: int = 0
     duration_ms: float = 0.0
     #: Where the time went: read (rows, leases, RQ facts), probe, decide+apply, promote.
     phases_ms: dict[str, float] = field(default_factory=dict)
@@ -52,7 +54,7 @@ class SweepReport:
         """What `pool.keys.last_sweep` holds (the CLI's `status` reads it)."""
         return {"at": self.at_ms, "rows": self.rows, "verdicts": dict(sorted(self.verdicts.items())),
                 "unknown": self.unknown, "conflicts": self.conflicts, "promoted": self.promoted,
-                "duration_ms": round(self.duration_ms, 1),
+                "pruned": self.pruned, "duration_ms": round(self.duration_ms, 1),
                 "phases_ms": {k: round(v, 1) for k, v in self.phases_ms.items()}}
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,4 +65,4 @@ class SweepReport:
         kinds = " ".join(f"{k}={n}" for k, n in sorted(self.verdicts.items())) or "none"
         return (f"sweep pool={self.pool}{' (dry run)' if self.dry_run else ''}: rows={self.rows} "
                 f"verdicts[{kinds}] unknown={self.unknown} conflicts={self.conflicts} "
-                f"promoted={self.promoted} in {self.duration_ms:.1f} ms")
+                f"promoted={self.promoted} pruned={self.pruned} in {self.duration_ms:.1f} ms")

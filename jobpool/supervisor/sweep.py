@@ -16,7 +16,7 @@ import socket
 import time
 from collections.abc import Iterable, Mapping
 
-from .. import errors
+from .. import errors, retention
 from ..api import Pool
 from ..config import Settings
 from ..registry import call_redis
@@ -93,10 +93,14 @@ class Supervisor:
         t_apply = time.perf_counter()
         if not dry_run:
             report.promoted = self.pool.promote()
+        t_promote = time.perf_counter()
+        if not dry_run and job_ids is None:
+            report.pruned = self._prune()
         done = time.perf_counter()
         report.duration_ms = (done - started) * 1000
         report.phases_ms = {"read": (t_read - started) * 1000, "probe": (t_probe - t_read) * 1000,
-                            "apply": (t_apply - t_probe) * 1000, "promote": (done - t_apply) * 1000}
+                            "apply": (t_apply - t_probe) * 1000, "promote": (t_promote - t_apply) * 1000,
+                            "prune": (done - t_promote) * 1000}
         if not dry_run and job_ids is None:
             self._write_last_sweep(report)
         log.info("%s", report.line())
@@ -119,6 +123,22 @@ class Supervisor:
             else:
                 log.warning("running id %s has no readable row: %s", job_id, verdict.evidence)
                 decision.outcome = "kept"
+
+    def _prune(self) -> int:
+        """A bounded share of retention each sweep (a backlog is worked off over several sweeps); a prune
+        that fails on a bad entry is logged and left to the next sweep, never failing the sweep itself."""
+        try:
+            done = retention.prune(self.pool, budget_secs=retention.SWEEP_BUDGET_SECS, actor=self.actor)
+        except errors.RedisUnavailable:
+            raise
+        except errors.JobpoolError as exc:
+            log.warning("pruning finished jobs of pool %s failed: %s", self.pool.keys.pool, exc)
+            return 0
+        if done.total:
+            log.info("pruned %d finished jobs past retention (%s)%s", done.total,
+                     ", ".join(f"{s} {n}" for s, n in done.counts.items() if n),
+                     "" if done.complete else "; more next sweep")
+        return done.total
 
     def _write_last_sweep(self, report: SweepReport) -> None:
         summary = json.dumps(report.summary(), sort_keys=True)

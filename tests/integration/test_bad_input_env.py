@@ -45,6 +45,14 @@ BAD_ENV = [
     ("JOBPOOL_PROBE_TIMEOUT_SECS", "601"),
     ("JOBPOOL_STOP_GRACE_SECS", "-1"),
     ("JOBPOOL_BIND_ROOTS", "relative/dir"),
+    ("JOBPOOL_EVENTS_MAXLEN", "10"),
+    ("JOBPOOL_KEEP_SUCCEEDED", "-1"),
+    ("JOBPOOL_KEEP_SUCCEEDED", "lots"),
+    ("JOBPOOL_KEEP_FAILED", "1.5"),
+    ("JOBPOOL_KEEP_CANCELLED", "100000001"),
+    ("JOBPOOL_KEEP_SUCCEEDED_SECS", "7d"),
+    ("JOBPOOL_KEEP_FAILED_SECS", "-86400"),
+    ("JOBPOOL_KEEP_CANCELLED_SECS", "3.5"),
 ]
 
 
@@ -58,13 +66,17 @@ def test_every_bad_jobpool_variable_is_one_line_exit_2_naming_it(redis_url: str,
         "JOBPOOL_LEASE_SECS", "JOBPOOL_SWEEP_INTERVAL_SECS", "JOBPOOL_JOB_STALE_SECONDS",
         "JOBPOOL_DRAIN_TIMEOUT_SECS", "JOBPOOL_RECOVERY_BUDGET", "JOBPOOL_EXECUTOR",
         "JOBPOOL_CLAIM_GRACE_SECS", "JOBPOOL_PROBE_TIMEOUT_SECS", "JOBPOOL_STOP_GRACE_SECS",
-        "JOBPOOL_BIND_ROOTS"}
+        "JOBPOOL_BIND_ROOTS", "JOBPOOL_EVENTS_MAXLEN", "JOBPOOL_KEEP_SUCCEEDED", "JOBPOOL_KEEP_FAILED",
+        "JOBPOOL_KEEP_CANCELLED", "JOBPOOL_KEEP_SUCCEEDED_SECS", "JOBPOOL_KEEP_FAILED_SECS",
+        "JOBPOOL_KEEP_CANCELLED_SECS"}
     raw.set("canary", "1")
     before = keyspace(raw)
     runs = [(("ls",), var, value) for var, value in first.items()]
     runs += [(("worker",), "JOBPOOL_EXECUTOR", "podman"), (("worker",), "JOBPOOL_LEASE_SECS", "1"),
              (("supervisor", "--once"), "JOBPOOL_SWEEP_INTERVAL_SECS", "0"),
-             (("supervisor", "--once"), "JOBPOOL_PROBE_TIMEOUT_SECS", "601")]
+             (("supervisor", "--once"), "JOBPOOL_PROBE_TIMEOUT_SECS", "601"),
+             (("prune",), "JOBPOOL_KEEP_FAILED_SECS", "-86400"),
+             (("supervisor", "--once"), "JOBPOOL_KEEP_SUCCEEDED", "-1")]
     base = {"JOBPOOL_REDIS_URL": redis_url, "JOBPOOL_POOL": "it"}
 
     def one(run: tuple[tuple[str, ...], str, str]) -> str | None:

@@ -522,13 +522,13 @@ BAD_INPUT = [
     (["slots"], {"JOBPOOL_POOL": "no spaces"}, 2, "JOBPOOL_POOL: 'no spaces' is not a pool name"),
     (["--pool", "a{b}", "ls"], {}, 2, "JOBPOOL_POOL: 'a{b}' is not a pool name"),
     (["status"], {"JOBPOOL_REDIS_URL": "http://127.0.0.1/"}, 2, "JOBPOOL_REDIS_URL"),
-    (["show", "nope"], {}, 1, "Error: no job nope in this pool"),
+    (["show", "nope"], {}, 1, "Error: no job nope in this pool (never enqueued"),
     (["show", "a b"], {}, 1, "Error: no job 'a b' in this pool"),
-    (["logs", "nope"], {}, 1, "Error: no job nope in this pool"),
-    (["cancel", "nope"], {}, 1, "Error: no job nope in this pool"),
-    (["pause", "nope"], {}, 1, "Error: no job nope in this pool"),
-    (["resume", "nope"], {}, 1, "Error: no job nope in this pool"),
-    (["events", "--job", "nope"], {}, 1, "Error: no job nope in this pool"),
+    (["logs", "nope"], {}, 1, "Error: no job nope in this pool (never enqueued"),
+    (["cancel", "nope"], {}, 1, "Error: no job nope in this pool (never enqueued"),
+    (["pause", "nope"], {}, 1, "Error: no job nope in this pool (never enqueued"),
+    (["resume", "nope"], {}, 1, "Error: no job nope in this pool (never enqueued"),
+    (["events", "--job", "nope"], {}, 1, "Error: no job nope in this pool (never enqueued"),
 ]
 
 

@@ -1,0 +1,59 @@
+--[[ prune
+KEYS[1..13]  common keys (see _lib.lua)
+KEYS[14]     rq:finished:<queue>   KEYS[15] rq:failed:<queue>   (RQ's registries: RQ's own keys)
+KEYS[16..]   per job, 5 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>
+ARGV[1] state (succeeded | failed | cancelled)
+ARGV[2] keep: the newest N of that state are kept (0 = no count cap)
+ARGV[3] cutoff ms: those that finished before it are removed (0 = no age cap)
+ARGV[4] actor   ARGV[5..] the jobs' ids, in the order of their keys
+Returns {0, removed, id, id, ...}; -6 for a state that is not terminal or keys that do not match the ids.
+Remove finished jobs past retention (jobpool/retention.py reads the oldest of each index). Each
+job is judged again here, atomically: it must still be in that state's index, its row must say that
+state, and it must be past a cap now. A job that is queued, running or paused is never touched, and a job
+that finished a moment ago is the newest in its index, so it is kept. Everything the job left goes with its
+row: RQ's hash and result stream, RQ's registry entries, its lease and adoption pointer, and a coalesce entry
+still naming it. One event records the batch (not one per job: pruning must not fill the stream it caps).
+]]
+local state, keep, cutoff, actor = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local index = STATE_INDEX[state]
+if not TERMINAL_STATE[state] or not keep or not cutoff then return {E_BAD_ARG, state} end
+local first, per = 16, 5
+local n = NARGV - 4
+if #KEYS ~= first - 1 + per * n then return {E_BAD_ARG, 'keys'} end
+-- The keys must be this id's, or a caller's slip would delete another job's: compare names, call none.
+local prefix = string.sub(KEYS[K_CONFIG], 1, -#'config' - 1)
+for i = 0, n - 1 do
+  local id, k = ARGV[5 + i], first + per * i
+  if KEYS[k] ~= prefix .. 'job:' .. id or KEYS[k + 1] ~= 'rq:job:' .. id or KEYS[k + 2] ~= 'rq:results:' .. id
+      or KEYS[k + 3] ~= prefix .. 'lease:' .. id or KEYS[k + 4] ~= prefix .. 'adopt:' .. id then
+    return {E_BAD_ARG, 'keys of ' .. id}
+  end
+end
+local removed = {}
+for i = 0, n - 1 do
+  local id = ARGV[5 + i]
+  local jkey = KEYS[first + per * i]
+  local score = redis.call('ZSCORE', KEYS[index], id)
+  local kind = key_type(jkey)
+  local row = kind == 'hash' and redis.call('HMGET', jkey, 'state', 'coalesce_key') or {}
+  -- An index entry whose row is gone names no job at all: it goes too, or it would stay at the head for ever.
+  if score and (row[1] == state or kind == 'none') then
+    local rank = redis.call('ZREVRANK', KEYS[index], id)
+    if (keep > 0 and rank >= keep) or (cutoff > 0 and tonumber(score) < cutoff) then
+      local ck = row[2]
+      if ck and ck ~= '' and redis.call('HGET', KEYS[K_COALESCE], ck) == id then
+        redis.call('HDEL', KEYS[K_COALESCE], ck)
+      end
+      redis.call('ZREM', KEYS[index], id)
+      redis.call('ZREM', KEYS[14], id)
+      redis.call('ZREM', KEYS[15], id)
+      redis.call('DEL', jkey, KEYS[first + per * i + 1], KEYS[first + per * i + 2], KEYS[first + per * i + 3],
+        KEYS[first + per * i + 4])
+      removed[#removed + 1] = id
+    end
+  end
+end
+if #removed > 0 then
+  event(nil, '', '', '', 'pruned', state .. ' ' .. #removed, actor, now_ms())
+end
+return {0, #removed, unpack(removed)}
