@@ -18,6 +18,8 @@ POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 RQ_JOB_PREFIX = "rq:job:"
 RQ_QUEUE_PREFIX = "rq:queue:"
 RQ_QUEUES = "rq:queues"
+#: A pool's RQ queue is named this prefix and the pool's name.
+RQ_QUEUE_NAME_PREFIX = "jobpool-"
 
 #: The state indexes, one sorted set each; every job is in exactly one.
 STATE_INDEX_NAMES = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
@@ -57,7 +59,7 @@ class PoolKeys:
         self.cancelled = p + "state:cancelled"
         self.boots = p + "boots"
         self.last_sweep = p + "last_sweep"
-        self.rq_queue_name = f"jobpool-{pool}"
+        self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"
         #: RQ's registries of finished and failed deliveries (RQ's names, from RQ itself).

@@ -1,0 +1,153 @@
+"""A pool that runs for months: finished jobs are pruned past retention by the supervisor, RQ keeps nothing
+of a job that ended, the keyspace stays flat once the caps are reached, and one job's history is found
+whatever else the event stream holds. Real redis-server, real worker and supervisor processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import redis
+from constants import IMAGE, SUB
+from polling import eventually
+
+from jobpool import JobState, Pool, errors
+
+CAPS = {"JOBPOOL_KEEP_SUCCEEDED": "4", "JOBPOOL_KEEP_FAILED": "2", "JOBPOOL_KEEP_CANCELLED": "1",
+        "JOBPOOL_SWEEP_INTERVAL_SECS": "0.2"}
+
+
+def key_kinds(raw: redis.Redis) -> Counter[str]:
+    """Keys by kind: a pool's own keys by their first part after the hash tag, RQ's by theirs."""
+    kinds: Counter[str] = Counter()
+    for key in raw.scan_iter(count=1000):
+        text = key.decode()
+        if text.startswith("jobpool:{"):
+            kinds["jobpool:" + text.split("}:", 1)[1].split(":", 1)[0]] += 1
+        else:
+            kinds[":".join(text.split(":")[:2])] += 1
+    return kinds
+
+
+def run_jobs(pool: Pool, n: int) -> list[str]:
+    """n jobs of every ending: succeed, fail, and (every fifth) cancelled while queued."""
+    ids = []
+    for i in range(n):
+        job = pool.enqueue(IMAGE, ["sh", "-c", "echo out" if i % 3 else "exit 3"])
+        if i % 5 == 4:
+            try:
+                pool.cancel(job.id)
+            except errors.InvalidState:
+                pass  # it finished first
+        ids.append(job.id)
+    def ended() -> bool:  # finished, or finished and pruned already
+        pipe = pool.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(pool.keys.job(job_id), "state")
+        return all(s is None or JobState(s).terminal for s in pipe.execute())
+    eventually(ended, timeout=90, message="jobs did not end")
+    return ids
+
+
+def retained(pool: Pool) -> dict[str, int]:
+    return {s: pool.client.zcard(pool.keys.state_index(s)) for s in ("succeeded", "failed", "cancelled")}
+
+
+def test_the_supervisor_prunes_past_the_caps_and_the_keyspace_stays_flat(
+        pool: Pool, raw: redis.Redis, spawn) -> None:
+    pool.set_slots(2)
+    spawn(**SUB, **CAPS)
+    spawn(**SUB, **CAPS)
+    spawn("jobpool.cli", ("supervisor",), **SUB, **CAPS)
+    first = run_jobs(pool, 30)
+    eventually(lambda: retained(pool) == {"succeeded": 4, "failed": 2, "cancelled": 1}, timeout=20,
+               message="retention not reached")
+    before = key_kinds(raw)
+    second = run_jobs(pool, 30)
+    eventually(lambda: retained(pool) == {"succeeded": 4, "failed": 2, "cancelled": 1}, timeout=20)
+    after = eventually(lambda: (k := key_kinds(raw)) == before and k, timeout=20,
+                       message=f"the keyspace grew: {before} -> {key_kinds(raw)}")
+    # Seven rows are kept, and RQ keeps nothing of a job whose row is gone: RQ's record of a delivered job
+    # went when it ended; a job cancelled while queued was never delivered, its record goes with its row.
+    kept = set().union(*(raw.zrange(pool.keys.state_index(s), 0, -1)
+                         for s in ("succeeded", "failed", "cancelled")))
+    assert after["jobpool:job"] == 7 and after["rq:results"] == 0, after
+    rq_left = {k.split(b":", 2)[2] for k in raw.scan_iter(match="rq:job:*")}
+    assert rq_left <= kept and len(rq_left) <= after["jobpool:job"] - 6, rq_left  # cancelled ones at most
+    assert raw.zcard(pool.keys.rq_finished) == 0
+    for job_id in first + second:
+        if job_id.encode() not in kept:
+            with pytest.raises(errors.NotFound, match="pruned"):
+                pool.get(job_id)
+            assert not any(raw.exists(k) for k in pool.keys.leftovers(job_id))
+    pruned = [e for e in pool.tail_events(count=10_000)[0] if e["reason"] == "pruned"]
+    assert pruned and all(e["actor"].startswith("supervisor:") for e in pruned)
+
+
+def test_rq_keeps_no_record_of_a_job_that_ended(pool: Pool, raw: redis.Redis, spawn) -> None:
+    spawn(**SUB)
+    job = pool.enqueue(IMAGE, ["sh", "-c", "echo hi"])
+    assert pool.wait(job.id, timeout=30).state == JobState.SUCCEEDED
+    eventually(lambda: not raw.exists(pool.keys.rq_job(job.id)), timeout=10,
+               message="RQ kept the job's hash")
+    assert not raw.exists(pool.keys.rq_results(job.id))
+    assert raw.zscore(pool.keys.rq_finished, job.id) is None
+    assert [e["to"] for e in pool.events(job.id)][-1] == "succeeded"
+
+
+def test_one_jobs_history_is_found_behind_100000_other_events(pool: Pool, raw: redis.Redis,
+                                                               pool_env: dict[str, str]) -> None:
+    """The old reader took the stream's first 1,000 entries and filtered them: this job's came back empty."""
+    pipe = raw.pipeline(transaction=False)
+    for i in range(100_000):
+        pipe.xadd(pool.keys.events, {"job": f"other-{i}", "from": "queued", "to": "running", "reason": "x"})
+    pipe.execute()
+    pool.set_slots(0)
+    job = pool.enqueue(IMAGE, ["true"])
+    pool.pause(job.id)
+    pool.resume(job.id)
+    pool.cancel(job.id)
+    raw.config_resetstat()
+    events = pool.events(job.id)
+    assert [(e["from"], e["to"], e["reason"]) for e in events] == [
+        ("", "queued", "enqueued"), ("queued", "paused", "pause"), ("paused", "queued", "resume"),
+        ("queued", "cancelled", "cancel")]
+    assert all(e["job"] == job.id and e["id"] and e["at"].isdigit() for e in events)
+    tail, newest = pool.tail_events(job.id, count=2)
+    assert [e["reason"] for e in tail] == ["resume", "cancel"] and newest == tail[-1]["id"]
+    # What it cost: one job's row, and not one read through the stream's 100,000 entries.
+    stats = raw.info("commandstats")
+    assert "cmdstat_xrange" not in stats
+    assert stats.get("cmdstat_xrevrange", {}).get("calls", 0) <= 2  # one per read: the newest id, COUNT 1
+    # The same through the CLI, as a real process.
+    out = subprocess.run([sys.executable, "-m", "jobpool.cli", "--json", "events", "--job", job.id],
+                         env={**pool_env, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert [e["reason"] for e in json.loads(out)] == ["enqueued", "pause", "resume", "cancel"]
+
+
+def test_jobpool_prune_says_what_it_removed(pool: Pool, pool_env: dict[str, str], raw: redis.Redis) -> None:
+    pool.set_slots(0)
+    ids = [pool.enqueue(IMAGE, ["true"]).id for _ in range(5)]
+    for job_id in ids:
+        pool.cancel(job_id)
+    env = {**pool_env, "PATH": "/usr/bin:/bin", "JOBPOOL_KEEP_CANCELLED": "2"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "jobpool.cli", *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    dry = cli("prune", "--dry-run")
+    assert dry.returncode == 0 and "cancelled: would remove 3 (keeping newest 2" in dry.stdout
+    listed = {i for i in ids if f"cancelled {i}" in dry.stdout}
+    assert len(listed) == 3 and raw.zcard(pool.keys.cancelled) == 5  # the oldest three (ties: by id)
+    done = cli("--json", "prune")
+    assert done.returncode == 0
+    doc = json.loads(done.stdout)
+    assert doc["total"] == 3 and set(doc["states"]["cancelled"]["ids"]) == listed
+    assert {i.decode() for i in raw.zrange(pool.keys.cancelled, 0, -1)} == set(ids) - listed
+    again = cli("prune")
+    assert again.returncode == 0 and "cancelled: removed 0" in again.stdout
