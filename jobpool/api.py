@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from . import errors, retention
+from . import errors, logtail, retention
 from . import events as event_stream
 from .config import Settings
 from .contract import MAX_SLOTS
@@ -222,7 +222,7 @@ class Pool:
     def logs(self, job_id: str) -> str:
         """The last 64 KiB of the job's output, kept after its container is gone."""
         self.get(job_id)
-        return call_redis(self.client.hget, self.keys.job(job_id), "log_tail") or ""
+        return logtail.decode(call_redis(self.client.hget, self.keys.job(job_id), "log_tail"))
 
     def slots(self) -> tuple[int, int]:
         """(used, max) of the fleet-wide limit."""
