@@ -132,6 +132,10 @@ class ContainerProber:
     def _count(self, response: Any, *args: Any, **kwargs: Any) -> None:
         self.api_calls += 1
 
+    def client(self) -> Any:
+        """The Docker client of this prober's daemon (for the supervisor's other asks of it, volumes.py)."""
+        return self._connect()
+
     def daemon_id(self) -> str:
         """The daemon's identity (jobpool/daemonid.py), established once per client; '' when it cannot be
         (the reason is kept in `identity_problem`). SDK errors asking the daemon propagate."""

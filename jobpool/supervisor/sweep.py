@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import time
@@ -20,6 +21,7 @@ from .. import errors, retention
 from ..api import Pool
 from ..config import Settings
 from ..registry import call_redis
+from . import volumes
 from .adoption import Adoptions
 from .apply import Applier
 from .evidence import Evidence, Snapshot
@@ -48,6 +50,7 @@ class Supervisor:
         self.evidence = Evidence(pool)
         self.adoptions = Adoptions(pool)
         self.applier = Applier(pool, self.prober, self.adoptions, self.actor)
+        self._volumes_at = -math.inf
 
     def close(self) -> None:
         self.prober.close()
@@ -96,6 +99,7 @@ class Supervisor:
         t_promote = time.perf_counter()
         if not dry_run and job_ids is None:
             report.pruned = self._prune()
+            self._remove_leftover_volumes()
         done = time.perf_counter()
         report.duration_ms = (done - started) * 1000
         report.phases_ms = {"read": (t_read - started) * 1000, "probe": (t_probe - t_read) * 1000,
@@ -139,6 +143,18 @@ class Supervisor:
                      ", ".join(f"{s} {n}" for s, n in done.counts.items() if n),
                      "" if done.complete else "; more next sweep")
         return done.total
+
+    def _remove_leftover_volumes(self) -> None:
+        """Now and then (volumes.EVERY_SECS; at start-up first), the checkpoint volumes of ended jobs."""
+        if self.settings.executor != "docker" or time.monotonic() - self._volumes_at < volumes.EVERY_SECS:
+            return
+        self._volumes_at = time.monotonic()
+        try:
+            volumes.remove_leftover_checkpoints(self.pool, self.prober.client())
+        except errors.RedisUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a daemon away: the next round asks again
+            log.warning("could not look for leftover checkpoint volumes: %s", exc)
 
     def _write_last_sweep(self, report: SweepReport) -> None:
         summary = json.dumps(report.summary(), sort_keys=True)

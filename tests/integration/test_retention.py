@@ -5,6 +5,7 @@ whatever else the event stream holds. Real redis-server, real worker and supervi
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections import Counter
@@ -151,3 +152,43 @@ def test_jobpool_prune_says_what_it_removed(pool: Pool, pool_env: dict[str, str]
     assert {i.decode() for i in raw.zrange(pool.keys.cancelled, 0, -1)} == set(ids) - listed
     again = cli("prune")
     assert again.returncode == 0 and "cancelled: removed 0" in again.stdout
+
+
+def test_checkpoint_volumes_of_ended_or_pruned_jobs_go_and_those_in_use_stay(
+        pool: Pool, docker_host: str) -> None:
+    import docker
+
+    from jobpool.contract import LABEL_JOB, LABEL_POOL
+    from jobpool.supervisor.probes import ContainerProber
+    from jobpool.supervisor.sweep import Supervisor
+
+    client = docker.DockerClient(base_url=docker_host)
+    pool.set_slots(1)
+    running = pool.enqueue(IMAGE, ["true"])  # promoted: its row says running
+    ended = pool.enqueue(IMAGE, ["true"])
+    pool.cancel(ended.id)
+    names = {}
+    for what, job_id in (("running", running.id), ("ended", ended.id), ("pruned", "gone-" + "a" * 26),
+                         ("in_use", "gone-" + "b" * 26)):
+        names[what] = client.volumes.create(f"jobpool-ckpt-it-{job_id}",
+                                            labels={LABEL_POOL: "it", LABEL_JOB: job_id}).name
+    user = client.containers.create(IMAGE, ["true"], volumes={names["in_use"]: {"bind": "/ck", "mode": "rw"}},
+                                    network_mode="none")
+    sup = Supervisor(pool, ContainerProber(docker_host, timeout=5))
+    try:
+        sup.sweep()
+        left = {v.name for v in client.volumes.list(filters={"label": f"{LABEL_POOL}=it"})}
+        assert left == {names["running"], names["in_use"]}, left
+        user.remove()
+        sup._volumes_at = -math.inf  # as if the period had passed
+        sup.sweep()
+        left = {v.name for v in client.volumes.list(filters={"label": f"{LABEL_POOL}=it"})}
+        assert left == {names["running"]}, left
+    finally:
+        sup.close()
+        for name in names.values():
+            try:
+                client.volumes.get(name).remove(force=True)
+            except docker.errors.NotFound:
+                pass
+        client.close()
