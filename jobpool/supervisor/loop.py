@@ -11,6 +11,7 @@ from typing import Any
 from .. import errors
 from ..api import Pool, connect
 from ..config import Settings
+from ..redispolicy import EvictingRedis, check_at_start
 from .probes import ContainerProber
 from .report import SweepReport
 from .sweep import Supervisor, actor_name
@@ -40,12 +41,23 @@ def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
             sup.close()
 
 
+def _check_redis(pool: Pool, once: bool) -> bool:
+    """The start-up check of Redis's eviction policy (jobpool/redispolicy.py); raises `EvictingRedis` for
+    one that may evict job rows, `RedisUnavailable` when Redis is away (the loop then asks again)."""
+    check_at_start(pool.client)
+    if not once:
+        log.info("supervisor for pool %s: sweeping every %gs", pool.settings.pool,
+                 pool.settings.sweep_interval_secs)
+    return True
+
+
 def run_supervisor(settings: Settings, once: bool = False, stop_event: threading.Event | None = None,
                    prober: ContainerProber | None = None) -> SweepReport | None:
     """The supervisor loop: a sweep at start-up (rows left by a previous run are judged at once), then one
-    every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A failed sweep (Redis away) is logged
-    and the loop goes on; with `once`, it is raised, so a cron job or health check sees it. Returns the last
-    sweep's report."""
+    every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A Redis whose `maxmemory-policy` may
+    evict job rows is refused before the first sweep (`EvictingRedis`, jobpool/redispolicy.py). A failed
+    sweep (Redis away) is logged and the loop goes on; with `once`, it is raised, so a cron job or health
+    check sees it. Returns the last sweep's report."""
     stop = stop_event or threading.Event()
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread() and not once:
@@ -54,15 +66,15 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
     pool = Pool(connect(settings.redis_url), settings, actor=actor_name())
     sup = Supervisor(pool, prober, actor=pool.actor)
     last: SweepReport | None = None
-    if not once:
-        log.info("supervisor for pool %s: sweeping every %gs", settings.pool, settings.sweep_interval_secs)
+    checked = False
     try:
         while not stop.is_set():
             began = time.monotonic()
             try:
+                checked = checked or _check_redis(pool, once)  # before the first write
                 last = sup.sweep()
             except errors.JobpoolError as exc:
-                if once:
+                if once or isinstance(exc, EvictingRedis):  # refused: one line, said by whoever started it
                     raise
                 log.error("sweep of pool %s failed: %s", settings.pool, exc)
             except Exception:  # noqa: BLE001 - a dead supervisor wedges the queue; log and sweep again

@@ -1,7 +1,8 @@
 """`python -m jobpool.workers [--burst]`: one worker configured from JOBPOOL_* (what `jobpool worker` runs).
 
 Exit status: 0 after a stop (or an emptied queue with --burst), 1 when the worker dies of an error, 2 for a
-bad setting (one line naming the variable, as the CLI prints it).
+bad setting (one line naming the variable, as the CLI prints it) or a Redis that may evict job rows (one line
+naming its `maxmemory-policy`, checked before the worker writes anything: jobpool/redispolicy.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 
 from ..config import Settings
 from ..errors import ConfigError, JobpoolError
+from ..redispolicy import check_url
 from . import WorkerDied, run_worker
 
 
@@ -22,7 +24,11 @@ def main(argv: list[str]) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        check_url(settings.redis_url)  # before the worker writes anything
         run_worker(settings, burst="--burst" in argv)
+    except ConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
     except (WorkerDied, JobpoolError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
