@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from . import errors
+from . import errors, redispolicy
+from .redispolicy import PolicyCheck, Verdict
 from .registry import call_redis, wrap_redis_error
 
 if TYPE_CHECKING:
@@ -221,6 +222,8 @@ class StatusReport:
     promotion: Promotion | None = None
     workers: Workers | None = None
     last_sweep: Sweep | None = None
+    #: Redis's `maxmemory-policy` and the verdict on it (jobpool/redispolicy.py).
+    redis_policy: PolicyCheck | None = None
 
     @property
     def healthy(self) -> bool:
@@ -237,7 +240,8 @@ class StatusReport:
         promotion = self.promotion
         return {
             "pool": self.pool, "now": self.now_ms,
-            "redis": {"url": self.redis_url, "reachable": self.reachable},
+            "redis": {"url": self.redis_url, "reachable": self.reachable,
+                      **(self.redis_policy.to_dict() if self.redis_policy else {})},
             "slots": self.slots.to_dict() if self.slots else None, "counts": dict(self.counts),
             "queue": self.queue.to_dict() if self.queue else None,
             # Flat, as `status --json` has printed them from the start (and `pause --json` still does).
@@ -252,10 +256,14 @@ class StatusReport:
 
 
 def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str, ...] = ()) -> Health:
-    """The health rules: unhealthy without a supervisor that swept lately or with fewer ready workers than
-    slots (a slot no worker can take is a job that waits for nothing)."""
+    """The health rules: unhealthy without a supervisor that swept lately, with fewer ready workers than
+    slots (a slot no worker can take is a job that waits for nothing) or on a Redis that may evict job rows
+    (a policy that may evict leases, or one that could not be read, is a warning)."""
     reasons: list[str] = []
     notes = list(warnings)
+    policy = report.redis_policy
+    if policy is not None and policy.verdict is not Verdict.OK:
+        (reasons if policy.verdict is Verdict.REFUSE else notes).append(policy.message)
     now, sweep = report.now_ms or 0, report.last_sweep
     if sweep is None:
         reasons.append("no live supervisor: no sweep has been recorded for this pool")
@@ -292,11 +300,12 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
     pipe.zrevrange(pool.keys.boots, 0, MAX_BOOTS - 1, withscores=True)
     pipe.zrange(pool.keys.running, 0, -1)
     pipe.zrange(pool.keys.queued, 0, 0)
+    pipe.config_get(redispolicy.SETTING)
     replies = call_redis(pipe.execute, raise_on_error=False, what="status")
-    for i, reply in enumerate(replies):
+    for i, reply in enumerate(replies[:-1]):
         if isinstance(reply, Exception) and i != 1:  # the last-sweep record alone may be unreadable
             raise wrap_redis_error(reply, "status")  # type: ignore[arg-type]
-    (secs, usecs), raw_sweep, boots, running, head = replies
+    (secs, usecs), raw_sweep, boots, running, head, config = replies
     now = int(secs) * 1000 + int(usecs) // 1000
     warnings: list[str] = []
     sweep = _sweep(raw_sweep, now, warnings)
@@ -308,7 +317,8 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
                     oldest_wait_ms=None if created is None else now - created),
         promotion=Promotion(stats["queue_paused"], stats["paused_by"], stats["paused_reason"],
                             _int(stats["paused_since"])),
-        workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep)
+        workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep,
+        redis_policy=redispolicy.from_reply(config))  # a CONFIG GET refused (an ACL) is a warning
     return report, tuple(warnings)
 
 
