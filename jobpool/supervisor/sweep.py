@@ -154,7 +154,7 @@ class Supervisor:
         except errors.RedisUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - a daemon away: the next round asks again
-            log.warning("could not look for leftover checkpoint volumes: %s", exc)
+            log.info("could not look for leftover checkpoint volumes (asked again later): %s", exc)
 
     def _write_last_sweep(self, report: SweepReport) -> None:
         summary = json.dumps(report.summary(), sort_keys=True)
