@@ -261,9 +261,9 @@ class Pool:
 
     def events(self, job_id: str | None = None, count: int = 1000,
                after: str = "-") -> builtins.list[dict[str, str]]:
-        """Transitions in order, oldest first (capped stream); filtered to one job if given. `count` entries
-        are read (1 to events.MAX_EVENTS), from `after`: "-" for the start, or a stream id ("(" first:
-        exclusive)."""
+        """Transitions in order, oldest first: the pool's capped stream, or one job's whole history (kept in
+        its row, so found whatever else the stream holds). At most `count` (1 to events.MAX_EVENTS), from
+        `after`: "-" for the start, or a stream id ("(" first: exclusive)."""
         return event_stream.read(self, job_id, count, after)
 
     def tail_events(self, job_id: str | None = None,
