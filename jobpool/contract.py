@@ -47,6 +47,21 @@ HISTORY_MAX_BYTES = 16_384
 #: read by the worker before it claims).
 RQ_META_ATTEMPT = "jobpool_attempt"
 
+# ---- how an attempt ended when its own process did not end it (jobpool/exits.py) -------------------
+
+#: The exit code Docker records when the exit status could not be read (containerd's "unknown exit status"):
+#: a restarted daemon that finds a container's shim gone records it. A job may also exit 255 itself.
+EXIT_UNKNOWN = 255
+#: error_reason of a job whose container the kernel's OOM killer ended (Docker's State.OOMKilled): failed,
+#: since only more memory (the spec's `memory`) or less use makes it pass.
+REASON_OOM_KILLED = "oom_killed"
+#: error_reason of an attempt whose exit a restart of its daemon recorded as EXIT_UNKNOWN: the job's own exit
+#: was lost; recovered as a crash (recovery budget), not failed.
+REASON_RESTART_LOST_EXIT = "daemon_restart_lost_exit"
+#: error_reason of an attempt that a daemon running without live-restore stopped as it restarted: recovered
+#: as a crash.
+REASON_RESTART_STOPPED = "daemon_restart_stopped_container"
+
 
 class JobState(str, enum.Enum):
     """A job's state as stored in its row's `state` field and named by its state index (jobpool/keys.py)."""
@@ -77,6 +92,7 @@ LUA_CONSTANTS: dict[str, int | str] = {
     "EVENTS_MAXLEN": EVENTS_MAXLEN,
     "HISTORY_MAX_BYTES": HISTORY_MAX_BYTES,
     "RQ_META_ATTEMPT": RQ_META_ATTEMPT,
+    "REASON_OOM_KILLED": REASON_OOM_KILLED,
 }
 _LUA_STRING = re.compile(r"[A-Za-z0-9_.:-]*")
 

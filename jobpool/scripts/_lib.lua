@@ -243,21 +243,34 @@ local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now
   redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
 end
 
--- How a container's exit ends a job: exit 0 is success whatever was asked; otherwise a persisted cancel
--- or pause wins; an exit after its watcher asked it to stop (`interrupted`: a drain, or a pause or cancel
--- request since withdrawn) hands the job back to its place, no recovery budget spent; anything else is a
--- failure. The handback's reason names a pause of this attempt that a resume withdrew (resume_job.lua
--- records `pause_withdrawn` = attempt): 'pause_withdrawn_handback'; otherwise 'shutdown_handback'.
-local function verdict_for_exit(jkey, code, interrupted)
-  if code == 0 then return 'succeeded', 'exit_0' end
-  if redis.call('HGET', jkey, 'cancel_requested') == '1' then return 'cancelled', 'cancel_requested' end
-  if redis.call('HGET', jkey, 'pause_requested') == '1' then return 'paused', 'pause_requested' end
+-- How a container's exit ends a job; returns (state, reason, spend) where `spend` says one unit of recovery
+-- budget is spent (the caller counts it in recovery_attempts). `cause` says what ended it: nil or '' its own
+-- process; 'oom' the kernel's OOM killer (Docker's OOMKilled); 'crashed' its daemon or host, with `reason`
+-- naming the evidence (jobpool/exits.py decides which). Exit 0 is success whatever was asked or seen;
+-- otherwise a persisted cancel or pause wins; an OOM kill fails (REASON_OOM_KILLED: the user's to act on,
+-- even if a stop was asked meanwhile); an exit after its watcher asked it to stop (`interrupted`: a drain,
+-- or a pause or cancel request since withdrawn) hands the job back to its place, no recovery budget spent; a
+-- crash is recovered as a vanished container is (reconcile_apply.lua 'absent'): queued again at its place
+-- while recovery budget `budget` is left, else failed with `reason`; anything else is a failure. The
+-- handback's reason names a pause of this attempt that a resume withdrew (resume_job.lua records
+-- `pause_withdrawn` = attempt): 'pause_withdrawn_handback'; otherwise 'shutdown_handback'.
+local function verdict_for_exit(jkey, code, interrupted, cause, reason, budget)
+  if code == 0 then return 'succeeded', 'exit_0', false end
+  if redis.call('HGET', jkey, 'cancel_requested') == '1' then return 'cancelled', 'cancel_requested', false end
+  if redis.call('HGET', jkey, 'pause_requested') == '1' then return 'paused', 'pause_requested', false end
+  if cause == 'oom' then return 'failed', REASON_OOM_KILLED, false end
   if interrupted then
     local row = redis.call('HMGET', jkey, 'pause_withdrawn', 'attempt')
-    if row[1] and row[1] ~= '' and row[1] == row[2] then return 'queued', 'pause_withdrawn_handback' end
-    return 'queued', 'shutdown_handback'
+    if row[1] and row[1] ~= '' and row[1] == row[2] then return 'queued', 'pause_withdrawn_handback', false end
+    return 'queued', 'shutdown_handback', false
   end
-  return 'failed', 'exit_code_' .. code
+  if cause == 'crashed' then
+    if whole(redis.call('HGET', jkey, 'recovery_attempts')) < (tonumber(budget) or 0) then
+      return 'queued', reason, true
+    end
+    return 'failed', reason, false
+  end
+  return 'failed', 'exit_code_' .. code, false
 end
 
 local function fence(jkey, boot, attempt)

@@ -3,19 +3,28 @@ KEYS[1..13]  common keys (see _lib.lua)
 KEYS[14]     job:<id>      KEYS[15] lease:<id>
 KEYS[16..]   promotion candidates
 ARGV[1] id   ARGV[2] boot   ARGV[3] attempt   ARGV[4] kind   ARGV[5] exit code ('' if none)
-ARGV[6] reason (for 'error')   ARGV[7] log tail
-Returns {0, new state, promoted, why_stopped}; -1; -3; -6 unknown kind.
+ARGV[6] reason (for 'error' and 'crashed')   ARGV[7] log tail   ARGV[8] recovery budget (for 'crashed')
+ARGV[9] evidence: how the end was seen, in words ('' for none; recorded with the transition)
+Returns {0, new state, promoted, why_stopped}; -1; -3; -6 unknown kind, or 'crashed' without a reason.
 The owner reports how its attempt ended; release the slot and promote in the same step.
-Fenced on (boot, attempt). kind: 'exit' (the container exited with ARGV[5]), 'interrupted' (exited after
-its watcher sent it the stop signal: for a drain, or for a pause or cancel request; a non-zero exit with no
-persisted cancel/pause, e.g. a pause withdrawn by a resume, hands the job back to its place without
-spending recovery budget: verdict_for_exit in _lib.lua), 'error' (it never ran: launch failure; ends
-failed with ARGV[6]).
+Fenced on (boot, attempt). kind:
+  'exit'         the container exited with ARGV[5], by its own process
+  'interrupted'  it exited after its watcher sent it the stop signal (for a drain, or for a pause or cancel
+                 request); a non-zero exit with no persisted cancel/pause (e.g. a pause withdrawn by a
+                 resume) hands the job back to its place without spending recovery budget
+  'oom'          the kernel's OOM killer ended it (Docker's OOMKilled): a non-zero exit fails it
+  'crashed'      its daemon or host ended it, not its own process (jobpool/exits.py): recovered as a
+                 crash, with reason ARGV[6] and recovery budget ARGV[8]
+  'error'        it never ran (launch failure): ends failed with ARGV[6]
+The exit kinds are judged by verdict_for_exit in _lib.lua.
 The row keeps finished_by = '<boot>:<attempt>' and finished_as = the state it ended in, so a finish sent
 again after its reply was lost gets the same answer instead of a refusal.
 ]]
 local jkey, lkey = KEYS[14], KEYS[15]
 local id, boot, attempt, kind, code, reason, tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+-- Callers that predate ARGV[8..9] send seven: read them only when sent (NARGV, _lib.lua).
+local budget, seen = NARGV >= 8 and ARGV[8] or '0', NARGV >= 9 and ARGV[9] or ''
+local EXIT_CAUSE = {exit = '', interrupted = '', oom = 'oom', crashed = 'crashed'}
 local f = fence(jkey, boot, attempt)
 if f ~= 0 then
   -- The same finish sent again because its reply was lost: it landed, so answer as it did then. No one else
@@ -25,19 +34,25 @@ if f ~= 0 then
   end
   return {f}
 end
-local to, why
+local to, why, spend
 if kind == 'error' and redis.call('HGET', jkey, 'cancel_requested') == '1' then
   to, why = 'cancelled', 'cancel_requested'  -- what the user asked for happened: nothing runs
 elseif kind == 'error' then
   to, why = 'failed', reason
-elseif (kind == 'exit' or kind == 'interrupted') and tonumber(code) then
-  to, why = verdict_for_exit(jkey, tonumber(code), kind == 'interrupted')
+elseif EXIT_CAUSE[kind] and tonumber(code) and not (kind == 'crashed' and (reason or '') == '') then
+  to, why, spend = verdict_for_exit(jkey, tonumber(code), kind == 'interrupted', EXIT_CAUSE[kind], reason,
+    budget)
 else
   return {E_BAD_ARG, kind}
 end
+if spend then
+  redis.call('HSET', jkey, 'recovery_attempts', whole(redis.call('HGET', jkey, 'recovery_attempts')) + 1)
+end
 local now = now_ms()
+local evidence = 'exit_code=' .. code
+if seen and seen ~= '' then evidence = evidence .. '; ' .. seen end
 redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail, 'finished_by', boot .. ':' .. attempt,
   'finished_as', to)
-end_running(jkey, lkey, id, to, why, 'exit_code=' .. code, boot, now)
+end_running(jkey, lkey, id, to, why, evidence, boot, now)
 local promoted, stopped = promote_candidates(16, boot, now)
 return {0, to, promoted, stopped}

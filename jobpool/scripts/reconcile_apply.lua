@@ -5,13 +5,19 @@ KEYS[17..]   promotion candidates
 ARGV[1] id   ARGV[2] expected attempt   ARGV[3] expected owner ('' = unclaimed)
 ARGV[4] expected container id   ARGV[5] verdict   ARGV[6] reason   ARGV[7] exit code
 ARGV[8] recovery budget   ARGV[9] evidence   ARGV[10] actor
-Returns {0, state after, promoted, why_stopped}; -1; -4 the row or its lease changed; -6 unknown verdict.
+Returns {0, state after, promoted, why_stopped}; -1; -4 the row or its lease changed; -6 unknown verdict, an
+exit verdict without a code, or 'crashed' without a reason.
 Apply a supervisor verdict, only if the row is exactly as it was when the evidence
 was taken (state running, same attempt, same owner, same container) and the owner's lease is still gone:
 judged by its value, as the sweep judged it, so a lease key holding anything but '<owner>:<attempt>' is gone.
 Verdicts:
   exited      the container exited with ARGV[7]: ends as a finish would (exit 0 -> succeeded; persisted
               cancel/pause win; exit EXIT_TEMPFAIL -> queued, no budget spent; else failed)
+  oom         the container exited with ARGV[7] and the kernel's OOM killer had ended it: as 'exited', but a
+              non-zero exit fails with REASON_OOM_KILLED, even an EXIT_TEMPFAIL one
+  crashed     the container exited with ARGV[7] because its daemon or host ended it (jobpool/exits.py):
+              as 'exited', but a non-zero exit is recovered as 'absent' is, with reason ARGV[6]
+The exit verdicts are judged by verdict_for_exit in _lib.lua, as a worker's finish is.
   absent      no container / dead process: persisted cancel -> cancelled; persisted pause -> paused;
               recovery budget ARGV[8] left -> queued (recovery_attempts + 1, original place); else failed
               with reason ARGV[6]
@@ -30,10 +36,13 @@ if owner ~= '' and key_type(lkey) == 'string' and redis.call('GET', lkey) == own
 end
 local now = now_ms()
 local to
-if verdict == 'exited' and tonumber(code) then
-  local why
+local EXIT_CAUSE = {exited = '', oom = 'oom', crashed = 'crashed'}
+if EXIT_CAUSE[verdict] and tonumber(code) and not (verdict == 'crashed' and (reason or '') == '') then
+  local why, spend
   -- EXIT_TEMPFAIL is the container saying "interrupted at a boundary, resumable": hand it back.
-  to, why = verdict_for_exit(jkey, tonumber(code), tonumber(code) == EXIT_TEMPFAIL)
+  to, why, spend = verdict_for_exit(jkey, tonumber(code), tonumber(code) == EXIT_TEMPFAIL, EXIT_CAUSE[verdict],
+    reason, budget)
+  if spend then redis.call('HSET', jkey, 'recovery_attempts', whole(row[5]) + 1) end
   redis.call('HSET', jkey, 'exit_code', code)
   end_running(jkey, lkey, id, to, why, evidence, actor, now)
 elseif verdict == 'absent' then

@@ -83,15 +83,17 @@ class Attempt:
                        json.dumps(identity, sort_keys=True) if identity else ""])
 
     def finish(self, kind: str, exit_code: int | None = None, reason: str = "",
-               log_tail: bytes | str = b"") -> str:
-        """Report the end of the attempt ('exit', 'interrupted' or 'error'); returns the job's new state."""
+               log_tail: bytes | str = b"", evidence: str = "") -> str:
+        """Report the end of the attempt; returns the job's new state. `kind` (scripts/finish.lua): 'exit',
+        'interrupted', 'oom', 'crashed' (with `reason`; it spends the pool's recovery budget) or 'error'
+        (never ran, with `reason`); `evidence` says how the end was seen, for the job's history."""
         if isinstance(log_tail, str):
             log_tail = log_tail.encode(errors="replace")
         tail = log_tail[-LOG_TAIL_BYTES:]
         reply = self.pool.run(
             "finish", [*self._keys(), *self.pool.candidates(CANDIDATES_ON_RELEASE)],
             [self.job_id, self.boot_id, self.attempt, kind, "" if exit_code is None else exit_code, reason,
-             tail],
+             tail, self.pool.settings.recovery_budget, evidence],
         )
         self.pool.after_release(reply)
         return str(reply[1])

@@ -1,0 +1,141 @@
+"""How a Docker container ended: by its own process, by the kernel's OOM killer, or by its infrastructure.
+
+One rule, applied by the worker that watched the container (jobpool/workers/executors/docker.py) and by the
+supervisor that finds an orphan's container ended (jobpool/supervisor/probes.py); the scripts apply the
+verdict (`verdict_for_exit` in scripts/_lib.lua). What Docker 20.10 records, found with real daemons
+(tests/integration/test_daemon_faults.py):
+
+- **OOM kill**: `State.OOMKilled` true (exit 137 when the job's own process was the victim). Precise: the
+  job fails with `oom_killed` (contract.REASON_OOM_KILLED), which says what to change.
+- **Daemon restarted with live-restore** (SIGKILL or SIGTERM): the container runs on, and an exit while the
+  daemon was away is kept by its shim and recorded with its real code and time. Nothing to judge.
+- **Exit status lost across a restart**: a container whose exit the daemon was recording when it stopped
+  (the soak's `exit_code_255`: a job that exited 0 just as dockerd was restarted), or whose shim died while
+  the daemon was down (a host or containerd crash), is recorded by the restarted daemon as exit 255
+  (containerd's "unknown exit status", contract.EXIT_UNKNOWN) with `Error` empty and `FinishedAt` the moment
+  of that restart, not of the job's end.
+- **Daemon without live-restore restarted**: it stops every container it finds running as it starts (the
+  stop signal, then SIGKILL), so the exit is whatever the job does on SIGTERM (143, 137, 75...), with
+  `FinishedAt` the moment of that restart.
+- **Nothing distinguishes**, so these stay the job's exit: a shim killed under a running daemon (exit 137,
+  as a `kill -9` would be), a daemon without live-restore stopped cleanly (it stops its containers and
+  answers their exit before it goes), and any exit 255 outside a restart the observer saw.
+
+Docker's record alone cannot tell a lost exit from a job's own `exit 255`: both read exit 255, Error "", no
+OOMKilled. What tells them apart is *when* it was recorded. So the rule for "ended by the infrastructure"
+needs the observer's own evidence of a restart: an **outage window**, from its last request the daemon
+left unanswered (refused, reset mid-answer, a 5xx) to the first one it answered after it. A container is
+ended by a restart when it started before the window and Docker's `FinishedAt` lies inside it: it ended
+after the daemon was last seen gone, yet the first answer already reported it ended, so the end was
+recorded by the restarted daemon's start-up. Then exit 255 is `daemon_restart_lost_exit`, and any non-zero
+exit of a daemon without live-restore (`GET /info` LiveRestoreEnabled false) is
+`daemon_restart_stopped_container`; both are recovered as crashes (recovery budget), not failed.
+
+Residual ambiguity, stated: a job whose own process exits 255 inside the window (between the observer's last
+unanswered request and the restarted daemon's first answer) is read as a lost exit and runs again within its
+recovery budget. The window is one watch slice plus the daemon's start-up for a worker (it asks at least
+every `WAIT_SLICE`), one sweep interval plus start-up for the supervisor.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from .contract import EXIT_UNKNOWN, REASON_OOM_KILLED, REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED
+
+#: What ended a container, as the scripts name it (finish.lua kinds, reconcile_apply.lua verdicts).
+OWN, OOM, CRASHED = "", "oom", "crashed"
+#: How many past outage windows an observer remembers (a supervisor judges orphans found sweeps later).
+KEEP_WINDOWS = 16
+
+_DOCKER_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a container ended: its exit code, what ended it (`cause`: OWN, OOM or CRASHED), the error_reason
+    for an OOM kill or a crash, and what was seen, in words."""
+
+    code: int
+    cause: str = OWN
+    reason: str = ""
+    evidence: str = ""
+
+
+def docker_time(value: object) -> float | None:
+    """A Docker timestamp (RFC 3339, nanoseconds) as epoch seconds; None for Docker's zero time or garbage."""
+    m = _DOCKER_TIME.match(str(value or ""))
+    if not m or m.group(1).startswith("0001-"):
+        return None
+    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        whole = datetime.fromisoformat(m.group(1) + zone)
+    except ValueError:
+        return None
+    return whole.astimezone(timezone.utc).timestamp() + float("0." + (m.group(2) or "0"))
+
+
+class Outages:
+    """What one observer saw of its daemon: the windows in which it restarted, each (last unanswered
+    request, first answered request after it), in epoch seconds of this host's clock (the daemon is on a
+    local socket, so Docker's timestamps use the same clock)."""
+
+    def __init__(self, keep: int = KEEP_WINDOWS) -> None:
+        self.windows: collections.deque[tuple[float, float]] = collections.deque(maxlen=keep)
+        self.lost_at: float | None = None
+
+    @property
+    def ongoing(self) -> bool:
+        return self.lost_at is not None
+
+    def unanswered(self, at: float) -> None:
+        """A request got no answer: the window now starts here (the latest such moment counts)."""
+        self.lost_at = at
+
+    def answered(self, at: float) -> None:
+        """A request was answered: an outage in progress ends here."""
+        if self.lost_at is not None:
+            self.windows.append((self.lost_at, at))
+            self.lost_at = None
+
+    def window_of(self, started: float | None, finished: float | None) -> tuple[float, float] | None:
+        """The window a container that ran from `started` to `finished` ended in, having started before it."""
+        if started is None or finished is None:
+            return None
+        for lost, back in reversed(self.windows):
+            if started < lost < finished <= back:
+                return lost, back
+        return None
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"
+
+
+def ending(state: Mapping[str, Any], outages: Outages, live_restore: Callable[[], bool]) -> Ending:
+    """How the container whose inspect `State` this is ended (it must have ended). `live_restore` asks the
+    daemon whether it runs with live-restore; it is called only when the answer decides, and whatever it
+    raises goes to the caller (then nothing is decided: ask again later)."""
+    code = int(state.get("ExitCode", -1))
+    if code == 0:
+        return Ending(0)
+    if state.get("OOMKilled") is True:
+        return Ending(code, OOM, REASON_OOM_KILLED, f"Docker State.OOMKilled, exit {code}")
+    finished = docker_time(state.get("FinishedAt"))
+    window = outages.window_of(docker_time(state.get("StartedAt")), finished)
+    if window is None or finished is None:
+        return Ending(code)
+    seen = (f"exit {code} recorded at {_when(finished)}, after the daemon last went unanswered at "
+            f"{_when(window[0])} and before it first answered again at {_when(window[1])}")
+    if code == EXIT_UNKNOWN:
+        return Ending(code, CRASHED, REASON_RESTART_LOST_EXIT,
+                      f"{seen}: the restarted daemon could not read the container's exit")
+    if not live_restore():
+        return Ending(code, CRASHED, REASON_RESTART_STOPPED,
+                      f"{seen}: the daemon runs without live-restore and stops its containers as it restarts")
+    return Ending(code)
