@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import redis
 
 from ..errors import Conflict, InvalidState, JobpoolError, NotFound, NotOwner, RedisUnavailable
+from ..exits import CRASHED, OOM, Ending
 from ..models import Job
 from ..registry import call_redis
 from .attempt import LOG_TAIL_BYTES, Attempt, Requests
@@ -44,13 +45,15 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
     drain_deadline: float | None = None
     while True:
         try:
-            code = handle.wait(min(WAIT_SLICE, settings.heartbeat_secs))
+            # None while it runs, and while its daemon does not answer: the job is kept and its lease renewed
+            # below until the daemon answers with how the container is (executors/docker.py).
+            ended = handle.wait(min(WAIT_SLICE, settings.heartbeat_secs))
         except LaunchUnknown as exc:
             # Removed under us (an operator, or the supervisor finishing an orphan): no exit code to record.
             log.warning("job %s attempt %s: %s; leaving the row to the supervisor", attempt.job_id,
                         attempt.attempt, exc)
             return
-        if code is not None:
+        if ended is not None:
             break
         now = time.monotonic()
         if rt.drain_requested_at is not None and drain_deadline is None:
@@ -70,8 +73,7 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
                 return
             requests = beat
         stop.act(attempt.job_id, handle, requests, now, settings.stop_grace_secs, drain_deadline is not None)
-    # Asked to stop, it may exit non-zero for that alone: without a persisted cancel/pause it is handed back.
-    _finish(rt, attempt, handle, executor, "interrupted" if stop.asked else "exit", code)
+    _finish(rt, attempt, handle, executor, ended, stop.asked)
 
 
 @dataclass
@@ -243,14 +245,28 @@ def _stop_within(handle: Handle, grace: float) -> None:
         pass  # removed under us: nothing left to stop
 
 
-def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, kind: str, code: int) -> None:
+def finish_kind(ended: Ending, stop_asked: bool) -> str:
+    """The finish kind (scripts/finish.lua) of an ending: an OOM kill is one whatever was asked; asked to
+    stop, a job may exit non-zero for that alone (or its daemon may have ended it meanwhile): without a
+    persisted cancel/pause it is handed back; otherwise a crash (its daemon ended it) or its own exit."""
+    if ended.cause == OOM:
+        return "oom"
+    if stop_asked:
+        return "interrupted"
+    return "crashed" if ended.cause == CRASHED else "exit"
+
+
+def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, ended: Ending,
+            stop_asked: bool) -> None:
     """Record the exit code, however long Redis is away. A subprocess job's code lives only here, and a
     dropped code makes the supervisor re-run a job that succeeded (it finds a dead pid and nothing else).
     Only an answer ends the wait: recorded, or refused (the row moved on: proof it was superseded); the
     worker's force stop kills this horse, and then the supervisor decides from what it can see."""
     tail = handle.log_tail(LOG_TAIL_BYTES)
+    kind, code = finish_kind(ended, stop_asked), ended.code
     try:
-        state = _retrying(lambda: attempt.finish(kind, code, log_tail=tail),
+        state = _retrying(lambda: attempt.finish(kind, code, reason=ended.reason, log_tail=tail,
+                                                 evidence=ended.evidence),
                           what=f"job {attempt.job_id} attempt {attempt.attempt}: recording exit {code}")
     except (NotOwner, NotFound):
         log.warning("job %s attempt %s: finished, but the row is no longer ours; not recorded",
@@ -258,7 +274,8 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, k
         if not _adopted_elsewhere(rt, attempt, handle):
             handle.remove()  # an adopter would still need the container to read its exit code
         return
-    log.info("job %s attempt %s: exit %s -> %s", attempt.job_id, attempt.attempt, code, state)
+    log.info("job %s attempt %s: exit %s%s -> %s", attempt.job_id, attempt.attempt, code,
+             f" ({ended.evidence})" if ended.evidence else "", state)
     handle.remove()
     if state in TERMINAL_STATES:
         executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)

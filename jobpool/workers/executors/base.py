@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB, LABEL_POOL
+from ...exits import Ending
 from ...spec import JobSpec
 
 #: Where a job finds its checkpoint directory inside a container.
@@ -69,8 +70,10 @@ class Handle(Protocol):
     daemon_id: str
     identity: dict[str, Any] | None
 
-    def wait(self, timeout: float) -> int | None:
-        """The exit code once it has exited; None if still running after `timeout` seconds (or unknown)."""
+    def wait(self, timeout: float) -> Ending | None:
+        """How it ended (exit code, and what ended it: jobpool/exits.py) once it has; None while it runs, or
+        while that is unknown (its daemon does not answer). Returns within about `timeout` seconds either
+        way, so the watcher keeps renewing its lease; raises `LaunchUnknown` when it was removed."""
 
     def signal_stop(self) -> None:
         """Send the stop signal (SIGTERM): "checkpoint and stop at the next unit-of-work boundary"."""

@@ -6,19 +6,27 @@ the container after `finish` has recorded it. Each job has one checkpoint volume
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import docker
 import docker.errors
 import requests.exceptions
+import urllib3.exceptions
 
 from ... import daemonid
 from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
+from ...exits import Ending, Outages, ending
 from .base import CONTAINER_CHECKPOINT_DIR, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
 
 log = logging.getLogger(__name__)
+
+#: The first pause before asking again a daemon that did not answer; it doubles up to the watcher's slice
+#: (`wait`'s timeout), so the lease is renewed on time and a restart is noticed within one slice.
+NO_ANSWER_FIRST_DELAY = 0.05
 
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
 
@@ -38,39 +46,112 @@ def container_name(pool: str, job_id: str, attempt: int) -> str:
     return f"jobpool-{pool}-{job_id}-a{attempt}"
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """A request that got no answer within its own timeout: for a wait, the container still runs; for a
+    daemon starting up (it holds requests until it serves), not yet an answer. The SDK reports a read
+    timeout on its unix socket as a ConnectionError wrapping urllib3's ReadTimeoutError."""
+    if isinstance(exc, requests.exceptions.Timeout):
+        return True
+    return isinstance(exc, requests.exceptions.ConnectionError) and any(
+        isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in exc.args)
+
+
+#: Errors talking to the daemon that are no answer about the container (refused, reset mid-answer as when
+#: dockerd is killed under a wait, a 5xx): while they last, how the container is is unknown.
+_NO_ANSWER = (requests.exceptions.RequestException, docker.errors.DockerException, OSError)
+
+
+@contextlib.contextmanager
+def _bounded(api: Any, secs: float) -> Iterator[None]:
+    """Requests of `api` time out after `secs`: a daemon starting up holds them until it serves, and the
+    watcher must keep renewing its lease meanwhile. Only the handle's own client, used by one thread."""
+    saved, api.timeout = api.timeout, max(secs, 0.05)
+    try:
+        yield
+    finally:
+        api.timeout = saved
+
+
 class DockerHandle:
+    """One attempt's container. While its daemon does not answer, `wait` keeps answering "not ended" (the
+    job is kept, its lease renewed by the watcher) and asks again with a bounded backoff; when the daemon
+    answers, it reads how the container is, and how it ended (jobpool/exits.py: the outage window it saw
+    is the evidence that tells an exit lost in a daemon restart from the job's own)."""
+
     def __init__(self, client: docker.DockerClient, container: Any, daemon_id: str) -> None:
         self._client = client
         self._container = container
         self.container_id: str = container.id
         self.daemon_id = daemon_id
         self.identity: dict[str, Any] | None = None
+        self.outages = Outages()
+        self._delay = NO_ANSWER_FIRST_DELAY
 
-    def wait(self, timeout: float) -> int | None:
+    def wait(self, timeout: float) -> Ending | None:
+        if not self.outages.ongoing:
+            try:
+                self._container.wait(timeout=timeout)
+            except docker.errors.NotFound:
+                raise LaunchUnknown("container vanished") from None
+            except _NO_ANSWER as exc:
+                if _timed_out(exc):
+                    return None  # still running
+                self._no_answer(exc, timeout)
+                return None
+        # It ended, or its daemon was away: read how the container is now, in one bounded inspect.
+        return self._look(timeout)
+
+    def _look(self, timeout: float) -> Ending | None:
+        api = self._client.api
         try:
-            result = self._container.wait(timeout=timeout)
-        except _UNREACHABLE:
-            return None  # still running, or the daemon is away: either way not an exit
+            with _bounded(api, timeout):
+                state = api.inspect_container(self.container_id).get("State") or {}
+            if state.get("Running") or state.get("Paused") or state.get("Restarting"):
+                self._answered("still running")
+                return None
+            self._answered("ended")
+            with _bounded(api, timeout):
+                return ending(state, self.outages, lambda: api.info().get("LiveRestoreEnabled") is not False)
         except docker.errors.NotFound:
             raise LaunchUnknown("container vanished") from None
-        return int(result.get("StatusCode", -1))
+        except _NO_ANSWER as exc:
+            if _timed_out(exc):
+                return None  # a daemon starting up: no answer yet, and no proof that it is gone
+            self._no_answer(exc, timeout)
+            return None
+
+    def _no_answer(self, exc: BaseException, timeout: float) -> None:
+        if not self.outages.ongoing:
+            log.warning("container %s: its docker daemon did not answer (%s: %s); keeping the job and "
+                        "watching until it answers", self.container_id[:12], type(exc).__name__, exc)
+        self.outages.unanswered(time.time())
+        time.sleep(min(self._delay, timeout))
+        self._delay = min(self._delay * 2, timeout)
+
+    def _answered(self, how: str) -> None:
+        if self.outages.ongoing:
+            since = self.outages.lost_at or time.time()
+            log.warning("container %s: its docker daemon answers again (%.1fs after it last did not); %s",
+                        self.container_id[:12], time.time() - since, how)
+        self.outages.answered(time.time())
+        self._delay = NO_ANSWER_FIRST_DELAY
 
     def signal_stop(self) -> None:
         try:
             self._container.kill(signal="SIGTERM")
-        except (docker.errors.APIError, *_UNREACHABLE) as exc:
+        except _NO_ANSWER as exc:
             log.warning("could not signal container %s: %s", self.container_id[:12], exc)
 
     def kill(self) -> None:
         try:
             self._container.kill(signal="SIGKILL")
-        except (docker.errors.APIError, *_UNREACHABLE) as exc:
+        except _NO_ANSWER as exc:
             log.warning("could not kill container %s: %s", self.container_id[:12], exc)
 
     def log_tail(self, max_bytes: int) -> bytes:
         try:
             out = self._container.logs(stdout=True, stderr=True, tail=4000)
-        except (docker.errors.APIError, *_UNREACHABLE) as exc:
+        except _NO_ANSWER as exc:
             return f"[jobpool: logs unavailable: {exc}]".encode()
         return bytes(out)[-max_bytes:]
 
@@ -79,7 +160,7 @@ class DockerHandle:
             self._container.remove(force=True)
         except docker.errors.NotFound:
             pass
-        except (docker.errors.APIError, *_UNREACHABLE) as exc:
+        except _NO_ANSWER as exc:
             log.warning("could not remove container %s: %s", self.container_id[:12], exc)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...contract import ENV_CHECKPOINT_DIR
+from ...exits import Ending
 from ...procid import identity_of
 from .base import Launch, LaunchError, no_fence
 
@@ -28,13 +29,14 @@ class ProcessHandle:
         self.daemon_id = ""
         self.identity: dict[str, Any] | None = {"executor": "subprocess", **identity_of(proc.pid)}
 
-    def wait(self, timeout: float) -> int | None:
+    def wait(self, timeout: float) -> Ending | None:
         try:
             code = self._proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
-        # A job killed by a signal reports 128+N, as a shell (and Docker) would.
-        return 128 - code if code < 0 else code
+        # A job killed by a signal reports 128+N, as a shell (and Docker) would. Our own child: its end is
+        # its own (no daemon in between to lose it, and no OOM flag to read).
+        return Ending(128 - code if code < 0 else code)
 
     def _signal(self, sig: int) -> None:
         try:
