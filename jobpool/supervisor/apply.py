@@ -15,7 +15,7 @@ from .. import errors
 from ..api import CANDIDATES_ON_RELEASE, Pool
 from .adoption import Adoptions
 from .probes import Absent, ContainerProber, Probe
-from .verdicts import APPLIED_KINDS, EXECUTOR_SUBPROCESS, Kind, RowSnapshot, Verdict
+from .verdicts import APPLIED_KINDS, EXECUTOR_SUBPROCESS, EXIT_KINDS, Kind, RowSnapshot, Verdict
 
 log = logging.getLogger("jobpool.supervisor")
 
@@ -85,7 +85,7 @@ class Applier:
                  verdict.evidence)
         # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
         # dead watcher would have.
-        if verdict.kind is Kind.EXITED and verdict.container_id:
+        if verdict.kind in EXIT_KINDS and verdict.container_id:
             self.prober.remove(verdict.container_id)
         return state
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .. import daemonid, procid
 from ..contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
+from ..exits import Ending, Outages, ending
 
 #: Container states whose process may still write (a paused container resumes where it was).
 LIVE_STATES = frozenset({"running", "paused", "restarting"})
@@ -35,12 +37,14 @@ _EXIT_STATUS = re.compile(r"^\s*Exited \((-?\d+)\)")
 
 @dataclass(frozen=True)
 class Present:
-    """The container (or process) exists. `exit_code` is set only when `running` is False."""
+    """The container (or process) exists. `exit_code` is set only when `running` is False; `ending`, for an
+    ended container, says what ended it (jobpool/exits.py; None: its own process, as for an exit 0)."""
 
     running: bool
     exit_code: int | None = None
     container_id: str = ""
     detail: str = ""
+    ending: Ending | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,21 @@ def _summary_result(summary: Mapping[str, Any]) -> Probe | None:
     return Unknown(f"container {cid[:12]} in unexpected state {state!r} ({status!r})")
 
 
+def _no_answer(exc: BaseException) -> bool:
+    """The daemon is not there to answer (refused, reset mid-answer, a 5xx): only such a failure starts an
+    outage window (jobpool/exits.py). A timeout is not one: a slow daemon is still the same daemon."""
+    import docker.errors
+    import requests.exceptions
+    import urllib3.exceptions
+
+    if isinstance(exc, docker.errors.APIError):
+        return exc.is_server_error()
+    if isinstance(exc, requests.exceptions.Timeout) or any(
+            isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in getattr(exc, "args", ())):
+        return False
+    return isinstance(exc, (requests.exceptions.RequestException, OSError))
+
+
 def _rank(p: Probe) -> int:
     """When one attempt somehow has several containers, the most alive one decides."""
     if isinstance(p, Present):
@@ -102,7 +121,9 @@ class ContainerProber:
     """Lists a pool's containers on one Docker daemon; keeps one client (and the daemon's ID) across sweeps.
 
     The client is created lazily and dropped after any failure, so a daemon that comes back is found again.
-    `api_calls` counts HTTP requests answered by the daemon (for the benchmark and for tests).
+    `api_calls` counts HTTP requests answered by the daemon (for the benchmark and for tests). `outages`
+    keeps when this prober found its daemon not answering and answering again: the evidence that a
+    container's end was recorded by a restart of its daemon (jobpool/exits.py).
     """
 
     def __init__(self, docker_host: str | None = None, timeout: float = 10.0) -> None:
@@ -113,6 +134,7 @@ class ContainerProber:
         self._client: Any = None
         self._daemon_id: str | None = None
         self.identity_problem = ""
+        self.outages = Outages()
 
     # ---- the client ---------------------------------------------------------------------------------
 
@@ -188,6 +210,8 @@ class ContainerProber:
             return self._probe(pool, job_attempts, daemon_ids or {})
         except Exception as exc:  # noqa: BLE001 - any failure to ask is "unknown", never "absent"
             self.close()
+            if _no_answer(exc):
+                self.outages.unanswered(time.time())
             reason = self._failure_reason(exc)
             return {job_id: Unknown(reason) for job_id in job_attempts}
 
@@ -197,6 +221,7 @@ class ContainerProber:
         ours = self.daemon_id()
         self.list_calls += 1
         listed = client.api.containers(all=True, filters={"label": f"{LABEL_POOL}={pool}"})
+        self.outages.answered(time.time())
         found: dict[str, Probe] = {}
         for summary in listed:
             labels = summary.get("Labels") or {}
@@ -207,7 +232,8 @@ class ContainerProber:
             if wanted is not None and labels.get(LABEL_ATTEMPT) != str(wanted):
                 continue  # an older attempt of this one: not this attempt's evidence
             result = _summary_result(summary)
-            if result is None:
+            if result is None or (isinstance(result, Present) and not result.running and result.exit_code):
+                # A non-zero exit: what ended it (OOMKilled, when) is only in the inspect.
                 result = self._inspect(client, str(summary.get("Id", "")))
             if job_id not in found or _rank(result) > _rank(found[job_id]):
                 found[job_id] = result
@@ -227,25 +253,29 @@ class ContainerProber:
         return out
 
     def _inspect(self, client: Any, container_id: str) -> Probe:
-        """One container's exit code when its list Status did not say (e.g. state "dead")."""
+        """An ended container's exit code and what ended it (jobpool/exits.py), which its list entry does not
+        say; also the exit code of one whose list Status did not give it (e.g. state "dead")."""
         import docker
 
         try:
             attrs = client.api.inspect_container(container_id)
+            state = attrs.get("State") or {}
+            if state.get("Running") or state.get("Paused") or state.get("Restarting"):
+                return Present(running=True, container_id=container_id,
+                               detail=f"container {container_id[:12]} running")
+            code = state.get("ExitCode")
+            if not isinstance(code, int) or state.get("Status") == "created":
+                return Unknown(f"container {container_id[:12]} has no readable exit code "
+                               f"(state {state.get('Status')!r})")
+            end = ending(state, self.outages, lambda: client.info().get("LiveRestoreEnabled") is not False)
         except docker.errors.NotFound:
             return Absent(detail=f"container {container_id[:12]} removed while probing")
         except Exception as exc:  # noqa: BLE001 - unknown, for this container only
             return Unknown(self._failure_reason(exc))
-        state = attrs.get("State") or {}
-        if state.get("Running") or state.get("Paused") or state.get("Restarting"):
-            return Present(running=True, container_id=container_id,
-                           detail=f"container {container_id[:12]} running")
-        code = state.get("ExitCode")
-        if isinstance(code, int) and state.get("Status") != "created":
-            return Present(running=False, exit_code=code, container_id=container_id,
-                           detail=f"container {container_id[:12]} exited with {code}")
-        return Unknown(f"container {container_id[:12]} has no readable exit code "
-                       f"(state {state.get('Status')!r})")
+        detail = f"container {container_id[:12]} exited with {code}"
+        return Present(running=False, exit_code=code, container_id=container_id,
+                       detail=f"{detail} ({end.evidence})" if end.evidence else detail,
+                       ending=end if end.cause else None)
 
     # ---- operator actions ---------------------------------------------------------------------------
 

@@ -13,6 +13,9 @@ verdicts', and 'Rules the verdicts encode, and why').
 | claimed            | lease present for (owner, attempt)                     | keep; past stale limit: warn |
 | claimed            | lease gone, container present and running              | adopt (slot kept)            |
 | claimed            | lease gone, container present and exited               | exited (finish from the code)|
+| claimed            | lease gone, exited, Docker says OOMKilled              | oom (fail oom_killed)        |
+| claimed            | lease gone, exited, its end recorded by a daemon       | crashed (as absent, with the |
+|                    | restart this supervisor saw (jobpool/exits.py)         | exit code recorded)          |
 | claimed            | lease gone, container absent                           | absent (cancel/pause/budget) |
 | claimed            | lease gone, probe unknown                              | warn (slot kept)             |
 | no row (a ghost)   | a live lease, or a container of any attempt running    | warn (slot kept)             |
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 
 from ..config import Settings
 from ..contract import EXIT_TEMPFAIL, JobState
+from ..exits import CRASHED, OOM
 from .probes import Absent, Present, Probe, Unknown
 
 # error_reason values: each names the evidence the verdict was based on.
@@ -57,6 +61,8 @@ class Kind(str, enum.Enum):
     WARN = "warn"  # keep the slot, and log a WARNING naming the reason
     ADOPT = "adopt"  # keep the slot, and ask a live worker to re-attach to the running container
     EXITED = "exited"  # finish from the container's exit code
+    OOM = "oom"  # exited, ended by the kernel's OOM killer: fail it (unless exit 0, or a cancel/pause asked)
+    CRASHED = "crashed"  # exited, ended by its daemon (jobpool/exits.py): recovery budget, as absent
     ABSENT = "absent"  # the work is gone: persisted cancel/pause, recovery budget, or failed
     REDISPATCH = "redispatch"  # promoted but lost before any worker claimed it: dispatch a new attempt
     EVICT = "evict"  # operator only: stop the live job by label and fail it
@@ -67,7 +73,9 @@ class Kind(str, enum.Enum):
 
 
 #: Verdicts that change the row through `reconcile_apply`.
-APPLIED_KINDS = frozenset({Kind.EXITED, Kind.ABSENT, Kind.REDISPATCH})
+APPLIED_KINDS = frozenset({Kind.EXITED, Kind.OOM, Kind.CRASHED, Kind.ABSENT, Kind.REDISPATCH})
+#: Verdicts that finish from an ended container's exit code (its container is removed once applied).
+EXIT_KINDS = frozenset({Kind.EXITED, Kind.OOM, Kind.CRASHED})
 
 
 @dataclass(frozen=True)
@@ -266,9 +274,19 @@ def decide(row: RowSnapshot, lease_present: bool, probe: Probe | None, dispatch:
                            container_id=probe.container_id, stale=True)
         return _alive_orphan(row, probe, gone, stale)
     if isinstance(probe, Present):
-        return Verdict(Kind.EXITED, REASON_CONTAINER_EXITED, f"{gone}; {probe.detail}",
-                       exit_code=probe.exit_code, container_id=probe.container_id)
+        return _exited(probe, gone)
     return _absent(row, probe, gone)
+
+
+def _exited(probe: Present, gone: str) -> Verdict:
+    """An ended container: what ended it decides (jobpool/exits.py, the rule a worker applies too)."""
+    kind, reason = Kind.EXITED, REASON_CONTAINER_EXITED
+    if probe.ending is not None and probe.ending.cause == OOM:
+        kind, reason = Kind.OOM, probe.ending.reason
+    elif probe.ending is not None and probe.ending.cause == CRASHED:
+        kind, reason = Kind.CRASHED, probe.ending.reason
+    return Verdict(kind, reason, f"{gone}; {probe.detail}", exit_code=probe.exit_code,
+                   container_id=probe.container_id)
 
 
 def _alive_orphan(row: RowSnapshot, probe: Present, gone: str, stale: bool) -> Verdict:
@@ -329,30 +347,43 @@ def decide_ghost(why: str, lease_live: bool, probe: Probe | None, executor: str,
     return Verdict(Kind.DROP, REASON_GHOST, f"{why}; {probe.detail}; freed by the operator's sweep")
 
 
-def state_after_exit(code: int, stop_asked: bool, cancel_requested: bool, pause_requested: bool) -> JobState:
+def state_after_exit(code: int, stop_asked: bool, cancel_requested: bool, pause_requested: bool,
+                     cause: str = "", budget_left: bool = False) -> JobState:
     """How an exit ends a job (`verdict_for_exit` in scripts/_lib.lua, applied by finish.lua for a worker and
     by reconcile_apply.lua for the supervisor): exit 0 is success whatever was asked; otherwise a persisted
-    cancel, then a persisted pause, wins; an exit after jobpool asked the job to stop is handed back to its
-    place; any other exit fails. `stop_asked`: for a worker, that its watcher sent the stop signal (a drain,
-    or a pause or cancel since withdrawn); the supervisor cannot know that and takes an `EXIT_TEMPFAIL` exit,
-    the job's own word that it was interrupted at a boundary, as asked."""
+    cancel, then a persisted pause, wins; an OOM kill (`cause` OOM) fails; an exit after jobpool asked the
+    job to stop is handed back to its place; a crash (`cause` CRASHED: its daemon ended it) is queued again
+    while recovery budget is left (`budget_left`), else failed; any other exit fails. `stop_asked`: for a
+    worker, that its watcher sent the stop signal (a drain, or a pause or cancel since withdrawn); the
+    supervisor cannot know that and takes an `EXIT_TEMPFAIL` exit, the job's own word that it was
+    interrupted at a boundary, as asked."""
     if code == 0:
         return JobState.SUCCEEDED
     if cancel_requested:
         return JobState.CANCELLED
     if pause_requested:
         return JobState.PAUSED
-    return JobState.QUEUED if stop_asked else JobState.FAILED
+    if cause == OOM:
+        return JobState.FAILED
+    if stop_asked:
+        return JobState.QUEUED
+    if cause == CRASHED:
+        return JobState.QUEUED if budget_left else JobState.FAILED
+    return JobState.FAILED
 
 
 def expected_state(row: RowSnapshot, verdict: Verdict, settings: Settings) -> str:
     """The state the row will be in once the verdict is applied (what a dry run shows): what
     scripts/reconcile_apply.lua and evict.lua do, checked against them by tests/unit/test_exit_verdicts.py."""
-    if verdict.kind is Kind.EXITED:
+    if verdict.kind in EXIT_KINDS:
         if verdict.exit_code is None:  # reconcile_apply.lua refuses an exit without a code: nothing changes
             return JobState.RUNNING.value
+        if verdict.kind is Kind.CRASHED and not verdict.reason:  # refused too: a crash names its evidence
+            return JobState.RUNNING.value
         code = verdict.exit_code
-        return state_after_exit(code, code == EXIT_TEMPFAIL, row.cancel_requested, row.pause_requested).value
+        cause = {Kind.OOM: OOM, Kind.CRASHED: CRASHED}.get(verdict.kind, "")
+        return state_after_exit(code, code == EXIT_TEMPFAIL, row.cancel_requested, row.pause_requested,
+                                cause, row.recovery_attempts < settings.recovery_budget).value
     if verdict.kind is Kind.ABSENT:
         if row.cancel_requested:
             return JobState.CANCELLED.value

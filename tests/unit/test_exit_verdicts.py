@@ -4,7 +4,9 @@ A dry run of the sweep shows `expected_state` (jobpool/supervisor/verdicts.py); 
 reconcile_apply.lua for the supervisor and finish.lua for a worker (both through `verdict_for_exit` in
 _lib.lua). Each case here sets up a real row with the real scripts (claim, pause, cancel, resume), asks the
 Python rules what will happen, applies the verdict or the finish as jobpool does (`Applier.apply`,
-`Attempt.finish`), and compares with the state the script left, on fakeredis[lua] and on a real server.
+`Attempt.finish` with the kind `finish_kind` picks), and compares with the state the script left, on
+fakeredis[lua] and on a real server. Every exit is tried as the job's own, as an OOM kill and as a crash
+(its daemon ended it: jobpool/exits.py), with and without recovery budget left.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import pytest
 from pool_helpers import Backend, claim, enqueue, row, state_of
 
 from jobpool.api import Pool
-from jobpool.contract import EXIT_TEMPFAIL
+from jobpool.contract import EXIT_TEMPFAIL, EXIT_UNKNOWN, REASON_OOM_KILLED, REASON_RESTART_LOST_EXIT
+from jobpool.exits import CRASHED, OOM, OWN, Ending
 from jobpool.supervisor.apply import Applier
 from jobpool.supervisor.probes import Absent, Present, Probe
 from jobpool.supervisor.verdicts import (
@@ -27,8 +30,11 @@ from jobpool.supervisor.verdicts import (
     state_after_exit,
 )
 from jobpool.workers.attempt import Attempt
+from jobpool.workers.watch import finish_kind
 
-CODES = [0, EXIT_TEMPFAIL, 1, 143]
+CODES = [0, EXIT_TEMPFAIL, 1, 143, EXIT_UNKNOWN]
+#: What ended the container besides its own process, with the error_reason the rules give it.
+CAUSES = {OWN: "", OOM: REASON_OOM_KILLED, CRASHED: REASON_RESTART_LOST_EXIT}
 
 
 def _pause_withdrawn(pool: Pool, job_id: str) -> None:
@@ -98,6 +104,18 @@ def test_absent_with_an_unreadable_recovery_count_and_no_budget(backend: Backend
     assert (predicted, got) == ("failed", "failed")
 
 
+@pytest.mark.parametrize("intent", INTENTS)
+@pytest.mark.parametrize("budget", [0, 1])
+@pytest.mark.parametrize("cause", [OOM, CRASHED])
+@pytest.mark.parametrize("code", CODES)
+def test_container_ended_by_the_oom_killer_or_its_daemon(backend: Backend, code: int, cause: str, budget: int,
+                                                         intent: str) -> None:
+    pool, job_id, _ = running(backend, intent, budget)
+    probe = Present(running=False, exit_code=code, ending=Ending(code, cause, CAUSES[cause], "seen"))
+    predicted, got = supervise(pool, job_id, probe)
+    assert predicted == got == state_of(pool, job_id)
+
+
 def test_an_exit_without_a_code_changes_nothing(backend: Backend) -> None:
     pool, job_id, _ = running(backend, "none")
     assert supervise(pool, job_id, Present(running=False)) == ("running", "running")
@@ -127,11 +145,16 @@ def test_a_lost_dispatch_is_redispatched_and_stays_running(backend: Backend) -> 
 
 
 @pytest.mark.parametrize("intent", INTENTS)
+@pytest.mark.parametrize("budget", [0, 1])
+@pytest.mark.parametrize("cause", CAUSES, ids=["own", "oom", "crashed"])
 @pytest.mark.parametrize("stop_asked", [False, True], ids=["exit", "interrupted"])
 @pytest.mark.parametrize("code", CODES)
-def test_worker_finish(backend: Backend, code: int, stop_asked: bool, intent: str) -> None:
-    pool, job_id, att = running(backend, intent)
+def test_worker_finish(backend: Backend, code: int, stop_asked: bool, cause: str, budget: int,
+                       intent: str) -> None:
+    pool, job_id, att = running(backend, intent, budget)
     snap = RowSnapshot.from_row(row(pool, job_id))
-    predicted = state_after_exit(code, stop_asked, snap.cancel_requested, snap.pause_requested)
-    reply = att.finish("interrupted" if stop_asked else "exit", code)
+    predicted = state_after_exit(code, stop_asked, snap.cancel_requested, snap.pause_requested, cause,
+                                 snap.recovery_attempts < budget)
+    ended = Ending(code, cause, CAUSES[cause])
+    reply = att.finish(finish_kind(ended, stop_asked), code, reason=ended.reason)
     assert predicted.value == reply == state_of(pool, job_id)
