@@ -105,7 +105,11 @@ def _no_answer(exc: BaseException) -> bool:
     if isinstance(exc, requests.exceptions.Timeout) or any(
             isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in getattr(exc, "args", ())):
         return False
-    return isinstance(exc, (requests.exceptions.RequestException, OSError))
+    if isinstance(exc, (requests.exceptions.RequestException, OSError)):
+        return True
+    # A new client asks the daemon's API version first; the SDK wraps that failure in a DockerException.
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and _no_answer(cause)
 
 
 def _rank(p: Probe) -> int:
