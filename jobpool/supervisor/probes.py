@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import daemonid, procid
-from ..contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
+from ..contract import EXIT_UNKNOWN, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from ..exits import Ending, Outages, ending
 
 #: Container states whose process may still write (a paused container resumes where it was).
@@ -33,6 +33,8 @@ LIVE_STATES = frozenset({"running", "paused", "restarting"})
 ENDED_STATES = frozenset({"exited", "dead", "removing"})
 
 _EXIT_STATUS = re.compile(r"^\s*Exited \((-?\d+)\)")
+#: 128 + SIGKILL: how a process the kernel killed (the OOM killer does) exits.
+EXIT_OOM_KILL = 128 + 9
 
 
 @dataclass(frozen=True)
@@ -236,8 +238,7 @@ class ContainerProber:
             if wanted is not None and labels.get(LABEL_ATTEMPT) != str(wanted):
                 continue  # an older attempt of this one: not this attempt's evidence
             result = _summary_result(summary)
-            if result is None or (isinstance(result, Present) and not result.running and result.exit_code):
-                # A non-zero exit: what ended it (OOMKilled, when) is only in the inspect.
+            if result is None or self._may_be_infrastructure(result):
                 result = self._inspect(client, str(summary.get("Id", "")))
             if job_id not in found or _rank(result) > _rank(found[job_id]):
                 found[job_id] = result
@@ -255,6 +256,17 @@ class ContainerProber:
             which = "any attempt" if attempt is None else f"attempt {attempt}"
             out[job_id] = Absent(detail=f"no container labelled for {which} on daemon {ours or '?'}")
         return out
+
+    def _may_be_infrastructure(self, result: Probe) -> bool:
+        """Whether an ended container's exit code is one its infrastructure may have caused, so what ended it
+        (OOMKilled, when: only in an inspect) is worth one more call: 137, the SIGKILL an OOM kill leaves
+        when the job's own process is the one killed; EXIT_UNKNOWN, an exit a restart lost; and any non-zero
+        exit once this prober saw its daemon restart (one without live-restore stops its containers). Other
+        exits are read from the list alone, one call per sweep: an OOM kill the job answered with an exit
+        code of its own choosing is then read as that exit (a worker watching it reads OOMKilled)."""
+        if not isinstance(result, Present) or result.running or not result.exit_code:
+            return False
+        return result.exit_code in (EXIT_OOM_KILL, EXIT_UNKNOWN) or bool(self.outages.windows)
 
     def _inspect(self, client: Any, container_id: str) -> Probe:
         """An ended container's exit code and what ended it (jobpool/exits.py), which its list entry does not
