@@ -246,10 +246,12 @@ class DockerDaemon:
     """A private dockerd (vfs, no network setup) with its own containerd, socket and data under one temp dir.
 
     `--live-restore` lets containers outlive a daemon stop, so tests can take the daemon away (the "probe
-    unknown" case) and bring it back without losing the jobs that were running.
+    unknown" case) and bring it back without losing the jobs that were running. `live_restore=False` gives a
+    daemon that stops its containers as it shuts down and stops those it finds running as it starts.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, live_restore: bool = True) -> None:
+        self.live_restore = live_restore
         # Short and under /tmp: containerd's socket lives in the exec root; unix socket paths max ~107 bytes.
         self.dir = Path(tempfile.mkdtemp(prefix="jpd-", dir="/tmp"))
         # containerd accepts only [a-z0-9] (and inner '-', '.') in a namespace; mkdtemp names may hold '_'.
@@ -293,7 +295,7 @@ class DockerDaemon:
             f"--data-root={d}/root",
             f"--exec-root={d}/exec",
             f"--pidfile={d}/d.pid",
-            "--live-restore",
+            *(["--live-restore"] if self.live_restore else []),
             f"--containerd-namespace={self.namespace}",
             f"--containerd-plugins-namespace={self.namespace}p",
         ]

@@ -11,8 +11,8 @@ KEYS: every script receives the pool's 13 common keys first, in this order (keys
   KEYS[9] seq         string global enqueue counter
   KEYS[10..13]        zsets  paused / succeeded / failed / cancelled job indexes
 Before this file come the constants the scripts share with Python, generated from jobpool/contract.py
-(LUA_CONSTANTS): EXIT_TEMPFAIL, MAX_SLOTS, EVENTS_MAXLEN, HISTORY_MAX_BYTES, RQ_META_ATTEMPT. Use those
-names; never write their values into a script.
+(LUA_CONSTANTS: the tempfail exit, the slot ceiling, the stream and history caps, the RQ meta key, the
+reasons the scripts write). Use those names; never write their values into a script.
 
 Scripts that may free a slot take "promotion candidates" last: pairs of (job:<id>, rq:job:<id>) for the
 ids at the head of `queued`, read by the caller just before the call. A candidate is promoted only while

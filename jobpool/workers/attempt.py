@@ -12,12 +12,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from .. import logtail
 from ..api import CANDIDATES_ON_RELEASE, Pool
 from ..errors import CorruptRow, InvalidSpec
 from ..spec import JobSpec
 
 #: Log tails kept with the job row, so logs outlive the container.
-LOG_TAIL_BYTES = 64 * 1024
+LOG_TAIL_BYTES = logtail.LOG_TAIL_BYTES
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Attempt:
         (never ran, with `reason`); `evidence` says how the end was seen, for the job's history."""
         if isinstance(log_tail, str):
             log_tail = log_tail.encode(errors="replace")
-        tail = log_tail[-LOG_TAIL_BYTES:]
+        tail = logtail.encode(log_tail)  # the last LOG_TAIL_BYTES, compressed when that pays
         reply = self.pool.run(
             "finish", [*self._keys(), *self.pool.candidates(CANDIDATES_ON_RELEASE)],
             [self.job_id, self.boot_id, self.attempt, kind, "" if exit_code is None else exit_code, reason,

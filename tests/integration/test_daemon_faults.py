@@ -14,14 +14,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
 import pytest
-import servers
 from constants import IMAGE
 from polling import eventually
 from procs import JobpoolProcess, children
@@ -42,23 +40,6 @@ ONCE = ('if [ -f "$JOBPOOL_CHECKPOINT_DIR/ran" ]; then echo again; exit 0; fi; '
         'touch "$JOBPOOL_CHECKPOINT_DIR/ran"; ')
 #: Doubles a string until the memory limit is reached: the kernel's OOM killer ends it.
 ALLOCATE = 's=a; while :; do s="$s$s"; done'
-
-
-class NoLiveRestoreDaemon(DockerDaemon):
-    """dockerd as tests/servers.py runs it, but without --live-restore: as it starts, it stops every
-    container it finds running (it does the same as it shuts down)."""
-
-    def start(self, timeout: float = 60.0) -> None:
-        real = subprocess.Popen
-
-        def popen(args: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
-            return real([a for a in args if a != "--live-restore"], **kwargs)  # type: ignore[call-overload]
-
-        servers.subprocess.Popen = popen  # type: ignore[assignment,misc]
-        try:
-            super().start(timeout)
-        finally:
-            servers.subprocess.Popen = real  # type: ignore[misc]
 
 
 @pytest.fixture
@@ -219,7 +200,7 @@ def test_an_exit_a_daemon_restart_lost_is_recovered_as_a_crash_and_runs_again(
 
 def test_a_daemon_without_live_restore_that_stops_a_job_as_it_restarts_is_a_crash(
         pool_env: dict[str, str], gate: Path, spawn) -> None:
-    with NoLiveRestoreDaemon() as daemon, \
+    with DockerDaemon(live_restore=False) as daemon, \
             contextlib.closing(Pool.from_env(env={**pool_env, "JOBPOOL_BIND_ROOTS": str(gate)})) as pool:
         daemon.start()
         daemon.import_busybox_image()

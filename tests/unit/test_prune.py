@@ -149,7 +149,9 @@ def test_past_caps_reads_a_prefix_and_counts_the_union_of_both_caps(backend: Bac
     ids = finished_jobs(pool, 5)
     now = pool.now_ms()
     index = pool.keys.state_index("succeeded")
-    backend.client.zadd(index, {ids[0]: now - 10_000, ids[1]: now - 9_000}, xx=True)
+    # Distinct finish times (jobs finished in one millisecond tie, and ties go by id).
+    backend.client.zadd(index, {ids[0]: now - 10_000, ids[1]: now - 9_000, ids[2]: now - 3, ids[3]: now - 2,
+                                ids[4]: now - 1}, xx=True)
     assert past_caps(pool, Cap(JobState.SUCCEEDED, 4, 5), now, 10) == (ids[:2], 2)  # age: 2, count: 1
     assert past_caps(pool, Cap(JobState.SUCCEEDED, 1, 5), now, 3) == (ids[:3], 4)  # count: 4, age: 2
 
