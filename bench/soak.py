@@ -2,7 +2,7 @@
 seeded schedule.
 
     python3 bench/soak.py [--jobs 300] [--slots 3] [--workers 4] [--seed 1] [--max-minutes 40]
-                          [--faults kind,kind] [--rollback-anywhere]
+                          [--faults kind,kind] [--rollback-quiet] [--keep N [--events-maxlen M]]
 
 Faults: SIGKILL a worker (and its forked horse), SIGTERM a worker (drain), kill and restart a supervisor,
 stop and restart a dockerd, kill -9 and restart redis-server (AOF, fsync always), cancel and pause/resume
@@ -21,17 +21,28 @@ random jobs; and the faults that reach the holes closed most recently:
 
 (A killed `jobpool up` is not among them: the soak runs workers and supervisors itself;
 tests/integration/test_up.py kills `up` with real processes.) Layout of the fleet, the sampler and the
-injectors: `bench/soak_fleet.py` and `bench/soak_faults.py`.
+injectors: `bench/soak_fleet.py` and `bench/soak_faults.py`; what is read from Redis to judge (the event
+stream, followed live; the keyspace): `bench/soak_watch.py`; the verdict at the end: `bench/soak_report.py`.
 
 A worker or supervisor that exits on its own is started again, as the compose file's restart policy would, and
 counted (`unexpected_exits`). It runs until every job is terminal and every fault kind has met live jobs
 (bounded in time) and prints one line of figures; each fault is logged to stderr with its time, and what broke
-a zero (with the jobs' events and rows) goes to findings.txt beside the processes' logs. The promises are the
+a zero (with the jobs' events and rows) goes to findings.txt beside the processes' logs, and so does the
+history of each job that failed though it was not built to (a fault charged to the job). The promises are the
 zeros: lost jobs, instants over the slot limit (both daemons sampled, summed), jobs with two live containers
 at once (on one daemon or across the two), jobs stuck non-terminal, and illegal transitions in the events
-stream.
+stream (read live: see bench/soak_watch.py), events the stream dropped before they were read, and rows that
+retention removed but no prune event accounts for.
 
-`tests/integration/test_soak.py` runs it small in CI and asserts the same zeros.
+`--keep N` runs it as a long-lived pool: every process keeps only the newest N finished jobs of each state
+(JOBPOOL_KEEP_*) and the event stream is capped small (`--events-maxlen`, JOBPOOL_EVENTS_MAXLEN), so both
+caps are reached early. Jobs are then fed in batches of N (at least slots + 1), and each time the queue is
+empty the keyspace is counted and Redis's memory read (keyspace.txt beside the logs); once the caps are
+reached, key count and memory must stay flat (`Keyspace.judge` in bench/soak_watch.py says what that means),
+printed beside the zeros. A job whose row was pruned after it ended counts by its last event; one whose row
+went before it ended is lost. Without `--keep` the default caps (10,000 jobs) are never reached.
+
+`tests/integration/test_soak.py` runs it small in CI, with small caps, and asserts the same.
 """
 
 from __future__ import annotations
@@ -55,10 +66,13 @@ sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
 
 from servers import DockerDaemon, RedisServer  # noqa: E402
 from soak_faults import ARMED, Chaos  # noqa: E402
-from soak_fleet import IMAGE, POOL, Fleet, Sampler, all_events, finding_line  # noqa: E402
+from soak_fleet import IMAGE, POOL, Fleet, Sampler, stream_id  # noqa: E402
+from soak_report import tally, write_findings  # noqa: E402
+from soak_watch import TERMINAL, EventLog, Keyspace, keyspace_line  # noqa: E402
 
 from jobpool import JobState, Pool  # noqa: E402
 from jobpool.errors import JobpoolError  # noqa: E402
+from jobpool.keys import PoolKeys  # noqa: E402
 
 TIMINGS = {
     "JOBPOOL_HEARTBEAT_SECS": "0.3",
@@ -72,12 +86,6 @@ TIMINGS = {
 }
 FAULTS = ("worker_sigkill", "worker_sigterm", "supervisor_restart", "dockerd_restart", "redis_restart",
           "cancel", "pause_resume", "shared_id_daemon", "slow_launch", "redis_rollback", "lost_reply")
-#: Legal (from, to) pairs in the events stream; "running"->"running" are claims, adoptions, requests.
-LEGAL = {
-    ("", "queued"), ("queued", "running"), ("queued", "paused"), ("queued", "cancelled"),
-    ("running", "running"), ("running", "queued"), ("running", "paused"), ("running", "succeeded"),
-    ("running", "failed"), ("running", "cancelled"), ("paused", "queued"), ("paused", "cancelled"),
-}
 
 
 def job_command(rng: random.Random) -> list[str]:
@@ -118,6 +126,13 @@ class Figures:
     stuck_jobs: list = field(default_factory=list)
     #: Workers or supervisors that exited without being asked (the soak starts them again, as compose would).
     unexpected_exits: int = 0
+    #: Reads of the event stream that found it trimmed past the last event read (see soak_watch.EventLog).
+    events_unseen: int = 0
+    #: Rows retention removed, per state (by the jobs' last events), and those no prune event accounts for.
+    pruned: Counter = field(default_factory=Counter)
+    pruned_unaccounted: int = 0
+    #: With --keep: the keyspace judged at the caps (soak_watch.Keyspace.judge).
+    keyspace: dict | None = None
 
     def line(self) -> str:
         rec = " ".join(
@@ -134,62 +149,73 @@ class Figures:
                 f"over_limit_instants={self.over_limit_instants} "
                 f"double_container_jobs={len(self.double_container_jobs)} stuck={self.stuck} "
                 f"illegal_transitions={self.illegal_transitions} samples={self.samples} "
-                f"unexpected_exits={self.unexpected_exits} "
-                f"recovery(median/max)=[{rec}] wall={self.wall_secs:.0f}s")
+                f"unexpected_exits={self.unexpected_exits} events_unseen={self.events_unseen} "
+                f"pruned={sum(self.pruned.values())} pruned_unaccounted={self.pruned_unaccounted} "
+                f"recovery(median/max)=[{rec}] wall={self.wall_secs:.0f}s"
+                + ("" if self.keyspace is None else " " + keyspace_line(self.keyspace)))
 
     def zeros_hold(self) -> bool:
         return not (self.lost or self.over_limit_instants or self.double_container_jobs or self.stuck
-                    or self.illegal_transitions)
+                    or self.illegal_transitions or self.events_unseen or self.pruned_unaccounted)
+
+    def flat_holds(self) -> bool:
+        """With --keep, key count and memory stayed flat once the caps were reached (True without)."""
+        return self.keyspace is None or bool(self.keyspace["keys_flat"] and self.keyspace["memory_flat"])
 
 
-def progress_after(pool: Pool, since_ms: int, timeout: float) -> float | None:
+def progress_after(log: EventLog, since_ms: int, timeout: float) -> float | None:
     """Seconds from `since_ms` to the next promotion or terminal transition (the queue moving again)."""
     deadline = time.monotonic() + timeout
+    seen = 0
     while time.monotonic() < deadline:
-        try:
-            for e in pool.events(after=f"{since_ms}-0", count=500):
-                if e["reason"] in ("promoted", "adopted") or e["to"] in ("succeeded", "failed", "cancelled"):
-                    return max(0.0, (int(e["at"]) - since_ms) / 1000)
-        except JobpoolError:
-            pass
+        events = log.events[seen:]
+        seen += len(events)
+        for e in events:
+            if stream_id(e["id"]) >= (since_ms, 0) and (e["reason"] in ("promoted", "adopted")
+                                                        or e["to"] in TERMINAL):
+                return max(0.0, (int(e["at"]) - since_ms) / 1000)
         time.sleep(0.1)
     return None
 
 
-def check_transitions(pool: Pool, job_ids: list[str]) -> int:
-    """Every job's events form a legal path, each transition starting where the last one ended."""
-    state: dict[str, str] = {}
-    bad = 0
-    wanted = set(job_ids)
-    cursor = "-"
-    while True:
-        batch = pool.events(after=cursor, count=5000)
-        if cursor != "-":
-            batch = batch[1:]
-        if not batch:
-            break
-        for e in batch:
-            job = e.get("job")
-            if job not in wanted:
-                continue
-            frm, to = e["from"], e["to"]
-            if (frm, to) not in LEGAL or state.get(job, "") != frm:
-                bad += 1
-                print(f"soak: illegal transition for {job}: {state.get(job, '')!r} then {frm!r}->{to!r} "
-                      f"({e['reason']})", file=sys.stderr)
-            state[job] = to
-        cursor = batch[-1]["id"]
-    return bad
+@dataclass
+class Run:
+    """What the main loop works with."""
+
+    pool: Pool
+    chaos: Chaos
+    log: EventLog
+    rng: random.Random
+    figures: Figures
+    job_ids: list[str]
+    #: Jobs to run at least (more if some fault kind has not met live jobs yet).
+    jobs: int
+    #: With --keep: the keyspace censuses, and the jobs fed at each moment the queue is empty.
+    keyspace: Keyspace | None = None
+    batch: int = 5
+
+    def feed(self, n: int) -> None:
+        self.job_ids += [self.pool.enqueue(IMAGE, job_command(self.rng)).id for _ in range(n)]
+        self.figures.jobs = len(self.job_ids)
+
+
+def retention_env(keep: int, events_maxlen: int) -> dict[str, str]:
+    """Small caps for every process: the newest `keep` finished jobs of each state, a short event stream."""
+    return {"JOBPOOL_KEEP_SUCCEEDED": str(keep), "JOBPOOL_KEEP_FAILED": str(keep),
+            "JOBPOOL_KEEP_CANCELLED": str(keep), "JOBPOOL_EVENTS_MAXLEN": str(events_maxlen)}
 
 
 def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, max_minutes: float = 40.0,
              fault_every: tuple[float, float] = (1.0, 3.0), rounds: int = 1,
-             faults: tuple[str, ...] = FAULTS, rollback_anywhere: bool = True) -> Figures:
+             faults: tuple[str, ...] = FAULTS, rollback_anywhere: bool = True, keep: int = 0,
+             events_maxlen: int = 200) -> Figures:
     """Faults are drawn in seeded rounds that each hold every kind once, so even a short soak meets them all
     (`rounds` times each, at least). A fault counts once it met live jobs; one that could not (an armed one
     whose moment has not come yet, a rollback that took back no transition) is drawn again. `faults` narrows
     the kinds drawn (to hammer one while investigating it). `rollback_anywhere` (the default): a Redis
-    rollback may also restore a delivery a worker had just taken from RQ's queue (see `Chaos._copy_aof`)."""
+    rollback may also restore a delivery a worker had just taken from RQ's queue (see `Chaos._copy_aof`).
+    `keep` > 0: retention caps of `keep` finished jobs per state and `events_maxlen` events, jobs fed in
+    batches of `keep` (at least slots + 1), the keyspace counted each time the queue is empty."""
     rng = random.Random(seed)
     figures = Figures(jobs=jobs)
     root = Path(tempfile.mkdtemp(prefix="jobpool-soak-"))
@@ -198,6 +224,7 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
     fleet: Fleet | None = None
     sampler: Sampler | None = None
     chaos: Chaos | None = None
+    log: EventLog | None = None
     t0 = time.monotonic()
     try:
         redis_server.start(appendonly=True)
@@ -205,20 +232,28 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
             daemon.start()
             daemon.import_busybox_image(IMAGE)
         env = {**TIMINGS, "JOBPOOL_REDIS_URL": redis_server.url, "JOBPOOL_POOL": POOL,
-               "JOBPOOL_EXECUTOR": "docker", "JOBPOOL_STATE_DIR": str(root)}
+               "JOBPOOL_EXECUTOR": "docker", "JOBPOOL_STATE_DIR": str(root),
+               **(retention_env(keep, events_maxlen) if keep else {})}
+        log = EventLog(redis_server.url, PoolKeys(POOL))
+        log.start()
         pool = Pool.from_env(env=env)
         pool.set_slots(slots)
-        job_ids = [pool.enqueue(IMAGE, job_command(rng)).id for _ in range(jobs)]
+        batch = max(keep, slots + 1) if keep else 5
+        first = min(jobs, batch) if keep else jobs
+        job_ids = [pool.enqueue(IMAGE, job_command(rng)).id for _ in range(first)]
         fleet = Fleet(root, {**os.environ, **env}, redis_server, daemons, workers)
         sampler = Sampler([d.host for d in daemons], slots, figures)
         sampler.start()
         # Its own generator: what the armed faults pick depends on when they are met, the schedule must not.
-        chaos = Chaos(random.Random(seed + 1), fleet, redis_server, pool, figures, root, rollback_anywhere)
-        drive(pool, chaos, rng, figures, job_ids, t0 + max_minutes * 60, fault_every, rounds, faults)
+        chaos = Chaos(random.Random(seed + 1), fleet, redis_server, pool, figures, root, rollback_anywhere,
+                      hold_events=log.hold)
+        keyspace = Keyspace({s: keep for s in TERMINAL}, events_maxlen) if keep else None
+        run = Run(pool, chaos, log, rng, figures, job_ids, jobs, keyspace, batch)
+        drive(run, t0 + max_minutes * 60, fault_every, rounds, faults)
         chaos.disarm()
         sampler.stop()
-        tally(pool, figures, job_ids)
-        write_findings(pool, figures, root, slots)
+        tally(run, root)
+        write_findings(run, root, slots)
     finally:
         figures.wall_secs = time.monotonic() - t0
         if chaos is not None:
@@ -226,6 +261,8 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
             chaos.close()
         if sampler is not None:
             sampler.stop()
+        if log is not None:
+            log.stop()
         if fleet is not None:
             fleet.close()
         for n, daemon in enumerate(daemons, 1):  # its log goes with the others, the rest is deleted
@@ -236,10 +273,12 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
     return figures
 
 
-def drive(pool: Pool, chaos: Chaos, rng: random.Random, figures: Figures, job_ids: list[str], deadline: float,
-          fault_every: tuple[float, float], rounds: int, faults: tuple[str, ...]) -> None:
-    """The main loop: feed the queue until every fault kind met live jobs, inject faults on the schedule,
-    resume what was paused, until nothing is left to run (or the deadline)."""
+def drive(run: Run, deadline: float, fault_every: tuple[float, float], rounds: int,
+          faults: tuple[str, ...]) -> None:
+    """The main loop: feed the queue until every fault kind met live jobs (and, with --keep, until `jobs`
+    were fed, a batch each time the queue is empty, after a census of the keyspace), inject faults on the
+    schedule, resume what was paused, until nothing is left to run (or the deadline)."""
+    pool, chaos, rng, figures = run.pool, run.chaos, run.rng, run.figures
     next_fault = time.monotonic() + rng.uniform(*fault_every)
     paused_seen: dict[str, float] = {}
     schedule: list[str] = []
@@ -249,11 +288,12 @@ def drive(pool: Pool, chaos: Chaos, rng: random.Random, figures: Figures, job_id
         except JobpoolError:
             counts = None
         if counts is not None and counts["queued"] + counts["running"] + counts["paused"] == 0:
-            if min(figures.faults[kind] for kind in faults) >= rounds:
+            if run.keyspace is not None:
+                run.keyspace.take(pool, run.log)
+            if min(figures.faults[kind] for kind in faults) >= rounds and len(run.job_ids) >= run.jobs:
                 return
             # Every fault kind must meet live jobs at least once: keep the queue fed until it has.
-            job_ids += [pool.enqueue(IMAGE, job_command(rng)).id for _ in range(5)]
-            figures.jobs = len(job_ids)
+            run.feed(run.batch)
         for gone in chaos.fleet.revive():
             figures.unexpected_exits += 1
             print(f"soak: {gone}; started again", file=sys.stderr)
@@ -263,24 +303,24 @@ def drive(pool: Pool, chaos: Chaos, rng: random.Random, figures: Figures, job_id
                 schedule = rng.sample(faults, len(faults))
             kind = schedule.pop()
             at_ms = int(time.time() * 1000)
-            if chaos.inject(kind, job_ids):
+            if chaos.inject(kind, run.job_ids):
                 met.append((kind, at_ms))
             elif kind not in ARMED:
                 figures.missed[kind] += 1
                 schedule.append(kind)  # the next fault drawn
             next_fault = time.monotonic() + rng.uniform(*fault_every)
-        count_met(pool, figures, met)
+        count_met(run.log, figures, met)
         if counts is not None and counts["paused"]:
             resume_paused(pool, paused_seen)
         time.sleep(0.2)
 
 
-def count_met(pool: Pool, figures: Figures, met: list[tuple[str, int]]) -> None:
+def count_met(log: EventLog, figures: Figures, met: list[tuple[str, int]]) -> None:
     """Count the faults that met live jobs, and how long the queue took to move again after each crash."""
     for kind, at_ms in met:
         figures.faults[kind] += 1
         if kind not in ("cancel", "pause_resume", "slow_launch", "lost_reply"):
-            took = progress_after(pool, at_ms, timeout=30)
+            took = progress_after(log, at_ms, timeout=30)
             if took is not None:
                 figures.recovery[kind].append(took)
 
@@ -296,69 +336,6 @@ def resume_paused(pool: Pool, paused_seen: dict[str, float]) -> None:
         pass
 
 
-def tally(pool: Pool, figures: Figures, job_ids: list[str]) -> None:
-    """Every job's end: lost (no row), stuck (not terminal), or its outcome; then the transitions check."""
-    for job_id in job_ids:
-        try:
-            job = pool.get(job_id)
-        except JobpoolError:
-            figures.lost += 1
-            print(f"soak: lost {job_id}", file=sys.stderr)
-            continue
-        figures.outcomes[job.state.value] += 1
-        if job.state == JobState.FAILED:
-            figures.failure_reasons[job.error_reason] += 1
-        if not job.state.terminal:
-            figures.stuck += 1
-            figures.stuck_jobs.append(job_id)
-            print(f"soak: stuck {job_id} in {job.state.value}", file=sys.stderr)
-    figures.illegal_transitions = check_transitions(pool, job_ids)
-    for job_id in figures.held_launches:  # each must end normally, run once (the sampler judges that)
-        with contextlib.suppress(JobpoolError):
-            job = pool.get(job_id)
-            print(f"soak: held launch of {job_id}: {job.state.value} at attempt {job.attempt}",
-                  file=sys.stderr)
-
-
-def write_findings(pool: Pool, figures: Figures, root: Path, slots: int) -> None:
-    """For each instant that broke a zero, and each job left stuck: what ran, every event of the jobs
-    involved, their rows and what RQ holds of them, and the events the Redis rollbacks took back, in
-    `findings.txt` under the soak's dir (its logs are there too)."""
-    if not figures.findings and not figures.stuck_jobs:
-        return
-    jobs = sorted({job for f in figures.findings for job, *_ in f["live"]} | set(figures.stuck_jobs))
-    events = [e for e in all_events(pool) if e.get("job") in jobs]
-    lines = [finding_line(f, slots) for f in figures.findings]
-    for job in jobs:
-        lines.append(f"job {job}{' (stuck)' if job in figures.stuck_jobs else ''}: {rq_facts(pool, job)}")
-        lines += [f"  {e['id']} {e['from']}->{e['to']} {e['reason']} "
-                  f"{ {k: v for k, v in e.items() if k not in ('id', 'job', 'from', 'to', 'reason')} }"
-                  for e in events if e["job"] == job]
-    for rb in figures.rollbacks:
-        lines.append(f"rollback at {rb['at']:.3f} to {rb['restored_to']}, took back:")
-        lines += [f"  {e['id']} {e.get('job')} {e.get('from')}->{e.get('to')} {e.get('reason')}"
-                  for e in rb["lost"]]
-    (root / "findings.txt").write_text("\n".join(lines) + "\n")
-    print(f"soak: findings written to {root / 'findings.txt'}", file=sys.stderr)
-
-
-def rq_facts(pool: Pool, job_id: str) -> str:
-    """The job's row, lease, and where RQ holds it (queue, intermediate list, started registry, its status),
-    read raw: what the supervisor's evidence is made of."""
-    c, k = pool.client, pool.keys
-    started = f"rq:wip:{k.rq_queue_name}"
-    try:
-        return str({
-            "row": c.hgetall(k.job(job_id)), "lease": c.get(k.lease(job_id)),
-            "lease_pttl": c.pttl(k.lease(job_id)), "rq_queue_pos": c.lpos(k.rq_queue, job_id),
-            "rq_intermediate_pos": c.lpos(k.rq_intermediate, job_id),
-            "rq_started": [(m, sc) for m, sc in c.zrange(started, 0, -1, withscores=True)
-                           if m.startswith(job_id)],
-            "rq_status": c.hget(f"rq:job:{job_id}", "status"), "redis_time": c.time()})
-    except Exception as exc:  # noqa: BLE001 - a report: say what could not be read
-        return f"(unreadable: {exc})"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=300)
@@ -370,15 +347,22 @@ def main() -> int:
                     help="comma-separated fault kinds to draw (default: all)")
     ap.add_argument("--rollback-quiet", action="store_true",
                     help="copy the AOF for a Redis rollback only while no RQ delivery is in flight")
+    ap.add_argument("--keep", type=int, default=0,
+                    help="retention caps of N finished jobs per state; judge keys and memory at the caps")
+    ap.add_argument("--events-maxlen", type=int, default=200,
+                    help="with --keep: the event stream's cap (JOBPOOL_EVENTS_MAXLEN, at least 100)")
     args = ap.parse_args()
+    if args.keep < 0 or args.events_maxlen < 100:
+        ap.error("--keep must be 0 or more and --events-maxlen at least 100")
     faults = tuple(k for k in args.faults.split(",") if k)
     if not faults or set(faults) - set(FAULTS):
         ap.error(f"--faults: choose among {','.join(FAULTS)}")
     figures = run_soak(args.jobs, args.slots, args.workers, args.seed, args.max_minutes, faults=faults,
-                       rollback_anywhere=not args.rollback_quiet)
+                       rollback_anywhere=not args.rollback_quiet, keep=args.keep,
+                       events_maxlen=args.events_maxlen)
     print(figures.line())
-    print(json.dumps({"zeros_hold": figures.zeros_hold()}))
-    return 0 if figures.zeros_hold() else 1
+    print(json.dumps({"zeros_hold": figures.zeros_hold(), "flat_holds": figures.flat_holds()}))
+    return 0 if figures.zeros_hold() and figures.flat_holds() else 1
 
 
 if __name__ == "__main__":

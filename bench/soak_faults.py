@@ -16,6 +16,8 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +47,12 @@ class Chaos:
     it; `poll()` returns the armed kinds met since the last call."""
 
     def __init__(self, rng: random.Random, fleet: Fleet, redis_server: RedisServer, pool: Pool,
-                 figures: Any, root: Path, rollback_anywhere: bool = True) -> None:
+                 figures: Any, root: Path, rollback_anywhere: bool = True,
+                 hold_events: Callable[[], AbstractContextManager[None]] = nullcontext) -> None:
         self.rng, self.fleet, self.redis_server, self.pool = rng, fleet, redis_server, pool
         self.figures, self.root, self.rollback_anywhere = figures, root, rollback_anywhere
+        #: Holds the soak's live reader of the event stream (soak_watch.EventLog) through a rollback.
+        self.hold_events = hold_events
         self.armed: dict[str, Any] = {}
         self._held_met = 0
         self._hold_thread: threading.Thread | None = None
@@ -129,7 +134,13 @@ class Chaos:
         """Redis loses its last writes: the AOF directory is copied now, the fleet runs on for 0.5-2 s,
         redis-server is SIGKILLed and comes back (same port and dir) from the copy. Injected only while jobs
         run, and it met them only if it took back at least one transition (a promotion, claim, exit...).
-        The events it took back are counted and logged, so a finding can be traced to them."""
+        The events it took back are counted and logged, so a finding can be traced to them. The soak's live
+        reader of the stream is held from before the copy until Redis is back, so it never keeps an event
+        that was taken back."""
+        with self.hold_events():
+            return self._rollback()
+
+    def _rollback(self) -> bool:
         try:
             if not self.pool.stats()["counts"]["running"]:
                 return False

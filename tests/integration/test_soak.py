@@ -1,6 +1,8 @@
 """The chaos soak (bench/soak.py) at CI size: every fault kind met live jobs twice, and the promises' figures
 are zero. Its fleet runs on two private dockerd daemons that share Docker's ID, with workers reaching Redis
-and one daemon through fault proxies (tests/proxies.py); see bench/soak_fleet.py."""
+and one daemon through fault proxies (tests/proxies.py); see bench/soak_fleet.py. It runs as a long-lived
+pool with small retention caps (`keep`): finished jobs are pruned as it goes, its checks must tell a pruned
+job from a lost one, and once the caps are reached Redis's keys and memory stay flat (bench/soak_watch.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from soak import FAULTS, run_soak  # noqa: E402
 def test_soak_keeps_every_promise_under_faults(redis_server, docker_daemon) -> None:
     # The fixtures are asked for only so a machine without the servers skips (CI fails) the same way; the soak
     # starts private ones of its own, because it kills and restarts them.
-    figures = run_soak(jobs=20, slots=2, workers=4, seed=7, max_minutes=7, fault_every=(2.0, 3.5), rounds=2)
+    figures = run_soak(jobs=20, slots=2, workers=4, seed=7, max_minutes=7, fault_every=(2.0, 3.5), rounds=2,
+                       keep=3, events_maxlen=100)
     print(figures.line())
     assert {k for k, n in figures.faults.items() if n >= 2} == set(FAULTS), figures.line()
     assert figures.rolled_back_events > 0, "a Redis rollback took back transitions"
@@ -28,4 +31,13 @@ def test_soak_keeps_every_promise_under_faults(redis_server, docker_daemon) -> N
     assert not figures.double_container_jobs, (figures.line(), figures.findings)
     assert figures.stuck == 0, figures.line()
     assert figures.illegal_transitions == 0, figures.line()
+    assert figures.events_unseen == 0, figures.line()
     assert figures.jobs >= 20 and sum(figures.outcomes.values()) == figures.jobs
+    # Retention ran under the faults: most finished rows went, each accounted for by a prune event, and the
+    # keyspace was flat at the caps.
+    assert sum(figures.pruned.values()) >= figures.jobs // 2, figures.line()
+    assert figures.pruned_unaccounted == 0, figures.line()
+    keyspace = figures.keyspace
+    assert keyspace is not None and keyspace["censuses"] >= 4, figures.line()
+    assert keyspace["keys_flat"], (figures.line(), keyspace)
+    assert keyspace["memory_flat"], (figures.line(), keyspace)
