@@ -23,6 +23,7 @@ BENCHES = [
     ("sweep", ["sweep.py"], ["sweep.py"]),
     ("failure detection", ["failover.py"], ["failover.py", "--rounds", "2"]),
     ("memory", ["memory.py"], ["memory.py"]),
+    ("lifetime", ["lifetime.py"], ["lifetime.py", "--quick"]),
     ("chaos soak", ["soak.py"], ["soak.py", "--jobs", "30", "--slots", "2", "--workers", "3"]),
 ]
 
