@@ -35,11 +35,15 @@ Shell completion (bash; zsh and fish likewise, with zsh_source / fish_source):
 
 
 class Failure(click.ClickException):
-    """One line on stderr (``Error: …``) and the given exit code; never a traceback."""
+    """One line on stderr (``Error: …``) and exit 1 (a failure); never a traceback."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+    exit_code = 1
+
+
+class BadInput(Failure):
+    """One line on stderr and exit 2: the input was refused, nothing was done."""
+
+    exit_code = 2
 
 
 @dataclass
@@ -126,7 +130,7 @@ class JobpoolGroup(click.Group):
             except redis.RedisError as exc:  # met outside the API (a process command): mapped the same way
                 raise wrap_redis_error(exc, ctx.invoked_subcommand or "jobpool") from None
         except USAGE_ERRORS as exc:
-            raise Failure(str(exc), exit_code=2) from None
+            raise BadInput(str(exc)) from None
         except errors.JobpoolError as exc:
             raise Failure(str(exc)) from None
         except Exception as exc:
