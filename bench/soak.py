@@ -126,6 +126,8 @@ class Figures:
     stuck_jobs: list = field(default_factory=list)
     #: Workers or supervisors that exited without being asked (the soak starts them again, as compose would).
     unexpected_exits: int = 0
+    #: Containers not running and checkpoint volumes left on the daemons at the end (Fleet.leftovers).
+    docker_leftovers: list = field(default_factory=list)
     #: Reads of the event stream that found it trimmed past the last event read (see soak_watch.EventLog).
     events_unseen: int = 0
     #: Rows retention removed, per state (by the jobs' last events), and those no prune event accounts for.
@@ -151,6 +153,8 @@ class Figures:
                 f"illegal_transitions={self.illegal_transitions} samples={self.samples} "
                 f"unexpected_exits={self.unexpected_exits} events_unseen={self.events_unseen} "
                 f"pruned={sum(self.pruned.values())} pruned_unaccounted={self.pruned_unaccounted} "
+                f"left_on_daemons=[containers:{sum(' container ' in x for x in self.docker_leftovers)},"
+                f"volumes:{sum(' volume ' in x for x in self.docker_leftovers)}] "
                 f"recovery(median/max)=[{rec}] wall={self.wall_secs:.0f}s"
                 + ("" if self.keyspace is None else " " + keyspace_line(self.keyspace)))
 
@@ -252,6 +256,7 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
         drive(run, t0 + max_minutes * 60, fault_every, rounds, faults)
         chaos.disarm()
         sampler.stop()
+        figures.docker_leftovers = fleet.leftovers()
         tally(run, root)
         write_findings(run, root, slots)
     finally:

@@ -15,6 +15,7 @@ The fleet is laid out so every fault kind meets the parts it is about:
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import threading
@@ -125,6 +126,29 @@ class Fleet:
                     gone.append(f"{p.log_path.name} exited {p.proc.returncode}: {last[-200:]}")
                     start(i)
         return gone
+
+    def leftovers(self, timeout: float = 10.0) -> list[str]:
+        """What this pool left on the daemons once every job has ended: containers that are not running and
+        checkpoint volumes, as "d<n> container|volume <job>". A worker removes both when its job ends, and
+        the supervisor removes ended jobs' volumes (every few minutes, jobpool/supervisor/volumes.py); so a
+        few seconds are given for the last cleanups."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = []
+            for n, daemon in enumerate(self.daemons, 1):
+                try:
+                    with contextlib.closing(docker.DockerClient(base_url=daemon.host, timeout=10)) as client:
+                        label = {"label": f"{LABEL_POOL}={POOL}"}
+                        found += [f"d{n} container {(c.get('Labels') or {}).get(LABEL_JOB, '')} {c['State']}"
+                                  for c in client.api.containers(all=True, filters=label)
+                                  if c["State"] != "running"]
+                        found += [f"d{n} volume {(v.get('Labels') or {}).get(LABEL_JOB, '')}"
+                                  for v in client.api.volumes(filters=label).get("Volumes") or []]
+                except docker.errors.DockerException as exc:
+                    found.append(f"d{n} unreadable: {exc}")
+            if not found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.5)
 
     def close(self) -> None:
         self.docker_proxy.release()

@@ -84,7 +84,8 @@ def write_findings(run: Run, root: Path, slots: int) -> None:
     censuses = []
     if figures.keyspace is not None and not figures.flat_holds() and run.keyspace is not None:
         censuses = [f"{c.line()} orphans={c.orphans}" for c in run.keyspace.censuses]
-    if not figures.findings and not figures.stuck_jobs and not lost and not censuses and not charged:
+    leftovers = figures.docker_leftovers
+    if not (figures.findings or figures.stuck_jobs or lost or censuses or charged or leftovers):
         return
     jobs = sorted({job for f in figures.findings for job, *_ in f["live"]}
                   | set(figures.stuck_jobs) | set(lost) | set(charged))
@@ -96,6 +97,7 @@ def write_findings(run: Run, root: Path, slots: int) -> None:
         lines += [f"  {e['id']} {e['from']}->{e['to']} {e['reason']} "
                   f"{ {k: v for k, v in e.items() if k not in ('id', 'job', 'from', 'to', 'reason')} }"
                   for e in log.events if e.get("job") == job]
+    lines += [f"left on a daemon: {what}" for what in leftovers]
     for rb in figures.rollbacks:
         lines.append(f"rollback at {rb['at']:.3f} to {rb['restored_to']}, took back:")
         lines += [f"  {e['id']} {e.get('job')} {e.get('from')}->{e.get('to')} {e.get('reason')}"

@@ -177,6 +177,9 @@ class Census:
     #: What the keys without a TTL hold (MEMORY USAGE, exact).
     persistent_bytes: int
     stream_len: int
+    #: Seconds since redis-server (re)started: the first seconds after a restart, its memory is still
+    #: growing back as the fleet reconnects and loads its scripts again.
+    redis_uptime: int
     settled: bool = True
 
     @property
@@ -202,7 +205,7 @@ class Census:
                 f"max_ttl={self.max_ttl_secs:.0f}s used_memory={self.used_memory} "
                 f"clients={self.clients_memory} scripts={self.scripts_memory} "
                 f"with_ttl_bytes={self.volatile_bytes} net={self.net_memory} "
-                f"persistent_bytes={self.persistent_bytes} stream={self.stream_len}"
+                f"persistent_bytes={self.persistent_bytes} stream={self.stream_len} up={self.redis_uptime}s"
                 f"{'' if self.settled else ' (unsettled)'}")
 
 
@@ -233,8 +236,10 @@ def shared(key: str, keys: PoolKeys) -> bool:
 class Keyspace:
     """Censuses of the keyspace at each moment the queue is empty, and the judgement of them."""
 
-    def __init__(self, caps: dict[str, int], events_maxlen: int, memory_tolerance: float = 0.10) -> None:
-        self.caps, self.events_maxlen, self.memory_tolerance = caps, events_maxlen, memory_tolerance
+    def __init__(self, caps: dict[str, int], events_maxlen: int, memory_tolerance: float = 0.10,
+                 warm_secs: int = 5) -> None:
+        self.caps, self.events_maxlen = caps, events_maxlen
+        self.memory_tolerance, self.warm_secs = memory_tolerance, warm_secs
         self.censuses: list[Census] = []
 
     def expected_rows(self, ended: Counter[str]) -> int:
@@ -286,7 +291,8 @@ class Keyspace:
             max_ttl_secs=max((ttl[n] / 1000 for n in volatile), default=0.0),
             used_memory=int(memory["used_memory"]), clients_memory=int(memory["mem_clients_normal"]),
             scripts_memory=int(memory["used_memory_scripts"]),
-            persistent_bytes=sum(size[n] for n in persistent), stream_len=int(c.xlen(pool.keys.events)))
+            persistent_bytes=sum(size[n] for n in persistent), stream_len=int(c.xlen(pool.keys.events)),
+            redis_uptime=int(c.info("server")["uptime_in_seconds"]))
 
     def at_caps(self) -> list[Census]:
         """The censuses taken once the caps were reached: the succeeded cap (most jobs succeed) and the
@@ -308,24 +314,26 @@ class Keyspace:
           not judged: they go by themselves, with time, not with jobs.
         - memory: `Census.net_memory` (used_memory less client buffers, the script cache and keys with a
           TTL, which move with connections and restarts) of the later half of the censuses stays within
-          `memory_tolerance` (10%) of its highest in the earlier half. The highest, because a restarted
-          Redis starts lower and grows back as the fleet reconnects and loads its scripts again (a script's
-          first use costs Redis some 20 KB of its own). What moves it with nothing wrong: that, rows of
-          different sizes, the stream between its cap and its cap plus a node (100 entries). What it
-          catches: anything that grows by KBs per job (RQ's records of ended jobs cost 7.8 KB per job
-          before they were removed: +20% over the later half of a 200-job soak); a row's worth per job
+          `memory_tolerance` (10%) of its highest in the earlier half. Only censuses taken `warm_secs` (5 s)
+          or more after redis-server started count: in its first seconds a restarted Redis is some 300 KB
+          lower and grows back as the fleet reconnects, whatever the jobs. The highest of each half, so one
+          census low for any other reason does not decide. What moves it with nothing wrong: rows of
+          different sizes and the stream between its cap and its cap plus a node (100 entries), a few KB.
+          What it catches: anything that grows by KBs per job (RQ's records of ended jobs cost 7.8 KB per
+          job before they were removed: +20% over the later half of a 200-job soak); a row's worth per job
           (~1.4 KB) is within the noise of so short a run, and is what the key checks catch exactly."""
         cs = self.at_caps()
         if not cs:
             return {"censuses": 0, "keys_flat": False, "memory_flat": False}
         jobs = sum(cs[-1].ended.values()) - sum(cs[0].ended.values())
-        net = [c.net_memory for c in cs]
+        warm = [c for c in cs if c.redis_uptime >= self.warm_secs]
+        net = [c.net_memory for c in warm]
         with_ttl = [sum(c.volatile.values()) for c in cs]
-        half = len(cs) // 2
+        half = len(warm) // 2
         growth = (max(net[half:]) - max(net[:half])) / max(net[:half]) if half else float("inf")
         # Per job: from the middle of the earlier half to the middle of the later one.
-        ended = [sum(c.ended.values()) for c in cs]
-        between = ended[half + (len(cs) - half) // 2] - ended[half // 2] if half else 0
+        ended = [sum(c.ended.values()) for c in warm]
+        between = ended[half + (len(warm) - half) // 2] - ended[half // 2] if half else 0
         per_job = (max(net[half:]) - max(net[:half])) / between if between else 0.0
         verdict: dict = {
             "censuses": len(cs), "unsettled": sum(not c.settled for c in cs), "jobs_after_caps": jobs,
@@ -339,7 +347,8 @@ class Keyspace:
             "with_ttl": (min(with_ttl), max(with_ttl)),
             "max_ttl_secs": max(c.max_ttl_secs for c in cs),
             "used_memory": (min(c.used_memory for c in cs), max(c.used_memory for c in cs)),
-            "net_memory": (min(net), max(net)), "net_growth": growth, "net_per_job": per_job,
+            "net_memory": (min(net), max(net)) if net else (0, 0), "net_growth": growth,
+            "net_per_job": per_job, "warm": len(warm),
         }
         verdict["keys_flat"] = not (verdict["rows_off"] or verdict["orphans"] or verdict["unexpected"]
                                     or verdict["kept_over"])
@@ -360,6 +369,7 @@ def keyspace_line(verdict: dict) -> str:
             f"orphans={len(verdict['orphans'])} unexpected_keys={len(verdict['unexpected'])} "
             f"with_ttl={span(verdict['with_ttl'])} (max {verdict['max_ttl_secs']:.0f}s left) "
             f"used_memory={span(verdict['used_memory'], 1024, 'KB')} "
-            f"net={span(verdict['net_memory'], 1024, 'KB')} (later half {100 * verdict['net_growth']:+.1f}%, "
+            f"net={span(verdict['net_memory'], 1024, 'KB')} over {verdict['warm']} "
+            f"(later half {100 * verdict['net_growth']:+.1f}%, "
             f"{verdict['net_per_job']:+.0f}B/job) "
             f"keys_flat={verdict['keys_flat']} memory_flat={verdict['memory_flat']}]")
