@@ -20,7 +20,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -88,6 +88,13 @@ def _stop_process(proc: subprocess.Popen[bytes] | None, sig: int, timeout: float
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout)
+
+
+@contextlib.contextmanager
+def admin_of(server: RedisServer) -> Iterator[redis.Redis]:
+    """A text client of `server`, closed after the block (for CONFIG SET and other faults a test injects)."""
+    with contextlib.closing(redis.Redis.from_url(server.url, decode_responses=True)) as client:
+        yield client
 
 
 class RedisServer:

@@ -6,11 +6,13 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import docker
 import pytest
 import redis
 from bad_input import Jobs
 from constants import FAST_ENV, IMAGE, SUB
 from procs import JobpoolProcess
+from servers import RedisServer
 
 from jobpool import Pool
 
@@ -34,6 +36,21 @@ def sub_pool(pool_env: dict[str, str]) -> Iterator[Pool]:
     p = Pool.from_env(env={**pool_env, **SUB})
     yield p
     p.close()
+
+
+@pytest.fixture
+def private_redis(redis_server_factory: Callable[[], RedisServer]) -> RedisServer:
+    """A redis-server of the test's own, started, for faults that must not touch the shared one."""
+    server = redis_server_factory()
+    server.start()
+    return server
+
+
+@pytest.fixture
+def dclient(docker_host: str) -> Iterator[docker.DockerClient]:
+    """An SDK client of the session's test dockerd."""
+    with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=30)) as client:
+        yield client
 
 
 @pytest.fixture

@@ -57,12 +57,6 @@ def gpool(pool_env: dict[str, str], gate: Path, docker_host: str) -> Iterator[Po
     p.close()
 
 
-@pytest.fixture
-def dclient(docker_host: str) -> Iterator[docker.DockerClient]:
-    with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=30)) as client:
-        yield client
-
-
 def enqueue(pool: Pool, gate: Path, command: list[str], **spec: object) -> str:
     return pool.enqueue(IMAGE, command, mounts=[f"{gate}:/gate"], **spec).id
 

@@ -26,7 +26,7 @@ import redis
 from constants import SUB
 from polling import eventually
 from procs import JobpoolProcess
-from servers import RedisServer, redis_server_binary
+from servers import RedisServer, admin_of, redis_server_binary
 from snapshot import keyspace
 from upstack import Stacks, fast_env
 
@@ -37,19 +37,6 @@ from jobpool.redispolicy import FIX, SETTING
 NAMES = (SETTING, FIX)
 #: How long a fault is held once it bites: several retries at the workers' longest backoff.
 FAULT_SECS = 4.0
-
-
-@pytest.fixture
-def private_redis(redis_server_factory: Callable[[], RedisServer]) -> RedisServer:
-    server = redis_server_factory()
-    server.start()
-    return server
-
-
-@contextlib.contextmanager
-def admin_of(server: RedisServer) -> Iterator[redis.Redis]:
-    with contextlib.closing(redis.Redis.from_url(server.url, decode_responses=True)) as client:
-        yield client
 
 
 @contextlib.contextmanager

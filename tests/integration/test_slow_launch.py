@@ -15,7 +15,6 @@ sweeps on the daemon's own socket. The daemon is sampled throughout.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -36,12 +35,6 @@ def proxy(docker_host: str) -> Iterator[DockerLaunchHold]:
     p = DockerLaunchHold(docker_host)
     yield p
     p.close()
-
-
-@pytest.fixture
-def dclient(docker_host: str) -> Iterator[docker.DockerClient]:
-    with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=30)) as client:
-        yield client
 
 
 class Sampler:

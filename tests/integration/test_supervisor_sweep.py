@@ -8,7 +8,6 @@ the verdict the design table gives, from ground truth only.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -49,12 +48,6 @@ def make_pool(redis_url: str) -> Iterator[Callable[..., Pool]]:
     yield make
     for p in made:
         p.client.close()
-
-
-@pytest.fixture
-def dclient(docker_host: str) -> Iterator[docker.DockerClient]:
-    with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=30)) as client:
-        yield client
 
 
 @pytest.fixture

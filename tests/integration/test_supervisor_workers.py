@@ -8,7 +8,6 @@ next job run).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 
 import docker
@@ -18,12 +17,6 @@ from polling import eventually
 
 from jobpool import JobState, Pool
 from jobpool.supervisor import Supervisor
-
-
-@pytest.fixture
-def dclient(docker_host: str) -> Iterator[docker.DockerClient]:
-    with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=30)) as client:
-        yield client
 
 
 @pytest.fixture

@@ -11,14 +11,13 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 import redis
 from constants import SUB
 from polling import eventually
 from procs import JobpoolProcess
-from servers import RedisServer
+from servers import RedisServer, admin_of
 
 from jobpool import JobState, Pool
 
@@ -26,19 +25,6 @@ from jobpool import JobState, Pool
 OUTAGE_WARNING = "Redis cannot serve"
 #: How long each fault is held once the worker has met it: several retries at the longest backoff.
 FAULT_SECS = 4.0
-
-
-@pytest.fixture
-def private_redis(redis_server_factory: Callable[[], RedisServer]) -> RedisServer:
-    server = redis_server_factory()
-    server.start()
-    return server
-
-
-@contextlib.contextmanager
-def admin_of(server: RedisServer) -> Iterator[redis.Redis]:
-    with contextlib.closing(redis.Redis.from_url(server.url, decode_responses=True)) as client:
-        yield client
 
 
 def idle_worker(server: RedisServer, pool_env: dict[str, str],
