@@ -124,11 +124,3 @@ def check_at_start(client: redis.Redis, warn: Callable[[str], None] | None = Non
         (warn or log.warning)(check.message)
     return check
 
-
-def check_url(url: str) -> PolicyCheck:
-    """`check_at_start` on a connection of its own, closed after (a process's own clients come later)."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
-    try:
-        return check_at_start(client)
-    finally:
-        client.close()

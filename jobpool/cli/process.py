@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from ..contract import MAX_SLOTS
-from ..redispolicy import check_url
 from .app import CliState, load, pool_command
 
 
@@ -34,7 +33,6 @@ def worker(state: CliState, burst: bool) -> None:
     """Run one worker process (SIGTERM drains it)."""
     run = load("jobpool.workers", "run_worker", "the worker")
     _log_to_stderr()
-    check_url(state.settings().redis_url)  # an evicting Redis is refused before the worker writes anything
     run(state.settings(), burst=burst)  # returns how many jobs a drain left running: logged, not an error
 
 

@@ -10,6 +10,7 @@ import logging
 from ..api import Pool
 from ..config import Settings
 from ..errors import JobpoolError
+from ..redispolicy import check_at_start
 from .boot import Boot
 from .executors import make_executor
 from .rqworker import JobpoolWorker
@@ -24,9 +25,11 @@ class WorkerDied(JobpoolError):
 
 def run_worker(settings: Settings, burst: bool = False) -> int:
     """Run one worker until it is stopped (or, with `burst`, until the queue is empty). Returns how many
-    jobs it left running at a drain deadline; raises `WorkerDied` when the work loop ended on an error."""
+    jobs it left running at a drain deadline; raises `WorkerDied` when the work loop ended on an error, and
+    `EvictingRedis` (jobpool/redispolicy.py) before anything is written on a Redis that may evict job rows."""
     pool = Pool.from_settings(settings)
     pool.actor = "worker"
+    check_at_start(pool.client)
     daemon_id, api_version = "", None
     if settings.executor == "docker":
         try:

@@ -12,7 +12,6 @@ import sys
 
 from ..config import Settings
 from ..errors import ConfigError, JobpoolError
-from ..redispolicy import check_url
 from . import WorkerDied, run_worker
 
 
@@ -24,7 +23,6 @@ def main(argv: list[str]) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        check_url(settings.redis_url)  # before the worker writes anything
         run_worker(settings, burst="--burst" in argv)
     except ConfigError as exc:
         print(f"Error: {exc}", file=sys.stderr)
