@@ -112,10 +112,11 @@ def prune(pool: Pool, dry_run: bool = False, budget_secs: float | None = None, b
             if deadline is not None and time.monotonic() > deadline:
                 report.complete = False
                 return report
-            ids, _ = past_caps(pool, cap, pool.now_ms(), batch)
+            now = pool.now_ms()
+            ids, _ = past_caps(pool, cap, now, batch)
             if not ids:
                 break
-            removed = _prune_batch(pool, cap, ids, actor or pool.actor)
+            removed = _prune_batch(pool, cap, ids, cap.cutoff_ms(now), actor or pool.actor)
             report.counts[state] += len(removed)
             report.ids[state] += removed
             if not removed:  # every candidate changed under us (a concurrent prune): read again next time
@@ -123,12 +124,11 @@ def prune(pool: Pool, dry_run: bool = False, budget_secs: float | None = None, b
     return report
 
 
-def _prune_batch(pool: Pool, cap: Cap, ids: list[str], actor: str) -> list[str]:
+def _prune_batch(pool: Pool, cap: Cap, ids: list[str], cutoff_ms: int, actor: str) -> list[str]:
     keys = [*pool.keys.common(), pool.keys.rq_finished, pool.keys.rq_failed]
     for job_id in ids:
         keys += pool.keys.leftovers(job_id)
-    reply = pool.scripts.run("prune", keys, [cap.state.value, cap.keep, cap.cutoff_ms(pool.now_ms()),
-                                             actor, *ids])
+    reply = pool.scripts.run("prune", keys, [cap.state.value, cap.keep, cutoff_ms, actor, *ids])
     return [str(i) for i in reply[2:]]
 
 
