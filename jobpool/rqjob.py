@@ -35,7 +35,12 @@ _TERMINAL = frozenset(s.value for s in TERMINAL)
 def after_delivery(job: RQJob, connection: redis.Redis, result: Any) -> None:
     """RQ's success callback, run in the work horse once `run_job` returned and before RQ records it: a job
     that has ended will never be delivered again, so RQ is told to delete its record (result TTL 0) rather
-    than keep it for ever. Any doubt (Redis away, a row not found) keeps RQ's record; pruning removes it."""
+    than keep it for ever. A row that is gone is a job that ended and was pruned already (rows live from
+    enqueue to prune), possibly while this horse was between its finish and this callback: the pruning that
+    would have removed RQ's record has run, so it is deleted here too. Any doubt (Redis away, a queue that
+    is not a pool's) keeps RQ's record."""
+    if not job.origin.startswith(RQ_QUEUE_NAME_PREFIX):
+        return
     try:
         keys = PoolKeys(job.origin.removeprefix(RQ_QUEUE_NAME_PREFIX))
         state = connection.hget(keys.job(job.id), "state")
@@ -44,7 +49,7 @@ def after_delivery(job: RQJob, connection: redis.Redis, result: Any) -> None:
         return
     if isinstance(state, bytes):
         state = state.decode(errors="replace")
-    if state in _TERMINAL:
+    if state is None or state in _TERMINAL:
         job.result_ttl = 0
 
 
