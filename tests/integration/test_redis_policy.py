@@ -31,7 +31,7 @@ from snapshot import keyspace
 from upstack import Stacks, fast_env
 
 from jobpool import JobState, Pool, RedisUnavailable
-from jobpool.redispolicy import FIX, SETTING
+from jobpool.redispolicy import FIX, ROW_LISTPACK_SETTING, ROW_LISTPACK_VALUE, SETTING
 
 #: What each refusal and warning names: the setting, and the command that fixes it.
 NAMES = (SETTING, FIX)
@@ -254,6 +254,8 @@ def test_up_runs_its_redis_with_noeviction_whatever_that_redis_is_configured_wit
     state = up.ready()
     with contextlib.closing(redis.Redis.from_url(state["redis_url"], decode_responses=True)) as client:
         assert client.config_get(SETTING) == {SETTING: "noeviction"}
+        # Memory, not safety: rows stay compact listpacks (bench/lifetime.py).
+        assert client.config_get(ROW_LISTPACK_SETTING) == {ROW_LISTPACK_SETTING: str(ROW_LISTPACK_VALUE)}
     assert not policy_lines(up.log()) and not policy_lines(
         (tmp_path / ".jobpool" / "logs" / "worker-0.log").read_text())
     up.proc.send_signal(signal.SIGINT)

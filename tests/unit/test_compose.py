@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from jobpool.redispolicy import NOEVICTION, ROW_LISTPACK_SETTING, ROW_LISTPACK_VALUE
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -33,6 +35,9 @@ def test_redis_has_aof_a_volume_and_a_healthcheck() -> None:
     redis = _compose()["services"]["redis"]
     command = redis["command"]
     assert "--appendonly" in command and command[command.index("--appendonly") + 1] == "yes"
+    assert command[command.index("--maxmemory-policy") + 1] == NOEVICTION
+    flag = f"--{ROW_LISTPACK_SETTING}"
+    assert flag in command and command[command.index(flag) + 1] == str(ROW_LISTPACK_VALUE)
     assert any(v.endswith(":/data") for v in redis["volumes"])
     assert "redis-cli" in redis["healthcheck"]["test"] and "ping" in redis["healthcheck"]["test"]
 
