@@ -6,6 +6,7 @@ dashboard."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -50,7 +51,8 @@ def csrf_of(html: str) -> str:
 def log_in(c: TestClient) -> str:
     """Log in with the token; the session's CSRF token after it."""
     page = c.get("/login?next=/")
-    r = c.post("/login", data={"token": TOKEN, "csrf": csrf_of(page.text), "next": "/"}, follow_redirects=False)
+    r = c.post("/login", data={"token": TOKEN, "csrf": csrf_of(page.text), "next": "/"},
+               follow_redirects=False)
     assert r.status_code == 303, r.text
     return csrf_of(c.get("/").text)
 
@@ -96,9 +98,10 @@ def test_overview_shows_slots_queue_promotion_and_unknown_held(pool: Pool, ro: T
     waiting = pool.enqueue(IMAGE, ["true"])
     pool.pause(None, reason="maintenance window")
     # The supervisor's record of a sweep that kept a slot on unknown evidence (supervisor/report.py).
-    pool.client.set(pool.keys.last_sweep, '{"at": %d, "rows": 1, "unknown": 1, "verdicts": {"warn": 1}, '
-                    '"unknown_jobs": [{"job": "%s", "attempt": 1, "reason": "probe_unknown", '
-                    '"evidence": "daemon <b>down</b>"}]}' % (pool.now_ms(), first.id))
+    record = {"at": pool.now_ms(), "rows": 1, "unknown": 1, "verdicts": {"warn": 1},
+              "unknown_jobs": [{"job": first.id, "attempt": 1, "reason": "probe_unknown",
+                                "evidence": "daemon <b>down</b>"}]}
+    pool.client.set(pool.keys.last_sweep, json.dumps(record))
     html = ro.get("/fragments/overview").text
     assert re.search(r"1 / 1\s*</div>", html)
     assert "promotion paused" in html and "maintenance window" in html
@@ -116,12 +119,14 @@ def test_paging_and_find_by_id(pool: Pool, ro: TestClient) -> None:
     first = ro.get("/jobs?state=queued").text
     ids = re.findall(r'data-job="([0-9a-f]+)"', first)
     assert ids == [j.id for j in jobs[:PAGE_SIZE]]  # queue order
-    assert f"1&ndash;{PAGE_SIZE} of {PAGE_SIZE + 3}" in first and 'id="next"' in first and 'id="prev"' not in first
+    assert f"1&ndash;{PAGE_SIZE} of {PAGE_SIZE + 3}" in first
+    assert 'id="next"' in first and 'id="prev"' not in first
     second = ro.get(f"/jobs?state=queued&offset={PAGE_SIZE}").text
     assert re.findall(r'data-job="([0-9a-f]+)"', second) == [j.id for j in jobs[PAGE_SIZE:]]
     assert 'id="prev"' in second and 'id="next"' not in second
     api = ro.get(f"/api/jobs?state=queued&offset={PAGE_SIZE}").json()
-    assert api["total"] == PAGE_SIZE + 3 and [j["id"] for j in api["jobs"]] == [j.id for j in jobs[PAGE_SIZE:]]
+    assert api["total"] == PAGE_SIZE + 3
+    assert [j["id"] for j in api["jobs"]] == [j.id for j in jobs[PAGE_SIZE:]]
 
     found = ro.get(f"/jobs/find?id={jobs[5].id}", follow_redirects=False)
     assert found.status_code == 303 and found.headers["location"].endswith(f"/jobs/{jobs[5].id}")
@@ -177,7 +182,8 @@ def test_actions_need_login_and_the_sessions_csrf_token(pool: Pool, rw: TestClie
     assert r.status_code == 303 and r.headers["location"] == f"/jobs/{job.id}"
     assert pool.get(job.id).state is JobState.PAUSED
     last = pool.events(job.id)[-1]
-    assert last["to"] == "paused" and last["actor"].startswith("dashboard:") and last["evidence"] == "from the web"
+    assert last["to"] == "paused" and last["actor"].startswith("dashboard:")
+    assert last["evidence"] == "from the web"
     assert f"paused {job.id}" in rw.get(f"/jobs/{job.id}").text  # the outcome, shown once
     assert rw.post(f"/actions/jobs/{job.id}/resume", data={"csrf": csrf}).status_code == 200
     assert pool.get(job.id).state is JobState.QUEUED
