@@ -615,6 +615,7 @@ def test_process_commands_pass_settings_and_options(run: Run, monkeypatch: pytes
     _fake_module(monkeypatch, "jobpool.supervisor", run_supervisor=record("supervisor"),
                  reconcile=record("reconcile", rv=report))
     _fake_module(monkeypatch, "jobpool.up", run_up=record("up", rv=4))
+    _fake_module(monkeypatch, "jobpool.dashboard", run_dashboard=record("dashboard", rv=0))
 
     assert run("worker", "--burst").exit_code == 0  # its return value is a count of jobs left running
     assert run("supervisor", "--once", "--pool", "p2").exit_code == 0
@@ -626,12 +627,19 @@ def test_process_commands_pass_settings_and_options(run: Run, monkeypatch: pytes
     calls.pop()  # the dry run's call
     assert run("up", "--workers", "3", "--slots", "2", "--executor", "subprocess", "--state-dir", "/tmp/s",
                env={"JOBPOOL_SWEEP_INTERVAL_SECS": "7"}).exit_code == 4
-    (w, ws, wk), (s, ss, sk), (r, rp, rk), (u, us, uk) = calls
+    assert run("up", "--no-dashboard").exit_code == 4
+    assert run("dashboard", "--port", "9999", env={"JOBPOOL_DASHBOARD_TOKEN": "t" * 20}).exit_code == 0
+    assert run("dashboard", "--port", "0").exit_code == 2
+    (w, ws, wk), (s, ss, sk), (r, rp, rk), (u, us, uk), (_, _, nk), (d, ds, dk) = calls
     assert (w, ws.pool, wk) == ("worker", POOL, {"burst": True})
     assert (s, ss.pool, sk) == ("supervisor", "p2", {"once": True})
     assert (r, rp.keys.pool, rk) == ("reconcile", POOL, {"evict_stale": True, "dry_run": False})
     assert (u, us.sweep_interval_secs, uk) == (
-        "up", 7.0, {"workers": 3, "slots": 2, "state_dir": "/tmp/s", "executor": "subprocess"})
+        "up", 7.0, {"workers": 3, "slots": 2, "state_dir": "/tmp/s", "executor": "subprocess",
+                    "dashboard_port": 8765})
+    assert nk["dashboard_port"] is None
+    assert (d, ds.pool, ds.dashboard_token, dk) == ("dashboard", POOL, "t" * 20,
+                                                    {"host": "127.0.0.1", "port": 9999})
     assert run("up", "--executor", "podman").exit_code == 2
 
 
