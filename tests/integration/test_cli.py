@@ -443,6 +443,15 @@ def test_status_counts_only_live_ready_workers(run: Run, pool: Pool, client: red
     assert "3 live (1 draining), 1 gone" in human.stdout and "unknowns    2" in human.stdout
 
 
+def test_status_names_the_jobs_held_on_unknown_evidence(run: Run, pool: Pool, client: redis.Redis) -> None:
+    held = [{"job": "j" * 32, "attempt": 2, "reason": "probe_unknown",
+             "evidence": "daemon could not be asked"}]
+    sweep = {"at": server_ms(client), "rows": 1, "unknown": 1, "unknown_jobs": held}
+    client.set(pool.keys.last_sweep, json.dumps(sweep))
+    assert json.loads(run("status", "--json").stdout)["last_sweep"]["unknown_jobs"] == held
+    assert f"{'j' * 32}  probe_unknown: daemon could not be asked" in run("status").stdout
+
+
 def test_status_reports_a_paused_queue(run: Run, pool: Pool, client: redis.Redis) -> None:
     _live_supervisor(client, pool)
     _live_worker(client, pool, "w1")
