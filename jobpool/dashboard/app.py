@@ -15,6 +15,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -167,8 +168,10 @@ class Dashboard:
         return call
 
 
-def create_app(pool: Pool) -> Starlette:
-    """The dashboard of `pool`: its pages, fragments, JSON API and (with a token set) actions."""
+def create_app(pool: Pool, allowed_hosts: list[str] | None = None) -> Starlette:
+    """The dashboard of `pool`: its pages, fragments, JSON API and (with a token set) actions. With
+    `allowed_hosts`, a request naming another Host is refused (400): a page of another site that resolves
+    its own name to 127.0.0.1 (DNS rebinding) cannot read a dashboard served on loopback."""
     d = Dashboard(pool)
     g = d.guarded
     routes = [
@@ -192,7 +195,9 @@ def create_app(pool: Pool) -> Starlette:
     async def not_found(request: Request, exc: Exception) -> Response:
         return d.error(request, 404, "no such page")
 
+    hosts = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
     return Starlette(routes=routes, exception_handlers={404: not_found}, middleware=[
+        *hosts,
         Middleware(SecurityHeaders),
         Middleware(SessionMiddleware, secret_key=auth.session_key(), session_cookie=auth.SESSION_COOKIE,
                    max_age=auth.SESSION_SECS, same_site="strict"),

@@ -16,6 +16,8 @@ log = logging.getLogger("jobpool.dashboard")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
+#: The Host names a browser uses for a dashboard served on loopback.
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 
 def is_loopback(host: str) -> bool:
@@ -49,8 +51,9 @@ def run_dashboard(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFA
         for line in describe(settings, host, port):
             click.echo(line, err=line.lstrip().startswith("WARNING"))
         # No access log: the log says what the dashboard did, not every poll of every open page.
-        uvicorn.run(create_app(pool), host=host, port=port, log_level="warning", access_log=False,
-                    server_header=False)
+        hosts = LOOPBACK_NAMES if is_loopback(host) else None
+        uvicorn.run(create_app(pool, allowed_hosts=hosts), host=host, port=port, log_level="warning",
+                    access_log=False, server_header=False)
     finally:
         pool.close()
     return 0

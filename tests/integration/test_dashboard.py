@@ -221,6 +221,14 @@ def test_the_session_cookie_is_signed_httponly_and_strict(pool: Pool, rw: TestCl
     assert TOKEN.lower() not in cookie
 
 
+def test_on_loopback_another_host_name_is_refused(pool: Pool) -> None:
+    """DNS rebinding: a page of another site whose name now resolves to 127.0.0.1 names its own host."""
+    app = create_app(pool, allowed_hosts=["127.0.0.1", "localhost"])
+    with TestClient(app, base_url="http://localhost:8765") as c:
+        assert c.get("/api/status").status_code == 200
+        assert c.get("/api/status", headers={"host": "evil.test:8765"}).status_code == 400
+
+
 def test_the_token_is_never_in_the_settings_repr() -> None:
     s = Settings.from_env({"JOBPOOL_DASHBOARD_TOKEN": TOKEN})
     assert s.dashboard_token == TOKEN and TOKEN not in repr(s) and TOKEN not in str(s)
