@@ -18,6 +18,7 @@ import redis
 
 from . import errors, logtail, retention
 from . import events as event_stream
+from .browse import Browsing
 from .config import Settings
 from .contract import MAX_SLOTS
 from .keys import PoolKeys
@@ -47,8 +48,8 @@ def connect(url: str) -> redis.Redis:
                                 socket_connect_timeout=5, health_check_interval=30)
 
 
-class Pool:
-    """One pool: a fleet-wide slot limit, a FIFO queue, and the jobs in it."""
+class Pool(Browsing):
+    """One pool: a fleet-wide slot limit, a FIFO queue, and the jobs in it (`page`: jobpool/browse.py)."""
 
     def __init__(self, client: redis.Redis, settings: Settings | None = None, actor: str = "api") -> None:
         self.settings = settings or Settings()

@@ -87,6 +87,9 @@ class Settings:
     bind_roots: tuple[str, ...] = field(default_factory=tuple)
     #: Where the subprocess executor keeps checkpoints and `jobpool up` keeps its Redis.
     state_dir: str = ".jobpool"
+    #: The secret that turns the dashboard's actions on (jobpool/dashboard/auth.py); empty = read-only.
+    #: Kept out of repr and comparisons so that it is never printed or logged with the settings.
+    dashboard_token: str = field(default="", repr=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_pool_name(self.pool)
@@ -109,6 +112,7 @@ class Settings:
         for root in self.bind_roots:
             if not os.path.isabs(root):
                 raise ConfigError(f"JOBPOOL_BIND_ROOTS: {root!r} is not an absolute path")
+        _check_token(self.dashboard_token)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -127,6 +131,8 @@ class Settings:
             values["executor"] = env["JOBPOOL_EXECUTOR"]
         if "JOBPOOL_STATE_DIR" in env:
             values["state_dir"] = env["JOBPOOL_STATE_DIR"]
+        if env.get("JOBPOOL_DASHBOARD_TOKEN"):
+            values["dashboard_token"] = env["JOBPOOL_DASHBOARD_TOKEN"]
         if env.get("JOBPOOL_BIND_ROOTS"):
             values["bind_roots"] = tuple(r for r in env["JOBPOOL_BIND_ROOTS"].split(":") if r)
         for name, b in _NUMERIC.items():
@@ -143,6 +149,19 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+#: A dashboard token shorter than this is refused: it is all that stands between a browser and the actions.
+MIN_TOKEN_CHARS = 16
+
+
+def _check_token(token: Any) -> None:
+    """Refuse a weak or malformed token by name; the message never repeats the value (it is a secret)."""
+    if not isinstance(token, str):
+        raise ConfigError("JOBPOOL_DASHBOARD_TOKEN: must be text")
+    if token and (len(token) < MIN_TOKEN_CHARS or not token.isprintable() or token.strip() != token):
+        raise ConfigError(f"JOBPOOL_DASHBOARD_TOKEN: must be at least {MIN_TOKEN_CHARS} printable characters "
+                          "with no surrounding spaces (the value is not shown)")
 
 
 def _check_redis_url(url: Any) -> None:

@@ -155,6 +155,26 @@ class Workers:
 
 
 @dataclass(frozen=True)
+class UnknownHeld:
+    """A running job whose slot the last sweep kept because its evidence was unknown, and why."""
+
+    job: str
+    attempt: int | None = None
+    reason: str = ""
+    evidence: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "attempt": self.attempt, "reason": self.reason, "evidence": self.evidence}
+
+
+def _unknown_jobs(found: Any) -> tuple[UnknownHeld, ...]:
+    items = found if isinstance(found, list) else []
+    return tuple(UnknownHeld(str(d["job"]), _int(d.get("attempt")), str(d.get("reason", "")),
+                             str(d.get("evidence", "")))
+                 for d in items if isinstance(d, dict) and d.get("job"))
+
+
+@dataclass(frozen=True)
 class Sweep:
     """The supervisor's last sweep, as it recorded it (supervisor/report.py `SweepReport.summary`)."""
 
@@ -167,6 +187,8 @@ class Sweep:
     duration_ms: float | None = None
     verdicts: Mapping[str, int] = field(default_factory=dict)
     phases_ms: Mapping[str, float] = field(default_factory=dict)
+    #: The first of the `unknown` jobs, with the verdict's reason and evidence (a bounded list).
+    unknown_jobs: tuple[UnknownHeld, ...] = ()
 
     @classmethod
     def parse(cls, raw: str, now_ms: int) -> Sweep:
@@ -183,12 +205,13 @@ class Sweep:
                    verdicts={str(k): int(v) for k, v in verdicts.items() if _is_number(v)}
                    if isinstance(verdicts, dict) else {},
                    phases_ms={str(k): float(v) for k, v in phases.items() if _is_number(v)}
-                   if isinstance(phases, dict) else {})
+                   if isinstance(phases, dict) else {}, unknown_jobs=_unknown_jobs(doc.get("unknown_jobs")))
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": self.at, "age_ms": self.age_ms, "rows": self.rows, "unknown": self.unknown,
                 "conflicts": self.conflicts, "promoted": self.promoted, "duration_ms": self.duration_ms,
-                "verdicts": dict(self.verdicts), "phases_ms": dict(self.phases_ms)}
+                "verdicts": dict(self.verdicts), "phases_ms": dict(self.phases_ms),
+                "unknown_jobs": [u.to_dict() for u in self.unknown_jobs]}
 
 
 @dataclass(frozen=True)

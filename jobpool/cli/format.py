@@ -203,6 +203,8 @@ def status_report(report: StatusReport) -> str:
                       f"{ago(sweep.at, now)}, {sweep.rows if sweep.rows is not None else '?'} rows"))
         items.append(("unknowns", f"{report.unknown}" + ("  (probe could not tell; slots kept)"
                                                          if report.unknown else "")))
+        for held in sweep.unknown_jobs if sweep else ():
+            items.append(("", f"{held.job}  {held.reason}: {held.evidence}"))
     health = (click.style("OK", fg="green") if report.healthy
               else click.style("UNHEALTHY", fg="red", bold=True))
     items.append(("health", health))

@@ -1,4 +1,4 @@
-"""The process commands: `worker`, `supervisor` and `up`, each a thin wiring to its package.
+"""The process commands: `worker`, `supervisor`, `dashboard` and `up`, each a thin wiring to its package.
 
 Their packages import lazily (`load`), so the admin commands work (and start fast) without them; a build
 without one says so in one line.
@@ -47,6 +47,18 @@ def supervisor(state: CliState, once: bool) -> None:
 
 
 @click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, metavar="ADDR",
+              help="Address to listen on (loopback by default: the pages show the whole pool).")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True, help="Port.")
+@pool_command
+def dashboard(state: CliState, host: str, port: int) -> None:
+    """Serve the live web dashboard: read-only unless JOBPOOL_DASHBOARD_TOKEN is set (actions need it)."""
+    run = load("jobpool.dashboard", "run_dashboard", "the dashboard")
+    _log_to_stderr()
+    _finish(run(state.settings(), host=host, port=port))
+
+
+@click.command()
 @click.option("--workers", type=click.IntRange(1, 256), default=2, show_default=True,
               help="Worker processes.")
 @click.option("--slots", type=click.IntRange(0, MAX_SLOTS), default=None,
@@ -55,11 +67,17 @@ def supervisor(state: CliState, once: bool) -> None:
               help="Where Redis data and the state file live [default: JOBPOOL_STATE_DIR or ./.jobpool].")
 @click.option("--executor", type=click.Choice(["auto", "docker", "subprocess"]), default="auto",
               show_default=True, help="auto: Docker when a daemon answers, else subprocess.")
+@click.option("--dashboard-port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="The dashboard's port on 127.0.0.1 (taken: any free one; 0: any free one).")
+@click.option("--no-dashboard", is_flag=True, help="Serve no dashboard.")
 @pool_command
-def up(state: CliState, workers: int, slots: int | None, state_dir: str | None, executor: str) -> None:
-    """Run a private Redis, a supervisor and N workers on this machine; Ctrl-C drains and stops them."""
+def up(state: CliState, workers: int, slots: int | None, state_dir: str | None, executor: str,
+       dashboard_port: int, no_dashboard: bool) -> None:
+    """Run a private Redis, a supervisor, N workers and the dashboard on this machine; Ctrl-C drains and
+    stops them."""
     run = load("jobpool.up", "run_up", "`jobpool up`")
-    _finish(run(state.settings(), workers=workers, slots=slots, state_dir=state_dir, executor=executor))
+    _finish(run(state.settings(), workers=workers, slots=slots, state_dir=state_dir, executor=executor,
+                dashboard_port=None if no_dashboard else dashboard_port))
 
 
-COMMANDS = (worker, supervisor, up)
+COMMANDS = (worker, supervisor, dashboard, up)

@@ -30,10 +30,11 @@ def sweep_once(pool: Pool, prober: ContainerProber | None = None) -> SweepReport
 
 
 def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
-              prober: ContainerProber | None = None) -> SweepReport:
+              prober: ContainerProber | None = None, actor: str | None = None) -> SweepReport:
     """The operator's sweep. `dry_run`: decide and report, change nothing. `evict_stale`: a live job past
-    `job_stale_seconds` is stopped by container label and failed `stale_evicted`, freeing its slot."""
-    sup = Supervisor(pool, prober, actor=actor_name("operator"))
+    `job_stale_seconds` is stopped by container label and failed `stale_evicted`, freeing its slot.
+    `actor` names who asked in the events it writes (default: the operator on this host and pid)."""
+    sup = Supervisor(pool, prober, actor=actor or actor_name("operator"))
     try:
         return sup.sweep(evict_stale=evict_stale, dry_run=dry_run)
     finally:

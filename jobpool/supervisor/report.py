@@ -8,6 +8,9 @@ from typing import Any
 
 from .verdicts import Verdict
 
+#: How many of a sweep's unknown-held jobs its summary names (status and the dashboard show them).
+UNKNOWN_NAMED = 50
+
 
 @dataclass
 class Decision:
@@ -43,17 +46,24 @@ class SweepReport:
     phases_ms: dict[str, float] = field(default_factory=dict)
     dry_run: bool = False
     decisions: list[Decision] = field(default_factory=list)
+    #: The first UNKNOWN_NAMED jobs whose probe was unknown, with why (their slots were kept).
+    unknown_jobs: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, decision: Decision, unknown: bool) -> None:
         """Count one row's verdict (and whether its probe was unknown) before it is applied."""
         self.decisions.append(decision)
         self.verdicts[decision.verdict.kind.value] += 1
         self.unknown += unknown
+        if unknown and len(self.unknown_jobs) < UNKNOWN_NAMED:
+            v = decision.verdict
+            self.unknown_jobs.append({"job": decision.job_id, "attempt": decision.attempt, "reason": v.reason,
+                                      "evidence": v.evidence})
 
     def summary(self) -> dict[str, Any]:
         """What `pool.keys.last_sweep` holds (the CLI's `status` reads it)."""
         return {"at": self.at_ms, "rows": self.rows, "verdicts": dict(sorted(self.verdicts.items())),
-                "unknown": self.unknown, "conflicts": self.conflicts, "promoted": self.promoted,
+                "unknown": self.unknown, "unknown_jobs": list(self.unknown_jobs), "conflicts": self.conflicts,
+                "promoted": self.promoted,
                 "pruned": self.pruned, "duration_ms": round(self.duration_ms, 1),
                 "phases_ms": {k: round(v, 1) for k, v in self.phases_ms.items()}}
 

@@ -443,6 +443,15 @@ def test_status_counts_only_live_ready_workers(run: Run, pool: Pool, client: red
     assert "3 live (1 draining), 1 gone" in human.stdout and "unknowns    2" in human.stdout
 
 
+def test_status_names_the_jobs_held_on_unknown_evidence(run: Run, pool: Pool, client: redis.Redis) -> None:
+    held = [{"job": "j" * 32, "attempt": 2, "reason": "probe_unknown",
+             "evidence": "daemon could not be asked"}]
+    sweep = {"at": server_ms(client), "rows": 1, "unknown": 1, "unknown_jobs": held}
+    client.set(pool.keys.last_sweep, json.dumps(sweep))
+    assert json.loads(run("status", "--json").stdout)["last_sweep"]["unknown_jobs"] == held
+    assert f"{'j' * 32}  probe_unknown: daemon could not be asked" in run("status").stdout
+
+
 def test_status_reports_a_paused_queue(run: Run, pool: Pool, client: redis.Redis) -> None:
     _live_supervisor(client, pool)
     _live_worker(client, pool, "w1")
@@ -615,6 +624,7 @@ def test_process_commands_pass_settings_and_options(run: Run, monkeypatch: pytes
     _fake_module(monkeypatch, "jobpool.supervisor", run_supervisor=record("supervisor"),
                  reconcile=record("reconcile", rv=report))
     _fake_module(monkeypatch, "jobpool.up", run_up=record("up", rv=4))
+    _fake_module(monkeypatch, "jobpool.dashboard", run_dashboard=record("dashboard", rv=0))
 
     assert run("worker", "--burst").exit_code == 0  # its return value is a count of jobs left running
     assert run("supervisor", "--once", "--pool", "p2").exit_code == 0
@@ -626,12 +636,19 @@ def test_process_commands_pass_settings_and_options(run: Run, monkeypatch: pytes
     calls.pop()  # the dry run's call
     assert run("up", "--workers", "3", "--slots", "2", "--executor", "subprocess", "--state-dir", "/tmp/s",
                env={"JOBPOOL_SWEEP_INTERVAL_SECS": "7"}).exit_code == 4
-    (w, ws, wk), (s, ss, sk), (r, rp, rk), (u, us, uk) = calls
+    assert run("up", "--no-dashboard").exit_code == 4
+    assert run("dashboard", "--port", "9999", env={"JOBPOOL_DASHBOARD_TOKEN": "t" * 20}).exit_code == 0
+    assert run("dashboard", "--port", "0").exit_code == 2
+    (w, ws, wk), (s, ss, sk), (r, rp, rk), (u, us, uk), (_, _, nk), (d, ds, dk) = calls
     assert (w, ws.pool, wk) == ("worker", POOL, {"burst": True})
     assert (s, ss.pool, sk) == ("supervisor", "p2", {"once": True})
     assert (r, rp.keys.pool, rk) == ("reconcile", POOL, {"evict_stale": True, "dry_run": False})
     assert (u, us.sweep_interval_secs, uk) == (
-        "up", 7.0, {"workers": 3, "slots": 2, "state_dir": "/tmp/s", "executor": "subprocess"})
+        "up", 7.0, {"workers": 3, "slots": 2, "state_dir": "/tmp/s", "executor": "subprocess",
+                    "dashboard_port": 8765})
+    assert nk["dashboard_port"] is None
+    assert (d, ds.pool, ds.dashboard_token, dk) == ("dashboard", POOL, "t" * 20,
+                                                    {"host": "127.0.0.1", "port": 9999})
     assert run("up", "--executor", "podman").exit_code == 2
 
 

@@ -273,6 +273,9 @@ def test_daemon_unreachable_keeps_slots_and_warns_then_decides(
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 3
         assert all(job_id in w and "probe unknown" in w and "could not be asked" in w for w in warnings)
+        # The last sweep's record names the job, why, and on what evidence (the status report, the dashboard).
+        (held,) = pool.status().last_sweep.unknown_jobs
+        assert (held.job, held.reason) == (job_id, "probe_unknown") and "could not be asked" in held.evidence
     finally:
         docker_daemon.start()
     sup.sweep()

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,12 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         out = eventually(lambda: "Ctrl-C drains" in (text := (tmp_path / "up.log").read_text()) and text,
                          timeout=10, message="up announced itself")
         assert state["redis_url"] in out and f"executor: {executor}" in out
+        # The dashboard, on loopback, its URL said and in the state file (8765, or a free port if taken).
+        web = state["dashboard_url"]
+        assert web.startswith("http://127.0.0.1:") and f"dashboard: {web}" in out
+        status = eventually(lambda: _get_json(web + "api/status"), timeout=30,
+                            message="the dashboard answers")
+        assert status["pool"] == "default" and status["redis"]["url"] == state["redis_url"]
         # Another shell in the same directory finds it with no flags.
         enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "--json", "enqueue", IMAGE, "--",
                               "sh", "-c", "echo hello from up"], cwd=tmp_path, env=env, capture_output=True,
@@ -71,7 +78,7 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
                                capture_output=True, text=True, timeout=30)
         assert again.returncode == 1 and "already running" in again.stderr
         started = descendants(up.pid)
-        assert len(started) >= 4, "redis, supervisor and two workers"
+        assert len(started) >= 5, "redis, supervisor, dashboard and two workers"
         up.send_signal(signal.SIGINT)
         assert up.wait(60) == 0
         eventually(lambda: not [p for p in started if _alive(p)], timeout=15,
@@ -84,6 +91,14 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
             up.kill()
             up.wait(10)
         log.close()
+
+
+def _get_json(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return json.loads(reply.read())
+    except OSError:
+        return None
 
 
 @pytest.fixture
@@ -126,8 +141,8 @@ def test_up_dying_takes_its_stack_with_it_after_a_drain(tmp_path: Path, start_up
     up = start_up("--workers", "2", "--slots", "1", tty=how == "terminal-closed")
     state = up.ready()
     job_id = _running_job(tmp_path, state)
-    stack = eventually(lambda: (s := up.snapshot()) and len(s) >= 6 and s, timeout=10,
-                       message="redis, supervisor, two workers, a work horse and the job run")
+    stack = eventually(lambda: (s := up.snapshot()) and len(s) >= 7 and s, timeout=10,
+                       message="redis, supervisor, dashboard, two workers, a work horse and the job run")
     assert state["redis_pid"] in {i["pid"] for i in stack} and len(_workers(up)) == 2
     if how == "terminal-closed":
         up.hang_up()  # the kernel sends SIGHUP; and whatever `up` prints from now on fails to reach anyone

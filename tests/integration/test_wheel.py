@@ -43,6 +43,13 @@ from jobpool.up import find_redis_server
 found = find_redis_server()
 assert found is not None and found.origin.startswith('none on PATH'), found
 assert found.version[:1].isdigit(), found
+# The dashboard renders from the templates and static files shipped in the wheel.
+from starlette.testclient import TestClient
+from jobpool.dashboard import create_app
+with TestClient(create_app(pool)) as web:
+    page = web.get('/jobs/' + job.id)
+    assert page.status_code == 200 and 'id="job-state">running<' in page.text, page.text[:300]
+    assert web.get('/static/dashboard.js').status_code == 200
 print(found.path)
 print(jobpool.__file__)
 """
@@ -69,6 +76,9 @@ def test_installed_wheel_finds_its_scripts_and_brings_a_redis_server(tmp_path: P
         names = set(zf.namelist())
     expected = {f"jobpool/scripts/{n}.lua" for n in (*SCRIPT_NAMES, "_lib")}
     assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
+    dashboard = {f"jobpool/dashboard/{f}" for f in ("templates/base.html", "templates/_overview.html",
+                                                     "static/dashboard.js", "static/dashboard.css")}
+    assert dashboard <= names, f"missing from the wheel: {sorted(dashboard - names)}"
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
 
     venv = tmp_path / "venv"
@@ -77,8 +87,8 @@ def test_installed_wheel_finds_its_scripts_and_brings_a_redis_server(tmp_path: P
     isolated = run([str(python), "-c", "import importlib.util as u; print(u.find_spec('redis') is None)"],
                    cwd=tmp_path)
     assert isolated.stdout.strip() == "True", "the fresh venv sees packages it did not install"
-    run([str(python), "-m", "pip", "install", "-q", str(wheel), "fakeredis[lua]>=2.23"], cwd=tmp_path,
-        timeout=600)
+    run([str(python), "-m", "pip", "install", "-q", str(wheel), "fakeredis[lua]>=2.23", "httpx2"],
+        cwd=tmp_path, timeout=600)
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

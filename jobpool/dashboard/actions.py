@@ -1,0 +1,194 @@
+"""The dashboard's actions: pause/resume/cancel a job, pause/resume the queue, set slots, and the
+operator's `reconcile --evict-stale`, each the same `Pool` call the CLI makes (jobpool/cli/).
+
+Each is a POST that passes `auth.check_action` (actions on, same origin, this session's CSRF token, logged
+in) and acts as `dashboard:<client address>`, so every event it writes names the dashboard. The outcome is
+one line shown on the page the browser is sent back to.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from .. import errors
+from ..api import Pool
+from ..contract import MAX_SLOTS
+from ..models import Job, JobState
+from . import auth
+
+if TYPE_CHECKING:
+    from .app import Dashboard
+
+#: Who the events of the dashboard's actions name (with the client's address).
+ACTOR = "dashboard"
+
+
+def actor_of(request: Request) -> str:
+    client = request.client.host if request.client else "unknown"
+    return f"{ACTOR}:{client}"
+
+
+def _back(request: Request, form: FormData) -> str:
+    """Where to send the browser afterwards: a local path from the form, else the overview."""
+    target = form.get("next")
+    if isinstance(target, str) and target.startswith("/") and not target.startswith("//") \
+            and "\\" not in target:
+        return target
+    return "/"
+
+
+def _text(form: FormData, name: str) -> str:
+    value = form.get(name, "")
+    return value if isinstance(value, str) else ""
+
+
+def _job_line(job: Job, verb: str, done: JobState, requested: bool) -> str:
+    if job.state is done:
+        return f"{done.value} {job.id}"
+    if requested:
+        return f"{verb} requested for {job.id} (it is {job.state.value}; its worker acts on the request)"
+    return f"{job.id} is {job.state.value}"
+
+
+def _cancel(pool: Pool, job_id: str, reason: str) -> str:
+    job = pool.cancel(job_id, reason=reason)
+    line = _job_line(job, "cancel", JobState.CANCELLED, job.cancel_requested)
+    if job.state is JobState.RUNNING and job.cancel_requested and job.owner_boot \
+            and not pool.boot_is_live(job.owner_boot):
+        # Its worker is gone: stop it by container label, as `jobpool cancel` does (supervisor/orphans.py).
+        stop = importlib.import_module("jobpool.supervisor").stop_orphan(pool, job)
+        line += f"; its worker is gone: {stop.action}" + (f" ({stop.detail})" if stop.detail else "")
+    return line
+
+
+def _job_id(request: Request) -> str:
+    return str(request.path_params["job_id"])
+
+
+def _pause(pool: Pool, request: Request, form: FormData) -> str:
+    job = pool.pause(_job_id(request), reason=_text(form, "reason"))
+    assert job is not None
+    return _job_line(job, "pause", JobState.PAUSED, job.pause_requested)
+
+
+def _resume(pool: Pool, request: Request, form: FormData) -> str:
+    job = pool.resume(_job_id(request))
+    assert job is not None
+    return f"resumed {job.id} ({job.state.value})"
+
+
+def _cancel_job(pool: Pool, request: Request, form: FormData) -> str:
+    return _cancel(pool, _job_id(request), _text(form, "reason"))
+
+
+def _pause_queue(pool: Pool, request: Request, form: FormData) -> str:
+    pool.pause(None, reason=_text(form, "reason"))
+    return "promotion paused: queued jobs will not start until it is resumed"
+
+
+def _resume_queue(pool: Pool, request: Request, form: FormData) -> str:
+    pool.resume(None)
+    return "promotion resumed"
+
+
+def _slots(pool: Pool, request: Request, form: FormData) -> str:
+    raw = _text(form, "slots").strip()
+    if not raw.isdigit() or int(raw) > MAX_SLOTS:
+        raise errors.InvalidArgument(f"slots must be a whole number from 0 to {MAX_SLOTS}, got {raw!r}")
+    old = pool.set_slots(int(raw))
+    used, mx = pool.slots()
+    return f"slots {used}/{mx} (was {old})"
+
+
+def _reconcile(pool: Pool, request: Request, form: FormData) -> str:
+    """The operator's sweep with --evict-stale, as `jobpool reconcile --evict-stale` runs it."""
+    run = importlib.import_module("jobpool.supervisor").reconcile
+    report = run(pool, evict_stale=True, actor=pool.actor)
+    line: str = report.line()
+    return line
+
+
+#: path -> what it does; each a POST under /actions.
+ACTIONS: dict[str, Callable[[Pool, Request, FormData], str]] = {
+    "/actions/jobs/{job_id}/pause": _pause,
+    "/actions/jobs/{job_id}/resume": _resume,
+    "/actions/jobs/{job_id}/cancel": _cancel_job,
+    "/actions/queue/pause": _pause_queue,
+    "/actions/queue/resume": _resume_queue,
+    "/actions/slots": _slots,
+    "/actions/reconcile": _reconcile,
+}
+
+
+class Actions:
+    """The POST endpoints of one dashboard (`Dashboard` renders the pages they answer with)."""
+
+    def __init__(self, d: Dashboard) -> None:
+        self.d = d
+
+    def endpoint(self, do: Callable[[Pool, Request, FormData], str]) -> Callable[[Request], object]:
+        """The POST endpoint that checks the request (`auth.check_action`), then does `do` as this client."""
+        d = self.d
+
+        async def act(request: Request) -> Response:
+            form = await request.form()
+            try:
+                auth.check_action(request, form, d.settings)
+            except auth.Refused as exc:
+                return d.error(request, exc.status, str(exc))
+            acting = copy.copy(d.pool)  # the same connections and scripts, acting as this client
+            acting.actor = actor_of(request)
+            try:
+                line = await run_in_threadpool(do, acting, request, form)
+            except errors.RedisUnavailable as exc:
+                return d.error(request, 503, str(exc))
+            except errors.NotFound as exc:
+                return d.error(request, 404, str(exc))
+            except errors.JobpoolError as exc:  # refused input or transition: said on the page
+                line = f"refused: {exc}"
+            request.session["flash"] = line
+            return RedirectResponse(_back(request, form), status_code=303)
+        return act
+
+    async def login_page(self, request: Request) -> Response:
+        if not auth.actions_enabled(self.d.settings):
+            return self.d.error(request, 404, "actions are off: there is nothing to log in to")
+        return self.d.render(request, "login.html", next=_back(request, FormData(request.query_params)))
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        try:
+            auth.login(request, form, self.d.settings)
+        except auth.Refused as exc:
+            return self.d.render(request, "login.html", status=exc.status, next=_back(request, form),
+                                 refused=str(exc))
+        request.session["flash"] = "logged in: actions are on for this browser"
+        return RedirectResponse(_back(request, form), status_code=303)
+
+    async def logout(self, request: Request) -> Response:
+        form = await request.form()
+        try:
+            auth.logout(request, form)
+        except auth.Refused as exc:
+            return self.d.error(request, exc.status, str(exc))
+        return RedirectResponse("/", status_code=303)
+
+
+def routes(d: Dashboard) -> list[Route]:
+    """The POST routes of the actions, and login/logout."""
+    a = Actions(d)
+    return [
+        Route("/login", a.login_page, methods=["GET"], name="login"),
+        Route("/login", a.login, methods=["POST"]),
+        Route("/logout", a.logout, methods=["POST"]),
+        *(Route(path, a.endpoint(do), methods=["POST"]) for path, do in ACTIONS.items()),
+    ]

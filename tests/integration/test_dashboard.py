@@ -1,0 +1,250 @@
+"""The dashboard's pages, JSON and actions through Starlette's TestClient, against a real redis-server (no
+browser: tests/integration/test_dashboard_browser.py drives a real one). What is checked: everything a job
+holds is shown escaped, env values appear nowhere, actions are off without a token and need the token, this
+session's CSRF token and a POST with it, paging and find-by-id, 404s, and that an action's event names the
+dashboard."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from constants import IMAGE, SUB
+from polling import eventually
+from starlette.testclient import TestClient
+
+from jobpool import JobState, Pool, Settings
+from jobpool.dashboard import create_app
+from jobpool.dashboard.views import PAGE_SIZE
+
+TOKEN = "dashboard-token-for-tests-0123456789"
+SECRET = "s3cret-env-value-never-shown"
+XSS = "<script>alert('x')</script>"
+
+
+def client_for(pool: Pool, token: str = "") -> TestClient:
+    dash = Pool(pool.client, pool.settings.replace(dashboard_token=token), actor="dashboard")
+    # "localhost" stands for the browser's origin; the TestClient's own default host is "testserver".
+    return TestClient(create_app(dash), base_url="http://localhost:8765")
+
+
+@pytest.fixture
+def ro(pool: Pool) -> Iterator[TestClient]:
+    with client_for(pool) as c:
+        yield c
+
+
+@pytest.fixture
+def rw(pool: Pool) -> Iterator[TestClient]:
+    with client_for(pool, TOKEN) as c:
+        yield c
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+def log_in(c: TestClient) -> str:
+    """Log in with the token; the session's CSRF token after it."""
+    page = c.get("/login?next=/")
+    r = c.post("/login", data={"token": TOKEN, "csrf": csrf_of(page.text), "next": "/"},
+               follow_redirects=False)
+    assert r.status_code == 303, r.text
+    return csrf_of(c.get("/").text)
+
+
+def test_pages_show_a_job_escaped_and_never_its_env_values(pool: Pool, ro: TestClient) -> None:
+    job = pool.enqueue(IMAGE, ["sh", "-c", f"echo {XSS}"], env={"API_KEY": SECRET}, labels={"x": XSS})
+    bodies = {path: ro.get(path) for path in ("/", "/fragments/overview", "/jobs?state=running",
+                                              "/fragments/jobs?state=running", f"/jobs/{job.id}",
+                                              f"/fragments/jobs/{job.id}", "/events", "/fragments/events",
+                                              "/api/status", "/api/jobs?state=running", f"/api/jobs/{job.id}",
+                                              "/api/events")}
+    for path, r in bodies.items():
+        assert r.status_code == 200, (path, r.text)
+        assert SECRET not in r.text, f"{path} shows the env value"
+        if path.startswith("/api/"):  # JSON, which a browser never renders as a page (nosniff)
+            assert r.headers["content-type"] == "application/json"
+            assert r.headers["x-content-type-options"] == "nosniff"
+        else:
+            assert r.headers["content-type"].startswith("text/html")
+            assert "<script>alert" not in r.text, f"{path} shows the command unescaped"
+    page = bodies[f"/jobs/{job.id}"].text
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page  # shown, as text
+    assert "API_KEY" in page and job.id in page
+    assert bodies[f"/api/jobs/{job.id}"].json()["spec"]["env"] == {"API_KEY": "<redacted>"}
+    assert bodies[f"/api/jobs/{job.id}"].json()["spec"]["command"] == ["sh", "-c", f"echo {XSS}"]
+    assert "content-security-policy" in bodies["/"].headers
+    assert "script-src 'self'" in bodies["/"].headers["content-security-policy"]
+
+
+def test_a_log_with_a_script_is_shown_as_text(sub_pool: Pool, spawn, ro: TestClient) -> None:
+    job = sub_pool.enqueue("ignored", ["sh", "-c", f"echo \"{XSS}\"; echo done"])
+    spawn(**SUB)
+    assert sub_pool.wait(job.id, timeout=60).state is JobState.SUCCEEDED
+    page = ro.get(f"/jobs/{job.id}").text
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;\ndone" in page
+    assert "<script>alert" not in page
+    assert re.search(r'id="job-state">succeeded<', page)
+
+
+def test_overview_shows_slots_queue_promotion_and_unknown_held(pool: Pool, ro: TestClient) -> None:
+    pool.set_slots(1)
+    first = pool.enqueue(IMAGE, ["true"])
+    waiting = pool.enqueue(IMAGE, ["true"])
+    pool.pause(None, reason="maintenance window")
+    # The supervisor's record of a sweep that kept a slot on unknown evidence (supervisor/report.py).
+    record = {"at": pool.now_ms(), "rows": 1, "unknown": 1, "verdicts": {"warn": 1},
+              "unknown_jobs": [{"job": first.id, "attempt": 1, "reason": "probe_unknown",
+                                "evidence": "daemon <b>down</b>"}]}
+    pool.client.set(pool.keys.last_sweep, json.dumps(record))
+    html = ro.get("/fragments/overview").text
+    assert re.search(r"1 / 1\s*</div>", html)
+    assert "promotion paused" in html and "maintenance window" in html
+    assert waiting.id[:12] in html and "oldest waiting" in html
+    held = html.split('id="unknown-held"')[1].split("</table>")[0]
+    assert first.id in held and "probe_unknown" in held and "daemon &lt;b&gt;down&lt;/b&gt;" in held
+    assert "1 held on unknown evidence" in html
+    assert "warn=1" in html
+    assert ro.get("/api/status").json()["last_sweep"]["unknown_jobs"][0]["job"] == first.id
+
+
+def test_paging_and_find_by_id(pool: Pool, ro: TestClient) -> None:
+    pool.set_slots(0)
+    jobs = [pool.enqueue(IMAGE, ["echo", str(i)]) for i in range(PAGE_SIZE + 3)]
+    first = ro.get("/jobs?state=queued").text
+    ids = re.findall(r'data-job="([0-9a-f]+)"', first)
+    assert ids == [j.id for j in jobs[:PAGE_SIZE]]  # queue order
+    assert f"1&ndash;{PAGE_SIZE} of {PAGE_SIZE + 3}" in first
+    assert 'id="next"' in first and 'id="prev"' not in first
+    second = ro.get(f"/jobs?state=queued&offset={PAGE_SIZE}").text
+    assert re.findall(r'data-job="([0-9a-f]+)"', second) == [j.id for j in jobs[PAGE_SIZE:]]
+    assert 'id="prev"' in second and 'id="next"' not in second
+    api = ro.get(f"/api/jobs?state=queued&offset={PAGE_SIZE}").json()
+    assert api["total"] == PAGE_SIZE + 3
+    assert [j["id"] for j in api["jobs"]] == [j.id for j in jobs[PAGE_SIZE:]]
+
+    found = ro.get(f"/jobs/find?id={jobs[5].id}", follow_redirects=False)
+    assert found.status_code == 303 and found.headers["location"].endswith(f"/jobs/{jobs[5].id}")
+    assert ro.get(f"/jobs/find?id={'0' * 32}").status_code == 404
+
+
+@pytest.mark.parametrize("path", ["/jobs/" + "0" * 32, "/fragments/jobs/" + "0" * 32, "/api/jobs/" + "0" * 32,
+                                  "/no/such/page"])
+def test_unknown_job_or_page_is_404(pool: Pool, ro: TestClient, path: str) -> None:
+    r = ro.get(path)
+    assert r.status_code == 404
+    assert ("no job" in r.text or "no such page" in r.text), r.text
+
+
+def test_bad_paging_input_is_400(pool: Pool, ro: TestClient) -> None:
+    assert ro.get("/jobs?state=bogus").status_code == 400
+    assert ro.get("/jobs?state=queued&offset=-1").status_code == 400
+    assert ro.get("/api/jobs?state=queued&offset=x").json()["error"].startswith("offset")
+
+
+def test_actions_are_off_without_a_token(pool: Pool, ro: TestClient) -> None:
+    pool.set_slots(0)
+    job = pool.enqueue(IMAGE, ["true"])
+    page = ro.get(f"/jobs/{job.id}").text
+    assert "read-only" in page and 'id="job-pause"' not in page
+    r = ro.post(f"/actions/jobs/{job.id}/pause", data={"csrf": "anything"})
+    assert r.status_code == 403 and "actions are off" in r.text
+    assert ro.post("/actions/slots", data={"slots": "5"}).status_code == 403
+    assert ro.get("/login").status_code == 404
+    assert pool.get(job.id).state is JobState.QUEUED and pool.slots() == (0, 0)
+
+
+def test_actions_need_login_and_the_sessions_csrf_token(pool: Pool, rw: TestClient) -> None:
+    pool.set_slots(0)
+    job = pool.enqueue(IMAGE, ["true"])
+    csrf = csrf_of(rw.get("/login").text)
+    # Not logged in: refused, with or without a CSRF token.
+    r = rw.post(f"/actions/jobs/{job.id}/pause", data={"csrf": csrf})
+    assert r.status_code == 403 and "log in" in r.text
+    # A wrong token is refused, and so is a login without the CSRF token.
+    r = rw.post("/login", data={"token": TOKEN[:-1] + "x", "csrf": csrf})
+    assert r.status_code == 403 and "wrong token" in r.text and TOKEN not in r.text
+    assert rw.post("/login", data={"token": TOKEN}).status_code == 403
+    csrf = log_in(rw)
+    # Logged in: a POST without the CSRF token, with another one, or from another origin is refused.
+    for data, headers in (({}, {}), ({"csrf": "forged"}, {}), ({"csrf": csrf}, {"origin": "http://evil.test"})):
+        r = rw.post(f"/actions/jobs/{job.id}/pause", data=data, headers=headers)
+        assert r.status_code == 403, (data, headers)
+    assert pool.get(job.id).state is JobState.QUEUED
+    # With it: done, and the event names the dashboard.
+    r = rw.post(f"/actions/jobs/{job.id}/pause", data={"csrf": csrf, "reason": "from the web",
+                                                       "next": f"/jobs/{job.id}"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == f"/jobs/{job.id}"
+    assert pool.get(job.id).state is JobState.PAUSED
+    last = pool.events(job.id)[-1]
+    assert last["to"] == "paused" and last["actor"].startswith("dashboard:")
+    assert last["evidence"] == "from the web"
+    assert f"paused {job.id}" in rw.get(f"/jobs/{job.id}").text  # the outcome, shown once
+    assert rw.post(f"/actions/jobs/{job.id}/resume", data={"csrf": csrf}).status_code == 200
+    assert pool.get(job.id).state is JobState.QUEUED
+    # The queue, the slots, a cancel; a refused transition is said on the page.
+    rw.post("/actions/queue/pause", data={"csrf": csrf, "reason": "web"})
+    assert pool.stats()["queue_paused"] and pool.stats()["paused_by"].startswith("dashboard:")
+    rw.post("/actions/slots", data={"csrf": csrf, "slots": "3"})
+    assert pool.slots()[1] == 3
+    assert "refused" in rw.post("/actions/slots", data={"csrf": csrf, "slots": "-2"}).text
+    rw.post("/actions/queue/resume", data={"csrf": csrf})
+    assert not pool.stats()["queue_paused"]
+    rw.post(f"/actions/jobs/{job.id}/cancel", data={"csrf": csrf})
+    assert pool.get(job.id).state in (JobState.CANCELLED, JobState.RUNNING)
+    assert "refused" in rw.post(f"/actions/jobs/{job.id}/resume", data={"csrf": csrf}).text
+    assert rw.post("/actions/jobs/" + "0" * 32 + "/pause", data={"csrf": csrf}).status_code == 404
+    # A redirect target that is not a local path is not followed.
+    r = rw.post("/actions/queue/resume", data={"csrf": csrf, "next": "//evil.test/"}, follow_redirects=False)
+    assert r.headers["location"] == "/"
+    # Logged out: refused again.
+    rw.post("/logout", data={"csrf": csrf})
+    assert rw.post("/actions/queue/pause", data={"csrf": csrf}).status_code == 403
+
+
+def test_reconcile_action_runs_the_operators_sweep_as_the_dashboard(pool: Pool, rw: TestClient,
+                                                                      docker_host: str) -> None:
+    csrf = log_in(rw)
+    r = rw.post("/actions/reconcile", data={"csrf": csrf})
+    assert r.status_code == 200 and f"sweep pool={pool.keys.pool}" in r.text
+
+
+def test_the_session_cookie_is_signed_httponly_and_strict(pool: Pool, rw: TestClient) -> None:
+    r = rw.get("/login")
+    cookie = r.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    assert TOKEN.lower() not in cookie
+
+
+def test_on_loopback_another_host_name_is_refused(pool: Pool) -> None:
+    """DNS rebinding: a page of another site whose name now resolves to 127.0.0.1 names its own host."""
+    app = create_app(pool, allowed_hosts=["127.0.0.1", "localhost"])
+    with TestClient(app, base_url="http://localhost:8765") as c:
+        assert c.get("/api/status").status_code == 200
+        assert c.get("/api/status", headers={"host": "evil.test:8765"}).status_code == 400
+
+
+def test_the_token_is_never_in_the_settings_repr() -> None:
+    s = Settings.from_env({"JOBPOOL_DASHBOARD_TOKEN": TOKEN})
+    assert s.dashboard_token == TOKEN and TOKEN not in repr(s) and TOKEN not in str(s)
+
+
+def test_a_weak_token_is_refused_without_being_shown() -> None:
+    from jobpool import ConfigError
+    with pytest.raises(ConfigError, match="JOBPOOL_DASHBOARD_TOKEN") as caught:
+        Settings.from_env({"JOBPOOL_DASHBOARD_TOKEN": "short-one"})
+    assert "short-one" not in str(caught.value)
+
+
+def test_live_fragment_follows_a_state_change(pool: Pool, ro: TestClient) -> None:
+    pool.set_slots(0)
+    job = pool.enqueue(IMAGE, ["true"])
+    assert 'id="job-state">queued<' in ro.get(f"/fragments/jobs/{job.id}").text
+    pool.set_slots(1)
+    eventually(lambda: 'id="job-state">running<' in ro.get(f"/fragments/jobs/{job.id}").text,
+               message="the fragment shows the job running")
