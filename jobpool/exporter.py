@@ -126,6 +126,7 @@ class MetricsServer:
 
     def __init__(self, settings: Settings) -> None:
         assert settings.metrics_port is not None
+        self.settings = settings
         self.host, self.port = settings.metrics_host, settings.metrics_port
         self.pool = Pool(connect(settings.redis_url), settings, actor="metrics")
         self.registry = CollectorRegistry(auto_describe=False)
@@ -140,13 +141,18 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        return metrics_url(self.settings)
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
         self.pool.close()
+
+
+def metrics_url(settings: Settings) -> str:
+    """Where `settings` serve their metrics (an IPv6 address in brackets)."""
+    host = f"[{settings.metrics_host}]" if ":" in settings.metrics_host else settings.metrics_host
+    return f"http://{host}:{settings.metrics_port}/metrics"
 
 
 def serve(settings: Settings) -> MetricsServer | None:

