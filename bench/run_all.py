@@ -21,6 +21,7 @@ BENCHES = [
     ("slot handoff", ["handoff.py"], ["handoff.py", "--jobs", "15"]),
     ("throughput", ["throughput.py"], ["throughput.py", "--jobs", "60"]),
     ("sweep", ["sweep.py"], ["sweep.py"]),
+    ("metrics scrape", ["scrape.py"], ["scrape.py", "--retained", "20000", "--repeat", "20"]),
     ("failure detection", ["failover.py"], ["failover.py", "--rounds", "2"]),
     ("memory", ["memory.py"], ["memory.py"]),
     ("lifetime", ["lifetime.py"], ["lifetime.py", "--quick"]),

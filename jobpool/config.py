@@ -6,8 +6,10 @@ A bad value raises `ConfigError` naming the variable, before anything touches Re
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +92,10 @@ class Settings:
     #: The secret that turns the dashboard's actions on (jobpool/dashboard/auth.py); empty = read-only.
     #: Kept out of repr and comparisons so that it is never printed or logged with the settings.
     dashboard_token: str = field(default="", repr=False, compare=False)
+    #: The port the supervisor serves `/metrics` on (jobpool/exporter.py); None: metrics are off.
+    metrics_port: int | None = None
+    #: The address it binds: this machine only by default (the figures name jobs and workers).
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         validate_pool_name(self.pool)
@@ -113,6 +119,7 @@ class Settings:
             if not os.path.isabs(root):
                 raise ConfigError(f"JOBPOOL_BIND_ROOTS: {root!r} is not an absolute path")
         _check_token(self.dashboard_token)
+        _check_metrics(self.metrics_port, self.metrics_host)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -133,6 +140,7 @@ class Settings:
             values["state_dir"] = env["JOBPOOL_STATE_DIR"]
         if env.get("JOBPOOL_DASHBOARD_TOKEN"):
             values["dashboard_token"] = env["JOBPOOL_DASHBOARD_TOKEN"]
+        values.update(_metrics_from_env(env))
         if env.get("JOBPOOL_BIND_ROOTS"):
             values["bind_roots"] = tuple(r for r in env["JOBPOOL_BIND_ROOTS"].split(":") if r)
         for name, b in _NUMERIC.items():
@@ -173,6 +181,39 @@ def _check_redis_url(url: Any) -> None:
         parse_url(url)
     except ValueError as exc:
         raise ConfigError(f"JOBPOOL_REDIS_URL: {url!r} is not a usable URL: {exc}") from None
+
+
+#: A host name (RFC 1123 labels) or an IPv4 address; IPv6 addresses are checked by `ipaddress`.
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
+_PORT_RANGE = "a port number (1 to 65535)"
+
+
+def _metrics_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """JOBPOOL_METRICS_PORT (unset or empty: metrics off) and JOBPOOL_METRICS_HOST."""
+    values: dict[str, Any] = {}
+    raw = env.get("JOBPOOL_METRICS_PORT")
+    if raw:
+        try:
+            values["metrics_port"] = int(raw, 10)
+        except ValueError:
+            raise ConfigError(f"JOBPOOL_METRICS_PORT: {raw!r} is not {_PORT_RANGE}") from None
+    if "JOBPOOL_METRICS_HOST" in env:
+        values["metrics_host"] = env["JOBPOOL_METRICS_HOST"]
+    return values
+
+
+def _check_metrics(port: Any, host: Any) -> None:
+    """Refuse a metrics port or address that could not be served, by name, before anything starts."""
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        raise ConfigError(f"JOBPOOL_METRICS_PORT: {port!r} is not {_PORT_RANGE}")
+    if not isinstance(host, str):
+        raise ConfigError(f"JOBPOOL_METRICS_HOST: {host!r} is not a host name or address")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOST.fullmatch(host):
+            raise ConfigError(f"JOBPOOL_METRICS_HOST: {host!r} is not a host name or address") from None
 
 
 def _url_from_up_state(state_dir: str) -> str | None:

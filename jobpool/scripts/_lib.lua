@@ -1,5 +1,5 @@
 --[[ _lib.lua: shared helpers, prepended to every script by jobpool/registry.py when it is loaded.
-KEYS: every script receives the pool's 13 common keys first, in this order (keys.py: PoolKeys.common()):
+KEYS: every script receives the pool's 14 common keys first, in this order (keys.py: PoolKeys.common()):
   KEYS[1] config      hash   max_concurrent_jobs
   KEYS[2] paused      hash   present = promotion paused
   KEYS[3] queued      zset   id -> seq (FIFO)
@@ -10,6 +10,7 @@ KEYS: every script receives the pool's 13 common keys first, in this order (keys
   KEYS[8] rq:queues   set    RQ's registry of queues (RQ's own key)
   KEYS[9] seq         string global enqueue counter
   KEYS[10..13]        zsets  paused / succeeded / failed / cancelled job indexes
+  KEYS[14] metrics     hash   the pool's counters and histogram buckets (see `count` below)
 Before this file come the constants the scripts share with Python, generated from jobpool/contract.py
 (LUA_CONSTANTS: the tempfail exit, the slot ceiling, the stream and history caps, the RQ meta key, the
 reasons the scripts write). Use those names; never write their values into a script.
@@ -41,8 +42,8 @@ Error codes (negative first element of the reply; mapped to exceptions in jobpoo
   -4 conflict (compare-and-set evidence changed)   -5 already exists   -6 bad argument
 ]]
 local K_CONFIG, K_PAUSED, K_QUEUED, K_RUNNING, K_COALESCE, K_EVENTS = 1, 2, 3, 4, 5, 6
-local K_RQ_QUEUE, K_RQ_QUEUES, K_SEQ = 7, 8, 9
-local NCOMMON = 13
+local K_RQ_QUEUE, K_RQ_QUEUES, K_SEQ, K_METRICS = 7, 8, 9, 14
+local NCOMMON = 14
 local STATE_INDEX = {queued = 3, running = 4, paused = 10, succeeded = 11, failed = 12, cancelled = 13}
 local E_NOT_FOUND, E_INVALID_STATE, E_NOT_OWNER, E_CONFLICT, E_EXISTS, E_BAD_ARG = -1, -2, -3, -4, -5, -6
 local PROMOTE_BATCH_LIMIT = 64
@@ -90,9 +91,47 @@ local function iso_utc(ms)
     math.floor((rem % 3600) / 60), rem % 60, (ms % 1000) * 1000)
 end
 
--- Record a transition: in the pool's stream, and in the row's history when `jkey` (the job's row, a hash of
--- this job) is given. Queue-wide events (pause, slots) pass nil.
+-- The pool's counters (KEYS[K_METRICS], one hash; read by jobpool/metrics.py): counted here, in the step that
+-- makes the change, so they are right whichever process is asked and survive restarts. Its fields are a
+-- fixed, bounded set (field names are in jobpool/metrics.py): `transitions:<to>:<reason>`, `recoveries`,
+-- and per terminal state `job_duration:<state>:<bucket>` (a bucket's own count, not cumulative), `:sum_ms`
+-- and `:count`.
+local function count(field, by)
+  redis.call('HINCRBY', KEYS[K_METRICS], field, by or 1)
+end
+
+-- A reason as a label value from a bounded set (contract.METRIC_REASONS): exit codes share one, a detail
+-- after a colon is dropped, anything else is 'other'. The row and the stream keep the reason as written.
+local function metric_reason(reason)
+  if not reason or reason == '' then return 'none' end
+  if string.find(reason, '^exit_code_%-?%d+$') then return 'exit_code_nonzero' end
+  local word = string.match(reason, '^([^:]*):') or reason
+  for _, known in ipairs(METRIC_REASONS) do
+    if word == known then return word end
+  end
+  return 'other'
+end
+
+-- A job that reached terminal state `to` at `now`: counted in the duration histogram of that state, from its
+-- enqueue (created_at) to now. A row with no readable created_at counts as 0 s.
+local function observe_duration(jkey, to, now)
+  local created = tonumber(redis.call('HGET', jkey, 'created_at'))
+  local ms = created and now - created or 0
+  if ms < 0 then ms = 0 end
+  local bucket = 'inf'
+  for _, le in ipairs(JOB_DURATION_BUCKETS) do
+    if ms <= le * 1000 then bucket = tostring(le); break end
+  end
+  local prefix = 'job_duration:' .. to .. ':'
+  count(prefix .. bucket)
+  count(prefix .. 'sum_ms', ms)
+  count(prefix .. 'count')
+end
+
+-- Record a transition: in the pool's stream, in the row's history when `jkey` (the job's row, a hash of this
+-- job) is given, and in the pool's counters. Queue-wide events (pause, slots) pass nil.
 local function event(jkey, id, from, to, reason, evidence, actor, now)
+  count('transitions:' .. (to ~= '' and to or 'none') .. ':' .. metric_reason(reason))
   local at = string.format('%d', now)
   local sid = redis.call('XADD', KEYS[K_EVENTS], 'MAXLEN', '~', STREAM_MAXLEN, '*',
     'job', id, 'from', from, 'to', to, 'reason', reason or '', 'evidence', evidence or '',
@@ -127,13 +166,17 @@ end
 
 -- Move a job between state indexes; score is seq for queued/paused, a time for the rest (the terminal
 -- indexes are ordered by finish time, which is what retention prunes by). A row whose seq is unreadable goes
--- to the back of the queue (scored by the time) rather than failing the script. A terminal row is compacted.
+-- to the back of the queue (scored by the time) rather than failing the script. A terminal row is counted in
+-- the duration histogram (every terminal transition comes through here) and compacted.
 local function set_state(jkey, id, from, to, score)
   score = tonumber(score) or now_ms()
   if from ~= '' and STATE_INDEX[from] then redis.call('ZREM', KEYS[STATE_INDEX[from]], id) end
   redis.call('ZADD', KEYS[STATE_INDEX[to]], score, id)
   redis.call('HSET', jkey, 'state', to)
-  if TERMINAL_STATE[to] then compact_finished(jkey) end
+  if TERMINAL_STATE[to] then
+    observe_duration(jkey, to, score)
+    compact_finished(jkey)
+  end
 end
 
 -- A coalesce entry names a queued job only: drop it when that job leaves `queued`.

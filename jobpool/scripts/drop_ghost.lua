@@ -1,7 +1,7 @@
 --[[ drop_ghost
-KEYS[1..13]  common keys (see _lib.lua)
-KEYS[14]     job:<id>      KEYS[15] lease:<id>
-KEYS[16..]   promotion candidates
+KEYS[1..14]  common keys (see _lib.lua)
+KEYS[15]     job:<id>      KEYS[16] lease:<id>
+KEYS[17..]   promotion candidates
 ARGV[1] id   ARGV[2] evidence   ARGV[3] actor
 Returns {0, dropped 0|1, promoted, why_stopped}; -4 when the row is a hash again or a lease with a TTL
         exists (a worker may still hold the job: judge it again next sweep).
@@ -10,7 +10,7 @@ it and it would hold its slot for ever. The supervisor calls this only after a p
 container of the job; the id leaves `running`, its lease and any undelivered RQ entry go, and the freed
 slot is promoted at once. An id no longer in `running` is left alone (dropped 0).
 ]]
-local jkey, lkey = KEYS[14], KEYS[15]
+local jkey, lkey = KEYS[15], KEYS[16]
 local id, evidence, actor = ARGV[1], ARGV[2], ARGV[3]
 if key_type(jkey) == 'hash' then return {E_CONFLICT, 'row'} end
 if not redis.call('ZSCORE', KEYS[K_RUNNING], id) then return {0, 0, 0, 'none'} end
@@ -20,5 +20,5 @@ redis.call('ZREM', KEYS[K_RUNNING], id)
 redis.call('DEL', lkey)
 redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
 event(nil, id, 'running', '', 'dropped_ghost', evidence, actor, now)
-local promoted, why = promote_candidates(16, actor, now)
+local promoted, why = promote_candidates(17, actor, now)
 return {0, 1, promoted, why}

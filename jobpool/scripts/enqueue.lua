@@ -1,7 +1,7 @@
 --[[ enqueue
-KEYS[1..13]  common keys (see _lib.lua)
-KEYS[14]     job:<id>
-KEYS[15]     rq:job:<id>   RQ's job hash (outside the hash tag: RQ's own key)
+KEYS[1..14]  common keys (see _lib.lua)
+KEYS[15]     job:<id>
+KEYS[16]     rq:job:<id>   RQ's job hash (outside the hash tag: RQ's own key)
 ARGV[1] id   ARGV[2] spec JSON   ARGV[3] coalesce key ('' = none)   ARGV[4] actor
 ARGV[5..]    RQ job hash field/value pairs (status 'created'; promote flips it to 'queued')
 Returns {0, id, promoted, why_stopped, coalesced 0|1, state, seq, created_at, attempt, promoted_at};
@@ -10,7 +10,7 @@ why_stopped 'stale' means slots are free but this job is not the head: the calle
 Create a job row (or return the queued job with the same coalesce key), pre-save its RQ
 job hash in the same step, and promote it at once if it is the head and a slot is free.
 ]]
-local jkey, rqkey = KEYS[14], KEYS[15]
+local jkey, rqkey = KEYS[15], KEYS[16]
 local id, spec, ck, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if ck ~= '' then
   local existing = redis.call('HGET', KEYS[K_COALESCE], ck)
@@ -34,7 +34,7 @@ event(jkey, id, '', 'queued', 'enqueued', '', actor, now)
 -- Only this job can be a candidate here; when it is not the head, tell the caller whether to promote.
 local promoted, why = 0, 'full'
 if redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1] == id then
-  promoted, why = promote_candidates(14, actor, now)
+  promoted, why = promote_candidates(15, actor, now)
 elseif redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then
   why = 'paused'
 elseif redis.call('ZCARD', KEYS[K_RUNNING]) < max_slots() then

@@ -1,13 +1,13 @@
 --[[ evict
-KEYS[1..13]  common keys (see _lib.lua)
-KEYS[14]     job:<id>      KEYS[15] lease:<id>
-KEYS[16..]   promotion candidates
+KEYS[1..14]  common keys (see _lib.lua)
+KEYS[15]     job:<id>      KEYS[16] lease:<id>
+KEYS[17..]   promotion candidates
 ARGV[1] id   ARGV[2] expected attempt   ARGV[3] reason   ARGV[4] evidence   ARGV[5] actor
 Returns {0, 'failed', promoted, why_stopped}; -1; -2 not running; -4 the attempt changed.
 An operator frees the slot of a running job (after its container was stopped by label).
 Compare-and-set on the attempt the operator looked at; the old owner's next fenced write is refused.
 ]]
-local jkey, lkey = KEYS[14], KEYS[15]
+local jkey, lkey = KEYS[15], KEYS[16]
 local id, attempt, reason, evidence, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
 local row = redis.call('HMGET', jkey, 'state', 'attempt')
@@ -15,5 +15,5 @@ if row[1] ~= 'running' then return {E_INVALID_STATE, row[1]} end
 if row[2] ~= attempt then return {E_CONFLICT, row[2]} end
 local now = now_ms()
 end_running(jkey, lkey, id, 'failed', reason, evidence, actor, now)
-local promoted, why = promote_candidates(16, actor, now)
+local promoted, why = promote_candidates(17, actor, now)
 return {0, 'failed', promoted, why}

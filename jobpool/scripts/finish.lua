@@ -1,7 +1,7 @@
 --[[ finish
-KEYS[1..13]  common keys (see _lib.lua)
-KEYS[14]     job:<id>      KEYS[15] lease:<id>
-KEYS[16..]   promotion candidates
+KEYS[1..14]  common keys (see _lib.lua)
+KEYS[15]     job:<id>      KEYS[16] lease:<id>
+KEYS[17..]   promotion candidates
 ARGV[1] id   ARGV[2] boot   ARGV[3] attempt   ARGV[4] kind   ARGV[5] exit code ('' if none)
 ARGV[6] reason (for 'error' and 'crashed')   ARGV[7] log tail   ARGV[8] recovery budget (for 'crashed')
 ARGV[9] evidence: how the end was seen, in words ('' for none; recorded with the transition)
@@ -20,7 +20,7 @@ The exit kinds are judged by verdict_for_exit in _lib.lua.
 The row keeps finished_by = '<boot>:<attempt>' and finished_as = the state it ended in, so a finish sent
 again after its reply was lost gets the same answer instead of a refusal.
 ]]
-local jkey, lkey = KEYS[14], KEYS[15]
+local jkey, lkey = KEYS[15], KEYS[16]
 local id, boot, attempt, kind, code, reason, tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 -- Callers that predate ARGV[8..9] send seven: read them only when sent (NARGV, _lib.lua).
 local budget, seen = NARGV >= 8 and ARGV[8] or '0', NARGV >= 9 and ARGV[9] or ''
@@ -47,6 +47,7 @@ else
 end
 if spend then
   redis.call('HSET', jkey, 'recovery_attempts', whole(redis.call('HGET', jkey, 'recovery_attempts')) + 1)
+  count('recoveries')
 end
 local now = now_ms()
 local evidence = 'exit_code=' .. code
@@ -54,5 +55,5 @@ if seen and seen ~= '' then evidence = evidence .. '; ' .. seen end
 redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail, 'finished_by', boot .. ':' .. attempt,
   'finished_as', to)
 end_running(jkey, lkey, id, to, why, evidence, boot, now)
-local promoted, stopped = promote_candidates(16, boot, now)
+local promoted, stopped = promote_candidates(17, boot, now)
 return {0, to, promoted, stopped}

@@ -1,5 +1,5 @@
 --[[ pause_queue
-KEYS[1..13]  common keys (see _lib.lua)
+KEYS[1..14]  common keys (see _lib.lua)
 ARGV[1] by   ARGV[2] reason
 Returns {0, 1 if newly paused else 0}.
 Hold promotion (reconciling goes on). Idempotent; the first pause's record is kept.

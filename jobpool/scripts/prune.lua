@@ -1,7 +1,7 @@
 --[[ prune
-KEYS[1..13]  common keys (see _lib.lua)
-KEYS[14]     rq:finished:<queue>   KEYS[15] rq:failed:<queue>   (RQ's registries: RQ's own keys)
-KEYS[16..]   per job, 5 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>
+KEYS[1..14]  common keys (see _lib.lua)
+KEYS[15]     rq:finished:<queue>   KEYS[16] rq:failed:<queue>   (RQ's registries: RQ's own keys)
+KEYS[17..]   per job, 5 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>
 ARGV[1] state (succeeded | failed | cancelled)
 ARGV[2] keep: the newest N of that state are kept (0 = no count cap)
 ARGV[3] cutoff ms: those that finished before it are removed (0 = no age cap)
@@ -17,7 +17,7 @@ still naming it. One event records the batch (not one per job: pruning must not 
 local state, keep, cutoff, actor = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local index = STATE_INDEX[state]
 if not TERMINAL_STATE[state] or not keep or not cutoff then return {E_BAD_ARG, state} end
-local first, per = 16, 5
+local first, per = 17, 5
 local n = NARGV - 4
 if #KEYS ~= first - 1 + per * n then return {E_BAD_ARG, 'keys'} end
 -- The keys must be this id's, or a caller's slip would delete another job's: compare names, call none.
@@ -45,8 +45,8 @@ for i = 0, n - 1 do
         redis.call('HDEL', KEYS[K_COALESCE], ck)
       end
       redis.call('ZREM', KEYS[index], id)
-      redis.call('ZREM', KEYS[14], id)
       redis.call('ZREM', KEYS[15], id)
+      redis.call('ZREM', KEYS[16], id)
       redis.call('DEL', jkey, KEYS[first + per * i + 1], KEYS[first + per * i + 2], KEYS[first + per * i + 3],
         KEYS[first + per * i + 4])
       removed[#removed + 1] = id

@@ -1,7 +1,7 @@
 --[[ reconcile_apply
-KEYS[1..13]  common keys (see _lib.lua)
-KEYS[14]     job:<id>      KEYS[15] lease:<id>      KEYS[16] rq:job:<id>
-KEYS[17..]   promotion candidates
+KEYS[1..14]  common keys (see _lib.lua)
+KEYS[15]     job:<id>      KEYS[16] lease:<id>      KEYS[17] rq:job:<id>
+KEYS[18..]   promotion candidates
 ARGV[1] id   ARGV[2] expected attempt   ARGV[3] expected owner ('' = unclaimed)
 ARGV[4] expected container id   ARGV[5] verdict   ARGV[6] reason   ARGV[7] exit code
 ARGV[8] recovery budget   ARGV[9] evidence   ARGV[10] actor
@@ -23,7 +23,7 @@ The exit verdicts are judged by verdict_for_exit in _lib.lua, as a worker's fini
               with reason ARGV[6]
   redispatch  promoted but never claimed and lost from RQ: push again with a new attempt, slot kept
 ]]
-local jkey, lkey, rqkey = KEYS[14], KEYS[15], KEYS[16]
+local jkey, lkey, rqkey = KEYS[15], KEYS[16], KEYS[17]
 local id, attempt, owner, cid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local verdict, reason, code, budget, evidence, actor = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
@@ -42,7 +42,10 @@ if EXIT_CAUSE[verdict] and tonumber(code) and not (verdict == 'crashed' and (rea
   -- EXIT_TEMPFAIL is the container saying "interrupted at a boundary, resumable": hand it back.
   to, why, spend = verdict_for_exit(jkey, tonumber(code), tonumber(code) == EXIT_TEMPFAIL, EXIT_CAUSE[verdict],
     reason, budget)
-  if spend then redis.call('HSET', jkey, 'recovery_attempts', whole(row[5]) + 1) end
+  if spend then
+    redis.call('HSET', jkey, 'recovery_attempts', whole(row[5]) + 1)
+    count('recoveries')
+  end
   redis.call('HSET', jkey, 'exit_code', code)
   end_running(jkey, lkey, id, to, why, evidence, actor, now)
 elseif verdict == 'absent' then
@@ -53,6 +56,7 @@ elseif verdict == 'absent' then
   elseif whole(row[5]) < (budget or 0) then
     to = 'queued'
     redis.call('HSET', jkey, 'recovery_attempts', whole(row[5]) + 1)
+    count('recoveries')
   else
     to = 'failed'
   end
@@ -70,5 +74,5 @@ elseif verdict == 'redispatch' and owner == '' then
 else
   return {E_BAD_ARG, verdict}
 end
-local promoted, why = promote_candidates(17, actor, now)
+local promoted, why = promote_candidates(18, actor, now)
 return {0, to, promoted, why}

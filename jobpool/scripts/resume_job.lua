@@ -1,7 +1,7 @@
 --[[ resume_job
-KEYS[1..13]  common keys (see _lib.lua)
-KEYS[14]     job:<id>
-KEYS[15..]   promotion candidates
+KEYS[1..14]  common keys (see _lib.lua)
+KEYS[15]     job:<id>
+KEYS[16..]   promotion candidates
 ARGV[1] id   ARGV[2] actor
 Returns {0, state after, promoted, why_stopped}; -1; -2 when there is nothing to resume.
 A paused job goes back to `queued` at its original place; a running job whose pause
@@ -9,7 +9,7 @@ was requested but has not ended yet has the request withdrawn. Its watcher may h
 already: it calls off its SIGKILL, and `pause_withdrawn` (= the attempt) lets the exit of a job that stops
 anyway hand it back as 'pause_withdrawn_handback' (verdict_for_exit in _lib.lua) instead of failing it.
 ]]
-local jkey = KEYS[14]
+local jkey = KEYS[15]
 local id, actor = ARGV[1], ARGV[2]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
 local row = redis.call('HMGET', jkey, 'state', 'seq', 'pause_requested', 'attempt')
@@ -19,7 +19,7 @@ if row[1] == 'paused' then
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '')
   add_coalesce(jkey, id)
   event(jkey, id, 'paused', 'queued', 'resume', '', actor, now)
-  local promoted, why = promote_candidates(15, actor, now)
+  local promoted, why = promote_candidates(16, actor, now)
   return {0, redis.call('HGET', jkey, 'state'), promoted, why}
 elseif row[1] == 'running' and row[3] == '1' then
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '', 'pause_withdrawn', row[4] or '')

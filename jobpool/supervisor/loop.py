@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from .. import errors
+from .. import errors, exporter
 from ..api import Pool, connect
 from ..config import Settings
 from ..redispolicy import EvictingRedis, check_at_start
@@ -58,8 +58,11 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
     every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A Redis whose `maxmemory-policy` may
     evict job rows is refused before the first sweep (`EvictingRedis`, jobpool/redispolicy.py). A failed
     sweep (Redis away) is logged and the loop goes on; with `once`, it is raised, so a cron job or health
-    check sees it. Returns the last sweep's report."""
+    check sees it. Unless `once`, `/metrics` is served while the loop runs when `settings.metrics_port` is set
+    (jobpool/exporter.py). Returns the last sweep's report."""
     stop = stop_event or threading.Event()
+    # Before anything else: a port that cannot be served is refused in one line, with nothing written.
+    server = None if once else exporter.serve(settings)
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread() and not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -90,5 +93,7 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
             signal.signal(sig, handler)
         sup.close()
         pool.client.close()
+        if server is not None:
+            server.close()
     log.info("supervisor for pool %s stopped", settings.pool)
     return last

@@ -69,6 +69,14 @@ class Unknown:
 Probe = Present | Absent | Unknown
 
 
+def result_name(probe: Probe) -> str:
+    """How a probe is counted (`jobpool_probe_results_total{result}`, jobpool/metrics.py): present (running),
+    exited, absent or unknown."""
+    if isinstance(probe, Present):
+        return "present" if probe.running else "exited"
+    return "absent" if isinstance(probe, Absent) else "unknown"
+
+
 def parse_exit_code(status: str | None) -> int | None:
     """The exit code in a container list's Status ("Exited (137) 3 seconds ago"), or None."""
     m = _EXIT_STATUS.match(status or "")

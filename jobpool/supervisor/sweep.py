@@ -15,17 +15,17 @@ import math
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from .. import errors, retention
+from .. import errors, metrics, retention
 from ..api import Pool
 from ..config import Settings
-from ..registry import call_redis
 from . import volumes
 from .adoption import Adoptions
 from .apply import Applier
 from .evidence import Evidence, Snapshot
-from .probes import ContainerProber, Probe, Unknown
+from .probes import ContainerProber, Probe, Unknown, result_name
 from .report import Decision, SweepReport
 from .verdicts import Kind, RowSnapshot, decide, decide_ghost, expected_state, hold_while_recovering
 
@@ -106,7 +106,7 @@ class Supervisor:
                             "apply": (t_apply - t_probe) * 1000, "promote": (t_promote - t_apply) * 1000,
                             "prune": (done - t_promote) * 1000}
         if not dry_run and job_ids is None:
-            self._write_last_sweep(report)
+            self._write_last_sweep(report, Counter(result_name(p) for p in probes.values()))
         log.info("%s", report.line())
         return report
 
@@ -156,6 +156,7 @@ class Supervisor:
         except Exception as exc:  # noqa: BLE001 - a daemon away: the next round asks again
             log.info("could not look for leftover checkpoint volumes (asked again later): %s", exc)
 
-    def _write_last_sweep(self, report: SweepReport) -> None:
+    def _write_last_sweep(self, report: SweepReport, probe_results: Mapping[str, int]) -> None:
+        """The sweep's record, and its duration and probes counted (jobpool/metrics.py), in one step."""
         summary = json.dumps(report.summary(), sort_keys=True)
-        call_redis(self.pool.client.set, self.pool.keys.last_sweep, summary, what="recording the sweep")
+        metrics.record_sweep(self.pool, summary, report.duration_ms, probe_results)

@@ -209,6 +209,11 @@ FROM_URL = [
     (None, "p", {"lease_secs": 1.0}, "JOBPOOL_LEASE_SECS"),
     (None, "p", {"executor": "podman"}, "JOBPOOL_EXECUTOR"),
     (None, "p", {"bind_roots": ("relative",)}, "JOBPOOL_BIND_ROOTS"),
+    (None, "p", {"metrics_port": 0}, "JOBPOOL_METRICS_PORT"),
+    (None, "p", {"metrics_port": "9100"}, "JOBPOOL_METRICS_PORT"),
+    (None, "p", {"metrics_port": True}, "JOBPOOL_METRICS_PORT"),
+    (None, "p", {"metrics_host": "two words"}, "JOBPOOL_METRICS_HOST"),
+    (None, "p", {"metrics_host": ""}, "JOBPOOL_METRICS_HOST"),
 ]
 
 

@@ -53,6 +53,9 @@ BAD_ENV = [
     ("JOBPOOL_KEEP_SUCCEEDED_SECS", "7d"),
     ("JOBPOOL_KEEP_FAILED_SECS", "-86400"),
     ("JOBPOOL_KEEP_CANCELLED_SECS", "3.5"),
+    ("JOBPOOL_METRICS_PORT", "http"),
+    ("JOBPOOL_METRICS_PORT", "65536"),
+    ("JOBPOOL_METRICS_HOST", "not a host"),
 ]
 
 
@@ -68,7 +71,7 @@ def test_every_bad_jobpool_variable_is_one_line_exit_2_naming_it(redis_url: str,
         "JOBPOOL_CLAIM_GRACE_SECS", "JOBPOOL_PROBE_TIMEOUT_SECS", "JOBPOOL_STOP_GRACE_SECS",
         "JOBPOOL_BIND_ROOTS", "JOBPOOL_EVENTS_MAXLEN", "JOBPOOL_KEEP_SUCCEEDED", "JOBPOOL_KEEP_FAILED",
         "JOBPOOL_KEEP_CANCELLED", "JOBPOOL_KEEP_SUCCEEDED_SECS", "JOBPOOL_KEEP_FAILED_SECS",
-        "JOBPOOL_KEEP_CANCELLED_SECS"}
+        "JOBPOOL_KEEP_CANCELLED_SECS", "JOBPOOL_METRICS_PORT", "JOBPOOL_METRICS_HOST"}
     raw.set("canary", "1")
     before = keyspace(raw)
     runs = [(("ls",), var, value) for var, value in first.items()]
@@ -76,7 +79,8 @@ def test_every_bad_jobpool_variable_is_one_line_exit_2_naming_it(redis_url: str,
              (("supervisor", "--once"), "JOBPOOL_SWEEP_INTERVAL_SECS", "0"),
              (("supervisor", "--once"), "JOBPOOL_PROBE_TIMEOUT_SECS", "601"),
              (("prune",), "JOBPOOL_KEEP_FAILED_SECS", "-86400"),
-             (("supervisor", "--once"), "JOBPOOL_KEEP_SUCCEEDED", "-1")]
+             (("supervisor", "--once"), "JOBPOOL_KEEP_SUCCEEDED", "-1"),
+             (("supervisor",), "JOBPOOL_METRICS_PORT", "65536")]
     base = {"JOBPOOL_REDIS_URL": redis_url, "JOBPOOL_POOL": "it"}
 
     def one(run: tuple[tuple[str, ...], str, str]) -> str | None:

@@ -29,6 +29,11 @@ from jobpool.procid import identity_of, same_process_alive
 IMAGE = "jobpool-test:busybox"
 
 
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return str(reply.read().decode())
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -59,6 +64,11 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         status = eventually(lambda: _get_json(web + "api/status"), timeout=30,
                             message="the dashboard answers")
         assert status["pool"] == "default" and status["redis"]["url"] == state["redis_url"]
+        # Metrics are on, served by its supervisor at the URL it printed.
+        assert f"metrics: {state['metrics_url']}" in out
+        scraped = eventually(lambda: _scrape(state["metrics_url"]), timeout=30, message="up's /metrics",
+                             ignoring=(OSError,))
+        assert 'jobpool_slots_max{pool="default"} 1.0' in scraped
         # Another shell in the same directory finds it with no flags.
         enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "--json", "enqueue", IMAGE, "--",
                               "sh", "-c", "echo hello from up"], cwd=tmp_path, env=env, capture_output=True,

@@ -245,15 +245,16 @@ def test_the_checker_catches_violations(snippet: str, why: str) -> None:
 def test_lib_header_lists_the_common_keys_in_order() -> None:
     header = LIB.split("]]")[0]
     nc = re.search(r"local NCOMMON = (\d+)", LIB)
-    assert nc and int(nc.group(1)) == len(PoolKeys("p").common()) == 13
+    assert nc and int(nc.group(1)) == len(PoolKeys("p").common()) == 14
     for i in range(1, 10):
         assert re.search(rf"KEYS\[{i}\]", header), f"_lib.lua's header does not describe KEYS[{i}]"
     assert "KEYS[10..13]" in header
+    assert re.search(r"KEYS\[14\] metrics", header), "_lib.lua's header does not describe KEYS[14]"
     # The Lua index constants agree with PoolKeys.common()'s order.
     common = PoolKeys("p").common()
     names = {"K_CONFIG": "config", "K_PAUSED": "paused", "K_QUEUED": "queued", "K_RUNNING": "running",
              "K_COALESCE": "coalesce", "K_EVENTS": "events", "K_RQ_QUEUE": "rq:queue:jobpool-p",
-             "K_RQ_QUEUES": "rq:queues", "K_SEQ": "seq"}
+             "K_RQ_QUEUES": "rq:queues", "K_SEQ": "seq", "K_METRICS": "metrics"}
     for line in re.findall(r"^local (K_\w+(?:, K_\w+)*) = ([\d, ]+)$", LIB, re.M):
         for const, idx in zip(line[0].split(", "), line[1].split(", "), strict=True):
             assert common[int(idx) - 1].endswith(names[const]), f"{const} = {idx} is not {names[const]}"
@@ -278,12 +279,12 @@ def test_each_script_opens_with_a_header(name: str) -> None:
     text = script_body(name)
     assert text.startswith(f"--[[ {name}\n"), "the header block comes first and names the operation"
     header, _, body = text.partition("]]")
-    assert "KEYS[1..13]" in header and "common keys" in header
+    assert "KEYS[1..14]" in header and "common keys" in header
     assert "ARGV[" in header and "Returns" in header
     for kind in ("KEYS", "ARGV"):
         for n in sorted({int(i) for i in re.findall(rf"{kind}\[(\d+)\]", strip_comments(body))}):
             assert _covers(header, kind, n), f"{name}.lua uses {kind}[{n}]; its header does not describe it"
-    last_fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=13)
+    last_fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=14)
     if "candidates" in header:
         assert re.search(rf"KEYS\[{last_fixed + 1}\.\.\]\s+promotion candidates", header), (
             "candidates come last, right after the fixed keys")
@@ -297,7 +298,7 @@ def test_scripts_that_may_promote_say_where_their_candidates_are(name: str) -> N
     if not m:
         return
     first = int(m.group(1))
-    fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=13)
+    fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=14)
     if first > fixed:
         assert re.search(rf"KEYS\[{first}\.\.\]\s+promotion candidates", header), (
             f"{name}.lua promotes from KEYS[{first}] on; its header does not say so")

@@ -1,0 +1,164 @@
+"""`/metrics` for Prometheus: served by `jobpool supervisor` when JOBPOOL_METRICS_PORT is set.
+
+Each scrape reads the pool afresh, in a bounded number of keys whatever the pool retains: the gauges come
+from `Pool.status()` (jobpool/status.py, the one report the CLI and a dashboard read too: counts are ZCARDs,
+the running rows are at most the slots), the counters and histograms from the `metrics` hash
+(jobpool/metrics.py), which the scripts and the supervisor keep in Redis. So every supervisor serves the same
+figures, and none are lost when one restarts. Every metric carries the `pool` label. A scrape while Redis is
+away answers `jobpool_redis_reachable 0` and nothing it could not read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from . import errors
+from .api import Pool, connect
+from .contract import JobState
+from .metrics import TERMINAL_STATES, Counters, Histogram, read_counters
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from .config import Settings
+    from .status import StatusReport
+
+log = logging.getLogger("jobpool.metrics")
+
+
+def _gauge(name: str, doc: str, pool: str, value: float, **labels: str) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc, labels=["pool", *labels])
+    g.add_metric([pool, *labels.values()], value)
+    return g
+
+
+def _histogram(family: HistogramMetricFamily, labels: list[str], h: Histogram) -> None:
+    buckets = [("+Inf" if b == math.inf else repr(float(b)), n) for b, n in h.buckets]
+    family.add_metric(labels, buckets, h.sum_seconds)
+
+
+def gauges(report: StatusReport) -> Iterator[Metric]:
+    """The gauges of one status report (see the README's "Metrics" for what each means)."""
+    pool = report.pool
+    yield _gauge("jobpool_redis_reachable", "1 when the pool's Redis answered this scrape.", pool,
+                 int(report.reachable))
+    if not report.reachable:
+        return
+    yield _gauge("jobpool_healthy", "1 when `jobpool status` would say healthy.", pool, int(report.healthy))
+    slots = report.slots
+    if slots is not None:
+        yield _gauge("jobpool_slots_max", "The fleet-wide limit of jobs running at once.", pool, slots.max)
+        yield _gauge("jobpool_slots_used", "Slots held by running jobs.", pool, slots.used)
+    yield _gauge("jobpool_slots_unknown", "Running jobs whose last probe answered unknown (slot kept).", pool,
+                 report.unknown or 0)
+    jobs = GaugeMetricFamily("jobpool_jobs", "Jobs in each state (finished ones: as retained).",
+                             labels=["pool", "state"])
+    for state in JobState:
+        jobs.add_metric([pool, state.value], report.counts.get(state.value, 0))
+    yield jobs
+    wait_ms = report.queue.oldest_wait_ms if report.queue else None
+    yield _gauge("jobpool_queue_oldest_age_seconds", "How long the head of the queue has waited (0: empty).",
+                 pool, max(0, wait_ms or 0) / 1000)
+    if report.workers is not None:
+        yield _gauge("jobpool_workers_live", "Live worker processes (draining ones included).", pool,
+                     report.workers.live)
+    if report.promotion is not None:
+        yield _gauge("jobpool_promotion_paused", "1 while promotion is paused (`jobpool pause`).", pool,
+                     int(report.promotion.paused))
+
+
+def counters(pool: str, c: Counters) -> Iterator[Metric]:
+    """The counters and histograms of the `metrics` hash."""
+    transitions = CounterMetricFamily("jobpool_transitions", "Transitions made, by the state entered ('none' "
+                                      "for a pool-wide event) and reason.", labels=["pool", "to", "reason"])
+    for (to, reason), n in sorted(c.transitions.items()):
+        transitions.add_metric([pool, to, reason], n)
+    yield transitions
+    probes = CounterMetricFamily("jobpool_probe_results", "The supervisor's probes of running jobs, by "
+                                 "result.", labels=["pool", "result"])
+    for result, n in c.probes.items():
+        probes.add_metric([pool, result], n)
+    yield probes
+    recoveries = CounterMetricFamily("jobpool_recoveries", "Recovery budget spent: a job whose worker or "
+                                     "container was lost, queued again.", labels=["pool"])
+    recoveries.add_metric([pool], c.recoveries)
+    yield recoveries
+    jobs = HistogramMetricFamily("jobpool_job_duration_seconds", "Seconds from enqueue to the terminal "
+                                 "state.", labels=["pool", "state"])
+    for state in TERMINAL_STATES:
+        _histogram(jobs, [pool, state], c.job_duration[state])
+    yield jobs
+    if c.sweep_duration is not None:
+        sweeps = HistogramMetricFamily("jobpool_sweep_duration_seconds", "How long the supervisors' sweeps "
+                                       "took.", labels=["pool"])
+        _histogram(sweeps, [pool], c.sweep_duration)
+        yield sweeps
+
+
+class PoolCollector(Collector):
+    """Reads the pool at each scrape (registered on a private registry: no process metrics of the server)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    def collect(self) -> Iterator[Metric]:
+        report = self.pool.status()
+        yield from gauges(report)
+        if not report.reachable:
+            return
+        try:
+            c = read_counters(self.pool)
+        except errors.JobpoolError as exc:  # Redis went away between the two reads: the next scrape asks
+            log.warning("metrics of pool %s: %s", self.pool.keys.pool, exc)
+            return
+        yield from counters(self.pool.keys.pool, c)
+
+
+class MetricsServer:
+    """`/metrics` on (host, port), in a daemon thread of this process, until `close`."""
+
+    def __init__(self, settings: Settings) -> None:
+        assert settings.metrics_port is not None
+        self.settings = settings
+        self.host, self.port = settings.metrics_host, settings.metrics_port
+        self.pool = Pool(connect(settings.redis_url), settings, actor="metrics")
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(PoolCollector(self.pool))
+        try:
+            self._server: WSGIServer
+            self._server, self._thread = start_http_server(self.port, self.host, registry=self.registry)
+        except OSError as exc:
+            self.pool.close()
+            raise errors.ConfigError(f"JOBPOOL_METRICS_PORT: cannot serve metrics on {self.url}: "
+                                     f"{exc.strerror or exc}") from None
+
+    @property
+    def url(self) -> str:
+        return metrics_url(self.settings)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self.pool.close()
+
+
+def metrics_url(settings: Settings) -> str:
+    """Where `settings` serve their metrics (an IPv6 address in brackets)."""
+    host = f"[{settings.metrics_host}]" if ":" in settings.metrics_host else settings.metrics_host
+    return f"http://{host}:{settings.metrics_port}/metrics"
+
+
+def serve(settings: Settings) -> MetricsServer | None:
+    """Serve the pool's metrics when `settings.metrics_port` is set (None: metrics are off)."""
+    if settings.metrics_port is None:
+        return None
+    server = MetricsServer(settings)
+    log.info("serving metrics of pool %s on %s", settings.pool, server.url)
+    return server

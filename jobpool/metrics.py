@@ -1,0 +1,162 @@
+"""The pool's counters: the `metrics` hash (jobpool/keys.py), what its fields mean, reading it, and the
+supervisor's share of writing it.
+
+Counters live in Redis, not in a process, so they are the fleet's whichever process serves them and survive
+restarts of every one of them. The scripts count what they change in the step that changes it
+(scripts/_lib.lua: `count`, `event`, `observe_duration`), so a counter can never disagree with the
+transitions it counts; the supervisor adds what only it sees (its probes and how long its sweeps take) in one
+MULTI with its last-sweep record. The hash holds a fixed, bounded set of fields, listed here:
+
+  transitions:<to>:<reason>        every transition (event), by the state it went to ('none' for a pool-wide
+                                   event) and its reason as a bounded label (contract.METRIC_REASONS)
+  recoveries                       recovery budget spent (a crashed or vanished job queued again)
+  job_duration:<state>:<le>        terminal jobs whose enqueue-to-end time fell in this bucket (its own
+                                   count, not cumulative; <le> in seconds, contract.JOB_DURATION_BUCKETS, or
+                                   'inf'), with :sum_ms and :count
+  probes:<result>                  the supervisor's probes: present, exited, absent, unknown
+  sweep_duration:<le>              sweeps whose duration fell in this bucket (<le> in ms,
+                                   contract.SWEEP_DURATION_BUCKETS_MS, or 'inf'), with :sum_ms and :count
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .contract import JOB_DURATION_BUCKETS, SWEEP_DURATION_BUCKETS_MS, TERMINAL
+from .registry import call_redis
+
+if TYPE_CHECKING:
+    from .api import Pool
+
+PROBE_RESULTS = ("present", "exited", "absent", "unknown")
+TERMINAL_STATES = tuple(sorted(s.value for s in TERMINAL))
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A histogram as Prometheus shows it: cumulative counts per upper bound (seconds; +Inf last), the sum of
+    the observations (seconds) and their count."""
+
+    buckets: tuple[tuple[float, int], ...]
+    sum_seconds: float
+    count: int
+
+    @classmethod
+    def from_fields(cls, own: Mapping[str, int], bounds: Iterable[float], unit_secs: float,
+                    sum_ms: float) -> Histogram:
+        """From each bucket's own count (`own`: bound as written -> n; 'inf' past the last). A stored bound
+        that is not one of `bounds` (buckets changed since) is counted in the first bound that holds it, so
+        no observation is lost and the counts stay cumulative. The count is the +Inf bucket's, as Prometheus
+        requires (the stored `:count` says the same, for a person reading the hash)."""
+        limits = sorted(float(b) for b in bounds)
+        per = [0] * (len(limits) + 1)
+        for raw, n in own.items():
+            le = math.inf if raw == "inf" else _float(raw)
+            if le is None:
+                continue
+            le *= unit_secs
+            i = next((k for k, b in enumerate(limits) if le <= b * unit_secs), len(limits))
+            per[i] += n
+        cumulative, running = [], 0
+        for b, n in zip([*limits, math.inf], per, strict=True):
+            running += n
+            cumulative.append((b * unit_secs if b != math.inf else math.inf, running))
+        return cls(tuple(cumulative), sum_ms / 1000, running)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What the `metrics` hash holds, parsed (missing fields read as 0)."""
+
+    transitions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    recoveries: int = 0
+    probes: Mapping[str, int] = field(default_factory=dict)
+    job_duration: Mapping[str, Histogram] = field(default_factory=dict)
+    sweep_duration: Histogram | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        def hist(h: Histogram | None) -> dict[str, Any] | None:
+            if h is None:
+                return None
+            return {"buckets": [["+Inf" if b == math.inf else b, n] for b, n in h.buckets],
+                    "sum": h.sum_seconds, "count": h.count}
+
+        return {"transitions": [{"to": to, "reason": reason, "count": n}
+                                for (to, reason), n in sorted(self.transitions.items())],
+                "recoveries": self.recoveries, "probes": dict(self.probes),
+                "job_duration": {s: hist(h) for s, h in self.job_duration.items()},
+                "sweep_duration": hist(self.sweep_duration)}
+
+
+def _float(raw: str) -> float | None:
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def _int(raw: Any) -> int:
+    """A stored count; a field edited into something else reads as 0 (a scrape must not fail on it)."""
+    try:
+        return int(float(raw))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def parse(fields: Mapping[str, str]) -> Counters:
+    """The counters from the hash's fields (unknown fields are ignored: a newer writer's, say)."""
+    transitions: dict[tuple[str, str], int] = {}
+    probes = dict.fromkeys(PROBE_RESULTS, 0)
+    own: dict[str, dict[str, int]] = {}  # histogram name -> bucket -> own count
+    sums: dict[str, float] = {}  # histogram name -> sum_ms
+    recoveries = 0
+    for name, raw in fields.items():
+        parts = name.split(":")
+        if parts[0] == "transitions" and len(parts) == 3:
+            transitions[(parts[1], parts[2])] = _int(raw)
+        elif name == "recoveries":
+            recoveries = _int(raw)
+        elif parts[0] == "probes" and len(parts) == 2 and parts[1] in probes:
+            probes[parts[1]] = _int(raw)
+        elif parts[0] in ("job_duration", "sweep_duration") and 2 <= len(parts) <= 3:
+            family, bucket = ":".join(parts[:-1]), parts[-1]
+            if bucket == "sum_ms":
+                sums[family] = _float(raw) or 0.0
+            elif bucket != "count":
+                own.setdefault(family, {})[bucket] = _int(raw)
+
+    def hist(name: str, bounds: Iterable[float], unit_secs: float) -> Histogram:
+        return Histogram.from_fields(own.get(name, {}), bounds, unit_secs, sums.get(name, 0.0))
+
+    return Counters(transitions=transitions, recoveries=recoveries, probes=probes,
+                    job_duration={s: hist(f"job_duration:{s}", JOB_DURATION_BUCKETS, 1.0)
+                                  for s in TERMINAL_STATES},
+                    sweep_duration=hist("sweep_duration", SWEEP_DURATION_BUCKETS_MS, 0.001))
+
+
+def read_counters(pool: Pool) -> Counters:
+    """The pool's counters, in one read of one hash (a bounded number of fields, whatever the pool holds)."""
+    return parse(call_redis(pool.client.hgetall, pool.keys.metrics, what="reading the counters"))
+
+
+def sweep_increments(duration_ms: float, probes: Mapping[str, int]) -> tuple[dict[str, int], float]:
+    """What one sweep adds to the hash: integer increments by field, and the ms to add to the sweep sum."""
+    bucket = next((str(b) for b in SWEEP_DURATION_BUCKETS_MS if duration_ms <= b), "inf")
+    incr = {f"sweep_duration:{bucket}": 1, "sweep_duration:count": 1}
+    incr.update({f"probes:{result}": n for result, n in probes.items() if n and result in PROBE_RESULTS})
+    return incr, duration_ms
+
+
+def record_sweep(pool: Pool, last_sweep: str, duration_ms: float, probes: Mapping[str, int]) -> None:
+    """The supervisor's write after a sweep: its last-sweep record and its counters, in one MULTI (so a
+    sweep is counted exactly when it is recorded)."""
+    incr, sum_ms = sweep_increments(duration_ms, probes)
+    pipe = pool.client.pipeline(transaction=True)
+    pipe.set(pool.keys.last_sweep, last_sweep)
+    for name, n in incr.items():
+        pipe.hincrby(pool.keys.metrics, name, n)
+    pipe.hincrbyfloat(pool.keys.metrics, "sweep_duration:sum_ms", round(sum_ms, 3))
+    call_redis(pipe.execute, what="recording the sweep")
