@@ -5,6 +5,7 @@ drain that hands the running job back; and a second `up` refuses while any proce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from polling import eventually
 from procs import children
+from rq import Worker
 from upstack import Stacks, Up, descendants, fast_env
 
 from jobpool import JobState, Pool
@@ -154,6 +157,11 @@ def test_up_dying_takes_its_stack_with_it_after_a_drain(tmp_path: Path, start_up
     stack = eventually(lambda: (s := up.snapshot()) and len(s) >= 7 and s, timeout=10,
                        message="redis, supervisor, dashboard, two workers, a work horse and the job run")
     assert state["redis_pid"] in {i["pid"] for i in stack} and len(_workers(up)) == 2
+    # Both workers past their start-up, so each has its drain handler: RQ installs it just before its first
+    # dequeue, which is where a worker first says it is idle (or busy).
+    with contextlib.closing(redis.Redis.from_url(state["redis_url"])) as rq:
+        eventually(lambda: sorted(w.get_state() for w in Worker.all(connection=rq)) == ["busy", "idle"],
+                   timeout=30, message="one worker busy with the job, the other idle")
     if how == "terminal-closed":
         up.hang_up()  # the kernel sends SIGHUP; and whatever `up` prints from now on fails to reach anyone
     else:
