@@ -6,7 +6,11 @@ verdict (`verdict_for_exit` in scripts/_lib.lua). What Docker 20.10 records, fou
 (tests/integration/test_daemon_faults.py):
 
 - **OOM kill**: `State.OOMKilled` true (exit 137 when the job's own process was the victim). Precise: the
-  job fails with `oom_killed` (contract.REASON_OOM_KILLED), which says what to change.
+  job fails with `oom_killed` (contract.REASON_OOM_KILLED), which says what to change. The flag is set only
+  when the daemon hears of the OOM kill before the exit; the two come from containerd on separate paths, and
+  on a loaded host the exit can come first (seen in CI: exit 137, OOMKilled false). Docker never sets the flag
+  afterwards, but it does log an `oom` event for the container. So an exit 137 without the flag is asked of
+  the daemon's event log (`oom_event`): an `oom` event of this container since it started is an OOM kill.
 - **Daemon restarted with live-restore** (SIGKILL or SIGTERM): the container runs on, and an exit while the
   daemon was away is kept by its shim and recorded with its real code and time. Nothing to judge.
 - **Exit status lost across a restart**: a container whose exit the daemon was recording when it stopped
@@ -40,7 +44,9 @@ every `WAIT_SLICE`), one sweep interval plus start-up for the supervisor.
 from __future__ import annotations
 
 import collections
+import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -50,6 +56,11 @@ from .contract import EXIT_UNKNOWN, REASON_OOM_KILLED, REASON_RESTART_LOST_EXIT,
 
 #: What ended a container, as the scripts name it (finish.lua kinds, reconcile_apply.lua verdicts).
 OWN, OOM, CRASHED = "", "oom", "crashed"
+#: The exit code of a process killed by SIGKILL, as the OOM killer kills.
+EXIT_SIGKILL = 137
+#: How long a watcher that saw the exit waits for the daemon's late `oom` event (the event log is read up to
+#: this far past now, and Docker holds the request open until then).
+OOM_EVENT_GRACE_SECS = 1.0
 #: How many past outage windows an observer remembers (a supervisor judges orphans found sweeps later).
 KEEP_WINDOWS = 16
 
@@ -117,15 +128,37 @@ def _when(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"
 
 
-def ending(state: Mapping[str, Any], outages: Outages, live_restore: Callable[[], bool]) -> Ending:
+def oom_event(api: Any, container_id: str, state: Mapping[str, Any], grace: float = 0.0) -> bool:
+    """Whether the daemon `api` (docker-py's low-level client) logged an `oom` event for the container since
+    it started, reading its event log up to `grace` seconds past now. What it raises goes to the caller."""
+    started = docker_time(state.get("StartedAt"))
+    since = int(started) - 1 if started is not None else None
+    until = math.ceil(time.time() + grace)
+    events = api.events(since=since, until=until, decode=True,
+                        filters={"container": container_id, "event": "oom"})
+    try:
+        return any(e.get("status", e.get("Action")) == "oom" for e in events)
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+
+
+def ending(state: Mapping[str, Any], outages: Outages, live_restore: Callable[[], bool],
+           oom_logged: Callable[[], bool] = lambda: False) -> Ending:
     """How the container whose inspect `State` this is ended (it must have ended). `live_restore` asks the
-    daemon whether it runs with live-restore; it is called only when the answer decides, and whatever it
-    raises goes to the caller (then nothing is decided: ask again later)."""
+    daemon whether it runs with live-restore, `oom_logged` whether it logged an OOM kill of this container
+    (`oom_event`); each is called only when its answer decides, and whatever it raises goes to the caller
+    (then nothing is decided: ask again later)."""
     code = int(state.get("ExitCode", -1))
     if code == 0:
         return Ending(0)
     if state.get("OOMKilled") is True:
         return Ending(code, OOM, REASON_OOM_KILLED, f"Docker State.OOMKilled, exit {code}")
+    if code == EXIT_SIGKILL and oom_logged():
+        return Ending(code, OOM, REASON_OOM_KILLED,
+                      f"Docker logged an oom event of the container, exit {code} (State.OOMKilled unset: "
+                      f"the daemon heard of the exit first)")
     finished = docker_time(state.get("FinishedAt"))
     window = outages.window_of(docker_time(state.get("StartedAt")), finished)
     if window is None or finished is None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import daemonid, procid
 from ..contract import EXIT_UNKNOWN, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
-from ..exits import Ending, Outages, ending
+from ..exits import Ending, Outages, ending, oom_event
 
 #: Container states whose process may still write (a paused container resumes where it was).
 LIVE_STATES = frozenset({"running", "paused", "restarting"})
@@ -291,7 +291,9 @@ class ContainerProber:
             if not isinstance(code, int) or state.get("Status") == "created":
                 return Unknown(f"container {container_id[:12]} has no readable exit code "
                                f"(state {state.get('Status')!r})")
-            end = ending(state, self.outages, lambda: client.info().get("LiveRestoreEnabled") is not False)
+            # The exit is old news to a supervisor: no grace for a late oom event.
+            end = ending(state, self.outages, lambda: client.info().get("LiveRestoreEnabled") is not False,
+                         lambda: oom_event(client.api, container_id, state))
         except docker.errors.NotFound:
             return Absent(detail=f"container {container_id[:12]} removed while probing")
         except Exception as exc:  # noqa: BLE001 - unknown, for this container only

@@ -27,6 +27,7 @@ from servers import DockerDaemon
 
 from jobpool import JobState, Pool
 from jobpool.contract import EXIT_UNKNOWN, REASON_OOM_KILLED, REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED
+from jobpool.exits import OOM_EVENT_GRACE_SECS, oom_event
 from jobpool.supervisor import Supervisor
 
 
@@ -303,3 +304,22 @@ def test_supervisor_fails_an_orphan_the_oom_killer_ended(gpool: Pool, gate: Path
     eventually(lambda: judged(sup, gpool, job_id), timeout=10, interval=0.2, message="its end judged")
     job = gpool.get(job_id)
     assert (job.state, job.error_reason, job.exit_code) == (JobState.FAILED, REASON_OOM_KILLED, 137)
+
+
+def test_the_daemons_event_log_tells_an_oom_kill_from_a_sigkill(dclient: docker.DockerClient) -> None:
+    # What `exits.oom_event` reads when an exit 137 came without State.OOMKilled (the daemon heard of the
+    # exit before the OOM kill, on a loaded host): both containers exit 137, only one was the OOM killer's.
+    oomed = dclient.containers.run(IMAGE, ["sh", "-c", ALLOCATE], detach=True, mem_limit="16m",
+                                   network_mode="none")
+    killed = dclient.containers.run(IMAGE, ["sleep", "1000"], detach=True, network_mode="none")
+    try:
+        assert oomed.wait(timeout=60)["StatusCode"] == 137
+        killed.kill()
+        assert killed.wait(timeout=60)["StatusCode"] == 137
+        for container, was_oom in ((oomed, True), (killed, False)):
+            state = dclient.api.inspect_container(container.id)["State"]
+            assert oom_event(dclient.api, container.id, state) is was_oom
+            assert oom_event(dclient.api, container.id, state, OOM_EVENT_GRACE_SECS) is was_oom
+    finally:
+        for container in (oomed, killed):
+            container.remove(force=True)

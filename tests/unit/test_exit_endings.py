@@ -103,6 +103,24 @@ def test_oom_killed_is_the_kernels_whenever_it_ended() -> None:
     assert (end.cause, end.reason, end.code) == (OOM, REASON_OOM_KILLED, 137)
 
 
+def test_an_oom_kill_the_daemon_heard_of_after_the_exit_is_found_in_its_event_log() -> None:
+    # Exit 137 without State.OOMKilled: the daemon's event log decides (exits.oom_event).
+    end = ending(state(137, T0, T0 + 10.5), Outages(), no_info, lambda: True)
+    assert (end.cause, end.reason, end.code) == (OOM, REASON_OOM_KILLED, 137)
+    assert "oom event" in end.evidence
+    assert ending(state(137, T0, T0 + 10.5), Outages(), no_info, lambda: False) == Ending(137)
+
+
+def no_log() -> bool:
+    raise AssertionError("the daemon's event log was read when it could not decide")
+
+
+@pytest.mark.parametrize("code", [0, 1, 143, EXIT_UNKNOWN])
+def test_only_an_exit_137_without_the_flag_asks_the_event_log(code: int) -> None:
+    ending(state(code, T0, T0 + 1), Outages(), no_info, no_log)
+    ending(state(137, T0, T0 + 1, oom=True), Outages(), no_info, no_log)
+
+
 def test_exit_0_is_the_jobs_own_even_flagged_oom_or_inside_a_window() -> None:
     assert ending(state(0, T0, T0 + 10.5, oom=True), restarted(T0 + 10, T0 + 11), no_info) == Ending(0)
 

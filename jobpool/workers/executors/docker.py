@@ -19,7 +19,7 @@ import urllib3.exceptions
 
 from ... import daemonid
 from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
-from ...exits import Ending, Outages, ending
+from ...exits import OOM_EVENT_GRACE_SECS, Ending, Outages, ending, oom_event
 from .base import CONTAINER_CHECKPOINT_DIR, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
 
 log = logging.getLogger(__name__)
@@ -110,8 +110,9 @@ class DockerHandle:
                 self._answered("still running")
                 return None
             self._answered("ended")
-            with _bounded(api, timeout):
-                return ending(state, self.outages, lambda: api.info().get("LiveRestoreEnabled") is not False)
+            with _bounded(api, timeout + OOM_EVENT_GRACE_SECS):
+                return ending(state, self.outages, lambda: api.info().get("LiveRestoreEnabled") is not False,
+                              lambda: oom_event(api, self.container_id, state, OOM_EVENT_GRACE_SECS))
         except docker.errors.NotFound:
             raise LaunchUnknown("container vanished") from None
         except _NO_ANSWER as exc:
