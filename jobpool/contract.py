@@ -46,6 +46,11 @@ HISTORY_MAX_BYTES = 16_384
 #: The key in an RQ job's meta that carries the attempt it dispatches (written by the scripts on promotion,
 #: read by the worker before it claims).
 RQ_META_ATTEMPT = "jobpool_attempt"
+#: How the RQ job id of an adoption request begins, before `<job id>-` (jobpool/supervisor/adoption.py);
+#: the prune script checks a request's hash is the job's by it (scripts/prune.lua).
+ADOPT_RQ_PREFIX = "jobpool-adopt-"
+#: RQ's key of a job hash, before the RQ job id (RQ's own naming; jobpool/keys.py).
+RQ_JOB_PREFIX = "rq:job:"
 
 # ---- how an attempt ended when its own process did not end it (jobpool/exits.py) -------------------
 
@@ -113,6 +118,7 @@ LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "EVENTS_MAXLEN": EVENTS_MAXLEN,
     "HISTORY_MAX_BYTES": HISTORY_MAX_BYTES,
     "RQ_META_ATTEMPT": RQ_META_ATTEMPT,
+    "ADOPT_RQ_PREFIX": ADOPT_RQ_PREFIX,
     "REASON_OOM_KILLED": REASON_OOM_KILLED,
     "METRIC_REASONS": METRIC_REASONS,
     "JOB_DURATION_BUCKETS": JOB_DURATION_BUCKETS,

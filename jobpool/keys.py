@@ -11,11 +11,11 @@ import re
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.results import get_key as rq_results_key
 
+from .contract import RQ_JOB_PREFIX
 from .errors import ConfigError
 
 #: Matched whole (`fullmatch`): with `match`, a `$` would let a trailing newline through.
 POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-RQ_JOB_PREFIX = "rq:job:"
 RQ_QUEUE_PREFIX = "rq:queue:"
 RQ_QUEUES = "rq:queues"
 #: A pool's RQ queue is named this prefix and the pool's name.

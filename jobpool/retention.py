@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .contract import TERMINAL, JobState
+from .contract import ADOPT_RQ_PREFIX, TERMINAL, JobState
 from .registry import call_redis
 
 if TYPE_CHECKING:
@@ -124,10 +124,21 @@ def prune(pool: Pool, dry_run: bool = False, budget_secs: float | None = None, b
     return report
 
 
+def batch_keys(pool: Pool, ids: list[str]) -> list[str]:
+    """The prune script's per-job keys for `ids` (scripts/prune.lua): what each job may have left, and the
+    RQ hash of the adoption request its pointer names, which the script cannot name alone (it is read here
+    and compared again there); '' when there is none."""
+    keys: list[str] = []
+    requests = call_redis(pool.client.mget, [pool.keys.adoption(job_id) for job_id in ids],
+                          what="reading adoption requests") if ids else []
+    for job_id, request in zip(ids, requests, strict=True):
+        ours = isinstance(request, str) and request.startswith(f"{ADOPT_RQ_PREFIX}{job_id}-")
+        keys += [*pool.keys.leftovers(job_id), pool.keys.rq_job(request) if ours else ""]
+    return keys
+
+
 def _prune_batch(pool: Pool, cap: Cap, ids: list[str], cutoff_ms: int, actor: str) -> list[str]:
-    keys = [*pool.keys.common(), pool.keys.rq_finished, pool.keys.rq_failed]
-    for job_id in ids:
-        keys += pool.keys.leftovers(job_id)
+    keys = [*pool.keys.common(), pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool, ids)]
     reply = pool.scripts.run("prune", keys, [cap.state.value, cap.keep, cutoff_ms, actor, *ids])
     return [str(i) for i in reply[2:]]
 

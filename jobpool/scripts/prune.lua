@@ -1,7 +1,9 @@
 --[[ prune
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     rq:finished:<queue>   KEYS[16] rq:failed:<queue>   (RQ's registries: RQ's own keys)
-KEYS[17..]   per job, 5 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>
+KEYS[17..]   per job, 6 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>, and the RQ
+             hash of the adoption request adopt:<id> names (rq:job:, ADOPT_RQ_PREFIX, <id>, '-', ...),
+             '' for none
 ARGV[1] state (succeeded | failed | cancelled)
 ARGV[2] keep: the newest N of that state are kept (0 = no count cap)
 ARGV[3] cutoff ms: those that finished before it are removed (0 = no age cap)
@@ -11,13 +13,14 @@ Remove finished jobs past retention (jobpool/retention.py reads the oldest of ea
 job is judged again here, atomically: it must still be in that state's index, its row must say that
 state, and it must be past a cap now. A job that is queued, running or paused is never touched, and a job
 that finished a moment ago is the newest in its index, so it is kept. Everything the job left goes with its
-row: RQ's hash and result stream, RQ's registry entries, its lease and adoption pointer, and a coalesce entry
-still naming it. One event records the batch (not one per job: pruning must not fill the stream it caps).
+row: RQ's hash and result stream, RQ's registry entries, its lease and adoption pointer, the RQ hash of the
+adoption request that pointer still names (one never run, or whose adopter was killed, has no TTL), and a
+coalesce entry still naming it. One event records the batch (not one per job: pruning must not fill the stream it caps).
 ]]
 local state, keep, cutoff, actor = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local index = STATE_INDEX[state]
 if not TERMINAL_STATE[state] or not keep or not cutoff then return {E_BAD_ARG, state} end
-local first, per = 17, 5
+local first, per = 17, 6
 local n = NARGV - 4
 if #KEYS ~= first - 1 + per * n then return {E_BAD_ARG, 'keys'} end
 -- The keys must be this id's, or a caller's slip would delete another job's: compare names, call none.
@@ -25,7 +28,9 @@ local prefix = string.sub(KEYS[K_CONFIG], 1, -#'config' - 1)
 for i = 0, n - 1 do
   local id, k = ARGV[5 + i], first + per * i
   if KEYS[k] ~= prefix .. 'job:' .. id or KEYS[k + 1] ~= 'rq:job:' .. id or KEYS[k + 2] ~= 'rq:results:' .. id
-      or KEYS[k + 3] ~= prefix .. 'lease:' .. id or KEYS[k + 4] ~= prefix .. 'adopt:' .. id then
+      or KEYS[k + 3] ~= prefix .. 'lease:' .. id or KEYS[k + 4] ~= prefix .. 'adopt:' .. id
+      or (KEYS[k + 5] ~= '' and string.sub(KEYS[k + 5], 1, #'rq:job:' + #ADOPT_RQ_PREFIX + #id + 1)
+          ~= 'rq:job:' .. ADOPT_RQ_PREFIX .. id .. '-') then
     return {E_BAD_ARG, 'keys of ' .. id}
   end
 end
@@ -47,8 +52,12 @@ for i = 0, n - 1 do
       redis.call('ZREM', KEYS[index], id)
       redis.call('ZREM', KEYS[15], id)
       redis.call('ZREM', KEYS[16], id)
-      redis.call('DEL', jkey, KEYS[first + per * i + 1], KEYS[first + per * i + 2], KEYS[first + per * i + 3],
-        KEYS[first + per * i + 4])
+      local k = first + per * i
+      -- The adoption request's hash goes only while the pointer still names it (read by the caller before).
+      if KEYS[k + 5] ~= '' and redis.call('GET', KEYS[k + 4]) == string.sub(KEYS[k + 5], #'rq:job:' + 1) then
+        redis.call('DEL', KEYS[k + 5])
+      end
+      redis.call('DEL', jkey, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4])
       removed[#removed + 1] = id
     end
   end

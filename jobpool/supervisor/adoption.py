@@ -21,6 +21,7 @@ from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from ..api import Pool
+from ..contract import ADOPT_RQ_PREFIX
 from ..keys import worker_name
 from ..registry import call_redis, wrap_redis_error
 from .evidence import run_pipeline
@@ -41,7 +42,7 @@ def adopt_rq_job_id(job_id: str, attempt: int) -> str:
     """A fresh RQ job id for one adoption request. Never reused: RQ's registries still name an earlier
     request (a dead adopter's stays in the started registry until RQ cleans it up, which would fail a new
     request that had the same id)."""
-    return f"jobpool-adopt-{job_id}-{attempt}-{uuid.uuid4().hex[:12]}"
+    return f"{ADOPT_RQ_PREFIX}{job_id}-{attempt}-{uuid.uuid4().hex[:12]}"
 
 
 class Adoptions:

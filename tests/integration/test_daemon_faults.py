@@ -318,8 +318,9 @@ def test_the_daemons_event_log_tells_an_oom_kill_from_a_sigkill(dclient: docker.
         assert killed.wait(timeout=60)["StatusCode"] == 137
         for container, was_oom in ((oomed, True), (killed, False)):
             state = dclient.api.inspect_container(container.id)["State"]
-            assert oom_event(dclient.api, container.id, state) is was_oom
+            # With the grace a watcher gives it: on a loaded host the event can come after the exit.
             assert oom_event(dclient.api, container.id, state, OOM_EVENT_GRACE_SECS) is was_oom
+            assert oom_event(dclient.api, container.id, state) is was_oom  # logged by now: no grace needed
     finally:
         for container in (oomed, killed):
             container.remove(force=True)

@@ -109,7 +109,9 @@ def test_a_fleet_in_a_known_state_is_what_metrics_says(pool: Pool, spawn, docker
     for state, n in (("succeeded", 2), ("failed", 1), ("cancelled", 1)):
         assert value(s, "jobpool_job_duration_seconds_count", state=state) == n
         assert value(s, "jobpool_job_duration_seconds_bucket", state=state, le="+Inf") == n
-        assert 0 < value(s, "jobpool_job_duration_seconds_sum", state=state) < 300
+        # A cancel right after its enqueue can take less than the millisecond the scripts count in.
+        low = 0 if state == "cancelled" else 0.001
+        assert low <= value(s, "jobpool_job_duration_seconds_sum", state=state) < 300
     les = sorted(float(dict(labels)["le"]) for (name, labels), _ in s.items()
                  if name == "jobpool_job_duration_seconds_bucket" and dict(labels)["state"] == "failed")
     assert les == [*map(float, JOB_DURATION_BUCKETS), float("inf")]

@@ -13,8 +13,9 @@ from pool_helpers import Backend, claim, enqueue, row, state_of
 
 from jobpool import errors
 from jobpool.api import Pool
-from jobpool.contract import JobState
-from jobpool.retention import Cap, caps, past_caps, prune
+from jobpool.contract import ADOPT_RQ_PREFIX, JobState
+from jobpool.retention import Cap, batch_keys, caps, past_caps, prune
+from jobpool.supervisor.adoption import adopt_rq_job_id
 
 
 def finish(pool: Pool, job_id: str, code: int = 0) -> None:
@@ -38,12 +39,21 @@ def leave_rq_traces(backend: Backend, pool: Pool, job_id: str) -> None:
     backend.client.zadd(pool.keys.rq_finished, {job_id: float("inf")})
     backend.client.zadd(pool.keys.rq_failed, {job_id: 1})
     backend.client.set(pool.keys.lease(job_id), "x")
-    backend.client.set(pool.keys.adoption(job_id), "y")
+    adopt_request(backend, pool, job_id)
+
+
+def adopt_request(backend: Backend, pool: Pool, job_id: str) -> str:
+    """An adoption request's RQ hash with no TTL (never run, or its adopter killed) and the pointer to it."""
+    request = adopt_rq_job_id(job_id, 1)
+    backend.client.hset(pool.keys.rq_job(request), mapping={"status": "started"})
+    backend.client.set(pool.keys.adoption(job_id), request)
+    return request
 
 
 def traces(backend: Backend, pool: Pool, job_id: str) -> list[str]:
     c = backend.client
     found = [k for k in pool.keys.leftovers(job_id) if c.exists(k)]
+    found += [k for k in c.keys(pool.keys.rq_job(f"{ADOPT_RQ_PREFIX}{job_id}-*"))]
     found += [k for k in (pool.keys.rq_finished, pool.keys.rq_failed) if c.zscore(k, job_id) is not None]
     found += [s.value for s in JobState if c.zscore(pool.keys.state_index(s.value), job_id) is not None]
     return found
@@ -94,10 +104,36 @@ def test_a_dry_run_counts_and_lists_and_changes_nothing(backend: Backend) -> Non
 
 
 def _run_prune(pool: Pool, state: str, ids: list[str], keep: int = 0, cutoff: int = 0) -> list[Any]:
-    keys = [pool.keys.rq_finished, pool.keys.rq_failed]
-    for job_id in ids:
-        keys += pool.keys.leftovers(job_id)
+    keys = [pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool, ids)]
     return pool.run("prune", keys, [state, keep, cutoff, "test", *ids])
+
+
+def test_an_adoption_request_goes_only_while_the_pointer_still_names_it(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    a, b = finished_jobs(pool, 2)
+    old = adopt_request(backend, pool, a)
+    keys = [pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool, [a])]
+    new = adopt_request(backend, pool, a)  # asked again between the read and the script
+    assert pool.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a]) == [0, 1, a]
+    assert backend.client.exists(pool.keys.rq_job(old)) == 1, "no longer named: not this prune's to judge"
+    assert backend.client.exists(pool.keys.rq_job(new)) == 1
+    # A pointer naming something that is not this job's adoption request is not followed.
+    other = adopt_request(backend, pool, a)
+    backend.client.set(pool.keys.adoption(b), other)
+    assert batch_keys(pool, [b])[-1] == ""
+    assert _run_prune(pool, "succeeded", [b], cutoff=pool.now_ms() + 1) == [0, 1, b]
+    assert backend.client.exists(pool.keys.rq_job(other)) == 1
+
+
+def test_the_script_refuses_an_adoption_hash_that_is_not_the_jobs(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    a, b = finished_jobs(pool, 2)
+    request = adopt_request(backend, pool, b)
+    keys = [pool.keys.rq_finished, pool.keys.rq_failed, *pool.keys.leftovers(a), pool.keys.rq_job(request)]
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument):
+        pool.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
+    assert backend.keyspace() == before
 
 
 def test_the_script_never_touches_a_queued_running_or_paused_job(backend: Backend) -> None:
@@ -128,7 +164,7 @@ def test_the_script_judges_again_so_a_stale_read_removes_nothing_within_the_caps
 def test_the_script_refuses_keys_that_are_not_the_ids_own_and_writes_nothing(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=1)
     a, b = finished_jobs(pool, 2)
-    keys = [pool.keys.rq_finished, pool.keys.rq_failed, *pool.keys.leftovers(b)]
+    keys = [pool.keys.rq_finished, pool.keys.rq_failed, *pool.keys.leftovers(b), ""]
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument):
         pool.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
