@@ -156,8 +156,16 @@ def test_a_fleet_runs_through_a_forced_failover_and_a_killed_primary(
         eventually(lambda: succeeded(6), timeout=90, ignoring=(RedisUnavailable,),
                    message="jobs run after the failover")
         group.kill_primary()
-        eventually(lambda: all(pool.get(i).state.terminal for i in ids), timeout=180,
-                   ignoring=(RedisUnavailable,), message="every job ends after the primary died")
+        def unfinished() -> list[tuple[str, str, int, str]]:
+            jobs = [pool.get(i) for i in ids]
+            return [(j.id, j.state.value, j.attempt, j.owner_boot or "") for j in jobs
+                    if not j.state.terminal]
+
+        try:
+            eventually(lambda: not unfinished(), timeout=180, ignoring=(RedisUnavailable,),
+                       message="every job ends after the primary died")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; not ended: {unfinished()}") from None
         states = [pool.get(i).state for i in ids]
     most, copies = overlaps([x for x in log.read_text().split("\n") if x])
     assert states == [JobState.SUCCEEDED] * n, states
