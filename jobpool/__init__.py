@@ -17,6 +17,7 @@ from .errors import (
     JobTimeout,
     NotFound,
     NotOwner,
+    NotReplicated,
     RedisUnavailable,
 )
 from .models import Job, JobState
@@ -27,5 +28,6 @@ __all__ = [
     "Pool", "Job", "JobSpec", "JobState", "Settings",
     # errors
     "JobpoolError", "ConfigError", "InvalidSpec", "InvalidArgument", "NotFound", "InvalidState",
-    "NotOwner", "Conflict", "AlreadyExists", "CorruptRow", "RedisUnavailable", "JobTimeout",
+    "NotOwner", "Conflict", "AlreadyExists", "CorruptRow", "RedisUnavailable", "NotReplicated",
+    "JobTimeout",
 ]

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from . import errors, logtail, retention
+from . import errors, logtail, redisurl, retention
 from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
@@ -44,8 +44,8 @@ MAX_TEXT_BYTES = 4096
 
 def connect(url: str) -> redis.Redis:
     """A client for jobpool's own keys: replies decoded as text (a log tail that is not UTF-8 is replaced)."""
-    return redis.Redis.from_url(url, decode_responses=True, encoding_errors="replace",
-                                socket_connect_timeout=5, health_check_interval=30)
+    return redisurl.client(url, decode_responses=True, encoding_errors="replace",
+                           socket_connect_timeout=5, health_check_interval=30)
 
 
 class Pool(Browsing):
@@ -57,8 +57,8 @@ class Pool(Browsing):
         self.actor = actor
         self.client = client
         self.keys = PoolKeys(self.settings.pool)
-        self.scripts = Scripts(client, self.settings.max_concurrent_jobs,
-                               self.settings.events_maxlen)
+        self.scripts = Scripts(client, self.settings.max_concurrent_jobs, self.settings.events_maxlen,
+                               self.settings.redis_wait_replicas, self.settings.redis_wait_timeout_secs)
         self._rq_flat = [x for kv in rq_hash_template(self.keys.rq_queue_name).items() for x in kv]
 
     @classmethod

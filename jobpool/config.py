@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.connection import parse_url
-
+from . import redisurl
 from .contract import EVENTS_MAXLEN, MAX_SLOTS
 from .errors import ConfigError
 from .keys import validate_pool_name
@@ -53,6 +52,9 @@ _NUMERIC: dict[str, _Bound] = {
     "keep_succeeded_secs": _Bound("JOBPOOL_KEEP_SUCCEEDED_SECS", int, 0, 100 * 365 * 86400),
     "keep_failed_secs": _Bound("JOBPOOL_KEEP_FAILED_SECS", int, 0, 100 * 365 * 86400),
     "keep_cancelled_secs": _Bound("JOBPOOL_KEEP_CANCELLED_SECS", int, 0, 100 * 365 * 86400),
+    # Durability across a failover (jobpool/registry.py): 0 replicas = do not wait.
+    "redis_wait_replicas": _Bound("JOBPOOL_REDIS_WAIT_REPLICAS", int, 0, 16),
+    "redis_wait_timeout_secs": _Bound("JOBPOOL_REDIS_WAIT_TIMEOUT_SECS", float, 0.01, 60),
 }
 
 
@@ -85,6 +87,10 @@ class Settings:
     keep_succeeded_secs: int = 7 * 86400
     keep_failed_secs: int = 30 * 86400
     keep_cancelled_secs: int = 7 * 86400
+    #: Each state change waits until this many replicas have it (Redis WAIT), at most the timeout; a change
+    #: that fewer acknowledge is reported as not acknowledged (RedisUnavailable), like a lost reply.
+    redis_wait_replicas: int = 0
+    redis_wait_timeout_secs: float = 1.0
     #: Host directories under which job specs may bind-mount; none by default.
     bind_roots: tuple[str, ...] = field(default_factory=tuple)
     #: Where the subprocess executor keeps checkpoints and `jobpool up` keeps its Redis.
@@ -173,14 +179,14 @@ def _check_token(token: Any) -> None:
 
 
 def _check_redis_url(url: Any) -> None:
-    """Refuse a URL redis-py could not connect with (bad port, broken host, unknown option) now, by name,
-    rather than as a bare ValueError from the first connection."""
-    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"JOBPOOL_REDIS_URL: {url!r} is not a redis://, rediss:// or unix:// URL")
+    """Refuse a URL no client could be made from (bad port, broken host, unknown option, a malformed
+    redis+sentinel:// URL) now, by name, rather than as a bare ValueError from the first connection. The
+    message shows the URL with its password hidden."""
     try:
-        parse_url(url)
+        redisurl.check(url)
     except ValueError as exc:
-        raise ConfigError(f"JOBPOOL_REDIS_URL: {url!r} is not a usable URL: {exc}") from None
+        shown = redisurl.safe(url) if isinstance(url, str) else repr(url)
+        raise ConfigError(f"JOBPOOL_REDIS_URL: {shown} {exc}") from None
 
 
 #: A host name (RFC 1123 labels) or an IPv4 address; IPv6 addresses are checked by `ipaddress`.

@@ -68,6 +68,11 @@ class RedisUnavailable(JobpoolError, ConnectionError):
     """Redis could not be reached or answered with a server error."""
 
 
+class NotReplicated(RedisUnavailable):
+    """A state change the primary applied but fewer replicas than JOBPOOL_REDIS_WAIT_REPLICAS acknowledged
+    in time: a failover now could lose it, so it is not acknowledged (handle it as a lost reply)."""
+
+
 class JobTimeout(JobpoolError, TimeoutError):
     """`Pool.wait` gave up before the job reached the state waited for."""
 

@@ -8,6 +8,8 @@ redis-py's `register_script` reloads a script on NOSCRIPT, so a Redis restart ne
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -15,6 +17,21 @@ from typing import Any
 import redis
 
 from . import contract, errors
+
+log = logging.getLogger("jobpool")
+
+#: How long a script refused with READONLY (its primary demoted) is sent again while Sentinel moves the
+#: primary: a forced failover takes about a second, one after a crash the sentinels' down-after time.
+FAILOVER_RETRY_SECS = 15.0
+#: What redis-py's Sentinel connection raises, having dropped its connection, when a primary it reached
+#: answers READONLY (redis/sentinel.py: the next connection asks the sentinels again).
+_DEMOTED_TEXT = "The previous master is now a slave"
+
+
+def _demoted(exc: redis.RedisError) -> bool:
+    """A refusal by a replica (READONLY): nothing of the script was applied."""
+    return isinstance(exc, redis.ReadOnlyError) or (
+        isinstance(exc, redis.ConnectionError) and _DEMOTED_TEXT in str(exc))
 
 SCRIPT_NAMES = (
     "enqueue", "promote", "claim", "adopt", "heartbeat", "set_container", "finish",
@@ -118,19 +135,51 @@ class Scripts:
     """
 
     def __init__(self, client: redis.Redis, default_slots: int,
-                 events_maxlen: int = contract.EVENTS_MAXLEN) -> None:
+                 events_maxlen: int = contract.EVENTS_MAXLEN, wait_replicas: int = 0,
+                 wait_timeout_secs: float = 1.0) -> None:
         self.default_slots = int(default_slots)
         self.events_maxlen = int(events_maxlen)
+        self.wait_replicas = int(wait_replicas)
+        self.wait_timeout_ms = max(1, round(wait_timeout_secs * 1000))
+        self._client = client
         self._scripts: dict[str, Callable[..., Any]] = {
             name: client.register_script(script_text(name)) for name in SCRIPT_NAMES
         }
 
     def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """Run a script; returns its reply decoded, or raises the mapped exception."""
-        try:
-            reply = self._scripts[op](keys=list(keys), args=[*args, self.default_slots, self.events_maxlen])
-        except redis.RedisError as exc:
-            raise wrap_redis_error(exc, op) from None
+        """Run a script; returns its reply decoded, or raises the mapped exception.
+
+        A script sent to a primary that was demoted meets READONLY at its first write, before it changed
+        anything (a script's reads come first, and Redis refuses it whole), so it is sent again, with a
+        short backoff, until the new primary takes it or `FAILOVER_RETRY_SECS` pass. Any other failure is
+        the caller's: a lost reply may have been applied, and only the caller knows how to find out."""
+        full = [*args, self.default_slots, self.events_maxlen]
+        deadline, delay = time.monotonic() + FAILOVER_RETRY_SECS, 0.05
+        while True:
+            try:
+                reply = self._call(op, list(keys), full)
+                break
+            except redis.RedisError as exc:
+                if not _demoted(exc) or time.monotonic() + delay > deadline:
+                    raise wrap_redis_error(exc, op) from None
+                log.info("%s: the primary was demoted (%s); sending it again", op, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
         reply = _decode(reply)
         raise_for_code(op, reply)
+        return reply
+
+    def _call(self, op: str, keys: list[str], args: list[Any]) -> Any:
+        script = self._scripts[op]
+        if not self.wait_replicas:
+            return script(keys=keys, args=args)
+        # WAIT counts the writes sent on its own connection: the script and it go down one pipeline.
+        pipe = self._client.pipeline(transaction=False)
+        script(keys=keys, args=args, client=pipe)
+        pipe.wait(self.wait_replicas, self.wait_timeout_ms)
+        reply, acked = pipe.execute()
+        if int(acked) < self.wait_replicas:
+            raise errors.NotReplicated(
+                f"{op}: applied on the primary but acknowledged by {acked} of {self.wait_replicas} replicas "
+                f"within {self.wait_timeout_ms} ms, so a failover now could lose it")
         return reply

@@ -13,9 +13,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
-from . import errors, redispolicy
+from . import errors, redispolicy, redisurl
 from .redispolicy import PolicyCheck, Verdict
 from .registry import call_redis, wrap_redis_error
 
@@ -46,18 +45,8 @@ def ago(ms: int | None, now_ms: int) -> str:
 
 
 def safe_url(url: str) -> str:
-    """The Redis URL with any password replaced, fit to print."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+    """The Redis URL with any password replaced, fit to print (jobpool/redisurl.py)."""
+    return redisurl.safe(url)
 
 
 def _int(value: Any) -> int | None:

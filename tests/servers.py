@@ -100,11 +100,13 @@ def admin_of(server: RedisServer) -> Iterator[redis.Redis]:
 class RedisServer:
     """A redis-server on a free 127.0.0.1 port, its data in a private dir; `restart()` keeps port and dir."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_args: tuple[str, ...] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="jp-redis-"))
         self._port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._appendonly = False
+        #: More redis-server arguments (a replica's --replicaof): kept across restarts.
+        self.extra_args = extra_args
 
     @property
     def port(self) -> int:
@@ -165,6 +167,7 @@ class RedisServer:
         ]
         if self._appendonly:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
+        args += list(self.extra_args)
         log = self.dir / "redis.log"
         with log.open("ab") as out:
             self._proc = subprocess.Popen(

@@ -20,6 +20,7 @@ from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
+from .. import redisurl
 from ..errors import JobpoolError
 from ..keys import worker_name
 from .boot import Boot
@@ -52,7 +53,7 @@ class JobpoolWorker(Worker):
         pool = runtime.pool
         super().__init__(
             [pool.keys.rq_queue_name],
-            connection=redis.Redis.from_url(pool.settings.redis_url),
+            connection=redisurl.client(pool.settings.redis_url),
             serializer=JSONSerializer,
             name=worker_name(pool.keys.pool, boot.id),
             job_monitoring_interval=1,  # how often the drain bound below is checked

@@ -24,6 +24,12 @@ from jobpool.cli import main as cli_main
 BAD_ENV = [
     ("JOBPOOL_REDIS_URL", "http://127.0.0.1/"),
     ("JOBPOOL_REDIS_URL", "127.0.0.1:6379"),
+    ("JOBPOOL_REDIS_URL", "redis+sentinel://127.0.0.1:26379"),  # no service name
+    ("JOBPOOL_REDIS_URL", "redis+sentinel://127.0.0.1:26379,127.0.0.1/svc"),  # a host without its port
+    ("JOBPOOL_REDIS_URL", "redis+sentinel://:secret@127.0.0.1:26379/svc/zero"),
+    ("JOBPOOL_REDIS_WAIT_REPLICAS", "17"),
+    ("JOBPOOL_REDIS_WAIT_REPLICAS", "-1"),
+    ("JOBPOOL_REDIS_WAIT_TIMEOUT_SECS", "0"),
     ("JOBPOOL_POOL", "no spaces"),
     ("JOBPOOL_POOL", "x" * 65),
     ("JOBPOOL_MAX_CONCURRENT_JOBS", "many"),
@@ -71,7 +77,8 @@ def test_every_bad_jobpool_variable_is_one_line_exit_2_naming_it(redis_url: str,
         "JOBPOOL_CLAIM_GRACE_SECS", "JOBPOOL_PROBE_TIMEOUT_SECS", "JOBPOOL_STOP_GRACE_SECS",
         "JOBPOOL_BIND_ROOTS", "JOBPOOL_EVENTS_MAXLEN", "JOBPOOL_KEEP_SUCCEEDED", "JOBPOOL_KEEP_FAILED",
         "JOBPOOL_KEEP_CANCELLED", "JOBPOOL_KEEP_SUCCEEDED_SECS", "JOBPOOL_KEEP_FAILED_SECS",
-        "JOBPOOL_KEEP_CANCELLED_SECS", "JOBPOOL_METRICS_PORT", "JOBPOOL_METRICS_HOST"}
+        "JOBPOOL_KEEP_CANCELLED_SECS", "JOBPOOL_METRICS_PORT", "JOBPOOL_METRICS_HOST",
+        "JOBPOOL_REDIS_WAIT_REPLICAS", "JOBPOOL_REDIS_WAIT_TIMEOUT_SECS"}
     raw.set("canary", "1")
     before = keyspace(raw)
     runs = [(("ls",), var, value) for var, value in first.items()]
@@ -123,6 +130,7 @@ def test_every_bad_value_is_refused_in_process_too(redis_url: str, raw: redis.Re
 @pytest.mark.parametrize(("module", "args", "var", "value"), [
     pytest.param("jobpool.workers", (), "JOBPOOL_HEARTBEAT_SECS", "abc"),
     pytest.param("jobpool.cli", ("ls",), "JOBPOOL_REDIS_URL", "redis://127.0.0.1:notaport/0"),
+    pytest.param("jobpool.workers", (), "JOBPOOL_REDIS_URL", "redis+sentinel://h:1/svc?db=1"),
     pytest.param("jobpool.cli", ("ls",), "JOBPOOL_POOL", "p\n"),
 ])
 def test_a_bad_variable_at_other_doors_is_one_line_exit_2(redis_url: str, tmp_path: Path, module: str,
