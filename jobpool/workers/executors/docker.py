@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -151,13 +152,30 @@ class DockerHandle:
 
     def log_tail(self, max_bytes: int) -> bytes:
         try:
-            out = self._api.logs(self.container_id, stdout=True, stderr=True, tail=4000)
+            out = read_logs(self._api, self.container_id, tail=4000)
         except _NO_ANSWER as exc:
             return f"[jobpool: logs unavailable: {exc}]".encode()
-        return bytes(out)[-max_bytes:]
+        return out[-max_bytes:]
 
     def remove(self) -> None:
         remove_container(self._api, self.container_id)
+
+
+def read_logs(api: Any, container_id: str, tail: int) -> bytes:
+    """The last `tail` lines of a container's stdout and stderr, in the order written. The SDK's `logs`
+    first inspects the container to learn whether it has a TTY, one more daemon request per job; jobpool
+    never gives one a TTY, so its log stream is always multiplexed as the Docker Engine API documents it
+    ("Stream format"): frames of an 8-byte header (stream type, three zero bytes, a big-endian uint32
+    length) and that many bytes. Raises `requests` errors as the SDK would."""
+    response = api.get(f"{api.base_url}/v{api.api_version}/containers/{container_id}/logs",
+                       params={"stdout": 1, "stderr": 1, "tail": tail}, timeout=api.timeout)
+    response.raise_for_status()
+    data, out, at = response.content, bytearray(), 0
+    while at + 8 <= len(data):
+        size = struct.unpack(">I", data[at + 4:at + 8])[0]
+        out += data[at + 8:at + 8 + size]
+        at += 8 + size
+    return bytes(out)
 
 
 def remove_container(api: Any, container_id: str) -> bool:
