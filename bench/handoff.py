@@ -1,10 +1,11 @@
 """Slot handoff: time from one job's container exit to the next job's container start, 1 slot, 2 workers.
 
 Both ends are the Docker daemon's own event timestamps (`die`, then the next job's `start`, `timeNano`), so
-no client-side clock or polling is in the measure. In the same run, a bare SDK `containers.run(...)` of the
-same image is timed from the request to its `start` event; the difference of the medians is what jobpool's
-path adds (container exit -> watcher -> `finish` script -> RQ -> next worker's claim -> launch). For
-reference, a bare SDK loop's own handoff (wait for the container, run the next) is measured the same way.
+no client-side clock or polling is in the measure. The goal is stated against a bare SDK loop's own handoff
+(wait for the container, run the next, remove the old one), measured the same way in the same run: jobpool's
+handoff is a queue hop (container exit -> watcher -> `finish` script -> RQ -> the next worker's claim ->
+launch) against a loop with no hop, and the difference of the medians is what that hop costs. For reference,
+a bare SDK `containers.run(...)` is timed from its request to its `start` event too.
 
 The three are interleaved in rounds (bare runs, a burst of queued jobs, a bare loop), so a change in the
 machine's load during the run weighs on all of them alike.
@@ -28,10 +29,13 @@ from _common import IMAGE, EventRecorder, bed, loadavg, median, ms, pct  # noqa:
 
 from jobpool.contract import LABEL_JOB, LABEL_POOL  # noqa: E402
 
+#: jobpool's handoff minus a bare SDK loop's own handoff (medians): goal, and stretch goal.
 GOAL_MS = 30.0
+STRETCH_MS = 15.0
 JOB_CMD = ["sh", "-c", "sleep 0.2"]
 POOL = "bench-handoff"
-STAGES = ("die->finish", "finish->rq_start", "rq_start->claim", "claim->create", "create->start")
+STAGES = ("die->finish", "finish->claim", "finish->rq_start", "rq_start->claim", "claim->create",
+          "create->start")
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -141,6 +145,7 @@ def analyse(run: Run) -> dict[str, Any]:
         fin, claim = prev.finished_at * 1_000_000, nxt.claimed_at * 1_000_000
         rq_start = run.rq_started[nxt.id]
         stages["die->finish"].append(ms(fin - p["die"]))
+        stages["finish->claim"].append(ms(claim - fin))  # the RQ hop, both ends Redis TIME
         if rq_start is not None:
             stages["finish->rq_start"].append(ms(rq_start - fin))
             stages["rq_start->claim"].append(ms(claim - rq_start))
@@ -164,7 +169,6 @@ def analyse(run: Run) -> dict[str, Any]:
 def report(run: Run, r: dict[str, Any], rounds: int) -> None:
     handoff, bare, loop = r["handoff"], r["bare"], r["loop"]
     overhead = median(handoff) - median(bare)
-    verdict = "MET" if overhead <= GOAL_MS else "MISSED"
     print()
     print("== slot handoff (1 slot, 2 workers, docker executor) ==")
     print(f"{len(handoff)} handoffs of {' '.join(JOB_CMD)!r} jobs on {IMAGE} in {rounds} rounds "
@@ -174,12 +178,15 @@ def report(run: Run, r: dict[str, Any], rounds: int) -> None:
     print(f"bare     request -> start    median {median(bare):7.1f} ms   p90 {pct(bare, 90):7.1f} ms"
           f"   (n={len(bare)}: request->create {median(r['bare_req_create']):.1f}, "
           f"create->start {median(r['bare_create_start']):.1f})")
-    print(f"handoff overhead = median(handoff) - median(bare) = {overhead:.1f} ms   "
-          f"goal <= {GOAL_MS:.0f} ms: {verdict}")
+    print(f"reference: over a bare request -> start, median(handoff) - median(bare) = {overhead:.1f} ms")
     if loop:
-        print(f"reference: a bare SDK loop's own handoff (wait, run next, remove old), die -> next start: "
-              f"median {median(loop):.1f} ms, p90 {pct(loop, 90):.1f} ms (n={len(loop)}); "
-              f"jobpool minus that: {median(handoff) - median(loop):.1f} ms")
+        hop = median(handoff) - median(loop)
+        verdict = "MET" if hop <= GOAL_MS else "MISSED"
+        stretch = "met" if hop <= STRETCH_MS else "missed"
+        print(f"bare SDK loop's own handoff (wait, run next, remove old), die -> next start: "
+              f"median {median(loop):.1f} ms, p90 {pct(loop, 90):.1f} ms (n={len(loop)})")
+        print(f"handoff overhead = median(handoff) - median(bare loop handoff) = {hop:.1f} ms   "
+              f"goal <= {GOAL_MS:.0f} ms: {verdict}   (stretch <= {STRETCH_MS:.0f} ms: {stretch})")
     print("where a jobpool handoff goes (medians; Redis times are whole ms):")
     for name, vals in r["stages"].items():
         if vals:

@@ -19,7 +19,8 @@ HERE = Path(__file__).resolve().parent
 BENCHES = [
     ("enqueue", ["enqueue.py"], ["enqueue.py", "--rounds", "3"]),
     ("slot handoff", ["handoff.py"], ["handoff.py", "--jobs", "15"]),
-    ("throughput", ["throughput.py"], ["throughput.py", "--jobs", "60"]),
+    ("throughput", ["throughput.py", "--blocks", "10"], ["throughput.py", "--jobs", "60", "--blocks", "3"]),
+    ("handoff trace", ["handoff_trace.py"], ["handoff_trace.py", "--jobs", "10"]),
     ("sweep", ["sweep.py"], ["sweep.py"]),
     ("metrics scrape", ["scrape.py"], ["scrape.py", "--retained", "20000", "--repeat", "20"]),
     ("failure detection", ["failover.py"], ["failover.py", "--rounds", "2"]),

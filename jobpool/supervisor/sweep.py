@@ -99,7 +99,7 @@ class Supervisor:
         t_promote = time.perf_counter()
         if not dry_run and job_ids is None:
             report.pruned = self._prune()
-            self._remove_leftover_volumes()
+            self._remove_leftovers()
         done = time.perf_counter()
         report.duration_ms = (done - started) * 1000
         report.phases_ms = {"read": (t_read - started) * 1000, "probe": (t_probe - t_read) * 1000,
@@ -144,17 +144,18 @@ class Supervisor:
                      "" if done.complete else "; more next sweep")
         return done.total
 
-    def _remove_leftover_volumes(self) -> None:
-        """Now and then (volumes.EVERY_SECS; at start-up first), the checkpoint volumes of ended jobs."""
+    def _remove_leftovers(self) -> None:
+        """Now and then (volumes.EVERY_SECS; at start-up first), the containers of ended attempts and the
+        checkpoint volumes of ended jobs."""
         if self.settings.executor != "docker" or time.monotonic() - self._volumes_at < volumes.EVERY_SECS:
             return
         self._volumes_at = time.monotonic()
         try:
-            volumes.remove_leftover_checkpoints(self.pool, self.prober.client())
+            volumes.remove_leftovers(self.pool, self.prober.client())
         except errors.RedisUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - a daemon away: the next round asks again
-            log.info("could not look for leftover checkpoint volumes (asked again later): %s", exc)
+            log.info("could not look for leftover containers and volumes (asked again later): %s", exc)
 
     def _write_last_sweep(self, report: SweepReport, probe_results: Mapping[str, int]) -> None:
         """The sweep's record, and its duration and probes counted (jobpool/metrics.py), in one step."""

@@ -1,13 +1,19 @@
-"""Checkpoint volumes left behind: removed once their job has ended or is gone.
+"""Containers and checkpoint volumes left behind: removed once their attempt or job is over.
 
-A worker removes its job's checkpoint volume when the job ends. A job that ended without its worker (the
-supervisor judged the orphan), or whose removal failed, leaves the volume on its daemon; and a row pruned
-past retention (jobpool/retention.py) can leave nothing that names it. So now and then the supervisor lists
-this pool's volumes on its own daemon (by the labels the worker put on them) and removes those whose job
-has ended or has no row.
+A worker removes an attempt's container once its exit is recorded, and the job's checkpoint volume when the
+job ends (its main process does, after the horse: workers/cleanup.py). A worker that died before that, a
+removal that failed (its daemon away), a job that ended without its worker (the supervisor judged the
+orphan) leave them on the daemon; and a row pruned past retention (jobpool/retention.py) can leave nothing
+that names them. So now and then the supervisor lists this pool's ended containers and its volumes on its own
+daemon (by the labels the worker put on them) and removes:
 
-Removal is never forced: Docker refuses to remove a volume that any container still uses, which keeps the
-checkpoint of a job that is somehow still running, whatever its row says.
+- an exited (or dead) container whose attempt is over: its row is gone, has moved to a later attempt, or is
+  no longer running this attempt. Its exit was recorded or judged then; a row still running the attempt
+  keeps its container, whose exit the worker or the supervisor has yet to record;
+- then a volume whose job has ended or has no row (a container removed just before no longer holds it).
+
+Removal is never forced: Docker refuses to remove a running container, and a volume that any container still
+uses, which keeps the work and the checkpoint of a job that is somehow still running, whatever its row says.
 """
 
 from __future__ import annotations
@@ -16,14 +22,65 @@ import logging
 from typing import Any
 
 from ..api import Pool
-from ..contract import LABEL_JOB, LABEL_POOL, TERMINAL
+from ..contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL, TERMINAL
 from ..registry import call_redis
 
 log = logging.getLogger("jobpool.supervisor")
 
-#: How often a supervisor looks for leftover volumes (one daemon call; the sweeps between make none).
+#: How often a supervisor looks for leftovers (two daemon calls; the sweeps between make none).
 EVERY_SECS = 300.0
 _ENDED = frozenset(s.value for s in TERMINAL)
+
+
+def remove_leftovers(pool: Pool, client: Any) -> tuple[list[str], list[str]]:
+    """Ended attempts' containers, then ended jobs' checkpoint volumes (see above); what went of each."""
+    return remove_leftover_containers(pool, client), remove_leftover_checkpoints(pool, client)
+
+
+def _attempt_over(row: list[str | None], attempt: str) -> bool:
+    """Whether the row (state, attempt) says this attempt is over: no row, an ended job (never judged again),
+    a later attempt, or this attempt no longer running."""
+    state, current = row
+    if state is None or state in _ENDED:
+        return True
+    try:
+        later = int(current or 0) > int(attempt)
+    except ValueError:
+        return False  # a label that is not ours to read: keep the container
+    return later or (current == attempt and state != "running")
+
+
+def remove_leftover_containers(pool: Pool, client: Any) -> list[str]:
+    """Remove this pool's exited containers on `client`'s daemon whose attempt is over; returns their ids.
+    Daemon errors listing them propagate (the caller logs them); a container that refuses removal is kept."""
+    import docker  # here: a subprocess-only supervisor never loads the SDK
+
+    found = client.api.containers(all=True, filters={"label": f"{LABEL_POOL}={pool.keys.pool}",
+                                                     "status": ["exited", "dead"]})
+    labelled = [(c["Id"], c.get("Labels") or {}) for c in found]
+    named = [(cid, labels[LABEL_JOB], labels[LABEL_ATTEMPT]) for cid, labels in labelled
+             if labels.get(LABEL_JOB) and labels.get(LABEL_ATTEMPT)]
+    if not named:
+        return []
+    pipe = pool.client.pipeline(transaction=False)
+    for _, job_id, _ in named:
+        pipe.hmget(pool.keys.job(job_id), "state", "attempt")
+    rows = call_redis(pipe.execute, what="reading the rows of ended containers")
+    removed = []
+    for (cid, job_id, attempt), row in zip(named, rows, strict=True):
+        if not _attempt_over(row, attempt):
+            continue
+        try:
+            client.api.remove_container(cid, force=False)
+        except docker.errors.NotFound:
+            continue
+        except docker.errors.APIError as exc:  # started again, or the daemon refused: asked again later
+            log.info("container %s of job %s attempt %s kept: %s", cid[:12], job_id, attempt, exc)
+            continue
+        removed.append(cid)
+    if removed:
+        log.info("removed %d containers of ended attempts", len(removed))
+    return removed
 
 
 def remove_leftover_checkpoints(pool: Pool, client: Any) -> list[str]:

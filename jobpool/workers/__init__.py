@@ -12,6 +12,7 @@ from ..config import Settings
 from ..errors import JobpoolError
 from ..redispolicy import check_at_start
 from .boot import Boot
+from .cleanup import Cleaner
 from .executors import make_executor
 from .rqworker import JobpoolWorker
 from .runtime import Runtime, install
@@ -40,7 +41,9 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
         except Exception as exc:  # noqa: BLE001 - a worker may start before the daemon answers
             log.warning("docker daemon not answering yet (%s); jobs wait for it", exc)
     boot = Boot(pool, settings.executor, daemon_id)
-    runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version)
+    runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version,
+                      cleaner=finished_container_remover(settings, daemon_id, api_version))
+    runtime.prepare()
     install(runtime)
     boot.start()
     worker = JobpoolWorker(runtime, boot)
@@ -53,8 +56,29 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     finally:
         noun = "job" if worker.left_running == 1 else "jobs"
         log.info("worker %s: exiting; %d %s left running", worker.name, worker.left_running, noun)
+        if runtime.cleaner is not None:
+            runtime.cleaner.stop()
         boot.stop()
     return worker.left_running
+
+
+def finished_container_remover(settings: Settings, daemon_id: str, api_version: str | None) -> Cleaner | None:
+    """The main process's remover of the containers its horses finished (workers/cleanup.py), with a Docker
+    client of its own (only its thread uses it); None for the subprocess executor."""
+    if settings.executor != "docker":
+        return None
+    from .executors.docker import DockerExecutor, remove_container
+
+    made: list[DockerExecutor] = []  # built at the first removal: the daemon may not answer at boot
+
+    def remove(container_id: str, pool: str, job_id: str) -> None:
+        if not made:
+            made.append(DockerExecutor(daemon_id=daemon_id, api_version=api_version))
+        executor = made[0]
+        if remove_container(executor.client.api, container_id) and job_id:
+            executor.remove_checkpoint(pool, job_id)  # the job ended: its checkpoint goes too
+
+    return Cleaner(remove)
 
 
 __all__ = ["run_worker", "JobpoolWorker", "WorkerDied"]

@@ -78,10 +78,14 @@ class Attempt:
         return Requests(reply[1] == "1", reply[2] == "1")
 
     def set_container(self, container_id: str = "", daemon_id: str = "",
-                      identity: dict[str, Any] | None = None) -> None:
-        self.pool.run("set_container", [self.pool.keys.job(self.job_id)],
-                      [self.boot_id, self.attempt, container_id, daemon_id,
-                       json.dumps(identity, sort_keys=True) if identity else ""])
+                      identity: dict[str, Any] | None = None) -> Requests:
+        """Record what was launched. Fenced, and it renews the lease and reads the requests back as
+        `heartbeat` does, so a Docker launch makes it its fence between create and start (one round trip
+        where a heartbeat and then this would be two: workers/watch.py, `launch_and_watch`)."""
+        reply = self.pool.run("set_container", self._keys(),
+                              [self.boot_id, self.attempt, container_id, daemon_id,
+                               json.dumps(identity, sort_keys=True) if identity else "", self._lease_ms])
+        return Requests(reply[1] == "1", reply[2] == "1")
 
     def finish(self, kind: str, exit_code: int | None = None, reason: str = "",
                log_tail: bytes | str = b"", evidence: str = "") -> str:

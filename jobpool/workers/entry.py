@@ -44,7 +44,7 @@ def run_job() -> str:
             log.info("job %s attempt %s: not claimed (%s)", job_id, attempt_no, exc)
             return "not-claimed"
         raise
-    executor = make_executor(rt.pool.settings, rt.daemon_id, rt.api_version)
+    executor = rt.executor()
     try:
         env = {ENV_JOB_ID: job_id, ENV_ATTEMPT: str(attempt_no), ENV_POOL: rt.pool.keys.pool}
         launch = Launch(rt.pool.keys.pool, job_id, attempt_no, rt.boot_id, spec, env)
@@ -81,7 +81,7 @@ def adopt_job(job_id: str, old_owner: str, attempt_no: int) -> str:
     if not ok:
         log.info("job %s: not adopted here: %s", job_id, why)
         return "not-adopted"
-    executor = make_executor(rt.pool.settings, rt.daemon_id, rt.api_version)
+    executor = rt.executor()
     try:
         handle = executor.attach(rt.pool.keys.pool, job_id, int(attempt_no), row.container_id)
         if handle is None:

@@ -2,15 +2,21 @@
 
 RQ forks a work horse per job; the horse inherits this module's state, which is how the RQ job function
 (called with no arguments) finds its pool, its boot id and its settings without passing them through RQ.
+It is also how a horse starts with its work already done: `prepare` (in the main process, once per boot)
+imports the job path and builds the Docker client a horse launches with, so no horse pays for either
+between a slot's release and its next container's create.
 """
 
 from __future__ import annotations
 
+import importlib
 import signal
 import time
 from dataclasses import dataclass, field
 
 from ..api import Pool
+from .cleanup import Cleaner
+from .executors import Executor, make_executor
 
 
 @dataclass
@@ -25,6 +31,24 @@ class Runtime:
     #: Set in the horse when a drain (shutdown) is requested: monotonic time of the request.
     drain_requested_at: float | None = None
     left_running: list[str] = field(default_factory=list)
+    #: The main process's remover of finished containers (workers/cleanup.py); None for the subprocess
+    #: executor, whose leftovers the horse removes itself.
+    cleaner: Cleaner | None = None
+    #: The executor a horse launches with, built by `prepare` in the main process and never used there: each
+    #: horse gets an untouched copy (no connection open yet) with the fork.
+    prepared: Executor | None = None
+
+    def prepare(self) -> None:
+        """Per-boot work a horse would otherwise repeat for every job: import the job functions (RQ imports
+        them by name in the horse) and build the horse's executor once the daemon's API version is known."""
+        importlib.import_module("jobpool.workers.entry")
+        if self.prepared is None and (self.pool.settings.executor != "docker" or self.api_version):
+            self.prepared = make_executor(self.pool.settings, self.daemon_id, self.api_version)
+
+    def executor(self) -> Executor:
+        """This horse's executor: the prepared one (taken: a horse runs one job), else a new one."""
+        executor, self.prepared = self.prepared, None
+        return executor or make_executor(self.pool.settings, self.daemon_id, self.api_version)
 
     def request_drain(self) -> None:
         if self.drain_requested_at is None:

@@ -276,8 +276,14 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, e
         return
     log.info("job %s attempt %s: exit %s%s -> %s", attempt.job_id, attempt.attempt, code,
              f" ({ended.evidence})" if ended.evidence else "", state)
+    ended_job = attempt.job_id if state in TERMINAL_STATES else ""
+    # Recorded: the container may go. Its removal is handed to the worker's main process, so this horse
+    # exits at once and the worker takes its next job meanwhile (workers/cleanup.py).
+    cleaner, pool = rt.cleaner, rt.pool.keys.pool
+    if handle.container_id and cleaner and cleaner.hand_off(handle.container_id, pool, ended_job):
+        return
     handle.remove()
-    if state in TERMINAL_STATES:
+    if ended_job:
         executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
 
 
@@ -290,11 +296,21 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_f
     `NotLaunched` too: the supervisor removes a never-started container before applying its verdict, which
     then stands; writing anything here would only race it. Nothing runs, so nothing is written."""
     what = f"job {attempt.job_id} attempt {attempt.attempt}"
+    recorded: list[str] = []  # the container the fence recorded (Docker: created, not yet started)
     with LaunchLease(attempt, rt.pool.settings.heartbeat_secs) as lease:
 
-        def fence() -> None:
+        def fence(container_id: str, daemon_id: str) -> None:
+            # Docker names its container before the start: recording it is the fence (set_container is
+            # fenced, renews the lease and reads the requests back), one round trip instead of two. A
+            # process gets its identity only once started: a heartbeat fences it, set_container follows.
             try:
-                lease.requests = _retrying(attempt.heartbeat, what=f"{what}: confirming the row before start")
+                if container_id:
+                    lease.requests = _retrying(lambda: attempt.set_container(container_id, daemon_id),
+                                               what=f"{what}: recording its container before start")
+                    recorded.append(container_id)
+                else:
+                    lease.requests = _retrying(attempt.heartbeat,
+                                               what=f"{what}: confirming the row before start")
             except (NotOwner, NotFound) as exc:
                 raise NotLaunched(f"the row is no longer ours ({exc})") from None
 
@@ -319,8 +335,10 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_f
             return
         try:
             # Until this is recorded the supervisor cannot find a subprocess job: sent until answered.
-            _retrying(lambda: attempt.set_container(handle.container_id, handle.daemon_id, handle.identity),
-                      what=f"{what}: recording what was launched")
+            if not (handle.container_id and handle.container_id in recorded and handle.identity is None):
+                _retrying(lambda: attempt.set_container(handle.container_id, handle.daemon_id,
+                                                        handle.identity),
+                          what=f"{what}: recording what was launched")
         except (NotOwner, NotFound):
             log.warning("job %s: lost the row while launching; stopping it", attempt.job_id)
             handle.kill()

@@ -192,3 +192,59 @@ def test_checkpoint_volumes_of_ended_or_pruned_jobs_go_and_those_in_use_stay(
             except docker.errors.NotFound:
                 pass
         client.close()
+
+
+def test_containers_of_ended_attempts_go_and_the_volumes_they_held_with_them(
+        pool: Pool, docker_host: str) -> None:
+    """A container whose removal never happened (its worker died after recording the exit, its daemon was
+    away) is removed by the supervisor once its attempt is over, and only then: one whose row still runs
+    that attempt holds an exit nobody has recorded yet, and a running one is never touched."""
+    import docker
+
+    from jobpool.contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
+    from jobpool.supervisor.probes import ContainerProber
+    from jobpool.supervisor.sweep import Supervisor
+
+    client = docker.DockerClient(base_url=docker_host)
+    pool.set_slots(1)
+    running = pool.enqueue(IMAGE, ["true"])  # promoted: its row runs attempt 1
+    ended = pool.enqueue(IMAGE, ["true"])
+    pool.cancel(ended.id)
+    attempt = str(pool.get(running.id).attempt)
+    cases = {  # what: (job id, attempt label, command)
+        "unrecorded": (running.id, attempt, ["true"]),
+        "earlier_attempt": (running.id, str(int(attempt) - 1), ["true"]),
+        "ended_job": (ended.id, str(pool.get(ended.id).attempt), ["true"]),
+        "no_row": ("gone-" + "c" * 26, "1", ["true"]),
+        "no_row_running": ("gone-" + "d" * 26, "1", ["sleep", "60"]),
+    }
+    made: dict[str, docker.models.containers.Container] = {}
+    volume = client.volumes.create(f"jobpool-ckpt-it-{ended.id}",
+                                   labels={LABEL_POOL: "it", LABEL_JOB: ended.id})
+    for what, (job_id, att, cmd) in cases.items():
+        mounts = {volume.name: {"bind": "/ck", "mode": "rw"}} if what == "ended_job" else {}
+        c = client.containers.create(IMAGE, cmd, network_mode="none", volumes=mounts,
+                                     labels={LABEL_POOL: "it", LABEL_JOB: job_id, LABEL_ATTEMPT: att})
+        c.start()
+        if cmd == ["true"]:
+            c.wait(timeout=30)
+        made[what] = c
+    sup = Supervisor(pool, ContainerProber(docker_host, timeout=5))
+    try:
+        sup.sweep()
+        left = {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL_POOL}=it"})}
+        assert left == {made["unrecorded"].id, made["no_row_running"].id}, {
+            w: c.id in left for w, c in made.items()}
+        assert not client.volumes.list(filters={"label": f"{LABEL_POOL}=it"}), "the freed volume went too"
+    finally:
+        sup.close()
+        for c in made.values():
+            try:
+                c.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+        try:
+            volume.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        client.close()

@@ -163,7 +163,8 @@ def test_cancel_and_pause_of_a_running_job(pool: Pool, spawn, client, action: st
     getattr(pool, action)(job.id)
     expected = JobState.CANCELLED if action == "cancel" else JobState.PAUSED
     assert pool.wait(job.id, timeout=20, states=[expected]).state == expected
-    assert not job_containers(client, job.id)
+    # Removed once the stop is recorded, by the worker's main process after the horse's finish.
+    eventually(lambda: not job_containers(client, job.id), timeout=10, message="its container removed")
     assert pool.wait(nxt.id, timeout=30).state == JobState.SUCCEEDED
     if action == "pause":
         assert any(v for v in client.volumes.list() if job.id in v.name), "a paused job keeps its checkpoint"
@@ -183,3 +184,26 @@ def test_fenced_after_operator_eviction(pool: Pool, spawn, client) -> None:
                message="old watcher stopped its container")
     after = pool.client.hgetall(pool.keys.job(job.id))
     assert after == before and len(pool.events(job.id)) == n_events, "the old watcher wrote nothing"
+
+
+def test_log_tail_reads_what_the_sdk_reads(client) -> None:
+    """The watcher reads a log tail with one request (executors/docker.py `read_logs`, no inspect for the
+    TTY): the same bytes as the SDK's `logs`, stdout and stderr interleaved in order, frames of any size."""
+    from jobpool.workers.executors.docker import read_logs
+
+    script = ("echo out-1; echo err-1 >&2; seq 1 20000; echo err-2 >&2; "
+              "printf 'no newline at the end'")
+    c = client.containers.create(IMAGE, ["sh", "-c", script], network_mode="none")
+    try:
+        c.start()
+        assert c.wait(timeout=60)["StatusCode"] == 0
+        for tail in (4000, 3):
+            ours = read_logs(client.api, c.id, tail=tail)
+            assert ours == client.api.logs(c.id, stdout=True, stderr=True, tail=tail)
+            assert ours.endswith(b"no newline at the end")
+        whole = read_logs(client.api, c.id, tail=30000)
+        assert whole == client.api.logs(c.id, stdout=True, stderr=True, tail=30000)
+        assert all(x in whole for x in (b"out-1\n", b"err-1\n", b"\n1\n2\n", b"err-2\n")), whole[:200]
+        assert len(whole) > 100_000  # many frames
+    finally:
+        c.remove(force=True)

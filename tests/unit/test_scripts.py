@@ -367,6 +367,21 @@ def test_set_container_records_what_was_launched(backend: Backend) -> None:
     assert int(row(pool, job.id)["launched_at"]) > 0
 
 
+def test_set_container_renews_the_lease_and_reads_requests(backend: Backend) -> None:
+    # A Docker launch records its container between create and start: that one call is also the fence, so
+    # it must renew the lease and say whether a pause or cancel came in meanwhile, as a heartbeat does.
+    pool = backend.pool(lease_secs=30, heartbeat_secs=5)
+    job = enqueue(pool)
+    att = claim(pool, job.id)
+    backend.client.pexpire(pool.keys.lease(job.id), 50)
+    req = att.set_container("c0ffee", "daemon-1")
+    assert (req.pause, req.cancel) == (False, False)
+    assert pool.client.pttl(pool.keys.lease(job.id)) > 20_000 and lease(pool, job.id) == "boot-a:1"
+    pool.cancel(job.id)
+    req = att.set_container("c0ffee", "daemon-1")
+    assert (req.pause, req.cancel) == (False, True)
+
+
 FENCED_WRITES = {
     "heartbeat": lambda a: a.heartbeat(),
     "set_container": lambda a: a.set_container("evil", "d"),

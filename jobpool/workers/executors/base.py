@@ -42,7 +42,12 @@ class NotLaunched(Exception):
     The watcher writes nothing: the row is someone else's, or the supervisor's verdict is on its way."""
 
 
-def no_fence() -> None:
+#: The fence of a launch: called with what was prepared (a created container's id and its daemon's
+#: identity; ("", "") when nothing can be named yet, as for a process not yet started), which it records.
+Fence = Callable[[str, str], None]
+
+
+def no_fence(container_id: str = "", daemon_id: str = "") -> None:
     """The fence of a launch that has nobody to ask (tests, tools): always go on."""
 
 
@@ -91,11 +96,12 @@ class Handle(Protocol):
 class Executor(Protocol):
     name: str
 
-    def launch(self, launch: Launch, fence: Callable[[], None] = no_fence) -> Handle:
-        """Start the job. `fence()` is called after everything slow (the container is created) and just
-        before the job can run: it raises `NotLaunched` when the attempt is no longer ours, and the executor
-        then removes what it prepared and lets `NotLaunched` through. A launch may outlast the lease, so
-        only a check this late proves the row still ours when the job starts."""
+    def launch(self, launch: Launch, fence: Fence = no_fence) -> Handle:
+        """Start the job. `fence(container_id, daemon_id)` is called after everything slow (the container is
+        created) and just before the job can run, with what it can already record: it raises `NotLaunched`
+        when the attempt is no longer ours, and the executor then removes what it prepared and lets
+        `NotLaunched` through. A launch may outlast the lease, so only a check this late proves the row
+        still ours when the job starts."""
 
     def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> Handle | None:
         """Re-attach to a running attempt (adoption); None when it is not there or cannot be attached."""

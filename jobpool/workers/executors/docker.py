@@ -1,15 +1,20 @@
 """Docker executor: each attempt is a labelled container, found again by label, never by a pid.
 
-Containers are not auto-removed, so an exit code outlives the worker that watched it; the worker removes
-the container after `finish` has recorded it. Each job has one checkpoint volume shared by its attempts.
+Containers are not auto-removed, so an exit code outlives the worker that watched it; the container is
+removed only after `finish` has recorded it (by the worker's main process, off the handoff path:
+workers/cleanup.py). Each job has one checkpoint volume shared by its attempts.
+
+Everything here uses the SDK's low-level client by container id: the high-level `containers.create` reads
+every container back with a second request (an inspect) that a launch does not need.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import docker
@@ -20,7 +25,7 @@ import urllib3.exceptions
 from ... import daemonid
 from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from ...exits import OOM_EVENT_GRACE_SECS, Ending, Outages, ending, oom_event
-from .base import CONTAINER_CHECKPOINT_DIR, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
+from .base import CONTAINER_CHECKPOINT_DIR, Fence, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +34,6 @@ log = logging.getLogger(__name__)
 NO_ANSWER_FIRST_DELAY = 0.05
 
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
-
-
-def _answered(exc: docker.errors.APIError, method: str) -> bool:
-    """Whether the daemon's error answered a request of this HTTP method (the SDK's `containers.create`
-    is a POST that creates and a GET that reads the container back)."""
-    request = getattr(exc.response, "request", None)
-    return getattr(request, "method", None) == method
 
 
 def checkpoint_volume(pool: str, job_id: str) -> str:
@@ -78,10 +76,10 @@ class DockerHandle:
     answers, it reads how the container is, and how it ended (jobpool/exits.py: the outage window it saw
     is the evidence that tells an exit lost in a daemon restart from the job's own)."""
 
-    def __init__(self, client: docker.DockerClient, container: Any, daemon_id: str) -> None:
+    def __init__(self, client: docker.DockerClient, container_id: str, daemon_id: str) -> None:
         self._client = client
-        self._container = container
-        self.container_id: str = container.id
+        self._api = client.api
+        self.container_id: str = container_id
         self.daemon_id = daemon_id
         self.identity: dict[str, Any] | None = None
         self.outages = Outages()
@@ -90,7 +88,7 @@ class DockerHandle:
     def wait(self, timeout: float) -> Ending | None:
         if not self.outages.ongoing:
             try:
-                self._container.wait(timeout=timeout)
+                waited = self._api.wait(self.container_id, timeout=timeout)
             except docker.errors.NotFound:
                 raise LaunchUnknown("container vanished") from None
             except _NO_ANSWER as exc:
@@ -98,7 +96,10 @@ class DockerHandle:
                     return None  # still running
                 self._no_answer(exc, timeout)
                 return None
-        # It ended, or its daemon was away: read how the container is now, in one bounded inspect.
+            if waited.get("StatusCode") == 0 and not waited.get("Error"):
+                # Exit 0 is success whatever else the inspect would say (exits.ending): no need to ask.
+                return Ending(0)
+        # It ended non-zero, or its daemon was away: read how the container is now, in one bounded inspect.
         return self._look(timeout)
 
     def _look(self, timeout: float) -> Ending | None:
@@ -139,30 +140,56 @@ class DockerHandle:
 
     def signal_stop(self) -> None:
         try:
-            self._container.kill(signal="SIGTERM")
+            self._api.kill(self.container_id, signal="SIGTERM")
         except _NO_ANSWER as exc:
             log.warning("could not signal container %s: %s", self.container_id[:12], exc)
 
     def kill(self) -> None:
         try:
-            self._container.kill(signal="SIGKILL")
+            self._api.kill(self.container_id, signal="SIGKILL")
         except _NO_ANSWER as exc:
             log.warning("could not kill container %s: %s", self.container_id[:12], exc)
 
     def log_tail(self, max_bytes: int) -> bytes:
         try:
-            out = self._container.logs(stdout=True, stderr=True, tail=4000)
+            out = read_logs(self._api, self.container_id, tail=4000)
         except _NO_ANSWER as exc:
             return f"[jobpool: logs unavailable: {exc}]".encode()
-        return bytes(out)[-max_bytes:]
+        return out[-max_bytes:]
 
     def remove(self) -> None:
-        try:
-            self._container.remove(force=True)
-        except docker.errors.NotFound:
-            pass
-        except _NO_ANSWER as exc:
-            log.warning("could not remove container %s: %s", self.container_id[:12], exc)
+        remove_container(self._api, self.container_id)
+
+
+def read_logs(api: Any, container_id: str, tail: int) -> bytes:
+    """The last `tail` lines of a container's stdout and stderr, in the order written. The SDK's `logs`
+    first inspects the container to learn whether it has a TTY, one more daemon request per job; jobpool
+    never gives one a TTY, so its log stream is always multiplexed as the Docker Engine API documents it
+    ("Stream format"): frames of an 8-byte header (stream type, three zero bytes, a big-endian uint32
+    length) and that many bytes. Raises `requests` errors as the SDK would."""
+    response = api.get(f"{api.base_url}/v{api.api_version}/containers/{container_id}/logs",
+                       params={"stdout": 1, "stderr": 1, "tail": tail}, timeout=api.timeout)
+    response.raise_for_status()
+    data, out, at = response.content, bytearray(), 0
+    while at + 8 <= len(data):
+        size = struct.unpack(">I", data[at + 4:at + 8])[0]
+        out += data[at + 8:at + 8 + size]
+        at += 8 + size
+    return bytes(out)
+
+
+def remove_container(api: Any, container_id: str) -> bool:
+    """Remove an attempt's container (its exit is recorded, or nothing will record it); True once it is gone.
+    A removal that fails is logged and left: the supervisor removes leftover containers of ended attempts
+    (supervisor/volumes.py)."""
+    try:
+        api.remove_container(container_id, force=True)
+    except docker.errors.NotFound:
+        pass
+    except _NO_ANSWER as exc:
+        log.warning("could not remove container %s: %s", container_id[:12], exc)
+        return False
+    return True
 
 
 def _create_refused(exc: docker.errors.APIError) -> Exception:
@@ -206,59 +233,68 @@ class DockerExecutor:
         return docker.types.Mount(CONTAINER_CHECKPOINT_DIR, checkpoint_volume(launch.pool, launch.job_id),
                                   type="volume", labels={LABEL_POOL: launch.pool, LABEL_JOB: launch.job_id})
 
-    def _create_kwargs(self, launch: Launch) -> dict[str, Any]:
+    def _create_args(self, launch: Launch) -> dict[str, Any]:
+        """The low-level `create_container` arguments of an attempt (the SDK's own split of the high-level
+        `containers.create` keywords into the container's config and its host config)."""
         spec = launch.spec
         env = {**spec.env, **launch.env, ENV_CHECKPOINT_DIR: CONTAINER_CHECKPOINT_DIR}
-        volumes: dict[str, dict[str, str]] = {}
+        binds: dict[str, dict[str, str]] = {}
         for m in spec.mounts:
-            host, target, *mode = m.split(":")
-            volumes[host] = {"bind": target, "mode": mode[0] if mode else "rw"}
-        kwargs: dict[str, Any] = {
-            "command": list(spec.command), "environment": env, "labels": {**spec.labels, **launch.labels()},
-            "name": container_name(launch.pool, launch.job_id, launch.attempt), "auto_remove": False,
-            "network_mode": spec.network, "volumes": volumes, "stop_signal": "SIGTERM",
+            source, target, *mode = m.split(":")
+            binds[source] = {"bind": target, "mode": mode[0] if mode else "rw"}
+        host_config: dict[str, Any] = {
+            "auto_remove": False, "network_mode": spec.network, "init": spec.init,
             "mounts": [self._checkpoint_mount(launch)],
         }
-        if spec.workdir:
-            kwargs["working_dir"] = spec.workdir
-        if spec.user:
-            kwargs["user"] = spec.user
+        if binds:
+            host_config["binds"] = binds
         if spec.cpus:
-            kwargs["nano_cpus"] = int(spec.cpus * 1e9)
+            host_config["nano_cpus"] = int(spec.cpus * 1e9)
         if spec.memory:
-            kwargs["mem_limit"] = spec.memory
-        return kwargs
+            host_config["mem_limit"] = spec.memory
+        args: dict[str, Any] = {
+            "command": list(spec.command), "environment": env, "labels": {**spec.labels, **launch.labels()},
+            "name": container_name(launch.pool, launch.job_id, launch.attempt), "stop_signal": "SIGTERM",
+            "host_config": self.client.api.create_host_config(**host_config),
+        }
+        if binds:
+            args["volumes"] = [b["bind"] for b in binds.values()]
+        if spec.workdir:
+            args["working_dir"] = spec.workdir
+        if spec.user:
+            args["user"] = spec.user
+        return args
 
-    def launch(self, launch: Launch, fence: Callable[[], None] = no_fence) -> DockerHandle:
+    def launch(self, launch: Launch, fence: Fence = no_fence) -> DockerHandle:
         """Create, fence, start: never `run`, which pulls a missing image (jobs must not reach registries),
-        and never start after a create without asking the fence (a create can outlast the lease). With the
-        spec's `init` (the default) the daemon's init (tini) is PID 1, so the command gets the stop signal
-        as it would outside a container (see JobSpec.init in jobpool/spec.py)."""
+        and never start after a create without asking the fence (a create can outlast the lease); the fence
+        is given the created container, which it records. With the spec's `init` (the default) the daemon's
+        init (tini) is PID 1, so the command gets the stop signal as it would outside a container (see
+        JobSpec.init in jobpool/spec.py)."""
         spec = launch.spec
+        api = self.client.api
         try:
-            container = self.client.containers.create(spec.image, init=spec.init,
-                                                      **self._create_kwargs(launch))
+            container_id = str(api.create_container(spec.image, **self._create_args(launch))["Id"])
         except docker.errors.ImageNotFound as exc:
             raise LaunchError(f"image_not_found: {spec.image}: {exc.explanation or exc}") from None
         except docker.errors.NotFound as exc:
-            if _answered(exc, "GET"):  # the SDK's read-back after the create: created, then removed
-                raise NotLaunched("its container was removed before it could start") from None
             raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
         except docker.errors.APIError as exc:
             raise _create_refused(exc) from None
         except _UNREACHABLE as exc:
             raise LaunchUnknown(f"docker daemon unreachable during create: {exc}") from None
         try:
-            fence()
+            daemon = self.daemon_id()
+            fence(container_id, daemon)
         except BaseException:
-            self._remove_created(container)
+            self._remove_created(container_id)
             raise
         try:
-            container.start()
+            api.start(container_id)
         except docker.errors.NotFound:
             raise NotLaunched("its container was removed before it could start") from None
         except docker.errors.APIError as exc:
-            if not self._remove_created(container):
+            if not self._remove_created(container_id):
                 # A start refused with an error may still have left something running; only a container
                 # known to be gone lets the slot go.
                 raise LaunchUnknown(f"start failed ({exc.explanation or exc}) and its container could not "
@@ -266,18 +302,18 @@ class DockerExecutor:
             raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
         except _UNREACHABLE as exc:
             raise LaunchUnknown(f"docker daemon unreachable during start: {exc}") from None
-        return DockerHandle(self.client, container, self.daemon_id())
+        return DockerHandle(self.client, container_id, daemon)
 
-    def _remove_created(self, container: Any) -> bool:
+    def _remove_created(self, container_id: str) -> bool:
         """Remove the container this launch created, so no one mistakes it for work (and a late start cannot
         run it); True once it is gone. Only that container, by id: a name may belong to another launch."""
         try:
-            container.remove(force=True)
+            self.client.api.remove_container(container_id, force=True)
         except docker.errors.NotFound:
             pass
         except (docker.errors.APIError, *_UNREACHABLE) as exc:
             # Left created: the supervisor removes a never-started container before it judges the attempt.
-            log.warning("could not remove created container %s: %s", container.id[:12], exc)
+            log.warning("could not remove created container %s: %s", container_id[:12], exc)
             return False
         return True
 
@@ -296,7 +332,7 @@ class DockerExecutor:
         labels = container.labels or {}
         if labels.get(LABEL_JOB) != job_id or labels.get(LABEL_ATTEMPT) != str(attempt):
             return None
-        return DockerHandle(self.client, container, self.daemon_id())
+        return DockerHandle(self.client, str(container.id), self.daemon_id())
 
     def remove_checkpoint(self, pool: str, job_id: str) -> None:
         try:

@@ -11,14 +11,13 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ...contract import ENV_CHECKPOINT_DIR
 from ...exits import Ending
 from ...procid import identity_of
-from .base import Launch, LaunchError, no_fence
+from .base import Fence, Launch, LaunchError, no_fence
 
 
 class ProcessHandle:
@@ -76,7 +75,7 @@ class SubprocessExecutor:
     def checkpoint_dir(self, pool: str, job_id: str) -> Path:
         return self.root / "checkpoints" / pool / job_id
 
-    def launch(self, launch: Launch, fence: Callable[[], None] = no_fence) -> ProcessHandle:
+    def launch(self, launch: Launch, fence: Fence = no_fence) -> ProcessHandle:
         spec = launch.spec
         ckpt = self.checkpoint_dir(launch.pool, launch.job_id)
         logs = self.root / "logs" / launch.pool
@@ -85,7 +84,7 @@ class SubprocessExecutor:
         log_path = logs / f"{launch.job_id}-a{launch.attempt}.log"
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env, **launch.env,
                ENV_CHECKPOINT_DIR: str(ckpt)}
-        fence()  # nothing to undo yet: a refusal (NotLaunched) goes straight through
+        fence("", "")  # nothing to name or undo yet: a refusal (NotLaunched) goes straight through
         try:
             with open(log_path, "wb") as out:
                 proc = subprocess.Popen(
