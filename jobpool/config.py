@@ -53,6 +53,9 @@ _NUMERIC: dict[str, _Bound] = {
     "keep_succeeded_secs": _Bound("JOBPOOL_KEEP_SUCCEEDED_SECS", int, 0, 100 * 365 * 86400),
     "keep_failed_secs": _Bound("JOBPOOL_KEEP_FAILED_SECS", int, 0, 100 * 365 * 86400),
     "keep_cancelled_secs": _Bound("JOBPOOL_KEEP_CANCELLED_SECS", int, 0, 100 * 365 * 86400),
+    # Per-daemon inventories (jobpool/workers/inventory.py): how often; 0 turns publishing off.
+    "inventory_secs": _Bound("JOBPOOL_INVENTORY_SECS", float, 0, 3600),
+    "inventory_stale_secs": _Bound("JOBPOOL_INVENTORY_STALE_SECS", float, 0.2, 86400),
 }
 
 
@@ -85,6 +88,11 @@ class Settings:
     keep_succeeded_secs: int = 7 * 86400
     keep_failed_secs: int = 30 * 86400
     keep_cancelled_secs: int = 7 * 86400
+    #: How often the workers on one Docker daemon publish its inventory (its jobpool containers) to Redis, so
+    #: a supervisor attached to another daemon can judge them (docs/architecture.md, "Many hosts"); 0 = off.
+    inventory_secs: float = 5.0
+    #: An inventory older than this is no evidence: its rows are "unknown".
+    inventory_stale_secs: float = 30.0
     #: Host directories under which job specs may bind-mount; none by default.
     bind_roots: tuple[str, ...] = field(default_factory=tuple)
     #: Where the subprocess executor keeps checkpoints and `jobpool up` keeps its Redis.
@@ -114,6 +122,14 @@ class Settings:
             raise ConfigError(
                 f"JOBPOOL_LEASE_SECS: {self.lease_secs:g} must be at least twice JOBPOOL_HEARTBEAT_SECS "
                 f"({self.heartbeat_secs:g}), or one late heartbeat would look like a dead worker"
+            )
+        if self.inventory_secs and self.inventory_secs < 0.05:
+            raise ConfigError(f"JOBPOOL_INVENTORY_SECS: {self.inventory_secs:g} is below 0.05 "
+                              "(0 turns inventories off)")
+        if self.inventory_secs and self.inventory_stale_secs < 2 * self.inventory_secs:
+            raise ConfigError(
+                f"JOBPOOL_INVENTORY_STALE_SECS: {self.inventory_stale_secs:g} must be at least twice "
+                f"JOBPOOL_INVENTORY_SECS ({self.inventory_secs:g}), or one late inventory is no evidence"
             )
         for root in self.bind_roots:
             if not os.path.isabs(root):

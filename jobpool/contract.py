@@ -51,6 +51,10 @@ RQ_META_ATTEMPT = "jobpool_attempt"
 ADOPT_RQ_PREFIX = "jobpool-adopt-"
 #: RQ's key of a job hash, before the RQ job id (RQ's own naming; jobpool/keys.py).
 RQ_JOB_PREFIX = "rq:job:"
+#: The largest inventory of one Docker daemon a publisher may write (its containers as JSON;
+#: jobpool/inventory.py, scripts/publish_inventory.lua): a publisher with more leaves entries out and says the
+#: inventory is incomplete.
+INVENTORY_MAX_BYTES = 1_000_000
 
 # ---- how an attempt ended when its own process did not end it (jobpool/exits.py) -------------------
 
@@ -119,6 +123,7 @@ LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "HISTORY_MAX_BYTES": HISTORY_MAX_BYTES,
     "RQ_META_ATTEMPT": RQ_META_ATTEMPT,
     "ADOPT_RQ_PREFIX": ADOPT_RQ_PREFIX,
+    "INVENTORY_MAX_BYTES": INVENTORY_MAX_BYTES,
     "REASON_OOM_KILLED": REASON_OOM_KILLED,
     "METRIC_REASONS": METRIC_REASONS,
     "JOB_DURATION_BUCKETS": JOB_DURATION_BUCKETS,

@@ -19,7 +19,7 @@ from . import contract, errors
 SCRIPT_NAMES = (
     "enqueue", "promote", "claim", "adopt", "heartbeat", "set_container", "finish",
     "pause_job", "resume_job", "cancel", "pause_queue", "resume_queue", "set_slots", "evict",
-    "reconcile_apply", "drop_ghost", "prune",
+    "reconcile_apply", "drop_ghost", "prune", "inventory_lead", "publish_inventory",
 )
 
 #: The one table from script status codes to exceptions (codes are documented in scripts/_lib.lua).

@@ -13,6 +13,7 @@ from ..errors import JobpoolError
 from ..redispolicy import check_at_start
 from .boot import Boot
 from .executors import make_executor
+from .inventory import InventoryPublisher
 from .rqworker import JobpoolWorker
 from .runtime import Runtime, install
 
@@ -43,6 +44,10 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version)
     install(runtime)
     boot.start()
+    publisher = None
+    if settings.executor == "docker" and settings.inventory_secs:
+        publisher = InventoryPublisher(pool, boot.id)
+        publisher.start()
     worker = JobpoolWorker(runtime, boot)
     log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool,
              settings.executor)
@@ -53,6 +58,8 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     finally:
         noun = "job" if worker.left_running == 1 else "jobs"
         log.info("worker %s: exiting; %d %s left running", worker.name, worker.left_running, noun)
+        if publisher is not None:
+            publisher.stop()
         boot.stop()
     return worker.left_running
 
