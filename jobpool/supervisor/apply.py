@@ -68,11 +68,13 @@ class Applier:
                         "meanwhile?)", row.id, row.attempt, probe.container_id[:12])  # type: ignore[union-attr]
             return "kept"
         k = self.pool.keys
+        fence = getattr(probe, "inventory", None)  # evidence from a daemon's inventory: fenced on it too
         keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id),
-                *self.pool.candidates(CANDIDATES_ON_RELEASE)]
+                *([k.inventory(fence[0])] if fence else []), *self.pool.candidates(CANDIDATES_ON_RELEASE)]
         args = [row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
                 "" if verdict.exit_code is None else verdict.exit_code, self.settings.recovery_budget,
-                verdict.evidence, self.actor]
+                verdict.evidence, self.actor,
+                *([fence[1], int(self.settings.inventory_stale_secs * 1000)] if fence else [])]
         try:
             reply = self.pool.run("reconcile_apply", keys, args)
         except errors.Conflict:
@@ -85,7 +87,7 @@ class Applier:
                  verdict.evidence)
         # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
         # dead watcher would have.
-        if verdict.kind in EXIT_KINDS and verdict.container_id:
+        if verdict.kind in EXIT_KINDS and verdict.container_id and not fence:  # else its publisher does
             self.prober.remove(verdict.container_id)
         return state
 

@@ -47,6 +47,8 @@ class Present:
     container_id: str = ""
     detail: str = ""
     ending: Ending | None = None
+    #: When read from a daemon's inventory (supervisor/remote.py): (its daemon identity, its `at`), the fence.
+    inventory: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Absent:
     detail: str = "no container"
     never_started: bool = False
     container_id: str = ""
+    inventory: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,13 @@ from jobpool import JobState, Pool, daemonid
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
 
 
+@pytest.fixture
+def pool_env(pool_env: dict[str, str]) -> dict[str, str]:
+    """Inventories off: these tests are about what a supervisor may conclude from the daemon it asks alone
+    (a fleet without inventories must stay as safe); tests/integration/test_many_hosts.py has them on."""
+    return {**pool_env, "JOBPOOL_INVENTORY_SECS": "0"}
+
+
 @pytest.fixture(scope="module")
 def second_daemon() -> Iterator[DockerDaemon]:
     """A second private dockerd with its own socket, data root and exec root, started like the first."""
