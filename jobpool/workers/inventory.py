@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..api import Pool
@@ -66,6 +66,8 @@ class InventoryPublisher:
         self._thread: threading.Thread | None = None
         self._last_problem = ""
         self.published = 0
+        #: Told the daemon's identity once it is established (the worker then listens on its queue too).
+        self.on_daemon: Callable[[str], None] | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="jobpool-inventory", daemon=True)
@@ -97,6 +99,8 @@ class InventoryPublisher:
             return f"not published: {self.prober.failed(exc)}"
         if not daemon:
             return f"not published: {self.prober.identity_problem}"
+        if self.on_daemon is not None:
+            self.on_daemon(daemon)
         k = self.pool.keys
         reply = self.pool.run("inventory_lead", [k.inventory_lead(daemon)],
                               [daemon, self.boot_id, self.lead_ms])
