@@ -107,6 +107,10 @@ class PoolKeys:
         """Which worker boot publishes a daemon's inventory (string + TTL, renewed by its holder)."""
         return f"{self.prefix}inventory_lead:{daemon_id}"
 
+    def commands(self, daemon_id: str) -> str:
+        """Commands routed to one Docker daemon's workers (list + TTL; jobpool/commands.py)."""
+        return f"{self.prefix}commands:{daemon_id}"
+
     def daemon_queue_name(self, daemon_id: str) -> str:
         """The RQ queue only the workers on one Docker daemon listen on (adoption requests for that daemon).
         Named by a digest of the identity: RQ's key names must not hold the identity's ':'."""

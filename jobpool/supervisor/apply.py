@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import errors
+from .. import commands, errors
 from ..api import CANDIDATES_ON_RELEASE, Pool
 from .adoption import Adoptions
 from .probes import Absent, ContainerProber, Probe
@@ -119,7 +119,18 @@ class Applier:
                       "by hand "
                       "(recorded identity %s)", row.id, row.owner_boot, row.identity or "none")
         else:
-            ok, why = self.prober.same_daemon(row.daemon_id)
+            try:
+                ok, why = self.prober.same_daemon(row.daemon_id)
+            except Exception as exc:  # noqa: BLE001 - no daemon here
+                ok, why = False, self.prober.failed(exc)
+            if not ok and self.settings.inventory_secs and commands.routable(row.daemon_id):
+                # Stopped, then failed, by a worker on its own daemon (jobpool/commands.py).
+                commands.route_stop(self.pool, row.daemon_id, commands.StopCommand(
+                    row.id, row.attempt, evict=True, reason=verdict.reason, evidence=verdict.evidence,
+                    actor=self.actor))
+                log.warning("job %s: eviction routed to the workers on daemon %s (%s)", row.id, row.daemon_id,
+                            why)
+                return f"eviction routed to daemon {row.daemon_id}"
             if not ok:
                 # Stopping "by label" here would stop nothing on the daemon where it runs; evicting anyway
                 # would hand its slot on while it still writes.

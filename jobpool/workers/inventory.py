@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import commands
 from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB
 from ..errors import JobpoolError
@@ -120,7 +121,18 @@ class InventoryPublisher:
             return f"not published: {exc}"
         self.published += 1
         self.clean_up(entries)
+        self.run_commands(daemon)
         return f"published {len(entries)} containers"
+
+    def run_commands(self, daemon: str) -> None:
+        """The commands routed to this daemon (jobpool/commands.py), done by the lead's holder."""
+        try:
+            todo = commands.take(self.pool, daemon, self.boot_id)
+        except JobpoolError as exc:
+            log.info("commands routed to this daemon not taken: %s", exc)
+            return
+        for cmd in todo:
+            commands.execute(self.pool, self.prober, daemon, cmd, f"worker:{self.boot_id}")
 
     def entries(self, listed: Sequence[dict[str, Any]]) -> list[Entry]:
         out = []

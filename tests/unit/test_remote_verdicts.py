@@ -204,3 +204,69 @@ def test_a_supervisor_attached_to_no_daemon_sweeps_from_inventories(backend: Bac
         assert again.state.value == "queued" or again.attempt == gone[1] + 1
     finally:
         sup.close()
+
+
+# ---- commands routed to a daemon (jobpool/commands.py) ----------------------------------------------------
+
+
+class Stopper:
+    """Stands in for the daemon's answer to a stop by label (the scripts and the routing are under test)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.asked = fail, []  # type: ignore[var-annotated]
+
+    def stop_by_label(self, pool: str, job_id: str, attempt: int, grace: float) -> list[str]:
+        self.asked.append((job_id, attempt))
+        if self.fail:
+            raise OSError("daemon away")
+        return ["c" * 64]
+
+
+def test_a_stop_routed_to_a_daemon_is_taken_once_by_its_lead_and_recorded(backend: Backend) -> None:
+    from jobpool import commands, errors
+
+    pool = backend.pool(max_concurrent_jobs=2)
+    job_id, attempt = orphan_on(pool, D1)
+    assert commands.route_stop(pool, D1, commands.StopCommand(job_id, attempt, actor="operator:x")) == 1
+    with pytest.raises(errors.Conflict):  # not that attempt: nothing queued
+        commands.route_stop(pool, D1, commands.StopCommand(job_id, attempt + 1))
+    pool.run("inventory_lead", [pool.keys.inventory_lead(D1)], [D1, "pub", 60_000])
+    with pytest.raises(errors.NotOwner):
+        commands.take(pool, D1, "another-boot")
+    taken = commands.take(pool, D1, "pub")
+    assert taken == [commands.StopCommand(job_id, attempt, actor="operator:x")]
+    assert commands.take(pool, D1, "pub") == [], "taken once"
+    stopper = Stopper()
+    assert commands.execute(pool, stopper, D1, taken[0], "worker:pub") == "remote_stopped"
+    assert stopper.asked == [(job_id, attempt)]
+    reasons = [e["reason"] for e in pool.events(job_id)]
+    assert reasons[-2:] == ["stop_routed", "remote_stopped"]
+    assert state_of(pool, job_id) == "running", "a stop alone changes no state: the exit does"
+    assert commands.execute(pool, Stopper(fail=True), D1, taken[0], "worker:pub") == "remote_stop_failed"
+
+
+def test_a_routed_eviction_fails_the_job_once_stopped(backend: Backend) -> None:
+    from jobpool import commands
+
+    pool = backend.pool(max_concurrent_jobs=2)
+    job_id, attempt = orphan_on(pool, D1)
+    cmd = commands.StopCommand(job_id, attempt, evict=True, reason="stale_evicted", actor="operator:x")
+    commands.route_stop(pool, D1, cmd)
+    assert commands.execute(pool, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
+    assert row(pool, job_id)["state"] == "failed" and row(pool, job_id)["error_reason"] == "stale_evicted"
+    # A stop that failed evicts nothing.
+    other, att = orphan_on(pool, D1)
+    cmd = commands.StopCommand(other, att, evict=True, reason="stale_evicted")
+    assert commands.execute(pool, Stopper(fail=True), D1, cmd, "worker:pub") == "remote_stop_failed"
+    assert state_of(pool, other) == "running"
+
+
+def test_a_command_cannot_be_routed_to_no_identity(backend: Backend) -> None:
+    from jobpool import commands, errors
+
+    pool = backend.pool()
+    job_id, attempt = orphan_on(pool, D1)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument):
+        commands.route_stop(pool, "ABCD:EF", commands.StopCommand(job_id, attempt))
+    assert backend.keyspace() == before
