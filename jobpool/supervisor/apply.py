@@ -13,6 +13,7 @@ import logging
 
 from .. import commands, errors
 from ..api import CANDIDATES_ON_RELEASE, Pool
+from . import remote
 from .adoption import Adoptions
 from .probes import Absent, ContainerProber, Probe
 from .verdicts import APPLIED_KINDS, EXECUTOR_SUBPROCESS, EXIT_KINDS, Kind, RowSnapshot, Verdict
@@ -74,7 +75,8 @@ class Applier:
         args = [row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
                 "" if verdict.exit_code is None else verdict.exit_code, self.settings.recovery_budget,
                 verdict.evidence, self.actor,
-                *([fence[1], int(self.settings.inventory_stale_secs * 1000)] if fence else [])]
+                *([fence[1], remote.max_age_ms(probe, row.daemon_id, self.settings.inventory_stale_secs,
+                                               self.settings.lease_secs)] if fence and probe else [])]
         try:
             reply = self.pool.run("reconcile_apply", keys, args)
         except errors.Conflict:

@@ -136,7 +136,7 @@ class Evidence:
         if elsewhere:  # on a daemon this supervisor cannot ask: judged from that daemon's inventory
             invs = remote.read(self.pool, (daemons[j] for j in elsewhere), snap.now_ms)
             judged = remote.judge_all({j: (containers.pop(j), daemons.pop(j)) for j in elsewhere}, invs,
-                                      self.settings.inventory_stale_secs)
+                                      self.settings.inventory_stale_secs, self.settings.lease_secs)
             out.update({j: Unknown(f"{problem}; and its daemon's inventory: {p.reason}")
                         if problem and isinstance(p, Unknown) else p for j, p in judged.items()})
         wanted: dict[str, int | None] = {**containers}

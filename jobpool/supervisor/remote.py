@@ -90,15 +90,22 @@ def _age(secs: float) -> str:
     return f"{secs:.1f}s"
 
 
-def judge(attempt: int, job_id: str, recorded: str, invs: Inventories, stale_secs: float) -> Probe:
-    """What the inventory of the daemon an attempt was recorded on says of that attempt's container."""
+def judge(attempt: int, job_id: str, recorded: str, invs: Inventories, stale_secs: float,
+          lease_secs: float | None = None) -> Probe:
+    """What the inventory of the daemon an attempt was recorded on says of that attempt's container.
+
+    "Not listed" is absence only in an inventory younger than a lease (`lease_secs`): a launcher starts its
+    container only after a fenced heartbeat that renews the lease, so a container created after an older
+    listing may be running under a lease that has lapsed since (its worker died), and be listed nowhere
+    yet."""
     if not is_identity(recorded):
         why = "no daemon identity recorded for the attempt" if not recorded else (
             f"attempt recorded before daemon identities, with docker ID {recorded}, which daemons can share")
         return Unknown(f"{why}; no inventory can speak for it")
     inv = invs.by_daemon.get(recorded)
     if inv is not None and inv.age_secs(invs.now_ms) <= stale_secs:
-        return _from_entries(inv, job_id, attempt, invs.now_ms)
+        return _from_entries(inv, job_id, attempt, invs.now_ms,
+                             stale_secs if lease_secs is None else min(stale_secs, lease_secs))
     rebooted = _rebooted(recorded, invs, stale_secs)
     if rebooted is not None:
         return rebooted
@@ -118,13 +125,16 @@ def _rank(entry: Entry) -> int:
     return {RUNNING: 3, "unknown": 2, CREATED: 2, EXITED: 1}.get(entry.state, 2)
 
 
-def _from_entries(inv: Inventory, job_id: str, attempt: int, now_ms: int) -> Probe:
+def _from_entries(inv: Inventory, job_id: str, attempt: int, now_ms: int, absent_within: float) -> Probe:
     where = f"in the inventory of daemon {inv.daemon_id} published {_age(inv.age_secs(now_ms))} ago"
     fence = (inv.daemon_id, inv.at_ms)
     mine = [e for e in inv.of(job_id) if e.attempt == attempt]
     if not mine:
         if not inv.complete:
             return Unknown(f"no container of attempt {attempt} {where}, but that inventory is incomplete")
+        if inv.age_secs(now_ms) > absent_within:
+            return Unknown(f"no container of attempt {attempt} {where}, older than a lease "
+                           f"({absent_within:g}s): one started since could be running")
         return Absent(detail=f"no container labelled for attempt {attempt} {where}", inventory=fence)
     entry = max(mine, key=_rank)
     cid = entry.container_id[:12]
@@ -162,7 +172,17 @@ def _rebooted(recorded: str, invs: Inventories, stale_secs: float) -> Probe | No
     return None
 
 
-def judge_all(rows: Mapping[str, tuple[int, str]], invs: Inventories, stale_secs: float) -> dict[str, Probe]:
+def judge_all(rows: Mapping[str, tuple[int, str]], invs: Inventories, stale_secs: float,
+              lease_secs: float | None = None) -> dict[str, Probe]:
     """`judge` for each job id -> (attempt, recorded daemon identity)."""
-    return {job_id: judge(attempt, job_id, daemon, invs, stale_secs)
+    return {job_id: judge(attempt, job_id, daemon, invs, stale_secs, lease_secs)
             for job_id, (attempt, daemon) in rows.items()}
+
+
+def max_age_ms(probe: Probe, recorded: str, stale_secs: float, lease_secs: float) -> int:
+    """The oldest the inventory a verdict came from may be when it is applied (reconcile_apply.lua): a lease
+    for an absence read from the attempt's own daemon's inventory (see `judge`), else the stale limit."""
+    fence = getattr(probe, "inventory", None)
+    own = fence is not None and fence[0] == recorded
+    secs = min(stale_secs, lease_secs) if isinstance(probe, Absent) and own else stale_secs
+    return int(secs * 1000)

@@ -108,6 +108,20 @@ def test_a_stale_or_expired_inventory_is_unknown_naming_its_daemon_and_age(backe
     assert isinstance(p, Unknown) and "last published 100.0s ago and has expired" in p.reason
 
 
+def test_not_listed_is_absence_only_in_an_inventory_younger_than_a_lease(backend: Backend) -> None:
+    """A container created after the listing starts only after a fenced heartbeat renews its lease; once that
+    lease has lapsed too, an older listing says nothing of it."""
+    pool = backend.pool()
+    job_id, attempt = orphan_on(pool, D1)
+    at = publish(pool, D1, [])
+    young = remote.judge(attempt, job_id, D1, remote.read(pool, [D1], at + 900), STALE, lease_secs=1.0)
+    assert isinstance(young, Absent)
+    old = remote.judge(attempt, job_id, D1, remote.read(pool, [D1], at + 1100), STALE, lease_secs=1.0)
+    assert isinstance(old, Unknown) and "older than a lease (1s)" in old.reason
+    assert remote.max_age_ms(young, D1, STALE, 1.0) == 1000
+    assert remote.max_age_ms(young, "jpd1:other@boot", STALE, 1.0) == 30_000, "the boot rule: stale limit"
+
+
 def test_a_later_boot_of_the_same_daemon_proves_the_old_boots_containers_gone(backend: Backend) -> None:
     pool = backend.pool()
     job_id, attempt = orphan_on(pool, D1)
