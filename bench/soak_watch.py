@@ -226,11 +226,15 @@ def kind(key: str) -> str:
 
 def shared(key: str, keys: PoolKeys) -> bool:
     """One of the keys with a fixed name: the pool's own (jobpool/keys.py `PoolKeys`), RQ's for the pool's
-    queue (its list, registries, workers) and RQ's global ones. A fixed set: they cannot grow with jobs."""
+    queue and for each daemon's own queue (its list, registries, workers) and RQ's global ones. A fixed set
+    (one per daemon at most): they cannot grow with jobs."""
     fixed = {v for v in vars(keys).values() if isinstance(v, str) and v.startswith(keys.prefix)}
     queue = keys.rq_queue_name
+    # The queues only one daemon's workers listen on (keys.py `daemon_queue_name`): one per daemon.
+    daemon_queue = re.fullmatch(rf"rq:\w+:{re.escape(queue)}\.d-[0-9a-f]{{16}}(:intermediate)?", key)
     return (key in fixed or key in ("rq:queues", "rq:workers") or key == keys.rq_intermediate
-            or (key.startswith("rq:") and key.endswith(":" + queue) and key.count(":") == 2))
+            or (key.startswith("rq:") and key.endswith(":" + queue) and key.count(":") == 2)
+            or daemon_queue is not None)
 
 
 class Keyspace:

@@ -55,6 +55,9 @@ _NUMERIC: dict[str, _Bound] = {
     # Durability across a failover (jobpool/registry.py): 0 replicas = do not wait.
     "redis_wait_replicas": _Bound("JOBPOOL_REDIS_WAIT_REPLICAS", int, 0, 16),
     "redis_wait_timeout_secs": _Bound("JOBPOOL_REDIS_WAIT_TIMEOUT_SECS", float, 0.01, 60),
+    # Per-daemon inventories (jobpool/workers/inventory.py): how often; 0 turns publishing off.
+    "inventory_secs": _Bound("JOBPOOL_INVENTORY_SECS", float, 0, 3600),
+    "inventory_stale_secs": _Bound("JOBPOOL_INVENTORY_STALE_SECS", float, 0.2, 86400),
 }
 
 
@@ -91,6 +94,11 @@ class Settings:
     #: that fewer acknowledge is reported as not acknowledged (RedisUnavailable), like a lost reply.
     redis_wait_replicas: int = 0
     redis_wait_timeout_secs: float = 1.0
+    #: How often the workers on one Docker daemon publish its inventory (its jobpool containers) to Redis, so
+    #: a supervisor attached to another daemon can judge them (docs/architecture.md, "Many hosts"); 0 = off.
+    inventory_secs: float = 5.0
+    #: An inventory older than this is no evidence: its rows are "unknown".
+    inventory_stale_secs: float = 30.0
     #: Host directories under which job specs may bind-mount; none by default.
     bind_roots: tuple[str, ...] = field(default_factory=tuple)
     #: Where the subprocess executor keeps checkpoints and `jobpool up` keeps its Redis.
@@ -120,6 +128,14 @@ class Settings:
             raise ConfigError(
                 f"JOBPOOL_LEASE_SECS: {self.lease_secs:g} must be at least twice JOBPOOL_HEARTBEAT_SECS "
                 f"({self.heartbeat_secs:g}), or one late heartbeat would look like a dead worker"
+            )
+        if self.inventory_secs and self.inventory_secs < 0.05:
+            raise ConfigError(f"JOBPOOL_INVENTORY_SECS: {self.inventory_secs:g} is below 0.05 "
+                              "(0 turns inventories off)")
+        if self.inventory_secs and self.inventory_stale_secs < 2 * self.inventory_secs:
+            raise ConfigError(
+                f"JOBPOOL_INVENTORY_STALE_SECS: {self.inventory_stale_secs:g} must be at least twice "
+                f"JOBPOOL_INVENTORY_SECS ({self.inventory_secs:g}), or one late inventory is no evidence"
             )
         for root in self.bind_roots:
             if not os.path.isabs(root):

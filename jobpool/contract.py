@@ -51,6 +51,12 @@ RQ_META_ATTEMPT = "jobpool_attempt"
 ADOPT_RQ_PREFIX = "jobpool-adopt-"
 #: RQ's key of a job hash, before the RQ job id (RQ's own naming; jobpool/keys.py).
 RQ_JOB_PREFIX = "rq:job:"
+#: The largest inventory of one Docker daemon a publisher may write (its containers as JSON;
+#: jobpool/inventory.py, scripts/publish_inventory.lua): a publisher with more leaves entries out and says the
+#: inventory is incomplete.
+INVENTORY_MAX_BYTES = 1_000_000
+#: The most commands routed to one daemon that wait for its workers (jobpool/commands.py); the oldest go.
+COMMANDS_MAX = 512
 
 # ---- how an attempt ended when its own process did not end it (jobpool/exits.py) -------------------
 
@@ -101,7 +107,7 @@ METRIC_REASONS = (
     "exit_0", "exit_code_nonzero", "shutdown_handback", "pause_withdrawn_handback", REASON_OOM_KILLED,
     REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, "launch_failed", "bad_spec", "evicted", "stale_evicted",
     "orphan_reconciled_no_container", "orphan_reconciled_dead_pid", "orphan_reconciled_never_started",
-    "container_exited", "lost_dispatch", "other",
+    "container_exited", "lost_dispatch", "stop_routed", "remote_stopped", "remote_stop_failed", "other",
 )
 #: Upper bounds (seconds) of `jobpool_job_duration_seconds`, from enqueue to the terminal state: jobs run for
 #: minutes to hours. The scripts count each job in the first bucket that holds it (+Inf past the last).
@@ -119,6 +125,8 @@ LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "HISTORY_MAX_BYTES": HISTORY_MAX_BYTES,
     "RQ_META_ATTEMPT": RQ_META_ATTEMPT,
     "ADOPT_RQ_PREFIX": ADOPT_RQ_PREFIX,
+    "INVENTORY_MAX_BYTES": INVENTORY_MAX_BYTES,
+    "COMMANDS_MAX": COMMANDS_MAX,
     "REASON_OOM_KILLED": REASON_OOM_KILLED,
     "METRIC_REASONS": METRIC_REASONS,
     "JOB_DURATION_BUCKETS": JOB_DURATION_BUCKETS,

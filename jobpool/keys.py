@@ -6,6 +6,7 @@ All of a pool's keys share the hash tag ``{<pool>}`` so each script touches one 
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
@@ -63,6 +64,9 @@ class PoolKeys:
         #: incremented by the scripts as they make each transition and by the supervisor after each sweep.
         #: Never removed by retention: it is no job's.
         self.metrics = p + "metrics"
+        #: Every Docker daemon whose inventory was published lately: daemon identity -> when last (ms, Redis
+        #: time). Bounded by the daemons of the fleet (entries older than a week are trimmed by the script).
+        self.inventories = p + "inventories"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"
@@ -94,6 +98,24 @@ class PoolKeys:
     def adoption(self, job_id: str) -> str:
         """The RQ job id of the latest adoption request for a job (supervisor/adoption.py)."""
         return f"{self.prefix}adopt:{job_id}"
+
+    def inventory(self, daemon_id: str) -> str:
+        """One Docker daemon's latest inventory (hash + TTL; jobpool/inventory.py)."""
+        return f"{self.prefix}inventory:{daemon_id}"
+
+    def inventory_lead(self, daemon_id: str) -> str:
+        """Which worker boot publishes a daemon's inventory (string + TTL, renewed by its holder)."""
+        return f"{self.prefix}inventory_lead:{daemon_id}"
+
+    def commands(self, daemon_id: str) -> str:
+        """Commands routed to one Docker daemon's workers (list + TTL; jobpool/commands.py)."""
+        return f"{self.prefix}commands:{daemon_id}"
+
+    def daemon_queue_name(self, daemon_id: str) -> str:
+        """The RQ queue only the workers on one Docker daemon listen on (adoption requests for that daemon).
+        Named by a digest of the identity: RQ's key names must not hold the identity's ':'."""
+        digest = hashlib.sha256(daemon_id.encode()).hexdigest()[:16]
+        return f"{self.rq_queue_name}.d-{digest}"
 
     def boot(self, boot_id: str) -> str:
         return f"{self.prefix}boot:{boot_id}"

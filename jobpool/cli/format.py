@@ -155,6 +155,8 @@ def decisions_table(decisions: Sequence[Mapping[str, Any]]) -> str:
 ORPHAN_STOP_LINES = {
     "stopped": "its worker boot {boot} is gone: stopped {n} container(s) by label; the job is now {state}",
     "owner_alive": "its worker still holds the lease and honours the request",
+    "routed": "its worker boot {boot} is gone and its container runs on another daemon: {detail}; the job "
+              "ends cancelled once it has stopped",
     "not_running": "",
     "manual_stop_needed": "warning: its worker boot {boot} is gone and it ran as a subprocess, which "
                           "jobpool never signals from another boot: stop it by hand ({detail}); "

@@ -1,12 +1,17 @@
 --[[ reconcile_apply
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     job:<id>      KEYS[16] lease:<id>      KEYS[17] rq:job:<id>
-KEYS[18..]   promotion candidates
+KEYS[18]     only when ARGV[11] is given: inventory:<daemon id>, the inventory the evidence came from
+KEYS[19..]   promotion candidates (from KEYS[18] when ARGV[11] is not given)
 ARGV[1] id   ARGV[2] expected attempt   ARGV[3] expected owner ('' = unclaimed)
 ARGV[4] expected container id   ARGV[5] verdict   ARGV[6] reason   ARGV[7] exit code
 ARGV[8] recovery budget   ARGV[9] evidence   ARGV[10] actor
-Returns {0, state after, promoted, why_stopped}; -1; -4 the row or its lease changed; -6 unknown verdict, an
-exit verdict without a code, or 'crashed' without a reason.
+ARGV[11] (optional) the `at` of the daemon inventory the evidence came from (jobpool/supervisor/remote.py)
+ARGV[12] (with ARGV[11]) the most an inventory may have aged, in ms (JOBPOOL_INVENTORY_STALE_SECS)
+Returns {0, state after, promoted, why_stopped}; -1; -4 the row, its lease or the inventory changed; -6 unknown
+verdict, an exit verdict without a code, or 'crashed' without a reason.
+Evidence read from a daemon's inventory (a daemon the supervisor cannot ask) is fenced too: the inventory in
+KEYS[18] must still be the very one judged (same `at`) and still fresh by the server's clock.
 Apply a supervisor verdict, only if the row is exactly as it was when the evidence
 was taken (state running, same attempt, same owner, same container) and the owner's lease is still gone:
 judged by its value, as the sweep judged it, so a lease key holding anything but '<owner>:<attempt>' is gone.
@@ -35,6 +40,15 @@ if owner ~= '' and key_type(lkey) == 'string' and redis.call('GET', lkey) == own
   return {E_CONFLICT, 'lease'}
 end
 local now = now_ms()
+local first_candidate = 18
+if NARGV >= 12 and ARGV[11] ~= '' then
+  local ikey = KEYS[18]
+  first_candidate = 19
+  local at = key_type(ikey) == 'hash' and redis.call('HGET', ikey, 'at') or false
+  if at ~= ARGV[11] or now - (tonumber(at) or 0) > (tonumber(ARGV[12]) or 0) then
+    return {E_CONFLICT, 'inventory'}
+  end
+end
 local to
 local EXIT_CAUSE = {exited = '', oom = 'oom', crashed = 'crashed'}
 if EXIT_CAUSE[verdict] and tonumber(code) and not (verdict == 'crashed' and (reason or '') == '') then
@@ -74,5 +88,5 @@ elseif verdict == 'redispatch' and owner == '' then
 else
   return {E_BAD_ARG, verdict}
 end
-local promoted, why = promote_candidates(18, actor, now)
+local promoted, why = promote_candidates(first_candidate, actor, now)
 return {0, to, promoted, why}

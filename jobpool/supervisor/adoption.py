@@ -1,7 +1,8 @@
 """Adoption requests: asking a live worker to re-attach to an orphan's running container.
 
 The supervisor never writes ownership (docs/architecture.md, 'Rules the verdicts encode, and why'): it
-enqueues an RQ job that a worker on the container's daemon runs, and the worker's `adopt` is a
+enqueues an RQ job on the queue only the workers on the container's daemon listen on (docs/architecture.md,
+"Many hosts"), which one of them runs, and the worker's `adopt` is a
 compare-and-set refused while the old owner's lease exists or when the daemon identity differs. Each request
 is a fresh RQ job; `PoolKeys.adoption(job)` names the latest, so a request is asked again only once the
 latest one ended or its worker died.
@@ -22,6 +23,7 @@ from rq.serializers import JSONSerializer
 
 from ..api import Pool
 from ..contract import ADOPT_RQ_PREFIX
+from ..daemonid import is_identity
 from ..keys import worker_name
 from ..registry import call_redis, wrap_redis_error
 from .evidence import run_pipeline
@@ -103,6 +105,14 @@ class Adoptions:
             pipe.exists(self.pool.keys.boot(boot))
         return {n for n, alive in zip(mine, run_pipeline(pipe), strict=True) if alive}
 
+    def queue_for(self, row: RowSnapshot) -> str:
+        """Where a request for this row goes: the queue only the workers on its daemon listen on
+        (`PoolKeys.daemon_queue_name`), so no worker on another daemon ever takes it; the pool's queue for a
+        row with no daemon identity (recorded before identities), which any worker takes and all refuse."""
+        if is_identity(row.daemon_id):
+            return self.pool.keys.daemon_queue_name(row.daemon_id)
+        return self.pool.keys.rq_queue_name
+
     def request(self, row: RowSnapshot) -> str:
         """Ask a live worker to re-attach to this orphan's running container, unless a request is pending.
 
@@ -126,7 +136,7 @@ class Adoptions:
             if before is not None and before != rq_id:
                 # A request that ended or whose worker died: drop its hash so it cannot be run late.
                 conn.delete(RQJob.key_for(before))
-            Queue(self.pool.keys.rq_queue_name, connection=conn, serializer=JSONSerializer).enqueue_call(
+            Queue(self.queue_for(row), connection=conn, serializer=JSONSerializer).enqueue_call(
                 func=ADOPT_ENTRY_POINT, args=[row.id, row.owner_boot, row.attempt], job_id=rq_id,
                 timeout=-1, result_ttl=600, failure_ttl=600, unique=True,
                 description=f"jobpool adopt {row.id} attempt {row.attempt} from {row.owner_boot}",

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 
-from .. import errors
+from .. import commands, errors
 from ..api import CANDIDATES_ON_RELEASE, Pool
+from . import remote
 from .adoption import Adoptions
 from .probes import Absent, ContainerProber, Probe
 from .verdicts import APPLIED_KINDS, EXECUTOR_SUBPROCESS, EXIT_KINDS, Kind, RowSnapshot, Verdict
@@ -68,11 +69,14 @@ class Applier:
                         "meanwhile?)", row.id, row.attempt, probe.container_id[:12])  # type: ignore[union-attr]
             return "kept"
         k = self.pool.keys
+        fence = getattr(probe, "inventory", None)  # evidence from a daemon's inventory: fenced on it too
         keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id),
-                *self.pool.candidates(CANDIDATES_ON_RELEASE)]
+                *([k.inventory(fence[0])] if fence else []), *self.pool.candidates(CANDIDATES_ON_RELEASE)]
         args = [row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
                 "" if verdict.exit_code is None else verdict.exit_code, self.settings.recovery_budget,
-                verdict.evidence, self.actor]
+                verdict.evidence, self.actor,
+                *([fence[1], remote.max_age_ms(probe, row.daemon_id, self.settings.inventory_stale_secs,
+                                               self.settings.lease_secs)] if fence and probe else [])]
         try:
             reply = self.pool.run("reconcile_apply", keys, args)
         except errors.Conflict:
@@ -85,7 +89,7 @@ class Applier:
                  verdict.evidence)
         # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
         # dead watcher would have.
-        if verdict.kind in EXIT_KINDS and verdict.container_id:
+        if verdict.kind in EXIT_KINDS and verdict.container_id and not fence:  # else its publisher does
             self.prober.remove(verdict.container_id)
         return state
 
@@ -117,7 +121,18 @@ class Applier:
                       "by hand "
                       "(recorded identity %s)", row.id, row.owner_boot, row.identity or "none")
         else:
-            ok, why = self.prober.same_daemon(row.daemon_id)
+            try:
+                ok, why = self.prober.same_daemon(row.daemon_id)
+            except Exception as exc:  # noqa: BLE001 - no daemon here
+                ok, why = False, self.prober.failed(exc)
+            if not ok and self.settings.inventory_secs and commands.routable(row.daemon_id):
+                # Stopped, then failed, by a worker on its own daemon (jobpool/commands.py).
+                commands.route_stop(self.pool, row.daemon_id, commands.StopCommand(
+                    row.id, row.attempt, evict=True, reason=verdict.reason, evidence=verdict.evidence,
+                    actor=self.actor))
+                log.warning("job %s: eviction routed to the workers on daemon %s (%s)", row.id, row.daemon_id,
+                            why)
+                return f"eviction routed to daemon {row.daemon_id}"
             if not ok:
                 # Stopping "by label" here would stop nothing on the daemon where it runs; evicting anyway
                 # would hand its slot on while it still writes.

@@ -20,8 +20,10 @@ import redis
 from rq.registry import StartedJobRegistry
 
 from ..api import Pool
+from ..daemonid import is_identity
 from ..registry import wrap_redis_error
-from .probes import ContainerProber, Probe, probe_process
+from . import remote
+from .probes import ContainerProber, Probe, Unknown, probe_process
 from .verdicts import EXECUTOR_SUBPROCESS, DispatchFacts, ProbeKind, RowSnapshot, is_stale, probe_needed
 
 log = logging.getLogger("jobpool.supervisor")
@@ -130,11 +132,33 @@ class Evidence:
                 daemons[row.id] = row.daemon_id
             elif need is ProbeKind.PROCESS:
                 out[row.id] = probe_process(row.identity)
+        elsewhere, problem = self._elsewhere(daemons, prober)
+        if elsewhere:  # on a daemon this supervisor cannot ask: judged from that daemon's inventory
+            invs = remote.read(self.pool, (daemons[j] for j in elsewhere), snap.now_ms)
+            judged = remote.judge_all({j: (containers.pop(j), daemons.pop(j)) for j in elsewhere}, invs,
+                                      self.settings.inventory_stale_secs, self.settings.lease_secs)
+            out.update({j: Unknown(f"{problem}; and its daemon's inventory: {p.reason}")
+                        if problem and isinstance(p, Unknown) else p for j, p in judged.items()})
         wanted: dict[str, int | None] = {**containers}
         if self.settings.executor != EXECUTOR_SUBPROCESS:  # a ghost is probed by label, any attempt
             wanted.update({job_id: None for job_id in snap.ghosts if not snap.ghost_leases.get(job_id)})
         out.update(prober.probe(self.pool.keys.pool, wanted, daemons))
         return out
+
+    def _elsewhere(self, daemons: Mapping[str, str], prober: ContainerProber) -> tuple[list[str], str]:
+        """The rows recorded on a daemon (an identity) other than the prober's, or on any when the prober's
+        own cannot be identified (then also why): with inventories on, they are judged from their daemon's
+        inventory. A row with no identity stays with the prober, whose answer names both."""
+        if not self.settings.inventory_secs or not daemons:
+            return [], ""
+        problem = ""
+        try:
+            ours = prober.daemon_id()
+            problem = prober.identity_problem
+        except Exception as exc:  # noqa: BLE001 - no daemon here (DOCKER_HOST pointing nowhere): all elsewhere
+            ours, problem = "", prober.failed(exc)
+        return [job_id for job_id, daemon in daemons.items()
+                if is_identity(daemon) and (not ours or daemon != ours)], problem
 
     # ---- whether a lapsed lease is evidence (docs/architecture.md, 'Rules the verdicts encode, and why')
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from .. import commands
 from ..api import Pool
 from ..models import Job
 from .probes import ContainerProber
@@ -21,14 +22,22 @@ log = logging.getLogger("jobpool.supervisor")
 
 @dataclass(frozen=True)
 class OrphanStop:
-    """What `stop_orphan` did: `action` is one of not_running, owner_alive, stopped, manual_stop_needed,
-    unknown."""
+    """What `stop_orphan` did: `action` is one of not_running, owner_alive, stopped, routed (to the workers on
+    its daemon: jobpool/commands.py), manual_stop_needed, unknown."""
 
     job_id: str
     action: str
     containers: tuple[str, ...] = ()
     detail: str = ""
     state: str = ""
+
+
+def same_daemon_or_none(sup: Supervisor, recorded: str) -> tuple[bool, str]:
+    """`ContainerProber.same_daemon`, with "this process has no daemon" (nothing answers) as a mismatch."""
+    try:
+        return sup.prober.same_daemon(recorded)
+    except Exception as exc:  # noqa: BLE001 - no daemon here: the container cannot be stopped from here
+        return False, sup.prober.failed(exc)
 
 
 def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = None) -> OrphanStop:
@@ -59,7 +68,16 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
             report = sup.sweep(job_ids=[job_id])
             return OrphanStop(job_id, "manual_stop_needed", detail=row.identity,
                               state=report.decisions[0].outcome if report.decisions else "")
-        ok, why = sup.prober.same_daemon(row.daemon_id)
+        ok, why = same_daemon_or_none(sup, row.daemon_id)
+        if not ok and pool.settings.inventory_secs and commands.routable(row.daemon_id):
+            # Stopped by the workers on its own daemon; the persisted cancel then ends it
+            # (docs/architecture.md, "Many hosts").
+            waiting = commands.route_stop(pool, row.daemon_id, commands.StopCommand(
+                job_id, row.attempt, actor=sup.actor))
+            log.warning("job %s: its container runs on daemon %s (%s): stop routed to that daemon's workers "
+                        "(%d waiting)", job_id, row.daemon_id, why, waiting)
+            return OrphanStop(job_id, "routed", state="running",
+                              detail=f"stop routed to the workers on daemon {row.daemon_id}")
         if not ok:
             # Nothing found by label here says nothing about the daemon it runs on: stop nothing, claim
             # nothing; the persisted cancel waits for evidence from the right daemon.

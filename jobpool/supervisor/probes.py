@@ -47,6 +47,8 @@ class Present:
     container_id: str = ""
     detail: str = ""
     ending: Ending | None = None
+    #: When read from a daemon's inventory (supervisor/remote.py): (its daemon identity, its `at`), the fence.
+    inventory: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Absent:
     detail: str = "no container"
     never_started: bool = False
     container_id: str = ""
+    inventory: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -223,19 +226,13 @@ class ContainerProber:
         try:
             return self._probe(pool, job_attempts, daemon_ids or {})
         except Exception as exc:  # noqa: BLE001 - any failure to ask is "unknown", never "absent"
-            self.close()
-            if _no_answer(exc):
-                self.outages.unanswered(time.time())
-            reason = self._failure_reason(exc)
+            reason = self.failed(exc)
             return {job_id: Unknown(reason) for job_id in job_attempts}
 
     def _probe(self, pool: str, job_attempts: Mapping[str, int | None],
                daemon_ids: Mapping[str, str]) -> dict[str, Probe]:
-        client = self._connect()
         ours = self.daemon_id()
-        self.list_calls += 1
-        listed = client.api.containers(all=True, filters={"label": f"{LABEL_POOL}={pool}"})
-        self.outages.answered(time.time())
+        listed = self.list_pool(pool)
         found: dict[str, Probe] = {}
         for summary in listed:
             labels = summary.get("Labels") or {}
@@ -245,9 +242,7 @@ class ContainerProber:
             wanted = job_attempts[job_id]
             if wanted is not None and labels.get(LABEL_ATTEMPT) != str(wanted):
                 continue  # an older attempt of this one: not this attempt's evidence
-            result = _summary_result(summary)
-            if result is None or self._may_be_infrastructure(result):
-                result = self._inspect(client, str(summary.get("Id", "")))
+            result = self.judge(summary)
             if job_id not in found or _rank(result) > _rank(found[job_id]):
                 found[job_id] = result
         out: dict[str, Probe] = {}
@@ -264,6 +259,27 @@ class ContainerProber:
             which = "any attempt" if attempt is None else f"attempt {attempt}"
             out[job_id] = Absent(detail=f"no container labelled for {which} on daemon {ours or '?'}")
         return out
+
+    def list_pool(self, pool: str) -> list[dict[str, Any]]:
+        """The list entries of every container of the pool on this daemon (one call); SDK errors propagate."""
+        self.list_calls += 1
+        listed = self._connect().api.containers(all=True, filters={"label": f"{LABEL_POOL}={pool}"})
+        self.outages.answered(time.time())
+        return list(listed)
+
+    def judge(self, summary: Mapping[str, Any]) -> Probe:
+        """What one listed container is: from its list entry, inspected only when its exit needs it."""
+        result = _summary_result(summary)
+        if result is None or self._may_be_infrastructure(result):
+            result = self._inspect(self._connect(), str(summary.get("Id", "")))
+        return result
+
+    def failed(self, exc: BaseException) -> str:
+        """After a failed ask: drop the client, note an outage if the daemon did not answer; says why."""
+        self.close()
+        if _no_answer(exc):
+            self.outages.unanswered(time.time())
+        return self._failure_reason(exc)
 
     def _may_be_infrastructure(self, result: Probe) -> bool:
         """Whether an ended container's exit code is one its infrastructure may have caused, so what ended it

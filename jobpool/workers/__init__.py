@@ -14,6 +14,7 @@ from ..redispolicy import check_at_start
 from .boot import Boot
 from .cleanup import Cleaner
 from .executors import make_executor
+from .inventory import InventoryPublisher
 from .rqworker import JobpoolWorker
 from .runtime import Runtime, install
 
@@ -46,7 +47,13 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     runtime.prepare()
     install(runtime)
     boot.start()
+    publisher = None
+    if settings.executor == "docker" and settings.inventory_secs:
+        publisher = InventoryPublisher(pool, boot.id)
+        publisher.start()
     worker = JobpoolWorker(runtime, boot)
+    if publisher is not None and not daemon_id:  # the daemon did not answer at boot: its queue comes later
+        publisher.on_daemon = lambda found: setattr(worker, "daemon_found", found)
     log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool,
              settings.executor)
     try:
@@ -58,6 +65,8 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
         log.info("worker %s: exiting; %d %s left running", worker.name, worker.left_running, noun)
         if runtime.cleaner is not None:
             runtime.cleaner.stop()
+        if publisher is not None:
+            publisher.stop()
         boot.stop()
     return worker.left_running
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 from rq import Queue, Worker
-from rq.exceptions import StopRequested
+from rq.exceptions import DequeueTimeout, StopRequested
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
@@ -28,6 +28,9 @@ from .outage import Backoff, OutageError, is_transient
 from .runtime import DRAIN_SIGNAL, Runtime
 
 log = logging.getLogger("jobpool.worker")
+
+#: How long a worker listening on its daemon's queue too blocks on the pool's queue before looking again.
+ROUTED_POLL_SECS = 1
 
 #: Extra time the worker gives its horse past the drain timeout to record the outcome before killing it.
 HORSE_MARGIN_SECS = 5.0
@@ -41,18 +44,47 @@ class _Queue(Queue):
     @classmethod
     def dequeue_any(cls, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().dequeue_any(*args, **kwargs)
+            return cls._dequeue_routed(*args, **kwargs)
         except redis.ConnectionError as exc:
             if is_transient(exc):
                 raise OutageError(exc) from exc
             raise
 
+    @classmethod
+    def _dequeue_routed(cls, queues: Any, timeout: int | None, *args: Any, **kwargs: Any) -> Any:
+        """RQ's dequeue of one queue at a time, so every queue keeps RQ's intermediate list (RQ pops several
+        queues with BLPOP, which has none: the supervisor reads that list, supervisor/evidence.py). The
+        queues before the last (a daemon's own queue: routed adoption requests, supervisor/adoption.py)
+        are looked at without blocking, then the last (the pool's) blocks for at most a second, until
+        `timeout`."""
+        queues = list(queues)
+        if len(queues) <= 1:
+            return super().dequeue_any(queues, timeout, *args, **kwargs)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            for queue in queues[:-1]:
+                found = super().dequeue_any([queue], None, *args, **kwargs)
+                if found is not None:
+                    return found
+            if deadline is None:
+                return super().dequeue_any(queues[-1:], None, *args, **kwargs)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DequeueTimeout(timeout, [q.key for q in queues])
+            try:
+                return super().dequeue_any(queues[-1:], max(1, min(ROUTED_POLL_SECS, int(left))), *args,
+                                           **kwargs)
+            except DequeueTimeout:
+                continue
+
 
 class JobpoolWorker(Worker):
     def __init__(self, runtime: Runtime, boot: Boot, **kwargs: Any) -> None:
         pool = runtime.pool
+        # The daemon's own queue first (routed adoption requests: supervisor/adoption.py), the pool's last.
+        daemon_queue = [pool.keys.daemon_queue_name(runtime.daemon_id)] if runtime.daemon_id else []
         super().__init__(
-            [pool.keys.rq_queue_name],
+            [*daemon_queue, pool.keys.rq_queue_name],
             connection=redisurl.client(pool.settings.redis_url),
             serializer=JSONSerializer,
             name=worker_name(pool.keys.pool, boot.id),
@@ -73,6 +105,8 @@ class JobpoolWorker(Worker):
         #: Set when a dequeue found the queue empty (how a --burst run ends normally).
         self.found_empty = False
         self.dropped_entries = 0
+        #: Set (by the inventory thread) once this worker's daemon is known, if it was not at boot.
+        self.daemon_found: str = ""
         # Ignored until the horse installs its handler, so an early drain signal cannot kill it.
         signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
 
@@ -134,6 +168,7 @@ class JobpoolWorker(Worker):
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
         """RQ's dequeue, retried with backoff while Redis cannot serve it (RQ's loop would end on any error
         but a dropped connection), and past junk on the queue (see `_dequeue`)."""
+        self._listen_on_daemon()
         backoff = Backoff()
         while True:
             try:
@@ -151,6 +186,16 @@ class JobpoolWorker(Worker):
             if result is None:
                 self.found_empty = True
             return result
+
+    def _listen_on_daemon(self) -> None:
+        """Add the daemon's own queue once the daemon is known (it did not answer at boot)."""
+        if not self.daemon_found:
+            return
+        name = self.runtime.pool.keys.daemon_queue_name(self.daemon_found)
+        if name not in self.queue_names():
+            self.queues.insert(0, Queue(name, connection=self.connection, serializer=JSONSerializer))
+            self._ordered_queues = self.queues[:]
+            log.info("worker %s: listening on its docker daemon's queue %s too", self.name, name)
 
     def _dequeue(self, timeout: int | None, max_idle_time: int | None) -> Any:
         """RQ's dequeue, except that one entry RQ cannot load (an id it refuses, a job hash edited to

@@ -18,10 +18,20 @@ import pytest
 from constants import IMAGE
 from polling import eventually
 from procs import JobpoolProcess
+from rq import Queue
+from rq.serializers import JSONSerializer
 from servers import DockerDaemon, daemon_identity
 
 from jobpool import JobState, Pool, daemonid
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
+from jobpool.supervisor.adoption import ADOPT_ENTRY_POINT
+
+
+@pytest.fixture
+def pool_env(pool_env: dict[str, str]) -> dict[str, str]:
+    """Inventories off: these tests are about what a supervisor may conclude from the daemon it asks alone
+    (a fleet without inventories must stay as safe); tests/integration/test_many_hosts.py has them on."""
+    return {**pool_env, "JOBPOOL_INVENTORY_SECS": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +190,9 @@ def test_the_supervisor_on_the_right_daemon_judges_present_exited_and_absent(
 
 def test_a_worker_on_another_daemon_refuses_to_adopt(
         two_daemons: tuple[str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
-    """Adoption goes through the pool's one RQ queue, so any worker may take it; only one on the daemon the
-    attempt was recorded on may re-attach (the adopt script compares identities too)."""
+    """Adoption requests go to the queue only the workers on the attempt's daemon listen on, so a worker on
+    another daemon never takes one; one that finds a request anyway (on the pool's queue, where a request for
+    a row with no identity goes) refuses to re-attach (the adopt script compares identities too)."""
     d1, d2 = two_daemons
     pool.set_slots(1)
     w2, job_id = _start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 6; exit 0"])
@@ -192,7 +203,15 @@ def test_a_worker_on_another_daemon_refuses_to_adopt(
         eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10,
                    message="lease lapsed")
         assert sup.sweep(job_ids=[job_id]).decisions[0].outcome == "adoption requested"
+        routed = "rq:queue:" + pool.keys.daemon_queue_name(daemon_identity(d2))
+        assert pool.client.llen(routed) == 1, "the request waits on daemon 2's own queue"
+        eventually(lambda: "Listening on" in w1.log() or "jobpool-it" in w1.log(), timeout=20,
+                   message="the d1 worker up")
+        row = sup.evidence.read([job_id]).rows[0]
+        Queue(pool.keys.rq_queue_name, connection=sup.adoptions.rq_client(),
+              serializer=JSONSerializer).enqueue_call(ADOPT_ENTRY_POINT, args=[job_id, row.owner_boot, 1])
         eventually(lambda: "not adopted here" in w1.log(), timeout=20, message="the d1 worker refusing")
+        assert pool.client.llen(routed) == 1, "no worker on daemon 1 took daemon 2's request"
         assert pool.get(job_id).owner_boot not in ("",) and pool.get(job_id).state is JobState.RUNNING
         assert not any(e["reason"] == "adopted" for e in pool.events(job_id))
         # A worker on daemon 2 then takes it over and finishes it from the container's real exit code.

@@ -30,7 +30,7 @@ from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from jobpool import Pool
-from jobpool.keys import worker_name
+from jobpool.keys import RQ_QUEUE_PREFIX, worker_name
 from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
 from jobpool.workers.attempt import Attempt
 
@@ -198,8 +198,16 @@ def test_created_but_never_started_container_is_no_work(make_pool, dclient, supe
     assert not container_exists(dclient, container.id)
 
 
-def adoption_requests(raw: Any, pool: Pool) -> list[str]:
-    return [x.decode() for x in raw.lrange(pool.keys.rq_queue, 0, -1) if x.startswith(b"jobpool-adopt-")]
+def adoption_queue(pool: Pool, job_id: str) -> str:
+    """The queue only the workers on the job's daemon listen on: where its adoption requests go."""
+    return pool.keys.daemon_queue_name(pool.get(job_id).daemon_id)
+
+
+def adoption_requests(raw: Any, pool: Pool, job_id: str) -> list[str]:
+    assert not [x for x in raw.lrange(pool.keys.rq_queue, 0, -1) if x.startswith(b"jobpool-adopt-")], \
+        "an adoption request on the pool's queue, where a worker on any daemon may take it"
+    return [x.decode() for x in raw.lrange(RQ_QUEUE_PREFIX + adoption_queue(pool, job_id), 0, -1)
+            if x.startswith(b"jobpool-adopt-")]
 
 
 def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dclient, supervisors) -> None:
@@ -213,19 +221,19 @@ def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dc
     assert pool.get(job_id).state.value == "running" and pool.get(b.id).state.value == "queued"
     raw = sup.adoptions.rq_client()
     rq_id = raw.get(pool.keys.adoption(job_id)).decode()
-    assert adoption_requests(raw, pool) == [rq_id]
+    assert adoption_requests(raw, pool, job_id) == [rq_id]
     rq_job = RQJob.fetch(rq_id, connection=raw, serializer=JSONSerializer)
     assert (rq_job.func_name, rq_job.args, rq_job.get_status()) == (
         "jobpool.workers.entry.adopt_job", [job_id, DEAD, attempt], "queued")
     assert report.decisions[0].outcome == "adoption pending"
 
     # The request ran and failed (say no worker could attach): the next sweep asks again, with a new id.
-    raw.lrem(pool.keys.rq_queue, 0, rq_id)
+    raw.lrem(RQ_QUEUE_PREFIX + adoption_queue(pool, job_id), 0, rq_id)
     rq_job.set_status("failed")
     assert sup.sweep().decisions[0].outcome == "adoption requested"
     again = raw.get(pool.keys.adoption(job_id)).decode()
-    assert again != rq_id and adoption_requests(raw, pool) == [again]
-    assert Queue(pool.keys.rq_queue_name, connection=raw).fetch_job(again).get_status() == "queued"
+    assert again != rq_id and adoption_requests(raw, pool, job_id) == [again]
+    assert Queue(adoption_queue(pool, job_id), connection=raw).fetch_job(again).get_status() == "queued"
     assert not raw.exists(RQJob.key_for(rq_id)), "the ended request could still be run late"
     container.remove(force=True)
 
@@ -241,7 +249,7 @@ def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool, dclient, supe
     first = raw.get(pool.keys.adoption(job_id)).decode()
     # What RQ leaves when a worker takes the request: status "started", the worker's name on the job.
     boot = "b" * 32
-    raw.lrem(pool.keys.rq_queue, 0, first)
+    raw.lrem(RQ_QUEUE_PREFIX + adoption_queue(pool, job_id), 0, first)
     raw.hset(RQJob.key_for(first), mapping={"status": "started", "worker_name": worker_name("sv", boot)})
     pool.client.zadd(pool.keys.boots, {boot: 1})
     pool.client.hset(pool.keys.boot(boot), "pid", 1)
@@ -249,7 +257,7 @@ def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool, dclient, supe
     pool.client.delete(pool.keys.boot(boot))  # the worker was SIGKILLed: its record expired
     assert sup.sweep().decisions[0].outcome == "adoption requested"
     again = raw.get(pool.keys.adoption(job_id)).decode()
-    assert again != first and adoption_requests(raw, pool) == [again]
+    assert again != first and adoption_requests(raw, pool, job_id) == [again]
     container.remove(force=True)
 
 

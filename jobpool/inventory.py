@@ -1,0 +1,128 @@
+"""A Docker daemon's inventory: what the workers on a daemon publish so that a supervisor on another host can
+judge that daemon's containers without asking it (docs/architecture.md, "Many hosts").
+
+The format is shared by the publisher (jobpool/workers/inventory.py, in every worker process, one of them
+elected per daemon) and the judge (jobpool/supervisor/remote.py), so it is defined here once. One inventory
+is one hash `inventory:<daemon identity>` (jobpool/keys.py), written whole by scripts/publish_inventory.lua:
+
+| field | holds |
+|---|---|
+| `daemon_id` | the daemon's identity (jobpool/daemonid.py) the listing came from |
+| `kernel_boot_id` | the boot id of the host's kernel (the part after '@' of the identity) |
+| `at` | when it was written (ms, Redis's clock: no host's clock is compared with another's) |
+| `first_at` | when this daemon identity was first published (ms): the boot rule compares it |
+| `publisher` | the worker boot that wrote it |
+| `complete` | 1 when every container of the pool is listed; 0 when some were left out (too many) |
+| `containers` | a JSON array of entries `[job id, attempt, state, exit code, container id, cause, reason]` |
+
+An entry's state is `running` (running, paused or restarting), `exited` (with its exit code and, when the
+publisher inspected it, what ended it: jobpool/exits.py), `created` (never started) or `unknown` (a state the
+publisher could not read, its reason in the place of the cause).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .contract import INVENTORY_MAX_BYTES
+
+RUNNING, EXITED, CREATED, UNKNOWN = "running", "exited", "created", "unknown"
+STATES = frozenset({RUNNING, EXITED, CREATED, UNKNOWN})
+#: Entries of the `inventories` index older than this are forgotten (the boot rule needs the last
+#: publication of a daemon that went away; a week covers any reboot).
+FORGET_MS = 7 * 86400 * 1000
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One jobpool container of a daemon, as its publisher saw it."""
+
+    job_id: str
+    attempt: int
+    state: str
+    exit_code: int | None = None
+    container_id: str = ""
+    #: For an exited container: what ended it (jobpool/exits.py: '' its own exit, 'oom', 'crashed');
+    #: for an unknown one, why it is unknown.
+    cause: str = ""
+    reason: str = ""
+
+    def encode(self) -> list[object]:
+        return [self.job_id, self.attempt, self.state, self.exit_code, self.container_id, self.cause,
+                self.reason]
+
+    @classmethod
+    def decode(cls, raw: object) -> Entry | None:
+        """An entry as written, or None for anything malformed (it is then simply not evidence)."""
+        if not isinstance(raw, list) or len(raw) != 7:
+            return None
+        job_id, attempt, state, code, cid, cause, reason = raw
+        if not isinstance(job_id, str) or not isinstance(attempt, int) or state not in STATES:
+            return None
+        if code is not None and not isinstance(code, int):
+            return None
+        return cls(job_id, attempt, str(state), code, str(cid or ""), str(cause or ""), str(reason or ""))
+
+
+def encode(entries: Iterable[Entry], max_bytes: int = INVENTORY_MAX_BYTES) -> tuple[str, bool]:
+    """The `containers` field and whether it is complete: entries past `max_bytes` are left out, and then
+    the inventory says so (the judge reads "not listed" in an incomplete inventory as unknown, not absent)."""
+    out: list[str] = []
+    size = 2
+    complete = True
+    for entry in entries:
+        text = json.dumps(entry.encode(), separators=(",", ":"))
+        if size + len(text) + 1 > max_bytes:
+            complete = False
+            break
+        out.append(text)
+        size += len(text) + 1
+    return "[" + ",".join(out) + "]", complete
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """One published inventory, as read back."""
+
+    daemon_id: str
+    kernel_boot_id: str
+    at_ms: int
+    first_at_ms: int
+    complete: bool
+    publisher: str = ""
+    entries: dict[str, list[Entry]] = field(default_factory=dict)
+
+    def age_secs(self, now_ms: int) -> float:
+        return max(0.0, (now_ms - self.at_ms) / 1000.0)
+
+    def of(self, job_id: str) -> list[Entry]:
+        return self.entries.get(job_id, [])
+
+
+def parse(fields: Mapping[str, str | None]) -> Inventory | None:
+    """An inventory from its hash (decoded strings), or None if it is missing or unreadable."""
+    try:
+        daemon_id = str(fields["daemon_id"] or "")
+        at_ms = int(fields["at"] or "")
+        first_at_ms = int(fields.get("first_at") or at_ms)
+        raw = json.loads(fields.get("containers") or "[]")
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not daemon_id or not isinstance(raw, list):
+        return None
+    entries: dict[str, list[Entry]] = {}
+    complete = fields.get("complete") == "1"
+    for item in raw:
+        entry = Entry.decode(item)
+        if entry is None:
+            complete = False  # something listed could not be read: "not listed" proves nothing
+            continue
+        entries.setdefault(entry.job_id, []).append(entry)
+    return Inventory(daemon_id, str(fields.get("kernel_boot_id") or ""), at_ms, first_at_ms, complete,
+                     str(fields.get("publisher") or ""), entries)
+
+
+#: The fields the judge reads (HMGET), in this order.
+FIELDS = ("daemon_id", "kernel_boot_id", "at", "first_at", "complete", "publisher", "containers")

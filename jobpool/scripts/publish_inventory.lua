@@ -1,0 +1,42 @@
+--[[ publish_inventory
+KEYS[1..14]  common keys (see _lib.lua)
+KEYS[15]     inventory:<daemon id>   KEYS[16] inventory_lead:<daemon id>   KEYS[17] inventories
+ARGV[1] daemon id   ARGV[2] boot id (the publisher)   ARGV[3] kernel boot id   ARGV[4] lead ms
+ARGV[5] inventory ttl ms   ARGV[6] complete ('1' or '0')   ARGV[7] containers (JSON array, jobpool/inventory.py)
+ARGV[8] forget ms (index entries older than this are trimmed)
+Returns {0, at} (ms, the server's time); -3 this boot does not hold the daemon's lead; -6 bad arguments or
+containers over INVENTORY_MAX_BYTES.
+Write one daemon's inventory whole, only by the holder of its lead (inventory_lead.lua), and renew the lead.
+`at` is the server's time, never the publisher's clock; `first_at` is kept from the first publication of this
+daemon identity (the boot rule of jobpool/supervisor/remote.py compares it with an earlier boot's last `at`).
+The `inventories` index records each daemon's last publication, for as long as ARGV[8] says.
+]]
+local inv, lead, index = KEYS[15], KEYS[16], KEYS[17]
+local daemon, boot, kboot = ARGV[1], ARGV[2], ARGV[3]
+local lead_ms, ttl_ms, complete, containers, forget = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7],
+  tonumber(ARGV[8])
+if daemon == '' or boot == '' or not lead_ms or lead_ms <= 0 or not ttl_ms or ttl_ms <= 0 or not forget
+    or (complete ~= '1' and complete ~= '0') then
+  return {E_BAD_ARG, 'inventory'}
+end
+if #containers > INVENTORY_MAX_BYTES or string.sub(containers, 1, 1) ~= '[' then
+  return {E_BAD_ARG, 'containers'}
+end
+if key_type(lead) ~= 'string' or redis.call('GET', lead) ~= boot then
+  return {E_NOT_OWNER, 'inventory lead'}
+end
+local now = now_ms()
+local first = now
+if key_type(inv) == 'hash' then
+  first = tonumber(redis.call('HGET', inv, 'first_at')) or now
+elseif key_type(inv) ~= 'none' then
+  redis.call('DEL', inv)
+end
+redis.call('HSET', inv, 'daemon_id', daemon, 'kernel_boot_id', kboot, 'at', now, 'first_at', first,
+  'publisher', boot, 'complete', complete, 'containers', containers)
+redis.call('PEXPIRE', inv, ttl_ms)
+redis.call('PEXPIRE', lead, lead_ms)
+if key_type(index) ~= 'zset' and key_type(index) ~= 'none' then redis.call('DEL', index) end
+redis.call('ZADD', index, now, daemon)
+redis.call('ZREMRANGEBYSCORE', index, '-inf', now - forget)
+return {0, now}

@@ -1,0 +1,188 @@
+"""Evidence about containers on a Docker daemon the supervisor cannot ask: that daemon's inventory, published
+by a worker on it (jobpool/inventory.py, jobpool/workers/inventory.py; docs/architecture.md, "Many hosts").
+
+A fresh inventory answers as the daemon would have: present (running), exited with its code (and, when the
+publisher inspected it, what ended it: jobpool/exits.py), or absent when the inventory is complete and lists
+no container of that attempt. Anything else keeps the slot:
+
+- an inventory older than `JOBPOOL_INVENTORY_STALE_SECS`, expired or never published is `Unknown`, with a
+  reason naming the daemon and the inventory's age (no worker on it publishes: all dead, or Redis out of
+  their reach);
+- a created, never started container is `Unknown`: only its own daemon can remove it, which its publisher
+  does once the attempt's lease is gone; the next inventory then lists nothing;
+- an incomplete inventory (too many containers) proves nothing by what it leaves out.
+
+**The boot rule.** A daemon's identity ends with its host's kernel boot id (jobpool/daemonid.py), so after a
+reboot the same daemon (the same identity volume) publishes under a new identity. When the attempt's own
+inventory is stale and a fresh inventory of the same daemon uuid under another boot id was *first* published
+after the old boot's *last* publication (both Redis's clock), the old boot is over and its containers went
+with it: `Absent`. A clone of the data root on another host booted while the old one was still publishing
+does not qualify (its first publication is earlier than the old one's last), so a live host is never judged
+by its clone; what is left is a host silent from before its clone first published: see "Many hosts".
+
+Every `Present` or `Absent` answer carries the inventory it came from (daemon, `at`): reconcile_apply.lua
+applies the verdict only while that inventory is still the current one and still fresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from ..api import Pool
+from ..daemonid import is_identity
+from ..exits import Ending
+from ..inventory import CREATED, EXITED, FIELDS, RUNNING, Entry, Inventory, parse
+from ..registry import wrap_redis_error
+from .probes import Absent, Present, Probe, Unknown
+
+
+@dataclass(frozen=True)
+class Inventories:
+    """The inventories one sweep read: by daemon identity, and each known daemon's last publication."""
+
+    now_ms: int
+    by_daemon: dict[str, Inventory] = field(default_factory=dict)
+    last_at: dict[str, int] = field(default_factory=dict)
+
+
+def uuid_of(daemon_id: str) -> str:
+    """The daemon part of an identity (`jpd1:<uuid>`), the same across its host's reboots."""
+    return daemon_id.split("@", 1)[0]
+
+
+def read(pool: Pool, daemons: Iterable[str], now_ms: int) -> Inventories:
+    """The inventories of `daemons` and, for the boot rule, of every other boot of the same daemon uuids
+    (two round trips; the index is one entry per daemon boot published within a week)."""
+    wanted = sorted({d for d in daemons if is_identity(d)})
+    if not wanted:
+        return Inventories(now_ms)
+    k = pool.keys
+    pipe = pool.client.pipeline(transaction=False)
+    pipe.zrange(k.inventories, 0, -1, withscores=True)
+    index = run_pipeline(pipe)[0]
+    last_at = {str(d): int(s) for d, s in index} if isinstance(index, list) else {}
+    uuids = {uuid_of(d) for d in wanted}
+    names = sorted(set(wanted) | {d for d in last_at if uuid_of(d) in uuids})
+    pipe = pool.client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(k.inventory(name), FIELDS)
+    found: dict[str, Inventory] = {}
+    for name, values in zip(names, run_pipeline(pipe), strict=True):
+        if isinstance(values, list):
+            inv = parse(dict(zip(FIELDS, values, strict=True)))
+            if inv is not None and inv.daemon_id == name:
+                found[name] = inv
+    return Inventories(now_ms, found, last_at)
+
+
+def run_pipeline(pipe: Any) -> list[Any]:
+    try:
+        return list(pipe.execute(raise_on_error=False))
+    except redis.RedisError as exc:
+        raise wrap_redis_error(exc, "sweep read of inventories") from None
+
+
+def _age(secs: float) -> str:
+    return f"{secs:.1f}s"
+
+
+def judge(attempt: int, job_id: str, recorded: str, invs: Inventories, stale_secs: float,
+          lease_secs: float | None = None) -> Probe:
+    """What the inventory of the daemon an attempt was recorded on says of that attempt's container.
+
+    "Not listed" is absence only in an inventory younger than a lease (`lease_secs`): a launcher starts its
+    container only after a fenced heartbeat that renews the lease, so a container created after an older
+    listing may be running under a lease that has lapsed since (its worker died), and be listed nowhere
+    yet."""
+    if not is_identity(recorded):
+        why = "no daemon identity recorded for the attempt" if not recorded else (
+            f"attempt recorded before daemon identities, with docker ID {recorded}, which daemons can share")
+        return Unknown(f"{why}; no inventory can speak for it")
+    inv = invs.by_daemon.get(recorded)
+    if inv is not None and inv.age_secs(invs.now_ms) <= stale_secs:
+        return _from_entries(inv, job_id, attempt, invs.now_ms,
+                             stale_secs if lease_secs is None else min(stale_secs, lease_secs))
+    rebooted = _rebooted(recorded, invs, stale_secs)
+    if rebooted is not None:
+        return rebooted
+    if inv is not None:
+        return Unknown(f"the inventory of daemon {recorded} is {_age(inv.age_secs(invs.now_ms))} old (stale "
+                       f"after {stale_secs:g}s): no worker on that daemon publishes it")
+    if recorded in invs.last_at:
+        age = max(0.0, (invs.now_ms - invs.last_at[recorded]) / 1000)
+        return Unknown(f"the inventory of daemon {recorded} was last published {_age(age)} ago and has "
+                       "expired: no worker on that daemon publishes it")
+    return Unknown(f"no inventory of daemon {recorded} was published (no worker on it publishes one, or "
+                   "JOBPOOL_INVENTORY_SECS is 0 there)")
+
+
+def _rank(entry: Entry) -> int:
+    """Of several containers of one attempt, the most alive one decides."""
+    return {RUNNING: 3, "unknown": 2, CREATED: 2, EXITED: 1}.get(entry.state, 2)
+
+
+def _from_entries(inv: Inventory, job_id: str, attempt: int, now_ms: int, absent_within: float) -> Probe:
+    where = f"in the inventory of daemon {inv.daemon_id} published {_age(inv.age_secs(now_ms))} ago"
+    fence = (inv.daemon_id, inv.at_ms)
+    mine = [e for e in inv.of(job_id) if e.attempt == attempt]
+    if not mine:
+        if not inv.complete:
+            return Unknown(f"no container of attempt {attempt} {where}, but that inventory is incomplete")
+        if inv.age_secs(now_ms) > absent_within:
+            return Unknown(f"no container of attempt {attempt} {where}, older than a lease "
+                           f"({absent_within:g}s): one started since could be running")
+        return Absent(detail=f"no container labelled for attempt {attempt} {where}", inventory=fence)
+    entry = max(mine, key=_rank)
+    cid = entry.container_id[:12]
+    if entry.state == RUNNING:
+        return Present(running=True, container_id=entry.container_id,
+                       detail=f"container {cid} running {where}", inventory=fence)
+    if entry.state == EXITED and entry.exit_code is not None:
+        ending = Ending(entry.exit_code, entry.cause, entry.reason,
+                        f"{entry.cause} {entry.reason}".strip()) if entry.cause else None
+        detail = f"container {cid} exited with {entry.exit_code} {where}"
+        if ending is not None:
+            detail += f" ({ending.evidence})"
+        return Present(running=False, exit_code=entry.exit_code, container_id=entry.container_id,
+                       detail=detail, ending=ending, inventory=fence)
+    if entry.state == CREATED:
+        return Unknown(f"container {cid} created, never started, {where}: only its daemon can remove it "
+                       "(its publisher does once the attempt's lease is gone)")
+    return Unknown(f"container {cid} {where} could not be judged there: {entry.reason or entry.state}")
+
+
+def _rebooted(recorded: str, invs: Inventories, stale_secs: float) -> Probe | None:
+    """`Absent` when a later boot of the recorded daemon's host publishes (the boot rule above), else None."""
+    last = invs.last_at.get(recorded)
+    if last is None:
+        return None  # when the old boot was last heard of is not known: nothing can be after it
+    for name, inv in sorted(invs.by_daemon.items()):
+        if name == recorded or uuid_of(name) != uuid_of(recorded):
+            continue
+        if inv.age_secs(invs.now_ms) <= stale_secs and inv.first_at_ms > last:
+            return Absent(detail=(f"the host of daemon {recorded} booted again: the same daemon publishes as "
+                                  f"{name} since {_age((invs.now_ms - inv.first_at_ms) / 1000)} ago, after "
+                                  f"the old boot's last inventory {_age((invs.now_ms - last) / 1000)} ago; "
+                                  "the containers of the old boot are gone"),
+                          inventory=(inv.daemon_id, inv.at_ms))
+    return None
+
+
+def judge_all(rows: Mapping[str, tuple[int, str]], invs: Inventories, stale_secs: float,
+              lease_secs: float | None = None) -> dict[str, Probe]:
+    """`judge` for each job id -> (attempt, recorded daemon identity)."""
+    return {job_id: judge(attempt, job_id, daemon, invs, stale_secs, lease_secs)
+            for job_id, (attempt, daemon) in rows.items()}
+
+
+def max_age_ms(probe: Probe, recorded: str, stale_secs: float, lease_secs: float) -> int:
+    """The oldest the inventory a verdict came from may be when it is applied (reconcile_apply.lua): a lease
+    for an absence read from the attempt's own daemon's inventory (see `judge`), else the stale limit."""
+    fence = getattr(probe, "inventory", None)
+    own = fence is not None and fence[0] == recorded
+    secs = min(stale_secs, lease_secs) if isinstance(probe, Absent) and own else stale_secs
+    return int(secs * 1000)

@@ -1,0 +1,187 @@
+"""The inventory publisher: a thread of the worker's main process that publishes its Docker daemon's
+inventory (jobpool/inventory.py) every `JOBPOOL_INVENTORY_SECS` (docs/architecture.md, "Many hosts").
+
+A supervisor can ask only its own daemon; what it knows of any other daemon comes from here. The workers on
+one daemon elect one publisher through Redis (scripts/inventory_lead.lua: the first to ask holds the lead,
+renewed with each publication; it lapses with its holder), so a daemon is listed once per period, however
+many workers it has. The holder lists the pool's containers in one call and judges each as a supervisor on
+that daemon would (supervisor/probes.py `ContainerProber.judge`: an exit that its infrastructure may have
+caused is inspected, OOMKilled and a restart of the daemon seen by this publisher included; an ended
+container's judgement is kept, since it cannot change).
+
+The holder also does on its daemon the two clean-ups a supervisor does on its own one, which a supervisor on
+another host cannot: it removes (never forced) a created, never started container whose attempt's lease is
+gone, so that "never started" stays true (a launcher that stalls past its lease then finds nothing to start),
+and an ended container whose job has moved on from that attempt (its exit is recorded, or it never will be).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import commands
+from ..api import Pool
+from ..contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB
+from ..errors import JobpoolError
+from ..exits import OWN
+from ..inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, encode
+from ..procid import kernel_boot_id
+from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
+
+log = logging.getLogger("jobpool.worker")
+
+
+def entry_of(job_id: str, attempt: int, probe: Probe) -> Entry:
+    """How one judged container is written in the inventory."""
+    if isinstance(probe, Present) and probe.running:
+        return Entry(job_id, attempt, RUNNING, container_id=probe.container_id)
+    if isinstance(probe, Present):
+        end = probe.ending
+        return Entry(job_id, attempt, EXITED, probe.exit_code, probe.container_id,
+                     end.cause if end is not None else OWN, end.reason if end is not None else "")
+    if isinstance(probe, Absent) and probe.never_started:
+        return Entry(job_id, attempt, CREATED, container_id=probe.container_id)
+    reason = probe.reason if isinstance(probe, Unknown) else probe.detail
+    return Entry(job_id, attempt, UNKNOWN, container_id="", reason=reason[:300])
+
+
+class InventoryPublisher:
+    """Publishes one daemon's inventory for the pool; one per worker process, one holder per daemon."""
+
+    def __init__(self, pool: Pool, boot_id: str, prober: ContainerProber | None = None) -> None:
+        self.pool = pool
+        self.settings = pool.settings
+        self.boot_id = boot_id
+        self.prober = prober or ContainerProber(None, timeout=self.settings.probe_timeout_secs)
+        self.period = self.settings.inventory_secs
+        self.lead_ms = int(max(3 * self.period, 1.0) * 1000)
+        # Kept well past the stale limit, so a stale inventory still says how old it is.
+        self.ttl_ms = int(max(10 * self.settings.inventory_stale_secs, 600) * 1000)
+        self._ended: dict[str, Probe] = {}
+        #: Container id -> (job id, attempt, launching boot), from the last listing.
+        self._labels: dict[str, tuple[str, int, str]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_problem = ""
+        self.published = 0
+        #: Told the daemon's identity once it is established (the worker then listens on its queue too).
+        self.on_daemon: Callable[[str], None] | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="jobpool-inventory", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.settings.probe_timeout_secs + 1)
+        self.prober.close()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                outcome = self.tick()
+            except Exception as exc:  # noqa: BLE001 - Redis or the daemon away: the inventory ages, stays safe
+                outcome = f"not published: {type(exc).__name__}: {exc}"
+            if outcome != self._last_problem and not outcome.startswith(("published", "follower")):
+                log.warning("inventory of this worker's docker daemon %s", outcome)
+            self._last_problem = "" if outcome.startswith(("published", "follower")) else outcome
+            if self._stop.wait(self.period):
+                return
+
+    def tick(self) -> str:
+        """One period: take or renew the lead; the holder lists, cleans up and publishes."""
+        try:
+            daemon = self.prober.daemon_id()
+        except Exception as exc:  # noqa: BLE001 - the daemon does not answer: nothing to say about it
+            return f"not published: {self.prober.failed(exc)}"
+        if not daemon:
+            return f"not published: {self.prober.identity_problem}"
+        if self.on_daemon is not None:
+            self.on_daemon(daemon)
+        k = self.pool.keys
+        reply = self.pool.run("inventory_lead", [k.inventory_lead(daemon)],
+                              [daemon, self.boot_id, self.lead_ms])
+        if not int(reply[1]):
+            return f"follower of {reply[2]}"
+        try:
+            entries = self.entries(self.prober.list_pool(k.pool))
+        except Exception as exc:  # noqa: BLE001
+            return f"not published: {self.prober.failed(exc)}"
+        containers, complete = encode(entries)
+        try:
+            self.pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
+                                                k.inventories],
+                          [daemon, self.boot_id, kernel_boot_id(), self.lead_ms, self.ttl_ms,
+                           "1" if complete else "0", containers, FORGET_MS])
+        except JobpoolError as exc:
+            return f"not published: {exc}"
+        self.published += 1
+        self.clean_up(entries)
+        self.run_commands(daemon)
+        return f"published {len(entries)} containers"
+
+    def run_commands(self, daemon: str) -> None:
+        """The commands routed to this daemon (jobpool/commands.py), done by the lead's holder."""
+        try:
+            todo = commands.take(self.pool, daemon, self.boot_id)
+        except JobpoolError as exc:
+            log.info("commands routed to this daemon not taken: %s", exc)
+            return
+        for cmd in todo:
+            commands.execute(self.pool, self.prober, daemon, cmd, f"worker:{self.boot_id}")
+
+    def entries(self, listed: Sequence[dict[str, Any]]) -> list[Entry]:
+        out = []
+        seen = set()
+        for summary in listed:
+            labels = summary.get("Labels") or {}
+            cid = str(summary.get("Id", ""))
+            try:
+                attempt = int(labels.get(LABEL_ATTEMPT, ""))
+            except ValueError:
+                continue  # not a container jobpool launched
+            job_id = str(labels.get(LABEL_JOB, ""))
+            if not job_id:
+                continue
+            seen.add(cid)
+            probe = self._ended.get(cid) or self.prober.judge(summary)
+            if isinstance(probe, Present) and not probe.running:
+                self._ended[cid] = probe
+            out.append(entry_of(job_id, attempt, probe))
+            self._labels[cid] = (job_id, attempt, str(labels.get(LABEL_BOOT, "")))
+        self._ended = {c: p for c, p in self._ended.items() if c in seen}
+        self._labels = {c: v for c, v in self._labels.items() if c in seen}
+        return out
+
+    def clean_up(self, entries: Sequence[Entry]) -> None:
+        """Remove what no one else on another host can: a created container whose attempt's lease is gone,
+        and an ended one whose job has moved on from its attempt (never forced: a container started
+        meanwhile refuses)."""
+        todo = [e for e in entries if e.state in (CREATED, EXITED) and e.container_id]
+        if not todo:
+            return
+        k = self.pool.keys
+        pipe = self.pool.client.pipeline(transaction=False)
+        for e in todo:
+            pipe.hmget(k.job(e.job_id), ["state", "attempt"])
+            pipe.get(k.lease(e.job_id))
+        replies = pipe.execute(raise_on_error=False)
+        for i, e in enumerate(todo):
+            row, lease = replies[2 * i], replies[2 * i + 1]
+            if isinstance(row, Exception) or isinstance(lease, Exception):
+                continue
+            state, attempt = row
+            moved_on = state != "running" or attempt != str(e.attempt)
+            if e.state == EXITED and not moved_on:
+                continue  # its exit is still to be recorded, by its worker or a supervisor
+            if e.state == CREATED and not moved_on:
+                boot = self._labels.get(e.container_id, ("", 0, ""))[2]
+                if not boot or lease == f"{boot}:{e.attempt}":
+                    continue  # its launcher holds the lease: it may still start it
+            if self.prober.remove(e.container_id):
+                log.info("job %s attempt %d: removed its %s container %s on this daemon", e.job_id,
+                         e.attempt, e.state, e.container_id[:12])

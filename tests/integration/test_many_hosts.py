@@ -1,0 +1,164 @@
+"""A fleet over three Docker daemons (three private dockerd, sharing one Docker ID as daemons reading one key
+file do), workers attached to each, a supervisor attached to none of them (DOCKER_HOST pointing nowhere):
+everything it knows of the containers comes from the daemons' inventories, published by their workers
+(docs/architecture.md, "Many hosts").
+
+All three daemons are sampled throughout: a job never has two live containers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import docker
+import pytest
+from constants import IMAGE
+from polling import eventually
+from procs import JobpoolProcess
+from servers import DockerDaemon, daemon_identity
+from test_daemon_identity import Sampler, live_on
+
+from jobpool import JobState, Pool
+from jobpool.inventory import FORGET_MS
+from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
+
+NOWHERE = "unix:///nonexistent/jobpool-no-daemon.sock"
+#: Inventories every 0.3 s, stale after 2 s: fault tests finish in seconds, on the default code paths.
+FLEET = {"JOBPOOL_INVENTORY_SECS": "0.3", "JOBPOOL_INVENTORY_STALE_SECS": "2", "JOBPOOL_RECOVERY_BUDGET": "1"}
+
+
+@pytest.fixture
+def pool_env(pool_env: dict[str, str]) -> dict[str, str]:
+    return {**pool_env, **FLEET}
+
+
+@pytest.fixture(scope="module")
+def more_daemons() -> Iterator[list[DockerDaemon]]:
+    daemons = [DockerDaemon(), DockerDaemon()]
+    try:
+        for d in daemons:
+            d.start()
+            d.import_busybox_image()
+        yield daemons
+    finally:
+        for d in daemons:
+            d.close()
+
+
+@pytest.fixture
+def three(docker_host: str, more_daemons: list[DockerDaemon]) -> tuple[str, str, str]:
+    for d in more_daemons:
+        d.ensure_running()
+        d.remove_containers()
+        d.remove_volumes(prefix="jobpool-ckpt")
+    return docker_host, more_daemons[0].host, more_daemons[1].host
+
+
+def ids_shared(hosts: tuple[str, ...]) -> bool:
+    ids = set()
+    for h in hosts:
+        with contextlib.closing(docker.DockerClient(base_url=h, timeout=10)) as c:
+            ids.add(c.info()["ID"])
+    return len(ids) == 1
+
+
+def on_daemon(spawn: Callable[..., JobpoolProcess], pool: Pool, host: str, command: list[str]) -> tuple[
+        JobpoolProcess, str]:
+    """A worker on `host` alone takes a new job; returns it once its container runs there."""
+    worker = spawn(DOCKER_HOST=host)
+    job = pool.enqueue(IMAGE, command)
+    eventually(lambda: live_on(host, job.id), timeout=30, message=f"job {job.id} running on {host}")
+    return worker, job.id
+
+
+def adopted_by(pool: Pool, job_id: str) -> list[str]:
+    return [e["actor"] for e in pool.events(job_id) if e["reason"] == "adopted"]
+
+
+def test_a_daemon_whose_workers_all_died_keeps_its_jobs_until_one_of_its_own_adopts_them(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+    d1, d2, d3 = three
+    assert ids_shared(three), "precondition: the daemons share Docker's ID"
+    pool.set_slots(3)
+    with Sampler(three) as sampler:
+        w2, job_id = on_daemon(spawn, pool, d2, ["sh", "-c", "echo started; sleep 12; exit 3"])
+        others = [spawn(DOCKER_HOST=d1), spawn(DOCKER_HOST=d3)]
+        sup = spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=NOWHERE)
+        w2.kill_with_children()  # every worker of daemon 2; its container runs on
+        d2_id = daemon_identity(d2)
+        # Its lease lapses; once daemon 2's inventory is stale the job is unknown, naming the daemon and age.
+        eventually(lambda: f"the inventory of daemon {d2_id} is" in sup.log(), timeout=30,
+                   message="the supervisor keeping the job on a stale inventory")
+        assert f"job {job_id} (attempt 1) kept: probe_unknown" in sup.log()
+        assert pool.get(job_id).state is JobState.RUNNING and live_on(d2, job_id)
+        # A worker started again on daemon 2 publishes; the running container is adopted there, only there.
+        again = spawn(DOCKER_HOST=d2)
+        eventually(lambda: adopted_by(pool, job_id), timeout=40, message="adopted by the new daemon 2 worker")
+        done = eventually(lambda: (j := pool.get(job_id)).state is not JobState.RUNNING and j, timeout=40,
+                          message="the adopted job finishing")
+    assert (done.state, done.exit_code, done.attempt) == (JobState.FAILED, 3, 1), "from its real exit code"
+    adopters = adopted_by(pool, job_id)
+    assert len(adopters) == 1 and f"boot {adopters[0]}" in again.log(), "adopted once, by the new d2 worker"
+    assert not any("adopted from boot" in w.log() or "not adopted here" in w.log() for w in others), \
+        "no worker of another daemon saw the request"
+    assert sampler.most_live[job_id] == 1 and sampler.attempts[job_id] == {"1"}
+
+
+def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+    """Simulated: the old boot's containers are gone and the same daemon publishes under a new boot id."""
+    d1, d2, _ = three
+    pool.set_slots(2)
+    w2, job_id = on_daemon(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
+    d2_id = daemon_identity(d2)
+    eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=10, message="d2 inventory")
+    w2.kill_with_children()
+    with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
+        for c in client.containers.list(all=True, sparse=True, filters={"label": f"jobpool.job_id={job_id}"}):
+            c.remove(force=True)  # a reboot takes the containers of the old boot with it
+    sup = Supervisor(pool, ContainerProber(NOWHERE, timeout=2))
+    try:
+        eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10, message="lease gone")
+        verdict = sup.sweep(job_ids=[job_id], dry_run=True).decisions[0].verdict
+        assert verdict.kind.value == "warn", "the old boot's inventory, still fresh, is the only word yet"
+        new_id = d2_id.rsplit("@", 1)[0] + "@rebooted-" + "0" * 8
+        k = pool.keys
+        eventually(lambda: pool.run("inventory_lead", [k.inventory_lead(new_id)], [new_id, "new", 60_000])[1]
+                   and pool.run("publish_inventory", [k.inventory(new_id), k.inventory_lead(new_id),
+                                                      k.inventories],
+                                [new_id, "new", "rebooted", 60_000, 600_000, "1", "[]", FORGET_MS]),
+                   timeout=5, message="publishing the new boot's inventory")
+        spawn(DOCKER_HOST=d1)
+        report = eventually(lambda: (r := sup.sweep(job_ids=[job_id])).decisions
+                            and r.decisions[0].verdict.kind.value == "absent" and r, timeout=20, interval=0.3,
+                            message="judged absent by the boot rule")
+        assert "booted again" in report.decisions[0].verdict.evidence
+        done = eventually(lambda: (j := pool.get(job_id)).attempt == 2 and live_on(d1, job_id) and j,
+                          timeout=40, message="run again on daemon 1")
+        assert done.recovery_attempts == 1
+    finally:
+        sup.close()
+
+
+def test_cancel_of_a_job_on_a_daemon_the_canceller_cannot_reach(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+    _, d2, _ = three
+    pool.set_slots(1)
+    w2, job_id = on_daemon(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
+    w2.kill_with_children()
+    spawn(DOCKER_HOST=d2)  # a live worker on daemon 2 (no supervisor: nothing adopts the job)
+    eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10, message="lease gone")
+    pool.cancel(job_id)
+    stop = stop_orphan(pool, job_id, ContainerProber(NOWHERE, timeout=2))
+    assert stop.action == "routed" and daemon_identity(d2) in stop.detail
+    eventually(lambda: not live_on(d2, job_id), timeout=30, message="stopped on daemon 2 by its worker")
+    reasons = eventually(lambda: "remote_stopped" in (r := [e["reason"] for e in pool.events(job_id)]) and r,
+                         timeout=10, message="the stop recorded in the job's events")
+    assert reasons.index("stop_routed") < reasons.index("remote_stopped")
+    sup = Supervisor(pool, ContainerProber(NOWHERE, timeout=2))
+    try:
+        eventually(lambda: sup.sweep(job_ids=[job_id]) and pool.get(job_id).state is JobState.CANCELLED,
+                   timeout=20, interval=0.3, message="cancelled from the inventory's exit")
+    finally:
+        sup.close()

@@ -1,0 +1,209 @@
+"""Per-daemon inventories: scripts/inventory_lead.lua and publish_inventory.lua, and the publisher's round
+(jobpool/workers/inventory.py) over a stand-in for the Docker daemon's list, on fakeredis[lua] and a real
+redis-server.
+
+One publisher per daemon: the workers on it elect one through its lead key; only the holder writes; the
+inventory is written whole, stamped with the server's time, kept bounded, and parsed back as written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from pool_helpers import Backend
+
+from jobpool import errors
+from jobpool.api import Pool
+from jobpool.contract import INVENTORY_MAX_BYTES
+from jobpool.inventory import FIELDS, FORGET_MS, Entry, encode, parse
+from jobpool.supervisor.probes import Absent, Present, Probe, Unknown
+from jobpool.workers.inventory import InventoryPublisher, entry_of
+
+D1 = "jpd1:" + "a" * 32 + "@boot-1"
+
+
+def lead(pool: Pool, boot: str, daemon: str = D1, ms: int = 60_000) -> list[Any]:
+    k = pool.keys
+    return pool.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, boot, ms])
+
+
+def publish(pool: Pool, boot: str, containers: str = "[]", daemon: str = D1, complete: str = "1",
+            ttl_ms: int = 600_000) -> list[Any]:
+    k = pool.keys
+    return pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
+                                          k.inventories],
+                    [daemon, boot, daemon.split("@")[1], 15_000, ttl_ms, complete, containers, FORGET_MS])
+
+
+def read(pool: Pool, daemon: str = D1) -> Any:
+    return parse(dict(zip(FIELDS, pool.client.hmget(pool.keys.inventory(daemon), FIELDS), strict=True)))
+
+
+def test_one_publisher_per_daemon_and_only_it_writes(backend: Backend) -> None:
+    pool = backend.pool()
+    assert lead(pool, "boot-a")[1:] == [1, "boot-a"]
+    assert lead(pool, "boot-b")[1:] == [0, "boot-a"], "a second worker on the daemon follows"
+    assert lead(pool, "boot-a")[1:] == [1, "boot-a"], "the holder renews"
+    with pytest.raises(errors.NotOwner):
+        publish(pool, "boot-b")
+    assert not pool.client.exists(pool.keys.inventory(D1)), "a follower's refused write wrote nothing"
+    # Another daemon has its own lead.
+    other = "jpd1:" + "b" * 32 + "@boot-1"
+    assert lead(pool, "boot-b", daemon=other)[1:] == [1, "boot-b"]
+
+
+def test_the_lead_lapses_with_its_holder(backend: Backend) -> None:
+    pool = backend.pool()
+    assert lead(pool, "boot-a", ms=100)[1] == 1
+    deadline = time.monotonic() + 5
+    while lead(pool, "boot-b", ms=100)[1] != 1:
+        assert time.monotonic() < deadline, "the lead never lapsed"
+        time.sleep(0.02)
+    with pytest.raises(errors.NotOwner):
+        publish(pool, "boot-a")
+
+
+def test_an_inventory_is_written_whole_with_the_servers_time(backend: Backend) -> None:
+    pool = backend.pool()
+    lead(pool, "boot-a")
+    entries = [Entry("j1", 1, "running", container_id="c1"), Entry("j2", 3, "exited", 137, "c2", "oom",
+                                                                      "oom_killed")]
+    text, complete = encode(entries)
+    at = int(publish(pool, "boot-a", text)[1])
+    secs, micros = pool.client.time()
+    assert abs(secs * 1000 + micros // 1000 - at) < 5000
+    inv = read(pool)
+    assert (inv.daemon_id, inv.kernel_boot_id, inv.at_ms, inv.first_at_ms, inv.complete, inv.publisher) == (
+        D1, "boot-1", at, at, True, "boot-a")
+    assert inv.of("j2") == [entries[1]] and inv.of("j1") == [entries[0]] and inv.of("j3") == []
+    assert 0 < pool.client.pttl(pool.keys.inventory(D1)) <= 600_000
+    assert 0 < pool.client.pttl(pool.keys.inventory_lead(D1)) <= 15_000, "publishing renews the lead"
+    assert pool.client.zscore(pool.keys.inventories, D1) == at
+    # A later publication keeps first_at and replaces the containers.
+    time.sleep(0.01)
+    at2 = int(publish(pool, "boot-a", "[]")[1])
+    inv = read(pool)
+    assert (inv.at_ms, inv.first_at_ms, inv.entries) == (at2, at, {})
+
+
+def test_an_inventory_over_its_bound_is_refused_and_the_publisher_cuts_it(backend: Backend) -> None:
+    pool = backend.pool()
+    lead(pool, "boot-a")
+    big = json.dumps([["j" * 100, 1, "running", None, "c", "", ""]] * (INVENTORY_MAX_BYTES // 100))
+    assert len(big) > INVENTORY_MAX_BYTES
+    with pytest.raises(errors.InvalidArgument):
+        publish(pool, "boot-a", big)
+    assert not pool.client.exists(pool.keys.inventory(D1))
+    entries = [Entry(f"job-{i:06d}", 1, "running", container_id="c" * 64) for i in range(20_000)]
+    text, complete = encode(entries)
+    assert not complete and len(text) <= INVENTORY_MAX_BYTES
+    publish(pool, "boot-a", text, complete="0")
+    inv = read(pool)
+    assert not inv.complete and 0 < len(inv.entries) < 20_000
+
+
+def test_bad_arguments_write_nothing(backend: Backend) -> None:
+    pool = backend.pool()
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument):
+        lead(pool, "")
+    with pytest.raises(errors.InvalidArgument):
+        lead(pool, "boot-a", ms=0)
+    assert backend.keyspace() == before
+    lead(pool, "boot-a")
+    before = backend.keyspace()
+    for bad in ({"complete": "yes"}, {"containers": "{}"}, {"ttl_ms": 0}):
+        with pytest.raises(errors.InvalidArgument):
+            publish(pool, "boot-a", **bad)
+    assert backend.keyspace() == before
+
+
+def test_unreadable_entries_make_an_inventory_incomplete() -> None:
+    fields = {"daemon_id": D1, "at": "5", "complete": "1",
+              "containers": json.dumps([["j", 1, "running", None, "c", "", ""], ["j", "x"], 7])}
+    inv = parse(fields)
+    assert inv is not None and not inv.complete and list(inv.entries) == ["j"]
+    assert parse({"daemon_id": D1, "at": "", "containers": "[]"}) is None
+    assert parse({"daemon_id": "", "at": "5", "containers": "[]"}) is None
+
+
+class FakeDaemon:
+    """Stands in for the Docker daemon's answers (the prober's list and judgement); the scripts and the
+    publisher's round are what is under test."""
+
+    def __init__(self, daemon: str, listed: list[dict[str, Any]], judged: dict[str, Probe]) -> None:
+        self.daemon, self.listed, self.judged = daemon, listed, judged
+        self.identity_problem = ""
+        self.list_calls = 0
+        self.removed: list[str] = []
+
+    def daemon_id(self) -> str:
+        return self.daemon
+
+    def list_pool(self, pool: str) -> list[dict[str, Any]]:
+        self.list_calls += 1
+        return self.listed
+
+    def judge(self, summary: dict[str, Any]) -> Probe:
+        return self.judged[summary["Id"]]
+
+    def remove(self, cid: str) -> bool:
+        self.removed.append(cid)
+        return True
+
+    def close(self) -> None:
+        pass
+
+    def failed(self, exc: BaseException) -> str:
+        return str(exc)
+
+
+def summary(cid: str, job: str, attempt: int, boot: str = "boot-w") -> dict[str, Any]:
+    return {"Id": cid, "Labels": {"jobpool.pool": "default", "jobpool.job_id": job,
+                                  "jobpool.attempt": str(attempt), "jobpool.boot_id": boot}}
+
+
+def test_workers_on_one_daemon_list_it_once_per_period(backend: Backend) -> None:
+    pool = backend.pool(inventory_secs=5)
+    listed = [summary("c1", "j1", 1), summary("c2", "j2", 2), summary("c3", "j3", 1)]
+    judged: dict[str, Probe] = {"c1": Present(True, container_id="c1"),
+                                "c2": Present(False, 3, container_id="c2"),
+                                "c3": Unknown("container c3 in unexpected state 'weird'")}
+    daemons = [FakeDaemon(D1, listed, judged) for _ in range(3)]
+    publishers = [InventoryPublisher(pool, f"boot-{i}", d) for i, d in enumerate(daemons)]  # type: ignore[arg-type]
+    outcomes = [p.tick() for p in publishers]
+    assert outcomes[0].startswith("published 3") and all(o.startswith("follower") for o in outcomes[1:])
+    assert [d.list_calls for d in daemons] == [1, 0, 0]
+    inv = read(pool)
+    assert inv.complete and inv.publisher == "boot-0"
+    assert inv.of("j1") == [Entry("j1", 1, "running", container_id="c1")]
+    assert inv.of("j2") == [Entry("j2", 2, "exited", 3, "c2", "", "")]
+    assert inv.of("j3")[0].state == "unknown" and "weird" in inv.of("j3")[0].reason
+
+
+def test_the_holder_removes_what_only_it_can(backend: Backend) -> None:
+    """A created container whose attempt's lease is gone, and an ended one whose job moved on; never one
+    whose launcher holds its lease, nor an ended one whose exit is still to be recorded."""
+    pool = backend.pool(inventory_secs=5)
+    k = pool.keys
+    for job, attempt, state in (("held", 1, "running"), ("lapsed", 1, "running"), ("pending", 1, "running"),
+                                ("moved", 1, "queued")):
+        pool.client.hset(k.job(job), mapping={"id": job, "state": state, "attempt": attempt})
+    pool.client.set(k.lease("held"), "boot-w:1")
+    listed = [summary(f"c-{job}", job, 1) for job in ("held", "lapsed", "pending", "moved")]
+    judged: dict[str, Probe] = {
+        "c-held": Absent(never_started=True, container_id="c-held"),
+        "c-lapsed": Absent(never_started=True, container_id="c-lapsed"),
+        "c-pending": Present(False, 0, container_id="c-pending"),
+        "c-moved": Present(False, 1, container_id="c-moved")}
+    daemon = FakeDaemon(D1, listed, judged)
+    assert InventoryPublisher(pool, "boot-0", daemon).tick().startswith("published")  # type: ignore[arg-type]
+    assert sorted(daemon.removed) == ["c-lapsed", "c-moved"]
+
+
+def test_entries_say_what_was_judged() -> None:
+    assert entry_of("j", 2, Absent(never_started=True, container_id="c")).state == "created"
+    assert entry_of("j", 2, Absent()).state == "unknown", "a listed container is never written as absent"

@@ -1,0 +1,286 @@
+"""Judging a container on a daemon the supervisor cannot ask, from that daemon's inventory
+(jobpool/supervisor/remote.py), and applying the verdict fenced on that inventory (reconcile_apply.lua), on
+fakeredis[lua] and a real redis-server.
+
+Fresh: present, exited (its code, what ended it), absent. Stale, expired, never published, incomplete, a
+created container: unknown, naming the daemon and the inventory's age. A later boot of the same daemon first
+published after the old boot's last inventory: absent (the boot rule); a clone that published meanwhile:
+unknown. The slot-freeing rules are the sweep's own (verdicts.py); the inventory only answers the probe.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from pool_helpers import Backend, claim, enqueue, row, state_of
+
+from jobpool.api import Pool
+from jobpool.inventory import FORGET_MS, Entry, encode
+from jobpool.supervisor import remote
+from jobpool.supervisor.adoption import Adoptions
+from jobpool.supervisor.apply import Applier
+from jobpool.supervisor.evidence import Evidence
+from jobpool.supervisor.probes import Absent, ContainerProber, Present, Unknown
+from jobpool.supervisor.verdicts import Kind, decide
+
+UUID = "jpd1:" + "c" * 32
+D1 = UUID + "@boot-1"
+D2 = UUID + "@boot-2"  # the same daemon after its host rebooted
+NOWHERE = "unix:///nonexistent/jobpool-test.sock"  # a supervisor attached to no daemon
+STALE = 30.0
+
+
+def publish(pool: Pool, daemon: str, entries: list[Entry], boot: str = "pub", complete: bool = True) -> int:
+    k = pool.keys
+    pool.client.delete(k.inventory_lead(daemon))
+    pool.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, boot, 60_000])
+    text, _ = encode(entries)
+    reply = pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories],
+                     [daemon, boot, daemon.split("@")[1], 60_000, 600_000, "1" if complete else "0", text,
+                      FORGET_MS])
+    return int(reply[1])
+
+
+def orphan_on(pool: Pool, daemon: str) -> tuple[str, int]:
+    """A job claimed by a worker on `daemon` that then died (its lease gone)."""
+    job = enqueue(pool, "sleep", "60")
+    att = claim(pool, job.id)
+    att.set_container("cid-" + job.id, daemon)
+    pool.client.hset(pool.keys.job(job.id), "executor", "docker")
+    pool.client.delete(pool.keys.lease(job.id))
+    return job.id, att.attempt
+
+
+def judged(pool: Pool, job_id: str, attempt: int, recorded: str = D1) -> Any:
+    secs, micros = pool.client.time()
+    invs = remote.read(pool, [recorded], secs * 1000 + micros // 1000)
+    return remote.judge(attempt, job_id, recorded, invs, STALE)
+
+
+def test_a_fresh_inventory_answers_as_the_daemon_would(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=4)
+    run, done, oom, gone = (orphan_on(pool, D1) for _ in range(4))
+    publish(pool, D1, [Entry(run[0], run[1], "running", container_id="c1"),
+                       Entry(run[0], run[1] - 1 if run[1] > 1 else 99, "exited", 0, "old"),
+                       Entry(done[0], done[1], "exited", 3, "c2"),
+                       Entry(oom[0], oom[1], "exited", 137, "c3", "oom", "oom_killed"),
+                       Entry(gone[0], gone[1] + 1, "running", container_id="c4")])  # another attempt
+    p = judged(pool, *run)
+    assert isinstance(p, Present) and p.running and p.inventory is not None and D1 in p.detail
+    p = judged(pool, *done)
+    assert isinstance(p, Present) and (p.running, p.exit_code, p.ending) == (False, 3, None)
+    p = judged(pool, *oom)
+    assert isinstance(p, Present) and p.ending is not None and p.ending.reason == "oom_killed"
+    p = judged(pool, *gone)
+    assert isinstance(p, Absent) and not p.never_started and f"attempt {gone[1]}" in p.detail
+
+
+def test_what_an_inventory_cannot_prove_is_unknown(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=3)
+    created, unlisted, unread = (orphan_on(pool, D1) for _ in range(3))
+    # Never published.
+    p = judged(pool, *created)
+    assert isinstance(p, Unknown) and f"no inventory of daemon {D1}" in p.reason
+    publish(pool, D1, [Entry(created[0], created[1], "created", container_id="c1"),
+                       Entry(unread[0], unread[1], "unknown", reason="state 'weird'")], complete=False)
+    p = judged(pool, *created)
+    assert isinstance(p, Unknown) and "never started" in p.reason
+    p = judged(pool, *unlisted)
+    assert isinstance(p, Unknown) and "incomplete" in p.reason
+    p = judged(pool, *unread)
+    assert isinstance(p, Unknown) and "weird" in p.reason
+    # No identity recorded, or Docker's ID only: no inventory speaks for it.
+    assert isinstance(judged(pool, *unlisted, recorded=""), Unknown)
+    assert "docker ID" in judged(pool, *unlisted, recorded="ABCD:EFGH").reason
+
+
+def test_a_stale_or_expired_inventory_is_unknown_naming_its_daemon_and_age(backend: Backend) -> None:
+    pool = backend.pool()
+    job = orphan_on(pool, D1)
+    at = publish(pool, D1, [])
+    invs = remote.read(pool, [D1], at + int(STALE * 1000) + 5000)
+    p = remote.judge(job[1], job[0], D1, invs, STALE)
+    assert isinstance(p, Unknown) and f"inventory of daemon {D1} is 35.0s old (stale after 30s)" in p.reason
+    pool.client.delete(pool.keys.inventory(D1))  # expired; the index still says when it was last heard of
+    p = remote.judge(job[1], job[0], D1, remote.read(pool, [D1], at + 100_000), STALE)
+    assert isinstance(p, Unknown) and "last published 100.0s ago and has expired" in p.reason
+
+
+def test_not_listed_is_absence_only_in_an_inventory_younger_than_a_lease(backend: Backend) -> None:
+    """A container created after the listing starts only after a fenced heartbeat renews its lease; once that
+    lease has lapsed too, an older listing says nothing of it."""
+    pool = backend.pool()
+    job_id, attempt = orphan_on(pool, D1)
+    at = publish(pool, D1, [])
+    young = remote.judge(attempt, job_id, D1, remote.read(pool, [D1], at + 900), STALE, lease_secs=1.0)
+    assert isinstance(young, Absent)
+    old = remote.judge(attempt, job_id, D1, remote.read(pool, [D1], at + 1100), STALE, lease_secs=1.0)
+    assert isinstance(old, Unknown) and "older than a lease (1s)" in old.reason
+    assert remote.max_age_ms(young, D1, STALE, 1.0) == 1000
+    assert remote.max_age_ms(young, "jpd1:other@boot", STALE, 1.0) == 30_000, "the boot rule: stale limit"
+
+
+def test_a_later_boot_of_the_same_daemon_proves_the_old_boots_containers_gone(backend: Backend) -> None:
+    pool = backend.pool()
+    job_id, attempt = orphan_on(pool, D1)
+    old_at = publish(pool, D1, [Entry(job_id, attempt, "running", container_id="c1")])
+    time.sleep(0.01)
+    new_at = publish(pool, D2, [])  # the host rebooted: its workers publish under the new boot id
+    assert new_at > old_at
+    invs = remote.read(pool, [D1], new_at + int(STALE * 1000) - 1000 + (new_at - old_at))
+    # Until the old inventory is stale the old boot's own word stands.
+    invs_fresh = remote.read(pool, [D1], new_at)
+    assert isinstance(remote.judge(attempt, job_id, D1, invs_fresh, STALE), Present)
+    later = old_at + int(STALE * 1000) + 1
+    invs = remote.read(pool, [D1], later)
+    p = remote.judge(attempt, job_id, D1, invs, STALE)
+    assert isinstance(p, Absent) and "booted again" in p.detail and p.inventory == (D2, new_at)
+
+
+def test_a_clone_that_published_while_the_original_did_proves_nothing(backend: Backend) -> None:
+    pool = backend.pool()
+    job_id, attempt = orphan_on(pool, D1)
+    clone_first = publish(pool, D2, [])  # a clone of the data root, booted and publishing first
+    time.sleep(0.01)
+    old_at = publish(pool, D1, [Entry(job_id, attempt, "running", container_id="c1")])
+    time.sleep(0.01)
+    publish(pool, D2, [])  # still publishing; its first_at stays
+    assert clone_first < old_at
+    invs = remote.read(pool, [D1], old_at + int(STALE * 1000) + 1)
+    invs.by_daemon[D2] = invs.by_daemon[D2].__class__(**{**invs.by_daemon[D2].__dict__,
+                                                        "at_ms": old_at + int(STALE * 1000)})
+    p = remote.judge(attempt, job_id, D1, invs, STALE)
+    assert isinstance(p, Unknown) and "stale" in p.reason
+
+
+def applier(pool: Pool) -> Applier:
+    return Applier(pool, ContainerProber(NOWHERE, timeout=1), Adoptions(pool), "supervisor:test")
+
+
+@pytest.mark.parametrize("republished", [False, True])
+def test_a_verdict_is_applied_only_on_the_inventory_it_was_judged_from(backend: Backend,
+                                                                      republished: bool) -> None:
+    pool = backend.pool(max_concurrent_jobs=2, recovery_budget=0)
+    job_id, attempt = orphan_on(pool, D1)
+    publish(pool, D1, [Entry(job_id, attempt, "exited", 3, "c1")])
+    snap = Evidence(pool).read([job_id])
+    probe = judged(pool, job_id, attempt)
+    verdict = decide(snap.rows[0], False, probe, None, snap.now_ms, pool.settings)
+    assert verdict.kind is Kind.EXITED
+    if republished:  # a newer inventory came between the evidence and the apply: judged again next sweep
+        time.sleep(0.01)
+        publish(pool, D1, [Entry(job_id, attempt, "exited", 3, "c1")])
+    outcome = applier(pool).reconcile_apply(snap.rows[0], verdict, probe)
+    if republished:
+        assert outcome == "conflict" and state_of(pool, job_id) == "running"
+    else:
+        assert outcome == "failed" and row(pool, job_id)["exit_code"] == "3"
+
+
+def test_a_stale_inventory_by_the_servers_clock_is_refused_at_apply(backend: Backend) -> None:
+    pool = backend.pool(recovery_budget=1)
+    job_id, attempt = orphan_on(pool, D1)
+    publish(pool, D1, [])
+    probe = judged(pool, job_id, attempt)
+    assert isinstance(probe, Absent)
+    snap = Evidence(pool).read([job_id])
+    verdict = decide(snap.rows[0], False, probe, None, snap.now_ms, pool.settings)
+    short = pool.settings.replace(inventory_secs=0.1, inventory_stale_secs=0.2)
+    stale_applier = applier(Pool(pool.client, short))
+    time.sleep(0.3)
+    assert stale_applier.reconcile_apply(snap.rows[0], verdict, probe) == "conflict"
+    assert applier(pool).reconcile_apply(snap.rows[0], verdict, probe) == "queued"
+    assert row(pool, job_id)["recovery_attempts"] == "1"
+
+
+def test_a_supervisor_attached_to_no_daemon_sweeps_from_inventories(backend: Backend) -> None:
+    """The sweep end to end: rows on a daemon it cannot ask are judged from that daemon's inventory."""
+    from jobpool.supervisor import Supervisor
+
+    # A short lease: "absent" waits one lease after redis-server started (the session's started moments ago).
+    pool = backend.pool(max_concurrent_jobs=3, recovery_budget=1, lease_secs=0.2, heartbeat_secs=0.1)
+    running, exited, gone = (orphan_on(pool, D1) for _ in range(3))
+    publish(pool, D1, [Entry(running[0], running[1], "running", container_id="c1"),
+                       Entry(exited[0], exited[1], "exited", 0, "c2")])
+    sup = Supervisor(pool, ContainerProber(NOWHERE, timeout=1))
+    try:
+        report = sup.sweep(job_ids=[running[0], exited[0], gone[0]], dry_run=True)
+        kinds = {d.job_id: d.verdict.kind for d in report.decisions}
+        assert kinds == {running[0]: Kind.ADOPT, exited[0]: Kind.EXITED, gone[0]: Kind.ABSENT}
+        pool.client.hset(pool.keys.config, "max_concurrent_jobs", 3)
+        sup.sweep(job_ids=[exited[0], gone[0]])
+        assert state_of(pool, exited[0]) == "succeeded"
+        # Absent with budget left: queued again (and promoted again at once into the freed slot).
+        again = pool.get(gone[0])
+        assert row(pool, gone[0])["recovery_attempts"] == "1" and not again.owner_boot
+        assert again.state.value == "queued" or again.attempt == gone[1] + 1
+    finally:
+        sup.close()
+
+
+# ---- commands routed to a daemon (jobpool/commands.py) ----------------------------------------------------
+
+
+class Stopper:
+    """Stands in for the daemon's answer to a stop by label (the scripts and the routing are under test)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.asked = fail, []  # type: ignore[var-annotated]
+
+    def stop_by_label(self, pool: str, job_id: str, attempt: int, grace: float) -> list[str]:
+        self.asked.append((job_id, attempt))
+        if self.fail:
+            raise OSError("daemon away")
+        return ["c" * 64]
+
+
+def test_a_stop_routed_to_a_daemon_is_taken_once_by_its_lead_and_recorded(backend: Backend) -> None:
+    from jobpool import commands, errors
+
+    pool = backend.pool(max_concurrent_jobs=2)
+    job_id, attempt = orphan_on(pool, D1)
+    assert commands.route_stop(pool, D1, commands.StopCommand(job_id, attempt, actor="operator:x")) == 1
+    with pytest.raises(errors.Conflict):  # not that attempt: nothing queued
+        commands.route_stop(pool, D1, commands.StopCommand(job_id, attempt + 1))
+    pool.run("inventory_lead", [pool.keys.inventory_lead(D1)], [D1, "pub", 60_000])
+    with pytest.raises(errors.NotOwner):
+        commands.take(pool, D1, "another-boot")
+    taken = commands.take(pool, D1, "pub")
+    assert taken == [commands.StopCommand(job_id, attempt, actor="operator:x")]
+    assert commands.take(pool, D1, "pub") == [], "taken once"
+    stopper = Stopper()
+    assert commands.execute(pool, stopper, D1, taken[0], "worker:pub") == "remote_stopped"
+    assert stopper.asked == [(job_id, attempt)]
+    reasons = [e["reason"] for e in pool.events(job_id)]
+    assert reasons[-2:] == ["stop_routed", "remote_stopped"]
+    assert state_of(pool, job_id) == "running", "a stop alone changes no state: the exit does"
+    assert commands.execute(pool, Stopper(fail=True), D1, taken[0], "worker:pub") == "remote_stop_failed"
+
+
+def test_a_routed_eviction_fails_the_job_once_stopped(backend: Backend) -> None:
+    from jobpool import commands
+
+    pool = backend.pool(max_concurrent_jobs=2)
+    job_id, attempt = orphan_on(pool, D1)
+    cmd = commands.StopCommand(job_id, attempt, evict=True, reason="stale_evicted", actor="operator:x")
+    commands.route_stop(pool, D1, cmd)
+    assert commands.execute(pool, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
+    assert row(pool, job_id)["state"] == "failed" and row(pool, job_id)["error_reason"] == "stale_evicted"
+    # A stop that failed evicts nothing.
+    other, att = orphan_on(pool, D1)
+    cmd = commands.StopCommand(other, att, evict=True, reason="stale_evicted")
+    assert commands.execute(pool, Stopper(fail=True), D1, cmd, "worker:pub") == "remote_stop_failed"
+    assert state_of(pool, other) == "running"
+
+
+def test_a_command_cannot_be_routed_to_no_identity(backend: Backend) -> None:
+    from jobpool import commands, errors
+
+    pool = backend.pool()
+    job_id, attempt = orphan_on(pool, D1)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument):
+        commands.route_stop(pool, "ABCD:EF", commands.StopCommand(job_id, attempt))
+    assert backend.keyspace() == before
