@@ -333,8 +333,11 @@ def test_stale_live_job_only_warns_until_the_operator_evicts(make_pool, dclient,
     job = pool.get(job_id)
     assert (job.state.value, job.error_reason) == ("failed", "stale_evicted")
     assert done.decisions[0].outcome == "failed"
-    container.reload()
-    assert container.status == "exited"
+    try:
+        container.reload()
+        assert container.status == "exited"
+    except docker.errors.NotFound:
+        pass  # stopped, then removed as the leftover of an ended attempt (supervisor/volumes.py)
     assert pool.get(b.id).state.value == "running"
     assert not pool.client.exists(pool.keys.lease(job_id)) and attempt == job.attempt
 
