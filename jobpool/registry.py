@@ -2,7 +2,8 @@
 
 Each ``scripts/<op>.lua`` is one atomic operation; ``scripts/_lib.lua`` (shared helpers) is prepended at load
 time, never at call time, and before it the constants the scripts share with Python (`contract.lua_constants`,
-from jobpool/contract.py), so a script's text, and so its SHA, is fixed for the life of the process.
+from jobpool/contract.py; the enqueue script also gets RQ's constant job hash fields, `rqjob.lua_template`),
+so a script's text, and so its SHA, is fixed for the life of the process.
 redis-py's `register_script` reloads a script on NOSCRIPT, so a Redis restart needs no special handling.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import redis
 
-from . import contract, errors
+from . import contract, errors, rqjob
 
 SCRIPT_NAMES = (
     "enqueue", "promote", "claim", "adopt", "heartbeat", "set_container", "finish",
@@ -81,18 +82,24 @@ def call_redis(fn: Callable[..., Any], /, *args: Any, what: str | None = None, *
         raise wrap_redis_error(exc, what or str(getattr(fn, "__name__", "a read"))) from None
 
 
+#: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
+SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template}
+
+
 def script_text(name: str) -> str:
-    """The text loaded as script `name`: the contract's constants, _lib.lua, then the script itself."""
+    """The text loaded as script `name`: the contract's constants, _lib.lua, the script's own generated
+    constants (`SCRIPT_CONSTANTS`), then the script itself."""
     pkg = resources.files("jobpool") / "scripts"
-    return (contract.lua_constants() + (pkg / "_lib.lua").read_text() + "\n"
+    own = SCRIPT_CONSTANTS[name]() if name in SCRIPT_CONSTANTS else ""
+    return (contract.lua_constants() + (pkg / "_lib.lua").read_text() + "\n" + own
             + (pkg / f"{name}.lua").read_text())
 
 
 def _decode(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode()
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
+    if isinstance(value, list):  # one pass, recursing only into a nested list (most replies are flat)
+        return [v.decode() if type(v) is bytes else _decode(v) if type(v) is list else v for v in value]
     return value
 
 
@@ -125,10 +132,14 @@ class Scripts:
             name: client.register_script(script_text(name)) for name in SCRIPT_NAMES
         }
 
-    def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """Run a script; returns its reply decoded, or raises the mapped exception."""
+    def run(self, op: str, keys: Sequence[str], args: Sequence[Any],
+            client: redis.Redis | None = None) -> list[Any]:
+        """Run a script; returns its reply decoded, or raises the mapped exception. `client` (default: the
+        one the scripts were registered on) is another client of the same server: jobpool/submit.py runs
+        enqueue on a per-thread single-connection client."""
         try:
-            reply = self._scripts[op](keys=list(keys), args=[*args, self.default_slots, self.events_maxlen])
+            reply = self._scripts[op](keys=keys, args=[*args, self.default_slots, self.events_maxlen],
+                                      client=client)
         except redis.RedisError as exc:
             raise wrap_redis_error(exc, op) from None
         reply = _decode(reply)
