@@ -56,8 +56,8 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
               help="Queue every job of FILE ('-': stdin), in order: JSON lines, one object per job with "
                    "the fields of the Python API's enqueue (image, command, env, coalesce, ...). All are "
                    "checked first; one bad line queues nothing. Prints the ids in order.")
-@click.argument("image", required=False)
-@click.argument("command", nargs=-1)
+@click.argument("image", required=False, metavar="IMAGE")
+@click.argument("command", nargs=-1, metavar="COMMAND...")
 @pool_command
 def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coalesce: bool,
             coalesce_key: str | None, env: dict[str, str], workdir: str | None, user: str | None,
@@ -74,8 +74,8 @@ def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coales
                                    "(--coalesce alone is a default for every line)")
         enqueue_file(state, from_file, coalesce)
         return
-    for name, given in (("image", image), ("command", command)):
-        if not given:
+    for name, missing in (("image", image is None), ("command", not command)):
+        if missing:  # as click says it of a required argument (they are optional only for --from-file)
             raise click.MissingParameter(ctx=ctx, param=next(p for p in ctx.command.params if p.name == name))
     if command and command[0] == "--":
         command = command[1:]
