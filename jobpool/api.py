@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from . import errors, logtail, retention
+from . import errors, logtail, retention, submit
 from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
@@ -26,7 +26,7 @@ from .registry import Scripts, call_redis
 from .retention import PruneReport
 from .spec import utf8_size
 from .status import Health, StatusReport, read_status
-from .submit import BATCH_SIZE, Submitter
+from .submit import BATCH_SIZE
 
 log = logging.getLogger("jobpool")
 
@@ -57,7 +57,8 @@ class Pool(Browsing):
         self.keys = PoolKeys(self.settings.pool)
         self.scripts = Scripts(client, self.settings.max_concurrent_jobs,
                                self.settings.events_maxlen)
-        self.submitter = Submitter(self)
+        #: The single-connection client each thread runs the enqueue script on (jobpool/submit.py).
+        self.thread_clients = submit.ThreadClients()
 
     @classmethod
     def from_url(cls, url: str, name: str = "default", **settings: Any) -> Pool:
@@ -75,7 +76,7 @@ class Pool(Browsing):
 
     def close(self) -> None:
         """Close the Redis connections (the pool may be used again: redis-py reconnects)."""
-        self.submitter.clients.close()
+        self.thread_clients.close()
         self.client.close()
 
     # ---- plumbing shared by every call -------------------------------------------------------------
@@ -132,8 +133,8 @@ class Pool(Browsing):
         Only queued jobs coalesce: a running job is already reading its inputs, so a job enqueued after it
         starts must run after it. The returned `Job.coalesced` says which happened (jobpool/submit.py).
         """
-        return self.submitter.enqueue({"image": image, "command": command, "env": env, **spec},
-                                      coalesce, coalesce_key)
+        return submit.enqueue(self, {"image": image, "command": command, "env": env, **spec},
+                              coalesce, coalesce_key)
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any]],
                      batch_size: int = BATCH_SIZE) -> builtins.list[Job]:
@@ -145,7 +146,7 @@ class Pool(Browsing):
         one batch coalesce into the first. If Redis fails between batches, the earlier ones stay enqueued
         (the exception's message says how many): what was enqueued is always the input's first jobs.
         """
-        return self.submitter.enqueue_many(specs, batch_size)
+        return submit.enqueue_many(self, specs, batch_size)
 
     def promote(self) -> int:
         """Promote queued jobs into free slots now (the supervisor also does this every sweep)."""

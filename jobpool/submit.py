@@ -106,79 +106,76 @@ class ThreadClients:
             held[2].close()
 
 
-class Submitter:
-    """The submission half of one `Pool`."""
+def enqueue(pool: Pool, spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any) -> Job:
+    """`Pool.enqueue`: one job, a batch of one."""
+    job = prepare(spec_fields, coalesce, coalesce_key, pool.settings.bind_roots)
+    return send(pool, [job])[0]
 
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
-        self.clients = ThreadClients()
 
-    def enqueue(self, spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any) -> Job:
-        job = prepare(spec_fields, coalesce, coalesce_key, self.pool.settings.bind_roots)
-        return self.send([job])[0]
+def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int = BATCH_SIZE) -> list[Job]:
+    """`Pool.enqueue_many`: every item validated, then `batch_size` jobs per script call, in order."""
+    pool._check_count("batch_size", batch_size, MAX_BATCH_SIZE)
+    if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
+        raise errors.InvalidArgument("specs must be an iterable of mappings (one per job)")
+    roots = tuple(pool.settings.bind_roots)
+    jobs = [prepare_item(item, roots, i) for i, item in enumerate(specs)]
+    out: list[Job] = []
+    for start in range(0, len(jobs), batch_size):
+        try:
+            out += send(pool, jobs[start:start + batch_size])
+        except errors.JobpoolError as exc:
+            if start:  # its message says what stands: the same exception, so callers handle it as ever
+                exc.args = (f"{exc.args[0] if exc.args else exc} (the first {len(out)} of the "
+                            f"{len(jobs)} jobs were enqueued before it)", *exc.args[1:])
+            raise
+    return out
 
-    def enqueue_many(self, specs: Iterable[Mapping[str, Any]], batch_size: int = BATCH_SIZE) -> list[Job]:
-        self.pool._check_count("batch_size", batch_size, MAX_BATCH_SIZE)
-        if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
-            raise errors.InvalidArgument("specs must be an iterable of mappings (one per job)")
-        roots = tuple(self.pool.settings.bind_roots)
-        jobs = [prepare_item(item, roots, i) for i, item in enumerate(specs)]
-        out: list[Job] = []
-        for start in range(0, len(jobs), batch_size):
-            try:
-                out += self.send(jobs[start:start + batch_size])
-            except errors.JobpoolError as exc:
-                if start:  # its message says what stands: the same exception, so callers handle it as ever
-                    exc.args = (f"{exc.args[0] if exc.args else exc} (the first {len(out)} of the "
-                                f"{len(jobs)} jobs were enqueued before it)", *exc.args[1:])
-                raise
-        return out
 
-    def send(self, batch: list[Prepared]) -> list[Job]:
-        """One enqueue script call for `batch`; its Jobs as the script left them, in order."""
-        pool = self.pool
-        keys = pool.keys
-        key_list = keys.common()
-        args: list[Any] = [pool.actor]
-        for p in batch:
-            key_list += (keys.job(p.id), keys.rq_job(p.id))
-            args += (p.id, p.spec.to_json(), p.coalesce_key, p.spec.image)
-        reply = pool.scripts.run("enqueue", key_list, args, client=self.clients.get(pool.client))
-        pool.after_release(reply)
-        now = int(reply[4])
-        jobs: list[Job | None] = []
-        twins: dict[int, str] = {}
-        for i, p in enumerate(batch):
-            coalesced, job_id, seq, state = reply[5 + 4 * i: 9 + 4 * i]
-            if int(coalesced):
-                twins[i] = job_id
-                jobs.append(None)
-                continue
-            running = state == JobState.RUNNING.value
-            # Built from what the script set and the spec in hand: reading the row back would cost a third
-            # of an enqueue (the spec re-parsed and re-validated).
-            jobs.append(Job(id=job_id, state=JobState(state), spec=p.spec, seq=int(seq),
-                            attempt=1 if running else 0, created_at=now, coalesce_key=p.coalesce_key,
-                            promoted_at=now if running else None))
-        if twins:
-            found = self._twins(sorted(set(twins.values())))
-            for i, twin_id in twins.items():
-                jobs[i] = found[twin_id]
-        return [j for j in jobs if j is not None]
+def send(pool: Pool, batch: list[Prepared]) -> list[Job]:
+    """One enqueue script call for `batch`; its Jobs as the script left them, in order."""
+    keys = pool.keys
+    key_list = keys.common()
+    args: list[Any] = [pool.actor]
+    for p in batch:
+        key_list += (keys.job(p.id), keys.rq_job(p.id))
+        args += (p.id, p.spec.to_json(), p.coalesce_key, p.spec.image)
+    reply = pool.scripts.run("enqueue", key_list, args, client=pool.thread_clients.get(pool.client))
+    pool.after_release(reply)
+    now = int(reply[4])
+    jobs: list[Job | None] = []
+    twins: dict[int, str] = {}
+    for i, p in enumerate(batch):
+        coalesced, job_id, seq, state = reply[5 + 4 * i: 9 + 4 * i]
+        if int(coalesced):
+            twins[i] = job_id
+            jobs.append(None)
+            continue
+        running = state == JobState.RUNNING.value
+        # Built from what the script set and the spec in hand: reading the row back would cost a third
+        # of an enqueue (the spec re-parsed and re-validated).
+        jobs.append(Job(id=job_id, state=JobState(state), spec=p.spec, seq=int(seq),
+                        attempt=1 if running else 0, created_at=now, coalesce_key=p.coalesce_key,
+                        promoted_at=now if running else None))
+    if twins:
+        found = _twins(pool, sorted(set(twins.values())))
+        for i, twin_id in twins.items():
+            jobs[i] = found[twin_id]
+    return [j for j in jobs if j is not None]
 
-    def _twins(self, ids: list[str]) -> dict[str, Job]:
-        """The queued jobs that jobs of a batch coalesced into, read back (one round trip), as `coalesced`."""
-        if len(ids) == 1:
-            return {ids[0]: self.pool.get(ids[0], coalesced=True)}
-        pipe = self.pool.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(self.pool.keys.job(job_id))
-        rows = call_redis(pipe.execute, raise_on_error=False)
-        out = {}
-        for job_id, row in zip(ids, rows, strict=True):
-            if isinstance(row, Exception):
-                raise errors.CorruptRow(f"job {job_id}: its row is unreadable ({row})", job_id)
-            if not row:
-                raise errors.NotFound(errors.no_job(job_id))
-            out[job_id] = Job.from_row(row, coalesced=True, job_id=job_id)
-        return out
+
+def _twins(pool: Pool, ids: list[str]) -> dict[str, Job]:
+    """The queued jobs that jobs of a batch coalesced into, read back (one round trip), as `coalesced`."""
+    if len(ids) == 1:
+        return {ids[0]: pool.get(ids[0], coalesced=True)}
+    pipe = pool.client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hgetall(pool.keys.job(job_id))
+    rows = call_redis(pipe.execute, raise_on_error=False)
+    out = {}
+    for job_id, row in zip(ids, rows, strict=True):
+        if isinstance(row, Exception):
+            raise errors.CorruptRow(f"job {job_id}: its row is unreadable ({row})", job_id)
+        if not row:
+            raise errors.NotFound(errors.no_job(job_id))
+        out[job_id] = Job.from_row(row, coalesced=True, job_id=job_id)
+    return out

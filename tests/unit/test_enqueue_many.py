@@ -298,7 +298,7 @@ def test_threads_enqueue_at_once_each_on_its_own_connection(backend: Backend) ->
 
     def work(n: int) -> None:
         out[n] = [enqueue(pool, f"t{n}", str(i)) for i in range(20)]
-        clients[n] = id(pool.submitter.clients.get(pool.client))
+        clients[n] = id(pool.thread_clients.get(pool.client))
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
     for t in threads:
