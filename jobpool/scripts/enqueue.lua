@@ -10,7 +10,7 @@ Returns {0, created, promoted, why_stopped, now, then four per job in input orde
         ARGV and KEYS disagree: both before anything is written. A pool with no limit stored yet gets the
         default (DEFAULT_SLOTS, _lib.lua).
 why_stopped 'stale' means slots are free but the new jobs are not the head: the caller should run promote;
-'none' when every job coalesced.
+'full' when no slot is free (paused or not); 'none' when every job coalesced.
 Create each job's row, or with a coalesce key find the queued job it equals (queued before this call, or
 earlier in it: equal jobs in one call coalesce into the first), and pre-save its RQ job hash in the same
 step: RQ's constant fields (RQ_JOB_FIELDS, generated from jobpool/rqjob.py) and the per-job ones, made here.
@@ -28,7 +28,10 @@ for i = 1, njobs do
   if seen[id] or redis.call('EXISTS', KEYS[NCOMMON + 2 * i - 1]) == 1 then return {E_EXISTS, id} end
   seen[id] = true
 end
-redis.call('HSETNX', KEYS[K_CONFIG], 'max_concurrent_jobs', DEFAULT_SLOTS)
+-- The limit, read once (max_slots in _lib.lua reads it the same way); a pool with none stored gets the default.
+local stored = redis.call('HGET', KEYS[K_CONFIG], 'max_concurrent_jobs')
+if not stored then redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', DEFAULT_SLOTS) end
+local max = tonumber(stored) or DEFAULT_SLOTS
 local now = now_ms()
 local rq_created_at = iso_utc(now)
 local origin = string.sub(KEYS[K_RQ_QUEUE], #RQ_QUEUE_KEY_PREFIX + 1)
@@ -58,13 +61,16 @@ for i = 1, njobs do
   end
 end
 if first_id then
+  -- A full pool is the common case under a backlog: it is told with one call, head or not, paused or not.
   local promoted, why = 0, 'full'
-  if redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1] == first_id then
-    promoted, why = promote_candidates(NCOMMON + 1, actor, now, cands)
-  elseif redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then
-    why = 'paused'
-  elseif redis.call('ZCARD', KEYS[K_RUNNING]) < max_slots() then
-    why = 'stale'
+  if redis.call('ZCARD', KEYS[K_RUNNING]) < max then
+    if redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1] == first_id then
+      promoted, why = promote_candidates(NCOMMON + 1, actor, now, cands)
+    elseif redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then
+      why = 'paused'
+    else
+      why = 'stale'
+    end
   end
   -- promote_candidates takes the candidates in order and stops at the first it cannot promote (a row made
   -- here is always promotable), so the jobs it promoted are the first `promoted` new ones.
