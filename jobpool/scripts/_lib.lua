@@ -128,10 +128,16 @@ local function observe_duration(jkey, to, now)
   count(prefix .. 'count')
 end
 
--- Record a transition in the pool's stream and counters; returns its line for the job's `history`. Only a
--- script that writes a new row's first line with the row itself (enqueue) calls this alone: use `event`.
-local function stream_event(id, from, to, reason, evidence, actor, now)
-  count('transitions:' .. (to ~= '' and to or 'none') .. ':' .. metric_reason(reason))
+-- The counter of the transitions to `to` for `reason` (a field of the `metrics` hash).
+local function transition_field(to, reason)
+  return 'transitions:' .. (to ~= '' and to or 'none') .. ':' .. metric_reason(reason)
+end
+
+-- Record a transition in the pool's stream and counters (unless `uncounted`: a caller that counts many at
+-- once); returns its line for the job's `history`. Only a script that writes a new row's first line with the
+-- row itself (enqueue) calls this alone: use `event`.
+local function stream_event(id, from, to, reason, evidence, actor, now, uncounted)
+  if not uncounted then count(transition_field(to, reason)) end
   local at = string.format('%d', now)
   local sid = redis.call('XADD', KEYS[K_EVENTS], 'MAXLEN', '~', STREAM_MAXLEN, '*',
     'job', id, 'from', from, 'to', to, 'reason', reason or '', 'evidence', evidence or '',

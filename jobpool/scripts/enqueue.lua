@@ -22,11 +22,21 @@ if njobs < 1 or njobs ~= math.floor(njobs) or #KEYS ~= NCOMMON + 2 * njobs then
   return {E_BAD_ARG, 'jobs: ' .. (#KEYS - NCOMMON) .. ' job keys for ' .. (NARGV - 1) .. ' job arguments'}
 end
 -- Every id is checked before anything is written: one that exists, or repeats in this call, refuses all.
-local seen = {}
+-- Each job's coalescing is decided on the way: a job with a coalesce key returns the queued job holding it,
+-- or the job earlier in this call that will (looked up in order: equal jobs in one call coalesce into the
+-- first); any other job is new.
+local seen, twins, mine, created = {}, {}, {}, 0
 for i = 1, njobs do
-  local id = ARGV[4 * i - 2]
+  local id, ck = ARGV[4 * i - 2], ARGV[4 * i]
   if seen[id] or redis.call('EXISTS', KEYS[NCOMMON + 2 * i - 1]) == 1 then return {E_EXISTS, id} end
   seen[id] = true
+  local twin = ck ~= '' and (mine[ck] or redis.call('HGET', KEYS[K_COALESCE], ck))
+  if twin and (mine[ck] or redis.call('ZSCORE', KEYS[K_QUEUED], twin)) then
+    twins[i] = twin
+  else
+    if ck ~= '' then mine[ck] = id end
+    created = created + 1
+  end
 end
 -- The limit, read once (max_slots in _lib.lua reads it the same way); a pool with none stored gets the default.
 local stored = redis.call('HGET', KEYS[K_CONFIG], 'max_concurrent_jobs')
@@ -37,21 +47,23 @@ local rq_created_at = iso_utc(now)
 local origin = string.sub(KEYS[K_RQ_QUEUE], #RQ_QUEUE_KEY_PREFIX + 1)
 local reply = {0, 0, 0, 'none', now}
 local cands, first_id = {}, nil
+-- The new jobs take the next `created` numbers of the counter, in order, and are counted once.
+local seq = redis.call('INCRBY', KEYS[K_SEQ], created) - created
+if created > 0 then count(transition_field('queued', 'enqueued'), created) end
 for i = 1, njobs do
   local id, spec, ck, image = ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], ARGV[4 * i + 1]
   local jkey, rqkey = KEYS[NCOMMON + 2 * i - 1], KEYS[NCOMMON + 2 * i]
-  local twin = ck ~= '' and redis.call('HGET', KEYS[K_COALESCE], ck)
-  if twin and redis.call('ZSCORE', KEYS[K_QUEUED], twin) then
-    reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 1, twin, '', ''
+  if twins[i] then
+    reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 1, twins[i], '', ''
   else
-    local seq = redis.call('INCR', KEYS[K_SEQ])
-    local line = stream_event(id, '', 'queued', 'enqueued', '', actor, now)
+    seq = seq + 1
+    local line = stream_event(id, '', 'queued', 'enqueued', '', actor, now, true)
     -- Born queued, with its first history line: what set_state and event write, in one HSET.
     redis.call('HSET', jkey, 'id', id, 'spec', spec, 'state', 'queued', 'seq', seq, 'created_at', now,
       'attempt', 0, 'coalesce_key', ck, 'recovery_attempts', 0, 'pause_requested', '0',
       'cancel_requested', '0', 'owner_boot', '', 'exit_code', '', 'error_reason', '', 'history', line)
     redis.call('ZADD', KEYS[K_QUEUED], seq, id)
-    -- No queued job holds this key (looked up just above), so the entry becomes this job's.
+    -- No queued job holds this key (looked up above), so the entry becomes this job's.
     if ck ~= '' then redis.call('HSET', KEYS[K_COALESCE], ck, id) end
     redis.call('HSET', rqkey, 'created_at', rq_created_at, 'description', 'jobpool ' .. id .. ' (' .. image .. ')',
       'origin', origin, unpack(RQ_JOB_FIELDS))

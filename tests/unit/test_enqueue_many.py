@@ -118,6 +118,9 @@ def test_equal_jobs_in_one_batch_coalesce_into_the_first(backend: Backend) -> No
     assert pool.client.hgetall(pool.keys.coalesce) == {first.coalesce_key: first.id}
     for job in jobs:
         same_as_row(pool, job)
+    # Counted once per new job (the script counts a batch in one step), and one event each.
+    assert pool.client.hget(pool.keys.metrics, "transitions:queued:enqueued") == "3"
+    assert [e["job"] for e in events_of(pool)] == [first.id, jobs[1].id, jobs[3].id]
 
 
 def test_a_job_coalesces_into_one_queued_before_and_across_batches(backend: Backend) -> None:
