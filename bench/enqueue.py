@@ -1,4 +1,5 @@
-"""Benchmark: `Pool.enqueue` against `rq.Queue.enqueue`, and promotion, on one private redis-server.
+"""Benchmark: `Pool.enqueue` against `rq.Queue.enqueue`, bulk enqueue against RQ's, and promotion, on one
+private redis-server.
 
 Starts its own redis-server (tests/servers.py) and measures, in the same run, medians of several rounds:
 
@@ -6,12 +7,16 @@ Starts its own redis-server (tests/servers.py) and measures, in the same run, me
 - `Pool.enqueue` with free slots (the same call also promotes it: RQ hash flipped, id pushed on RQ's list);
 - `rq.Queue.enqueue` with RQ's JSON serializer and a trivial function by dotted path (the baseline: what a
   plain RQ user pays to make a job visible to workers);
-- promotion: N queued jobs promoted into N free slots by `Pool.promote()` (batches of 32 candidates).
+- promotion: N queued jobs promoted into N free slots by `Pool.promote()` (batches of 32 candidates);
+- bulk: `Pool.enqueue_many` of N jobs (no free slot; batches of --batch-size per script call) against
+  `rq.Queue.enqueue_many` of N `Queue.prepare_data` jobs on one pipeline (RQ's bulk enqueue, one round trip);
+  both timings include building the input (the spec dicts; RQ's prepare_data).
 
 Each round starts from an empty database (FLUSHALL, not timed); the order of the contenders alternates
-between rounds. Goal: `Pool.enqueue` at least 2.0x the jobs/s of `rq.Queue.enqueue`.
+between rounds. Goals: `Pool.enqueue` at least 2.0x the jobs/s of `rq.Queue.enqueue`, and
+`Pool.enqueue_many` at least 2.0x the jobs/s of `rq.Queue.enqueue_many` (pipelined).
 
-    python3 bench/enqueue.py [--n 2000] [--rounds 5] [--profile]
+    python3 bench/enqueue.py [--n 2000] [--rounds 5] [--batch-size 100] [--profile]
 
 --profile adds a cProfile of `Pool.enqueue` (no free slot), to show where its time goes.
 """
@@ -48,6 +53,8 @@ POOL_QUEUED = "Pool.enqueue (stays queued)"
 POOL_PROMOTED = "Pool.enqueue (promoted at once)"
 RQ = "rq.Queue.enqueue (JSON serializer)"
 PROMOTE = "Pool.promote (into N free slots)"
+BULK = "Pool.enqueue_many (stays queued)"
+RQ_BULK = "rq.Queue.enqueue_many (pipelined)"
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,40 @@ def bench_promote(url: str, raw: redis.Redis, n: int) -> Measure:
         pool.client.close()
 
 
+def bench_pool_bulk(url: str, raw: redis.Redis, n: int, batch_size: int) -> Measure:
+    fresh(raw)
+    pool = Pool(connect(url), Settings(redis_url=url, pool="bench", max_concurrent_jobs=0))
+    pool.client.ping()
+    try:
+        def bulk(_: int) -> None:
+            jobs = pool.enqueue_many([{"image": "busybox", "command": ["echo", str(i)]} for i in range(n)],
+                                     batch_size=batch_size)
+            assert len(jobs) == n
+        m = time_calls(raw, 1, bulk)
+        assert pool.stats()["counts"]["queued"] == n, "the benchmark did not do what it says"
+        return Measure(m.rate * n, m.client_cpu_us / n, m.server_us / n)
+    finally:
+        pool.close()
+
+
+def bench_rq_bulk(url: str, raw: redis.Redis, n: int) -> Measure:
+    fresh(raw)
+    client = redis.Redis.from_url(url)
+    queue = Queue("bench", connection=client, serializer=JSONSerializer)
+    client.ping()
+    try:
+        def bulk(_: int) -> None:
+            datas = [Queue.prepare_data(TRIVIAL_FUNC, ("echo", str(i))) for i in range(n)]
+            with client.pipeline() as pipe:
+                queue.enqueue_many(datas, pipeline=pipe)
+                pipe.execute()
+        m = time_calls(raw, 1, bulk)
+        assert queue.count == n, "the benchmark did not do what it says"
+        return Measure(m.rate * n, m.client_cpu_us / n, m.server_us / n)
+    finally:
+        client.close()
+
+
 def profile_pool_enqueue(url: str, raw: redis.Redis, n: int) -> str:
     fresh(raw)
     pool = Pool(connect(url), Settings(redis_url=url, pool="bench", max_concurrent_jobs=0))
@@ -146,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=2000, help="jobs per round (default 2000)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported (default 5)")
+    ap.add_argument("--batch-size", type=int, default=100, help="Pool.enqueue_many's batch (default 100)")
     ap.add_argument("--profile", action="store_true", help="also cProfile Pool.enqueue")
     args = ap.parse_args(argv)
 
@@ -158,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             POOL_PROMOTED: lambda: bench_pool_enqueue(url, raw, args.n, free_slots=True),
             RQ: lambda: bench_rq_enqueue(url, raw, args.n),
             PROMOTE: lambda: bench_promote(url, raw, args.n),
+            BULK: lambda: bench_pool_bulk(url, raw, args.n, args.batch_size),
+            RQ_BULK: lambda: bench_rq_bulk(url, raw, args.n),
         }
         for run in contenders.values():  # warm-up (script loading, imports, connections), not reported
             run()
@@ -189,6 +233,10 @@ def report(results: dict[str, list[Measure]], n: int, rounds: int) -> None:
     verdict = "meets" if ratio >= GOAL else "BELOW"
     print(f"ratio Pool.enqueue / rq.Queue.enqueue (jobs/s): {ratio:.2f} queued, {ratio_promoted:.2f} promoted"
           f" at once -- {verdict} the goal of {GOAL:.1f}")
+    bulk = med(BULK, "rate") / med(RQ_BULK, "rate")
+    verdict = "meets" if bulk >= GOAL else "BELOW"
+    print(f"ratio Pool.enqueue_many / rq.Queue.enqueue_many pipelined (jobs/s): {bulk:.2f}"
+          f" -- {verdict} the goal of {GOAL:.1f}")
 
 
 if __name__ == "__main__":

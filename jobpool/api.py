@@ -10,13 +10,12 @@ import builtins
 import logging
 import math
 import time
-import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import redis
 
-from . import errors, logtail, redisurl, retention
+from . import errors, logtail, redisurl, retention, submit
 from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
@@ -25,9 +24,9 @@ from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
 from .registry import Scripts, call_redis
 from .retention import PruneReport
-from .rqjob import rq_hash_args, rq_hash_template
-from .spec import build_spec, utf8_size
+from .spec import utf8_size
 from .status import Health, StatusReport, read_status
+from .submit import BATCH_SIZE
 
 log = logging.getLogger("jobpool")
 
@@ -37,8 +36,7 @@ CANDIDATES_ON_PROMOTE = 32
 #: The most jobs a caller may ask for in one read: generous, but finite, so a huge number is a clear
 #: InvalidArgument and never a Redis overflow.
 MAX_LIST = 1_000_000
-#: A caller's coalesce key, a reason or evidence text: stored in rows and events, so bounded.
-MAX_COALESCE_KEY_BYTES = 1024
+#: A reason or evidence text: stored in rows and events, so bounded.
 MAX_TEXT_BYTES = 4096
 
 
@@ -59,7 +57,8 @@ class Pool(Browsing):
         self.keys = PoolKeys(self.settings.pool)
         self.scripts = Scripts(client, self.settings.max_concurrent_jobs, self.settings.events_maxlen,
                                self.settings.redis_wait_replicas, self.settings.redis_wait_timeout_secs)
-        self._rq_flat = [x for kv in rq_hash_template(self.keys.rq_queue_name).items() for x in kv]
+        #: The single-connection client each thread runs the enqueue script on (jobpool/submit.py).
+        self.thread_clients = submit.ThreadClients()
 
     @classmethod
     def from_url(cls, url: str, name: str = "default", **settings: Any) -> Pool:
@@ -77,6 +76,7 @@ class Pool(Browsing):
 
     def close(self) -> None:
         """Close the Redis connections (the pool may be used again: redis-py reconnects)."""
+        self.thread_clients.close()
         self.client.close()
 
     # ---- plumbing shared by every call -------------------------------------------------------------
@@ -131,30 +131,22 @@ class Pool(Browsing):
         """Queue a job; with `coalesce` (or a `coalesce_key`) return the queued job it equals, if any.
 
         Only queued jobs coalesce: a running job is already reading its inputs, so a job enqueued after it
-        starts must run after it. The returned `Job.coalesced` says which happened.
+        starts must run after it. The returned `Job.coalesced` says which happened (jobpool/submit.py).
         """
-        job_spec = build_spec({"image": image, "command": command, "env": env, **spec},
-                              self.settings.bind_roots)
-        if coalesce_key is not None and (not isinstance(coalesce_key, str) or not coalesce_key):
-            raise errors.InvalidSpec("coalesce_key must be a non-empty string")
-        if coalesce_key is not None and utf8_size("coalesce_key", coalesce_key) > MAX_COALESCE_KEY_BYTES:
-            raise errors.InvalidSpec(f"coalesce_key is longer than {MAX_COALESCE_KEY_BYTES} bytes")
-        ck = ("key:" + coalesce_key) if coalesce_key else (job_spec.coalesce_key() if coalesce else "")
-        job_id = uuid.uuid4().hex
-        reply = self.run(
-            "enqueue", [self.keys.job(job_id), self.keys.rq_job(job_id)],
-            [job_id, job_spec.to_json(), ck, self.actor,
-             *rq_hash_args(self._rq_flat, job_id, job_spec.image)],
-        )
-        if reply[4] == 1:
-            return self.get(reply[1], coalesced=True)
-        self.after_release(reply)
-        state, seq, created_at, attempt, promoted_at = reply[5:10]
-        # Built from what the script set and the spec in hand: reading the row back would cost a third of
-        # an enqueue (the spec re-parsed and re-validated).
-        return Job(id=job_id, state=JobState(state), spec=job_spec, seq=int(seq), attempt=int(attempt),
-                   created_at=int(created_at), coalesce_key=ck,
-                   promoted_at=int(promoted_at) if promoted_at else None)
+        return submit.enqueue(self, {"image": image, "command": command, "env": env, **spec},
+                              coalesce, coalesce_key)
+
+    def enqueue_many(self, specs: Iterable[Mapping[str, Any]],
+                     batch_size: int = BATCH_SIZE) -> builtins.list[Job]:
+        """Queue many jobs in input order; each item holds `enqueue`'s arguments (`image`, `command`, `env`,
+        `coalesce`, `coalesce_key`, the spec's fields). Returns their Jobs in input order.
+
+        Every item is validated first: one refused item raises `InvalidSpec` (its `index` says which) and
+        nothing is written. Then `batch_size` jobs go in each script call, one atomic step each; equal jobs in
+        one batch coalesce into the first. If Redis fails between batches, the earlier ones stay enqueued
+        (the exception's message says how many): what was enqueued is always the input's first jobs.
+        """
+        return submit.enqueue_many(self, specs, batch_size)
 
     def promote(self) -> int:
         """Promote queued jobs into free slots now (the supervisor also does this every sweep)."""

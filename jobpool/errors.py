@@ -16,7 +16,14 @@ class ConfigError(JobpoolError, ValueError):
 
 
 class InvalidSpec(JobpoolError, ValueError):
-    """A job spec was refused before anything was written."""
+    """A job spec was refused before anything was written. In a batch (`Pool.enqueue_many`), `index` is the
+    refused spec's position in the input (from 0) and the message starts with it; `reason` is the message
+    without it."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message if index is None else f"spec {index}: {message}")
+        self.reason = message
+        self.index = index
 
 
 class NotFound(JobpoolError, LookupError):

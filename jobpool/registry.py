@@ -2,7 +2,8 @@
 
 Each ``scripts/<op>.lua`` is one atomic operation; ``scripts/_lib.lua`` (shared helpers) is prepended at load
 time, never at call time, and before it the constants the scripts share with Python (`contract.lua_constants`,
-from jobpool/contract.py), so a script's text, and so its SHA, is fixed for the life of the process.
+from jobpool/contract.py; the enqueue script also gets RQ's constant job hash fields, `rqjob.lua_template`),
+so a script's text, and so its SHA, is fixed for the life of the process.
 redis-py's `register_script` reloads a script on NOSCRIPT, so a Redis restart needs no special handling.
 """
 
@@ -15,8 +16,9 @@ from importlib import resources
 from typing import Any
 
 import redis
+from redis.commands.core import Script
 
-from . import contract, errors
+from . import contract, errors, rqjob
 
 log = logging.getLogger("jobpool")
 
@@ -99,18 +101,24 @@ def call_redis(fn: Callable[..., Any], /, *args: Any, what: str | None = None, *
         raise wrap_redis_error(exc, what or str(getattr(fn, "__name__", "a read"))) from None
 
 
+#: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
+SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template}
+
+
 def script_text(name: str) -> str:
-    """The text loaded as script `name`: the contract's constants, _lib.lua, then the script itself."""
+    """The text loaded as script `name`: the contract's constants, _lib.lua, the script's own generated
+    constants (`SCRIPT_CONSTANTS`), then the script itself."""
     pkg = resources.files("jobpool") / "scripts"
-    return (contract.lua_constants() + (pkg / "_lib.lua").read_text() + "\n"
+    own = SCRIPT_CONSTANTS[name]() if name in SCRIPT_CONSTANTS else ""
+    return (contract.lua_constants() + (pkg / "_lib.lua").read_text() + "\n" + own
             + (pkg / f"{name}.lua").read_text())
 
 
 def _decode(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode()
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
+    if isinstance(value, list):  # one pass, recursing only into a nested list (most replies are flat)
+        return [v.decode() if type(v) is bytes else _decode(v) if type(v) is list else v for v in value]
     return value
 
 
@@ -138,27 +146,30 @@ class Scripts:
     def __init__(self, client: redis.Redis, default_slots: int,
                  events_maxlen: int = contract.EVENTS_MAXLEN, wait_replicas: int = 0,
                  wait_timeout_secs: float = 1.0) -> None:
+        self.client = client
         self.default_slots = int(default_slots)
         self.events_maxlen = int(events_maxlen)
         self.wait_replicas = int(wait_replicas)
         self.wait_timeout_ms = max(1, round(wait_timeout_secs * 1000))
-        self._client = client
-        self._scripts: dict[str, Callable[..., Any]] = {
+        self._scripts: dict[str, Script] = {
             name: client.register_script(script_text(name)) for name in SCRIPT_NAMES
         }
 
-    def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """Run a script; returns its reply decoded, or raises the mapped exception.
+    def run(self, op: str, keys: Sequence[str], args: Sequence[Any],
+            client: redis.Redis | None = None) -> list[Any]:
+        """Run a script; returns its reply decoded, or raises the mapped exception. `client` (default: the
+        one the scripts were registered on) is another client of the same server: jobpool/submit.py runs
+        enqueue on a per-thread single-connection client.
 
         A script sent to a primary that was demoted meets READONLY at its first write, before it changed
         anything (a script's reads come first, and Redis refuses it whole), so it is sent again, with a
         short backoff, until the new primary takes it or `FAILOVER_RETRY_SECS` pass. Any other failure is
         the caller's: a lost reply may have been applied, and only the caller knows how to find out."""
-        full = [*args, self.default_slots, self.events_maxlen]
+        conn = client or self.client
         deadline, delay = time.monotonic() + FAILOVER_RETRY_SECS, 0.05
         while True:
             try:
-                reply = self._call(op, list(keys), full)
+                reply = self._call(self._scripts[op], conn, keys, args)
                 break
             except redis.RedisError as exc:
                 if not _demoted(exc) or time.monotonic() + delay > deadline:
@@ -170,17 +181,29 @@ class Scripts:
         raise_for_code(op, reply)
         return reply
 
-    def _call(self, op: str, keys: list[str], args: list[Any]) -> Any:
-        script = self._scripts[op]
-        if not self.wait_replicas:
-            return script(keys=keys, args=args)
-        # WAIT counts the writes sent on its own connection: the script and it go down one pipeline.
-        pipe = self._client.pipeline(transaction=False)
-        script(keys=keys, args=args, client=pipe)
+    def _call(self, script: Script, conn: redis.Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        full = (*args, self.default_slots, self.events_maxlen)
+        if self.wait_replicas:
+            return self._call_and_wait(script, conn, keys, full)
+        # What redis-py's `Script.__call__` does, without its per-call tuple copies and import: EVALSHA, and
+        # on NOSCRIPT (a restarted or flushed server, a new primary) load the script through the same client
+        # and run it again.
+        try:
+            return conn.execute_command("EVALSHA", script.sha, len(keys), *keys, *full)
+        except redis.exceptions.NoScriptError:
+            script.sha = conn.script_load(script.script)
+            return conn.execute_command("EVALSHA", script.sha, len(keys), *keys, *full)
+
+    def _call_and_wait(self, script: Script, conn: redis.Redis, keys: Sequence[str],
+                       full: Sequence[Any]) -> Any:
+        # WAIT counts the writes sent on its own connection: the script and it go down one pipeline (which
+        # loads the script first when the server lacks it).
+        pipe = conn.pipeline(transaction=False)
+        script(keys=list(keys), args=list(full), client=pipe)
         pipe.wait(self.wait_replicas, self.wait_timeout_ms)
         reply, acked = pipe.execute()
         if int(acked) < self.wait_replicas:
             raise errors.NotReplicated(
-                f"{op}: applied on the primary but acknowledged by {acked} of {self.wait_replicas} replicas "
+                f"applied on the primary but acknowledged by {acked} of {self.wait_replicas} replicas "
                 f"within {self.wait_timeout_ms} ms, so a failover now could lose it")
         return reply

@@ -1,8 +1,9 @@
 """The RQ half of a job: the RQ job hash that jobpool pre-saves at enqueue and promote makes visible.
 
 Every RQ job of a pool calls the same function with no arguments (it reads its job id and attempt from
-RQ's current job), so the serialized payload is the same for every job: it is built once per pool, with
-RQ's own `Job.create` and `to_dict`, and only the per-job fields are filled in at enqueue.
+RQ's current job), so the serialized payload is the same for every job of every pool: it is built once,
+with RQ's own `Job.create` and `to_dict`, and generated into the enqueue script as a Lua constant
+(`lua_template`); the script fills in the per-job fields itself.
 
 RQ keeps what it records of a delivery (its job hash, a result stream, a registry entry) for as long as the
 job's `result_ttl` says. jobpool needs that hash while the job may be delivered again (a job handed back or
@@ -14,7 +15,6 @@ row (scripts/prune.lua).
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
 from typing import Any
 
 import redis
@@ -23,7 +23,7 @@ from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from .contract import TERMINAL
-from .keys import RQ_QUEUE_NAME_PREFIX, PoolKeys
+from .keys import RQ_QUEUE_NAME_PREFIX, RQ_QUEUE_PREFIX, PoolKeys
 
 log = logging.getLogger("jobpool")
 
@@ -53,24 +53,44 @@ def after_delivery(job: RQJob, connection: redis.Redis, result: Any) -> None:
         job.result_ttl = 0
 
 
-def rq_hash_template(queue_name: str) -> dict[str, bytes | str | int]:
-    """RQ's job hash fields for a jobpool job, less the per-job ones (created_at, description)."""
+#: RQ's per-job fields, written by the enqueue script itself: the creation time (the server's clock, in RQ's
+#: format), a description naming the job and its image, and the origin (the pool's queue, from its key).
+PER_JOB_FIELDS = ("created_at", "description", "origin")
+
+
+def rq_hash_template() -> dict[str, bytes | str | int]:
+    """RQ's job hash fields that are the same for every jobpool job of every pool: RQ's own `Job.create`
+    and `to_dict` (so they follow the installed RQ), less the per-job fields and the empty ones.
+
+    An empty field is left out: RQ reads a missing field and an empty one alike (`Job.restore` takes
+    either as unset), so writing them would only cost every enqueue (tests/unit/test_enqueue_many.py
+    checks that RQ restores the hash as it restores its own)."""
     job = RQJob.create(
-        func=ENTRY_POINT, id="template", origin=queue_name, timeout=-1, result_ttl=-1, failure_ttl=-1,
+        func=ENTRY_POINT, id="template", origin="template", timeout=-1, result_ttl=-1, failure_ttl=-1,
         status=JobStatus.CREATED, serializer=JSONSerializer, description="",
         on_success=Callback(after_delivery),
         connection=_NoConnection(),  # type: ignore[arg-type]  # never used: the template is not saved
     )
     fields = job.to_dict(include_meta=False, include_result=False)
-    for per_job in ("created_at", "description"):
-        fields.pop(per_job, None)
-    return fields
+    return {k: (v.value if isinstance(v, JobStatus) else v) for k, v in fields.items()
+            if k not in PER_JOB_FIELDS and v != ""}
 
 
-def rq_hash_args(template: list[bytes | str | int], job_id: str, image: str) -> list[bytes | str | int]:
-    """Field/value pairs for the enqueue script's ARGV; `template` is `rq_hash_template` flattened."""
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return ["created_at", now, "description", f"jobpool {job_id} ({image})", *template]
+def _lua_string(value: bytes | str | int) -> str:
+    """A Lua string literal of any bytes (RQ's payload is zlib data): every byte as a decimal escape."""
+    data = value if isinstance(value, bytes) else str(value).encode()
+    return '"' + "".join(f"\\{b}" for b in data) + '"'
+
+
+def lua_template() -> str:
+    """The Lua block jobpool/registry.py puts before the enqueue script: `RQ_JOB_FIELDS`, the flat
+    field/value list of `rq_hash_template`, generated once when the script is loaded. The script adds the
+    per-job fields (`PER_JOB_FIELDS`: the origin is its RQ queue key less `RQ_QUEUE_KEY_PREFIX`) and writes
+    the lot in one HSET, so an enqueue sends none of it."""
+    flat = [_lua_string(x) for kv in sorted(rq_hash_template().items()) for x in kv]
+    return ("-- Generated from jobpool/rqjob.py (rq_hash_template) when the script is loaded.\n"
+            f"local RQ_JOB_FIELDS = {{{', '.join(flat)}}}\n"
+            f"local RQ_QUEUE_KEY_PREFIX = {_lua_string(RQ_QUEUE_PREFIX)}\n")
 
 
 class _NoConnection:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
+from .. import errors
 from ..api import Pool
 from ..models import Job, JobState
 from ..spec import ENV_NAME, build_spec
 from ..status import ago
-from .app import CliState, pool_command
+from .app import BadInput, CliState, pool_command
 from .format import job_details, jobs_table, orphan_stop_line
 
 # ---- input parsing ---------------------------------------------------------------------------------------
@@ -50,16 +52,31 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
               help="Container label (repeatable); the jobpool. prefix is reserved.")
 @click.option("--no-init", "no_init", is_flag=True,
               help="Run CMD as the container's PID 1, with no init to pass it the stop signal.")
-@click.argument("image")
-@click.argument("command", nargs=-1, required=True)
+@click.option("--from-file", "from_file", type=click.File("r", encoding="utf-8"), metavar="FILE",
+              help="Queue every job of FILE ('-': stdin), in order: JSON lines, one object per job with "
+                   "the fields of the Python API's enqueue (image, command, env, coalesce, ...). All are "
+                   "checked first; one bad line queues nothing. Prints the ids in order.")
+@click.argument("image", required=False, metavar="IMAGE")
+@click.argument("command", nargs=-1, metavar="COMMAND...")
 @pool_command
-def enqueue(state: CliState, image: str, command: tuple[str, ...], coalesce: bool, coalesce_key: str | None,
-            env: dict[str, str], workdir: str | None, user: str | None, memory: str | None,
-            cpus: float | None, labels: dict[str, str], no_init: bool) -> None:
-    """Queue IMAGE running CMD; prints the job id.
+def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coalesce: bool,
+            coalesce_key: str | None, env: dict[str, str], workdir: str | None, user: str | None,
+            memory: str | None, cpus: float | None, labels: dict[str, str], no_init: bool,
+            from_file: TextIO | None) -> None:
+    """Queue IMAGE running CMD; prints the job id. Or queue every job of a file (--from-file).
 
     Options go before IMAGE: everything after it is the command (a `--` there is optional).
     """
+    ctx = click.get_current_context()
+    if from_file is not None:
+        if image is not None or any((coalesce_key, env, workdir, user, memory, cpus, labels, no_init)):
+            raise click.UsageError("--from-file takes every job from the file: no IMAGE, CMD or spec option "
+                                   "(--coalesce alone is a default for every line)")
+        enqueue_file(state, from_file, coalesce)
+        return
+    for name, missing in (("image", image is None), ("command", not command)):
+        if missing:  # as click says it of a required argument (they are optional only for --from-file)
+            raise click.MissingParameter(ctx=ctx, param=next(p for p in ctx.command.params if p.name == name))
     if command and command[0] == "--":
         command = command[1:]
     if not command:
@@ -77,6 +94,46 @@ def enqueue(state: CliState, image: str, command: tuple[str, ...], coalesce: boo
     if job.coalesced and not state.as_json:
         click.echo(f"coalesced: an identical job was already queued; this is its id ({job.state.value})",
                    err=True)
+
+
+def read_jobs(stream: TextIO) -> tuple[list[Any], list[int]]:
+    """The jobs of a JSON-lines stream and the line each came from (blank lines are skipped); a line that is
+    not a JSON object is refused naming it, before anything is queued."""
+    items: list[Any] = []
+    lines: list[int] = []
+    try:
+        for number, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError as exc:
+                raise BadInput(f"line {number}: not JSON ({exc})") from None
+            if not isinstance(item, dict):
+                raise BadInput(f"line {number}: a JSON {type(item).__name__}, not an object") from None
+            items.append(item)
+            lines.append(number)
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"line {len(lines) + 1} or later: not UTF-8 text ({exc.reason})") from None
+    return items, lines
+
+
+def enqueue_file(state: CliState, stream: TextIO, coalesce: bool) -> None:
+    items, lines = read_jobs(stream)
+    if coalesce:
+        for item in items:
+            item.setdefault("coalesce", True)
+    try:
+        jobs = state.pool().enqueue_many(items) if items else []
+    except errors.InvalidSpec as exc:
+        if exc.index is None:
+            raise
+        raise BadInput(f"line {lines[exc.index]}: {exc.reason}") from None
+    state.emit([j.to_dict() for j in jobs], lambda: "\n".join(j.id for j in jobs) or None)
+    twins = sum(j.coalesced for j in jobs)
+    if not state.as_json and (twins or not jobs):
+        click.echo(f"coalesced: {twins} of the {len(jobs)} jobs equalled a queued job; their ids are printed"
+                   if jobs else "no jobs in the file: nothing queued", err=True)
 
 
 @click.command("ls")

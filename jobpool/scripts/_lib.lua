@@ -128,16 +128,28 @@ local function observe_duration(jkey, to, now)
   count(prefix .. 'count')
 end
 
--- Record a transition: in the pool's stream, in the row's history when `jkey` (the job's row, a hash of this
--- job) is given, and in the pool's counters. Queue-wide events (pause, slots) pass nil.
-local function event(jkey, id, from, to, reason, evidence, actor, now)
-  count('transitions:' .. (to ~= '' and to or 'none') .. ':' .. metric_reason(reason))
+-- The counter of the transitions to `to` for `reason` (a field of the `metrics` hash).
+local function transition_field(to, reason)
+  return 'transitions:' .. (to ~= '' and to or 'none') .. ':' .. metric_reason(reason)
+end
+
+-- Record a transition in the pool's stream and counters (unless `uncounted`: a caller that counts many at
+-- once); returns its line for the job's `history`. Only a script that writes a new row's first line with the
+-- row itself (enqueue) calls this alone: use `event`.
+local function stream_event(id, from, to, reason, evidence, actor, now, uncounted)
+  if not uncounted then count(transition_field(to, reason)) end
   local at = string.format('%d', now)
   local sid = redis.call('XADD', KEYS[K_EVENTS], 'MAXLEN', '~', STREAM_MAXLEN, '*',
     'job', id, 'from', from, 'to', to, 'reason', reason or '', 'evidence', evidence or '',
     'actor', actor or '', 'at', at)
+  return cjson.encode({sid, from, to, reason or '', evidence or '', actor or '', at})
+end
+
+-- Record a transition: in the pool's stream, in the row's history when `jkey` (the job's row, a hash of this
+-- job) is given, and in the pool's counters. Queue-wide events (pause, slots) pass nil.
+local function event(jkey, id, from, to, reason, evidence, actor, now)
+  local line = stream_event(id, from, to, reason, evidence, actor, now)
   if not jkey then return end
-  local line = cjson.encode({sid, from, to, reason or '', evidence or '', actor or '', at})
   local old = redis.call('HGET', jkey, 'history')
   if old and old ~= '' then line = old .. '\n' .. line end
   if #line > HISTORY_MAX_BYTES then
@@ -229,9 +241,11 @@ local function drop_head(jkey, head, why, actor, now)
 end
 
 -- Promote candidates from KEYS[first] on while the queue is unpaused, a slot is free and the candidate
--- is still the head. Returns (count, why_stopped): paused | full | empty | stale | batch.
-local function promote_candidates(first, actor, now)
-  local n = math.floor((#KEYS - first + 1) / 2)
+-- is still the head. Returns (count, why_stopped): paused | full | empty | stale | batch. `cands`, when
+-- given, is the candidates' keys instead (a flat list of job:<id>, rq:job:<id> taken from KEYS: enqueue's
+-- new jobs, less those that coalesced).
+local function promote_candidates(first, actor, now, cands)
+  local n = math.floor(((cands and #cands) or (#KEYS - first + 1)) / 2)
   if n > PROMOTE_BATCH_LIMIT then n = PROMOTE_BATCH_LIMIT end
   local promoted = 0
   if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
@@ -241,6 +255,7 @@ local function promote_candidates(first, actor, now)
     local head = redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1]
     if not head then return promoted, 'empty' end
     local jkey, rqkey = KEYS[first + 2 * i], KEYS[first + 2 * i + 1]
+    if cands then jkey, rqkey = cands[2 * i + 1], cands[2 * i + 2] end
     if not is_row_key(jkey, head) then return promoted, 'stale' end
     local why = unpromotable(jkey, rqkey, head)
     if why then

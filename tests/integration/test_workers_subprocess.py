@@ -104,3 +104,25 @@ def test_dead_process_is_dead() -> None:
     p.kill()
     p.wait(10)
     eventually(lambda: same_process_alive(ident) is False, timeout=5, message="a reaped process is dead")
+
+
+def test_jobs_enqueued_in_bulk_run_to_success_in_fifo_order(sub_pool: Pool, spawn, tmp_path: Path) -> None:
+    """`enqueue_many` across batch boundaries, with a twin that coalesces: real workers run every job, one
+    slot at a time, in input order."""
+    sub_pool.set_slots(1)
+    ran = tmp_path / "order.txt"
+    specs = [{"image": "ignored", "command": ["sh", "-c", f'echo {i} >> "{ran}"'], "coalesce": True}
+             for i in range(7)]
+    specs.insert(4, dict(specs[2]))  # equal to a job still queued: coalesces into it, runs once
+    jobs = sub_pool.enqueue_many(specs, batch_size=3)
+    assert jobs[4].coalesced and jobs[4].id == jobs[2].id
+    assert jobs[0].state is JobState.RUNNING and all(j.state is JobState.QUEUED for j in jobs[1:])
+    spawn(**SUB)
+    spawn(**SUB)
+    done = [sub_pool.wait(j.id, timeout=60) for j in jobs]
+    assert all(d.state is JobState.SUCCEEDED and d.attempt == 1 for d in done)
+    assert ran.read_text().split() == [str(i) for i in range(7)]
+    unique = [d for i, d in enumerate(done) if i != 4]
+    assert [d.seq for d in unique] == sorted(d.seq for d in unique)
+    promoted = [d.promoted_at or 0 for d in unique]
+    assert promoted == sorted(promoted)

@@ -106,7 +106,7 @@ def test_enqueue_with_an_existing_id_is_refused_and_writes_nothing(backend: Back
     before = backend.keyspace()
     with pytest.raises(errors.AlreadyExists):
         pool.run("enqueue", [pool.keys.job(job.id), pool.keys.rq_job(job.id)],
-                 [job.id, '{"image":"x","command":["y"]}', "", "t", 1, "status", "created"])
+                 ["t", job.id, '{"image":"x","command":["y"]}', "", "x"])
     assert backend.keyspace() == before
 
 

@@ -1,0 +1,185 @@
+"""`jobpool enqueue --from-file`: a JSON-lines file (or stdin) queued in order, against a real redis-server.
+
+Every line is checked before anything is queued: one bad line is one error line naming it, exit 2, and the
+keyspace unchanged (tests/snapshot.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from snapshot import keyspace
+
+from jobpool import Job, JobState, Pool
+from jobpool.cli import main
+
+POOL = "clifile"
+SECRET = "hunter2-do-not-print"
+
+
+@pytest.fixture
+def run(redis_url: str) -> Any:
+    runner = CliRunner()
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("JOBPOOL_")}
+    env.update({"JOBPOOL_REDIS_URL": redis_url, "JOBPOOL_POOL": POOL})
+
+    def invoke(*args: str, stdin: str | None = None) -> Result:
+        return runner.invoke(main, list(args), env=env, input=stdin, catch_exceptions=False,
+                             prog_name="jobpool")
+
+    return invoke
+
+
+@pytest.fixture
+def pool(redis_url: str) -> Any:
+    p = Pool.from_url(redis_url, name=POOL)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def seeded(run: Any, pool: Pool) -> Job:
+    """Some state (a queued job that others may coalesce into), so "nothing written" means something."""
+    assert run("slots", "0").exit_code == 0
+    return pool.enqueue("busybox", ["seeded"], env={"TOKEN": SECRET}, coalesce=True)
+
+
+def lines(*items: Any) -> str:
+    return "".join((json.dumps(i) if not isinstance(i, str) else i) + "\n" for i in items)
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_file_is_queued_in_order_and_its_ids_printed(run: Any, pool: Pool, seeded: Job,
+                                                       tmp_path: Path) -> None:
+    text = lines({"image": "busybox", "command": ["echo", "0"], "env": {"TOKEN": SECRET}},
+                 "",  # a blank line is skipped
+                 {"image": "busybox", "command": ["seeded"], "env": {"TOKEN": SECRET}, "coalesce": True},
+                 {"image": "busybox", "command": ["echo", "2"], "workdir": "/w", "labels": {"k": "v"}},
+                 {"image": "busybox", "command": ["echo", "3"], "coalesce_key": "nightly", "init": False})
+    result = run("enqueue", "--from-file", write(tmp_path, text))
+    assert result.exit_code == 0, result.output
+    ids = result.stdout.split()
+    assert len(ids) == 4 and ids[1] == seeded.id
+    assert "coalesced: 1 of the 4 jobs" in result.stderr and SECRET not in result.output
+    assert pool.client.zrange(pool.keys.queued, 0, -1) == [seeded.id, ids[0], ids[2], ids[3]]
+    jobs = [pool.get(i) for i in ids]
+    assert [j.spec.command for j in jobs] == [("echo", "0"), ("seeded",), ("echo", "2"), ("echo", "3")]
+    assert jobs[0].spec.env == {"TOKEN": SECRET} and jobs[2].spec.workdir == "/w"
+    assert jobs[3].coalesce_key == "key:nightly" and jobs[3].spec.init is False
+
+
+def test_stdin_and_json_output(run: Any, pool: Pool, seeded: Job) -> None:
+    text = lines(*({"image": "busybox", "command": ["echo", str(i)], "env": {"TOKEN": SECRET}}
+                   for i in range(3)))
+    result = run("--json", "enqueue", "--from-file", "-", stdin=text)
+    assert result.exit_code == 0, result.output
+    docs = json.loads(result.stdout)
+    assert [d["spec"]["command"] for d in docs] == [["echo", str(i)] for i in range(3)]
+    assert all(d["state"] == "queued" and d["spec"]["env"] == {"TOKEN": "<redacted>"} for d in docs)
+    assert SECRET not in result.output
+    assert pool.client.zrange(pool.keys.queued, 0, -1) == [seeded.id, *(d["id"] for d in docs)]
+
+
+def test_coalesce_flag_is_every_lines_default(run: Any, pool: Pool, seeded: Job) -> None:
+    text = lines({"image": "busybox", "command": ["seeded"], "env": {"TOKEN": SECRET}},
+                 {"image": "busybox", "command": ["seeded"], "env": {"TOKEN": SECRET}, "coalesce": False})
+    result = run("enqueue", "--coalesce", "--from-file", "-", stdin=text)
+    assert result.exit_code == 0, result.output
+    first, second = result.stdout.split()
+    assert first == seeded.id and second != seeded.id
+
+
+def test_free_slots_take_the_head_of_the_file(run: Any, pool: Pool) -> None:
+    assert run("slots", "2").exit_code == 0
+    text = lines(*({"image": "busybox", "command": ["echo", str(i)]} for i in range(3)))
+    result = run("--json", "enqueue", "--from-file", "-", stdin=text)
+    assert [d["state"] for d in json.loads(result.stdout)] == ["running", "running", "queued"]
+    assert pool.get(json.loads(result.stdout)[0]["id"]).state is JobState.RUNNING
+
+
+@pytest.mark.parametrize("text", ["", "\n\n  \n"])
+def test_an_empty_file_queues_nothing_and_says_so(run: Any, raw: redis.Redis, seeded: Job, text: str,
+                                                  tmp_path: Path) -> None:
+    before = keyspace(raw)
+    result = run("enqueue", "--from-file", write(tmp_path, text))
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr.strip() == "no jobs in the file: nothing queued"
+    assert run("--json", "enqueue", "--from-file", "-", stdin=text).stdout.strip() == "[]"
+    assert keyspace(raw) == before
+
+
+GOOD = {"image": "busybox", "command": ["true"], "env": {"TOKEN": SECRET}}
+BAD_LINES = [
+    # (the bad line, its message)
+    ({"image": "", "command": ["x"]}, "image must be a non-empty string"),
+    ({"image": "busybox", "command": ["x"], "privileged": True}, "unknown spec field(s): privileged"),
+    ({"image": "busybox", "command": "echo hi"}, "command must be a non-empty list of strings"),
+    ({"image": "busybox", "command": ["x"], "env": {"A": 1}}, "env must map strings to strings"),
+    ({"image": "busybox", "command": ["x"], "coalesce": "yes"}, "coalesce must be true or false"),
+    ({"image": "busybox", "command": ["x"], "mounts": ["/etc:/etc"]}, "is not under an allowed bind root"),
+    ('{"image": "busybox", "command": ["x"]', "not JSON"),
+    ('["busybox", "true"]', "a JSON list, not an object"),
+    ("null", "a JSON NoneType, not an object"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), BAD_LINES, ids=[m for _, m in BAD_LINES])
+def test_a_bad_line_is_one_error_naming_it_and_nothing_is_queued(
+        run: Any, raw: redis.Redis, seeded: Job, tmp_path: Path, bad: Any, message: str) -> None:
+    # Line 5 is bad (line 3 is blank); 150 good lines after it span two of enqueue_many's batches.
+    text = lines(GOOD, GOOD, "", GOOD, bad, *[GOOD] * 150)
+    before = keyspace(raw)
+    for result in (run("enqueue", "--from-file", write(tmp_path, text)),
+                   run("enqueue", "--from-file", "-", stdin=text)):
+        assert result.exit_code == 2, result.output
+        assert result.stdout == "" and "Traceback" not in result.output and SECRET not in result.output
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert result.stderr.startswith("Error: line 5: ") and message in result.stderr
+    assert keyspace(raw) == before
+
+
+def test_a_file_that_is_not_utf8_is_refused(run: Any, raw: redis.Redis, seeded: Job, tmp_path: Path) -> None:
+    path = tmp_path / "jobs.jsonl"
+    path.write_bytes(lines(GOOD).encode() + b'{"image": "\xff", "command": ["x"]}\n')
+    before = keyspace(raw)
+    result = run("enqueue", "--from-file", str(path))
+    assert result.exit_code == 2 and "not UTF-8 text" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert keyspace(raw) == before
+
+
+@pytest.mark.parametrize("args", [
+    ["--from-file", "-", "busybox", "true"],
+    ["--env", "A=1", "--from-file", "-"],
+    ["--coalesce-key", "k", "--from-file", "-"],
+    ["--no-init", "--from-file", "-"],
+])
+def test_from_file_takes_no_image_command_or_spec_option(run: Any, raw: redis.Redis, seeded: Job,
+                                                         args: list[str]) -> None:
+    before = keyspace(raw)
+    result = run("enqueue", *args, stdin=lines(GOOD))
+    assert result.exit_code == 2 and "--from-file takes every job from the file" in result.stderr
+    assert keyspace(raw) == before
+
+
+def test_a_missing_file_is_a_usage_error(run: Any, raw: redis.Redis, seeded: Job, tmp_path: Path) -> None:
+    before = keyspace(raw)
+    result = run("enqueue", "--from-file", str(tmp_path / "nope.jsonl"))
+    assert result.exit_code == 2 and "Invalid value for '--from-file'" in result.stderr
+    assert keyspace(raw) == before
+
+
+def test_without_from_file_image_and_command_are_still_required(run: Any) -> None:
+    result = run("enqueue")
+    assert result.exit_code == 2 and "Missing argument 'IMAGE'" in result.stderr

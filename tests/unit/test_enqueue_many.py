@@ -1,0 +1,324 @@
+"""`Pool.enqueue_many` and the batch enqueue script, on fakeredis[lua] and a real redis-server (`backend`).
+
+What a batch promises (jobpool/submit.py, scripts/enqueue.lua): every spec is checked before anything is
+written (one bad spec refuses all, the keyspace unchanged: tests/snapshot.py); the jobs are queued in input
+order, across batch boundaries; equal jobs coalesce, into a job queued before or one earlier in the input;
+the new jobs at the head are promoted into free slots in the same step; the Jobs returned are the rows as
+written. And the RQ job hash the script writes is the one RQ itself would read back.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from pool_helpers import Backend, enqueue, events_of, queued_ids, rq_hash, rq_list, running_ids
+from rq.job import Callback, JobStatus
+from rq.job import Job as RQJob
+from rq.serializers import JSONSerializer
+
+from jobpool import errors
+from jobpool.api import Pool
+from jobpool.models import Job, JobState
+from jobpool.rqjob import ENTRY_POINT, after_delivery
+from jobpool.submit import MAX_BATCH_SIZE
+
+
+def spec(*command: str, **kw: Any) -> dict[str, Any]:
+    return {"image": "busybox", "command": list(command) or ["true"], **kw}
+
+
+def same_as_row(pool: Pool, job: Job) -> None:
+    """A Job returned by enqueue_many is its row as written (read back with `get`)."""
+    assert pool.get(job.id, coalesced=job.coalesced).to_dict() == job.to_dict()
+
+
+# ---- order and batches ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 100])
+def test_jobs_are_queued_in_input_order_across_batches(backend: Backend, batch_size: int) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    before = enqueue(pool, "before")
+    jobs = pool.enqueue_many([spec("echo", str(i)) for i in range(7)], batch_size=batch_size)
+    assert [j.spec.command for j in jobs] == [("echo", str(i)) for i in range(7)]
+    assert [j.seq for j in jobs] == list(range(2, 9))
+    assert queued_ids(pool) == [before.id] + [j.id for j in jobs]
+    assert len({j.id for j in jobs}) == 7 and all(len(j.id) == 32 for j in jobs)
+    for job in jobs:
+        assert job.state is JobState.QUEUED and not job.coalesced
+        same_as_row(pool, job)
+    assert [e["reason"] for e in events_of(pool)] == ["enqueued"] * 8
+    assert [e["job"] for e in events_of(pool)] == [before.id] + [j.id for j in jobs]
+
+
+def test_each_job_has_its_rq_hash_and_its_history(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    jobs = pool.enqueue_many([spec("a"), spec("b", image="other")], batch_size=2)
+    for job in jobs:
+        fetched = RQJob.fetch(job.id, connection=backend.raw, serializer=JSONSerializer)
+        assert fetched.func_name == ENTRY_POINT and fetched.get_status() == JobStatus.CREATED
+        assert fetched.origin == pool.keys.rq_queue_name
+        assert fetched.description == f"jobpool {job.id} ({job.spec.image})"
+        assert [e["reason"] for e in pool.events(job.id)] == ["enqueued"]
+    assert rq_list(pool) == []
+
+
+def test_the_rq_hash_is_read_by_rq_as_its_own(backend: Backend) -> None:
+    """The script leaves out RQ's empty fields and writes the per-job ones itself: RQ must restore the hash
+    exactly as it restores the one its own `Job.create` + `save` writes for the same job."""
+    pool = backend.pool(max_concurrent_jobs=0)
+    (job,) = pool.enqueue_many([spec("x")])
+    ours = RQJob.fetch(job.id, connection=backend.raw, serializer=JSONSerializer)
+    theirs = RQJob.create(
+        func=ENTRY_POINT, id="theirs", origin=pool.keys.rq_queue_name, timeout=-1, result_ttl=-1,
+        failure_ttl=-1, status=JobStatus.CREATED, serializer=JSONSerializer, description=ours.description,
+        on_success=Callback(after_delivery), connection=backend.raw)
+    theirs.created_at = ours.created_at
+    theirs.save()
+    restored = RQJob.fetch("theirs", connection=backend.raw, serializer=JSONSerializer)
+    assert ours.to_dict() == restored.to_dict()
+    fields = ("func_name", "args", "kwargs", "success_callback", "success_callback_timeout",
+              "failure_callback", "stopped_callback", "worker_name", "started_at", "ended_at",
+              "last_heartbeat", "group_id", "timeout", "result_ttl", "failure_ttl", "origin", "meta")
+    assert {f: getattr(ours, f) for f in fields} == {f: getattr(restored, f) for f in fields}
+    assert ours.get_status() == restored.get_status() == JobStatus.CREATED
+    assert ours.success_callback is after_delivery
+    # The creation time is the row's (the server's clock), in RQ's own format.
+    assert int(ours.created_at.timestamp() * 1000) == job.created_at
+
+
+def test_an_empty_input_writes_nothing(backend: Backend) -> None:
+    pool = backend.pool()
+    before = backend.keyspace()
+    assert pool.enqueue_many([]) == [] and pool.enqueue_many(iter(())) == []
+    assert backend.keyspace() == before
+
+
+def test_any_iterable_is_taken_once(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    jobs = pool.enqueue_many(spec("g", str(i)) for i in range(3))
+    assert [j.spec.command[1] for j in jobs] == ["0", "1", "2"]
+
+
+# ---- coalescing ---------------------------------------------------------------------------------------
+
+
+def test_equal_jobs_in_one_batch_coalesce_into_the_first(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    jobs = pool.enqueue_many([spec("a", coalesce=True), spec("b"), spec("a", coalesce=True),
+                              spec("a"), spec("a", coalesce=True)])
+    first = jobs[0]
+    assert [j.coalesced for j in jobs] == [False, False, True, False, True]
+    assert jobs[2].id == jobs[4].id == first.id and jobs[3].id != first.id  # no coalesce asked: a new job
+    assert jobs[2].state is JobState.QUEUED and jobs[2].seq == first.seq
+    assert queued_ids(pool) == [first.id, jobs[1].id, jobs[3].id]
+    assert [j.seq for j in (first, jobs[1], jobs[3])] == [1, 2, 3]
+    assert pool.client.hgetall(pool.keys.coalesce) == {first.coalesce_key: first.id}
+    for job in jobs:
+        same_as_row(pool, job)
+    # Counted once per new job (the script counts a batch in one step), and one event each.
+    assert pool.client.hget(pool.keys.metrics, "transitions:queued:enqueued") == "3"
+    assert [e["job"] for e in events_of(pool)] == [first.id, jobs[1].id, jobs[3].id]
+
+
+def test_a_job_coalesces_into_one_queued_before_and_across_batches(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    queued = enqueue(pool, "a", coalesce=True)
+    jobs = pool.enqueue_many([spec("b", coalesce_key="k"), spec("a", coalesce=True), spec("c"),
+                              spec("other", coalesce_key="k")], batch_size=2)
+    assert [j.coalesced for j in jobs] == [False, True, False, True]
+    assert jobs[1].id == queued.id and jobs[3].id == jobs[0].id  # the key joined different specs
+    assert jobs[3].spec.command == ("b",)  # the job it coalesced into, not the spec asked for
+    assert queued_ids(pool) == [queued.id, jobs[0].id, jobs[2].id]
+
+
+def test_a_running_job_is_not_coalesced_into(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    running = enqueue(pool, "a", coalesce=True)
+    assert running.state is JobState.RUNNING
+    (job,) = pool.enqueue_many([spec("a", coalesce=True)])
+    assert not job.coalesced and job.id != running.id and job.state is JobState.QUEUED
+
+
+def test_twins_in_one_batch_coalesce_even_when_the_first_is_promoted_by_it(backend: Backend) -> None:
+    """Within one call the first job is still queued when its twin comes (promotion comes after every job is
+    written), so they coalesce; the twin's Job is the first as it is after the call: running."""
+    pool = backend.pool(max_concurrent_jobs=1)
+    first, twin = pool.enqueue_many([spec("a", coalesce=True), spec("a", coalesce=True)])
+    assert twin.coalesced and twin.id == first.id
+    assert first.state is twin.state is JobState.RUNNING and twin.attempt == 1
+    assert running_ids(pool) == {first.id} and queued_ids(pool) == []
+
+
+# ---- promotion ----------------------------------------------------------------------------------------
+
+
+def test_the_new_head_is_promoted_into_free_slots_in_order(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=3)
+    jobs = pool.enqueue_many([spec("p", str(i)) for i in range(5)])
+    assert [j.state for j in jobs] == [JobState.RUNNING] * 3 + [JobState.QUEUED] * 2
+    assert [j.attempt for j in jobs] == [1, 1, 1, 0, 0]
+    assert rq_list(pool) == [j.id for j in jobs[:3]]
+    assert queued_ids(pool) == [j.id for j in jobs[3:]]
+    for job in jobs:
+        same_as_row(pool, job)
+    assert rq_hash(backend, pool, jobs[0].id)[b"status"] == b"queued"
+    assert rq_hash(backend, pool, jobs[3].id)[b"status"] == b"created"
+
+
+def test_a_twin_in_the_batch_does_not_stop_promotion(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=3)
+    jobs = pool.enqueue_many([spec("a", coalesce=True), spec("a", coalesce=True), spec("b"), spec("c")])
+    assert [j.state for j in jobs] == [JobState.RUNNING] * 4 and jobs[1].id == jobs[0].id
+    assert rq_list(pool) == [jobs[0].id, jobs[2].id, jobs[3].id]
+
+
+def test_more_free_slots_than_one_script_promotes(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=100)
+    jobs = pool.enqueue_many([spec("m", str(i)) for i in range(80)], batch_size=100)
+    # The script promotes at most 64 (PROMOTE_BATCH_LIMIT, _lib.lua); the caller promotes the rest at once.
+    assert [j.state for j in jobs] == [JobState.RUNNING] * 64 + [JobState.QUEUED] * 16
+    assert pool.slots() == (80, 100) and rq_list(pool) == [j.id for j in jobs]
+
+
+def test_behind_an_older_head_the_caller_promotes_in_fifo_order(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    old = enqueue(pool, "old")
+    pool.client.hset(pool.keys.config, "max_concurrent_jobs", 2)  # free slots, nothing promoted yet
+    jobs = pool.enqueue_many([spec("x"), spec("y")])
+    assert running_ids(pool) == {old.id, jobs[0].id} and queued_ids(pool) == [jobs[1].id]
+    assert rq_list(pool) == [old.id, jobs[0].id]
+
+
+def test_a_paused_queue_promotes_nothing(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=2)
+    pool.pause(None, reason="hold")
+    jobs = pool.enqueue_many([spec("x"), spec("y")])
+    assert [j.state for j in jobs] == [JobState.QUEUED] * 2 and rq_list(pool) == []
+
+
+# ---- bad input: refused whole, nothing written --------------------------------------------------------
+
+BAD_ITEMS = [
+    (spec("x", image=""), "image must be a non-empty string"),
+    ({"command": ["x"]}, "image must be a non-empty string"),
+    (spec("x", privileged=True), "unknown spec field(s): privileged"),
+    (spec("x", env={"1A": "v"}), "env key '1A' is not a valid name"),
+    (spec("x", coalesce="yes"), "coalesce must be true or false"),
+    (spec("x", coalesce_key=""), "coalesce_key must be a non-empty string"),
+    (spec("x", coalesce_key="k" * 1025), "coalesce_key is longer than 1024 bytes"),
+    (spec("x", network="host"), "network 'host' would share another namespace"),
+    (["busybox", "true"], "must be a mapping of enqueue's arguments, got list"),
+    ("busybox true", "must be a mapping of enqueue's arguments, got str"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), BAD_ITEMS, ids=[m for _, m in BAD_ITEMS])
+@pytest.mark.parametrize("position", [0, 4, 6])
+def test_one_bad_spec_refuses_the_whole_input_and_writes_nothing(
+        backend: Backend, bad: Any, message: str, position: int) -> None:
+    pool = backend.pool(max_concurrent_jobs=2)
+    enqueue(pool, "seeded", coalesce=True)  # some state, so "nothing written" means more than an empty db
+    items: list[Any] = [spec("ok", str(i)) for i in range(6)]
+    items.insert(position, bad)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidSpec) as caught:
+        pool.enqueue_many(items, batch_size=2)
+    assert caught.value.index == position
+    assert str(caught.value) == f"spec {position}: {caught.value.reason}"
+    assert message in caught.value.reason
+    assert backend.keyspace() == before
+
+
+@pytest.mark.parametrize("specs", [None, 3, "busybox", {"image": "busybox", "command": ["x"]}])
+def test_specs_that_are_not_a_list_of_jobs_are_refused(backend: Backend, specs: Any) -> None:
+    pool = backend.pool()
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument, match="specs must be an iterable of mappings"):
+        pool.enqueue_many(specs)
+    assert backend.keyspace() == before
+
+
+@pytest.mark.parametrize("size", [0, -1, MAX_BATCH_SIZE + 1, 2.5, True])
+def test_a_bad_batch_size_is_refused(backend: Backend, size: Any) -> None:
+    pool = backend.pool()
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument, match="batch_size"):
+        pool.enqueue_many([spec("x")], batch_size=size)
+    assert backend.keyspace() == before
+
+
+def _raw_batch(pool: Pool, ids: list[str]) -> list[Any]:
+    keys: list[str] = []
+    args: list[Any] = ["t"]
+    for job_id in ids:
+        keys += [pool.keys.job(job_id), pool.keys.rq_job(job_id)]
+        args += [job_id, '{"image":"x","command":["y"]}', "", "x"]
+    return pool.run("enqueue", keys, args)
+
+
+def test_an_id_that_exists_or_repeats_refuses_the_whole_call(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    job = enqueue(pool)
+    before = backend.keyspace()
+    with pytest.raises(errors.AlreadyExists, match=job.id):
+        _raw_batch(pool, ["a" * 32, "b" * 32, job.id])
+    with pytest.raises(errors.AlreadyExists, match="c" * 32):
+        _raw_batch(pool, ["c" * 32, "d" * 32, "c" * 32])
+    assert backend.keyspace() == before
+    assert _raw_batch(pool, ["a" * 32, "b" * 32])[1] == 2  # the same ids alone are fine
+
+
+def test_keys_and_arguments_that_disagree_are_refused(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument, match="job keys for"):
+        pool.run("enqueue", [pool.keys.job("a"), pool.keys.rq_job("a")], ["t", "a", "{}", ""])
+    with pytest.raises(errors.InvalidArgument, match="job keys for"):
+        pool.run("enqueue", [pool.keys.job("a")], ["t", "a", "{}", "", "x"])
+    with pytest.raises(errors.InvalidArgument, match="job keys for"):
+        pool.run("enqueue", [], ["t"])
+    assert backend.keyspace() == before
+
+
+# ---- the client side: connections ---------------------------------------------------------------------
+
+
+def test_the_script_is_loaded_again_after_a_script_flush(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    enqueue(pool, "one")
+    backend.raw.script_flush()
+    assert pool.enqueue_many([spec("two")])[0].seq == 2
+    assert enqueue(pool, "three").seq == 3
+
+
+def test_threads_enqueue_at_once_each_on_its_own_connection(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    out: dict[int, list[Job]] = {}
+    clients: dict[int, int] = {}
+
+    def work(n: int) -> None:
+        out[n] = [enqueue(pool, f"t{n}", str(i)) for i in range(20)]
+        clients[n] = id(pool.thread_clients.get(pool.client))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(clients.values())) == 4
+    ids = [j.id for jobs in out.values() for j in jobs]
+    assert sorted(queued_ids(pool)) == sorted(ids) and len(set(ids)) == 80
+    seqs = sorted(j.seq for jobs in out.values() for j in jobs)
+    assert seqs == list(range(1, 81))
+    for jobs in out.values():  # each thread's jobs in its own order
+        assert [j.seq for j in jobs] == sorted(j.seq for j in jobs)
+
+
+def test_a_closed_pool_enqueues_again(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    enqueue(pool, "one")
+    pool.close()
+    assert enqueue(pool, "two").seq == 2
