@@ -73,6 +73,18 @@ _SERVER_STATE_CODES = ("READONLY", "OOM", "BUSY", "LOADING", "MASTERDOWN", "NORE
                        "TRYAGAIN", "MISCONF", "NOSCRIPT", "NOAUTH", "NOPERM", "WRONGPASS")
 
 
+def reopen(conn: Any) -> None:
+    """Drop a single-connection client's connection and open it again through `connect()`, the method a
+    Sentinel-managed connection overrides to ask the sentinels where the primary is now (redis-py's own
+    reconnect inside a command goes back to the address it had). A failure leaves it closed: the next call
+    then fails typed."""
+    conn.disconnect()
+    try:
+        conn.connect()
+    except redis.RedisError:
+        conn.disconnect()
+
+
 def wrap_redis_error(exc: redis.RedisError, what: str) -> errors.JobpoolError:
     """The typed error for a redis-py error met while doing `what`: unreachable or a server that cannot
     serve is `RedisUnavailable`; an error reply about the data (WRONGTYPE, a script that failed on a value it
@@ -177,6 +189,9 @@ class Scripts:
                 log.info("%s: the primary was demoted (%s); sending it again", op, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+                single = getattr(conn, "connection", None)  # a single-connection client (jobpool/submit.py)
+                if single is not None:
+                    reopen(single)
         reply = _decode(reply)
         raise_for_code(op, reply)
         return reply

@@ -25,7 +25,7 @@ import redis
 
 from . import errors
 from .models import Job, JobState
-from .registry import call_redis
+from .registry import call_redis, reopen
 from .spec import JobSpec, build_spec, utf8_size
 
 if TYPE_CHECKING:
@@ -97,6 +97,17 @@ class ThreadClients:
             held = (base, os.getpid(), base.client())
             self._local.held = held
         client: redis.Redis = held[2]
+        conn = client.connection
+        # What the pool checks at each checkout, kept: a connection with something to read before anything
+        # was sent was closed by the server (a restart; Sentinel drops every client at a failover), so it
+        # is reopened now, rather than failing the next call with a reply that cannot be told from a lost one.
+        if conn is not None:
+            try:
+                stale = conn.can_read(timeout=0)
+            except redis.ConnectionError:  # it read the end of the connection
+                stale = True
+            if stale:
+                reopen(conn)
         return client
 
     def close(self) -> None:
