@@ -191,22 +191,58 @@ local function set_state(jkey, id, from, to, score)
   end
 end
 
--- A coalesce entry names a queued job only: drop it when that job leaves `queued`.
-local function drop_coalesce(jkey, id)
-  local ck = redis.call('HGET', jkey, 'coalesce_key')
-  if ck and ck ~= '' and redis.call('HGET', KEYS[K_COALESCE], ck) == id then
+-- A coalesce entry names the queued jobs holding its key, space-separated, in the order they took it. Usually
+-- one: a second appears when a job paused or handed back returns to the queue while an equal job waits, and
+-- it must still be found once the first leaves (an enqueue returns a queued job it equals, if any).
+local function coalesce_ids(ck)
+  local ids, v = {}, redis.call('HGET', KEYS[K_COALESCE], ck)
+  if v then
+    for x in string.gmatch(v, '%S+') do ids[#ids + 1] = x end
+  end
+  return ids
+end
+
+local function set_coalesce_ids(ck, ids)
+  if #ids == 0 then
     redis.call('HDEL', KEYS[K_COALESCE], ck)
+  else
+    redis.call('HSET', KEYS[K_COALESCE], ck, table.concat(ids, ' '))
   end
 end
 
--- An entry left naming a job that is no longer queued (its row was dropped) is replaced, not kept.
+-- The queued job holding `ck` (the first of its entry still queued), or nil.
+local function coalesce_holder(ck)
+  for _, x in ipairs(coalesce_ids(ck)) do
+    if redis.call('ZSCORE', KEYS[K_QUEUED], x) then return x end
+  end
+  return nil
+end
+
+-- `id` no longer holds `ck` (it left `queued`, or its row goes).
+local function drop_coalesce_id(ck, id)
+  local ids, keep = coalesce_ids(ck), {}
+  for _, x in ipairs(ids) do
+    if x ~= id then keep[#keep + 1] = x end
+  end
+  if #keep ~= #ids then set_coalesce_ids(ck, keep) end
+end
+
+local function drop_coalesce(jkey, id)
+  local ck = redis.call('HGET', jkey, 'coalesce_key')
+  if ck and ck ~= '' then drop_coalesce_id(ck, id) end
+end
+
+-- `id` (queued now) holds its key after those that hold it already; ids no longer queued (a row dropped
+-- by hand) are left out.
 local function add_coalesce(jkey, id)
   local ck = redis.call('HGET', jkey, 'coalesce_key')
   if ck and ck ~= '' then
-    local current = redis.call('HGET', KEYS[K_COALESCE], ck)
-    if not current or not redis.call('ZSCORE', KEYS[K_QUEUED], current) then
-      redis.call('HSET', KEYS[K_COALESCE], ck, id)
+    local keep = {}
+    for _, x in ipairs(coalesce_ids(ck)) do
+      if x ~= id and redis.call('ZSCORE', KEYS[K_QUEUED], x) then keep[#keep + 1] = x end
     end
+    keep[#keep + 1] = id
+    set_coalesce_ids(ck, keep)
   end
 end
 

@@ -30,8 +30,8 @@ for i = 1, njobs do
   local id, ck = ARGV[4 * i - 2], ARGV[4 * i]
   if seen[id] or redis.call('EXISTS', KEYS[NCOMMON + 2 * i - 1]) == 1 then return {E_EXISTS, id} end
   seen[id] = true
-  local twin = ck ~= '' and (mine[ck] or redis.call('HGET', KEYS[K_COALESCE], ck))
-  if twin and (mine[ck] or redis.call('ZSCORE', KEYS[K_QUEUED], twin)) then
+  local twin = ck ~= '' and (mine[ck] or coalesce_holder(ck))
+  if twin then
     twins[i] = twin
   else
     if ck ~= '' then mine[ck] = id end
@@ -63,8 +63,8 @@ for i = 1, njobs do
       'attempt', 0, 'coalesce_key', ck, 'recovery_attempts', 0, 'pause_requested', '0',
       'cancel_requested', '0', 'owner_boot', '', 'exit_code', '', 'error_reason', '', 'history', line)
     redis.call('ZADD', KEYS[K_QUEUED], seq, id)
-    -- No queued job holds this key (looked up above), so the entry becomes this job's.
-    if ck ~= '' then redis.call('HSET', KEYS[K_COALESCE], ck, id) end
+    -- No queued job holds this key (looked up above), so the entry becomes this job's alone.
+    if ck ~= '' then set_coalesce_ids(ck, {id}) end
     redis.call('HSET', rqkey, 'created_at', rq_created_at, 'description', 'jobpool ' .. id .. ' (' .. image .. ')',
       'origin', origin, unpack(RQ_JOB_FIELDS))
     cands[#cands + 1], cands[#cands + 2] = jkey, rqkey

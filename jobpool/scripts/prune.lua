@@ -46,9 +46,7 @@ for i = 0, n - 1 do
     local rank = redis.call('ZREVRANK', KEYS[index], id)
     if (keep > 0 and rank >= keep) or (cutoff > 0 and tonumber(score) < cutoff) then
       local ck = row[2]
-      if ck and ck ~= '' and redis.call('HGET', KEYS[K_COALESCE], ck) == id then
-        redis.call('HDEL', KEYS[K_COALESCE], ck)
-      end
+      if ck and ck ~= '' then drop_coalesce_id(ck, id) end
       redis.call('ZREM', KEYS[index], id)
       redis.call('ZREM', KEYS[15], id)
       redis.call('ZREM', KEYS[16], id)

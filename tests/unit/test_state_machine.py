@@ -306,9 +306,13 @@ class PoolMachine(RuleBasedStateMachine):
         self.check_slots(len(running), int(mx), bool(paused), len(index["queued"]))
         self.check_indexes(rows, index)
         self.check_leases_and_slots(rows, leases, running)
-        for ck, job_id in coalesce.items():
+        holders = {(ck, job_id) for ck, ids in coalesce.items() for job_id in ids.split()}
+        for ck, job_id in holders:
             assert rows[job_id]["state"] == "queued" and rows[job_id]["coalesce_key"] == ck, (
                 f"coalesce {ck!r} points at a {rows[job_id]['state']} job")
+        waiting = {(r["coalesce_key"], i) for i, r in rows.items()
+                   if r["state"] == "queued" and r["coalesce_key"]}
+        assert waiting == holders, "a queued job with a coalesce key is not found by it, or one not queued is"
         assert len(rq_listed) == len(set(rq_listed)), "a job is on RQ's list twice"
         assert set(rq_listed) == running, "RQ's list holds a job not running (nothing consumes it here)"
         assert replay_running(events) == running, "the events stream does not replay to the running set"
