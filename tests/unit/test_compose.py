@@ -59,3 +59,25 @@ def test_every_compose_setting_is_a_valid_jobpool_setting() -> None:
     env = _compose()["services"]["worker"]["environment"]
     s = Settings.from_env(env)
     assert s.drain_timeout_secs == int(env["JOBPOOL_DRAIN_TIMEOUT_SECS"])
+
+
+def _stack() -> dict:
+    return yaml.safe_load((ROOT / "docker-stack.yml").read_text())
+
+
+def test_the_stack_file_runs_a_worker_on_every_node_and_redis_and_the_supervisor_once() -> None:
+    services = _stack()["services"]
+    worker, supervisor, redis = services["worker"], services["supervisor"], services["redis"]
+    assert worker["deploy"]["mode"] == "global"
+    assert "/var/run/docker.sock:/var/run/docker.sock" in worker["volumes"]
+    env = worker["environment"]
+    assert _seconds(worker["stop_grace_period"]) > float(env["JOBPOOL_DRAIN_TIMEOUT_SECS"])
+    assert float(env["JOBPOOL_INVENTORY_STALE_SECS"]) >= 2 * float(env["JOBPOOL_INVENTORY_SECS"])
+    for svc in (supervisor, redis):
+        assert svc["deploy"]["replicas"] == 1
+        assert "node.role == manager" in svc["deploy"]["placement"]["constraints"]
+    assert "build" not in worker and "build" not in supervisor, "a stack is deployed from a pulled image"
+    command = redis["command"]
+    assert command[command.index("--maxmemory-policy") + 1] == NOEVICTION
+    assert command[command.index(f"--{ROW_LISTPACK_SETTING}") + 1] == str(ROW_LISTPACK_VALUE)
+    assert _compose()["x-jobpool-env"].items() <= _stack()["x-jobpool-env"].items(), "the same settings"
