@@ -4,10 +4,13 @@ KEYS[15]     inventory:<daemon id>   KEYS[16] inventory_lead:<daemon id>   KEYS[
 ARGV[1] daemon id   ARGV[2] boot id (the publisher)   ARGV[3] kernel boot id   ARGV[4] lead ms
 ARGV[5] inventory ttl ms   ARGV[6] complete ('1' or '0')   ARGV[7] containers (JSON array, jobpool/inventory.py)
 ARGV[8] forget ms (index entries older than this are trimmed)
+ARGV[9] listed at: the server's time (ms) the publisher read just before it listed the containers
 Returns {0, at} (ms, the server's time); -3 this boot does not hold the daemon's lead; -6 bad arguments or
 containers over INVENTORY_MAX_BYTES.
 Write one daemon's inventory whole, only by the holder of its lead (inventory_lead.lua), and renew the lead.
-`at` is the server's time, never the publisher's clock; `first_at` is kept from the first publication of this
+`at` is when the listing began (ARGV[9], the server's time read before it, never the publisher's clock: a
+container created while the listing was taken and published may be missing from it, so the inventory must
+not look younger than that); `first_at` is kept from the first publication of this
 daemon identity (the boot rule of jobpool/supervisor/remote.py compares it with an earlier boot's last `at`).
 The `inventories` index records each daemon's last publication, for as long as ARGV[8] says.
 ]]
@@ -25,7 +28,10 @@ end
 if key_type(lead) ~= 'string' or redis.call('GET', lead) ~= boot then
   return {E_NOT_OWNER, 'inventory lead'}
 end
+local listed = tonumber(ARGV[9])
 local now = now_ms()
+if not listed or listed > now or listed < now - lead_ms then return {E_BAD_ARG, 'listed at'} end
+now = listed
 local first = now
 if key_type(inv) == 'hash' then
   first = tonumber(redis.call('HGET', inv, 'first_at')) or now

@@ -106,7 +106,7 @@ def judge(attempt: int, job_id: str, recorded: str, invs: Inventories, stale_sec
     if inv is not None and inv.age_secs(invs.now_ms) <= stale_secs:
         return _from_entries(inv, job_id, attempt, invs.now_ms,
                              stale_secs if lease_secs is None else min(stale_secs, lease_secs))
-    rebooted = _rebooted(recorded, invs, stale_secs)
+    rebooted = _rebooted(recorded, invs, stale_secs, job_id, attempt)
     if rebooted is not None:
         return rebooted
     if inv is not None:
@@ -155,8 +155,11 @@ def _from_entries(inv: Inventory, job_id: str, attempt: int, now_ms: int, absent
     return Unknown(f"container {cid} {where} could not be judged there: {entry.reason or entry.state}")
 
 
-def _rebooted(recorded: str, invs: Inventories, stale_secs: float) -> Probe | None:
-    """`Absent` when a later boot of the recorded daemon's host publishes (the boot rule above), else None."""
+def _rebooted(recorded: str, invs: Inventories, stale_secs: float, job_id: str, attempt: int) -> Probe | None:
+    """`Absent` when a later boot of the recorded daemon's host publishes (the boot rule above) and its
+    inventory, complete, does not list the attempt's container; else None (or Unknown when it does list it:
+    a "new boot" that still runs the old boot's container is no reboot, e.g. a worker whose /proc shows
+    another boot id than the daemon's kernel, under a sandboxed runtime)."""
     last = invs.last_at.get(recorded)
     if last is None:
         return None  # when the old boot was last heard of is not known: nothing can be after it
@@ -164,6 +167,12 @@ def _rebooted(recorded: str, invs: Inventories, stale_secs: float) -> Probe | No
         if name == recorded or uuid_of(name) != uuid_of(recorded):
             continue
         if inv.age_secs(invs.now_ms) <= stale_secs and inv.first_at_ms > last:
+            if [e for e in inv.of(job_id) if e.attempt == attempt]:
+                return Unknown(f"daemon {recorded} looks rebooted (now {name}), yet {name}'s inventory "
+                               f"lists attempt {attempt}'s container: no reboot is believed")
+            if not inv.complete:
+                return Unknown(f"daemon {recorded} looks rebooted (now {name}), but {name}'s inventory is "
+                               "incomplete: it cannot say the attempt's container is gone")
             return Absent(detail=(f"the host of daemon {recorded} booted again: the same daemon publishes as "
                                   f"{name} since {_age((invs.now_ms - inv.first_at_ms) / 1000)} ago, after "
                                   f"the old boot's last inventory {_age((invs.now_ms - last) / 1000)} ago; "

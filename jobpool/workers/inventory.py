@@ -108,6 +108,10 @@ class InventoryPublisher:
         if not int(reply[1]):
             return f"follower of {reply[2]}"
         try:
+            # Redis's time before the listing: the inventory is dated by it, so a container created while
+            # this listing was taken and published is never read as absent from an inventory younger
+            # than a lease (jobpool/supervisor/remote.py).
+            listed_at = self.pool.now_ms()
             entries = self.entries(self.prober.list_pool(k.pool))
         except Exception as exc:  # noqa: BLE001
             return f"not published: {self.prober.failed(exc)}"
@@ -116,7 +120,7 @@ class InventoryPublisher:
             self.pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
                                                 k.inventories],
                           [daemon, self.boot_id, kernel_boot_id(), self.lead_ms, self.ttl_ms,
-                           "1" if complete else "0", containers, FORGET_MS])
+                           "1" if complete else "0", containers, FORGET_MS, listed_at])
         except JobpoolError as exc:
             return f"not published: {exc}"
         self.published += 1

@@ -127,7 +127,8 @@ def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
         eventually(lambda: pool.run("inventory_lead", [k.inventory_lead(new_id)], [new_id, "new", 60_000])[1]
                    and pool.run("publish_inventory", [k.inventory(new_id), k.inventory_lead(new_id),
                                                       k.inventories],
-                                [new_id, "new", "rebooted", 60_000, 600_000, "1", "[]", FORGET_MS]),
+                                [new_id, "new", "rebooted", 60_000, 600_000, "1", "[]", FORGET_MS,
+                                 pool.now_ms()]),
                    timeout=5, message="publishing the new boot's inventory")
         spawn(DOCKER_HOST=d1)
         report = eventually(lambda: (r := sup.sweep(job_ids=[job_id])).decisions

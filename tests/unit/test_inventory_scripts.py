@@ -35,7 +35,8 @@ def publish(pool: Pool, boot: str, containers: str = "[]", daemon: str = D1, com
     k = pool.keys
     return pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
                                           k.inventories],
-                    [daemon, boot, daemon.split("@")[1], 15_000, ttl_ms, complete, containers, FORGET_MS])
+                    [daemon, boot, daemon.split("@")[1], 15_000, ttl_ms, complete, containers, FORGET_MS,
+                     pool.now_ms()])
 
 
 def read(pool: Pool, daemon: str = D1) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pool_helpers import Backend, claim, enqueue, row, state_of
 
+from jobpool import errors
 from jobpool.api import Pool
 from jobpool.inventory import FORGET_MS, Entry, encode
 from jobpool.supervisor import remote
@@ -39,7 +40,7 @@ def publish(pool: Pool, daemon: str, entries: list[Entry], boot: str = "pub", co
     text, _ = encode(entries)
     reply = pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories],
                      [daemon, boot, daemon.split("@")[1], 60_000, 600_000, "1" if complete else "0", text,
-                      FORGET_MS])
+                      FORGET_MS, pool.now_ms()])
     return int(reply[1])
 
 
@@ -137,6 +138,43 @@ def test_a_later_boot_of_the_same_daemon_proves_the_old_boots_containers_gone(ba
     invs = remote.read(pool, [D1], later)
     p = remote.judge(attempt, job_id, D1, invs, STALE)
     assert isinstance(p, Absent) and "booted again" in p.detail and p.inventory == (D2, new_at)
+
+
+@pytest.mark.parametrize("case", ["lists it", "incomplete"])
+def test_a_later_boot_that_still_lists_the_container_or_cannot_say_proves_nothing(backend: Backend,
+                                                                                   case: str) -> None:
+    # A "new boot" whose inventory lists the old boot's container is no reboot (a worker whose /proc shows
+    # another boot id than the daemon's kernel, under a sandboxed runtime); an incomplete one cannot say.
+    pool = backend.pool()
+    job_id, attempt = orphan_on(pool, D1)
+    old_at = publish(pool, D1, [Entry(job_id, attempt, "running", container_id="c1")])
+    time.sleep(0.01)
+    if case == "lists it":
+        publish(pool, D2, [Entry(job_id, attempt, "running", container_id="c1")])
+    else:
+        publish(pool, D2, [], complete=False)
+    invs = remote.read(pool, [D1], old_at + int(STALE * 1000) + 1)
+    p = remote.judge(attempt, job_id, D1, invs, STALE)
+    assert isinstance(p, Unknown) and "looks rebooted" in p.reason, p
+
+
+def test_an_inventory_is_dated_by_when_its_listing_began(backend: Backend) -> None:
+    # A container created while the listing was taken and published may be missing from it: the inventory
+    # must not look younger than the listing (the lease rule for "not listed" counts from it).
+    pool = backend.pool()
+    k = pool.keys
+    pool.run("inventory_lead", [k.inventory_lead(D1)], [D1, "pub", 60_000])
+    listed = pool.now_ms() - 5_000
+
+    def send(at: int) -> list[Any]:
+        return pool.run("publish_inventory", [k.inventory(D1), k.inventory_lead(D1), k.inventories],
+                        [D1, "pub", "boot-1", 60_000, 600_000, "1", "[]", FORGET_MS, at])
+
+    assert int(send(listed)[1]) == listed
+    assert int(pool.client.hget(k.inventory(D1), "at")) == listed
+    for bad in (pool.now_ms() + 60_000, pool.now_ms() - 120_000):  # from the future; older than the lead
+        with pytest.raises(errors.InvalidArgument):
+            send(bad)
 
 
 def test_a_clone_that_published_while_the_original_did_proves_nothing(backend: Backend) -> None:
