@@ -373,19 +373,19 @@ class Pool(Browsing):
         return int(reply[1])
 
     def evict(self, job_id: str, attempt: int, reason: str = "evicted", evidence: str = "",
-              actor: str = "operator") -> Job:
-        """Fail a running job and free its slot, if it is still at `attempt` (an operator's override).
-
-        The caller stops the container first; the old owner's next fenced write is refused.
-        """
+              actor: str = "operator", daemon_id: str = "") -> Job:
+        """Fail a running job and free its slot, if it is still at `attempt` (and recorded on `daemon_id`,
+        when given: the daemon the caller stopped its containers on). The caller stops the container first;
+        the old owner's next fenced write is refused."""
         self._check_id(job_id)
         if (not isinstance(attempt, int) or isinstance(attempt, bool)
                 or not 0 <= attempt <= event_stream.UINT64_MAX):
             raise errors.InvalidArgument(f"attempt must be a whole number, got {attempt!r}")
-        for name, text in (("reason", reason), ("evidence", evidence), ("actor", actor)):
+        for name, text in (("reason", reason), ("evidence", evidence), ("actor", actor),
+                           ("daemon_id", daemon_id)):
             self._check_text(name, text)
         reply = self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
                                    *self.candidates(CANDIDATES_ON_RELEASE)],
-                         [job_id, attempt, reason, evidence, actor])
+                         [job_id, attempt, reason, evidence, actor, daemon_id])
         self.after_release(reply)
         return self.get(job_id)

@@ -110,7 +110,7 @@ def execute(pool: Pool, prober: Any, daemon_id: str, cmd: StopCommand, actor: st
     if cmd.evict and reason == "remote_stopped":
         try:
             pool.evict(cmd.job_id, cmd.attempt, reason=cmd.reason or "evicted", evidence=evidence,
-                       actor=cmd.actor or actor)
+                       actor=cmd.actor or actor, daemon_id=daemon_id)
         except (errors.Conflict, errors.InvalidState, errors.NotFound) as exc:
             log.info("job %s: not evicted after its stop: %s", cmd.job_id, exc)
     return reason

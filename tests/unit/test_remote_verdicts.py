@@ -311,6 +311,12 @@ def test_a_routed_eviction_fails_the_job_once_stopped(backend: Backend) -> None:
     cmd = commands.StopCommand(other, att, evict=True, reason="stale_evicted")
     assert commands.execute(pool, Stopper(fail=True), D1, cmd, "worker:pub") == "remote_stop_failed"
     assert state_of(pool, other) == "running"
+    # The same attempt now recorded on another daemon (a Redis rollback lost the first claim, and the attempt
+    # ran again elsewhere): a stop on the first daemon proves nothing there, so nothing is evicted.
+    moved, att = orphan_on(pool, D2)
+    cmd = commands.StopCommand(moved, att, evict=True, reason="stale_evicted")
+    assert commands.execute(pool, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
+    assert state_of(pool, moved) == "running"
 
 
 def test_a_command_cannot_be_routed_to_no_identity(backend: Backend) -> None:
