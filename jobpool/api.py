@@ -352,15 +352,21 @@ class Pool(Browsing):
         self.after_release(reply)
         return self.get(job_id)
 
-    def resume(self, job_id: str | None = None) -> Job | None:
-        """Resume one paused job (it keeps its place in the queue), or the whole queue's promotion."""
+    def resume(self, job_id: str | None = None, anywhere: bool = False) -> Job | None:
+        """Resume one paused job (it keeps its place in the queue), or the whole queue's promotion. With
+        `anywhere`, first release the job's daemon affinity (`Job.affinity`, the daemon holding its
+        checkpoint; scripts/resume_job.lua): for a daemon gone for good, its checkpoint lost with it."""
+        if not isinstance(anywhere, bool):
+            raise errors.InvalidArgument(f"anywhere must be True or False, got {anywhere!r}")
+        if job_id is None and anywhere:
+            raise errors.InvalidArgument("anywhere needs a job id (it releases one job's affinity)")
         if job_id is None:
             reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [self.actor])
             self.after_release(reply)
             return None
         self._check_id(job_id)
         reply = self.run("resume_job", [self.keys.job(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
-                         [job_id, self.actor])
+                         [job_id, self.actor, "1" if anywhere else "0"])
         self.after_release(reply)
         return self.get(job_id)
 

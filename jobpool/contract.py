@@ -103,6 +103,7 @@ TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 METRIC_REASONS = (
     "enqueued", "promoted", "claimed", "adopted", "redispatched", "dropped_corrupt_row", "dropped_ghost",
     "cancel", "cancel_requested", "pause", "pause_requested", "pause_withdrawn", "resume",
+    "affinity_released",
     "queue_paused", "queue_resumed", "slots_set", "pruned",
     "exit_0", "exit_code_nonzero", "shutdown_handback", "pause_withdrawn_handback", REASON_OOM_KILLED,
     REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, "launch_failed", "bad_spec", "evicted", "stale_evicted",

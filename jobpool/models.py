@@ -71,6 +71,8 @@ class Job:
     claimed_at: int | None = None
     heartbeat_at: int | None = None
     finished_at: int | None = None
+    #: The daemon holding the job's checkpoint (scripts/finish.lua), where its next attempt belongs; '' = any.
+    affinity: str = ""
 
     @classmethod
     def from_row(cls, row: Mapping[str, str], coalesced: bool = False, job_id: str | None = None) -> Job:
@@ -98,7 +100,7 @@ class Job:
             identity=r.text("identity"), pause_requested=row.get("pause_requested") == "1",
             cancel_requested=row.get("cancel_requested") == "1", promoted_at=r.optional_whole("promoted_at"),
             claimed_at=r.optional_whole("claimed_at"), heartbeat_at=r.optional_whole("heartbeat_at"),
-            finished_at=r.optional_whole("finished_at"),
+            finished_at=r.optional_whole("finished_at"), affinity=r.text("affinity"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,6 +112,7 @@ class Job:
             "owner_boot": self.owner_boot, "container_id": self.container_id, "daemon_id": self.daemon_id,
             "pause_requested": self.pause_requested, "cancel_requested": self.cancel_requested,
             "promoted_at": self.promoted_at, "claimed_at": self.claimed_at, "finished_at": self.finished_at,
+            "affinity": self.affinity,
             "spec": {"image": self.spec.image, "command": list(self.spec.command),
                      "env": {k: "<redacted>" for k in self.spec.env},  # values may be secrets
                      "workdir": self.spec.workdir, "user": self.spec.user, "network": self.spec.network,

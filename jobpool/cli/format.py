@@ -121,6 +121,7 @@ def job_details(job: Job, now_ms: int) -> str:
         ("owner boot", job.owner_boot or "-"),
         ("container", job.container_id or "-"),
         ("daemon", job.daemon_id or "-"),
+        ("affinity", job.affinity or "-"),
     ]
     if job.pause_requested:
         items.append(("pause requested", "yes"))

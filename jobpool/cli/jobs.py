@@ -264,18 +264,23 @@ def pause(state: CliState, job_id: str | None, reason: str) -> None:
 
 @click.command()
 @click.argument("job_id", metavar="[JOB]", required=False)
+@click.option("--anywhere", is_flag=True,
+              help="Release JOB's daemon affinity first (its checkpoint's daemon is gone for good).")
 @pool_command
-def resume(state: CliState, job_id: str | None) -> None:
+def resume(state: CliState, job_id: str | None, anywhere: bool) -> None:
     """Resume one paused job (it keeps its place), or with no JOB the queue's promotion."""
+    if anywhere and job_id is None:
+        raise click.UsageError("--anywhere needs a JOB")
     pool = state.pool()
     if job_id is None:
         pool.resume(None)
         doc = _queue_doc(pool)
         state.emit(doc, lambda: _queue_line(doc, pool.now_ms()))
         return
-    job = pool.resume(job_id)
+    job = pool.resume(job_id, anywhere=anywhere)
     assert job is not None
-    state.emit(job.to_dict(), lambda: f"resumed {job.id} ({job.state.value})")
+    state.emit(job.to_dict(), lambda: f"resumed {job.id} ({job.state.value})"
+               + (", runs on any daemon" if anywhere else ""))
 
 
 COMMANDS = (enqueue, ls_, show, logs, cancel, pause, resume)

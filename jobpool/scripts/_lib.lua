@@ -163,7 +163,7 @@ end
 -- history and the answer to a finish sent again (finished_by/finished_as); the fields that only steer a live
 -- attempt go, and so do empty ones: retained finished rows are most of what a long-lived pool stores.
 local LIVE_ONLY = {'claim_token', 'pause_requested', 'cancel_requested', 'pause_withdrawn', 'owner_boot',
-  'heartbeat_at', 'launched_at'}
+  'heartbeat_at', 'launched_at', 'affinity'}
 local DROP_IF_EMPTY = {'coalesce_key', 'identity', 'container_id', 'daemon_id', 'exit_code', 'error_reason',
   'log_tail', 'claimed_at', 'promoted_at'}
 local TERMINAL_STATE = {succeeded = true, failed = true, cancelled = true}

@@ -2,18 +2,29 @@
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     job:<id>
 KEYS[16..]   promotion candidates
-ARGV[1] id   ARGV[2] actor
+ARGV[1] id   ARGV[2] actor   ARGV[3] '1' = anywhere: release the job's daemon affinity (optional)
 Returns {0, state after, promoted, why_stopped}; -1; -2 when there is nothing to resume.
 A paused job goes back to `queued` at its original place; a running job whose pause
 was requested but has not ended yet has the request withdrawn. Its watcher may have sent the stop signal
 already: it calls off its SIGKILL, and `pause_withdrawn` (= the attempt) lets the exit of a job that stops
 anyway hand it back as 'pause_withdrawn_handback' (verdict_for_exit in _lib.lua) instead of failing it.
+With 'anywhere', the row's `affinity` (the daemon holding its checkpoint, finish.lua) is dropped first, with
+an 'affinity_released' event naming it, so its next attempt may run on any daemon (for a daemon gone for
+good; its checkpoint is lost with it). A queued or running job with an affinity and nothing else to resume
+has only that done; without an affinity or 'anywhere', such a job is -2 as before.
 ]]
 local jkey = KEYS[15]
 local id, actor = ARGV[1], ARGV[2]
+local anywhere = NARGV >= 3 and ARGV[3] == '1'
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
-local row = redis.call('HMGET', jkey, 'state', 'seq', 'pause_requested', 'attempt')
+local row = redis.call('HMGET', jkey, 'state', 'seq', 'pause_requested', 'attempt', 'affinity')
 local now = now_ms()
+local released = false
+if anywhere and row[5] and row[5] ~= '' and (row[1] == 'queued' or row[1] == 'running' or row[1] == 'paused') then
+  redis.call('HDEL', jkey, 'affinity')
+  event(jkey, id, row[1], row[1], 'affinity_released', 'daemon=' .. row[5], actor, now)
+  released = true
+end
 if row[1] == 'paused' then
   set_state(jkey, id, 'paused', 'queued', tonumber(row[2]))
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '')
@@ -25,5 +36,7 @@ elseif row[1] == 'running' and row[3] == '1' then
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '', 'pause_withdrawn', row[4] or '')
   event(jkey, id, 'running', 'running', 'pause_withdrawn', '', actor, now)
   return {0, 'running', 0, 'none'}
+elseif released then
+  return {0, row[1], 0, 'none'}
 end
 return {E_INVALID_STATE, row[1]}

@@ -1,0 +1,120 @@
+"""Checkpoint affinity in the scripts, on fakeredis[lua] and a real server: a job handed back resumable by its
+own exit names the daemon that holds its checkpoint (finish.lua), `Pool.get` and `jobpool show` say it, a
+crash or a terminal state do not set it, and `resume --anywhere` releases it (resume_job.lua)."""
+
+from __future__ import annotations
+
+import pytest
+from pool_helpers import Backend, claim, enqueue, events_of, row, state_of
+
+from jobpool import errors
+from jobpool.contract import EXIT_TEMPFAIL, REASON_RESTART_LOST_EXIT
+from jobpool.models import Job
+
+
+def running_on(backend: Backend, daemon: str = "daemon-1"):  # noqa: ANN201 - (pool, job id, attempt)
+    pool = backend.pool(max_concurrent_jobs=1, recovery_budget=1)
+    job = enqueue(pool)
+    att = claim(pool, job.id)
+    att.set_container("c-1", daemon)
+    return pool, job.id, att
+
+
+def test_an_interrupted_handback_names_the_daemon_holding_its_checkpoint(backend: Backend) -> None:
+    pool, job_id, att = running_on(backend, "daemon-1")
+    pool.pause(None)  # so it stays queued where we can see it
+    assert att.finish("interrupted", EXIT_TEMPFAIL) == "queued"
+    assert pool.get(job_id).affinity == "daemon-1"
+    assert pool.get(job_id).to_dict()["affinity"] == "daemon-1"
+
+
+def test_a_paused_job_names_the_daemon_holding_its_checkpoint(backend: Backend) -> None:
+    pool, job_id, att = running_on(backend, "daemon-2")
+    pool.pause(job_id)
+    assert att.finish("interrupted", EXIT_TEMPFAIL) == "paused"
+    assert pool.get(job_id).affinity == "daemon-2"
+
+
+def test_a_crash_or_a_job_that_never_ran_on_a_daemon_gets_no_affinity(backend: Backend) -> None:
+    pool, job_id, att = running_on(backend)
+    pool.pause(None)
+    assert att.finish("crashed", 255, reason=REASON_RESTART_LOST_EXIT) == "queued"
+    assert pool.get(job_id).affinity == ""
+    pool2 = backend.pool(pool="other", max_concurrent_jobs=1)
+    job = enqueue(pool2)
+    att2 = claim(pool2, job.id)  # claimed with no daemon identity (nothing recorded)
+    pool2.pause(None)
+    assert att2.finish("interrupted", EXIT_TEMPFAIL) == "queued"
+    assert pool2.get(job.id).affinity == ""
+
+
+def test_a_terminal_state_drops_the_affinity(backend: Backend) -> None:
+    pool, job_id, att = running_on(backend)
+    assert att.finish("interrupted", EXIT_TEMPFAIL) == "queued"  # promoted again at once (slot free)
+    assert "affinity" in row(pool, job_id)
+    att2 = claim(pool, job_id, "boot-b")
+    assert att2.finish("exit", 0) == "succeeded"
+    assert "affinity" not in row(pool, job_id)
+    assert pool.get(job_id).affinity == ""
+
+
+def test_resume_anywhere_releases_a_paused_jobs_affinity_and_resumes_it(backend: Backend) -> None:
+    pool, job_id, att = running_on(backend, "daemon-1")
+    pool.pause(job_id)
+    att.finish("interrupted", EXIT_TEMPFAIL)
+    job = pool.resume(job_id, anywhere=True)
+    assert job is not None and job.affinity == "" and job.state.value == "running"
+    reasons = [(e["from"], e["to"], e["reason"], e["evidence"]) for e in events_of(pool, job_id)]
+    assert ("paused", "paused", "affinity_released", "daemon=daemon-1") in reasons
+    assert reasons.index(("paused", "paused", "affinity_released", "daemon=daemon-1")) < \
+        [r[2] for r in reasons].index("resume")
+
+
+def test_resume_anywhere_releases_a_queued_jobs_affinity(backend: Backend) -> None:
+    pool, job_id, att = running_on(backend, "daemon-1")
+    pool.pause(None)
+    att.finish("interrupted", EXIT_TEMPFAIL)
+    job = pool.resume(job_id, anywhere=True)
+    assert job is not None and (job.state.value, job.affinity) == ("queued", "")
+    assert events_of(pool, job_id)[-1]["reason"] == "affinity_released"
+
+
+def test_a_plain_resume_keeps_the_affinity(backend: Backend) -> None:
+    pool, job_id, att = running_on(backend, "daemon-1")
+    pool.pause(job_id)
+    att.finish("interrupted", EXIT_TEMPFAIL)
+    pool.pause(None)
+    job = pool.resume(job_id)
+    assert job is not None and (job.state.value, job.affinity) == ("queued", "daemon-1")
+
+
+def test_resume_anywhere_without_an_affinity_on_a_queued_job_is_invalid_state_and_writes_nothing(
+        backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    pool.pause(None)
+    job = enqueue(pool)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidState):
+        pool.resume(job.id, anywhere=True)
+    assert backend.keyspace() == before
+    assert state_of(pool, job.id) == "queued"
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_resume_anywhere_refuses_a_non_bool_or_no_job_and_writes_nothing(backend: Backend,
+                                                                       bad: object) -> None:
+    pool = backend.pool()
+    job = enqueue(pool)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument):
+        pool.resume(job.id, anywhere=bad)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument):
+        pool.resume(None, anywhere=True)
+    assert backend.keyspace() == before
+
+
+def test_a_row_without_the_field_reads_as_no_affinity() -> None:
+    base = {"id": "j", "state": "queued", "spec": '{"image": "busybox", "command": ["true"]}', "seq": "1",
+            "created_at": "1"}
+    assert Job.from_row(base).affinity == ""
+    assert Job.from_row({**base, "affinity": "d"}).affinity == "d"
