@@ -348,6 +348,28 @@ def test_pause_and_resume_a_job(run: Run, pool: Pool) -> None:
     assert ok_json(run("pause", job_id, "--json"))["state"] == "paused"
 
 
+def test_show_says_the_affinity_and_resume_anywhere_releases_it(run: Run, pool: Pool) -> None:
+    from attempts import claim
+
+    from jobpool.contract import EXIT_TEMPFAIL
+
+    run("slots", "1")
+    job_id = enqueue_id(run, "busybox", "--", "true")
+    att = claim(pool, job_id)
+    att.set_container("c-1", "daemon-x")
+    run("pause", job_id)
+    assert att.finish("interrupted", EXIT_TEMPFAIL) == "paused"
+    shown = run("show", job_id)
+    assert shown.exit_code == 0 and "affinity" in shown.stdout and "daemon-x" in shown.stdout
+    assert ok_json(run("show", job_id, "--json"))["affinity"] == "daemon-x"
+    no_job = run("resume", "--anywhere")
+    assert no_job.exit_code == 2 and "--anywhere needs a JOB" in no_job.stderr
+    released = run("resume", job_id, "--anywhere")
+    assert released.exit_code == 0 and "runs on any daemon" in released.stdout
+    assert pool.get(job_id).affinity == ""
+    assert ok_json(run("show", job_id, "--json"))["affinity"] == ""
+
+
 def test_pause_and_resume_the_queue(run: Run, pool: Pool, client: redis.Redis) -> None:
     doc = ok_json(run("pause", "--reason", "maintenance", "--json"))
     assert (doc["pool"], doc["queue_paused"], doc["paused_reason"]) == (POOL, True, "maintenance")
