@@ -86,11 +86,16 @@ class Pool(Browsing):
         return self.scripts.run(op, self.keys.common() + list(keys), args)
 
     def candidates(self, n: int) -> list[str]:
-        """Keys of the first `n` queued jobs: what a slot-freeing script may promote (checked there)."""
-        out: list[str] = []
-        for job_id in call_redis(self.client.zrange, self.keys.queued, 0, n - 1):
-            out += [self.keys.job(job_id), self.keys.rq_job(job_id)]
-        return out
+        """Keys of the first `n` queued jobs, what a slot-freeing script may promote (checked there): row, RQ
+        job hash, and the RQ list the row routes it to (`affinity_queue`, else the pool's queue)."""
+        ids = call_redis(self.client.zrange, self.keys.queued, 0, n - 1)
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(self.keys.job(job_id), "affinity_queue")
+        routes = call_redis(pipe.execute, raise_on_error=False, what="candidates") if ids else []
+        return [key for job_id, route in zip(ids, routes, strict=True)  # a row not a hash: the script drops
+                for key in (self.keys.job(job_id), self.keys.rq_job(job_id),
+                            route if isinstance(route, str) and route else self.keys.rq_queue)]
 
     @staticmethod
     def _check_id(job_id: Any) -> str:
@@ -353,13 +358,10 @@ class Pool(Browsing):
         return self.get(job_id)
 
     def resume(self, job_id: str | None = None, anywhere: bool = False) -> Job | None:
-        """Resume one paused job (it keeps its place in the queue), or the whole queue's promotion. With
-        `anywhere`, first release the job's daemon affinity (`Job.affinity`, the daemon holding its
-        checkpoint; scripts/resume_job.lua): for a daemon gone for good, its checkpoint lost with it."""
-        if not isinstance(anywhere, bool):
-            raise errors.InvalidArgument(f"anywhere must be True or False, got {anywhere!r}")
-        if job_id is None and anywhere:
-            raise errors.InvalidArgument("anywhere needs a job id (it releases one job's affinity)")
+        """Resume one paused job (it keeps its place), or the whole queue's promotion. `anywhere` first
+        releases the job's affinity (`Job.affinity`; scripts/resume_job.lua): its daemon is gone for good."""
+        if not isinstance(anywhere, bool) or (job_id is None and anywhere):
+            raise errors.InvalidArgument(f"anywhere must be True (with a job id) or False, got {anywhere!r}")
         if job_id is None:
             reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [self.actor])
             self.after_release(reply)

@@ -51,6 +51,8 @@ RQ_META_ATTEMPT = "jobpool_attempt"
 ADOPT_RQ_PREFIX = "jobpool-adopt-"
 #: RQ's key of a job hash, before the RQ job id (RQ's own naming; jobpool/keys.py).
 RQ_JOB_PREFIX = "rq:job:"
+#: RQ's prefix of a queue's list key (RQ's name): a job's `origin` is its queue's key less this.
+RQ_QUEUE_PREFIX = "rq:queue:"
 #: The largest inventory of one Docker daemon a publisher may write (its containers as JSON;
 #: jobpool/inventory.py, scripts/publish_inventory.lua): a publisher with more leaves entries out and says the
 #: inventory is incomplete.
@@ -125,6 +127,7 @@ LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "EVENTS_MAXLEN": EVENTS_MAXLEN,
     "HISTORY_MAX_BYTES": HISTORY_MAX_BYTES,
     "RQ_META_ATTEMPT": RQ_META_ATTEMPT,
+    "RQ_QUEUE_KEY_PREFIX": RQ_QUEUE_PREFIX,
     "ADOPT_RQ_PREFIX": ADOPT_RQ_PREFIX,
     "INVENTORY_MAX_BYTES": INVENTORY_MAX_BYTES,
     "COMMANDS_MAX": COMMANDS_MAX,

@@ -12,12 +12,11 @@ import re
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.results import get_key as rq_results_key
 
-from .contract import RQ_JOB_PREFIX
+from .contract import RQ_JOB_PREFIX, RQ_QUEUE_PREFIX
 from .errors import ConfigError
 
 #: Matched whole (`fullmatch`): with `match`, a `$` would let a trailing newline through.
 POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-RQ_QUEUE_PREFIX = "rq:queue:"
 RQ_QUEUES = "rq:queues"
 #: A pool's RQ queue is named this prefix and the pool's name.
 RQ_QUEUE_NAME_PREFIX = "jobpool-"
@@ -116,6 +115,11 @@ class PoolKeys:
         Named by a digest of the identity: RQ's key names must not hold the identity's ':'."""
         digest = hashlib.sha256(daemon_id.encode()).hexdigest()[:16]
         return f"{self.rq_queue_name}.d-{digest}"
+
+    def daemon_queue(self, daemon_id: str) -> str:
+        """The RQ list key of `daemon_queue_name`: where a job with an affinity to that daemon is pushed
+        (scripts/_lib.lua, promote_candidates)."""
+        return RQ_QUEUE_PREFIX + self.daemon_queue_name(daemon_id)
 
     def boot(self, boot_id: str) -> str:
         return f"{self.prefix}boot:{boot_id}"

@@ -23,7 +23,7 @@ from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from .contract import TERMINAL
-from .keys import RQ_QUEUE_NAME_PREFIX, RQ_QUEUE_PREFIX, PoolKeys
+from .keys import RQ_QUEUE_NAME_PREFIX, PoolKeys
 
 log = logging.getLogger("jobpool")
 
@@ -85,12 +85,11 @@ def _lua_string(value: bytes | str | int) -> str:
 def lua_template() -> str:
     """The Lua block jobpool/registry.py puts before the enqueue script: `RQ_JOB_FIELDS`, the flat
     field/value list of `rq_hash_template`, generated once when the script is loaded. The script adds the
-    per-job fields (`PER_JOB_FIELDS`: the origin is its RQ queue key less `RQ_QUEUE_KEY_PREFIX`) and writes
-    the lot in one HSET, so an enqueue sends none of it."""
+    per-job fields (`PER_JOB_FIELDS`: the origin is its RQ queue key less `RQ_QUEUE_KEY_PREFIX`, from
+    jobpool/contract.py) and writes the lot in one HSET, so an enqueue sends none of it."""
     flat = [_lua_string(x) for kv in sorted(rq_hash_template().items()) for x in kv]
     return ("-- Generated from jobpool/rqjob.py (rq_hash_template) when the script is loaded.\n"
-            f"local RQ_JOB_FIELDS = {{{', '.join(flat)}}}\n"
-            f"local RQ_QUEUE_KEY_PREFIX = {_lua_string(RQ_QUEUE_PREFIX)}\n")
+            f"local RQ_JOB_FIELDS = {{{', '.join(flat)}}}\n")
 
 
 class _NoConnection:

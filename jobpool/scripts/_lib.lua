@@ -15,9 +15,12 @@ Before this file come the constants the scripts share with Python, generated fro
 (LUA_CONSTANTS: the tempfail exit, the slot ceiling, the stream and history caps, the RQ meta key, the
 reasons the scripts write). Use those names; never write their values into a script.
 
-Scripts that may free a slot take "promotion candidates" last: pairs of (job:<id>, rq:job:<id>) for the
-ids at the head of `queued`, read by the caller just before the call. A candidate is promoted only while
-it is still the head, so a stale read can delay a promotion (the caller retries) but never reorder one.
+Scripts that may free a slot take "promotion candidates" last: triples of (job:<id>, rq:job:<id>, the RQ
+list to push it on) for the ids at the head of `queued`, read by the caller just before the call. The list
+is the pool's RQ queue, or for a row with an `affinity` (the daemon holding its checkpoint: note_affinity)
+that daemon's own queue, the row's `affinity_queue` (Pool.candidates reads it). A candidate is promoted only
+while it is still the head and its list is still the one its row names, so a stale read can delay a
+promotion (the caller retries) but never reorder or misroute one.
 Why candidates and not ids: every key a script touches must arrive in KEYS.
 Every script that may free a slot or promote replies in one shape: {0, result, promoted, why_stopped, ...}.
 why_stopped is promote_candidates' (paused | full | empty | stale | batch), or 'none' when no slot was
@@ -163,7 +166,7 @@ end
 -- history and the answer to a finish sent again (finished_by/finished_as); the fields that only steer a live
 -- attempt go, and so do empty ones: retained finished rows are most of what a long-lived pool stores.
 local LIVE_ONLY = {'claim_token', 'pause_requested', 'cancel_requested', 'pause_withdrawn', 'owner_boot',
-  'heartbeat_at', 'launched_at', 'affinity'}
+  'heartbeat_at', 'launched_at', 'affinity', 'affinity_queue', 'daemon_queue'}
 local DROP_IF_EMPTY = {'coalesce_key', 'identity', 'container_id', 'daemon_id', 'exit_code', 'error_reason',
   'log_tail', 'claimed_at', 'promoted_at'}
 local TERMINAL_STATE = {succeeded = true, failed = true, cancelled = true}
@@ -278,10 +281,12 @@ end
 
 -- Promote candidates from KEYS[first] on while the queue is unpaused, a slot is free and the candidate
 -- is still the head. Returns (count, why_stopped): paused | full | empty | stale | batch. `cands`, when
--- given, is the candidates' keys instead (a flat list of job:<id>, rq:job:<id> taken from KEYS: enqueue's
--- new jobs, less those that coalesced).
+-- given, is the candidates' keys instead (a flat list of job:<id>, rq:job:<id>, RQ list taken from KEYS:
+-- enqueue's new jobs, less those that coalesced). A promoted job is pushed on the list its row names (the
+-- pool's queue, or its affinity's daemon queue) and RQ's job hash gets that queue as its `origin`; its slot
+-- is held whichever list it waits on.
 local function promote_candidates(first, actor, now, cands)
-  local n = math.floor(((cands and #cands) or (#KEYS - first + 1)) / 2)
+  local n = math.floor(((cands and #cands) or (#KEYS - first + 1)) / 3)
   if n > PROMOTE_BATCH_LIMIT then n = PROMOTE_BATCH_LIMIT end
   local promoted = 0
   if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
@@ -290,23 +295,26 @@ local function promote_candidates(first, actor, now, cands)
     if redis.call('ZCARD', KEYS[K_RUNNING]) >= max then return promoted, 'full' end
     local head = redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1]
     if not head then return promoted, 'empty' end
-    local jkey, rqkey = KEYS[first + 2 * i], KEYS[first + 2 * i + 1]
-    if cands then jkey, rqkey = cands[2 * i + 1], cands[2 * i + 2] end
+    local jkey, rqkey, qkey = KEYS[first + 3 * i], KEYS[first + 3 * i + 1], KEYS[first + 3 * i + 2]
+    if cands then jkey, rqkey, qkey = cands[3 * i + 1], cands[3 * i + 2], cands[3 * i + 3] end
     if not is_row_key(jkey, head) then return promoted, 'stale' end
     local why = unpromotable(jkey, rqkey, head)
     if why then
       drop_head(jkey, head, why, actor, now)
     else
+      local routed = redis.call('HGET', jkey, 'affinity_queue')
+      if not routed or routed == '' then routed = KEYS[K_RQ_QUEUE] end
+      if qkey ~= routed then return promoted, 'stale' end
       local attempt = whole(redis.call('HGET', jkey, 'attempt')) + 1
       drop_coalesce(jkey, head)
       set_state(jkey, head, 'queued', 'running', now)
       redis.call('HSET', jkey, 'attempt', attempt, 'promoted_at', now, 'owner_boot', '', 'container_id', '',
-        'daemon_id', '', 'identity', '', 'claimed_at', '')
+        'daemon_id', '', 'daemon_queue', '', 'identity', '', 'claimed_at', '')
       -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
       redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
-        'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}))
-      redis.call('RPUSH', KEYS[K_RQ_QUEUE], head)
-      redis.call('SADD', KEYS[K_RQ_QUEUES], KEYS[K_RQ_QUEUE])
+        'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}), 'origin', string.sub(qkey, #RQ_QUEUE_KEY_PREFIX + 1))
+      redis.call('RPUSH', qkey, head)
+      redis.call('SADD', KEYS[K_RQ_QUEUES], qkey)
       event(jkey, head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)
       promoted = promoted + 1
     end
@@ -314,6 +322,19 @@ local function promote_candidates(first, actor, now, cands)
   if redis.call('ZCARD', KEYS[K_QUEUED]) == 0 then return promoted, 'empty' end
   if redis.call('ZCARD', KEYS[K_RUNNING]) >= max then return promoted, 'full' end
   return promoted, 'batch'
+end
+
+-- A job that ran on a daemon and goes back resumable (to `queued` or `paused`) by an exit of its own
+-- process: its checkpoint volume is on that daemon (workers/executors/docker.py), so its next attempt
+-- belongs there. Recorded as `affinity` (the daemon's identity, shown) and `affinity_queue` (that daemon's
+-- RQ list, written by set_container.lua as `daemon_queue`); a row with no daemon queue recorded (a subprocess
+-- job, a launch that never recorded one) keeps what it had.
+local function note_affinity(jkey, to)
+  if to ~= 'queued' and to ~= 'paused' then return end
+  local row = redis.call('HMGET', jkey, 'daemon_id', 'daemon_queue')
+  if row[1] and row[1] ~= '' and row[2] and row[2] ~= '' then
+    redis.call('HSET', jkey, 'affinity', row[1], 'affinity_queue', row[2])
+  end
 end
 
 -- Release a running job's slot into state `to`. A job handed back to `queued` keeps its seq, so it

@@ -67,7 +67,7 @@ for i = 1, njobs do
     if ck ~= '' then set_coalesce_ids(ck, {id}) end
     redis.call('HSET', rqkey, 'created_at', rq_created_at, 'description', 'jobpool ' .. id .. ' (' .. image .. ')',
       'origin', origin, unpack(RQ_JOB_FIELDS))
-    cands[#cands + 1], cands[#cands + 2] = jkey, rqkey
+    cands[#cands + 1], cands[#cands + 2], cands[#cands + 3] = jkey, rqkey, KEYS[K_RQ_QUEUE]
     first_id = first_id or id
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 0, id, seq, 'queued'
   end
@@ -91,6 +91,6 @@ if first_id then
     if left == 0 then break end
     if reply[j] == 0 then reply[j + 3], left = 'running', left - 1 end
   end
-  reply[2], reply[3], reply[4] = #cands / 2, promoted, why
+  reply[2], reply[3], reply[4] = #cands / 3, promoted, why
 end
 return reply

@@ -18,9 +18,9 @@ Fenced on (boot, attempt). kind:
   'error'        it never ran (launch failure): ends failed with ARGV[6]
 The exit kinds are judged by verdict_for_exit in _lib.lua.
 A job that ran on a daemon and comes back resumable from its own exit (handed back to `queued`, or `paused`)
-gets `affinity` = that daemon's identity: its checkpoint volume lives there (executors/docker.py), and its
-next attempt belongs on that daemon until an operator releases it (resume_job.lua, ARGV[3] 'anywhere'). A
-crash leaves the affinity as it was (the daemon may be gone); a terminal state drops it (LIVE_ONLY, _lib.lua).
+gets an affinity to that daemon (note_affinity, _lib.lua): its checkpoint volume lives there, and its next
+attempt is pushed on that daemon's queue until an operator releases it (resume_job.lua, ARGV[3] 'anywhere').
+A crash leaves the affinity as it was (the daemon may be gone); a terminal state drops it (LIVE_ONLY).
 The row keeps finished_by = '<boot>:<attempt>' and finished_as = the state it ended in, so a finish sent
 again after its reply was lost gets the same answer instead of a refusal.
 ]]
@@ -58,10 +58,7 @@ local evidence = 'exit_code=' .. code
 if seen and seen ~= '' then evidence = evidence .. '; ' .. seen end
 redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail, 'finished_by', boot .. ':' .. attempt,
   'finished_as', to)
-if (to == 'queued' or to == 'paused') and (kind == 'exit' or kind == 'interrupted') then
-  local daemon = redis.call('HGET', jkey, 'daemon_id')
-  if daemon and daemon ~= '' then redis.call('HSET', jkey, 'affinity', daemon) end
-end
+if kind == 'exit' or kind == 'interrupted' then note_affinity(jkey, to) end
 end_running(jkey, lkey, id, to, why, evidence, boot, now)
 local promoted, stopped = promote_candidates(17, boot, now)
 return {0, to, promoted, stopped}

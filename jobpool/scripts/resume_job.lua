@@ -21,7 +21,7 @@ local row = redis.call('HMGET', jkey, 'state', 'seq', 'pause_requested', 'attemp
 local now = now_ms()
 local released = false
 if anywhere and row[5] and row[5] ~= '' and (row[1] == 'queued' or row[1] == 'running' or row[1] == 'paused') then
-  redis.call('HDEL', jkey, 'affinity')
+  redis.call('HDEL', jkey, 'affinity', 'affinity_queue')
   event(jkey, id, row[1], row[1], 'affinity_released', 'daemon=' .. row[5], actor, now)
   released = true
 end

@@ -84,7 +84,8 @@ class Attempt:
         where a heartbeat and then this would be two: workers/watch.py, `launch_and_watch`)."""
         reply = self.pool.run("set_container", self._keys(),
                               [self.boot_id, self.attempt, container_id, daemon_id,
-                               json.dumps(identity, sort_keys=True) if identity else "", self._lease_ms])
+                               json.dumps(identity, sort_keys=True) if identity else "", self._lease_ms,
+                               self.pool.keys.daemon_queue(daemon_id) if daemon_id else ""])
         return Requests(reply[1] == "1", reply[2] == "1")
 
     def finish(self, kind: str, exit_code: int | None = None, reason: str = "",

@@ -263,7 +263,7 @@ def test_promote_never_takes_a_candidate_that_is_not_the_head(backend: Backend) 
     pool, jobs = paused_pool(backend, 3, slots=3)
     before = backend.keyspace()
     # A stale read: the caller names the second job as the first candidate.
-    stale = [pool.keys.job(jobs[1].id), pool.keys.rq_job(jobs[1].id)]
+    stale = [pool.keys.job(jobs[1].id), pool.keys.rq_job(jobs[1].id), pool.keys.rq_queue]
     assert pool.run("promote", stale, ["t"]) == [0, 0, "stale"]
     assert backend.keyspace() == before
     assert pool.run("promote", [], ["t"]) == [0, 0, "batch"]  # no candidates: the caller must retry with some
