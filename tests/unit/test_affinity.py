@@ -5,7 +5,7 @@ crash or a terminal state do not set it, and `resume --anywhere` releases it (re
 from __future__ import annotations
 
 import pytest
-from pool_helpers import Backend, claim, enqueue, events_of, row, state_of
+from pool_helpers import Backend, claim, enqueue, events_of, row, rq_hash, rq_list, state_of
 
 from jobpool import errors
 from jobpool.contract import EXIT_TEMPFAIL, REASON_RESTART_LOST_EXIT
@@ -118,3 +118,76 @@ def test_a_row_without_the_field_reads_as_no_affinity() -> None:
             "created_at": "1"}
     assert Job.from_row(base).affinity == ""
     assert Job.from_row({**base, "affinity": "d"}).affinity == "d"
+
+
+# ---- promotion routes an affinity to its daemon's queue ----------------------------------------------------
+
+
+def handed_back(backend: Backend, daemon: str = "daemon-1"):  # noqa: ANN201 - (pool, job id)
+    """A job handed back by `daemon`, queued with promotion paused (so nothing is promoted yet)."""
+    pool, job_id, att = running_on(backend, daemon)
+    pool.pause(None)
+    assert att.finish("interrupted", EXIT_TEMPFAIL) == "queued"
+    return pool, job_id
+
+
+def test_promotion_pushes_a_job_with_an_affinity_on_its_daemons_queue(backend: Backend) -> None:
+    pool, job_id = handed_back(backend, "daemon-1")
+    dq = pool.keys.daemon_queue("daemon-1")
+    assert row(pool, job_id)["affinity_queue"] == dq
+    pool.resume(None)
+    assert state_of(pool, job_id) == "running" and pool.get(job_id).attempt == 2
+    assert backend.client.lrange(dq, 0, -1) == [job_id]
+    assert job_id not in rq_list(pool), "not on the pool's queue: a worker on another daemon must not take it"
+    assert rq_hash(backend, pool, job_id)[b"origin"] == pool.keys.daemon_queue_name("daemon-1").encode()
+    assert backend.client.sismember("rq:queues", dq)
+    assert pool.get(job_id).affinity == "daemon-1", "kept while it runs: a second handback names it again"
+
+
+def test_a_job_released_anywhere_is_pushed_on_the_pools_queue_again(backend: Backend) -> None:
+    pool, job_id = handed_back(backend, "daemon-1")
+    pool.resume(job_id, anywhere=True)
+    assert "affinity_queue" not in row(pool, job_id)
+    pool.resume(None)
+    assert rq_list(pool) == [job_id]
+    assert backend.client.llen(pool.keys.daemon_queue("daemon-1")) == 0
+    assert rq_hash(backend, pool, job_id)[b"origin"] == pool.keys.rq_queue_name.encode()
+
+
+@pytest.mark.parametrize("affinity", [True, False])
+def test_a_candidate_naming_another_list_than_its_rows_is_stale_and_writes_nothing(backend: Backend,
+                                                                                  affinity: bool) -> None:
+    pool, job_id = handed_back(backend, "daemon-1")
+    if not affinity:
+        pool.resume(job_id, anywhere=True)
+    backend.client.delete(pool.keys.paused)  # unpause without promoting
+    wrong = pool.keys.rq_queue if affinity else pool.keys.daemon_queue("daemon-1")
+    before = backend.keyspace()
+    keys = [pool.keys.job(job_id), pool.keys.rq_job(job_id), wrong]
+    assert pool.run("promote", keys, ["t"]) == [0, 0, "stale"]
+    assert backend.keyspace() == before
+    assert pool.run("promote", pool.candidates(4), ["t"]) == [0, 1, "empty"]  # read again: routed right
+
+
+def test_set_container_records_only_a_daemon_queue_of_this_pool(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool)
+    att = claim(pool, job.id)
+    pool.run("set_container", att._keys(), [att.boot_id, att.attempt, "c-1", "daemon-1", "", 60_000,
+                                            "rq:queue:somewhere-else"])
+    assert row(pool, job.id)["daemon_queue"] == ""
+    pool.pause(None)
+    assert att.finish("interrupted", EXIT_TEMPFAIL) == "queued"
+    assert "affinity" not in row(pool, job.id), "no queue to route to: no affinity"
+
+
+def test_a_second_handback_on_another_daemon_moves_the_affinity(backend: Backend) -> None:
+    pool, job_id = handed_back(backend, "daemon-1")
+    pool.resume(job_id, anywhere=True)
+    pool.resume(None)
+    att = claim(pool, job_id, "boot-b")
+    att.set_container("c-2", "daemon-2")
+    pool.pause(None)
+    assert att.finish("interrupted", EXIT_TEMPFAIL) == "queued"
+    r = row(pool, job_id)
+    assert (r["affinity"], r["affinity_queue"]) == ("daemon-2", pool.keys.daemon_queue("daemon-2"))
