@@ -1,7 +1,9 @@
 --[[ reconcile_apply
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     job:<id>      KEYS[16] lease:<id>      KEYS[17] rq:job:<id>
-KEYS[18]     only when ARGV[11] is given: inventory:<daemon id>, the inventory the evidence came from
+KEYS[18]     only when ARGV[11] is given: inventory:<daemon id>, the inventory the evidence came from;
+             for 'redispatch' (which promotes nothing, so takes no candidates): the RQ list the row routes to,
+             its `affinity_queue` (the daemon holding its checkpoint) or else the pool's queue; -4 'route' if not
 KEYS[19..]   promotion candidates (from KEYS[18] when ARGV[11] is not given)
 ARGV[1] id   ARGV[2] expected attempt   ARGV[3] expected owner ('' = unclaimed)
 ARGV[4] expected container id   ARGV[5] verdict   ARGV[6] reason   ARGV[7] exit code
@@ -26,7 +28,8 @@ The exit verdicts are judged by verdict_for_exit in _lib.lua, as a worker's fini
   absent      no container / dead process: persisted cancel -> cancelled; persisted pause -> paused;
               recovery budget ARGV[8] left -> queued (recovery_attempts + 1, original place); else failed
               with reason ARGV[6]
-  redispatch  promoted but never claimed and lost from RQ: push again with a new attempt, slot kept
+  redispatch  promoted but never claimed and lost from RQ: push again with a new attempt, slot kept, on the
+              list its row routes it to (KEYS[18]; RQ's origin set to it, as promote_candidates does)
 ]]
 local jkey, lkey, rqkey = KEYS[15], KEYS[16], KEYS[17]
 local id, attempt, owner, cid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -61,6 +64,7 @@ if EXIT_CAUSE[verdict] and tonumber(code) and not (verdict == 'crashed' and (rea
     count('recoveries')
   end
   redis.call('HSET', jkey, 'exit_code', code)
+  if verdict == 'exited' then note_affinity(jkey, to) end  -- its own exit: its checkpoint is on its daemon
   end_running(jkey, lkey, id, to, why, evidence, actor, now)
 elseif verdict == 'absent' then
   if redis.call('HGET', jkey, 'cancel_requested') == '1' then
@@ -76,13 +80,18 @@ elseif verdict == 'absent' then
   end
   end_running(jkey, lkey, id, to, reason, evidence, actor, now)
 elseif verdict == 'redispatch' and owner == '' then
+  local route = redis.call('HGET', jkey, 'affinity_queue')
+  if not route or route == '' then route = KEYS[K_RQ_QUEUE] end
+  if KEYS[18] ~= route then return {E_CONFLICT, 'route'} end
+  local rq_list = KEYS[18]
   local next_attempt = whole(row[2]) + 1
   redis.call('HSET', jkey, 'attempt', next_attempt, 'promoted_at', now)
   redis.call('ZADD', KEYS[K_RUNNING], now, id)
   redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
-    'meta', cjson.encode({[RQ_META_ATTEMPT] = next_attempt}))
-  redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
-  redis.call('RPUSH', KEYS[K_RQ_QUEUE], id)
+    'meta', cjson.encode({[RQ_META_ATTEMPT] = next_attempt}), 'origin', string.sub(rq_list, #RQ_QUEUE_KEY_PREFIX + 1))
+  redis.call('LREM', rq_list, 0, id)
+  redis.call('RPUSH', rq_list, id)
+  redis.call('SADD', KEYS[K_RQ_QUEUES], rq_list)
   event(jkey, id, 'running', 'running', 'redispatched', evidence, actor, now)
   return {0, 'running', 0, 'none'}
 else

@@ -72,6 +72,8 @@ class Applier:
         fence = getattr(probe, "inventory", None)  # evidence from a daemon's inventory: fenced on it too
         keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id),
                 *([k.inventory(fence[0])] if fence else []), *self.pool.candidates(CANDIDATES_ON_RELEASE)]
+        if verdict.kind is Kind.REDISPATCH:  # promotes nothing: the list its row routes it to instead
+            keys[3:] = [row.affinity_queue or k.rq_queue]
         args = [row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
                 "" if verdict.exit_code is None else verdict.exit_code, self.settings.recovery_budget,
                 verdict.evidence, self.actor,

@@ -20,6 +20,7 @@ import redis
 from rq.registry import StartedJobRegistry
 
 from ..api import Pool
+from ..contract import RQ_QUEUE_PREFIX
 from ..daemonid import is_identity
 from ..registry import wrap_redis_error
 from . import remote
@@ -115,7 +116,7 @@ class Evidence:
             boot = boots.get(row.get("owner_boot") or "")
             snaps[job_id] = RowSnapshot.from_row(row, self.settings.executor, boot)
         rows_out = [snaps[job_id] for job_id in brief if job_id in snaps]
-        dispatch = self._dispatch_facts([r.id for r in rows_out if not r.claimed], now_ms)
+        dispatch = self._dispatch_facts({r.id: r.affinity_queue for r in rows_out if not r.claimed}, now_ms)
         return Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch, ghosts,
                         self._live_leases(list(ghosts)))
 
@@ -277,21 +278,28 @@ class Evidence:
         return {boot: {"executor": v[0], "daemon_id": v[1]} for boot, v in zip(owners, replies, strict=True)
                 if isinstance(v, list)}
 
-    def _dispatch_facts(self, ids: Sequence[str], now_ms: int) -> dict[str, DispatchFacts]:
-        """Whether RQ still holds each unclaimed id: its queue, its intermediate list (taken by a worker
-        that has not started it), or its started registry with an unexpired entry."""
-        if not ids:
+    def _dispatch_facts(self, routes: Mapping[str, str], now_ms: int) -> dict[str, DispatchFacts]:
+        """Whether RQ still holds each unclaimed id (`routes`: id -> the RQ list its row was pushed on, ''
+        for the pool's; a daemon's own queue for a checkpoint affinity): that queue, its intermediate list
+        (taken by a worker that has not started it), or its started registry with an unexpired entry."""
+        if not routes:
             return {}
         k = self.pool.keys
+        queue_of = {job_id: q or k.rq_queue for job_id, q in routes.items()}
+        started_keys = sorted({self._started_key, *(StartedJobRegistry.key_template.format(
+            q[len(RQ_QUEUE_PREFIX):]) for q in queue_of.values() if q != k.rq_queue)})
         pipe = self.pool.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.lpos(k.rq_queue, job_id)
-            pipe.lpos(k.rq_intermediate, job_id)
-        pipe.zrange(self._started_key, 0, -1, withscores=True)
-        *positions, started = run_pipeline(pipe)
-        live = {str(entry).split(":", 1)[0] for entry, expires in started if expires * 1000 >= now_ms}
+        for job_id, q in queue_of.items():
+            pipe.lpos(q, job_id)
+            pipe.lpos(q + ":intermediate", job_id)
+        for key in started_keys:
+            pipe.zrange(key, 0, -1, withscores=True)
+        replies = run_pipeline(pipe)
+        positions, registries = replies[:2 * len(queue_of)], replies[2 * len(queue_of):]
+        live = {str(entry).split(":", 1)[0] for started in registries for entry, expires in started
+                if expires * 1000 >= now_ms}
         facts = {}
-        for i, job_id in enumerate(ids):
+        for i, job_id in enumerate(queue_of):
             f = DispatchFacts(positions[2 * i] is not None, positions[2 * i + 1] is not None, job_id in live)
             if f.taken:
                 since = self._taken_since.setdefault(job_id, time.monotonic())

@@ -128,10 +128,12 @@ class RowSnapshot:
     pause_requested: bool = False
     cancel_requested: bool = False
     recovery_attempts: int = 0
+    affinity_queue: str = ""  # the RQ list a row with a checkpoint affinity is pushed on ('' = the pool's)
 
     #: The row fields a sweep reads (HMGET): never the log tail, which can be 64 KiB per row.
     FIELDS = ("id", "state", "attempt", "owner_boot", "container_id", "daemon_id", "identity", "executor",
-              "promoted_at", "claimed_at", "pause_requested", "cancel_requested", "recovery_attempts")
+              "promoted_at", "claimed_at", "pause_requested", "cancel_requested", "recovery_attempts",
+              "affinity_queue")
 
     @property
     def claimed(self) -> bool:
@@ -167,7 +169,7 @@ class RowSnapshot:
             pause_requested=row.get("pause_requested") == "1",
             cancel_requested=row.get("cancel_requested") == "1",
             recovery_attempts=_count(row.get("recovery_attempts")),
-        )
+            affinity_queue=row.get("affinity_queue") or "")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ crash or a terminal state do not set it, and `resume --anywhere` releases it (re
 from __future__ import annotations
 
 import pytest
-from pool_helpers import Backend, claim, enqueue, events_of, row, rq_hash, rq_list, state_of
+from pool_helpers import Backend, claim, enqueue, events_of, reconcile, row, rq_hash, rq_list, state_of
 
 from jobpool import errors
 from jobpool.contract import EXIT_TEMPFAIL, REASON_RESTART_LOST_EXIT
@@ -191,3 +191,49 @@ def test_a_second_handback_on_another_daemon_moves_the_affinity(backend: Backend
     assert att.finish("interrupted", EXIT_TEMPFAIL) == "queued"
     r = row(pool, job_id)
     assert (r["affinity"], r["affinity_queue"]) == ("daemon-2", pool.keys.daemon_queue("daemon-2"))
+
+
+# ---- the supervisor: reconcile_apply.lua ---------------------------------------------------------------
+
+
+def waiting_on_daemon(backend: Backend, daemon: str = "daemon-1"):  # noqa: ANN201 - (pool, job id)
+    """A job with an affinity, promoted onto its daemon's queue and not claimed."""
+    pool, job_id = handed_back(backend, daemon)
+    pool.resume(None)
+    assert state_of(pool, job_id) == "running" and pool.get(job_id).owner_boot == ""
+    return pool, job_id
+
+
+def test_a_lost_dispatch_is_redispatched_on_the_list_its_row_routes_to(backend: Backend) -> None:
+    pool, job_id = waiting_on_daemon(backend)
+    dq = pool.keys.daemon_queue("daemon-1")
+    backend.client.delete(dq)  # lost (a Redis rollback, a worker that died before its claim)
+    assert reconcile(pool, job_id, "redispatch") == [0, "running", 0, "none"]
+    assert backend.client.lrange(dq, 0, -1) == [job_id] and rq_list(pool) == []
+    assert pool.get(job_id).attempt == 3
+    assert rq_hash(backend, pool, job_id)[b"origin"] == pool.keys.daemon_queue_name("daemon-1").encode()
+
+
+def test_a_redispatch_naming_another_list_is_refused_and_writes_nothing(backend: Backend) -> None:
+    pool, job_id = waiting_on_daemon(backend)
+    before = backend.keyspace()
+    with pytest.raises(errors.Conflict):
+        reconcile(pool, job_id, "redispatch", route=pool.keys.rq_queue)
+    assert backend.keyspace() == before
+
+
+def test_released_while_waiting_on_its_daemon_it_is_redispatched_on_the_pools_queue(backend: Backend) -> None:
+    pool, job_id = waiting_on_daemon(backend)
+    job = pool.resume(job_id, anywhere=True)
+    assert job is not None and (job.state.value, job.affinity) == ("running", "")
+    assert reconcile(pool, job_id, "redispatch") == [0, "running", 0, "none"]
+    assert rq_list(pool) == [job_id]
+    assert rq_hash(backend, pool, job_id)[b"origin"] == pool.keys.rq_queue_name.encode()
+
+
+def test_an_exit_75_the_supervisor_hands_back_names_the_daemon(backend: Backend) -> None:
+    pool, job_id, att = running_on(backend, "daemon-1")
+    backend.client.delete(pool.keys.lease(job_id))  # its worker died
+    pool.pause(None)
+    assert reconcile(pool, job_id, "exited", code=str(EXIT_TEMPFAIL))[1] == "queued"
+    assert pool.get(job_id).affinity == "daemon-1"
