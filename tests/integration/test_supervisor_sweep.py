@@ -454,6 +454,39 @@ def test_unclaimed_rows_are_left_while_dispatched_and_redispatched_when_lost(mak
     assert sup.sweep().verdicts == {"keep": 1}
 
 
+def test_a_job_waiting_on_its_affinitys_daemon_is_kept_until_released_then_redispatched(make_pool,
+                                                                                       supervisors) -> None:
+    """A job with a checkpoint affinity waits, promoted, on its daemon's own queue: found there, it keeps its
+    slot however long no worker of that daemon takes it; released (`resume --anywhere`), it is no longer
+    where its row says, so past the claim grace it is dispatched again on the pool's queue."""
+    pool = make_pool(claim_grace_secs=0.5)
+    job = pool.enqueue(image=IMAGE, command=["true"])
+    att = claim(pool, job.id)
+    att.set_container("c-1", "daemon-gone")
+    pool.pause(None)
+    assert att.finish("interrupted", 75) == "queued"
+    pool.resume(None)
+    sup = supervisors(pool)
+    c, k = pool.client, pool.keys
+    dq = k.daemon_queue("daemon-gone")
+    assert c.lrange(dq, 0, -1) == [job.id] and c.lrange(k.rq_queue, 0, -1) == []
+    eventually(lambda: c.time()[0] * 1000 - pool.get(job.id).promoted_at > 700, message="grace passing")
+    assert sup.sweep().verdicts == {"keep": 1}
+    # Taken by a worker of that daemon (its started registry): kept too.
+    c.lrem(dq, 0, job.id)
+    c.zadd(f"rq:wip:{dq[len(RQ_QUEUE_PREFIX):]}", {f"{job.id}:exec1": c.time()[0] + 60})
+    assert sup.sweep().verdicts == {"keep": 1}
+    c.rpush(dq, job.id)
+    c.delete(f"rq:wip:{dq[len(RQ_QUEUE_PREFIX):]}")
+    pool.resume(job.id, anywhere=True)
+    report = sup.sweep()
+    assert report.verdicts == {"redispatch": 1}
+    after = pool.get(job.id)
+    assert (after.state.value, after.attempt, after.affinity) == ("running", 3, "")
+    assert c.lrange(k.rq_queue, 0, -1) == [job.id]
+    assert sup.sweep().verdicts == {"keep": 1}
+
+
 def test_a_delivery_stuck_in_rqs_intermediate_list_is_dispatched_again(make_pool, supervisors) -> None:
     """What a Redis rollback (or a worker dying between BLMOVE and its horse) leaves: the delivery in RQ's
     intermediate list, no claim. RQ's maintenance frees it only minutes later; the sweep does not wait."""
