@@ -163,3 +163,32 @@ def test_cancel_of_a_job_on_a_daemon_the_canceller_cannot_reach(
                    timeout=20, interval=0.3, message="cancelled from the inventory's exit")
     finally:
         sup.close()
+
+
+#: Checkpoints and exits 75 on the stop signal; an attempt that finds its checkpoint succeeds.
+CHECKPOINTING = ["sh", "-c", 'if [ -f "$JOBPOOL_CHECKPOINT_DIR/step" ]; then echo "resumed from checkpoint"; '
+                 'exit 0; fi; trap \'echo 1 > "$JOBPOOL_CHECKPOINT_DIR/step"; exit 75\' TERM; echo started; '
+                 'while :; do sleep 0.2; done']
+
+
+def test_a_paused_job_resumes_on_the_daemon_holding_its_checkpoint(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+    d1, d2, _ = three
+    pool.set_slots(1)
+    w2, job_id = on_daemon(spawn, pool, d2, CHECKPOINTING)
+    pool.pause(job_id)
+    paused = eventually(lambda: (j := pool.get(job_id)).state is JobState.PAUSED and j, timeout=30,
+                        message="checkpointed and paused")
+    assert paused.affinity == daemon_identity(d2)
+    w2.kill_with_children()
+    w1 = spawn(DOCKER_HOST=d1)  # a worker on another daemon, free to take anything on the pool's queue
+    pool.resume(job_id)
+    k = pool.keys
+    assert pool.client.lrange(k.daemon_queue(daemon_identity(d2)), 0, -1) == [job_id]
+    assert pool.client.lrange(k.rq_queue, 0, -1) == [], "never offered to the daemon 1 worker"
+    spawn(DOCKER_HOST=d2)  # a worker of the checkpoint's daemon takes it, and finds the checkpoint
+    done = eventually(lambda: (j := pool.get(job_id)).state is JobState.SUCCEEDED and j, timeout=40,
+                      message="resumed on daemon 2")
+    assert done.attempt == 2 and "resumed from checkpoint" in pool.logs(job_id)
+    assert job_id not in w1.log()
+
