@@ -30,11 +30,14 @@ SLOTS = 3
 PROCS = 8
 JOBS_PER_PROC = 30
 DEADLINE_SECS = 120
+#: The one daemon every process's deliveries "run" on.
+DAEMON = "daemon"
 
 
 def _take_deliveries(pool: Pool, boot: str, rng: random.Random, stats: Counter[str]) -> bool:
-    """Pop one delivery and run it as a worker would; False when RQ's list was empty."""
-    job_id = pool.client.lpop(pool.keys.rq_queue)
+    """Pop one delivery and run it as a worker on daemon DAEMON would, its daemon's own queue first (where a
+    job handed back there waits: its checkpoint affinity), then the pool's; False when both were empty."""
+    job_id = pool.client.lpop(pool.keys.daemon_queue(DAEMON)) or pool.client.lpop(pool.keys.rq_queue)
     if job_id is None:
         return False
     meta = pool.client.hget(pool.keys.rq_job(job_id), "meta")
@@ -47,7 +50,7 @@ def _take_deliveries(pool: Pool, boot: str, rng: random.Random, stats: Counter[s
         return True
     stats["claimed"] += 1
     me.heartbeat()
-    me.set_container(f"c-{job_id[:8]}-{attempt}", "daemon")
+    me.set_container(f"c-{job_id[:8]}-{attempt}", DAEMON)
     if attempt == 1 and rng.random() < 0.2:
         state = me.finish("interrupted", 75)
     else:
