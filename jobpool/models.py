@@ -103,6 +103,18 @@ class Job:
             finished_at=r.optional_whole("finished_at"), affinity=r.text("affinity"),
         )
 
+    def notes(self, exit_code: bool = True) -> list[str]:
+        """What a reader of a job list most needs beyond the state (the CLI's `ls`, the dashboard's lists):
+        its exit code (unless asked not to), an error reason, a request not yet acted on."""
+        notes = [f"exit {self.exit_code}"] if exit_code and self.exit_code is not None else []
+        if self.error_reason and self.error_reason != "cancelled":
+            notes.append(self.error_reason)
+        if self.cancel_requested and not self.state.terminal:
+            notes.append("cancel requested")
+        if self.pause_requested and self.state is JobState.RUNNING:
+            notes.append("pause requested")
+        return notes
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (the CLI's --json)."""
         return {

@@ -66,17 +66,8 @@ def command_text(job: Job) -> str:
 
 
 def job_note(job: Job) -> str:
-    """What a reader of `ls` most needs to know beyond the state."""
-    notes = []
-    if job.exit_code is not None:
-        notes.append(f"exit {job.exit_code}")
-    if job.error_reason and job.error_reason != "cancelled":
-        notes.append(job.error_reason)
-    if job.cancel_requested and not job.state.terminal:
-        notes.append("cancel requested")
-    if job.pause_requested and job.state is JobState.RUNNING:
-        notes.append("pause requested")
-    return ", ".join(notes)
+    """What a reader of `ls` most needs to know beyond the state (`Job.notes`)."""
+    return ", ".join(job.notes())
 
 
 def jobs_table(jobs: Sequence[Job], now_ms: int) -> str:

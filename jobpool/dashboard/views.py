@@ -52,13 +52,7 @@ def duration(ms: Any) -> str:
 def job_row(job: Job, now_ms: int) -> dict[str, Any]:
     """A job as a list row: what `ls` shows, plus times relative to `now_ms`."""
     doc = job.to_dict()
-    notes = []
-    if job.error_reason and job.error_reason != "cancelled":
-        notes.append(job.error_reason)
-    if job.cancel_requested and not job.state.terminal:
-        notes.append("cancel requested")
-    if job.pause_requested and job.state is JobState.RUNNING:
-        notes.append("pause requested")
+    notes = job.notes(exit_code=False)  # the list shows the exit code in its own column
     since = job.finished_at or job.claimed_at or job.promoted_at or job.created_at
     return {**doc, "command_text": shlex.join(job.spec.command), "image": job.spec.image,
             "note": ", ".join(notes), "since": ago(since, now_ms), "created": ago(job.created_at, now_ms)}
