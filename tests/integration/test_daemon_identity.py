@@ -109,8 +109,9 @@ def test_two_daemons_report_one_docker_id_but_have_two_identities(two_daemons: t
     assert daemon_identity(d1) == first, "the identity is stable: kept on the daemon"
 
 
-def _start_on(spawn: Callable[..., JobpoolProcess], pool: Pool, host: str, command: list[str]) -> tuple[
+def start_on(spawn: Callable[..., JobpoolProcess], pool: Pool, host: str, command: list[str]) -> tuple[
         JobpoolProcess, str]:
+    """A worker on `host` alone takes a new job; returns it once its container runs there."""
     worker = spawn(DOCKER_HOST=host)
     job = pool.enqueue(IMAGE, command)
     eventually(lambda: live_on(host, job.id), timeout=30, message=f"job {job.id} running on {host}")
@@ -126,8 +127,8 @@ def test_a_job_on_a_daemon_sharing_the_supervisors_docker_id_keeps_its_slot(
     command = ["sh", "-c", "echo started; sleep 8"]
     with Sampler((d1, d2)) as sampler:
         supervisor = spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=d1)
-        w2, on_d2 = _start_on(spawn, pool, d2, command)
-        _start_on(spawn, pool, d1, command)
+        w2, on_d2 = start_on(spawn, pool, d2, command)
+        start_on(spawn, pool, d1, command)
         w2.kill_with_children()  # the container keeps running on daemon 2
         spawn(DOCKER_HOST=d2)  # restarted by a service manager: a live worker on daemon 2 could run attempt 2
         # Until well after its container has ended (and long after its lease lapsed): sweeps go on, the job is
@@ -195,7 +196,7 @@ def test_a_worker_on_another_daemon_refuses_to_adopt(
     a row with no identity goes) refuses to re-attach (the adopt script compares identities too)."""
     d1, d2 = two_daemons
     pool.set_slots(1)
-    w2, job_id = _start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 6; exit 0"])
+    w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 6; exit 0"])
     w2.kill_with_children()
     w1 = spawn(DOCKER_HOST=d1)
     sup = Supervisor(pool, ContainerProber(d2, timeout=5))

@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterator
 
 import docker
 import pytest
-from constants import IMAGE
 from polling import eventually
 from procs import JobpoolProcess
 from servers import DockerDaemon, daemon_identity
-from test_daemon_identity import Sampler, live_on
+from test_daemon_identity import Sampler, live_on, start_on
 
 from jobpool import JobState, Pool
 from jobpool.inventory import FORGET_MS
@@ -63,15 +62,6 @@ def ids_shared(hosts: tuple[str, ...]) -> bool:
     return len(ids) == 1
 
 
-def on_daemon(spawn: Callable[..., JobpoolProcess], pool: Pool, host: str, command: list[str]) -> tuple[
-        JobpoolProcess, str]:
-    """A worker on `host` alone takes a new job; returns it once its container runs there."""
-    worker = spawn(DOCKER_HOST=host)
-    job = pool.enqueue(IMAGE, command)
-    eventually(lambda: live_on(host, job.id), timeout=30, message=f"job {job.id} running on {host}")
-    return worker, job.id
-
-
 def adopted_by(pool: Pool, job_id: str) -> list[str]:
     return [e["actor"] for e in pool.events(job_id) if e["reason"] == "adopted"]
 
@@ -82,7 +72,7 @@ def test_a_daemon_whose_workers_all_died_keeps_its_jobs_until_one_of_its_own_ado
     assert ids_shared(three), "precondition: the daemons share Docker's ID"
     pool.set_slots(3)
     with Sampler(three) as sampler:
-        w2, job_id = on_daemon(spawn, pool, d2, ["sh", "-c", "echo started; sleep 12; exit 3"])
+        w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 12; exit 3"])
         others = [spawn(DOCKER_HOST=d1), spawn(DOCKER_HOST=d3)]
         sup = spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=NOWHERE)
         w2.kill_with_children()  # every worker of daemon 2; its container runs on
@@ -110,7 +100,7 @@ def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
     """Simulated: the old boot's containers are gone and the same daemon publishes under a new boot id."""
     d1, d2, _ = three
     pool.set_slots(2)
-    w2, job_id = on_daemon(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
+    w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
     d2_id = daemon_identity(d2)
     eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=10, message="d2 inventory")
     w2.kill_with_children()
@@ -146,7 +136,7 @@ def test_cancel_of_a_job_on_a_daemon_the_canceller_cannot_reach(
         three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     _, d2, _ = three
     pool.set_slots(1)
-    w2, job_id = on_daemon(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
+    w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
     w2.kill_with_children()
     spawn(DOCKER_HOST=d2)  # a live worker on daemon 2 (no supervisor: nothing adopts the job)
     eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10, message="lease gone")
@@ -175,7 +165,7 @@ def test_a_paused_job_resumes_on_the_daemon_holding_its_checkpoint(
         three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     d1, d2, _ = three
     pool.set_slots(1)
-    w2, job_id = on_daemon(spawn, pool, d2, CHECKPOINTING)
+    w2, job_id = start_on(spawn, pool, d2, CHECKPOINTING)
     pool.pause(job_id)
     paused = eventually(lambda: (j := pool.get(job_id)).state is JobState.PAUSED and j, timeout=30,
                         message="checkpointed and paused")
