@@ -210,11 +210,18 @@ def test_a_second_up_refuses_while_any_process_of_the_first_lives(tmp_path: Path
     os.kill(stopped["pid"], signal.SIGSTOP)  # cannot act on the parent-death signal: the stack lives on
     up.proc.kill()
     up.proc.wait(10)
-    second = start_up("--workers", "1", name="second")
+    # PYTHONFAULTHANDLER: should it neither refuse nor start, SIGABRT makes it print where it is stuck.
+    second = start_up("--workers", "1", name="second", env={**fast_env(), "PYTHONFAULTHANDLER": "1"})
     try:
-        code = second.proc.wait(30)
-    except subprocess.TimeoutExpired:
-        pytest.fail("a second up started a second stack while the first one's worker lives")
+        eventually(lambda: second.proc.poll() is not None or "at redis://" in second.log(), timeout=90,
+                   message="the second up refused or started")
+    except AssertionError:
+        second.proc.send_signal(signal.SIGABRT)
+        second.proc.wait(10)
+        pytest.fail(f"the second up is stuck; where: {second.stderr()}")
+    if second.proc.poll() is None:
+        pytest.fail(f"a second up started a second stack while the first one's worker lives: {second.log()}")
+    code = second.proc.returncode
     err = second.proc.stderr.read().strip()
     assert code != 0 and len(err.splitlines()) == 1, err
     assert "already running" in err and re.search(rf"\bworker-\d+ {stopped['pid']}\b", err), err
