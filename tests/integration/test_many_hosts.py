@@ -132,6 +132,35 @@ def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
         sup.close()
 
 
+def test_a_daemon_whose_containers_are_removed_while_its_workers_live_gets_its_jobs_back(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+    """An operator's `docker rm -f` (or a pruning cron) on daemon 2, its worker alive and watching: the
+    container is absent by daemon 2's own inventory, so the attempt is recovered by a supervisor that cannot
+    ask daemon 2, and the job runs again; nothing else on the fleet is touched."""
+    d1, d2, d3 = three
+    pool.set_slots(2)
+    with Sampler(three) as sampler:
+        w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
+        _, bystander = start_on(spawn, pool, d3, ["sh", "-c", "echo started; sleep 60"])
+        d2_id = daemon_identity(d2)
+        eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=10, message="d2 inventory")
+        sup = spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=NOWHERE)
+        with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
+            for c in client.containers.list(sparse=True, filters={"label": f"jobpool.job_id={job_id}"}):
+                c.remove(force=True)
+        # Lease (1 s) + sweep (0.5 s) + inventory period (0.3 s), with room for a loaded machine.
+        again = eventually(lambda: (j := pool.get(job_id)).attempt == 2 and j, timeout=30,
+                           message="the attempt whose container was removed, recovered")
+        assert again.recovery_attempts == 1
+        back = [e for e in pool.events(job_id) if (e["from"], e["to"]) == ("running", "queued")]
+        assert back and d2_id in back[0]["evidence"], back
+        spawn(DOCKER_HOST=d1)
+        eventually(lambda: live_on(d1, job_id) or live_on(d2, job_id), timeout=30, message="running again")
+        assert pool.get(bystander).attempt == 1 and live_on(d3, bystander), "the job on daemon 3 untouched"
+    assert sampler.most_live[job_id] == 1 and sampler.most_live[bystander] == 1
+    assert w2.proc.poll() is None, "its worker lived throughout"
+
+
 def test_cancel_of_a_job_on_a_daemon_the_canceller_cannot_reach(
         three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     _, d2, _ = three
