@@ -1,8 +1,9 @@
-"""Chaos soak: real redis-server (AOF), two real dockerd daemons, real workers and supervisors, faults on a
-seeded schedule.
+"""Chaos soak: real redis-server (AOF), two (or three) real dockerd daemons, real workers and supervisors,
+faults on a seeded schedule.
 
     python3 bench/soak.py [--jobs 300] [--slots 3] [--workers 4] [--seed 1] [--max-minutes 40]
-                          [--faults kind,kind] [--rollback-quiet] [--keep N [--events-maxlen M]]
+                          [--daemons 2|3] [--faults kind,kind] [--rollback-quiet]
+                          [--keep N [--events-maxlen M]]
 
 Faults: SIGKILL a worker (and its forked horse), SIGTERM a worker (drain), kill and restart a supervisor,
 stop and restart a dockerd, kill -9 and restart redis-server (AOF, fsync always), cancel and pause/resume
@@ -18,6 +19,16 @@ random jobs; and the faults that reach the holes closed most recently:
   the claim grace); `--rollback-quiet` copies only while no delivery is in flight (see `Chaos._copy_aof`).
 - `lost_reply`: the reply of the next call of `claim`, `set_container` or `finish` (workers reach Redis
   through a proxy) is dropped: the script ran, the worker never heard.
+
+With `--daemons 3` the fleet runs on three daemons (one supervisor attached to daemon 1, one to none: it
+judges from the daemons' inventories) and the host faults are drawn too:
+
+- `daemon_workers_killed`: every worker of one daemon SIGKILLed while its containers run, kept down until
+  its inventory is stale, then started again (they adopt what still runs there);
+- `daemon_containers_removed`: every running job container of one daemon removed (`docker rm -f`) while its
+  workers live;
+- `host_reboot`: a daemon no supervisor asks loses its workers and containers, and its workers come back
+  under another kernel boot id (bench/soak_fleet.py, `Fleet.reboot`).
 
 (A killed `jobpool up` is not among them: the soak runs workers and supervisors itself;
 tests/integration/test_up.py kills `up` with real processes.) Layout of the fleet, the sampler and the
@@ -65,7 +76,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
 
 from servers import DockerDaemon, RedisServer  # noqa: E402
-from soak_faults import ARMED, Chaos  # noqa: E402
+from soak_faults import ARMED, HOST_FAULTS, Chaos  # noqa: E402
 from soak_fleet import IMAGE, POOL, Fleet, Sampler, stream_id  # noqa: E402
 from soak_report import tally, write_findings  # noqa: E402
 from soak_watch import TERMINAL, EventLog, Keyspace, keyspace_line  # noqa: E402
@@ -86,6 +97,13 @@ TIMINGS = {
 }
 FAULTS = ("worker_sigkill", "worker_sigterm", "supervisor_restart", "dockerd_restart", "redis_restart",
           "cancel", "pause_resume", "shared_id_daemon", "slow_launch", "redis_rollback", "lost_reply")
+#: Inventories every 0.3 s, stale after 2 s, so the host faults are judged within seconds.
+INVENTORY_TIMINGS = {"JOBPOOL_INVENTORY_SECS": "0.3", "JOBPOOL_INVENTORY_STALE_SECS": "2"}
+
+
+def faults_for(daemons: int) -> tuple[str, ...]:
+    """The fault kinds a fleet of `daemons` daemons meets: the host faults need a third one."""
+    return FAULTS + HOST_FAULTS if daemons >= 3 else FAULTS
 
 
 def job_command(rng: random.Random) -> list[str]:
@@ -212,19 +230,20 @@ def retention_env(keep: int, events_maxlen: int) -> dict[str, str]:
 def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, max_minutes: float = 40.0,
              fault_every: tuple[float, float] = (1.0, 3.0), rounds: int = 1,
              faults: tuple[str, ...] = FAULTS, rollback_anywhere: bool = True, keep: int = 0,
-             events_maxlen: int = 200) -> Figures:
+             events_maxlen: int = 200, daemons: int = 2) -> Figures:
     """Faults are drawn in seeded rounds that each hold every kind once, so even a short soak meets them all
     (`rounds` times each, at least). A fault counts once it met live jobs; one that could not (an armed one
     whose moment has not come yet, a rollback that took back no transition) is drawn again. `faults` narrows
     the kinds drawn (to hammer one while investigating it). `rollback_anywhere` (the default): a Redis
     rollback may also restore a delivery a worker had just taken from RQ's queue (see `Chaos._copy_aof`).
     `keep` > 0: retention caps of `keep` finished jobs per state and `events_maxlen` events, jobs fed in
-    batches of `keep` (at least slots + 1), the keyspace counted each time the queue is empty."""
+    batches of `keep` (at least slots + 1), the keyspace counted each time the queue is empty. `daemons`: 2,
+    or 3 for the host faults (`faults_for`)."""
     rng = random.Random(seed)
     figures = Figures(jobs=jobs)
     root = Path(tempfile.mkdtemp(prefix="jobpool-soak-"))
     print(f"soak: logs in {root}", file=sys.stderr)
-    redis_server, daemons = RedisServer(), [DockerDaemon(), DockerDaemon()]
+    redis_server, docker_daemons = RedisServer(), [DockerDaemon() for _ in range(daemons)]
     fleet: Fleet | None = None
     sampler: Sampler | None = None
     chaos: Chaos | None = None
@@ -232,11 +251,12 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
     t0 = time.monotonic()
     try:
         redis_server.start(appendonly=True)
-        for daemon in daemons:
+        for daemon in docker_daemons:
             daemon.start()
             daemon.import_busybox_image(IMAGE)
         env = {**TIMINGS, "JOBPOOL_REDIS_URL": redis_server.url, "JOBPOOL_POOL": POOL,
                "JOBPOOL_EXECUTOR": "docker", "JOBPOOL_STATE_DIR": str(root),
+               **(INVENTORY_TIMINGS if daemons >= 3 else {}),
                **(retention_env(keep, events_maxlen) if keep else {})}
         log = EventLog(redis_server.url, PoolKeys(POOL))
         log.start()
@@ -245,8 +265,8 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
         batch = max(keep, slots + 1) if keep else 5
         first = min(jobs, batch) if keep else jobs
         job_ids = [pool.enqueue(IMAGE, job_command(rng)).id for _ in range(first)]
-        fleet = Fleet(root, {**os.environ, **env}, redis_server, daemons, workers)
-        sampler = Sampler([d.host for d in daemons], slots, figures)
+        fleet = Fleet(root, {**os.environ, **env}, redis_server, docker_daemons, workers)
+        sampler = Sampler([d.host for d in docker_daemons], slots, figures)
         sampler.start()
         # Its own generator: what the armed faults pick depends on when they are met, the schedule must not.
         chaos = Chaos(random.Random(seed + 1), fleet, redis_server, pool, figures, root, rollback_anywhere,
@@ -270,7 +290,7 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
             log.stop()
         if fleet is not None:
             fleet.close()
-        for n, daemon in enumerate(daemons, 1):  # its log goes with the others, the rest is deleted
+        for n, daemon in enumerate(docker_daemons, 1):  # its log goes with the others, the rest is deleted
             with contextlib.suppress(OSError):
                 shutil.copy2(daemon.dir / "dockerd.log", root / f"dockerd-d{n}.log")
             daemon.close()
@@ -348,8 +368,10 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-minutes", type=float, default=40.0)
-    ap.add_argument("--faults", default=",".join(FAULTS),
-                    help="comma-separated fault kinds to draw (default: all)")
+    ap.add_argument("--daemons", type=int, default=2, choices=(2, 3),
+                    help="dockerd daemons in the fleet; 3 adds the host faults")
+    ap.add_argument("--faults", default="",
+                    help="comma-separated fault kinds to draw (default: all the fleet can meet)")
     ap.add_argument("--rollback-quiet", action="store_true",
                     help="copy the AOF for a Redis rollback only while no RQ delivery is in flight")
     ap.add_argument("--keep", type=int, default=0,
@@ -359,12 +381,13 @@ def main() -> int:
     args = ap.parse_args()
     if args.keep < 0 or args.events_maxlen < 100:
         ap.error("--keep must be 0 or more and --events-maxlen at least 100")
-    faults = tuple(k for k in args.faults.split(",") if k)
-    if not faults or set(faults) - set(FAULTS):
-        ap.error(f"--faults: choose among {','.join(FAULTS)}")
+    known = faults_for(args.daemons)
+    faults = tuple(k for k in args.faults.split(",") if k) or known
+    if set(faults) - set(known):
+        ap.error(f"--faults: choose among {','.join(known)}")
     figures = run_soak(args.jobs, args.slots, args.workers, args.seed, args.max_minutes, faults=faults,
                        rollback_anywhere=not args.rollback_quiet, keep=args.keep,
-                       events_maxlen=args.events_maxlen)
+                       events_maxlen=args.events_maxlen, daemons=args.daemons)
     print(figures.line())
     print(json.dumps({"zeros_hold": figures.zeros_hold(), "flat_holds": figures.flat_holds()}))
     return 0 if figures.zeros_hold() and figures.flat_holds() else 1

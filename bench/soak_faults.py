@@ -34,6 +34,8 @@ from jobpool.registry import script_text
 
 #: Faults armed now and met later, when the moment they need comes. The others are injected at once.
 ARMED = ("shared_id_daemon", "slow_launch", "lost_reply")
+#: Faults of a whole host or daemon, drawn with `--daemons 3` (bench/soak.py).
+HOST_FAULTS = ("daemon_workers_killed", "daemon_containers_removed", "host_reboot")
 LOST_REPLY_SCRIPTS = ("claim", "set_container", "finish")
 
 
@@ -112,6 +114,69 @@ class Chaos:
         time.sleep(outage)
         daemon.start()
         self.note("dockerd_restart", f"daemon {d + 1} answers again")
+        return True
+
+    # ---- host faults (`--daemons 3`) ------------------------------------------------------------------
+
+    def _running_on(self, d: int) -> list[str]:
+        """Container ids of this pool running on daemon `d` (none while it does not answer)."""
+        try:
+            with contextlib.closing(docker.DockerClient(base_url=self.fleet.daemons[d].host, timeout=5)) as c:
+                return [x["Id"] for x in c.api.containers(filters={"label": f"{LABEL_POOL}={POOL}",
+                                                                     "status": "running"})]
+        except Exception:  # noqa: BLE001 - a daemon restarting: no host fault there now
+            return []
+
+    def _busy_daemon(self, among: list[int]) -> int | None:
+        busy = [d for d in among if self._running_on(d)]
+        return self.rng.choice(busy) if busy else None
+
+    def _remove_containers(self, d: int, running_only: bool) -> int:
+        with contextlib.closing(docker.DockerClient(base_url=self.fleet.daemons[d].host, timeout=10)) as c:
+            found = c.api.containers(all=not running_only, filters={"label": f"{LABEL_POOL}={POOL}"})
+            for x in found:
+                with contextlib.suppress(docker.errors.NotFound):
+                    c.api.remove_container(x["Id"], force=True)
+        return len(found)
+
+    def daemon_workers_killed(self) -> bool:
+        """Every worker of one daemon SIGKILLed (with their horses) while its containers run; they stay down
+        until that daemon's inventory is stale (the jobs are unknown meanwhile), then start again and adopt
+        them."""
+        d = self._busy_daemon(list(range(len(self.fleet.daemons))))
+        if d is None:
+            return False
+        env = self.fleet.env
+        down = float(env["JOBPOOL_INVENTORY_STALE_SECS"]) + float(env["JOBPOOL_LEASE_SECS"])
+        self.note("daemon_workers_killed", f"daemon {d + 1}: SIGKILL its workers, down for {down:.1f}s")
+        self.fleet.stop_workers_on(d)
+        self._ending.wait(down)
+        self.fleet.start_workers_on(d)
+        return True
+
+    def daemon_containers_removed(self) -> bool:
+        """`docker rm -f` of every running job container of one daemon, its workers alive."""
+        d = self._busy_daemon(list(range(len(self.fleet.daemons))))
+        if d is None:
+            return False
+        removed = self._remove_containers(d, running_only=True)
+        self.note("daemon_containers_removed", f"daemon {d + 1}: {removed} removed")
+        return removed > 0
+
+    def host_reboot(self) -> bool:
+        """The host of a daemon no supervisor is attached to reboots: its workers die, its containers are
+        gone, and its workers come back reading another kernel boot id (Fleet.reboot); the same daemon then
+        publishes under a new identity and only the boot rule (jobpool/supervisor/remote.py) frees the old
+        boot's slots."""
+        attached = set(self.fleet.supervisor_hosts)
+        d = self._busy_daemon([i for i, dd in enumerate(self.fleet.daemons) if dd.host not in attached])
+        if d is None:
+            return False
+        self.fleet.stop_workers_on(d)
+        removed = self._remove_containers(d, running_only=False)
+        self.fleet.reboot(d)
+        self.note("host_reboot", f"daemon {d + 1}: workers killed, {removed} containers gone, new boot id")
+        self.fleet.start_workers_on(d)
         return True
 
     def redis_restart(self) -> bool:

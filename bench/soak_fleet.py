@@ -5,9 +5,13 @@ measured.
 The fleet is laid out so every fault kind meets the parts it is about:
 
 - Two dockerd daemons (tests/servers.py `DockerDaemon`) that share `/etc/docker/key.json`, hence Docker's
-  ID; workers alternate between them and each has its own supervisor. A supervisor answers "unknown" for
-  rows recorded on the other daemon (jobpool/daemonid.py), and adoption requests go through the one RQ
-  queue, so a worker on the wrong daemon refuses them and the supervisor asks again.
+  ID; workers alternate between them and each has its own supervisor. A supervisor judges rows recorded on
+  the other daemon from that daemon's inventory (jobpool/supervisor/remote.py), and adoption requests go to
+  the recording daemon's own RQ queue.
+- With three daemons (`--daemons 3`, the host faults), one supervisor is attached to daemon 1 and one to no
+  daemon at all: everything it knows of the containers comes from the inventories. A simulated reboot of a
+  host gives its workers another kernel boot id: they run in a mount namespace of their own where a file
+  is bound over /proc/sys/kernel/random/boot_id (`Fleet.reboot`), the container daemon stays the same.
 - Every worker reaches Redis through a `RedisReplyDropper` (tests/proxies.py), which can drop the reply of
   the next call of one script; supervisors and the soak itself talk to Redis directly.
 - Worker 0 reaches daemon 1 through a `DockerLaunchHold`, which can hold its launch longer than the lease.
@@ -20,6 +24,7 @@ import shutil
 import sys
 import threading
 import time
+import uuid
 from collections import Counter, deque
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,13 @@ from jobpool.contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL  # noqa: E402
 
 IMAGE = "jobpool-test:busybox"
 POOL = "soak"
+#: Where the supervisor attached to no daemon looks for one: nothing answers there.
+NOWHERE = "unix:///nonexistent/jobpool-soak-no-daemon.sock"
+#: Runs the rest of its arguments in a mount namespace of its own, with the file named first bound over the
+#: kernel's boot id: what a process on a rebooted host reads there.
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+OTHER_BOOT = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+              f'mount --bind "$0" {BOOT_ID_PATH} && exec "$@"')
 def stream_id(value: str) -> tuple[int, int]:
     ms, _, seq = value.partition("-")
     return int(ms), int(seq or 0)
@@ -84,28 +96,58 @@ class Fleet:
         #: Daemon index of each worker: alternating, so both daemons have workers.
         self.placement = [i % len(daemons) for i in range(max(workers, len(daemons)))]
         self.workers: list[JobpoolProcess | None] = [None] * len(self.placement)
-        self.supervisors: list[JobpoolProcess | None] = [None] * len(daemons)
+        #: The daemon each supervisor is attached to: one per daemon with two; with more, one on daemon 1 and
+        #: one on none (it judges every container from the inventories).
+        self.supervisor_hosts = ([d.host for d in daemons] if len(daemons) <= 2
+                                 else [daemons[0].host, NOWHERE])
+        self.supervisors: list[JobpoolProcess | None] = [None] * len(self.supervisor_hosts)
+        #: The boot id file of each daemon whose host was "rebooted" (`reboot`); its workers read that one.
+        self.boot_files: dict[int, Path] = {}
         self._n = 0
         for i in range(len(self.workers)):
             self.start_worker(i)
-        for d in range(len(daemons)):
+        for d in range(len(self.supervisors)):
             self.start_supervisor(d)
 
-    def _spawn(self, name: str, env: dict[str, str], args: tuple[str, ...]) -> JobpoolProcess:
+    def _spawn(self, name: str, env: dict[str, str], args: tuple[str, ...],
+               prefix: tuple[str, ...] = ()) -> JobpoolProcess:
         self._n += 1
-        return JobpoolProcess("jobpool.cli", {**self.env, **env}, self.root / f"{name}-{self._n}.log", args)
+        return JobpoolProcess("jobpool.cli", {**self.env, **env}, self.root / f"{name}-{self._n}.log", args,
+                              prefix)
 
     def start_worker(self, i: int) -> None:
         d = self.placement[i]
         held = i == 0  # the one worker whose launches can be held
         host = self.docker_proxy.host if held else self.daemons[d].host
+        boot = self.boot_files.get(d)
         self.workers[i] = self._spawn(f"worker{i}-d{d + 1}{'-held' if held else ''}",
                                       {"JOBPOOL_REDIS_URL": self.redis_proxy.url, "DOCKER_HOST": host},
-                                      ("worker",))
+                                      ("worker",), (*OTHER_BOOT, str(boot)) if boot else ())
 
-    def start_supervisor(self, d: int) -> None:
-        self.supervisors[d] = self._spawn(f"supervisor-d{d + 1}", {"DOCKER_HOST": self.daemons[d].host},
-                                          ("supervisor",))
+    def start_supervisor(self, s: int) -> None:
+        host = self.supervisor_hosts[s]
+        name = f"supervisor-d{s + 1}" if host != NOWHERE else "supervisor-nowhere"
+        self.supervisors[s] = self._spawn(name, {"DOCKER_HOST": host}, ("supervisor",))
+
+    def workers_on(self, d: int) -> list[int]:
+        return [i for i, placed in enumerate(self.placement) if placed == d]
+
+    def stop_workers_on(self, d: int) -> None:
+        """SIGKILL every worker of daemon `d` (and their horses); they stay down until `start_workers_on`."""
+        for i in self.workers_on(d):
+            w, self.workers[i] = self.workers[i], None
+            if w is not None:
+                w.kill_with_children()
+
+    def start_workers_on(self, d: int) -> None:
+        for i in self.workers_on(d):
+            self.start_worker(i)
+
+    def reboot(self, d: int) -> None:
+        """The host of daemon `d` boots again: from now on its workers read a new kernel boot id."""
+        path = self.root / f"boot_id-d{d + 1}-{self._n}"
+        path.write_text(f"{uuid.uuid4()}\n")
+        self.boot_files[d] = path
 
     def kill_worker(self, i: int) -> None:
         """SIGKILL a worker and its horse, and start it again (as a service manager would)."""
@@ -160,14 +202,15 @@ class Fleet:
 
 
 class Sampler(threading.Thread):
-    """Counts the job containers running at each instant, summed over both daemons: over the limit, or two
+    """Counts the job containers running at each instant, summed over every daemon: over the limit, or two
     of one job (on one daemon or across them).
 
-    Two daemons cannot be listed at one instant, and a job handed from one daemon to the other could show
-    in a naive pair of listings as two (the old one listed before it stopped, the new one after it began).
-    So the daemons are listed in turn, A B A B ..., and each listing of one daemon is judged together with
-    the containers of the other daemon that both its neighbours list (running before and after, so at that
-    instant too). While a daemon does not answer, what the other lists is judged alone (a lower bound)."""
+    Daemons cannot be listed at one instant, and a job handed from one daemon to another could show in a
+    naive round of listings as two (the old one listed before it stopped, the new one after it began). So
+    the daemons are listed in turn, A B C A B C ..., and each listing of one daemon is judged together with
+    the containers of each other daemon that both its listings around it list (running before and after, so
+    at that instant too). While a daemon does not answer, what the others list is judged without it (a
+    lower bound)."""
 
     def __init__(self, hosts: list[str], slots: int, figures: Any) -> None:
         super().__init__(daemon=True)
@@ -186,20 +229,31 @@ class Sampler(threading.Thread):
                           (c.get("Labels") or {}).get(LABEL_ATTEMPT, "")) for c in found}
 
     def run(self) -> None:
-        recent: deque[tuple[int, dict | None]] = deque(maxlen=3)
+        n = len(self.clients)
+        recent: deque[tuple[int, dict | None]] = deque(maxlen=2 * n - 1)
         k = 0
         while not self.halt.is_set():
-            d = k % len(self.clients)
+            d = k % n
             k += 1
             recent.append((d, self._list(d)))
-            if len(recent) == 3:
-                (_, before), (_, middle), (_, after) = recent
-                if middle is not None or (before is not None and after is not None):
-                    steady = {cid: v for cid, v in (before or {}).items() if cid in (after or {})}
-                    self._judge({**steady, **(middle or {})})
+            if len(recent) == recent.maxlen:
+                self._judge_round(list(recent), n)
             self.halt.wait(0.03)
         for client in self.clients:
             client.close()
+
+    def _judge_round(self, recent: list[tuple[int, dict | None]], n: int) -> None:
+        """Judge the middle listing of the last 2n-1 (each other daemon listed once before it, once after)."""
+        _, middle = recent[n - 1]
+        live = dict(middle or {})
+        judged = middle is not None
+        for before_at in range(n - 1):
+            (_, before), (_, after) = recent[before_at], recent[before_at + n]  # the same daemon, n apart
+            if before is not None and after is not None:
+                live.update({cid: v for cid, v in before.items() if cid in after})
+                judged = True
+        if judged:
+            self._judge(live)
 
     def _judge(self, live: dict[str, tuple[int, str, str]]) -> None:
         f = self.figures

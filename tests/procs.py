@@ -25,12 +25,15 @@ def children(pid: int) -> list[int]:
 class JobpoolProcess:
     """`python -m <module>` with JOBPOOL_* settings in its environment; output kept in a log file."""
 
-    def __init__(self, module: str, env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()) -> None:
-        self.module, self.env, self.args = module, env, args
+    def __init__(self, module: str, env: dict[str, str], log_path: Path, args: tuple[str, ...] = (),
+                 prefix: tuple[str, ...] = ()) -> None:
+        """`prefix`: a command that execs the rest in place (the pid stays the process's), e.g. one that
+        shows it another kernel boot id (bench/soak_fleet.py, a simulated host reboot)."""
+        self.module, self.env, self.args, self.prefix = module, env, args, prefix
         self.log_path = log_path
         with open(log_path, "wb") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", module, *args], env={**os.environ, **env},
+                [*prefix, sys.executable, "-m", module, *args], env={**os.environ, **env},
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
 
@@ -39,7 +42,7 @@ class JobpoolProcess:
         n = 1
         while (path := self.log_path.with_name(f"{self.log_path.stem}.{n}{self.log_path.suffix}")).exists():
             n += 1
-        return JobpoolProcess(self.module, self.env, path, self.args)
+        return JobpoolProcess(self.module, self.env, path, self.args, self.prefix)
 
     @property
     def pid(self) -> int:

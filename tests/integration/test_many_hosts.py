@@ -144,7 +144,7 @@ def test_a_daemon_whose_containers_are_removed_while_its_workers_live_gets_its_j
         _, bystander = start_on(spawn, pool, d3, ["sh", "-c", "echo started; sleep 60"])
         d2_id = daemon_identity(d2)
         eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=10, message="d2 inventory")
-        sup = spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=NOWHERE)
+        spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=NOWHERE)
         with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
             for c in client.containers.list(sparse=True, filters={"label": f"jobpool.job_id={job_id}"}):
                 c.remove(force=True)
