@@ -11,7 +11,7 @@ The fleet is laid out so every fault kind meets the parts it is about:
 - With three daemons (`--daemons 3`, the host faults), one supervisor is attached to daemon 1 and one to no
   daemon at all: everything it knows of the containers comes from the inventories. A simulated reboot of a
   host gives its workers another kernel boot id: they run in a mount namespace of their own where a file
-  is bound over /proc/sys/kernel/random/boot_id (`Fleet.reboot`), the container daemon stays the same.
+  is bound over the kernel's boot id (tests/procs.py `other_boot`), the container daemon stays the same.
 - Every worker reaches Redis through a `RedisReplyDropper` (tests/proxies.py), which can drop the reply of
   the next call of one script; supervisors and the soak itself talk to Redis directly.
 - Worker 0 reaches daemon 1 through a `DockerLaunchHold`, which can hold its launch longer than the lease.
@@ -35,7 +35,7 @@ for _p in (str(HERE.parent / "tests"), str(HERE.parent)):
         sys.path.insert(0, _p)
 
 import docker  # noqa: E402
-from procs import JobpoolProcess  # noqa: E402
+from procs import JobpoolProcess, other_boot  # noqa: E402
 from proxies import DockerLaunchHold, RedisReplyDropper  # noqa: E402
 from servers import DockerDaemon, RedisServer  # noqa: E402
 
@@ -46,11 +46,6 @@ IMAGE = "jobpool-test:busybox"
 POOL = "soak"
 #: Where the supervisor attached to no daemon looks for one: nothing answers there.
 NOWHERE = "unix:///nonexistent/jobpool-soak-no-daemon.sock"
-#: Runs the rest of its arguments in a mount namespace of its own, with the file named first bound over the
-#: kernel's boot id: what a process on a rebooted host reads there.
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-OTHER_BOOT = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
-              f'mount --bind "$0" {BOOT_ID_PATH} && exec "$@"')
 def stream_id(value: str) -> tuple[int, int]:
     ms, _, seq = value.partition("-")
     return int(ms), int(seq or 0)
@@ -122,7 +117,7 @@ class Fleet:
         boot = self.boot_files.get(d)
         self.workers[i] = self._spawn(f"worker{i}-d{d + 1}{'-held' if held else ''}",
                                       {"JOBPOOL_REDIS_URL": self.redis_proxy.url, "DOCKER_HOST": host},
-                                      ("worker",), (*OTHER_BOOT, str(boot)) if boot else ())
+                                      ("worker",), other_boot(boot) if boot else ())
 
     def start_supervisor(self, s: int) -> None:
         host = self.supervisor_hosts[s]

@@ -50,6 +50,11 @@ def is_identity(value: str) -> bool:
     return value.startswith(PREFIX) and "@" in value
 
 
+def uuid_of(daemon_id: str) -> str:
+    """The daemon part of an identity (`jpd1:<uuid>`), the same across its host's reboots."""
+    return daemon_id.split("@", 1)[0]
+
+
 def effective_docker_host(docker_host: str | None) -> str:
     """The daemon address a docker SDK client built from the environment talks to."""
     return docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .contract import INVENTORY_MAX_BYTES
+from .daemonid import uuid_of
 
 RUNNING, EXITED, CREATED, UNKNOWN = "running", "exited", "created", "unknown"
 STATES = frozenset({RUNNING, EXITED, CREATED, UNKNOWN})
@@ -126,3 +127,19 @@ def parse(fields: Mapping[str, str | None]) -> Inventory | None:
 
 #: The fields the judge reads (HMGET), in this order.
 FIELDS = ("daemon_id", "kernel_boot_id", "at", "first_at", "complete", "publisher", "containers")
+
+
+def earlier_boots(me: str, last_at: Mapping[str, int], my_first_ms: int, now_ms: int,
+                  stale_ms: int) -> list[str]:
+    """The identities of daemon `me` under earlier boots of its host that are over, from the `inventories`
+    index (identity -> its last publication, Redis's clock): the same daemon uuid, last published before
+    `me` first was (`my_first_ms`), and silent for longer than the stale limit since. A clone of the data
+    root on another host that still publishes is neither (its publications go on past `me`'s first): the
+    rule of the boot rule in jobpool/supervisor/remote.py, seen from the new boot.
+
+    The workers of the new boot listen on those boots' queues too (jobpool/workers/rqworker.py): a job with
+    a checkpoint affinity to the old boot (its volume is on this daemon, which a reboot keeps) would
+    otherwise wait on a queue no worker reads any more."""
+    daemon = uuid_of(me)
+    return sorted(d for d, last in last_at.items()
+                  if d != me and uuid_of(d) == daemon and last < my_first_ms and now_ms - last > stale_ms)

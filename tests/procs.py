@@ -22,6 +22,17 @@ def children(pid: int) -> list[int]:
     return out
 
 
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def other_boot(boot_id_file: Path) -> tuple[str, ...]:
+    """A `JobpoolProcess` prefix under which the process reads the kernel boot id in `boot_id_file`: what a
+    process on a rebooted host reads (it runs in a mount namespace of its own, the file bound over the
+    kernel's; needs root). Its container daemon is the same one."""
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount --bind "$0" {BOOT_ID_PATH} && exec "$@"', str(boot_id_file))
+
+
 class JobpoolProcess:
     """`python -m <module>` with JOBPOOL_* settings in its environment; output kept in a log file."""
 

@@ -33,7 +33,7 @@ from typing import Any
 import redis
 
 from ..api import Pool
-from ..daemonid import is_identity
+from ..daemonid import is_identity, uuid_of
 from ..exits import Ending
 from ..inventory import CREATED, EXITED, FIELDS, RUNNING, Entry, Inventory, parse
 from ..registry import wrap_redis_error
@@ -47,11 +47,6 @@ class Inventories:
     now_ms: int
     by_daemon: dict[str, Inventory] = field(default_factory=dict)
     last_at: dict[str, int] = field(default_factory=dict)
-
-
-def uuid_of(daemon_id: str) -> str:
-    """The daemon part of an identity (`jpd1:<uuid>`), the same across its host's reboots."""
-    return daemon_id.split("@", 1)[0]
 
 
 def read(pool: Pool, daemons: Iterable[str], now_ms: int) -> Inventories:

@@ -54,6 +54,8 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     worker = JobpoolWorker(runtime, boot)
     if publisher is not None and not daemon_id:  # the daemon did not answer at boot: its queue comes later
         publisher.on_daemon = lambda found: setattr(worker, "daemon_found", found)
+    if publisher is not None:
+        publisher.on_earlier_boot = worker.listen_on_earlier_boot
     log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool,
              settings.executor)
     try:

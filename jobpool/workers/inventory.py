@@ -9,16 +9,23 @@ that daemon would (supervisor/probes.py `ContainerProber.judge`: an exit that it
 caused is inspected, OOMKilled and a restart of the daemon seen by this publisher included; an ended
 container's judgement is kept, since it cannot change).
 
-The holder also does on its daemon the two clean-ups a supervisor does on its own one, which a supervisor on
+The holder also does on its daemon the clean-ups a supervisor does on its own one, which a supervisor on
 another host cannot: it removes (never forced) a created, never started container whose attempt's lease is
 gone, so that "never started" stays true (a launcher that stalls past its lease then finds nothing to start),
-and an ended container whose job has moved on from that attempt (its exit is recorded, or it never will be).
+an ended container whose job has moved on from that attempt (its exit is recorded, or it never will be), and
+now and then the checkpoint volumes of ended jobs (jobpool/supervisor/volumes.py; a job that checkpointed
+here and ended on another daemon leaves its volume here).
+
+Every worker (holder or not) also looks, now and then, for earlier boots of its own daemon that are over
+(jobpool/inventory.py, `earlier_boots`) and tells its worker, which then listens on their queues too.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,9 +34,14 @@ from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB
 from ..errors import JobpoolError
 from ..exits import OWN
-from ..inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, encode
+from ..inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, earlier_boots, encode
 from ..procid import kernel_boot_id
+from ..registry import call_redis
+from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
+
+#: How often a worker looks for earlier boots of its daemon (two reads).
+EARLIER_BOOTS_EVERY_SECS = 5.0
 
 log = logging.getLogger("jobpool.worker")
 
@@ -69,6 +81,11 @@ class InventoryPublisher:
         self.published = 0
         #: Told the daemon's identity once it is established (the worker then listens on its queue too).
         self.on_daemon: Callable[[str], None] | None = None
+        #: Told each earlier boot of this daemon found over (the worker then listens on its queue too).
+        self.on_earlier_boot: Callable[[str], None] | None = None
+        self.earlier: set[str] = set()
+        self._boots_at = -math.inf
+        self._volumes_at = -math.inf
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="jobpool-inventory", daemon=True)
@@ -102,6 +119,7 @@ class InventoryPublisher:
             return f"not published: {self.prober.identity_problem}"
         if self.on_daemon is not None:
             self.on_daemon(daemon)
+        self.find_earlier_boots(daemon)
         k = self.pool.keys
         reply = self.pool.run("inventory_lead", [k.inventory_lead(daemon)],
                               [daemon, self.boot_id, self.lead_ms])
@@ -125,8 +143,40 @@ class InventoryPublisher:
             return f"not published: {exc}"
         self.published += 1
         self.clean_up(entries)
+        self.remove_checkpoints()
         self.run_commands(daemon)
         return f"published {len(entries)} containers"
+
+    def find_earlier_boots(self, daemon: str) -> None:
+        """Now and then, the earlier boots of this daemon that are over and not yet told (see the module)."""
+        if self.on_earlier_boot is None or time.monotonic() - self._boots_at < EARLIER_BOOTS_EVERY_SECS:
+            return
+        self._boots_at = time.monotonic()
+        k = self.pool.keys
+        pipe = self.pool.client.pipeline(transaction=False)
+        pipe.zrange(k.inventories, 0, -1, withscores=True)
+        pipe.hget(k.inventory(daemon), "first_at")
+        pipe.time()
+        index, first, (secs, micros) = call_redis(pipe.execute, what="reading the daemons' boots")
+        if not first:
+            return  # this boot has not published yet: nothing can be said to precede it
+        found = earlier_boots(daemon, {str(d): int(at) for d, at in index}, int(first),
+                              int(secs) * 1000 + int(micros) // 1000,
+                              int(self.settings.inventory_stale_secs * 1000))
+        for identity in found:
+            if identity not in self.earlier:
+                self.earlier.add(identity)
+                self.on_earlier_boot(identity)
+
+    def remove_checkpoints(self) -> None:
+        """Now and then (volumes.EVERY_SECS), the checkpoint volumes of ended jobs on this daemon."""
+        if time.monotonic() - self._volumes_at < volumes.EVERY_SECS:
+            return
+        self._volumes_at = time.monotonic()
+        try:
+            volumes.remove_leftover_checkpoints(self.pool, self.prober.client())
+        except Exception as exc:  # noqa: BLE001 - the daemon or Redis away: asked again later
+            log.info("could not look for leftover checkpoint volumes (asked again later): %s", exc)
 
     def run_commands(self, daemon: str) -> None:
         """The commands routed to this daemon (jobpool/commands.py), done by the lead's holder."""

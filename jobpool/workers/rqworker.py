@@ -57,7 +57,8 @@ class _Queue(Queue):
         queues before the last (a daemon's own queue: routed adoption requests, supervisor/adoption.py)
         are looked at without blocking, then the last (the pool's) blocks for at most a second, until
         `timeout`."""
-        queues = list(queues)
+        # Not copied: the worker's inventory thread may add a queue to this very list meanwhile
+        # (JobpoolWorker.listen_on_earlier_boot), read again each round below.
         if len(queues) <= 1:
             return super().dequeue_any(queues, timeout, *args, **kwargs)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -196,6 +197,21 @@ class JobpoolWorker(Worker):
             self.queues.insert(0, Queue(name, connection=self.connection, serializer=JSONSerializer))
             self._ordered_queues = self.queues[:]
             log.info("worker %s: listening on its docker daemon's queue %s too", self.name, name)
+
+    def listen_on_earlier_boot(self, identity: str) -> None:
+        """Listen on the queue of an earlier boot of this worker's daemon that is over (jobpool/inventory.py,
+        `earlier_boots`; called by the inventory thread): jobs with a checkpoint affinity to it are pushed
+        there, and their checkpoints are on this daemon. Added before the pool's queue, to the list a
+        dequeue in progress reads too (list operations are atomic under the GIL)."""
+        name = self.runtime.pool.keys.daemon_queue_name(identity)
+        if name in self.queue_names():
+            return
+        queue = Queue(name, connection=self.connection, serializer=JSONSerializer)
+        lists = [self.queues] + ([self._ordered_queues] if self._ordered_queues is not self.queues else [])
+        for queues in lists:
+            queues.insert(max(0, len(queues) - 1), queue)
+        log.info("worker %s: listening on the queue of an earlier boot of its docker daemon too (%s, %s)",
+                 self.name, identity, name)
 
     def _dequeue(self, timeout: int | None, max_idle_time: int | None) -> Any:
         """RQ's dequeue, except that one entry RQ cannot load (an id it refuses, a job hash edited to

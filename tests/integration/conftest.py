@@ -81,9 +81,10 @@ def spawn(tmp_path: Path, pool_env: dict[str, str]) -> Iterator[Callable[..., Jo
     """Start real processes (`python -m jobpool.workers` by default); all stopped after the test."""
     started: list[JobpoolProcess] = []
 
-    def start(module: str = "jobpool.workers", args: tuple[str, ...] = (), **env: str) -> JobpoolProcess:
+    def start(module: str = "jobpool.workers", args: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
+              **env: str) -> JobpoolProcess:
         log = tmp_path / f"{module.rsplit('.', 1)[-1]}-{len(started)}.log"
-        p = JobpoolProcess(module, {**pool_env, **env}, log, args)
+        p = JobpoolProcess(module, {**pool_env, **env}, log, args, prefix)
         started.append(p)
         return p
 

@@ -9,12 +9,14 @@ All three daemons are sampled throughout: a job never has two live containers.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import docker
 import pytest
 from polling import eventually
-from procs import JobpoolProcess
+from procs import JobpoolProcess, other_boot
 from servers import DockerDaemon, daemon_identity
 from test_daemon_identity import Sampler, live_on, start_on
 
@@ -211,3 +213,32 @@ def test_a_paused_job_resumes_on_the_daemon_holding_its_checkpoint(
     assert done.attempt == 2 and "resumed from checkpoint" in pool.logs(job_id)
     assert job_id not in w1.log()
 
+
+
+def test_after_a_reboot_a_job_resumes_on_the_same_daemon_under_its_new_boot(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess],
+        tmp_path: Path) -> None:
+    """A job paused with its checkpoint on daemon 2 has an affinity to daemon 2's identity, which names the
+    host's boot. The host reboots (its workers come back reading another kernel boot id; the daemon and its
+    volumes are the same): the new boot's workers listen on the old boot's queue once it is over, so the job
+    resumed there finds its checkpoint instead of waiting on a queue no one reads."""
+    d1, d2, _ = three
+    pool.set_slots(1)
+    w2, job_id = start_on(spawn, pool, d2, CHECKPOINTING)
+    pool.pause(job_id)
+    eventually(lambda: pool.get(job_id).state is JobState.PAUSED, timeout=30, message="checkpointed, paused")
+    old_id = pool.get(job_id).affinity
+    assert old_id == daemon_identity(d2)
+    w2.kill_with_children()
+    boot_file = tmp_path / "boot_id"
+    boot_file.write_text(f"{uuid.uuid4()}\n")
+    rebooted = spawn(DOCKER_HOST=d2, prefix=other_boot(boot_file))
+    spawn(DOCKER_HOST=d1)  # a worker on another daemon, free to take anything on the pool's queue
+    eventually(lambda: "earlier boot of its docker daemon" in rebooted.log(), timeout=30,
+               message="the new boot's worker listening on the old boot's queue")
+    pool.resume(job_id)
+    done = eventually(lambda: (j := pool.get(job_id)).state is JobState.SUCCEEDED and j, timeout=40,
+                      message="resumed on daemon 2 under its new boot")
+    assert done.attempt == 2 and "resumed from checkpoint" in pool.logs(job_id)
+    assert done.daemon_id.startswith(old_id.split("@")[0] + "@") and done.daemon_id != old_id
+    assert boot_file.read_text().strip() in done.daemon_id

@@ -18,7 +18,7 @@ from pool_helpers import Backend
 from jobpool import errors
 from jobpool.api import Pool
 from jobpool.contract import INVENTORY_MAX_BYTES
-from jobpool.inventory import FIELDS, FORGET_MS, Entry, encode, parse
+from jobpool.inventory import FIELDS, FORGET_MS, Entry, earlier_boots, encode, parse
 from jobpool.supervisor.probes import Absent, Present, Probe, Unknown
 from jobpool.workers.inventory import InventoryPublisher, entry_of
 
@@ -129,6 +129,35 @@ def test_unreadable_entries_make_an_inventory_incomplete() -> None:
     assert inv is not None and not inv.complete and list(inv.entries) == ["j"]
     assert parse({"daemon_id": D1, "at": "", "containers": "[]"}) is None
     assert parse({"daemon_id": "", "at": "5", "containers": "[]"}) is None
+
+
+def test_an_earlier_boot_is_over_only_when_silent_since_before_the_new_one_first_published() -> None:
+    me, old, older = D1.replace("boot-1", "boot-3"), D1, D1.replace("boot-1", "boot-0")
+    clone, other = D1.replace("boot-1", "clone"), "jpd1:" + "b" * 32 + "@boot-1"
+    index = {me: 10_000, old: 4_000, older: 1_000, clone: 9_900, other: 2_000}
+    # Stale after 2 s; `me` first published at 5,000, now is 10,000.
+    assert earlier_boots(me, index, 5_000, 10_000, 2_000) == [older, old]
+    assert earlier_boots(me, index, 5_000, 5_500, 2_000) == [older], "the old boot not yet silent long enough"
+    assert earlier_boots(me, index, 3_000, 10_000, 2_000) == [older], "published after me first did: a clone"
+    assert earlier_boots(me, {me: 10_000}, 5_000, 10_000, 2_000) == []
+
+
+def test_every_worker_learns_the_earlier_boots_of_its_daemon_once(backend: Backend) -> None:
+    pool = backend.pool()
+    old, new = D1, D1.replace("boot-1", "boot-2")
+    assert lead(pool, "w-old", old)[1] and publish(pool, "w-old", daemon=old)
+    pool.client.zadd(pool.keys.inventories, {old: pool.now_ms() - 60_000})  # silent for a minute
+    told: list[str] = []
+    publisher = InventoryPublisher(pool, "w-new", prober=FakeDaemon(new, [], {}))  # type: ignore[arg-type]
+    publisher.on_earlier_boot = told.append
+    publisher.find_earlier_boots(new)
+    assert told == [], "this boot has not published yet"
+    assert lead(pool, "w-new", new)[1] and publish(pool, "w-new", daemon=new)
+    publisher._boots_at = -1e9  # the next look is due
+    publisher.find_earlier_boots(new)
+    publisher._boots_at = -1e9
+    publisher.find_earlier_boots(new)
+    assert told == [old]
 
 
 class FakeDaemon:
