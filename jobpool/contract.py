@@ -74,6 +74,9 @@ REASON_RESTART_LOST_EXIT = "daemon_restart_lost_exit"
 #: error_reason of an attempt that a daemon running without live-restore stopped as it restarted: recovered
 #: as a crash.
 REASON_RESTART_STOPPED = "daemon_restart_stopped_container"
+#: error_reason of an attempt whose container a reboot of its host ended (it started before the host's
+#: current boot, and the daemon started since recorded its end): recovered as a crash.
+REASON_HOST_REBOOTED = "host_rebooted"
 
 
 class JobState(str, enum.Enum):
@@ -108,7 +111,8 @@ METRIC_REASONS = (
     "affinity_released",
     "queue_paused", "queue_resumed", "slots_set", "pruned",
     "exit_0", "exit_code_nonzero", "shutdown_handback", "pause_withdrawn_handback", REASON_OOM_KILLED,
-    REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, "launch_failed", "bad_spec", "evicted", "stale_evicted",
+    REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, REASON_HOST_REBOOTED, "launch_failed", "bad_spec",
+    "evicted", "stale_evicted",
     "orphan_reconciled_no_container", "orphan_reconciled_dead_pid", "orphan_reconciled_never_started",
     "container_exited", "lost_dispatch", "stop_routed", "remote_stopped", "remote_stop_failed", "other",
 )

@@ -21,6 +21,12 @@ verdict (`verdict_for_exit` in scripts/_lib.lua). What Docker 20.10 records, fou
 - **Daemon without live-restore restarted**: it stops every container it finds running as it starts (the
   stop signal, then SIGKILL), so the exit is whatever the job does on SIGTERM (143, 137, 75...), with
   `FinishedAt` the moment of that restart.
+- **Host rebooted**: every process of the old boot died with it, and the daemon started in the new boot
+  records each container it finds still marked running as ended (exit 255 mostly), `FinishedAt` after the
+  boot. A container that started before this host's boot (/proc/stat `btime`) and whose end was recorded
+  after it (and before this observer's first answer from the daemon) was ended by the reboot, whatever its
+  code: `host_rebooted`, recovered as a crash. One whose end was recorded before the boot ended before the
+  host went down: its own exit (or a clean shutdown's stop, below).
 - **Nothing distinguishes**, so these stay the job's exit: a shim killed under a running daemon (exit 137,
   as a `kill -9` would be), a daemon without live-restore stopped cleanly (it stops its containers and
   answers their exit before it goes), and any exit 255 outside a restart the observer saw.
@@ -52,7 +58,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from .contract import EXIT_UNKNOWN, REASON_OOM_KILLED, REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED
+from .contract import (
+    EXIT_UNKNOWN,
+    REASON_HOST_REBOOTED,
+    REASON_OOM_KILLED,
+    REASON_RESTART_LOST_EXIT,
+    REASON_RESTART_STOPPED,
+)
+from .procid import host_boot_time
 
 #: What ended a container, as the scripts name it (finish.lua kinds, reconcile_apply.lua verdicts).
 OWN, OOM, CRASHED = "", "oom", "crashed"
@@ -96,9 +109,13 @@ class Outages:
     request, first answered request after it), in epoch seconds of this host's clock (the daemon is on a
     local socket, so Docker's timestamps use the same clock)."""
 
-    def __init__(self, keep: int = KEEP_WINDOWS) -> None:
+    def __init__(self, keep: int = KEEP_WINDOWS, booted_at: float | None = None) -> None:
         self.windows: collections.deque[tuple[float, float]] = collections.deque(maxlen=keep)
         self.lost_at: float | None = None
+        #: When this host booted, and when this observer was first answered by its daemon: a container of
+        #: an earlier boot whose end was recorded between the two was ended by the reboot.
+        self.booted_at = host_boot_time() if booted_at is None else booted_at
+        self.first_answered: float | None = None
 
     @property
     def ongoing(self) -> bool:
@@ -110,6 +127,8 @@ class Outages:
 
     def answered(self, at: float) -> None:
         """A request was answered: an outage in progress ends here."""
+        if self.first_answered is None:
+            self.first_answered = at
         if self.lost_at is not None:
             self.windows.append((self.lost_at, at))
             self.lost_at = None
@@ -122,6 +141,15 @@ class Outages:
             if started < lost < finished <= back:
                 return lost, back
         return None
+
+
+    def ended_by_reboot(self, started: float | None, finished: float | None) -> bool:
+        """Whether a container that ran from `started` to `finished` belonged to an earlier boot of this host
+        and had its end recorded by the daemon of this one (before this observer first heard from it)."""
+        boot, first = self.booted_at, self.first_answered
+        if started is None or finished is None or boot is None or first is None:
+            return False
+        return started < boot < finished <= first
 
 
 def _when(t: float) -> str:
@@ -159,8 +187,14 @@ def ending(state: Mapping[str, Any], outages: Outages, live_restore: Callable[[]
         return Ending(code, OOM, REASON_OOM_KILLED,
                       f"Docker logged an oom event of the container, exit {code} (State.OOMKilled unset: "
                       f"the daemon heard of the exit first)")
-    finished = docker_time(state.get("FinishedAt"))
-    window = outages.window_of(docker_time(state.get("StartedAt")), finished)
+    started, finished = docker_time(state.get("StartedAt")), docker_time(state.get("FinishedAt"))
+    if outages.ended_by_reboot(started, finished):
+        assert started is not None and finished is not None and outages.booted_at is not None
+        return Ending(code, CRASHED, REASON_HOST_REBOOTED,
+                      f"exit {code}: the container started at {_when(started)}, before this host booted at "
+                      f"{_when(outages.booted_at)}, and the daemon started since recorded its end at "
+                      f"{_when(finished)}")
+    window = outages.window_of(started, finished)
     if window is None or finished is None:
         return Ending(code)
     seen = (f"exit {code} recorded at {_when(finished)}, after the daemon last went unanswered at "

@@ -16,6 +16,18 @@ def kernel_boot_id() -> str:
         return f.read().strip()
 
 
+def host_boot_time() -> float | None:
+    """When this host's kernel booted (epoch seconds, /proc/stat `btime`); None where it cannot be read."""
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def pid_namespace(pid: int | str = "self") -> int:
     """Inode of a process's pid namespace (a different namespace means its pid numbers mean other things)."""
     return os.stat(f"/proc/{pid}/ns/pid").st_ino

@@ -270,7 +270,7 @@ class ContainerProber:
     def judge(self, summary: Mapping[str, Any]) -> Probe:
         """What one listed container is: from its list entry, inspected only when its exit needs it."""
         result = _summary_result(summary)
-        if result is None or self._may_be_infrastructure(result):
+        if result is None or self._may_be_infrastructure(result, summary.get("Created")):
             result = self._inspect(self._connect(), str(summary.get("Id", "")))
         return result
 
@@ -281,16 +281,20 @@ class ContainerProber:
             self.outages.unanswered(time.time())
         return self._failure_reason(exc)
 
-    def _may_be_infrastructure(self, result: Probe) -> bool:
+    def _may_be_infrastructure(self, result: Probe, created: Any = None) -> bool:
         """Whether an ended container's exit code is one its infrastructure may have caused, so what ended it
         (OOMKilled, when: only in an inspect) is worth one more call: 137, the SIGKILL an OOM kill leaves
-        when the job's own process is the one killed; EXIT_UNKNOWN, an exit a restart lost; and any non-zero
-        exit once this prober saw its daemon restart (one without live-restore stops its containers). Other
-        exits are read from the list alone, one call per sweep: an OOM kill the job answered with an exit
-        code of its own choosing is then read as that exit (a worker watching it reads OOMKilled)."""
+        when the job's own process is the one killed; EXIT_UNKNOWN, an exit a restart lost; any non-zero
+        exit once this prober saw its daemon restart (one without live-restore stops its containers), and of
+        a container created before this host's boot (`created`, the list's epoch seconds: a reboot may have
+        ended it). Other exits are read from the list alone, one call per sweep: an OOM kill the job
+        answered with an exit code of its own choosing is then read as that exit (a worker watching it reads
+        OOMKilled)."""
         if not isinstance(result, Present) or result.running or not result.exit_code:
             return False
-        return result.exit_code in (EXIT_OOM_KILL, EXIT_UNKNOWN) or bool(self.outages.windows)
+        booted = self.outages.booted_at
+        before_boot = booted is not None and isinstance(created, (int, float)) and created < booted
+        return result.exit_code in (EXIT_OOM_KILL, EXIT_UNKNOWN) or bool(self.outages.windows) or before_boot
 
     def _inspect(self, client: Any, container_id: str) -> Probe:
         """An ended container's exit code and what ended it (jobpool/exits.py), which its list entry does not

@@ -16,9 +16,12 @@ no container of that attempt. Anything else keeps the slot:
 reboot the same daemon (the same identity volume) publishes under a new identity. When the attempt's own
 inventory is stale and a fresh inventory of the same daemon uuid under another boot id was *first* published
 after the old boot's *last* publication (both Redis's clock), the old boot is over and its containers went
-with it: `Absent`. A clone of the data root on another host booted while the old one was still publishing
-does not qualify (its first publication is earlier than the old one's last), so a live host is never judged
-by its clone; what is left is a host silent from before its clone first published: see "Many hosts".
+with it: `Absent` if the new boot's inventory does not list the attempt's container, its end if it lists it
+ended (the daemon keeps the old boot's containers, ended; the publisher reads a reboot's end as
+`host_rebooted`, jobpool/exits.py). A clone of the data root on another host booted while the old one was
+still publishing does not qualify (its first publication is earlier than the old one's last), so a live host
+is never judged by its clone; what is left is a host silent from before its clone first published: see "Many
+hosts".
 
 Every `Present` or `Absent` answer carries the inventory it came from (daemon, `at`): reconcile_apply.lua
 applies the verdict only while that inventory is still the current one and still fresh.
@@ -151,8 +154,9 @@ def _from_entries(inv: Inventory, job_id: str, attempt: int, now_ms: int, absent
 
 
 def _rebooted(recorded: str, invs: Inventories, stale_secs: float, job_id: str, attempt: int) -> Probe | None:
-    """`Absent` when a later boot of the recorded daemon's host publishes (the boot rule above) and its
-    inventory, complete, does not list the attempt's container; else None (or Unknown when it does list it:
+    """When a later boot of the recorded daemon's host publishes (the boot rule above): `Absent` if its
+    inventory, complete, does not list the attempt's container; the container's end if it lists it ended (a
+    daemon keeps its containers across a reboot, ended); else None (or Unknown when it lists it not ended:
     a "new boot" that still runs the old boot's container is no reboot, e.g. a worker whose /proc shows
     another boot id than the daemon's kernel, under a sandboxed runtime)."""
     last = invs.last_at.get(recorded)
@@ -162,9 +166,14 @@ def _rebooted(recorded: str, invs: Inventories, stale_secs: float, job_id: str, 
         if name == recorded or uuid_of(name) != uuid_of(recorded):
             continue
         if inv.age_secs(invs.now_ms) <= stale_secs and inv.first_at_ms > last:
-            if [e for e in inv.of(job_id) if e.attempt == attempt]:
+            listed = [e for e in inv.of(job_id) if e.attempt == attempt]
+            if listed and all(e.state == EXITED and e.exit_code is not None for e in listed):
+                # The daemon of the new boot keeps the old boot's containers, ended: their end is what the
+                # new boot's publisher judged (a reboot's end is `host_rebooted`: jobpool/exits.py).
+                return _from_entries(inv, job_id, attempt, invs.now_ms, stale_secs)
+            if listed:
                 return Unknown(f"daemon {recorded} looks rebooted (now {name}), yet {name}'s inventory "
-                               f"lists attempt {attempt}'s container: no reboot is believed")
+                               f"lists attempt {attempt}'s container not ended: no reboot is believed")
             if not inv.complete:
                 return Unknown(f"daemon {recorded} looks rebooted (now {name}), but {name}'s inventory is "
                                "incomplete: it cannot say the attempt's container is gone")

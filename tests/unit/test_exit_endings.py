@@ -17,6 +17,7 @@ from jobpool import errors
 from jobpool.contract import (
     EXIT_TEMPFAIL,
     EXIT_UNKNOWN,
+    REASON_HOST_REBOOTED,
     REASON_OOM_KILLED,
     REASON_RESTART_LOST_EXIT,
     REASON_RESTART_STOPPED,
@@ -82,6 +83,21 @@ def test_a_255_outside_a_restart_window_is_the_jobs_own(what: str, started: floa
 
 def test_a_255_with_no_outage_seen_is_the_jobs_own() -> None:
     assert ending(state(EXIT_UNKNOWN, T0, T0 + 1), Outages(), no_info) == Ending(EXIT_UNKNOWN)
+
+
+@pytest.mark.parametrize(("what", "started", "finished", "by_reboot"), [
+    ("started before the boot, its end recorded after it", T0 - 100, T0 + 5, True),
+    ("ended before the host went down", T0 - 100, T0 - 50, False),
+    ("started in this boot", T0 + 1, T0 + 5, False),
+    ("ended after this observer first heard from the daemon (a live exit)", T0 - 100, T0 + 20, False),
+])
+def test_a_container_of_an_earlier_boot_whose_end_this_boot_recorded_was_ended_by_the_reboot(
+        what: str, started: float, finished: float, by_reboot: bool) -> None:
+    outages = Outages(booted_at=T0)
+    outages.answered(T0 + 10)
+    end = ending(state(3, started, finished), outages, no_info)
+    assert (end.cause, end.reason) == ((CRASHED, REASON_HOST_REBOOTED) if by_reboot else (OWN, "")), what
+    assert ending(state(3, started, finished), Outages(booted_at=T0), no_info) == Ending(3), "never answered"
 
 
 def test_an_outage_still_going_on_is_no_window() -> None:
