@@ -66,6 +66,9 @@ class PoolKeys:
         #: Every Docker daemon whose inventory was published lately: daemon identity -> when last (ms, Redis
         #: time). Bounded by the daemons of the fleet (entries older than a week are trimmed by the script).
         self.inventories = p + "inventories"
+        #: daemon identity -> JSON {at, actor, note}: daemons an operator declared gone for good
+        #: (scripts/forget_daemon.lua). Grows only by such declarations.
+        self.gone_daemons = p + "gone_daemons"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"

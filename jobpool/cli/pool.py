@@ -1,4 +1,5 @@
-"""The pool commands: `slots`, `status`, `events` and the operator's `reconcile`."""
+"""The pool commands: `slots`, `status`, `events`, and the operator's `reconcile`, `prune` and
+`forget-daemon`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import click
 
 from ..contract import EVENTS_MAXLEN, MAX_SLOTS
+from ..daemons import forget_daemon
 from .app import CliState, load, pool_command
 from .format import decisions_table, event_json, event_line, status_report
 
@@ -110,4 +112,19 @@ def prune(state: CliState, dry_run: bool) -> None:
     state.emit(report.to_dict(), text)
 
 
-COMMANDS = (slots, status, events, reconcile, prune)
+@click.command("forget-daemon")
+@click.argument("daemon_id", metavar="DAEMON_ID")
+@click.option("--note", default="", help="Why, kept with the declaration (e.g. the ticket).")
+@pool_command
+def forget_daemon_command(state: CliState, daemon_id: str, note: str) -> None:
+    """Declare a Docker daemon gone for good (its host destroyed): the jobs recorded on it run again.
+
+    DAEMON_ID is a job's daemon_id as `jobpool show JOB` prints it (`status` names it too, for jobs kept on a
+    stale inventory). Refused while that daemon's workers still publish its inventory. Only for a daemon
+    that will never run its containers again: one that comes back may run them beside their new attempts."""
+    at = forget_daemon(state.pool(), daemon_id, actor="cli", note=note)
+    state.emit({"daemon_id": daemon_id, "at": at},
+               lambda: f"daemon {daemon_id} declared gone; the next sweeps judge its jobs absent")
+
+
+COMMANDS = (slots, status, events, reconcile, prune, forget_daemon_command)

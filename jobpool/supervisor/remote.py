@@ -7,7 +7,7 @@ no container of that attempt. Anything else keeps the slot:
 
 - an inventory older than `JOBPOOL_INVENTORY_STALE_SECS`, expired or never published is `Unknown`, with a
   reason naming the daemon and the inventory's age (no worker on it publishes: all dead, or Redis out of
-  their reach);
+  their reach), unless an operator declared the daemon gone for good (jobpool/daemons.py): then `Absent`;
 - a created, never started container is `Unknown`: only its own daemon can remove it, which its publisher
   does once the attempt's lease is gone; the next inventory then lists nothing;
 - an incomplete inventory (too many containers) proves nothing by what it leaves out.
@@ -50,6 +50,8 @@ class Inventories:
     now_ms: int
     by_daemon: dict[str, Inventory] = field(default_factory=dict)
     last_at: dict[str, int] = field(default_factory=dict)
+    #: Daemons an operator declared gone for good (jobpool/daemons.py): identity -> the declaration.
+    gone: dict[str, str] = field(default_factory=dict)
 
 
 def read(pool: Pool, daemons: Iterable[str], now_ms: int) -> Inventories:
@@ -61,8 +63,10 @@ def read(pool: Pool, daemons: Iterable[str], now_ms: int) -> Inventories:
     k = pool.keys
     pipe = pool.client.pipeline(transaction=False)
     pipe.zrange(k.inventories, 0, -1, withscores=True)
-    index = run_pipeline(pipe)[0]
+    pipe.hgetall(k.gone_daemons)
+    index, gone = run_pipeline(pipe)
     last_at = {str(d): int(s) for d, s in index} if isinstance(index, list) else {}
+    gone = {str(d): str(v) for d, v in gone.items()} if isinstance(gone, dict) else {}
     uuids = {uuid_of(d) for d in wanted}
     names = sorted(set(wanted) | {d for d in last_at if uuid_of(d) in uuids})
     pipe = pool.client.pipeline(transaction=False)
@@ -74,7 +78,7 @@ def read(pool: Pool, daemons: Iterable[str], now_ms: int) -> Inventories:
             inv = parse(dict(zip(FIELDS, values, strict=True)))
             if inv is not None and inv.daemon_id == name:
                 found[name] = inv
-    return Inventories(now_ms, found, last_at)
+    return Inventories(now_ms, found, last_at, gone)
 
 
 def run_pipeline(pipe: Any) -> list[Any]:
@@ -104,12 +108,17 @@ def judge(attempt: int, job_id: str, recorded: str, invs: Inventories, stale_sec
     if inv is not None and inv.age_secs(invs.now_ms) <= stale_secs:
         return _from_entries(inv, job_id, attempt, invs.now_ms,
                              stale_secs if lease_secs is None else min(stale_secs, lease_secs))
+    if recorded in invs.gone:
+        # Not fenced on anything more than the row: a declaration is never undone.
+        return Absent(detail=f"daemon {recorded} was declared gone for good by the operator "
+                             f"({invs.gone[recorded][:300]}): none of its containers runs any more")
     rebooted = _rebooted(recorded, invs, stale_secs, job_id, attempt)
     if rebooted is not None:
         return rebooted
     if inv is not None:
         return Unknown(f"the inventory of daemon {recorded} is {_age(inv.age_secs(invs.now_ms))} old (stale "
-                       f"after {stale_secs:g}s): no worker on that daemon publishes it")
+                       f"after {stale_secs:g}s): no worker on that daemon publishes it (if its host is gone "
+                       f"for good: jobpool forget-daemon {recorded})")
     if recorded in invs.last_at:
         age = max(0.0, (invs.now_ms - invs.last_at[recorded]) / 1000)
         return Unknown(f"the inventory of daemon {recorded} was last published {_age(age)} ago and has "

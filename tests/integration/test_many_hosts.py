@@ -15,6 +15,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from bad_input import cli, one_line_error
 from polling import eventually
 from procs import JobpoolProcess, other_boot
 from servers import DockerDaemon, daemon_identity
@@ -242,3 +243,39 @@ def test_after_a_reboot_a_job_resumes_on_the_same_daemon_under_its_new_boot(
     assert done.attempt == 2 and "resumed from checkpoint" in pool.logs(job_id)
     assert done.daemon_id.startswith(old_id.split("@")[0] + "@") and done.daemon_id != old_id
     assert boot_file.read_text().strip() in done.daemon_id
+
+
+def test_an_operator_declares_a_destroyed_host_gone_and_its_jobs_run_again(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess],
+        pool_env: dict[str, str]) -> None:
+    """A host lost for good (here: its workers killed, its containers removed) keeps its jobs unknown for
+    ever, and a cancel of one can never be carried out there; `jobpool forget-daemon` is the operator's word
+    that frees them: refused while the daemon still publishes, then the job runs again on another daemon
+    and the cancelled one ends cancelled."""
+    d1, d2, _ = three
+    pool.set_slots(2)
+    w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
+    w2b, cancelled = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
+    d2_id = daemon_identity(d2)
+    env = {k: v for k, v in pool_env.items() if k.startswith("JOBPOOL_")}
+    refused = cli("forget-daemon", d2_id, env=env)
+    assert one_line_error(refused, 1) is None and "not gone" in refused.stderr, refused
+    for w in (w2, w2b):
+        w.kill_with_children()
+    with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
+        for c in client.containers.list(all=True, sparse=True, filters={"label": "jobpool.pool"}):
+            c.remove(force=True)  # the host and everything on it is gone
+    pool.cancel(cancelled)
+    sup = spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=NOWHERE)
+    eventually(lambda: f"the inventory of daemon {d2_id} is" in sup.log(), timeout=30,
+               message="the supervisor keeping the jobs on a stale inventory")
+    assert pool.get(job_id).attempt == 1 and pool.get(cancelled).state is JobState.RUNNING
+    done = cli("--json", "forget-daemon", d2_id, "--note", "host d2 decommissioned", env=env)
+    assert done.returncode == 0, done.stderr
+    spawn(DOCKER_HOST=d1)
+    eventually(lambda: (j := pool.get(job_id)).attempt == 2 and live_on(d1, job_id) and j, timeout=40,
+               message="run again on daemon 1")
+    assert eventually(lambda: pool.get(cancelled).state is JobState.CANCELLED, timeout=20,
+                      message="the cancel carried out by the declaration")
+    evidence = [e["evidence"] for e in pool.events(job_id) if (e["from"], e["to"]) == ("running", "queued")]
+    assert evidence and "declared gone" in evidence[0] and "decommissioned" in evidence[0], evidence

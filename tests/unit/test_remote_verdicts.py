@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pool_helpers import Backend, claim, enqueue, row, state_of
 
-from jobpool import errors
+from jobpool import errors, forget_daemon, gone_daemons
 from jobpool.api import Pool
 from jobpool.inventory import FORGET_MS, Entry, encode
 from jobpool.supervisor import remote
@@ -256,6 +256,46 @@ def test_a_supervisor_attached_to_no_daemon_sweeps_from_inventories(backend: Bac
         assert again.state.value == "queued" or again.attempt == gone[1] + 1
     finally:
         sup.close()
+
+
+# ---- daemons declared gone for good (jobpool/daemons.py) ------------------------------------------------
+
+
+def test_a_daemon_declared_gone_frees_its_jobs_and_only_once_it_stopped_publishing(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=2, recovery_budget=1)
+    job_id, attempt = orphan_on(pool, D1)
+    publish(pool, D1, [Entry(job_id, attempt, "running", container_id="c1")])
+    before = backend.keyspace()
+    with pytest.raises(errors.Conflict, match="not gone"):
+        forget_daemon(pool, D1, note="ticket 1")  # its workers still speak for it
+    assert backend.keyspace() == before
+    pool.client.hset(pool.keys.inventory(D1), "at", pool.now_ms() - int(STALE * 1000) - 1000)
+    assert isinstance(judged(pool, job_id, attempt), Unknown), "stale: kept"
+    forget_daemon(pool, D1, actor="ops", note="ticket 1")
+    assert gone_daemons(pool)[D1]["actor"] == "ops" and gone_daemons(pool)[D1]["note"] == "ticket 1"
+    p = judged(pool, job_id, attempt)
+    assert isinstance(p, Absent) and "declared gone" in p.detail and "ticket 1" in p.detail
+    snap = Evidence(pool).read([job_id])
+    verdict = decide(snap.rows[0], False, p, None, snap.now_ms, pool.settings)
+    assert applier(pool).reconcile_apply(snap.rows[0], verdict, p) == "queued"
+    assert row(pool, job_id)["recovery_attempts"] == "1"
+    # A daemon that comes back after all is judged from its own word again.
+    job2, attempt2 = orphan_on(pool, D1)
+    publish(pool, D1, [Entry(job2, attempt2, "running", container_id="c2")])
+    assert isinstance(judged(pool, job2, attempt2), Present)
+
+
+@pytest.mark.parametrize("bad", ["", "jpd1:abc", "docker-id-ABCD", "jpd1:a@b c", "jpd1:" + "a" * 300 + "@b",
+                                 None, 7])
+def test_forgetting_anything_but_a_daemon_identity_is_refused_and_writes_nothing(backend: Backend,
+                                                                                 bad: Any) -> None:
+    pool = backend.pool()
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument):
+        forget_daemon(pool, bad)
+    with pytest.raises(errors.InvalidArgument):
+        forget_daemon(pool, D1, note="x" * 1001)
+    assert backend.keyspace() == before
 
 
 # ---- commands routed to a daemon (jobpool/commands.py) ----------------------------------------------------
