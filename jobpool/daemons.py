@@ -14,20 +14,23 @@ truly gone.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from . import errors
 from .api import Pool
-from .daemonid import is_identity
 from .registry import call_redis
+
+#: A daemon identity as jobpool/daemonid.py makes it: `jpd1:<uuid hex>@<kernel boot id>`.
+IDENTITY = re.compile(r"jpd1:[0-9a-f]{32}@[0-9A-Za-z-]{1,64}")
 
 
 def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str = "") -> int:
-    """Declare `daemon_id` (an identity, as `jobpool show` prints a job's `daemon_id`) gone for good; returns
-    when it was recorded (ms, Redis's clock). Raises `InvalidArgument` for anything but an identity, and
-    `Conflict` while the daemon's inventory is fresh. Writes nothing on either."""
-    if not isinstance(daemon_id, str) or not is_identity(daemon_id) or len(daemon_id) > 300 \
-            or any(c.isspace() for c in daemon_id):
+    """Declare `daemon_id` (an identity, as `jobpool show JOB` prints a job's `daemon_id`) gone for good;
+    returns when it was recorded (ms, Redis's clock). Raises `InvalidArgument` for anything but the identity
+    of a daemon that published an inventory within the last week, and `Conflict` while one of its workers
+    holds its inventory lead or its inventory is fresh. Writes nothing on either."""
+    if not isinstance(daemon_id, str) or not IDENTITY.fullmatch(daemon_id):
         raise errors.InvalidArgument(f"not a daemon identity: {daemon_id!r} (as `jobpool show JOB` prints a "
                                      "job's daemon_id, jpd1:<uuid>@<boot id>)")
     for name, text in (("actor", actor), ("note", note)):
@@ -36,12 +39,17 @@ def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str
     k = pool.keys
     stale_ms = int(pool.settings.inventory_stale_secs * 1000)
     try:
-        reply = pool.run("forget_daemon", [k.gone_daemons, k.inventory(daemon_id), k.commands(daemon_id)],
+        reply = pool.run("forget_daemon", [k.gone_daemons, k.inventory(daemon_id), k.commands(daemon_id),
+                                           k.inventory_lead(daemon_id), k.inventories],
                          [daemon_id, stale_ms, actor, note])
     except errors.Conflict:
-        raise errors.Conflict(f"daemon {daemon_id} is not gone: its workers published its inventory within "
-                              f"the last {pool.settings.inventory_stale_secs:g}s "
-                              "(JOBPOOL_INVENTORY_STALE_SECS)") from None
+        stale = pool.settings.inventory_stale_secs
+        raise errors.Conflict(f"daemon {daemon_id} is not gone: a worker on it publishes its inventory (it "
+                              "holds the daemon's inventory lead, or published within "
+                              f"{stale:g}s, JOBPOOL_INVENTORY_STALE_SECS)") from None
+    except errors.InvalidArgument:
+        raise errors.InvalidArgument(f"no daemon {daemon_id} published an inventory in this pool within the "
+                                     "last week: check the id (`jobpool show JOB`, daemon_id)") from None
     return int(reply[1])
 
 

@@ -1,19 +1,25 @@
 --[[ forget_daemon
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     gone_daemons   KEYS[16] inventory:<daemon id>   KEYS[17] commands:<daemon id>
+KEYS[18]     inventory_lead:<daemon id>   KEYS[19] inventories
 ARGV[1] daemon id   ARGV[2] stale ms (JOBPOOL_INVENTORY_STALE_SECS)   ARGV[3] actor   ARGV[4] note
-Returns {0, at}; -4 'published <ms> ms ago' when the daemon's inventory is younger than ARGV[2]; -6 bad arguments.
+Returns {0, at}; -4 'lead' while a worker holds the daemon's inventory lead (whatever the caller's settings:
+the lead lapses three of the publisher's periods after its holder stops), -4 'published <ms> ms ago' when its
+inventory is younger than ARGV[2]; -6 'unknown' for a daemon that never published (not in the index), -6 bad
+arguments.
 An operator's word that a Docker daemon is gone for good (its host destroyed, its disks wiped): none of its
 containers will run again, so a supervisor judges the attempts recorded on it absent (jobpool/daemons.py,
 jobpool/supervisor/remote.py). Refused while the daemon still publishes its inventory: a daemon whose workers
 speak for it is not gone. Its waiting commands go (no worker will take them). Never undone: a daemon that
 comes back publishes its own word, which is judged first.
 ]]
-local gone, ikey, ckey = KEYS[15], KEYS[16], KEYS[17]
+local gone, ikey, ckey, lead, index = KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 local daemon, stale = ARGV[1], tonumber(ARGV[2])
 if daemon == '' or #daemon > 300 or not string.find(daemon, '@', 1, true) or not stale or stale < 0 then
   return {E_BAD_ARG, 'daemon'}
 end
+if key_type(index) ~= 'zset' or not redis.call('ZSCORE', index, daemon) then return {E_BAD_ARG, 'unknown'} end
+if redis.call('EXISTS', lead) == 1 then return {E_CONFLICT, 'lead'} end
 local now = now_ms()
 if key_type(ikey) == 'hash' then
   local at = tonumber(redis.call('HGET', ikey, 'at'))

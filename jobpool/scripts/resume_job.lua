@@ -3,7 +3,10 @@ KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     job:<id>
 KEYS[16..]   promotion candidates
 ARGV[1] id   ARGV[2] actor   ARGV[3] '1' = anywhere: release the job's daemon affinity (optional)
-Returns {0, state after, promoted, why_stopped}; -1; -2 when there is nothing to resume.
+ARGV[4] (optional, with ARGV[3] '1') the affinity expected: release it only, and only if the row still names
+        it; nothing else is resumed or withdrawn (the supervisor, for a daemon declared gone: sweep.py)
+Returns {0, state after, promoted, why_stopped}; -1; -2 when there is nothing to resume; -4 'affinity' when the
+row names another affinity than ARGV[4].
 A paused job goes back to `queued` at its original place; a running job whose pause
 was requested but has not ended yet has the request withdrawn. Its watcher may have sent the stop signal
 already: it calls off its SIGKILL, and `pause_withdrawn` (= the attempt) lets the exit of a job that stops
@@ -20,11 +23,14 @@ if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
 local row = redis.call('HMGET', jkey, 'state', 'seq', 'pause_requested', 'attempt', 'affinity')
 local now = now_ms()
 local released = false
+local expected = anywhere and NARGV >= 4 and ARGV[4] ~= '' and ARGV[4] or nil
+if expected and row[5] ~= expected then return {E_CONFLICT, 'affinity'} end
 if anywhere and row[5] and row[5] ~= '' and (row[1] == 'queued' or row[1] == 'running' or row[1] == 'paused') then
   redis.call('HDEL', jkey, 'affinity', 'affinity_queue')
   event(jkey, id, row[1], row[1], 'affinity_released', 'daemon=' .. row[5], actor, now)
   released = true
 end
+if expected then return {0, row[1], 0, 'none'} end
 if row[1] == 'paused' then
   set_state(jkey, id, 'paused', 'queued', tonumber(row[2]))
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '')

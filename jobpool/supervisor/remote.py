@@ -108,13 +108,11 @@ def judge(attempt: int, job_id: str, recorded: str, invs: Inventories, stale_sec
     if inv is not None and inv.age_secs(invs.now_ms) <= stale_secs:
         return _from_entries(inv, job_id, attempt, invs.now_ms,
                              stale_secs if lease_secs is None else min(stale_secs, lease_secs))
-    if recorded in invs.gone:
-        # Not fenced on anything more than the row: a declaration is never undone.
-        return Absent(detail=f"daemon {recorded} was declared gone for good by the operator "
-                             f"({invs.gone[recorded][:300]}): none of its containers runs any more")
     rebooted = _rebooted(recorded, invs, stale_secs, job_id, attempt)
     if rebooted is not None:
         return rebooted
+    if recorded in invs.gone:
+        return _declared_gone(recorded, invs, inv, job_id, attempt)
     if inv is not None:
         return Unknown(f"the inventory of daemon {recorded} is {_age(inv.age_secs(invs.now_ms))} old (stale "
                        f"after {stale_secs:g}s): no worker on that daemon publishes it (if its host is gone "
@@ -149,17 +147,22 @@ def _from_entries(inv: Inventory, job_id: str, attempt: int, now_ms: int, absent
         return Present(running=True, container_id=entry.container_id,
                        detail=f"container {cid} running {where}", inventory=fence)
     if entry.state == EXITED and entry.exit_code is not None:
-        ending = Ending(entry.exit_code, entry.cause, entry.reason,
-                        f"{entry.cause} {entry.reason}".strip()) if entry.cause else None
-        detail = f"container {cid} exited with {entry.exit_code} {where}"
-        if ending is not None:
-            detail += f" ({ending.evidence})"
-        return Present(running=False, exit_code=entry.exit_code, container_id=entry.container_id,
-                       detail=detail, ending=ending, inventory=fence)
+        return _exited(entry, entry.exit_code, where, fence)
     if entry.state == CREATED:
         return Unknown(f"container {cid} created, never started, {where}: only its daemon can remove it "
                        "(its publisher does once the attempt's lease is gone)")
     return Unknown(f"container {cid} {where} could not be judged there: {entry.reason or entry.state}")
+
+
+def _exited(entry: Entry, code: int, where: str, fence: tuple[str, int] | None) -> Present:
+    """An ended container as its publisher judged it (`code` is its exit code)."""
+    ending = Ending(code, entry.cause, entry.reason, f"{entry.cause} {entry.reason}".strip()) \
+        if entry.cause else None
+    detail = f"container {entry.container_id[:12]} exited with {code} {where}"
+    if ending is not None:
+        detail += f" ({ending.evidence})"
+    return Present(running=False, exit_code=code, container_id=entry.container_id, detail=detail,
+                   ending=ending, inventory=fence)
 
 
 def _rebooted(recorded: str, invs: Inventories, stale_secs: float, job_id: str, attempt: int) -> Probe | None:
@@ -192,6 +195,19 @@ def _rebooted(recorded: str, invs: Inventories, stale_secs: float, job_id: str, 
                                   "the containers of the old boot are gone"),
                           inventory=(inv.daemon_id, inv.at_ms))
     return None
+
+
+def _declared_gone(recorded: str, invs: Inventories, inv: Inventory | None, job_id: str,
+                   attempt: int) -> Probe:
+    """An attempt on a daemon the operator declared gone for good (jobpool/daemons.py): its end, if the last
+    inventory the daemon published lists its container ended (an ended container never runs again), else
+    absent. Not fenced on an inventory (that last one is stale by now), only on the row: a declaration is
+    never undone."""
+    declared = f"daemon {recorded} was declared gone for good by the operator ({invs.gone[recorded][:300]})"
+    ended = [e for e in (inv.of(job_id) if inv is not None else []) if e.attempt == attempt]
+    if ended and all(e.state == EXITED and e.exit_code is not None for e in ended):
+        return _exited(ended[0], ended[0].exit_code or 0, f"in its last inventory; {declared}", None)
+    return Absent(detail=f"{declared}: none of its containers runs any more")
 
 
 def judge_all(rows: Mapping[str, tuple[int, str]], invs: Inventories, stale_secs: float,

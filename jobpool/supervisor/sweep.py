@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from .. import errors, metrics, retention
+from .. import daemons, errors, metrics, retention
 from ..api import Pool
 from ..config import Settings
 from . import volumes
@@ -69,6 +69,8 @@ class Supervisor:
     def _sweep(self, evict_stale: bool, dry_run: bool, job_ids: Iterable[str] | None) -> SweepReport:
         started = time.perf_counter()
         snap = self.evidence.read(job_ids, evict_stale)
+        if not dry_run:
+            self._release_gone_affinities(snap)
         recovering = self.evidence.redis_recovering()
         t_read = time.perf_counter()
         probes = self.evidence.probe(snap, self.prober)
@@ -109,6 +111,29 @@ class Supervisor:
             self._write_last_sweep(report, Counter(result_name(p) for p in probes.values()))
         log.info("%s", report.line())
         return report
+
+    def _release_gone_affinities(self, snap: Snapshot) -> None:
+        """A promoted job waiting on the queue of a daemon declared gone for good (jobpool/daemons.py) would
+        wait there for ever, holding its slot: its affinity is released (as `resume --anywhere` does,
+        compare-and-set on the affinity), and past the claim grace it is dispatched again on the pool's queue
+        (`decide_unclaimed`). Its checkpoint went with the daemon. One read, only when a row waits on a
+        daemon's queue."""
+        waiting = {r.id: r.affinity_queue for r in snap.rows if not r.claimed and r.affinity_queue}
+        if not waiting:
+            return
+        gone = {self.pool.keys.daemon_queue(d): d for d in daemons.gone_daemons(self.pool)}
+        k = self.pool.keys
+        for job_id, queue in waiting.items():
+            daemon = gone.get(queue)
+            if daemon is None:
+                continue
+            try:
+                self.pool.run("resume_job", [k.job(job_id)], [job_id, self.actor, "1", daemon])
+            except errors.JobpoolError as exc:  # it moved on meanwhile: judged again next sweep
+                log.info("job %s: affinity to daemon %s not released: %s", job_id, daemon, exc)
+                continue
+            log.warning("job %s: released its affinity to daemon %s, declared gone; it runs anywhere now, "
+                        "without its checkpoint", job_id, daemon)
 
     def _judge_ghosts(self, snap: Snapshot, probes: Mapping[str, Probe], report: SweepReport,
                       evict_stale: bool, dry_run: bool) -> None:

@@ -53,9 +53,10 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
         publisher.start()
     worker = JobpoolWorker(runtime, boot)
     if publisher is not None and not daemon_id:  # the daemon did not answer at boot: its queue comes later
-        publisher.on_daemon = lambda found: setattr(worker, "daemon_found", found)
+        publisher.on_daemon = worker.listen_on_daemon
     if publisher is not None:
         publisher.on_earlier_boot = worker.listen_on_earlier_boot
+        publisher.on_earlier_boot_back = worker.forget_earlier_boot
     log.info("worker %s: boot %s, pool %s, executor %s", worker.name, boot.id, settings.pool,
              settings.executor)
     try:

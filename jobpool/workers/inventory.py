@@ -83,6 +83,8 @@ class InventoryPublisher:
         self.on_daemon: Callable[[str], None] | None = None
         #: Told each earlier boot of this daemon found over (the worker then listens on its queue too).
         self.on_earlier_boot: Callable[[str], None] | None = None
+        #: Told of one that publishes again (a clone, not an earlier boot): the worker stops reading it.
+        self.on_earlier_boot_back: Callable[[str], None] | None = None
         self.earlier: set[str] = set()
         self._boots_at = -math.inf
         self._volumes_at = -math.inf
@@ -148,25 +150,33 @@ class InventoryPublisher:
         return f"published {len(entries)} containers"
 
     def find_earlier_boots(self, daemon: str) -> None:
-        """Now and then, the earlier boots of this daemon that are over and not yet told (see the module)."""
+        """Now and then, the earlier boots of this daemon that are over (see the module): each new one is told
+        (`on_earlier_boot`), and one that publishes again after all (a clone of the data root, not an earlier
+        boot) is taken back (`on_earlier_boot_back`). Errors are logged and the look is tried again later."""
         if self.on_earlier_boot is None or time.monotonic() - self._boots_at < EARLIER_BOOTS_EVERY_SECS:
             return
         self._boots_at = time.monotonic()
         k = self.pool.keys
-        pipe = self.pool.client.pipeline(transaction=False)
-        pipe.zrange(k.inventories, 0, -1, withscores=True)
-        pipe.hget(k.inventory(daemon), "first_at")
-        pipe.time()
-        index, first, (secs, micros) = call_redis(pipe.execute, what="reading the daemons' boots")
-        if not first:
-            return  # this boot has not published yet: nothing can be said to precede it
-        found = earlier_boots(daemon, {str(d): int(at) for d, at in index}, int(first),
-                              int(secs) * 1000 + int(micros) // 1000,
-                              int(self.settings.inventory_stale_secs * 1000))
-        for identity in found:
-            if identity not in self.earlier:
-                self.earlier.add(identity)
+        try:
+            pipe = self.pool.client.pipeline(transaction=False)
+            pipe.zrange(k.inventories, 0, -1, withscores=True)
+            pipe.hget(k.inventory(daemon), "first_at")
+            pipe.time()
+            index, first, (secs, micros) = call_redis(pipe.execute, what="reading the daemons' boots")
+            if not first:
+                return  # this boot has not published yet: nothing can be said to precede it
+            found = set(earlier_boots(daemon, {str(d): int(at) for d, at in index}, int(first),
+                                      int(secs) * 1000 + int(micros) // 1000,
+                                      int(self.settings.inventory_stale_secs * 1000)))
+            for identity in sorted(found - self.earlier):
                 self.on_earlier_boot(identity)
+                self.earlier.add(identity)
+            for identity in sorted(self.earlier - found):
+                if self.on_earlier_boot_back is not None:
+                    self.on_earlier_boot_back(identity)
+                self.earlier.discard(identity)
+        except Exception as exc:  # noqa: BLE001 - Redis away, or a bad index entry: asked again later
+            log.info("could not look for earlier boots of this docker daemon (asked again later): %s", exc)
 
     def remove_checkpoints(self) -> None:
         """Now and then (volumes.EVERY_SECS), the checkpoint volumes of ended jobs on this daemon."""

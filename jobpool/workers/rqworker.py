@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -57,23 +58,25 @@ class _Queue(Queue):
         queues before the last (a daemon's own queue: routed adoption requests, supervisor/adoption.py)
         are looked at without blocking, then the last (the pool's) blocks for at most a second, until
         `timeout`."""
-        # Not copied: the worker's inventory thread may add a queue to this very list meanwhile
-        # (JobpoolWorker.listen_on_earlier_boot), read again each round below.
-        if len(queues) <= 1:
-            return super().dequeue_any(queues, timeout, *args, **kwargs)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            for queue in queues[:-1]:
+            # Read again each round, as it is now: the worker's inventory thread may add a queue to this very
+            # list meanwhile (JobpoolWorker.add_queue), and a worker with one queue still blocks for at most
+            # a second at a time, so it sees one added.
+            now = list(queues)
+            if deadline is None and len(now) <= 1:
+                return super().dequeue_any(now, None, *args, **kwargs)
+            for queue in now[:-1]:
                 found = super().dequeue_any([queue], None, *args, **kwargs)
                 if found is not None:
                     return found
             if deadline is None:
-                return super().dequeue_any(queues[-1:], None, *args, **kwargs)
+                return super().dequeue_any(now[-1:], None, *args, **kwargs)
             left = deadline - time.monotonic()
             if left <= 0:
-                raise DequeueTimeout(timeout, [q.key for q in queues])
+                raise DequeueTimeout(timeout, [q.key for q in now])
             try:
-                return super().dequeue_any(queues[-1:], max(1, min(ROUTED_POLL_SECS, int(left))), *args,
+                return super().dequeue_any(now[-1:], max(1, min(ROUTED_POLL_SECS, int(left))), *args,
                                            **kwargs)
             except DequeueTimeout:
                 continue
@@ -106,8 +109,8 @@ class JobpoolWorker(Worker):
         #: Set when a dequeue found the queue empty (how a --burst run ends normally).
         self.found_empty = False
         self.dropped_entries = 0
-        #: Set (by the inventory thread) once this worker's daemon is known, if it was not at boot.
-        self.daemon_found: str = ""
+        #: Held while a queue is added (by the inventory thread: `add_queue`).
+        self._queues_lock = threading.Lock()
         # Ignored until the horse installs its handler, so an early drain signal cannot kill it.
         signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
 
@@ -169,7 +172,6 @@ class JobpoolWorker(Worker):
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
         """RQ's dequeue, retried with backoff while Redis cannot serve it (RQ's loop would end on any error
         but a dropped connection), and past junk on the queue (see `_dequeue`)."""
-        self._listen_on_daemon()
         backoff = Backoff()
         while True:
             try:
@@ -188,30 +190,42 @@ class JobpoolWorker(Worker):
                 self.found_empty = True
             return result
 
-    def _listen_on_daemon(self) -> None:
-        """Add the daemon's own queue once the daemon is known (it did not answer at boot)."""
-        if not self.daemon_found:
-            return
-        name = self.runtime.pool.keys.daemon_queue_name(self.daemon_found)
-        if name not in self.queue_names():
-            self.queues.insert(0, Queue(name, connection=self.connection, serializer=JSONSerializer))
-            self._ordered_queues = self.queues[:]
-            log.info("worker %s: listening on its docker daemon's queue %s too", self.name, name)
+    def listen_on_daemon(self, identity: str) -> None:
+        """Listen on the daemon's own queue, first, once the daemon is known (it did not answer at boot);
+        called by the inventory thread."""
+        self.add_queue(self.runtime.pool.keys.daemon_queue_name(identity), first=True,
+                       why=f"its docker daemon's queue ({identity})")
 
     def listen_on_earlier_boot(self, identity: str) -> None:
         """Listen on the queue of an earlier boot of this worker's daemon that is over (jobpool/inventory.py,
         `earlier_boots`; called by the inventory thread): jobs with a checkpoint affinity to it are pushed
-        there, and their checkpoints are on this daemon. Added before the pool's queue, to the list a
-        dequeue in progress reads too (list operations are atomic under the GIL)."""
+        there, and their checkpoints are on this daemon."""
+        self.add_queue(self.runtime.pool.keys.daemon_queue_name(identity), first=False,
+                       why=f"the queue of an earlier boot of its docker daemon ({identity})")
+
+    def forget_earlier_boot(self, identity: str) -> None:
+        """Stop reading the queue of a boot taken for an earlier one that publishes again after all (a clone
+        of this daemon's data root on another host: its jobs' checkpoints are there, not here)."""
         name = self.runtime.pool.keys.daemon_queue_name(identity)
-        if name in self.queue_names():
-            return
-        queue = Queue(name, connection=self.connection, serializer=JSONSerializer)
-        lists = [self.queues] + ([self._ordered_queues] if self._ordered_queues is not self.queues else [])
-        for queues in lists:
-            queues.insert(max(0, len(queues) - 1), queue)
-        log.info("worker %s: listening on the queue of an earlier boot of its docker daemon too (%s, %s)",
-                 self.name, identity, name)
+        with self._queues_lock:
+            ordered = self._ordered_queues
+            for queues in [self.queues] + ([ordered] if ordered is not self.queues else []):
+                queues[:] = [q for q in queues if q.name != name]
+        log.warning("worker %s: no longer listening on %s: daemon %s publishes again, so it was no earlier "
+                    "boot of this one (a clone of its data root?)", self.name, name, identity)
+
+    def add_queue(self, name: str, first: bool, why: str) -> None:
+        """Add a queue to those this worker reads: first, or just before the pool's (always the last). Both
+        of RQ's lists are changed in place, under a lock (the caller is another thread): a dequeue in
+        progress reads the list again each round (`_Queue._dequeue_routed`)."""
+        with self._queues_lock:
+            if name in self.queue_names():
+                return
+            queue = Queue(name, connection=self.connection, serializer=JSONSerializer)
+            ordered = self._ordered_queues
+            for queues in [self.queues] + ([ordered] if ordered is not self.queues else []):
+                queues.insert(0 if first else max(0, len(queues) - 1), queue)
+        log.info("worker %s: listening on %s too (%s)", self.name, why, name)
 
     def _dequeue(self, timeout: int | None, max_idle_time: int | None) -> Any:
         """RQ's dequeue, except that one entry RQ cannot load (an id it refuses, a job hash edited to

@@ -114,7 +114,9 @@ def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
     try:
         eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10, message="lease gone")
         verdict = sup.sweep(job_ids=[job_id], dry_run=True).decisions[0].verdict
-        assert verdict.kind.value == "warn", "the old boot's inventory, still fresh, is the only word yet"
+        # Its last listing (running: adopt) or a later one taken as its worker died (unknown): either way the
+        # slot is kept, the old boot's inventory being fresh and the only word yet.
+        assert verdict.kind.value in ("warn", "adopt"), verdict
         new_id = d2_id.rsplit("@", 1)[0] + "@rebooted-" + "0" * 8
         k = pool.keys
         eventually(lambda: pool.run("inventory_lead", [k.inventory_lead(new_id)], [new_id, "new", 60_000])[1]

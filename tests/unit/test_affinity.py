@@ -237,3 +237,38 @@ def test_an_exit_75_the_supervisor_hands_back_names_the_daemon(backend: Backend)
     pool.pause(None)
     assert reconcile(pool, job_id, "exited", code=str(EXIT_TEMPFAIL))[1] == "queued"
     assert pool.get(job_id).affinity == "daemon-1"
+
+
+def test_a_sweep_releases_an_affinity_to_a_daemon_declared_gone_and_dispatches_it_anywhere(
+        backend: Backend) -> None:
+    """A job waiting on the queue of a daemon an operator declared gone would hold its slot for ever: the
+    sweep releases its affinity (compare-and-set on it) and, past the claim grace, dispatches it again on the
+    pool's queue."""
+    from jobpool import forget_daemon
+    from jobpool.inventory import FORGET_MS
+    from jobpool.supervisor import ContainerProber, Supervisor
+
+    gone = "jpd1:" + "c" * 32 + "@boot-1"
+    pool, job_id = waiting_on_daemon(backend, gone)
+    k = pool.keys
+    pool.run("inventory_lead", [k.inventory_lead(gone)], [gone, "pub", 300_000])
+    pool.run("publish_inventory", [k.inventory(gone), k.inventory_lead(gone), k.inventories],
+             [gone, "pub", "boot-1", 300_000, 600_000, "1", "[]", FORGET_MS, pool.now_ms() - 120_000])
+    backend.client.delete(k.inventory_lead(gone))
+    sup = Supervisor(pool, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))
+    try:
+        sup.sweep(job_ids=[job_id])
+        assert pool.get(job_id).affinity == gone, "not declared gone: kept"
+        forget_daemon(pool, gone)
+        with pytest.raises(errors.Conflict):  # the compare-and-set on the affinity
+            pool.run("resume_job", [k.job(job_id)], [job_id, "supervisor", "1", "jpd1:" + "d" * 32 + "@b"])
+        sup.sweep(job_ids=[job_id])
+        job = pool.get(job_id)
+        assert (job.state.value, job.affinity, job.attempt) == ("running", "", 2), "released, nothing else"
+        released = [e for e in events_of(pool, job_id) if e["reason"] == "affinity_released"]
+        assert released and gone in released[0]["evidence"] and released[0]["actor"].startswith("supervisor")
+        backend.client.hset(k.job(job_id), "promoted_at", pool.now_ms() - 600_000)  # past the claim grace
+        sup.sweep(job_ids=[job_id])
+        assert rq_list(pool) == [job_id] and pool.get(job_id).attempt == 3
+    finally:
+        sup.close()

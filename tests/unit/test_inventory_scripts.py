@@ -158,6 +158,13 @@ def test_every_worker_learns_the_earlier_boots_of_its_daemon_once(backend: Backe
     publisher._boots_at = -1e9
     publisher.find_earlier_boots(new)
     assert told == [old]
+    # It publishes again after all: a clone of the data root, not an earlier boot. Taken back.
+    back: list[str] = []
+    publisher.on_earlier_boot_back = back.append
+    assert lead(pool, "w-old", old)[1] and publish(pool, "w-old", daemon=old)
+    publisher._boots_at = -1e9
+    publisher.find_earlier_boots(new)
+    assert back == [old] and publisher.earlier == set()
 
 
 class FakeDaemon:

@@ -271,6 +271,10 @@ def test_a_daemon_declared_gone_frees_its_jobs_and_only_once_it_stopped_publishi
     assert backend.keyspace() == before
     pool.client.hset(pool.keys.inventory(D1), "at", pool.now_ms() - int(STALE * 1000) - 1000)
     assert isinstance(judged(pool, job_id, attempt), Unknown), "stale: kept"
+    with pytest.raises(errors.Conflict, match="lead"):
+        forget_daemon(pool, D1)  # its publisher's lead has not lapsed yet: it may be about to publish
+    assert not pool.client.exists(pool.keys.gone_daemons)
+    pool.client.delete(pool.keys.inventory_lead(D1))  # the lead lapsed with its holder
     forget_daemon(pool, D1, actor="ops", note="ticket 1")
     assert gone_daemons(pool)[D1]["actor"] == "ops" and gone_daemons(pool)[D1]["note"] == "ticket 1"
     p = judged(pool, job_id, attempt)
@@ -283,6 +287,28 @@ def test_a_daemon_declared_gone_frees_its_jobs_and_only_once_it_stopped_publishi
     job2, attempt2 = orphan_on(pool, D1)
     publish(pool, D1, [Entry(job2, attempt2, "running", container_id="c2")])
     assert isinstance(judged(pool, job2, attempt2), Present)
+
+
+def test_a_daemon_declared_gone_keeps_the_ends_its_last_inventory_recorded(backend: Backend) -> None:
+    pool = backend.pool(recovery_budget=1)
+    job_id, attempt = orphan_on(pool, D1)
+    publish(pool, D1, [Entry(job_id, attempt, "exited", 3, "c1")])
+    pool.client.hset(pool.keys.inventory(D1), "at", pool.now_ms() - int(STALE * 1000) - 1000)
+    pool.client.delete(pool.keys.inventory_lead(D1))
+    forget_daemon(pool, D1)
+    p = judged(pool, job_id, attempt)
+    assert isinstance(p, Present) and p.exit_code == 3 and p.inventory is None and "declared gone" in p.detail
+    snap = Evidence(pool).read([job_id])
+    verdict = decide(snap.rows[0], False, p, None, snap.now_ms, pool.settings)
+    assert applier(pool).reconcile_apply(snap.rows[0], verdict, p) == "failed", "its own exit, not run again"
+
+
+def test_a_daemon_that_never_published_cannot_be_declared_gone(backend: Backend) -> None:
+    pool = backend.pool()
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument, match="published an inventory"):
+        forget_daemon(pool, D1)
+    assert backend.keyspace() == before
 
 
 @pytest.mark.parametrize("bad", ["", "jpd1:abc", "docker-id-ABCD", "jpd1:a@b c", "jpd1:" + "a" * 300 + "@b",
