@@ -25,12 +25,20 @@ def children(pid: int) -> list[int]:
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
-def other_boot(boot_id_file: Path) -> tuple[str, ...]:
-    """A `JobpoolProcess` prefix under which the process reads the kernel boot id in `boot_id_file`: what a
-    process on a rebooted host reads (it runs in a mount namespace of its own, the file bound over the
-    kernel's; needs root). Its container daemon is the same one."""
-    return ("unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f'mount --bind "$0" {BOOT_ID_PATH} && exec "$@"', str(boot_id_file))
+def other_boot(boot_id_file: Path, booted_at: int | None = None) -> tuple[str, ...]:
+    """A `JobpoolProcess` prefix under which the process reads the kernel boot id in `boot_id_file`, and with
+    `booted_at` that boot time (epoch seconds) as /proc/stat's `btime`: what a process on a rebooted host
+    reads. It runs in a mount namespace of its own, the files bound over the kernel's (needs root). Its
+    container daemon is the same one."""
+    binds = f'mount --bind "$0" {BOOT_ID_PATH}'
+    extra: tuple[str, ...] = ()
+    if booted_at is not None:
+        stat = boot_id_file.with_name(boot_id_file.name + ".stat")
+        stat.write_text(f"btime {booted_at}\n")
+        binds += ' && mount --bind "$1" /proc/stat && shift'
+        extra = (str(stat),)
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", f'{binds} && exec "$@"',
+            str(boot_id_file), *extra)
 
 
 class JobpoolProcess:

@@ -9,6 +9,7 @@ All three daemons are sampled throughout: a job never has two live containers.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from servers import DockerDaemon, daemon_identity
 from test_daemon_identity import Sampler, live_on, start_on
 
 from jobpool import JobState, Pool
+from jobpool.exits import docker_time
 from jobpool.inventory import FORGET_MS
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
 
@@ -281,3 +283,33 @@ def test_an_operator_declares_a_destroyed_host_gone_and_its_jobs_run_again(
                       message="the cancel carried out by the declaration")
     evidence = [e["evidence"] for e in pool.events(job_id) if (e["from"], e["to"]) == ("running", "queued")]
     assert evidence and "declared gone" in evidence[0] and "decommissioned" in evidence[0], evidence
+
+
+def test_a_reboot_that_leaves_its_containers_ended_recovers_their_jobs_as_host_rebooted(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess],
+        tmp_path: Path) -> None:
+    """A real reboot: the daemon keeps the old boot's containers, ended (here killed after the new boot's
+    `btime`, as the daemon of the new boot records them). The new boot's publisher reads that end as the
+    reboot's (a container started before the boot, its end recorded after it), and the supervisor, attached
+    to no daemon, recovers the job from the new boot's inventory: not failed with the job's own exit."""
+    _, d2, _ = three
+    pool.set_slots(1)
+    w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
+    with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
+        (container,) = client.containers.list(sparse=True, filters={"label": f"jobpool.job_id={job_id}"})
+        started = docker_time(client.api.inspect_container(container.id)["State"]["StartedAt"])
+        assert started is not None
+        eventually(lambda: time.time() - started > 1.5, timeout=10, message="running for a while")
+        w2.kill_with_children()
+        booted = int(time.time())  # the host's new boot: after the container started, before it ends
+        client.api.kill(container.id)  # ended with the old boot, recorded in the new one
+    boot_file = tmp_path / "boot_id"
+    boot_file.write_text(f"{uuid.uuid4()}\n")
+    spawn(DOCKER_HOST=d2, prefix=other_boot(boot_file, booted))
+    spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=NOWHERE)
+    again = eventually(lambda: (j := pool.get(job_id)).attempt >= 2 and j, timeout=40,
+                       message="recovered from the new boot's inventory")
+    assert again.recovery_attempts == 1 and again.state is not JobState.FAILED
+    back = [e for e in pool.events(job_id) if (e["from"], e["to"]) == ("running", "queued")]
+    assert back and back[0]["reason"] == "host_rebooted", back
+    assert "booted" in back[0]["evidence"], back
