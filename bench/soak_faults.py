@@ -164,20 +164,37 @@ class Chaos:
         return removed > 0
 
     def host_reboot(self) -> bool:
-        """The host of a daemon no supervisor is attached to reboots: its workers die, its containers are
-        gone, and its workers come back reading another kernel boot id (Fleet.reboot); the same daemon then
-        publishes under a new identity and only the boot rule (jobpool/supervisor/remote.py) frees the old
-        boot's slots."""
+        """The host of a daemon no supervisor is attached to reboots: its workers die, and its workers come
+        back reading another kernel boot id and boot time (Fleet.reboot); the same daemon then publishes
+        under a new identity, and only the boot rule (jobpool/supervisor/remote.py) frees the old boot's
+        slots. Its containers are either gone (removed, as on a host re-provisioned) or kept ended, killed
+        just after the new boot time, as the daemon of the new boot records the old boot's containers: those
+        are recovered as `host_rebooted` (jobpool/exits.py), not failed."""
         attached = set(self.fleet.supervisor_hosts)
         d = self._busy_daemon([i for i, dd in enumerate(self.fleet.daemons) if dd.host not in attached])
         if d is None:
             return False
         self.fleet.stop_workers_on(d)
-        removed = self._remove_containers(d, running_only=False)
-        self.fleet.reboot(d)
-        self.note("host_reboot", f"daemon {d + 1}: workers killed, {removed} containers gone, new boot id")
+        booted = int(time.time()) + 1  # every container of the old boot started before this second
+        keep = self.rng.random() < 0.5
+        if keep:
+            self._ending.wait(max(0.0, booted + 0.05 - time.time()))
+            ended = self._kill_containers(d)
+            what = f"{ended} containers killed after the new boot time"
+        else:
+            what = f"{self._remove_containers(d, running_only=False)} containers gone"
+        self.fleet.reboot(d, booted)
+        self.note("host_reboot", f"daemon {d + 1}: workers killed, {what}, new boot id")
         self.fleet.start_workers_on(d)
         return True
+
+    def _kill_containers(self, d: int) -> int:
+        with contextlib.closing(docker.DockerClient(base_url=self.fleet.daemons[d].host, timeout=10)) as c:
+            found = c.api.containers(filters={"label": f"{LABEL_POOL}={POOL}", "status": "running"})
+            for x in found:
+                with contextlib.suppress(docker.errors.APIError):
+                    c.api.kill(x["Id"])
+        return len(found)
 
     def redis_restart(self) -> bool:
         self.note("redis_restart", "kill -9")

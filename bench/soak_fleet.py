@@ -96,8 +96,9 @@ class Fleet:
         self.supervisor_hosts = ([d.host for d in daemons] if len(daemons) <= 2
                                  else [daemons[0].host, NOWHERE])
         self.supervisors: list[JobpoolProcess | None] = [None] * len(self.supervisor_hosts)
-        #: The boot id file of each daemon whose host was "rebooted" (`reboot`); its workers read that one.
-        self.boot_files: dict[int, Path] = {}
+        #: The boot id file and boot time of each daemon whose host was "rebooted" (`reboot`): what its
+        #: workers read from then on.
+        self.boots: dict[int, tuple[Path, int]] = {}
         self._n = 0
         for i in range(len(self.workers)):
             self.start_worker(i)
@@ -114,10 +115,10 @@ class Fleet:
         d = self.placement[i]
         held = i == 0  # the one worker whose launches can be held
         host = self.docker_proxy.host if held else self.daemons[d].host
-        boot = self.boot_files.get(d)
+        boot = self.boots.get(d)
         self.workers[i] = self._spawn(f"worker{i}-d{d + 1}{'-held' if held else ''}",
                                       {"JOBPOOL_REDIS_URL": self.redis_proxy.url, "DOCKER_HOST": host},
-                                      ("worker",), other_boot(boot) if boot else ())
+                                      ("worker",), other_boot(*boot) if boot else ())
 
     def start_supervisor(self, s: int) -> None:
         host = self.supervisor_hosts[s]
@@ -138,11 +139,12 @@ class Fleet:
         for i in self.workers_on(d):
             self.start_worker(i)
 
-    def reboot(self, d: int) -> None:
-        """The host of daemon `d` boots again: from now on its workers read a new kernel boot id."""
+    def reboot(self, d: int, booted_at: int) -> None:
+        """The host of daemon `d` booted again at `booted_at` (epoch seconds): from now on its workers read
+        a new kernel boot id and that boot time."""
         path = self.root / f"boot_id-d{d + 1}-{self._n}"
         path.write_text(f"{uuid.uuid4()}\n")
-        self.boot_files[d] = path
+        self.boots[d] = (path, booted_at)
 
     def kill_worker(self, i: int) -> None:
         """SIGKILL a worker and its horse, and start it again (as a service manager would)."""
