@@ -25,10 +25,14 @@ def finish(pool: Pool, job_id: str, code: int = 0) -> None:
 
 
 def finished_jobs(pool: Pool, n: int, code: int = 0) -> list[str]:
+    """`n` jobs finished with `code`, oldest first, each in a millisecond of its own (jobs finished within
+    the same one are ordered by their ids in the state index, not by when they finished)."""
     ids = []
+    at = pool.now_ms() - 10_000
     for i in range(n):
         job = enqueue(pool, "echo", str(i))
         finish(pool, job.id, code)
+        pool.client.zadd(pool.keys.state_index(pool.get(job.id).state.value), {job.id: at + i}, xx=True)
         ids.append(job.id)
     return ids
 
