@@ -27,6 +27,11 @@ verdict (`verdict_for_exit` in scripts/_lib.lua). What Docker 20.10 records, fou
   after it (and before this observer's first answer from the daemon) was ended by the reboot, whatever its
   code: `host_rebooted`, recovered as a crash. One whose end was recorded before the boot ended before the
   host went down: its own exit (or a clean shutdown's stop, below).
+- **Removed under the job** (`docker rm -f` by an operator or a cron): the daemon kills the container, then
+  destroys it, so its watcher may read an exit 137 in between. A watcher that reads 137 without OOMKilled
+  asks the event log for `oom` and `destroy` together (`container_events`): a destroyed container is no exit
+  of the job's, and its worker leaves the row to the supervisor, which finds it absent
+  (workers/executors/docker.py).
 - **Nothing distinguishes**, so these stay the job's exit: a shim killed under a running daemon (exit 137,
   as a `kill -9` would be), a daemon without live-restore stopped cleanly (it stops its containers and
   answers their exit before it goes), and any exit 255 outside a restart the observer saw.
@@ -156,20 +161,26 @@ def _when(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"
 
 
-def oom_event(api: Any, container_id: str, state: Mapping[str, Any], grace: float = 0.0) -> bool:
-    """Whether the daemon `api` (docker-py's low-level client) logged an `oom` event for the container since
-    it started, reading its event log up to `grace` seconds past now. What it raises goes to the caller."""
+def container_events(api: Any, container_id: str, state: Mapping[str, Any], actions: tuple[str, ...],
+                     grace: float = 0.0) -> set[str]:
+    """Which of `actions` the daemon `api` (docker-py's low-level client) logged for the container since it
+    started, reading its event log up to `grace` seconds past now. What it raises goes to the caller."""
     started = docker_time(state.get("StartedAt"))
     since = int(started) - 1 if started is not None else None
     until = math.ceil(time.time() + grace)
     events = api.events(since=since, until=until, decode=True,
-                        filters={"container": container_id, "event": "oom"})
+                        filters={"container": container_id, "event": list(actions)})
     try:
-        return any(e.get("status", e.get("Action")) == "oom" for e in events)
+        return {str(e.get("status", e.get("Action"))) for e in events} & set(actions)
     finally:
         close = getattr(events, "close", None)
         if close is not None:
             close()
+
+
+def oom_event(api: Any, container_id: str, state: Mapping[str, Any], grace: float = 0.0) -> bool:
+    """Whether the daemon logged an `oom` event for the container since it started (`container_events`)."""
+    return "oom" in container_events(api, container_id, state, ("oom",), grace)
 
 
 def ending(state: Mapping[str, Any], outages: Outages, live_restore: Callable[[], bool],

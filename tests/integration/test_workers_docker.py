@@ -207,3 +207,27 @@ def test_log_tail_reads_what_the_sdk_reads(client) -> None:
         assert len(whole) > 100_000  # many frames
     finally:
         c.remove(force=True)
+
+
+def test_containers_removed_under_live_workers_are_recovered_not_failed(pool: Pool, spawn, client) -> None:
+    """`docker rm -f` kills, then destroys: a worker that reads the exit 137 in between must not record it as
+    the job's own (it sees the `destroy` event and leaves the row to the supervisor, which finds the
+    container absent and runs the job again)."""
+    pool.set_slots(3)
+    for _ in range(3):  # a lease long enough that each worker reads its container's end before it lapses
+        spawn(JOBPOOL_LEASE_SECS="6")
+    jobs = [pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"]) for _ in range(3)]
+    running = eventually(lambda: len(found := client.containers.list(
+        sparse=True, filters={"label": "jobpool.pool=it", "status": "running"})) == 3 and found,
+        timeout=30, message="three containers running")
+    spawn(module="jobpool.cli", args=("supervisor",))
+    for c in running:  # rm -f's two steps, the second once the first is seen (its worker reads it as fast)
+        client.api.kill(c.id)
+        eventually(lambda c=c: client.api.inspect_container(c.id)["State"]["Status"] == "exited", timeout=10,
+                   message="killed")
+        c.remove(force=True)
+    for job in jobs:
+        again = eventually(lambda j=job: (r := pool.get(j.id)).attempt == 2 and r, timeout=30,
+                           message=f"job {job.id} run again")
+        assert again.recovery_attempts == 1 and again.state is not JobState.FAILED
+        assert not [e for e in pool.events(job.id) if e["reason"] == "exit_code_137"]

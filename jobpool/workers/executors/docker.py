@@ -24,7 +24,7 @@ import urllib3.exceptions
 
 from ... import daemonid
 from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
-from ...exits import OOM_EVENT_GRACE_SECS, Ending, Outages, ending, oom_event
+from ...exits import EXIT_SIGKILL, OOM_EVENT_GRACE_SECS, Ending, Outages, container_events, ending
 from .base import CONTAINER_CHECKPOINT_DIR, Fence, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
 
 log = logging.getLogger(__name__)
@@ -112,8 +112,16 @@ class DockerHandle:
                 return None
             self._answered("ended")
             with _bounded(api, timeout + OOM_EVENT_GRACE_SECS):
+                seen: set[str] = set()
+                if state.get("ExitCode") == EXIT_SIGKILL and state.get("OOMKilled") is not True:
+                    # SIGKILLed: by the OOM killer (its event may come after the exit), or by a removal
+                    # under the job (`docker rm -f`: kill, then destroy): neither is the job's own exit.
+                    seen = container_events(api, self.container_id, state, ("oom", "destroy"),
+                                            OOM_EVENT_GRACE_SECS)
+                if "destroy" in seen and "oom" not in seen:
+                    raise LaunchUnknown("container removed while it ran (killed, then destroyed: rm -f)")
                 return ending(state, self.outages, lambda: api.info().get("LiveRestoreEnabled") is not False,
-                              lambda: oom_event(api, self.container_id, state, OOM_EVENT_GRACE_SECS))
+                              lambda: "oom" in seen)
         except docker.errors.NotFound:
             raise LaunchUnknown("container vanished") from None
         except _NO_ANSWER as exc:
