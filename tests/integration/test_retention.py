@@ -53,6 +53,13 @@ def run_jobs(pool: Pool, n: int) -> list[str]:
     return ids
 
 
+def settled(pool: Pool, raw: redis.Redis) -> bool:
+    """No job queued or running, and no RQ delivery in flight."""
+    counts = pool.stats()["counts"]
+    return counts["queued"] + counts["running"] == 0 and not any(
+        key_kinds(raw)[kind] for kind in ("rq:wip", "rq:execution", "rq:executions"))
+
+
 def retained(pool: Pool) -> dict[str, int]:
     return {s: pool.client.zcard(pool.keys.state_index(s)) for s in ("succeeded", "failed", "cancelled")}
 
@@ -64,12 +71,14 @@ def test_the_supervisor_prunes_past_the_caps_and_the_keyspace_stays_flat(
     spawn(**SUB, **CAPS)
     spawn("jobpool.cli", ("supervisor",), **SUB, **CAPS)
     first = run_jobs(pool, 30)
-    eventually(lambda: retained(pool) == {"succeeded": 4, "failed": 2, "cancelled": 1}, timeout=20,
-               message="retention not reached")
-    before = key_kinds(raw)
+    caps = {"succeeded": 4, "failed": 2, "cancelled": 1}
+    # Counted once every job has ended and its delivery is over: the caps can be reached while the last
+    # jobs still run, and RQ's records of a delivery in flight (its hash, execution, wip) are no growth.
+    before = eventually(lambda: retained(pool) == caps and settled(pool, raw) and key_kinds(raw), timeout=20,
+                        message="retention not reached")
     second = run_jobs(pool, 30)
-    eventually(lambda: retained(pool) == {"succeeded": 4, "failed": 2, "cancelled": 1}, timeout=20)
-    after = eventually(lambda: (k := key_kinds(raw)) == before and k, timeout=20,
+    after = eventually(lambda: retained(pool) == caps and settled(pool, raw)
+                       and (k := key_kinds(raw)) == before and k, timeout=20,
                        message=f"the keyspace grew: {before} -> {key_kinds(raw)}")
     # Seven rows are kept, and RQ keeps nothing of a job whose row is gone: RQ's record of a delivered job
     # went when it ended; a job cancelled while queued was never delivered, its record goes with its row.
