@@ -74,10 +74,11 @@ class Evidence:
         self._started_key = StartedJobRegistry.key_template.format(pool.keys.rq_queue_name)
         self._sort_ro = True  # until the server says it has no SORT_RO (Redis < 7)
         self._redis_lost = False
-        #: Unclaimed ids RQ holds as taken (intermediate list, started registry): since when this supervisor
-        #: has seen them so. A delivery stuck there (its worker died, or Redis rolled back under it) is only
-        #: cleared by RQ's maintenance, minutes later; past the claim grace the sweep dispatches it again.
-        self._taken_since: dict[str, float] = {}
+        #: Unclaimed (id, attempt)s RQ holds as taken (intermediate list, started registry): since when this
+        #: supervisor has seen them so. A delivery stuck there (its worker died, or Redis rolled back under
+        #: it) is only cleared by RQ's maintenance, minutes later; past the claim grace the sweep dispatches
+        #: it again.
+        self._taken_since: dict[tuple[str, int], float] = {}
         self._redis_back_at: float | None = None
 
     def read(self, job_ids: Iterable[str] | None = None, evict_stale: bool = False) -> Snapshot:
@@ -116,7 +117,8 @@ class Evidence:
             boot = boots.get(row.get("owner_boot") or "")
             snaps[job_id] = RowSnapshot.from_row(row, self.settings.executor, boot)
         rows_out = [snaps[job_id] for job_id in brief if job_id in snaps]
-        dispatch = self._dispatch_facts({r.id: r.affinity_queue for r in rows_out if not r.claimed}, now_ms)
+        unclaimed = {r.id: (r.affinity_queue, r.attempt) for r in rows_out if not r.claimed}
+        dispatch = self._dispatch_facts(unclaimed, now_ms)
         return Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch, ghosts,
                         self._live_leases(list(ghosts)))
 
@@ -278,14 +280,18 @@ class Evidence:
         return {boot: {"executor": v[0], "daemon_id": v[1]} for boot, v in zip(owners, replies, strict=True)
                 if isinstance(v, list)}
 
-    def _dispatch_facts(self, routes: Mapping[str, str], now_ms: int) -> dict[str, DispatchFacts]:
+    def _dispatch_facts(self, routes: Mapping[str, tuple[str, int]], now_ms: int) -> dict[str, DispatchFacts]:
         """Whether RQ still holds each unclaimed id (`routes`: id -> the RQ list its row was pushed on, ''
-        for the pool's; a daemon's own queue for a checkpoint affinity): that queue, its intermediate list
-        (taken by a worker that has not started it), or its started registry with an unexpired entry."""
+        for the pool's; a daemon's own queue for a checkpoint affinity, and the row's attempt): that queue,
+        its intermediate list (taken by a worker that has not started it), or its started registry with an
+        unexpired entry. How long it has been seen taken is counted per attempt: a dispatch made again (a new
+        attempt) gets a claim grace of its own, though an older delivery's entry may linger in the
+        intermediate list (RQ clears it only minutes later) and keep the id "taken" throughout; counted per
+        id, every sweep would dispatch it again before any worker could claim it."""
         if not routes:
             return {}
         k = self.pool.keys
-        queue_of = {job_id: q or k.rq_queue for job_id, q in routes.items()}
+        queue_of = {job_id: q or k.rq_queue for job_id, (q, _) in routes.items()}
         started_keys = sorted({self._started_key, *(StartedJobRegistry.key_template.format(
             q[len(RQ_QUEUE_PREFIX):]) for q in queue_of.values() if q != k.rq_queue)})
         pipe = self.pool.client.pipeline(transaction=False)
@@ -302,10 +308,10 @@ class Evidence:
         for i, job_id in enumerate(queue_of):
             f = DispatchFacts(positions[2 * i] is not None, positions[2 * i + 1] is not None, job_id in live)
             if f.taken:
-                since = self._taken_since.setdefault(job_id, time.monotonic())
+                since = self._taken_since.setdefault((job_id, routes[job_id][1]), time.monotonic())
                 f = dataclasses.replace(f, taken_secs=time.monotonic() - since)
             facts[job_id] = f
-        # Forget what is no longer taken and unclaimed (claimed, ended, or back on the queue).
-        keep = {job_id for job_id, f in facts.items() if f.taken}
+        # Forget what is no longer taken and unclaimed (claimed, ended, back on the queue, a later attempt).
+        keep = {(job_id, routes[job_id][1]) for job_id, f in facts.items() if f.taken}
         self._taken_since = {k: v for k, v in self._taken_since.items() if k in keep}
         return facts

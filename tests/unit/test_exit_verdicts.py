@@ -141,6 +141,33 @@ def test_a_lost_dispatch_is_redispatched_and_stays_running(backend: Backend) -> 
     assert pool.get(job.id).attempt == snap.attempt + 1
 
 
+def test_a_dispatch_made_again_gets_a_claim_grace_of_its_own_despite_a_lingering_older_delivery(
+        backend: Backend) -> None:
+    """A worker took the delivery and died: its entry lingers in RQ's intermediate list for minutes. Past the
+    claim grace the sweep dispatches a new attempt; a worker takes that one at once, and the next sweep must
+    give it time to claim (counted per attempt), not dispatch again while the old entry still shows the id
+    taken. Counted per id, it dispatched every sweep (seen in the soak: 2,274 attempts, none claimed)."""
+    from jobpool.supervisor import ContainerProber, Supervisor
+
+    pool = backend.pool(max_concurrent_jobs=1, claim_grace_secs=5)
+    job = enqueue(pool)
+    k = pool.keys
+    assert backend.client.lmove(k.rq_queue, k.rq_intermediate, "RIGHT", "LEFT") in (job.id, job.id.encode())
+    sup = Supervisor(pool, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))
+    try:
+        assert sup.sweep().decisions[0].verdict.kind is Kind.KEEP, "taken moments ago: within the grace"
+        sup.evidence._taken_since = {key: at - 60 for key, at in sup.evidence._taken_since.items()}
+        assert sup.sweep().decisions[0].verdict.kind is Kind.REDISPATCH, "held for a minute: lost"
+        assert pool.get(job.id).attempt == 2
+        backend.client.lmove(k.rq_queue, k.rq_intermediate, "RIGHT", "LEFT")  # a worker takes attempt 2
+        assert pool.client.lrange(k.rq_intermediate, 0, -1) == [job.id] * 2
+        decision = sup.sweep().decisions[0]
+        assert decision.verdict.kind is Kind.KEEP, decision
+        assert pool.get(job.id).attempt == 2, "the worker that took attempt 2 can still claim it"
+    finally:
+        sup.close()
+
+
 # ---- the worker: finish.lua ----------------------------------------------------------------------------
 
 
