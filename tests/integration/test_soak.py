@@ -12,8 +12,20 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from soak import FAULTS, run_soak  # noqa: E402
+from soak import FAULTS, Figures, run_soak  # noqa: E402
 from soak_faults import HOST_FAULTS  # noqa: E402
+
+
+def assert_the_zeros(figures: Figures, jobs: int) -> None:
+    """The promises: every job accounted for, the daemons sampled throughout, and every zero held."""
+    assert figures.samples > 50, "the daemons were sampled throughout"
+    assert figures.lost == 0, figures.line()
+    assert figures.over_limit_instants == 0, (figures.line(), figures.findings)
+    assert not figures.double_container_jobs, (figures.line(), figures.findings)
+    assert figures.stuck == 0, figures.line()
+    assert figures.illegal_transitions == 0, figures.line()
+    assert figures.events_unseen == 0, figures.line()
+    assert figures.jobs >= jobs and sum(figures.outcomes.values()) == figures.jobs
 
 
 @pytest.mark.slow
@@ -26,14 +38,7 @@ def test_soak_keeps_every_promise_under_faults(redis_server, docker_daemon) -> N
     print(figures.line())
     assert {k for k, n in figures.faults.items() if n >= 2} == set(FAULTS), figures.line()
     assert figures.rolled_back_events > 0, "a Redis rollback took back transitions"
-    assert figures.samples > 50, "the daemons were sampled throughout"
-    assert figures.lost == 0, figures.line()
-    assert figures.over_limit_instants == 0, (figures.line(), figures.findings)
-    assert not figures.double_container_jobs, (figures.line(), figures.findings)
-    assert figures.stuck == 0, figures.line()
-    assert figures.illegal_transitions == 0, figures.line()
-    assert figures.events_unseen == 0, figures.line()
-    assert figures.jobs >= 20 and sum(figures.outcomes.values()) == figures.jobs
+    assert_the_zeros(figures, jobs=20)
     # Retention ran under the faults: most finished rows went, each accounted for by a prune event, and the
     # keyspace was flat at the caps.
     assert sum(figures.pruned.values()) >= figures.jobs // 2, figures.line()
@@ -55,11 +60,4 @@ def test_soak_over_three_daemons_keeps_every_promise_under_host_faults(redis_ser
                        faults=kinds, daemons=3)
     print(figures.line())
     assert {k for k, n in figures.faults.items() if n >= 2} == set(kinds), figures.line()
-    assert figures.samples > 50, "the daemons were sampled throughout"
-    assert figures.lost == 0, figures.line()
-    assert figures.over_limit_instants == 0, (figures.line(), figures.findings)
-    assert not figures.double_container_jobs, (figures.line(), figures.findings)
-    assert figures.stuck == 0, figures.line()
-    assert figures.illegal_transitions == 0, figures.line()
-    assert figures.events_unseen == 0, figures.line()
-    assert figures.jobs >= 20 and sum(figures.outcomes.values()) == figures.jobs
+    assert_the_zeros(figures, jobs=20)
