@@ -101,6 +101,10 @@ class Settings:
     inventory_stale_secs: float = 30.0
     #: Host directories under which job specs may bind-mount; none by default.
     bind_roots: tuple[str, ...] = field(default_factory=tuple)
+    #: A directory every Docker host sees at this same path on shared storage (NFS and the like) under which
+    #: each job's checkpoint is kept (`<root>/<pool>/<job id>`, bind-mounted); '' = a Docker volume on the
+    #: daemon that ran the attempt, which then gets the job's next attempt ("Checkpoint affinity").
+    checkpoint_root: str = ""
     #: Where the subprocess executor keeps checkpoints and `jobpool up` keeps its Redis.
     state_dir: str = ".jobpool"
     #: The secret that turns the dashboard's actions on (jobpool/dashboard/auth.py); empty = read-only.
@@ -140,6 +144,9 @@ class Settings:
         for root in self.bind_roots:
             if not os.path.isabs(root):
                 raise ConfigError(f"JOBPOOL_BIND_ROOTS: {root!r} is not an absolute path")
+        if self.checkpoint_root and (not os.path.isabs(self.checkpoint_root) or ":" in self.checkpoint_root):
+            raise ConfigError(f"JOBPOOL_CHECKPOINT_ROOT: {self.checkpoint_root!r} is not an absolute path "
+                              "(without ':')")
         _check_token(self.dashboard_token)
         _check_metrics(self.metrics_port, self.metrics_host)
 
@@ -154,14 +161,14 @@ class Settings:
             found = _url_from_up_state(env.get("JOBPOOL_STATE_DIR") or cls.state_dir)
             if found:
                 values["redis_url"] = found
-        if "JOBPOOL_POOL" in env:
-            values["pool"] = env["JOBPOOL_POOL"]
-        if "JOBPOOL_EXECUTOR" in env:
-            values["executor"] = env["JOBPOOL_EXECUTOR"]
-        if "JOBPOOL_STATE_DIR" in env:
-            values["state_dir"] = env["JOBPOOL_STATE_DIR"]
-        if env.get("JOBPOOL_DASHBOARD_TOKEN"):
-            values["dashboard_token"] = env["JOBPOOL_DASHBOARD_TOKEN"]
+        for name, var in (("pool", "JOBPOOL_POOL"), ("executor", "JOBPOOL_EXECUTOR"),
+                          ("state_dir", "JOBPOOL_STATE_DIR")):
+            if var in env:  # set, even empty: validated as given
+                values[name] = env[var]
+        for name, var in (("dashboard_token", "JOBPOOL_DASHBOARD_TOKEN"),
+                          ("checkpoint_root", "JOBPOOL_CHECKPOINT_ROOT")):
+            if env.get(var):  # empty means unset
+                values[name] = env[var]
         values.update(_metrics_from_env(env))
         if env.get("JOBPOOL_BIND_ROOTS"):
             values["bind_roots"] = tuple(r for r in env["JOBPOOL_BIND_ROOTS"].split(":") if r)

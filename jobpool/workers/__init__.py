@@ -85,7 +85,8 @@ def finished_container_remover(settings: Settings, daemon_id: str, api_version: 
 
     def remove(container_id: str, pool: str, job_id: str) -> None:
         if not made:
-            made.append(DockerExecutor(daemon_id=daemon_id, api_version=api_version))
+            made.append(DockerExecutor(daemon_id=daemon_id, api_version=api_version,
+                                       checkpoint_root=settings.checkpoint_root))
         executor = made[0]
         if remove_container(executor.client.api, container_id) and job_id:
             executor.remove_checkpoint(pool, job_id)  # the job ended: its checkpoint goes too

@@ -85,8 +85,15 @@ class Attempt:
         reply = self.pool.run("set_container", self._keys(),
                               [self.boot_id, self.attempt, container_id, daemon_id,
                                json.dumps(identity, sort_keys=True) if identity else "", self._lease_ms,
-                               self.pool.keys.daemon_queue(daemon_id) if daemon_id else ""])
+                               self._affinity_queue(daemon_id)])
         return Requests(reply[1] == "1", reply[2] == "1")
+
+    def _affinity_queue(self, daemon_id: str) -> str:
+        """The daemon's queue, where a handback of this job goes next (its checkpoint is on that daemon);
+        none when checkpoints are on storage every host shares (Settings.checkpoint_root)."""
+        if not daemon_id or self.pool.settings.checkpoint_root:
+            return ""
+        return self.pool.keys.daemon_queue(daemon_id)
 
     def finish(self, kind: str, exit_code: int | None = None, reason: str = "",
                log_tail: bytes | str = b"", evidence: str = "") -> str:

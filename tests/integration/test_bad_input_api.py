@@ -209,6 +209,7 @@ FROM_URL = [
     (None, "p", {"lease_secs": 1.0}, "JOBPOOL_LEASE_SECS"),
     (None, "p", {"executor": "podman"}, "JOBPOOL_EXECUTOR"),
     (None, "p", {"bind_roots": ("relative",)}, "JOBPOOL_BIND_ROOTS"),
+    (None, "p", {"checkpoint_root": "relative/dir"}, "JOBPOOL_CHECKPOINT_ROOT"),
     (None, "p", {"metrics_port": 0}, "JOBPOOL_METRICS_PORT"),
     (None, "p", {"metrics_port": "9100"}, "JOBPOOL_METRICS_PORT"),
     (None, "p", {"metrics_port": True}, "JOBPOOL_METRICS_PORT"),

@@ -17,6 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 from bad_input import cli, one_line_error
+from constants import IMAGE
 from polling import eventually
 from procs import JobpoolProcess, other_boot
 from servers import DockerDaemon, daemon_identity
@@ -313,3 +314,31 @@ def test_a_reboot_that_leaves_its_containers_ended_recovers_their_jobs_as_host_r
     back = [e for e in pool.events(job_id) if (e["from"], e["to"]) == ("running", "queued")]
     assert back and back[0]["reason"] == "host_rebooted", back
     assert "booted" in back[0]["evidence"], back
+
+
+def test_with_a_shared_checkpoint_root_a_paused_job_resumes_on_any_daemon_with_its_checkpoint(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess],
+        tmp_path: Path) -> None:
+    """JOBPOOL_CHECKPOINT_ROOT: checkpoints on storage every host sees at one path (here one directory of
+    this machine, which all three daemons share). No affinity is recorded, the next attempt runs wherever a
+    worker is free, and it finds the checkpoint there; the directory goes when the job ends."""
+    d1, d2, _ = three
+    root = tmp_path / "shared-checkpoints"
+    pool.set_slots(1)
+    w2 = spawn(DOCKER_HOST=d2, JOBPOOL_CHECKPOINT_ROOT=str(root))
+    job_id = pool.enqueue(IMAGE, CHECKPOINTING).id
+    eventually(lambda: live_on(d2, job_id), timeout=30, message="running on daemon 2")
+    pool.pause(job_id)
+    paused = eventually(lambda: (j := pool.get(job_id)).state is JobState.PAUSED and j, timeout=30,
+                        message="checkpointed and paused")
+    assert paused.affinity == "", "no daemon holds its checkpoint"
+    assert (root / pool.keys.pool / job_id / "step").read_text().strip() == "1"
+    w2.kill_with_children()
+    spawn(DOCKER_HOST=d1, JOBPOOL_CHECKPOINT_ROOT=str(root))
+    pool.resume(job_id)
+    done = eventually(lambda: (j := pool.get(job_id)).state is JobState.SUCCEEDED and j, timeout=40,
+                      message="resumed on daemon 1")
+    assert done.attempt == 2 and "resumed from checkpoint" in pool.logs(job_id)
+    assert done.daemon_id == daemon_identity(d1)
+    eventually(lambda: not (root / pool.keys.pool / job_id).exists(), timeout=20,
+               message="the checkpoint directory removed once the job ended")

@@ -14,7 +14,8 @@ def make_executor(settings: Settings, daemon_id: str = "", api_version: str | No
         return SubprocessExecutor(settings.state_dir)
     from .docker import DockerExecutor
 
-    return DockerExecutor(daemon_id=daemon_id, api_version=api_version)
+    return DockerExecutor(daemon_id=daemon_id, api_version=api_version,
+                          checkpoint_root=settings.checkpoint_root)
 
 
 __all__ = ["Executor", "Handle", "Launch", "LaunchError", "LaunchUnknown", "make_executor"]

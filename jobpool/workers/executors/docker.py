@@ -2,7 +2,8 @@
 
 Containers are not auto-removed, so an exit code outlives the worker that watched it; the container is
 removed only after `finish` has recorded it (by the worker's main process, off the handoff path:
-workers/cleanup.py). Each job has one checkpoint volume shared by its attempts.
+workers/cleanup.py). Each job has one checkpoint volume shared by its attempts, or, with a checkpoint root on
+storage every host shares (Settings.checkpoint_root), one directory there.
 
 Everything here uses the SDK's low-level client by container id: the high-level `containers.create` reads
 every container back with a second request (an inspect) that a launch does not need.
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import struct
 import time
 from collections.abc import Iterator
@@ -217,12 +220,22 @@ class DockerExecutor:
     name = "docker"
 
     def __init__(self, client: docker.DockerClient | None = None, daemon_id: str = "",
-                 api_version: str | None = None) -> None:
+                 api_version: str | None = None, checkpoint_root: str = "") -> None:
         # A known API version skips the per-client GET /version (a fifth of a handoff); proxies from the
         # environment never apply to the daemon's socket, and reading them costs every request.
         self.client = client or docker.from_env(version=api_version or "auto")
         self.client.api.trust_env = False
         self._daemon_id: str | None = daemon_id or None
+        #: Settings.checkpoint_root: checkpoints on storage every host shares, so no daemon holds them.
+        self.checkpoint_root = checkpoint_root
+
+    @property
+    def checkpoint_shared(self) -> bool:
+        """Whether any daemon can run the next attempt with the checkpoint (no affinity is recorded)."""
+        return bool(self.checkpoint_root)
+
+    def checkpoint_path(self, pool: str, job_id: str) -> str:
+        return os.path.join(self.checkpoint_root, pool, job_id)
 
     @property
     def api_version(self) -> str:
@@ -235,9 +248,14 @@ class DockerExecutor:
             self._daemon_id = daemonid.establish(self.client)
         return self._daemon_id
 
-    @staticmethod
-    def _checkpoint_mount(launch: Launch) -> docker.types.Mount:
-        """The job's checkpoint volume, created by the container create itself when it is not there yet."""
+    def _checkpoint_mount(self, launch: Launch) -> docker.types.Mount:
+        """The job's checkpoint volume, created by the container create itself when it is not there yet; or,
+        under a shared checkpoint root, its directory there, made here first (Docker refuses to bind a path
+        that does not exist). The root is the same path on every host and in this worker's filesystem."""
+        if self.checkpoint_root:
+            path = self.checkpoint_path(launch.pool, launch.job_id)
+            os.makedirs(path, exist_ok=True)
+            return docker.types.Mount(CONTAINER_CHECKPOINT_DIR, path, type="bind")
         return docker.types.Mount(CONTAINER_CHECKPOINT_DIR, checkpoint_volume(launch.pool, launch.job_id),
                                   type="volume", labels={LABEL_POOL: launch.pool, LABEL_JOB: launch.job_id})
 
@@ -343,6 +361,9 @@ class DockerExecutor:
         return DockerHandle(self.client, str(container.id), self.daemon_id())
 
     def remove_checkpoint(self, pool: str, job_id: str) -> None:
+        if self.checkpoint_root:
+            shutil.rmtree(self.checkpoint_path(pool, job_id), ignore_errors=True)
+            return
         try:
             self.client.api.remove_volume(checkpoint_volume(pool, job_id), force=True)
         except docker.errors.NotFound:
