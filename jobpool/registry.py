@@ -114,7 +114,8 @@ def call_redis(fn: Callable[..., Any], /, *args: Any, what: str | None = None, *
 
 
 #: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
-SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template}
+SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,
+                                                   "reconcile_apply": rqjob.lua_template}
 
 
 def script_text(name: str) -> str:

@@ -422,6 +422,27 @@ def test_reconcile_redispatch_pushes_a_new_attempt_and_keeps_the_slot(backend: B
     Attempt(pool, job.id, "boot-a", 3).claim()
 
 
+@pytest.mark.parametrize("lost", ["whole", "all but the fields promotion writes"])
+def test_a_redispatch_writes_rqs_record_whole_again_if_it_was_lost(backend: Backend, lost: str) -> None:
+    """RQ skips, in silence, an entry whose record has no `data` (it leaves it in its intermediate list): a
+    record deleted as an old delivery ended, under a row a Redis rollback then restored, made every dispatch
+    of that job vanish unclaimed (seen in the soak). The redispatch writes it whole, as enqueue does."""
+    from rq.job import Job as RQJob
+    from rq.serializers import JSONSerializer
+
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool)
+    whole = rq_hash(backend, pool, job.id)
+    backend.client.delete(pool.keys.rq_job(job.id))
+    if lost != "whole":
+        backend.client.hset(pool.keys.rq_job(job.id), mapping={"status": "queued", "origin": "x"})
+    assert reconcile(pool, job.id, "redispatch") == [0, "running", 0, "none"]
+    again = rq_hash(backend, pool, job.id)
+    assert again[b"data"] == whole[b"data"] and again[b"description"] == whole[b"description"]
+    fetched = RQJob.fetch(job.id, connection=backend.raw, serializer=JSONSerializer)
+    assert fetched.origin == pool.keys.rq_queue_name and fetched.meta == {"jobpool_attempt": 2}
+
+
 def test_reconcile_refuses_a_bad_verdict_and_redispatch_of_a_claimed_job(backend: Backend) -> None:
     pool = backend.pool()
     job = enqueue(pool)
