@@ -31,6 +31,7 @@ eviction). See docs/architecture.md ("The daemon's identity").
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from typing import Any
 
@@ -44,6 +45,11 @@ DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 class IdentityUnavailable(Exception):
     """The daemon's identity cannot be established; `str()` says why."""
+
+
+#: An identity as `establish` makes it, exactly: the prefix, the identity volume's uuid (hex), '@', the
+#: host's kernel boot id. What an operator types for one (jobpool/daemons.py) must match it whole.
+IDENTITY = re.compile(re.escape(PREFIX) + r"[0-9a-f]{32}@[0-9A-Za-z-]{1,64}")
 
 
 def is_identity(value: str) -> bool:

@@ -14,15 +14,12 @@ truly gone.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from . import errors
 from .api import Pool
+from .daemonid import IDENTITY
 from .registry import call_redis
-
-#: A daemon identity as jobpool/daemonid.py makes it: `jpd1:<uuid hex>@<kernel boot id>`.
-IDENTITY = re.compile(r"jpd1:[0-9a-f]{32}@[0-9A-Za-z-]{1,64}")
 
 
 def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str = "") -> int:
