@@ -7,6 +7,11 @@ just promoted waited for it. So the horse hands the removal to its worker's main
 the horse inherits, and exits; a thread of the main process removes it while the worker already takes and
 launches the next job.
 
+The thread removes a container only once the worker has handed its next job to a horse (`launched`), or
+after `HOLD_MAX_SECS` when no job comes: a removal is a few milliseconds of docker-py's Python, and run
+while the main process itself works between two jobs it took the GIL from it at each of its Redis round
+trips (bench/handoff_trace.py: 10-20 ms added to the path from a container's exit to the next create).
+
 Only what `finish` recorded is handed over, so a container is never removed before its exit is in Redis
 (the supervisor judges an exited container whose exit was not recorded: docs/architecture.md, "Workers").
 A removal that fails, or that dies with the worker before it ran, leaves an exited container of an ended
@@ -24,6 +29,8 @@ log = logging.getLogger("jobpool.worker")
 
 #: How long a stopping worker waits for the removals handed to it.
 STOP_WAIT_SECS = 10.0
+#: How long a removal waits for the worker's next launch before it goes ahead (the worker is idle).
+HOLD_MAX_SECS = 1.0
 _STOP = b"stop\n"
 
 
@@ -38,6 +45,10 @@ class Cleaner:
         # A horse never blocks on a full pipe (a main process stuck on an unanswering daemon): `hand_off`
         # then says no and the horse removes its container itself.
         os.set_blocking(self._write, False)
+        #: Counts the worker's launches (`launched`); a removal waits for the next one.
+        self._launches = 0
+        self._stopping = False
+        self._turn = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="jobpool-cleanup", daemon=True)
         self._thread.start()
 
@@ -49,6 +60,13 @@ class Cleaner:
             return os.write(self._write, line) == len(line)
         except OSError:  # full (EAGAIN), or the main process is gone
             return False
+
+    def launched(self) -> None:
+        """Called by the worker once it handed a job to a horse: the removals waiting may go now (the main
+        process waits for its horse, idle)."""
+        with self._turn:
+            self._launches += 1
+            self._turn.notify_all()
 
     def _run(self) -> None:
         buf = b""
@@ -65,6 +83,9 @@ class Cleaner:
                     self._one(line)
 
     def _one(self, line: bytes) -> None:
+        with self._turn:  # read as the horse wrote it, so before the worker's next launch
+            seen = self._launches
+            self._turn.wait_for(lambda: self._launches != seen or self._stopping, HOLD_MAX_SECS)
         try:
             container_id, pool, job_id = line.decode().split("\t")
             self._remove(container_id, pool, job_id)
@@ -73,6 +94,9 @@ class Cleaner:
 
     def stop(self, timeout: float = STOP_WAIT_SECS) -> None:
         """Finish the removals handed over so far (at most `timeout` seconds), then end the thread."""
+        with self._turn:
+            self._stopping = True
+            self._turn.notify_all()
         try:
             os.write(self._write, _STOP)
         except OSError:  # full: its thread is stuck on an unanswering daemon

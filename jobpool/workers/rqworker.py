@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import redis
-from rq import Queue, Worker
+from rq import Queue
 from rq.exceptions import DequeueTimeout, StopRequested
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
@@ -25,6 +25,7 @@ from .. import redisurl
 from ..errors import JobpoolError
 from ..keys import worker_name
 from .boot import Boot
+from .horses import HorseWorker
 from .outage import Backoff, OutageError, is_transient
 from .runtime import DRAIN_SIGNAL, Runtime
 
@@ -82,7 +83,7 @@ class _Queue(Queue):
                 continue
 
 
-class JobpoolWorker(Worker):
+class JobpoolWorker(HorseWorker):
     def __init__(self, runtime: Runtime, boot: Boot, **kwargs: Any) -> None:
         pool = runtime.pool
         # The daemon's own queue first (routed adoption requests: supervisor/adoption.py), the pool's last.
@@ -171,7 +172,9 @@ class JobpoolWorker(Worker):
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
         """RQ's dequeue, retried with backoff while Redis cannot serve it (RQ's loop would end on any error
-        but a dropped connection), and past junk on the queue (see `_dequeue`)."""
+        but a dropped connection), and past junk on the queue (see `_dequeue`). A standby horse is forked
+        first if there is none (the first job, or after one died)."""
+        self.have_standby()
         backoff = Backoff()
         while True:
             try:
@@ -293,6 +296,7 @@ class JobpoolWorker(Worker):
         self._best_effort("RQ's registry maintenance", super().run_maintenance_tasks)
 
     def teardown(self) -> None:
+        self.close_standby()
         self._best_effort("the worker's RQ deregistration", super().teardown)
 
     def _best_effort(self, what: str, call: Any, *args: Any) -> None:
@@ -328,6 +332,8 @@ class JobpoolWorker(Worker):
                 self.outage.failed("preparing a job", exc)
                 backoff.sleep()
         self.fork_work_horse(job, queue)
+        if self.runtime.cleaner is not None:
+            self.runtime.cleaner.launched()
         try:
             self.monitor_work_horse(job, queue)
         except Exception as exc:
@@ -339,6 +345,13 @@ class JobpoolWorker(Worker):
         self.set_state(WorkerStatus.IDLE)
         if self._drain_kill_at is not None and self._still_ours(job.id):
             self.left_running += 1
+
+    def standby_wanted(self) -> bool:
+        return not self.stop_asked and super().standby_wanted()
+
+    def warm_horse(self) -> None:
+        super().warm_horse()
+        self.runtime.pool.client.ping()
 
     def _still_ours(self, job_id: str) -> bool:
         try:

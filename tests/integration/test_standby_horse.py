@@ -1,0 +1,109 @@
+"""The standby horse (jobpool/workers/horses.py): a worker keeps one horse forked ahead of its next job, the
+job runs in it, the next one is forked meanwhile; a standby never outlives its worker (stopped or
+SIGKILLed), and one that died is replaced by RQ's own fork. And RQ's record of an ended delivery goes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from constants import SUB
+from polling import eventually
+from procs import children
+
+from jobpool import JobState, Pool
+
+
+def state_of(pid: int) -> str:
+    """The kernel's state letter of `pid` ('' once it is gone and reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return ""
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie left to whichever process adopted it."""
+    return state_of(pid) in ("", "Z")
+
+
+def one_standby(worker_pid: int) -> int:
+    """The worker's only child once it is idle: its standby horse."""
+    kids = eventually(lambda: len(children(worker_pid)) == 1 and children(worker_pid), timeout=20,
+                      message="the idle worker has one child, its standby horse")
+    return kids[0]
+
+
+def gated(pool: Pool, tmp_path: Path) -> tuple[str, Path]:
+    """A job that runs until `go` exists: its id and that path."""
+    go = tmp_path / "go"
+    job = pool.enqueue("ignored", ["sh", "-c", f"while [ ! -f {go} ]; do sleep 0.05; done; echo done"])
+    return job.id, go
+
+
+def test_the_job_runs_in_the_standby_and_the_next_standby_is_forked_meanwhile(
+        sub_pool: Pool, spawn, tmp_path: Path) -> None:
+    worker = spawn(**SUB)
+    standby = one_standby(worker.pid)
+    job_id, go = gated(sub_pool, tmp_path)
+
+    eventually(lambda: sub_pool.get(job_id).identity, timeout=20, message="the job was launched")
+    # The job's process is a child of the horse that was waiting before the job was enqueued.
+    eventually(lambda: children(standby), timeout=10, message="the job's process runs under the standby")
+    kids = eventually(lambda: len(children(worker.pid)) == 2 and children(worker.pid), timeout=10,
+                      message="a new standby forked while the job runs")
+    assert standby in kids
+    (nxt,) = [k for k in kids if k != standby]
+    assert not children(nxt), "the new standby waits, running nothing"
+
+    go.touch()
+    assert sub_pool.wait(job_id, timeout=30).state is JobState.SUCCEEDED
+    eventually(lambda: children(worker.pid) == [nxt], timeout=10,
+               message="the horse that ran the job exited and was reaped; the new standby waits")
+    assert exited(standby)
+
+
+def test_rqs_record_of_an_ended_delivery_is_deleted(sub_pool: Pool, spawn) -> None:
+    job = sub_pool.enqueue("ignored", ["true"])
+    spawn(**SUB)
+    assert sub_pool.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    c = sub_pool.client
+    started = f"rq:wip:{sub_pool.keys.rq_queue_name}"
+
+    def gone() -> bool:
+        return (not c.exists(sub_pool.keys.rq_job(job.id), f"rq:executions:{job.id}")
+                and not list(c.scan_iter(match=f"rq:execution:{job.id}:*"))
+                and not [m for m in c.zrange(started, 0, -1) if m.startswith(job.id)])
+
+    eventually(gone, timeout=10, message="RQ's job hash, executions and started entry deleted")
+
+
+def test_a_stopped_worker_leaves_no_standby(sub_pool: Pool, spawn) -> None:
+    worker = spawn(**SUB)
+    standby = one_standby(worker.pid)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    assert state_of(standby) == "", "the worker waited for its standby (reaped, not left a zombie)"
+
+
+def test_a_sigkilled_workers_standby_exits_by_itself(sub_pool: Pool, spawn) -> None:
+    worker = spawn(**SUB)
+    standby = one_standby(worker.pid)
+    worker.signal(signal.SIGKILL)
+    worker.wait(10)
+    eventually(lambda: exited(standby), timeout=10, message="the standby read the end of its pipe and exited")
+
+
+def test_a_dead_standby_is_replaced_by_rqs_fork(sub_pool: Pool, spawn, tmp_path: Path) -> None:
+    worker = spawn(**SUB)
+    standby = one_standby(worker.pid)
+    os.kill(standby, signal.SIGKILL)
+    eventually(lambda: state_of(standby) == "Z", timeout=10, message="the standby died")
+    job_id, go = gated(sub_pool, tmp_path)
+    go.touch()
+    assert sub_pool.wait(job_id, timeout=30).state is JobState.SUCCEEDED
+    eventually(lambda: state_of(standby) == "", timeout=10, message="the dead standby was reaped")
+    fresh = one_standby(worker.pid)
+    assert fresh != standby
+    assert worker.proc.poll() is None
