@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -52,30 +53,35 @@ CLOSE_WAIT_SECS = 2.0
 
 
 class Standby:
-    """One forked standby horse, seen from the worker: its pid and the write end of its pipe."""
+    """One forked standby horse, seen from the worker: its pid, the write end of its pipe, and the read end of
+    the pipe on which, as a horse, it says it is done (`done_fd`)."""
 
-    def __init__(self, pid: int, write_fd: int) -> None:
+    def __init__(self, pid: int, write_fd: int, done_fd: int) -> None:
         self.pid = pid
         self._write = write_fd
+        self.done_fd = done_fd
 
     @classmethod
-    def fork(cls, become_horse: Callable[[dict[str, Any]], None], warm: Callable[[], None]) -> Standby | None:
+    def fork(cls, become_horse: Callable[[dict[str, Any], int], None],
+             warm: Callable[[], None]) -> Standby | None:
         """Fork a standby. In the child: its own process group (as RQ's horses), SIGINT ignored and SIGTERM
         deadly until it takes a job, `warm()` (connections a horse would open first), then wait; on a message,
-        `become_horse(message)` (which never returns: RQ's horse code exits the process). None when the fork
-        failed (the worker then forks per job, as RQ does)."""
+        `become_horse(message, done_write_fd)` (which never returns: RQ's horse code exits the process). None
+        when the fork failed (the worker then forks per job, as RQ does)."""
         read_fd, write_fd = os.pipe()
+        done_read, done_write = os.pipe()
         try:
             pid = os.fork()
         except OSError as exc:
             log.warning("could not fork a standby horse (%s); forking per job", exc)
-            os.close(read_fd)
-            os.close(write_fd)
+            for fd in (read_fd, write_fd, done_read, done_write):
+                os.close(fd)
             return None
         if pid == 0:  # the standby
             code = 1
             try:
                 os.close(write_fd)
+                os.close(done_read)
                 os.setpgrp()
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -85,11 +91,12 @@ class Standby:
                 if message is None:  # the worker closed the pipe: stopped, or gone
                     code = 0
                 else:
-                    become_horse(message)
+                    become_horse(message, done_write)
             finally:
                 os._exit(code)
         os.close(read_fd)
-        return cls(pid, write_fd)
+        os.close(done_write)
+        return cls(pid, write_fd, done_read)
 
     def hand(self, message: dict[str, Any]) -> bool:
         """Give the standby its job; False (and the standby reaped) when it is gone."""
@@ -103,6 +110,7 @@ class Standby:
         if written == len(data):
             return True
         self._reap(block=False)
+        os.close(self.done_fd)
         return False
 
     def close(self) -> None:
@@ -110,6 +118,7 @@ class Standby:
         if self._write >= 0:
             os.close(self._write)
             self._write = -1
+            os.close(self.done_fd)
         deadline = time.monotonic() + CLOSE_WAIT_SECS
         while not self._reap(block=False):
             if time.monotonic() >= deadline:
@@ -126,6 +135,11 @@ class Standby:
         except ChildProcessError:
             return True
         return pid == self.pid
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def _read_message(fd: int) -> dict[str, Any] | None:
@@ -150,6 +164,11 @@ class HorseWorker(Worker):
         super().__init__(*args, **kwargs)
         #: The horse forked ahead for the next job.
         self._standby: Standby | None = None
+        #: The worker's end of the pipe on which its current horse, a standby that took the job, says it is
+        #: done (-1: a horse of RQ's own fork, waited for by its exit alone).
+        self._horse_done = -1
+        #: The horse's end of that pipe (in a horse).
+        self._done_write = -1
 
     def standby_wanted(self) -> bool:
         """Whether to fork a standby now: not once the worker is stopping."""
@@ -180,6 +199,7 @@ class HorseWorker(Worker):
             os.environ["RQ_WORKER_ID"] = self.name
             os.environ["RQ_JOB_ID"] = job.id
             self._horse_pid = standby.pid
+            self._horse_done = standby.done_fd
             self.procline(f"Handed to standby {standby.pid} at {time.time()}")
         else:
             if standby is not None:
@@ -187,9 +207,35 @@ class HorseWorker(Worker):
             super().fork_work_horse(job, queue)
         self.have_standby()
 
-    def _become_horse(self, message: dict[str, Any]) -> None:
+    def wait_for_horse(self) -> tuple[int | None, int | None, Any]:
+        """The horse's end: as RQ waits for it, except that a standby that took the job says when it is done,
+        and its exit (the kernel freeing what the horse touched: 3-7 ms, bench/handoff_trace.py) is not waited
+        for: a thread reaps it. A horse that ends without saying so (killed, or RQ's
+        horse code failed) closes the pipe: then its exit is waited for, and read, as RQ does."""
+        if self._horse_done >= 0:
+            # An exception out of the read (RQ's death penalty, every second) leaves it for the next call.
+            said = os.read(self._horse_done, 1)
+            os.close(self._horse_done)
+            self._horse_done = -1
+            if said == b"0":
+                pid = self.horse_pid
+                threading.Thread(target=_reap, args=(pid,), name=f"jobpool-reap-{pid}", daemon=True).start()
+                return pid, 0, None
+        return super().wait_for_horse()
+
+    def perform_job(self, job: Any, queue: Any) -> bool:
+        """RQ's, then (in a standby that took the job) the word that the horse is done: RQ's horse code exits
+        0 when this returns, 1 when it raises (nothing is said then, and the worker reads the exit)."""
+        result = super().perform_job(job, queue)
+        if self._done_write >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._done_write, b"0")
+        return result
+
+    def _become_horse(self, message: dict[str, Any], done_write: int) -> None:
         """In a standby handed a job: what RQ's fork gives a horse (the job, its queue, the queues the worker
         reads now, RQ's execution record), rebuilt from the message, then RQ's own horse code."""
+        self._done_write = done_write
         os.environ["RQ_WORKER_ID"] = self.name
         os.environ["RQ_JOB_ID"] = message["job"]
         self.setup_work_horse_signals()

@@ -19,7 +19,6 @@ import redis
 from rq import Queue
 from rq.exceptions import DequeueTimeout, StopRequested
 from rq.serializers import JSONSerializer
-from rq.worker import WorkerStatus
 
 from .. import redisurl
 from ..errors import JobpoolError
@@ -33,6 +32,9 @@ log = logging.getLogger("jobpool.worker")
 
 #: How long a worker listening on its daemon's queue too blocks on the pool's queue before looking again.
 ROUTED_POLL_SECS = 1
+
+#: The least time between two of RQ's worker heartbeats sent on their own (see `JobpoolWorker.heartbeat`).
+HEARTBEAT_GAP_SECS = 1.0
 
 #: Extra time the worker gives its horse past the drain timeout to record the outcome before killing it.
 HORSE_MARGIN_SECS = 5.0
@@ -112,6 +114,7 @@ class JobpoolWorker(HorseWorker):
         self.dropped_entries = 0
         #: Held while a queue is added (by the inventory thread: `add_queue`).
         self._queues_lock = threading.Lock()
+        self._last_beat = float("-inf")
         # Ignored until the horse installs its handler, so an early drain signal cannot kill it.
         signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
 
@@ -280,6 +283,12 @@ class JobpoolWorker(HorseWorker):
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         if pipeline is not None:  # only queued: the caller's execute() meets any error
             return super().heartbeat(timeout, pipeline)
+        # RQ beats (two round trips) after each job and again as its dequeue begins, both between a slot's
+        # release and the next launch; its worker key lives `worker_ttl` + 60 s, and a dequeue blocks for
+        # less than `worker_ttl`, so one beat a second keeps it as well.
+        if timeout is None and time.monotonic() - self._last_beat < HEARTBEAT_GAP_SECS:
+            return
+        self._last_beat = time.monotonic()
         self._best_effort("the worker's RQ heartbeat", super().heartbeat, timeout)
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
@@ -290,6 +299,8 @@ class JobpoolWorker(HorseWorker):
     def set_current_job_working_time(self, working_time: float, pipeline: Any = None) -> None:
         if pipeline is not None:
             return super().set_current_job_working_time(working_time, pipeline)
+        if not working_time:
+            return  # RQ's reset as its horse ends: the next horse's preparation resets it in its own pipeline
         self._best_effort("the worker's RQ job time", super().set_current_job_working_time, working_time)
 
     def run_maintenance_tasks(self) -> None:
@@ -342,7 +353,7 @@ class JobpoolWorker(HorseWorker):
             self.outage.failed("RQ's record of a finished job", exc)
             if self.horse_pid:
                 self.wait_for_horse()  # reap it: a horse still running here is past its own handling
-        self.set_state(WorkerStatus.IDLE)
+        # RQ sets the worker idle here and again as its dequeue begins, a moment later: that one is kept.
         if self._drain_kill_at is not None and self._still_ours(job.id):
             self.left_running += 1
 

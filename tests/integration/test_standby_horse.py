@@ -107,3 +107,18 @@ def test_a_dead_standby_is_replaced_by_rqs_fork(sub_pool: Pool, spawn, tmp_path:
     fresh = one_standby(worker.pid)
     assert fresh != standby
     assert worker.proc.poll() is None
+
+
+def test_a_horse_killed_mid_job_is_read_from_its_exit_and_the_worker_goes_on(
+        sub_pool: Pool, spawn, tmp_path: Path) -> None:
+    sub_pool.set_slots(2)
+    worker = spawn(**SUB)
+    horse = one_standby(worker.pid)
+    job_id, _ = gated(sub_pool, tmp_path)
+    eventually(lambda: children(horse), timeout=20, message="the job runs under the standby")
+    os.kill(horse, signal.SIGKILL)  # it never says it is done: the worker waits for its exit, and reaps it
+    eventually(lambda: state_of(horse) == "", timeout=10, message="the killed horse was reaped")
+    nxt = sub_pool.enqueue("ignored", ["true"])
+    assert sub_pool.wait(nxt.id, timeout=30).state is JobState.SUCCEEDED
+    assert worker.proc.poll() is None
+    assert sub_pool.get(job_id).state is JobState.RUNNING, "the killed job's slot is the supervisor's to free"
