@@ -5,6 +5,9 @@
 Baselines: a bare Python interpreter (`python -c` sleeping) and RQ's own idle `rq worker` on the same Redis.
 Each process is measured (VmRSS from /proc) once it has settled: the supervisor after several sweeps over
 200 running rows, the workers after they registered and sat idle. Printed in MiB and as ratios to RQ's worker.
+An idle jobpool worker has one child, its standby horse (jobpool/workers/horses.py), forked from it and so
+sharing most of its pages: it is printed on its own, and the pair's proportional set size (PSS: each shared
+page counted once across them) is printed against RQ's worker's.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
 
-from procs import JobpoolProcess  # noqa: E402
+from procs import JobpoolProcess, children  # noqa: E402
 from servers import DockerDaemon, RedisServer  # noqa: E402
 
 from jobpool import Pool  # noqa: E402
@@ -31,6 +34,13 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def pss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no Pss for {pid}")
 
 
 def settle(check, timeout: float = 60.0) -> None:  # noqa: ANN001
@@ -73,13 +83,18 @@ def main() -> int:
         first = sweeps()
         settle(lambda: sweeps() and sweeps() != first)
         time.sleep(3)  # several more sweeps and idle heartbeats, so caches and pools have grown
+        (standby,) = children(wrk.pid)
         figures = {"python (bare)": rss_mib(bare.pid), "rq worker (idle)": rss_mib(rq.pid),
                    "jobpool worker (idle)": rss_mib(wrk.pid),
+                   "its standby horse": rss_mib(standby),
                    "jobpool supervisor (200 rows)": rss_mib(sup.pid)}
         base = figures["rq worker (idle)"]
         print("memory: VmRSS, MiB (ratio to RQ's idle worker)")
         for name, mib in figures.items():
             print(f"  {name:32s} {mib:6.1f}  ({mib / base:.2f}x)")
+        pair, rq_pss = pss_mib(wrk.pid) + pss_mib(standby), pss_mib(rq.pid)
+        print(f"  PSS: jobpool worker + standby {pair:.1f} MiB, rq worker {rq_pss:.1f} MiB "
+              f"({pair / rq_pss:.2f}x)")
     finally:
         for p in jp:
             p.stop(timeout=15)
