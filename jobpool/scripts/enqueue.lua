@@ -44,8 +44,6 @@ if not stored then redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', DEF
 local max = tonumber(stored) or DEFAULT_SLOTS
 local now = now_ms()
 local rq_created_at = iso_utc(now)
--- Every new job's first history line differs only in its stream id: the rest is encoded once.
-local tail = history_tail('', 'queued', 'enqueued', '', actor, string.format('%d', now))
 local origin = string.sub(KEYS[K_RQ_QUEUE], #RQ_QUEUE_KEY_PREFIX + 1)
 local reply = {0, 0, 0, 'none', now}
 local cands, first_id = {}, nil
@@ -59,7 +57,7 @@ for i = 1, njobs do
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 1, twins[i], '', ''
   else
     seq = seq + 1
-    local line = stream_event(id, '', 'queued', 'enqueued', '', actor, now, true, tail)
+    local line = stream_event(id, '', 'queued', 'enqueued', '', actor, now, true)
     -- Born queued, with its first history line: what set_state and event write, in one HSET.
     redis.call('HSET', jkey, 'id', id, 'spec', spec, 'state', 'queued', 'seq', seq, 'created_at', now,
       'attempt', 0, 'coalesce_key', ck, 'recovery_attempts', 0, 'pause_requested', '0',
