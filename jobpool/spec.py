@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .assemble import Assembler
 from .contract import LABEL_PREFIX
 from .errors import InvalidSpec
 
@@ -90,6 +91,8 @@ class JobSpec:
 
 
 _FIELDS = {f for f in JobSpec.__dataclass_fields__}
+#: `build_spec` makes every spec through this, every field given (jobpool/assemble.py: why).
+_assemble = Assembler(JobSpec)
 
 
 def _sorted(mapping: Mapping[str, str]) -> dict[str, str]:
@@ -210,12 +213,12 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
     init = fields.get("init", True)
     if not isinstance(init, bool):
         raise InvalidSpec(f"init must be true or false, got {init!r}")
-    spec = JobSpec(
-        image=image, command=command, env=_str_map("env", fields.get("env"), ENV_NAME),
-        workdir=workdir, user=user, network=network, cpus=cpus, memory=memory, labels=labels,
-        mounts=_check_mounts(fields.get("mounts"), bind_roots, check_roots),
-        init=init,
-    )
+    spec = _assemble({
+        "image": image, "command": command, "env": _str_map("env", fields.get("env"), ENV_NAME),
+        "workdir": workdir, "user": user, "network": network, "cpus": cpus, "memory": memory,
+        "labels": labels, "mounts": _check_mounts(fields.get("mounts"), bind_roots, check_roots),
+        "init": init,
+    })
     if len(spec.to_json().encode()) > MAX_SPEC_BYTES:
         raise InvalidSpec(f"the spec is larger than {MAX_SPEC_BYTES} bytes")
     return spec
