@@ -10,7 +10,8 @@ The client does as little per job as it can, because enqueue is the call users m
 random bytes in hex (uuid4's format without its version bits, which nothing reads), the time and RQ's job
 hash (all but three fields the same for every job) are made by the script, and the script runs on a
 single-connection client held by the calling thread (`ThreadClients`) rather than checking a connection
-out of redis-py's pool for every call; jobpool/registry.py sends it on that connection directly.
+out of redis-py's pool for every call; jobpool/registry.py sends it on that connection directly. Each job's
+JobSpec and Job are made without their frozen dataclass __init__ (jobpool/assemble.py).
 """
 
 from __future__ import annotations
