@@ -4,7 +4,10 @@ Each ``scripts/<op>.lua`` is one atomic operation; ``scripts/_lib.lua`` (shared 
 time, never at call time, and before it the constants the scripts share with Python (`contract.lua_constants`,
 from jobpool/contract.py; the enqueue script also gets RQ's constant job hash fields, `rqjob.lua_template`),
 so a script's text, and so its SHA, is fixed for the life of the process.
-redis-py's `register_script` reloads a script on NOSCRIPT, so a Redis restart needs no special handling.
+A script is called by its SHA (EVALSHA); one that meets NOSCRIPT (a restarted or flushed server, a new
+primary) is loaded through the same client and run again, so a Redis restart needs no special handling. On a
+single-connection client (the enqueue's, jobpool/submit.py) the call is sent and read on its connection
+directly (`_held_call`), without redis-py's per-command layers; its failures are the same.
 """
 
 from __future__ import annotations
@@ -113,6 +116,53 @@ def call_redis(fn: Callable[..., Any], /, *args: Any, what: str | None = None, *
         raise wrap_redis_error(exc, what or str(getattr(fn, "__name__", "a read"))) from None
 
 
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # redis-py packs in Python then, and so does `_held_call`
+    _hiredis_pack = None  # type: ignore[assignment]  # None says: not installed
+
+
+def _held_call(conn: Any, command: tuple[Any, ...]) -> Any:
+    """`command` on the connection `conn` of a single-connection client that one thread alone uses
+    (submit.ThreadClients), sent and read with the Connection's own public methods: what `execute_command`
+    does for it less its layers (the retry wrapper, the argument filtering, the response callbacks, none of
+    which applies to EVALSHA; its lock, which guards a client shared by threads): about 8 us of the ~130 us
+    of client CPU an enqueue costs (bench/enqueue.py).
+
+    A failure does what `execute_command` does with the Retry jobpool's clients have (api.connect: redis-py's
+    default, no retries): a ConnectionError or TimeoutError drops the connection (the next call connects
+    again; a Sentinel-managed one asks the sentinels) and is raised; an error reply is raised and keeps it.
+    The command is never sent again here, whatever Retry a caller's client was given: the reply that was
+    lost may have been applied (Scripts.run).
+
+    The command is packed by hiredis itself when it is installed (jobpool's dependency `redis[hiredis]`):
+    the bytes redis-py's own packer makes then (its HiredisRespSerializer calls the same function), without
+    its per-argument Python pass, which cost a fifth of an enqueue's client instructions."""
+    try:
+        if _hiredis_pack is None:
+            packed = conn.pack_command(*command)
+        else:
+            try:
+                packed = [_hiredis_pack(command)]
+            except TypeError as exc:  # what redis-py's packer raises for an argument it cannot send
+                raise redis.DataError(exc) from None
+        conn.send_packed_command(packed)
+        return conn.read_response()
+    except (redis.ConnectionError, redis.TimeoutError):
+        conn.disconnect()
+        raise
+    finally:
+        # A maintenance notice (redis-py 6.3 on) can ask for a new connection after any command: as in
+        # execute_command. Older redis-py has no such notice, nor the method.
+        if getattr(conn, "should_reconnect", _never)():
+            conn.disconnect()
+            conn.connect()
+
+
+def _never() -> bool:
+    return False
+
+
 #: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
 SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,
                                                    "reconcile_apply": rqjob.lua_template}
@@ -172,7 +222,8 @@ class Scripts:
             client: redis.Redis | None = None) -> list[Any]:
         """Run a script; returns its reply decoded, or raises the mapped exception. `client` (default: the
         one the scripts were registered on) is another client of the same server: jobpool/submit.py runs
-        enqueue on a per-thread single-connection client.
+        enqueue on a per-thread single-connection client, whose connection the call is sent on directly
+        (`_held_call`): such a client must be used by one thread only.
 
         A script sent to a primary that was demoted meets READONLY at its first write, before it changed
         anything (a script's reads come first, and Redis refuses it whole), so it is sent again, with a
@@ -204,11 +255,13 @@ class Scripts:
         # What redis-py's `Script.__call__` does, without its per-call tuple copies and import: EVALSHA, and
         # on NOSCRIPT (a restarted or flushed server, a new primary) load the script through the same client
         # and run it again.
+        single = getattr(conn, "connection", None)
+        send = conn.execute_command if single is None else (lambda *cmd: _held_call(single, cmd))
         try:
-            return conn.execute_command("EVALSHA", script.sha, len(keys), *keys, *full)
+            return send("EVALSHA", script.sha, len(keys), *keys, *full)
         except redis.exceptions.NoScriptError:
             script.sha = conn.script_load(script.script)
-            return conn.execute_command("EVALSHA", script.sha, len(keys), *keys, *full)
+            return send("EVALSHA", script.sha, len(keys), *keys, *full)
 
     def _call_and_wait(self, script: Script, conn: redis.Redis, keys: Sequence[str],
                        full: Sequence[Any]) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .assemble import Assembler
 from .contract import LABEL_PREFIX
 from .errors import InvalidSpec
 
@@ -25,9 +26,10 @@ MAX_SPEC_BYTES = 256 * 1024
 #: Matched whole (`fullmatch`): with `match`, a `$` would let a trailing newline through.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MEMORY = re.compile(r"[1-9][0-9]*[bkmg]?", re.IGNORECASE)
-#: The canonical JSON of a spec (what `json.dumps(..., separators=(",", ":"), sort_keys=True)` gives), one
-#: encoder made once: `json.dumps` with options builds a new one on every call, a fifth of a spec's cost.
-_CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+#: The encoder of a spec's canonical JSON (what `json.dumps(..., separators=(",", ":"), sort_keys=True)`
+#: gives), made once: `json.dumps` with options builds a new one on every call, a fifth of a spec's cost. It
+#: does not sort: `JobSpec._json` writes the keys in sorted order itself, which costs less than its sort.
+_CANONICAL = json.JSONEncoder(separators=(",", ":"))
 #: Network modes that would share the host's namespaces with the job.
 FORBIDDEN_NETWORKS = ("host",)
 
@@ -58,16 +60,17 @@ class JobSpec:
 
     @functools.cached_property
     def _json(self) -> str:
-        data = {
-            "image": self.image, "command": list(self.command), "env": dict(self.env),
-            "workdir": self.workdir, "user": self.user, "network": self.network, "cpus": self.cpus,
-            "memory": self.memory, "labels": dict(self.labels), "mounts": list(self.mounts),
-        }
+        # Every key in sorted order, env's and labels' too (tuples are written as arrays): the canonical form
+        # with an encoder that does not sort (`_CANONICAL`).
+        data: dict[str, Any] = {"command": self.command, "cpus": self.cpus, "env": _sorted(self.env),
+                                "image": self.image}
         # Written only when off: a spec with the default reads as it did before the field existed, so a
         # worker of the previous release (whose spec refuses unknown fields) still runs it during a rolling
         # upgrade, and such a job still coalesces with one queued before the upgrade.
         if not self.init:
             data["init"] = False
+        data["labels"], data["memory"], data["mounts"] = _sorted(self.labels), self.memory, self.mounts
+        data["network"], data["user"], data["workdir"] = self.network, self.user, self.workdir
         return _CANONICAL.encode(data)
 
     @classmethod
@@ -88,6 +91,13 @@ class JobSpec:
 
 
 _FIELDS = {f for f in JobSpec.__dataclass_fields__}
+#: `build_spec` makes every spec through this, every field given (jobpool/assemble.py: why).
+_assemble = Assembler(JobSpec)
+
+
+def _sorted(mapping: Mapping[str, str]) -> dict[str, str]:
+    """A copy of `mapping` with its keys in sorted order (one or none is sorted already)."""
+    return dict(sorted(mapping.items())) if len(mapping) > 1 else dict(mapping)
 
 
 def _need_str(name: str, value: Any, *, empty_ok: bool = False) -> str:
@@ -203,12 +213,12 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
     init = fields.get("init", True)
     if not isinstance(init, bool):
         raise InvalidSpec(f"init must be true or false, got {init!r}")
-    spec = JobSpec(
-        image=image, command=command, env=_str_map("env", fields.get("env"), ENV_NAME),
-        workdir=workdir, user=user, network=network, cpus=cpus, memory=memory, labels=labels,
-        mounts=_check_mounts(fields.get("mounts"), bind_roots, check_roots),
-        init=init,
-    )
+    spec = _assemble({
+        "image": image, "command": command, "env": _str_map("env", fields.get("env"), ENV_NAME),
+        "workdir": workdir, "user": user, "network": network, "cpus": cpus, "memory": memory,
+        "labels": labels, "mounts": _check_mounts(fields.get("mounts"), bind_roots, check_roots),
+        "init": init,
+    })
     if len(spec.to_json().encode()) > MAX_SPEC_BYTES:
         raise InvalidSpec(f"the spec is larger than {MAX_SPEC_BYTES} bytes")
     return spec

@@ -10,7 +10,8 @@ The client does as little per job as it can, because enqueue is the call users m
 random bytes in hex (uuid4's format without its version bits, which nothing reads), the time and RQ's job
 hash (all but three fields the same for every job) are made by the script, and the script runs on a
 single-connection client held by the calling thread (`ThreadClients`) rather than checking a connection
-out of redis-py's pool for every call.
+out of redis-py's pool for every call; jobpool/registry.py sends it on that connection directly. Each job's
+JobSpec and Job are made without their frozen dataclass __init__ (jobpool/assemble.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import errors
+from .assemble import Assembler
 from .models import Job, JobState
 from .registry import call_redis, reopen
 from .spec import JobSpec, build_spec, utf8_size
@@ -40,6 +42,8 @@ MAX_BATCH_SIZE = 1000
 MAX_COALESCE_KEY_BYTES = 1024
 #: The keys of an enqueue_many item besides the spec's own fields: `Pool.enqueue`'s other arguments.
 SUBMIT_OPTIONS = ("coalesce", "coalesce_key")
+#: How `send` makes each new job's `Job`: its other fields keep their defaults (jobpool/assemble.py: why).
+_new_job = Assembler(Job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +169,9 @@ def send(pool: Pool, batch: list[Prepared]) -> list[Job]:
         running = state == JobState.RUNNING.value
         # Built from what the script set and the spec in hand: reading the row back would cost a third
         # of an enqueue (the spec re-parsed and re-validated).
-        jobs.append(Job(id=job_id, state=JobState(state), spec=p.spec, seq=int(seq),
-                        attempt=1 if running else 0, created_at=now, coalesce_key=p.coalesce_key,
-                        promoted_at=now if running else None))
+        jobs.append(_new_job({"id": job_id, "state": JobState(state), "spec": p.spec, "seq": int(seq),
+                              "attempt": 1 if running else 0, "created_at": now,
+                              "coalesce_key": p.coalesce_key, "promoted_at": now if running else None}))
     if twins:
         found = _twins(pool, sorted(set(twins.values())))
         for i, twin_id in twins.items():

@@ -39,9 +39,10 @@ def _connect_closing_on_error(self: docker.transport.unixconn.UnixHTTPConnection
 docker.transport.unixconn.UnixHTTPConnection.connect = _connect_closing_on_error  # type: ignore[method-assign]
 
 
-# The hypothesis state machine (tests/unit/test_state_machine.py, the only hypothesis test) takes its length
-# from the profile: a quick pass on a developer's machine (about 1,000 steps per backend, seconds); under CI
-# 100 examples of up to 60 steps, about 5,800 steps per backend, above MACHINE_STEPS_CI (tests/constants.py).
+# The hypothesis tests (the state machine in tests/unit/test_state_machine.py; the spec's canonical JSON in
+# tests/unit/test_spec_json.py) take their sizes from the profile. The state machine's length: a quick pass
+# on a developer's machine (about 1,000 steps per backend, seconds); under CI 100 examples of up to 60 steps,
+# about 5,800 steps per backend, above MACHINE_STEPS_CI (tests/constants.py).
 # The CI profile extends hypothesis' own (derandomized, so a CI run is reproducible; no example database).
 settings.register_profile("dev", max_examples=40, stateful_step_count=30)
 settings.register_profile("ci", settings.get_profile("ci"), max_examples=100, stateful_step_count=60)

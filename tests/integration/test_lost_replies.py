@@ -17,12 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from constants import SUB
 from polling import eventually
 from proxies import RedisReplyDropper
 from servers import RedisServer
 
-from jobpool import JobState, Pool
+from jobpool import JobState, Pool, RedisUnavailable, Settings
 from jobpool.registry import script_text
 
 
@@ -73,3 +74,29 @@ def test_a_lost_reply_is_retried_and_the_job_runs_once(pool_env: dict[str, str],
         nxt = pool.enqueue("ignored", ["sh", "-c", "exit 0"])
         assert pool.wait(nxt.id, timeout=20).state is JobState.SUCCEEDED
         eventually(lambda: worker.proc.poll() is None, timeout=1, message="worker alive")
+
+
+@pytest.mark.parametrize("retries", [0, 3], ids=["jobpool-client", "client-with-retries"])
+def test_a_lost_enqueue_reply_is_raised_typed_and_never_sent_again(redis_url: str, dropper: RedisReplyDropper,
+                                                                  retries: int) -> None:
+    """Enqueue runs on the thread's held connection (jobpool/submit.py), sent by jobpool itself rather than
+    by redis-py's `execute_command` (jobpool/registry.py, `_held_call`). A reply lost there is
+    `RedisUnavailable`, the connection is opened again for the next call, and the script is never sent a
+    second time, not even by a client whose Retry would resend a command (it would meet the job it made and
+    answer AlreadyExists): the lost call may have been applied, and it was."""
+    kwargs = {"retry": redis.retry.Retry(redis.backoff.NoBackoff(), retries),
+              "retry_on_error": [redis.ConnectionError]} if retries else {}
+    client = redis.Redis.from_url(dropper.url, decode_responses=True, **kwargs)
+    pool = Pool(client, Settings(redis_url=dropper.url, pool="it", max_concurrent_jobs=0))
+    with contextlib.closing(pool):
+        sha = script_sha("enqueue")
+        pool.enqueue("img", ["true"])  # the script loaded, the thread's connection held
+        sent = dropper.calls[sha]  # a NOSCRIPT and the call again, on a server new to the script
+        dropper.drop(sha)
+        with pytest.raises(RedisUnavailable):
+            pool.enqueue("img", ["true"])
+        assert dropper.dropped == {sha: 1} and dropper.calls[sha] == sent + 1, "sent once, its reply lost"
+        third = pool.enqueue("img", ["true"])  # the same pool, on a connection opened again
+        assert dropper.calls[sha] == sent + 2
+        assert pool.stats()["counts"]["queued"] == 3, "the lost call was applied, once"
+        assert pool.get(third.id).state is JobState.QUEUED

@@ -13,14 +13,16 @@ import threading
 from typing import Any
 
 import pytest
+import redis
 from pool_helpers import Backend, enqueue, events_of, queued_ids, rq_hash, rq_list, running_ids
 from rq.job import Callback, JobStatus
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
-from jobpool import errors
+from jobpool import errors, registry
 from jobpool.api import Pool
 from jobpool.models import Job, JobState
+from jobpool.registry import _held_call
 from jobpool.rqjob import ENTRY_POINT, after_delivery
 from jobpool.submit import MAX_BATCH_SIZE
 
@@ -322,3 +324,31 @@ def test_a_closed_pool_enqueues_again(backend: Backend) -> None:
     enqueue(pool, "one")
     pool.close()
     assert enqueue(pool, "two").seq == 2
+
+
+@pytest.mark.parametrize("packer", ["hiredis", "redis-py"])
+def test_the_held_connection_answers_as_execute_command_does(backend: Backend, packer: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The enqueue's call is sent on the held connection by jobpool/registry.py (`_held_call`), packed by
+    hiredis (or by the connection, without hiredis): a reply, an error reply (the connection kept) and an
+    argument no packer can send (DataError, as redis-py raises it; nothing sent) come back as
+    `execute_command` gives them."""
+    if packer == "redis-py":
+        monkeypatch.setattr(registry, "_hiredis_pack", None)
+    pool = backend.pool(max_concurrent_jobs=0)
+    client = pool.thread_clients.get(pool.client)
+    client.ping()
+    conn = client.connection
+    assert _held_call(conn, ("ECHO", "héllo")) == client.execute_command("ECHO", "héllo") == "héllo"
+    assert _held_call(conn, ("INCRBY", "n", 2)) == 2
+    with pytest.raises(redis.ResponseError) as held:
+        _held_call(conn, ("INCRBY", "n", "x"))
+    with pytest.raises(redis.ResponseError) as plain:
+        client.execute_command("INCRBY", "n", "x")
+    assert str(held.value) == str(plain.value)
+    with pytest.raises(redis.DataError):
+        client.execute_command("ECHO", None)
+    with pytest.raises(redis.DataError):
+        _held_call(conn, ("ECHO", None))
+    assert client.connection is conn and _held_call(conn, ("PING",)) == "PONG"  # no response callback
+    assert enqueue(pool, "after").seq == 1

@@ -233,6 +233,27 @@ def test_iso_time_in_lua_matches_python(backend: Backend, seconds: int) -> None:
     assert got == datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def test_iso_time_in_lua_matches_python_across_four_centuries(backend: Backend) -> None:
+    """The same over 1970-2369, a time every ~17 days and every millisecond of the first and last seconds of
+    days that end a month, a year, a leap year and a century (each field's roll-over)."""
+    lib = (resources.files("jobpool") / "scripts" / "_lib.lua").read_text()
+    day = 86_400_000
+    edges = [datetime(y, m, 1, tzinfo=timezone.utc) for y in (1970, 1999, 2000, 2024, 2100, 2369)
+             for m in (1, 2, 3, 12)]
+    times = list(range(0, 146_097 * day, 1_461_017 * 1000 + 7))
+    for edge in edges:
+        ms = int(edge.timestamp() * 1000)
+        times += [ms + k for k in (-1000, -999, -1, 0, 1, 999, 59_999, 3_599_999)]
+    script = lib + """
+local out = {}
+for i = 1, NARGV do out[i] = iso_utc(tonumber(ARGV[i])) end
+return out"""
+    got = backend.client.eval(script, 0, *times, 0, 0)  # the two ARGV every script gets last (_lib.lua)
+    want = [datetime.fromtimestamp(ms // 1000, timezone.utc).replace(microsecond=ms % 1000 * 1000)
+            .strftime("%Y-%m-%dT%H:%M:%S.%fZ") for ms in times]
+    assert got == want
+
+
 def test_promote_holds_while_the_queue_is_paused(backend: Backend) -> None:
     pool, jobs = paused_pool(backend, 2, slots=2)
     pool.pause(None, reason="maintenance")
