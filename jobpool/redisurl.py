@@ -20,7 +20,9 @@ from typing import Any
 from urllib.parse import unquote
 
 import redis
+from redis.backoff import NoBackoff
 from redis.connection import parse_url
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 SENTINEL_SCHEME = "redis+sentinel://"
@@ -85,7 +87,13 @@ def check(url: Any) -> None:
 
 def client(url: str, **kwargs: Any) -> redis.Redis:
     """A client of the Redis `url` names (for Sentinel: of its current primary); `kwargs` go to every
-    connection (decode_responses, timeouts)."""
+    connection (decode_responses, timeouts).
+
+    No command is sent again by redis-py after a dropped connection (`retry`, unless given): a script whose
+    reply was lost may have been applied, and only its caller knows how to find out (registry.Scripts.run,
+    the fenced retries of jobpool/workers/watch.py). redis-py's default has changed between releases, so it
+    is set here rather than left to the installed version."""
+    kwargs.setdefault("retry", Retry(NoBackoff(), 0))
     if not url.startswith(SENTINEL_SCHEME):
         return redis.Redis.from_url(url, **kwargs)
     parsed = parse_sentinel(url)

@@ -4,9 +4,11 @@ one clear refusal for a malformed URL and its password never shown."""
 from __future__ import annotations
 
 import pytest
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from jobpool import ConfigError, Settings
-from jobpool.redisurl import SentinelURL, check, parse_sentinel, safe
+from jobpool.redisurl import SentinelURL, check, client, parse_sentinel, safe
 from jobpool.status import safe_url
 
 
@@ -53,3 +55,12 @@ def test_wait_settings_are_bounded() -> None:
     for bad in ({"redis_wait_replicas": 17}, {"redis_wait_replicas": -1}, {"redis_wait_timeout_secs": 0}):
         with pytest.raises(ConfigError):
             Settings(**bad)
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "redis+sentinel://127.0.0.1:1/mymaster/0"])
+def test_no_command_is_sent_again_by_redis_py(url: str) -> None:
+    """A lost reply may have been applied: jobpool's clients are made without redis-py's retries, whatever
+    the installed redis-py's default is (its connections are made, not connected)."""
+    assert client(url).connection_pool.make_connection().retry._retries == 0
+    given = client(url, retry=Retry(NoBackoff(), 2))
+    assert given.connection_pool.make_connection().retry._retries == 2
