@@ -92,6 +92,9 @@ class Standby:
                     code = 0
                 else:
                     become_horse(message, done_write)
+            except BaseException:  # noqa: BLE001 - said here, or the worker would only read an exit code
+                log.exception("standby horse %s: could not take its job (the supervisor dispatches it again)",
+                              os.getpid())
             finally:
                 os._exit(code)
         os.close(read_fd)
@@ -210,8 +213,8 @@ class HorseWorker(Worker):
     def wait_for_horse(self) -> tuple[int | None, int | None, Any]:
         """The horse's end: as RQ waits for it, except that a standby that took the job says when it is done,
         and its exit (the kernel freeing what the horse touched: 3-7 ms, bench/handoff_trace.py) is not waited
-        for: a thread reaps it. A horse that ends without saying so (killed, or RQ's
-        horse code failed) closes the pipe: then its exit is waited for, and read, as RQ does."""
+        for: a thread reaps it. A horse that ends without saying so (killed, or RQ's horse code failed) closes
+        the pipe: then its exit is waited for, and read, as RQ does."""
         if self._horse_done >= 0:
             # An exception out of the read (RQ's death penalty, every second) leaves it for the next call.
             said = os.read(self._horse_done, 1)
