@@ -114,11 +114,16 @@ def test_a_horse_killed_mid_job_is_read_from_its_exit_and_the_worker_goes_on(
     sub_pool.set_slots(2)
     worker = spawn(**SUB)
     horse = one_standby(worker.pid)
-    job_id, _ = gated(sub_pool, tmp_path)
-    eventually(lambda: children(horse), timeout=20, message="the job runs under the standby")
-    os.kill(horse, signal.SIGKILL)  # it never says it is done: the worker waits for its exit, and reaps it
-    eventually(lambda: state_of(horse) == "", timeout=10, message="the killed horse was reaped")
-    nxt = sub_pool.enqueue("ignored", ["true"])
-    assert sub_pool.wait(nxt.id, timeout=30).state is JobState.SUCCEEDED
-    assert worker.proc.poll() is None
-    assert sub_pool.get(job_id).state is JobState.RUNNING, "the killed job's slot is the supervisor's to free"
+    job_id, go = gated(sub_pool, tmp_path)
+    job = eventually(lambda: children(horse), timeout=20, message="the job runs under the standby")
+    try:
+        # It never says it is done: the worker waits for its exit, and reaps it.
+        os.kill(horse, signal.SIGKILL)
+        eventually(lambda: state_of(horse) == "", timeout=10, message="the killed horse was reaped")
+        nxt = sub_pool.enqueue("ignored", ["true"])
+        assert sub_pool.wait(nxt.id, timeout=30).state is JobState.SUCCEEDED
+        assert worker.proc.poll() is None
+        assert sub_pool.get(job_id).state is JobState.RUNNING, "the killed job's slot: the supervisor's"
+    finally:
+        go.touch()  # the job's own process outlived its horse: let it end
+    eventually(lambda: all(exited(pid) for pid in job), timeout=10, message="the orphaned job process ended")
