@@ -22,6 +22,14 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def state_of(pid: int) -> str:
+    """The kernel's state letter of `pid` (R, S, Z...), or '' once it is gone and reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return ""
+
+
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 

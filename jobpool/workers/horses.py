@@ -118,7 +118,7 @@ class Standby:
         self._write = -1
         if written == len(data):
             return True
-        self._reap(block=False)
+        _reap(self.pid, block=False)
         os.close(self.done_fd)
         return False
 
@@ -129,26 +129,22 @@ class Standby:
             self._write = -1
             os.close(self.done_fd)
         deadline = time.monotonic() + CLOSE_WAIT_SECS
-        while not self._reap(block=False):
+        while not _reap(self.pid, block=False):
             if time.monotonic() >= deadline:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signal.SIGKILL)
-                self._reap(block=True)
+                _reap(self.pid)
                 return
             time.sleep(0.01)
 
-    def _reap(self, block: bool) -> bool:
-        """True once the standby has exited (and is reaped)."""
-        try:
-            pid, _ = os.waitpid(self.pid, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            return True
-        return pid == self.pid
 
 
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+def _reap(pid: int, block: bool = True) -> bool:
+    """Reap the child `pid` (waiting for it when `block`); True once it has exited and is reaped."""
+    try:
+        return os.waitpid(pid, 0 if block else os.WNOHANG)[0] == pid
+    except ChildProcessError:  # reaped already
+        return True
 
 
 def _read_message(fd: int) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ import docker
 import pytest
 from constants import IMAGE
 from polling import eventually
-from procs import JobpoolProcess, children
+from procs import JobpoolProcess, children, state_of
 from servers import DockerDaemon
 
 from jobpool import JobState, Pool
@@ -93,10 +93,7 @@ def kill_shim(container_id: str) -> None:
 
 
 def _proc_state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return "Z"
+    return state_of(pid) or "Z"  # gone counts as dead
 
 
 def holds_through(check: Callable[[], bool], secs: float, message: str) -> None:

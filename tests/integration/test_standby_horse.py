@@ -10,17 +10,9 @@ from pathlib import Path
 
 from constants import SUB
 from polling import eventually
-from procs import children
+from procs import children, state_of
 
 from jobpool import JobState, Pool
-
-
-def state_of(pid: int) -> str:
-    """The kernel's state letter of `pid` ('' once it is gone and reaped)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return ""
 
 
 def exited(pid: int) -> bool:

@@ -229,11 +229,6 @@ class DockerExecutor:
         #: Settings.checkpoint_root: checkpoints on storage every host shares, so no daemon holds them.
         self.checkpoint_root = checkpoint_root
 
-    @property
-    def checkpoint_shared(self) -> bool:
-        """Whether any daemon can run the next attempt with the checkpoint (no affinity is recorded)."""
-        return bool(self.checkpoint_root)
-
     def checkpoint_path(self, pool: str, job_id: str) -> str:
         return os.path.join(self.checkpoint_root, pool, job_id)
 
