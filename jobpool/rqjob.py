@@ -38,8 +38,9 @@ def after_delivery(job: RQJob, connection: redis.Redis, result: Any) -> None:
     than keep it for ever. A row that is gone is a job that ended and was pruned already (rows live from
     enqueue to prune), possibly while this horse was between its finish and this callback: the pruning that
     would have removed RQ's record has run, so it is deleted here too. Any doubt (Redis away, a queue that
-    is not a pool's) keeps RQ's record."""
-    if not job.origin.startswith(RQ_QUEUE_NAME_PREFIX):
+    is not a pool's) keeps RQ's record. A horse that recorded its job's end itself has set the TTL already
+    (jobpool/workers/horses.py, `HorseWorker.handle_execution_ended`): nothing to read then."""
+    if job.result_ttl == 0 or not job.origin.startswith(RQ_QUEUE_NAME_PREFIX):
         return
     try:
         keys = PoolKeys(job.origin.removeprefix(RQ_QUEUE_NAME_PREFIX))

@@ -24,6 +24,29 @@ A standby that takes the job and then fails before it runs (its Redis away when 
 non-zero: the worker reads that as RQ reads any horse that died, and the job's row is the supervisor's
 (an unclaimed dispatch is dispatched again: docs/architecture.md, "Workers").
 
+**After the launch.** Forking the next standby takes the worker several milliseconds of CPU (copying its page
+tables), and so does removing the previous job's container (workers/cleanup.py); on two cores shared with the
+daemon, either one run while the horse claims and creates its container slows that down. So the horse says
+when its job runs (`Runtime.job_launched`, b"s" on the pipe on which it says it is done), and the worker does
+both then (`horse_launched`). A horse forked by RQ says nothing: the worker does both once it is forked.
+
+**One round trip to prepare.** RQ's worker writes the job's execution record and its busy state, then its
+horse writes what it writes first (`prepare_job_execution`: the worker's current job, the job's started
+state): two round trips in a row on the path to the launch. For a standby, the worker writes both in one
+(`HorseWorker.prepare_execution`); the message says so, and the standby's horse skips its own. Should the
+hand-off fail, RQ's fork writes its part again (the same values).
+
+**Done before RQ's record.** A horse learns from the finish that its job ended (`Runtime.job_ended`,
+called by workers/watch.py once the end is recorded and the container handed to the worker's remover:
+`HorseWorker.job_ended`). Then RQ's end-of-job writes that the record's deletion undoes at once are skipped
+(the job hash's last heartbeat; the success callback's read of the row: jobpool/rqjob.py), and a standby
+that took the job says it is done there, not once RQ's record is deleted too: the deletion runs while the
+worker already takes its next job. Only for a job that ended: its RQ records are its own and it is never
+delivered again, so nothing the worker writes for its next job meets them, except RQ's "current job" field
+of the worker's hash, which this horse then leaves alone (the worker clears it as it goes idle:
+jobpool/workers/rqworker.py). A horse that fails after saying so leaves RQ's record of a job that ended;
+RQ's registry maintenance expires it.
+
 **RQ's record of an ended delivery.** Once the job function returned, RQ's horse records the delivery. For a
 job that ended (`rqjob.after_delivery` set its result TTL to 0) RQ deletes its records, but first asks Redis
 up to five times, one round trip each, which registry the job is in, and watches its dependents key;
@@ -46,6 +69,8 @@ from typing import Any
 
 from rq import Worker
 from rq.executions import Execution
+from rq.utils import now
+from rq.worker import WorkerStatus
 
 log = logging.getLogger("jobpool.worker")
 
@@ -84,6 +109,7 @@ class Standby:
                 os.close(write_fd)
                 os.close(done_read)
                 os.setpgrp()
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])  # held by the worker's fork
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 with contextlib.suppress(Exception):  # a cold connection is only slower
@@ -172,8 +198,15 @@ class HorseWorker(Worker):
         #: The worker's end of the pipe on which its current horse, a standby that took the job, says it is
         #: done (-1: a horse of RQ's own fork, waited for by its exit alone).
         self._horse_done = -1
-        #: The horse's end of that pipe (in a horse).
+        #: The horse's end of that pipe (in a horse), and whether it has said so (`job_ended`).
         self._done_write = -1
+        self._said_done = False
+        #: In a horse: its job ended, and the finish that said so is recorded (`job_ended`).
+        self._ended = False
+        #: In a standby's horse: the worker wrote what RQ's horse writes first (`prepare_execution`).
+        self._prepared = False
+        #: The thread reaping the last horse that said it was done (joined as the worker stops).
+        self._reaper: threading.Thread | None = None
 
     def standby_wanted(self) -> bool:
         """Whether to fork a standby now: not once the worker is stopping."""
@@ -184,14 +217,56 @@ class HorseWorker(Worker):
         self.connection.ping()
 
     def have_standby(self) -> None:
-        """Fork a standby unless there is one (the first job, or after one died): called before a dequeue."""
+        """Fork a standby unless there is one: once a job runs (`horse_launched`), and before a dequeue (the
+        first job, or after one died). RQ's monitor of a running horse times its waits with SIGALRM, whose
+        handler raises: held off during the fork, so no standby is forked without being kept."""
         if self._standby is None and self.standby_wanted():
-            self._standby = Standby.fork(self._become_horse, self.warm_horse)
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+            try:
+                self._standby = Standby.fork(self._become_horse, self.warm_horse)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def horse_launched(self) -> None:
+        """The horse's job runs (or a horse was forked by RQ): the next standby is forked now."""
+        self.have_standby()
 
     def close_standby(self) -> None:
+        """The worker stops: its standby exits, and the last horse, which may still be writing RQ's record
+        after saying it was done, is waited for (not left a zombie, nor to outlive its worker unseen)."""
         standby, self._standby = self._standby, None
         if standby is not None:
             standby.close()
+        if self._reaper is not None:
+            self._reaper.join(CLOSE_WAIT_SECS)
+
+    def prepare_execution(self, job: Any) -> Execution:
+        """RQ's preparation (the job's execution record, the worker busy), and, when a standby is to take the
+        job, what RQ's horse writes first (see `prepare_job_execution`), in one round trip."""
+        if self._standby is None:
+            return super().prepare_execution(job)
+        with self.connection.pipeline() as pipe:
+            ttl = self.get_heartbeat_ttl(job)
+            self.execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
+            self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            # RQ's `prepare_job_execution`, as its horse would send it.
+            self.set_current_job_id(job.id, pipeline=pipe)
+            self.set_current_job_working_time(0, pipeline=pipe)
+            self.heartbeat(ttl, pipeline=pipe)
+            job.heartbeat(now(), ttl, pipeline=pipe)
+            job.prepare_for_execution(self.name, pipeline=pipe)
+            if len(self.queues) == 1:
+                pipe.lrem(self.queue_class(job.origin, connection=self.connection).intermediate_queue_key, 1,
+                          job.id)
+            pipe.execute()
+        return self.execution
+
+    def prepare_job_execution(self, job: Any, remove_from_intermediate_queue: bool = False) -> None:
+        """RQ's, unless the worker wrote it already (a standby's horse: `prepare_execution`)."""
+        if not self._prepared:
+            super().prepare_job_execution(job, remove_from_intermediate_queue)
+            return
+        self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")
 
     def fork_work_horse(self, job: Any, queue: Any) -> None:
         """Hand the job to the standby, or fork a horse as RQ does when there is none; then fork the standby
@@ -199,7 +274,7 @@ class HorseWorker(Worker):
         standby, self._standby = self._standby, None
         message = None if self.execution is None else {
             "job": job.id, "queue": queue.name, "queues": self.queue_names(), "execution": self.execution.id,
-            "created_at": self.execution.created_at.timestamp()}
+            "created_at": self.execution.created_at.timestamp(), "prepared": True}
         if standby is not None and message is not None and standby.hand(message):
             os.environ["RQ_WORKER_ID"] = self.name
             os.environ["RQ_JOB_ID"] = job.id
@@ -210,37 +285,71 @@ class HorseWorker(Worker):
             if standby is not None:
                 standby.close()
             super().fork_work_horse(job, queue)
-        self.have_standby()
+            self.horse_launched()
 
     def wait_for_horse(self) -> tuple[int | None, int | None, Any]:
         """The horse's end: as RQ waits for it, except that a standby that took the job says when it is done,
         and its exit (the kernel freeing what the horse touched: 3-7 ms, bench/handoff_trace.py) is not waited
         for: a thread reaps it. A horse that ends without saying so (killed, or RQ's horse code failed) closes
         the pipe: then its exit is waited for, and read, as RQ does."""
-        if self._horse_done >= 0:
+        while self._horse_done >= 0:
             # An exception out of the read (RQ's death penalty, every second) leaves it for the next call.
             said = os.read(self._horse_done, 1)
+            if said == b"s":
+                self.horse_launched()
+                continue
             os.close(self._horse_done)
             self._horse_done = -1
             if said == b"0":
                 pid = self.horse_pid
-                threading.Thread(target=_reap, args=(pid,), name=f"jobpool-reap-{pid}", daemon=True).start()
+                self._reaper = threading.Thread(target=_reap, args=(pid,), name=f"jobpool-reap-{pid}",
+                                                daemon=True)
+                self._reaper.start()
                 return pid, 0, None
         return super().wait_for_horse()
 
-    def perform_job(self, job: Any, queue: Any) -> bool:
-        """RQ's, then (in a standby that took the job) the word that the horse is done: RQ's horse code exits
-        0 when this returns, 1 when it raises (nothing is said then, and the worker reads the exit)."""
-        result = super().perform_job(job, queue)
-        if self._done_write >= 0:
+    def job_ended(self) -> None:
+        """In a horse whose job's end is recorded (see the module's docstring): RQ's record is deleted next,
+        and a standby that took the job is done with its worker."""
+        self._ended = True
+        self._say_done()
+
+    def job_launched(self) -> None:
+        """In a standby that took its job, once the job runs: the worker's work that waited may go."""
+        if self._done_write >= 0 and not self._said_done:
+            with contextlib.suppress(OSError):
+                os.write(self._done_write, b"s")
+
+    def _say_done(self) -> None:
+        """In a standby that took its job: tell the worker this horse needs it no more (once; nothing in any
+        other process)."""
+        if self._done_write >= 0 and not self._said_done:
+            self._said_done = True
             with contextlib.suppress(OSError):
                 os.write(self._done_write, b"0")
+
+    def perform_job(self, job: Any, queue: Any) -> bool:
+        """RQ's, then (in a standby that took the job, unless it said so already) the word that the horse
+        is done: RQ's horse code exits 0 when this returns, 1 when it raises (nothing is said then, and the
+        worker reads the exit)."""
+        result = super().perform_job(job, queue)
+        self._say_done()
         return result
+
+    def handle_execution_ended(self, job: Any, queue: Any, heartbeat_ttl: int) -> None:
+        """RQ's, except for a job that ended: its result TTL is 0 (what rqjob.after_delivery would read the
+        row to find), and RQ's last heartbeat on the job's hash, deleted next, is not sent."""
+        if not self._ended:
+            super().handle_execution_ended(job, queue, heartbeat_ttl)
+            return
+        job.ended_at = now()
+        job.result_ttl = 0
 
     def _become_horse(self, message: dict[str, Any], done_write: int) -> None:
         """In a standby handed a job: what RQ's fork gives a horse (the job, its queue, the queues the worker
         reads now, RQ's execution record), rebuilt from the message, then RQ's own horse code."""
         self._done_write = done_write
+        self._prepared = bool(message.get("prepared"))
         os.environ["RQ_WORKER_ID"] = self.name
         os.environ["RQ_JOB_ID"] = message["job"]
         self.setup_work_horse_signals()
@@ -267,9 +376,18 @@ class HorseWorker(Worker):
         with self.connection.pipeline() as pipe:
             self.increment_successful_job_count(pipeline=pipe)
             self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+            if self._said_done:
+                # The worker may have deregistered meanwhile (stopped): the counts above would make its hash
+                # again, so it is given the TTL a live worker's hash has. Its "current job" may be the next
+                # job's already: left to the worker (RQ's cleanup would delete it).
+                pipe.expire(self.key, self.worker_ttl + 60)
+                if self.execution is not None:
+                    self.execution.delete(job=job, pipeline=pipe)
+                    self.execution = None
+            else:
+                self.cleanup_execution(job, pipeline=pipe)
             for execution in executions:
                 execution.delete(job=job, pipeline=pipe)
             pipe.delete(job.execution_registry.key)
-            self.cleanup_execution(job, pipeline=pipe)
             pipe.delete(job.key, job.dependents_key, job.dependencies_key)
             pipe.execute()

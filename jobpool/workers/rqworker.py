@@ -24,17 +24,14 @@ from .. import redisurl
 from ..errors import JobpoolError
 from ..keys import worker_name
 from .boot import Boot
-from .horses import HorseWorker
 from .outage import Backoff, OutageError, is_transient
+from .rqbooks import BooksWorker
 from .runtime import DRAIN_SIGNAL, Runtime
 
 log = logging.getLogger("jobpool.worker")
 
 #: How long a worker listening on its daemon's queue too blocks on the pool's queue before looking again.
 ROUTED_POLL_SECS = 1
-
-#: The least time between two of RQ's worker heartbeats sent on their own (see `JobpoolWorker.heartbeat`).
-HEARTBEAT_GAP_SECS = 1.0
 
 #: Extra time the worker gives its horse past the drain timeout to record the outcome before killing it.
 HORSE_MARGIN_SECS = 5.0
@@ -85,7 +82,7 @@ class _Queue(Queue):
                 continue
 
 
-class JobpoolWorker(HorseWorker):
+class JobpoolWorker(BooksWorker):
     def __init__(self, runtime: Runtime, boot: Boot, **kwargs: Any) -> None:
         pool = runtime.pool
         # The daemon's own queue first (routed adoption requests: supervisor/adoption.py), the pool's last.
@@ -100,6 +97,9 @@ class JobpoolWorker(HorseWorker):
             **kwargs,
         )
         self.runtime = runtime
+        # Called in a horse once its job's end is recorded (workers/horses.py).
+        runtime.job_ended = self.job_ended
+        runtime.job_launched = self.job_launched
         self.boot = boot
         self.outage = boot.outage
         #: Set by the first stop signal. RQ's own `_stop_requested` is set only when the signal comes during a
@@ -114,7 +114,6 @@ class JobpoolWorker(HorseWorker):
         self.dropped_entries = 0
         #: Held while a queue is added (by the inventory thread: `add_queue`).
         self._queues_lock = threading.Lock()
-        self._last_beat = float("-inf")
         # Ignored until the horse installs its handler, so an early drain signal cannot kill it.
         signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)
 
@@ -262,10 +261,13 @@ class JobpoolWorker(HorseWorker):
         time.sleep(2.0)
 
     def check_for_suspension(self, burst: bool) -> None:
-        """RQ's check (a read, between jobs), retried while Redis cannot serve it."""
+        """RQ's check (a read, between jobs), retried while Redis cannot serve it. Sent with the worker's
+        idle state, which RQ would write in a round trip of its own as its dequeue begins."""
         backoff = Backoff()
         while True:
             try:
+                if self._stop_requested or not self._idle_and_suspended():
+                    return None
                 return super().check_for_suspension(burst)
             except StopRequested:
                 self.suspended_in_burst = burst and not self.stop_asked
@@ -275,48 +277,6 @@ class JobpoolWorker(HorseWorker):
                     raise
                 self.outage.failed("the worker's suspension check", exc)
                 backoff.sleep()
-
-    # RQ's own bookkeeping: its worker key (which expires by itself) and registry maintenance (which the next
-    # round redoes). Skipped during an outage: it must not end the loop, nor lose a job already dequeued or
-    # running (the job's own record is the horse's business: jobpool/workers/watch.py).
-
-    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        if pipeline is not None:  # only queued: the caller's execute() meets any error
-            return super().heartbeat(timeout, pipeline)
-        # RQ beats (two round trips) after each job and again as its dequeue begins, both between a slot's
-        # release and the next launch; its worker key lives `worker_ttl` + 60 s, and a dequeue blocks for
-        # less than `worker_ttl`, so one beat a second keeps it as well.
-        if timeout is None and time.monotonic() - self._last_beat < HEARTBEAT_GAP_SECS:
-            return
-        self._last_beat = time.monotonic()
-        self._best_effort("the worker's RQ heartbeat", super().heartbeat, timeout)
-
-    def set_state(self, state: str, pipeline: Any = None) -> None:
-        if pipeline is not None:
-            return super().set_state(state, pipeline)
-        self._best_effort("the worker's RQ state", super().set_state, state)
-
-    def set_current_job_working_time(self, working_time: float, pipeline: Any = None) -> None:
-        if pipeline is not None:
-            return super().set_current_job_working_time(working_time, pipeline)
-        if not working_time:
-            return  # RQ's reset as its horse ends: the next horse's preparation resets it in its own pipeline
-        self._best_effort("the worker's RQ job time", super().set_current_job_working_time, working_time)
-
-    def run_maintenance_tasks(self) -> None:
-        self._best_effort("RQ's registry maintenance", super().run_maintenance_tasks)
-
-    def teardown(self) -> None:
-        self.close_standby()
-        self._best_effort("the worker's RQ deregistration", super().teardown)
-
-    def _best_effort(self, what: str, call: Any, *args: Any) -> None:
-        try:
-            call(*args)
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            self.outage.failed(what, exc)
 
     def ended_normally(self, burst: bool) -> bool:
         """Whether `work()` returned because it was asked to (a stop signal, an empty queue or `rq suspend`
@@ -343,8 +303,6 @@ class JobpoolWorker(HorseWorker):
                 self.outage.failed("preparing a job", exc)
                 backoff.sleep()
         self.fork_work_horse(job, queue)
-        if self.runtime.cleaner is not None:
-            self.runtime.cleaner.launched()
         try:
             self.monitor_work_horse(job, queue)
         except Exception as exc:
@@ -356,6 +314,11 @@ class JobpoolWorker(HorseWorker):
         # RQ sets the worker idle here and again as its dequeue begins, a moment later: that one is kept.
         if self._drain_kill_at is not None and self._still_ours(job.id):
             self.left_running += 1
+
+    def horse_launched(self) -> None:
+        if self.runtime.cleaner is not None:
+            self.runtime.cleaner.launched()  # the removals waiting for it (workers/cleanup.py)
+        super().horse_launched()
 
     def standby_wanted(self) -> bool:
         return not self.stop_asked and super().standby_wanted()

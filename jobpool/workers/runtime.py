@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..api import Pool
@@ -37,6 +38,13 @@ class Runtime:
     #: The executor a horse launches with, built by `prepare` in the main process and never used there: each
     #: horse gets an untouched copy (no connection open yet) with the fork.
     prepared: Executor | None = None
+    #: Called in a horse once its job's end is recorded and its container handed to `cleaner` (or removed):
+    #: from then on the worker may take its next job while this horse writes RQ's record of the delivery
+    #: (workers/horses.py, "Done before RQ's record").
+    job_ended: Callable[[], None] | None = None
+    #: Called in a horse once its job runs and that is recorded (launched, or adopted): the worker's work that
+    #: waited off the path to the launch may go (workers/horses.py, "After the launch").
+    job_launched: Callable[[], None] | None = None
 
     def prepare(self) -> None:
         """Per-boot work a horse would otherwise repeat for every job: import the job functions (RQ imports

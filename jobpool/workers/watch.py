@@ -39,6 +39,8 @@ RETRY_MAX_DELAY = 0.5
 
 def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, requests: Requests) -> None:
     """Watch a launched attempt until it exits, the row is lost, or a drain deadline passes."""
+    if rt.job_launched is not None:
+        rt.job_launched()  # it runs, and is recorded: the worker may do what waited for that
     settings = rt.pool.settings
     next_beat = time.monotonic() + settings.heartbeat_secs
     stop = _Stop()
@@ -280,11 +282,12 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, e
     # Recorded: the container may go. Its removal is handed to the worker's main process, so this horse
     # exits at once and the worker takes its next job meanwhile (workers/cleanup.py).
     cleaner, pool = rt.cleaner, rt.pool.keys.pool
-    if handle.container_id and cleaner and cleaner.hand_off(handle.container_id, pool, ended_job):
-        return
-    handle.remove()
-    if ended_job:
-        executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
+    if not (handle.container_id and cleaner and cleaner.hand_off(handle.container_id, pool, ended_job)):
+        handle.remove()
+        if ended_job:
+            executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
+    if ended_job and rt.job_ended is not None:
+        rt.job_ended()
 
 
 def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_fn) -> None:
