@@ -12,6 +12,7 @@ import redis
 from bad_input import Jobs
 from constants import FAST_ENV, IMAGE, SUB
 from procs import JobpoolProcess
+from proxies import DockerLaunchHold
 from servers import RedisServer
 
 from jobpool import Pool
@@ -91,3 +92,11 @@ def spawn(tmp_path: Path, pool_env: dict[str, str]) -> Iterator[Callable[..., Jo
     yield start
     for p in started:
         p.stop()
+
+
+@pytest.fixture
+def proxy(docker_host: str) -> Iterator[DockerLaunchHold]:
+    """A proxy in front of the test dockerd that can hold a launch's create or start (tests/proxies.py)."""
+    p = DockerLaunchHold(docker_host)
+    yield p
+    p.close()

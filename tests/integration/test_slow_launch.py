@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 
 import docker
 import pytest
@@ -28,13 +27,6 @@ from proxies import DockerLaunchHold
 from jobpool import JobState, Pool
 
 LIVE = ("running", "paused", "restarting")
-
-
-@pytest.fixture
-def proxy(docker_host: str) -> Iterator[DockerLaunchHold]:
-    p = DockerLaunchHold(docker_host)
-    yield p
-    p.close()
 
 
 class Sampler:

@@ -1,6 +1,7 @@
 """The standby horse (jobpool/workers/horses.py): a worker keeps one horse forked ahead of its next job, the
-job runs in it, the next one is forked meanwhile; a standby never outlives its worker (stopped or
-SIGKILLed), and one that died is replaced by RQ's own fork. And RQ's record of an ended delivery goes."""
+job runs in it, the next one is forked once the job runs (not while it is launched); a standby never
+outlives its worker (stopped or SIGKILLed), and one that died is replaced by RQ's own fork. And RQ's record
+of an ended delivery goes, while RQ's record of the worker stays right (idle, no current job, its counts)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import os
 import signal
 from pathlib import Path
 
-from constants import SUB
+from constants import IMAGE, SUB
 from polling import eventually
 from procs import children, state_of
+from proxies import DockerLaunchHold
+from rq.suspension import resume, suspend
 
 from jobpool import JobState, Pool
 
@@ -54,6 +57,69 @@ def test_the_job_runs_in_the_standby_and_the_next_standby_is_forked_meanwhile(
     eventually(lambda: children(worker.pid) == [nxt], timeout=10,
                message="the horse that ran the job exited and was reaped; the new standby waits")
     assert exited(standby)
+
+
+def test_the_next_standby_is_forked_only_once_the_job_runs(pool: Pool, spawn, proxy: DockerLaunchHold,
+                                                             dclient) -> None:
+    """Forking it (and removing the last container) while the horse claims and creates would take CPU from
+    that launch: the horse says when its job runs, and only then is the next standby forked."""
+    worker = spawn(DOCKER_HOST=proxy.host)
+    standby = one_standby(worker.pid)
+    proxy.hold("start")
+    job = pool.enqueue(IMAGE, ["sh", "-c", "sleep 1"])
+    try:
+        eventually(proxy.held.is_set, timeout=30, message="the job's start is held at the daemon")
+        assert [c.status for c in dclient.containers.list(
+            all=True, filters={"label": f"jobpool.job_id={job.id}"})] == ["created"]
+        assert children(worker.pid) == [standby], "no standby forked while the job is not running yet"
+    finally:
+        proxy.release()
+    kids = eventually(lambda: len(children(worker.pid)) == 2 and children(worker.pid), timeout=20,
+                      message="the next standby forked once the job runs")
+    assert standby in kids
+    assert pool.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+
+
+def test_rqs_record_of_the_worker_after_jobs_whose_horses_said_done_early(sub_pool: Pool, spawn) -> None:
+    """A horse whose job ended tells its worker before it deletes RQ's record of the delivery, and leaves the
+    worker's current-job field to the worker: cleared as it goes idle, counted all the same."""
+    worker = spawn(**SUB)
+    one_standby(worker.pid)
+    for _ in range(3):
+        assert sub_pool.wait(sub_pool.enqueue("ignored", ["true"]).id, timeout=30).state is JobState.SUCCEEDED
+    (key,) = [k for k in sub_pool.client.smembers(f"rq:workers:{sub_pool.keys.rq_queue_name}")]
+
+    def books() -> dict[str, str]:
+        return sub_pool.client.hgetall(f"rq:worker:{key.removeprefix('rq:worker:')}")
+
+    record = eventually(lambda: (b := books()).get("successful_job_count") == "3" and b, timeout=10,
+                        message="RQ counted the three deliveries")
+    assert record["state"] == "idle"
+    assert "current_job" not in record, record
+
+
+def test_a_suspended_worker_takes_no_job_until_resumed(sub_pool: Pool, spawn, tmp_path: Path) -> None:
+    """RQ's suspension (`rq suspend`) is checked between two jobs, in the round trip that sets the worker
+    idle: the worker that finished a job takes no other until RQ's workers are resumed."""
+    sub_pool.set_slots(2)
+    worker = spawn(**SUB)
+    first, go = gated(sub_pool, tmp_path)
+    eventually(lambda: sub_pool.get(first).identity, timeout=20, message="the first job runs")
+    suspend(sub_pool.client)
+    try:
+        second = sub_pool.enqueue("ignored", ["true"])
+        go.touch()
+        assert sub_pool.wait(first, timeout=30).state is JobState.SUCCEEDED
+        workers = f"rq:workers:{sub_pool.keys.rq_queue_name}"
+        eventually(lambda: [k for k in sub_pool.client.smembers(workers)
+                            if sub_pool.client.hget(k, "state") == "suspended"],
+                   timeout=20, message="the worker saw the suspension")
+        assert sub_pool.get(second.id).state is not JobState.SUCCEEDED
+        assert not sub_pool.get(second.id).owner_boot, "not claimed while suspended"
+    finally:
+        resume(sub_pool.client)
+    assert sub_pool.wait(second.id, timeout=30).state is JobState.SUCCEEDED
+    assert worker.proc.poll() is None
 
 
 def test_rqs_record_of_an_ended_delivery_is_deleted(sub_pool: Pool, spawn) -> None:
