@@ -129,5 +129,6 @@ class Job:
                      "env": {k: "<redacted>" for k in self.spec.env},  # values may be secrets
                      "workdir": self.spec.workdir, "user": self.spec.user, "network": self.spec.network,
                      "cpus": self.spec.cpus, "memory": self.spec.memory, "labels": dict(self.spec.labels),
-                     "mounts": list(self.spec.mounts), "init": self.spec.init},
+                     "mounts": list(self.spec.mounts), "init": self.spec.init,
+                     "checkpoint": self.spec.checkpoint},
         }

@@ -53,6 +53,11 @@ class JobSpec:
     #: command and reaps zombies. Without it the command is PID 1, where the kernel drops any signal the
     #: command has no handler for, so a plain `sh` ignores SIGTERM and a pause waits out the stop grace.
     init: bool = True
+    #: Keep a checkpoint across attempts (the job's checkpoint directory, `contract.ENV_CHECKPOINT_DIR`): on
+    #: Docker a volume per job on the daemon that ran it, which ties a handed-back job to that daemon
+    #: (checkpoint affinity). False: none is made (no volume, no variable, no affinity), which saves the
+    #: daemon a volume's create and removal per job.
+    checkpoint: bool = True
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys), computed once: a spec is frozen."""
@@ -62,11 +67,14 @@ class JobSpec:
     def _json(self) -> str:
         # Every key in sorted order, env's and labels' too (tuples are written as arrays): the canonical form
         # with an encoder that does not sort (`_CANONICAL`).
-        data: dict[str, Any] = {"command": self.command, "cpus": self.cpus, "env": _sorted(self.env),
-                                "image": self.image}
-        # Written only when off: a spec with the default reads as it did before the field existed, so a
-        # worker of the previous release (whose spec refuses unknown fields) still runs it during a rolling
-        # upgrade, and such a job still coalesces with one queued before the upgrade.
+        data: dict[str, Any] = {}
+        # `checkpoint` and `init` are written only when off: a spec with the defaults reads as it did before
+        # the fields existed, so a worker of the previous release (whose spec refuses unknown fields) still
+        # runs it during a rolling upgrade, and such a job still coalesces with one queued before.
+        if not self.checkpoint:
+            data["checkpoint"] = False
+        data["command"], data["cpus"], data["env"] = self.command, self.cpus, _sorted(self.env)
+        data["image"] = self.image
         if not self.init:
             data["init"] = False
         data["labels"], data["memory"], data["mounts"] = _sorted(self.labels), self.memory, self.mounts
@@ -210,14 +218,16 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
     user = fields.get("user")
     if user is not None:
         _need_str("user", user)
-    init = fields.get("init", True)
+    init, checkpoint = fields.get("init", True), fields.get("checkpoint", True)
     if not isinstance(init, bool):
         raise InvalidSpec(f"init must be true or false, got {init!r}")
+    if not isinstance(checkpoint, bool):
+        raise InvalidSpec(f"checkpoint must be true or false, got {checkpoint!r}")
     spec = _assemble({
         "image": image, "command": command, "env": _str_map("env", fields.get("env"), ENV_NAME),
         "workdir": workdir, "user": user, "network": network, "cpus": cpus, "memory": memory,
         "labels": labels, "mounts": _check_mounts(fields.get("mounts"), bind_roots, check_roots),
-        "init": init,
+        "init": init, "checkpoint": checkpoint,
     })
     if len(spec.to_json().encode()) > MAX_SPEC_BYTES:
         raise InvalidSpec(f"the spec is larger than {MAX_SPEC_BYTES} bytes")

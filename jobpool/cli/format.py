@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from ..contract import ENV_CHECKPOINT_DIR
 from ..models import Job, JobState
 from ..status import StatusReport, ago
 
@@ -98,6 +99,7 @@ def job_details(job: Job, now_ms: int) -> str:
         ("user", s.user or "-"),
         ("network", s.network),
         ("init", "yes" if s.init else "no (the command runs as PID 1)"),
+        ("checkpoint", "yes" if s.checkpoint else f"no (no {ENV_CHECKPOINT_DIR}, no affinity)"),
         ("cpus", f"{s.cpus:g}" if s.cpus is not None else "-"),
         ("memory", s.memory or "-"),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(s.labels.items())) or "-"),

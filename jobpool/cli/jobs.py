@@ -10,6 +10,7 @@ import click
 
 from .. import errors
 from ..api import Pool
+from ..contract import ENV_CHECKPOINT_DIR
 from ..models import Job, JobState
 from ..spec import ENV_NAME, build_spec
 from ..status import ago
@@ -52,6 +53,9 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
               help="Container label (repeatable); the jobpool. prefix is reserved.")
 @click.option("--no-init", "no_init", is_flag=True,
               help="Run CMD as the container's PID 1, with no init to pass it the stop signal.")
+@click.option("--no-checkpoint", "no_checkpoint", is_flag=True,
+              help=f"The job keeps no checkpoint across attempts: no {ENV_CHECKPOINT_DIR} (no volume), and "
+                   "a handed-back job may run on any daemon.")
 @click.option("--from-file", "from_file", type=click.File("r", encoding="utf-8"), metavar="FILE",
               help="Queue every job of FILE ('-': stdin), in order: JSON lines, one object per job with "
                    "the fields of the Python API's enqueue (image, command, env, coalesce, ...). All are "
@@ -62,14 +66,15 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
 def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coalesce: bool,
             coalesce_key: str | None, env: dict[str, str], workdir: str | None, user: str | None,
             memory: str | None, cpus: float | None, labels: dict[str, str], no_init: bool,
-            from_file: TextIO | None) -> None:
+            no_checkpoint: bool, from_file: TextIO | None) -> None:
     """Queue IMAGE running CMD; prints the job id. Or queue every job of a file (--from-file).
 
     Options go before IMAGE: everything after it is the command (a `--` there is optional).
     """
     ctx = click.get_current_context()
     if from_file is not None:
-        if image is not None or any((coalesce_key, env, workdir, user, memory, cpus, labels, no_init)):
+        if image is not None or any((coalesce_key, env, workdir, user, memory, cpus, labels, no_init,
+                                       no_checkpoint)):
             raise click.UsageError("--from-file takes every job from the file: no IMAGE, CMD or spec option "
                                    "(--coalesce alone is a default for every line)")
         enqueue_file(state, from_file, coalesce)
@@ -88,6 +93,8 @@ def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coales
                                      ("cpus", cpus)) if v is not None})
     if no_init:
         fields["init"] = False
+    if no_checkpoint:
+        fields["checkpoint"] = False
     build_spec(fields, state.settings().bind_roots)  # refuse a bad spec before connecting
     job = state.pool().enqueue(coalesce=coalesce, coalesce_key=coalesce_key, **fields)
     state.emit(job.to_dict(), lambda: job.id)

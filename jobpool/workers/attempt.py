@@ -40,6 +40,9 @@ class Attempt:
         self.pool, self.job_id, self.boot_id, self.attempt = pool, job_id, boot_id, int(attempt)
         self._lease_ms = int(pool.settings.lease_secs * 1000)
         self._claim_token = uuid.uuid4().hex
+        #: Whether the job keeps a checkpoint (`JobSpec.checkpoint`), known once claimed or adopted: without
+        #: one, no daemon holds anything of it, so a handback gets no affinity and nothing is removed.
+        self.checkpoint = True
 
     def _keys(self) -> list[str]:
         return [self.pool.keys.job(self.job_id), self.pool.keys.lease(self.job_id)]
@@ -61,6 +64,7 @@ class Attempt:
             self.finish("error", reason=f"bad_spec: {exc}")
             raise CorruptRow(f"job {self.job_id}: its spec cannot be read ({exc}); the attempt ended failed",
                              self.job_id, "spec") from None
+        self.checkpoint = spec.checkpoint
         return spec, Requests(reply[2] == "1", reply[3] == "1")
 
     @classmethod
@@ -71,7 +75,9 @@ class Attempt:
         me = cls(pool, job_id, boot_id, attempt)
         reply = pool.run("adopt", me._keys(),
                          [job_id, old_owner, attempt, boot_id, me._lease_ms, evidence, daemon_id])
-        return me, JobSpec.from_json(reply[1]), reply[2], Requests(reply[3] == "1", reply[4] == "1")
+        spec = JobSpec.from_json(reply[1])
+        me.checkpoint = spec.checkpoint
+        return me, spec, reply[2], Requests(reply[3] == "1", reply[4] == "1")
 
     def heartbeat(self) -> Requests:
         reply = self.pool.run("heartbeat", self._keys(), [self.boot_id, self.attempt, self._lease_ms])
@@ -90,8 +96,9 @@ class Attempt:
 
     def _affinity_queue(self, daemon_id: str) -> str:
         """The daemon's queue, where a handback of this job goes next (its checkpoint is on that daemon);
-        none when checkpoints are on storage every host shares (Settings.checkpoint_root)."""
-        if not daemon_id or self.pool.settings.checkpoint_root:
+        none when checkpoints are on storage every host shares (Settings.checkpoint_root), or when the job
+        keeps none."""
+        if not daemon_id or self.pool.settings.checkpoint_root or not self.checkpoint:
             return ""
         return self.pool.keys.daemon_queue(daemon_id)
 

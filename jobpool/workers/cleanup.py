@@ -38,7 +38,7 @@ _STOP = b"stop\n"
 class Cleaner:
     """The main process's side: a pipe (made before any horse is forked, so each inherits its write end) and
     a thread that calls `remove(container_id, pool, job_id)` for each line a horse writes; `job_id` is ''
-    when the job has not ended (its checkpoint volume stays for the next attempt)."""
+    when the job has not ended (its checkpoint volume stays for the next attempt) or keeps no checkpoint."""
 
     def __init__(self, remove: Callable[[str, str, str], None]) -> None:
         self._remove = remove

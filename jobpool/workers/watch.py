@@ -278,15 +278,16 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, e
         return
     log.info("job %s attempt %s: exit %s%s -> %s", attempt.job_id, attempt.attempt, code,
              f" ({ended.evidence})" if ended.evidence else "", state)
-    ended_job = attempt.job_id if state in TERMINAL_STATES else ""
+    job_over = state in TERMINAL_STATES
+    checkpoint_of = attempt.job_id if job_over and attempt.checkpoint else ""  # to remove with the container
     # Recorded: the container may go. Its removal is handed to the worker's main process, so this horse
     # exits at once and the worker takes its next job meanwhile (workers/cleanup.py).
     cleaner, pool = rt.cleaner, rt.pool.keys.pool
-    if not (handle.container_id and cleaner and cleaner.hand_off(handle.container_id, pool, ended_job)):
+    if not (handle.container_id and cleaner and cleaner.hand_off(handle.container_id, pool, checkpoint_of)):
         handle.remove()
-        if ended_job:
+        if checkpoint_of:
             executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
-    if ended_job and rt.job_ended is not None:
+    if job_over and rt.job_ended is not None:
         rt.job_ended()
 
 
@@ -330,7 +331,8 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_f
                           what=f"{what}: recording its launch failure")
             except (NotOwner, NotFound):
                 return
-            executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
+            if attempt.checkpoint:
+                executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
             return
         except LaunchUnknown as exc:
             # It may or may not run: keep the slot (write nothing) and let the supervisor find out.

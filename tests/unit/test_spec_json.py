@@ -14,7 +14,7 @@ from jobpool.spec import JobSpec, build_spec
 def test_every_field_is_stored_and_round_trips() -> None:
     spec = build_spec({"image": "img", "command": ["sh", "-c", "x"], "env": {"A": "1"}, "workdir": "/w",
                        "user": "1000", "network": "jobs", "cpus": 1.5, "memory": "512m",
-                       "labels": {"team": "data"}, "mounts": [], "init": False})
+                       "labels": {"team": "data"}, "mounts": [], "init": False, "checkpoint": False})
     stored = json.loads(spec.to_json())
     assert set(stored) == {f.name for f in dataclasses.fields(JobSpec)}
     assert JobSpec.from_json(spec.to_json()) == spec
@@ -28,19 +28,22 @@ _names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True)
 @given(command=st.lists(_text, min_size=1, max_size=4), env=st.dictionaries(_names, _text, max_size=5),
        labels=st.dictionaries(_text.filter(lambda k: k and not k.startswith("jobpool.")), _text, max_size=5),
        cpus=st.none() | st.integers(1, 64) | st.floats(0.01, 1024), init=st.booleans(),
-       user=st.none() | _text.filter(bool), memory=st.none() | st.sampled_from(["1", "512m", "2G"]))
+       checkpoint=st.booleans(), user=st.none() | _text.filter(bool),
+       memory=st.none() | st.sampled_from(["1", "512m", "2G"]))
 def test_the_json_is_canonical_whatever_the_order_of_env_and_labels(command: list[str], env: dict[str, str],
                                                                    labels: dict[str, str], cpus: float | None,
-                                                                   init: bool, user: str | None,
+                                                                   init: bool, checkpoint: bool,
+                                                                   user: str | None,
                                                                    memory: str | None) -> None:
-    """The stored JSON (and so a coalesce key) is `json.dumps` with sorted keys of every field, `init` only
-    when off: `JobSpec._json` writes the keys in that order itself, and sorts env and labels, whatever order
-    the caller's mappings had."""
+    """The stored JSON (and so a coalesce key) is `json.dumps` with sorted keys of every field, `init` and
+    `checkpoint` only when off: `JobSpec._json` writes the keys in that order itself, and sorts env and
+    labels, whatever order the caller's mappings had."""
     spec = build_spec({"image": "img", "command": command, "env": env, "labels": labels, "cpus": cpus,
-                       "init": init, "user": user, "memory": memory})
+                       "init": init, "checkpoint": checkpoint, "user": user, "memory": memory})
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(JobSpec)}
     fields.update(command=list(spec.command), env=dict(reversed(env.items())),
                   labels=dict(reversed(labels.items())), mounts=list(spec.mounts))
-    if init:
-        del fields["init"]
+    for switch, on in (("init", init), ("checkpoint", checkpoint)):
+        if on:
+            del fields[switch]
     assert spec.to_json() == json.dumps(fields, separators=(",", ":"), sort_keys=True)

@@ -258,15 +258,16 @@ class DockerExecutor:
         """The low-level `create_container` arguments of an attempt (the SDK's own split of the high-level
         `containers.create` keywords into the container's config and its host config)."""
         spec = launch.spec
-        env = {**spec.env, **launch.env, ENV_CHECKPOINT_DIR: CONTAINER_CHECKPOINT_DIR}
+        env = {**spec.env, **launch.env}
+        if spec.checkpoint:
+            env[ENV_CHECKPOINT_DIR] = CONTAINER_CHECKPOINT_DIR
         binds: dict[str, dict[str, str]] = {}
         for m in spec.mounts:
             source, target, *mode = m.split(":")
             binds[source] = {"bind": target, "mode": mode[0] if mode else "rw"}
-        host_config: dict[str, Any] = {
-            "auto_remove": False, "network_mode": spec.network, "init": spec.init,
-            "mounts": [self._checkpoint_mount(launch)],
-        }
+        host_config: dict[str, Any] = {"auto_remove": False, "network_mode": spec.network, "init": spec.init}
+        if spec.checkpoint:
+            host_config["mounts"] = [self._checkpoint_mount(launch)]
         if binds:
             host_config["binds"] = binds
         if spec.cpus:

@@ -77,18 +77,20 @@ class SubprocessExecutor:
 
     def launch(self, launch: Launch, fence: Fence = no_fence) -> ProcessHandle:
         spec = launch.spec
-        ckpt = self.checkpoint_dir(launch.pool, launch.job_id)
         logs = self.root / "logs" / launch.pool
-        ckpt.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{launch.job_id}-a{launch.attempt}.log"
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env, **launch.env,
-               ENV_CHECKPOINT_DIR: str(ckpt)}
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env, **launch.env}
+        cwd = self.root  # a job that keeps no checkpoint starts in the state directory (or its workdir)
+        if spec.checkpoint:
+            cwd = self.checkpoint_dir(launch.pool, launch.job_id)
+            cwd.mkdir(parents=True, exist_ok=True)
+            env[ENV_CHECKPOINT_DIR] = str(cwd)
         fence("", "")  # nothing to name or undo yet: a refusal (NotLaunched) goes straight through
         try:
             with open(log_path, "wb") as out:
                 proc = subprocess.Popen(
-                    list(spec.command), env=env, cwd=spec.workdir or str(ckpt), stdin=subprocess.DEVNULL,
+                    list(spec.command), env=env, cwd=spec.workdir or str(cwd), stdin=subprocess.DEVNULL,
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 )
         except (OSError, ValueError) as exc:

@@ -1,0 +1,59 @@
+"""A job that keeps no checkpoint (`JobSpec.checkpoint` False): its container gets no
+`JOBPOOL_CHECKPOINT_DIR` and no volume, and its handback is not tied to the daemon that ran it (no
+checkpoint affinity); a job with the default, run beside it, gets all three."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import docker
+import pytest
+from constants import IMAGE
+from polling import eventually
+
+from jobpool import JobState, Pool
+
+SAYS_DIR = 'echo "dir=${JOBPOOL_CHECKPOINT_DIR:-none}"; echo started; while true; do sleep 0.1; done'
+
+
+def container(dclient: docker.DockerClient, job_id: str) -> docker.models.containers.Container:
+    label = {"label": f"jobpool.job_id={job_id}"}
+    return eventually(lambda: [c for c in dclient.containers.list(filters=label) if b"started" in c.logs()],
+                      timeout=30, message="the job's container runs")[0]
+
+
+def volumes_of(dclient: docker.DockerClient, job_id: str) -> list[str]:
+    return [v.name for v in dclient.volumes.list() if job_id in (v.name or "")]
+
+
+def test_no_variable_no_volume_and_no_affinity(pool: Pool, spawn, dclient: docker.DockerClient) -> None:
+    pool.set_slots(2)
+    bare = pool.enqueue(IMAGE, ["sh", "-c", SAYS_DIR], checkpoint=False)
+    kept = pool.enqueue(IMAGE, ["sh", "-c", SAYS_DIR])
+    spawn()
+    spawn()
+    for job, says, mounts in ((bare, "dir=none", 0), (kept, "dir=/jobpool/checkpoint", 1)):
+        c = container(dclient, job.id)
+        assert says in c.logs().decode()
+        assert len(c.attrs["Mounts"]) == mounts
+    assert volumes_of(dclient, bare.id) == []
+    assert volumes_of(dclient, kept.id), "the default job's checkpoint volume"
+    for job in (bare, kept):
+        pool.pause(job.id)
+    for job in (bare, kept):
+        eventually(lambda j=job: pool.get(j.id).state is JobState.PAUSED, timeout=30, message="paused")
+    assert pool.get(bare.id).affinity == "", "nothing of it is on the daemon that ran it"
+    assert pool.get(kept.id).affinity, "its checkpoint is on the daemon that ran it"
+    for job in (bare, kept):
+        pool.cancel(job.id)
+
+
+@pytest.mark.parametrize("flags, checkpoint", [((), True), (("--no-checkpoint",), False)])
+def test_the_cli_enqueues_with_a_checkpoint_unless_told_not_to(
+        pool: Pool, pool_env: dict[str, str], flags: tuple[str, ...], checkpoint: bool) -> None:
+    enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "enqueue", *flags, IMAGE, "--", "true"],
+                         env={**os.environ, **pool_env}, capture_output=True, text=True, timeout=30)
+    assert enq.returncode == 0, enq.stderr
+    assert pool.get(enq.stdout.strip()).spec.checkpoint is checkpoint
