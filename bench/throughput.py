@@ -3,10 +3,13 @@ loop doing the same container work with the SDK (create, start, wait, remove), i
 
 jobpool's wall runs from the first enqueue until every job is `succeeded`; the bare loop's from its first
 create until both lanes are done. Goal: bare wall / jobpool wall >= 0.90. Each side is warmed up first.
+jobpool's jobs say they keep no checkpoint (`checkpoint=False`: `true` never checkpoints), so their containers
+get no volume, as the bare loop's get none; `--checkpoint` runs them with the default volume instead. They
+keep jobpool's default init process (the bare loop's containers have none).
 CPU per job (workers with their work horses, the bare client, dockerd, redis-server) is printed too: on a
 2-core machine shared with dockerd, CPU spent per job is wall time taken from container starts.
 
-    python bench/throughput.py [--jobs 200] [--blocks 1] [--workers 2] [--keep-logs]
+    python bench/throughput.py [--jobs 200] [--blocks 1] [--workers 2] [--checkpoint] [--keep-logs]
 """
 
 from __future__ import annotations
@@ -65,22 +68,22 @@ def bare_loop(b, n: int) -> float:
     return wall
 
 
-def start_jobpool(b, workers: int):
+def start_jobpool(b, workers: int, spec: dict):
     pool = b.pool(slots=LANES)
     b.start_workers(workers, pool)
     # Warm-up: each worker's first job pays one-off imports; not what steady throughput costs.
-    warm = [pool.enqueue(IMAGE, ["true"]) for _ in range(2 * LANES)]
+    warm = [pool.enqueue(IMAGE, ["true"], **spec) for _ in range(2 * LANES)]
     for j in warm:
         pool.wait(j.id, timeout=60)
     return pool
 
 
-def jobpool_run(pool, n: int) -> tuple[float, float]:
+def jobpool_run(pool, n: int, spec: dict) -> tuple[float, float]:
     """(wall from first enqueue to all succeeded, time spent enqueueing)."""
     base = pool.stats()["counts"]["succeeded"]
     t0 = time.monotonic()
     for _ in range(n):
-        pool.enqueue(IMAGE, ["true"])
+        pool.enqueue(IMAGE, ["true"], **spec)
     t_enq = time.monotonic() - t0
     deadline = t0 + 600
     while True:
@@ -105,10 +108,14 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=LANES,
                     help=f"jobpool workers (default {LANES}, as many as slots; more shows the cost of a "
                          "worker's post-finish cleanup)")
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="run jobpool's jobs with the default checkpoint volume (by default they say they "
+                         "keep none, as `true` needs none)")
     ap.add_argument("--keep-logs", action="store_true", help="keep the worker logs and print where")
     args = ap.parse_args()
     if args.jobs < 1 or not 1 <= args.blocks <= args.jobs or args.workers < 1:
         ap.error("--jobs and --workers must be at least 1, and --blocks from 1 to --jobs")
+    spec = {} if args.checkpoint else {"checkpoint": False}
     sizes = [args.jobs // args.blocks + (k < args.jobs % args.blocks) for k in range(args.blocks)]
 
     with bed("bench-tput", keep_logs=args.keep_logs) as b:
@@ -125,10 +132,10 @@ def main() -> int:
             cpu["dockerd (bare)"] += cpu_secs(b.daemon.pid, children=False) - d0
             if pool is None:
                 load_mid = loadavg()
-                pool = start_jobpool(b, args.workers)
+                pool = start_jobpool(b, args.workers, spec)
             w0 = sum(cpu_secs(w.pid) for w in b.workers)
             d0, r0 = cpu_secs(b.daemon.pid, False), cpu_secs(b.redis.pid)
-            wall, enq = jobpool_run(pool, size)
+            wall, enq = jobpool_run(pool, size, spec)
             jp, t_enq = jp + wall, t_enq + enq
             cpu["jobpool workers"] += sum(cpu_secs(w.pid) for w in b.workers) - w0
             cpu["dockerd (jobpool)"] += cpu_secs(b.daemon.pid, children=False) - d0
@@ -140,7 +147,8 @@ def main() -> int:
     print()
     blocks = f", alternating in {args.blocks} blocks" if args.blocks > 1 else ""
     print(f"== throughput ({args.jobs} x 'true' on {IMAGE}, {LANES} slots, {args.workers} workers, "
-          f"docker executor{blocks}) ==")
+          f"docker executor{blocks}; jobpool's jobs {'with' if args.checkpoint else 'without'} a checkpoint "
+          "volume) ==")
     print(f"bare two-lane SDK loop (create, start, wait, remove): {bare:7.2f} s   "
           f"{args.jobs / bare:6.2f} jobs/s   {1000 * LANES * bare / args.jobs:6.1f} ms/job/lane")
     print(f"jobpool, first enqueue -> all succeeded:               {jp:7.2f} s   "

@@ -25,6 +25,15 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+try:  # redis-py 8 and later: a connection's client name and version for CLIENT SETINFO
+    from redis.driver_info import DriverInfo
+
+    #: Made once per process: redis-py otherwise looks its own version up in the installed packages' metadata
+    #: for every connection it makes (a scan of sys.path, a millisecond), and a work horse makes its own.
+    _DRIVER_INFO: Any = DriverInfo()
+except ImportError:  # earlier releases read the version once, at import
+    _DRIVER_INFO = None
+
 SENTINEL_SCHEME = "redis+sentinel://"
 SCHEMES = ("redis://", "rediss://", "unix://", SENTINEL_SCHEME)
 #: How long a sentinel may take to answer "where is the primary": one that does not answer is skipped.
@@ -94,6 +103,8 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
     the fenced retries of jobpool/workers/watch.py). redis-py's default has changed between releases, so it
     is set here rather than left to the installed version."""
     kwargs.setdefault("retry", Retry(NoBackoff(), 0))
+    if _DRIVER_INFO is not None:
+        kwargs.setdefault("driver_info", _DRIVER_INFO)
     if not url.startswith(SENTINEL_SCHEME):
         return redis.Redis.from_url(url, **kwargs)
     parsed = parse_sentinel(url)

@@ -3,6 +3,8 @@ one clear refusal for a malformed URL and its password never shown."""
 
 from __future__ import annotations
 
+from importlib import metadata
+
 import pytest
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -64,3 +66,14 @@ def test_no_command_is_sent_again_by_redis_py(url: str) -> None:
     assert client(url).connection_pool.make_connection().retry._retries == 0
     given = client(url, retry=Retry(NoBackoff(), 2))
     assert given.connection_pool.make_connection().retry._retries == 2
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "redis+sentinel://127.0.0.1:1/mymaster/0"])
+def test_connections_share_the_client_info_made_once(url: str) -> None:
+    """redis-py 8 builds its name and version for CLIENT SETINFO per connection, reading the installed
+    packages' metadata each time; jobpool's clients pass the one made at import (redis-py's own values)."""
+    pytest.importorskip("redis.driver_info")
+    first, second = (client(url).connection_pool.make_connection() for _ in range(2))
+    assert first.driver_info is second.driver_info
+    assert first.driver_info.lib_version == metadata.version("redis")
+    assert first.driver_info.formatted_name == "redis-py"

@@ -25,7 +25,7 @@ import docker.errors
 import requests.exceptions
 import urllib3.exceptions
 
-from ... import daemonid
+from ... import daemonid, dockerclient
 from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from ...exits import EXIT_SIGKILL, OOM_EVENT_GRACE_SECS, Ending, Outages, container_events, ending
 from .base import CONTAINER_CHECKPOINT_DIR, Fence, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
@@ -223,7 +223,7 @@ class DockerExecutor:
                  api_version: str | None = None, checkpoint_root: str = "") -> None:
         # A known API version skips the per-client GET /version (a fifth of a handoff); proxies from the
         # environment never apply to the daemon's socket, and reading them costs every request.
-        self.client = client or docker.from_env(version=api_version or "auto")
+        self.client = client or dockerclient.shared(docker.from_env(version=api_version or "auto"))
         self.client.api.trust_env = False
         self._daemon_id: str | None = daemon_id or None
         #: Settings.checkpoint_root: checkpoints on storage every host shares, so no daemon holds them.
