@@ -63,7 +63,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -165,6 +165,16 @@ class Standby:
 
 
 
+@contextlib.contextmanager
+def _alarm_held() -> Iterator[None]:
+    """SIGALRM held (blocked) in this thread for the block, and delivered after it if it came meanwhile."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _reap(pid: int, block: bool = True) -> bool:
     """Reap the child `pid` (waiting for it when `block`); True once it has exited and is reaped."""
     try:
@@ -221,11 +231,8 @@ class HorseWorker(Worker):
         first job, or after one died). RQ's monitor of a running horse times its waits with SIGALRM, whose
         handler raises: held off during the fork, so no standby is forked without being kept."""
         if self._standby is None and self.standby_wanted():
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
-            try:
+            with _alarm_held():
                 self._standby = Standby.fork(self._become_horse, self.warm_horse)
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def horse_launched(self) -> None:
         """The horse's job runs (or a horse was forked by RQ): the next standby is forked now."""
@@ -269,8 +276,8 @@ class HorseWorker(Worker):
         self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")
 
     def fork_work_horse(self, job: Any, queue: Any) -> None:
-        """Hand the job to the standby, or fork a horse as RQ does when there is none; then fork the standby
-        for the next job while this one runs."""
+        """Hand the job to the standby, or fork a horse as RQ does when there is none; the standby for the
+        next job is forked once this one runs (`horse_launched`)."""
         standby, self._standby = self._standby, None
         message = None if self.execution is None else {
             "job": job.id, "queue": queue.name, "queues": self.queue_names(), "execution": self.execution.id,
@@ -296,7 +303,8 @@ class HorseWorker(Worker):
             # An exception out of the read (RQ's death penalty, every second) leaves it for the next call.
             said = os.read(self._horse_done, 1)
             if said == b"s":
-                self.horse_launched()
+                with _alarm_held():  # RQ's timed wait must not cut it short: see `have_standby`
+                    self.horse_launched()
                 continue
             os.close(self._horse_done)
             self._horse_done = -1
