@@ -7,11 +7,12 @@ just promoted waited for it. So the horse hands the removal to its worker's main
 the horse inherits, and exits; a thread of the main process removes it while the worker already takes and
 launches the next job.
 
-The thread removes a container only once the worker's next job runs (`launched`: its horse said so, or RQ
-forked it), or after `HOLD_MAX_SECS` when no job comes: a removal is a few milliseconds of docker-py's
-Python, and run while the main process itself works between two jobs it took the GIL from it at each of its
-Redis round trips (bench/handoff_trace.py: 10-20 ms added to the path from a container's exit to the next
-create); run while the next horse creates its container, the daemon's work for it slows that create.
+The thread removes a container only once the worker has handed its next job to a horse (`launched`), or
+after `HOLD_MAX_SECS` when no job comes: a removal is a few milliseconds of docker-py's Python, and run
+while the main process itself works between two jobs it took the GIL from it at each of its Redis round
+trips (bench/handoff_trace.py: 10-20 ms added to the path from a container's exit to the next create).
+(Holding it further, until the next job's container runs, measured no better: bench/throughput.py, paired
+runs in BENCHMARKS.md, "Round 4".)
 
 Only what `finish` recorded is handed over, so a container is never removed before its exit is in Redis
 (the supervisor judges an exited container whose exit was not recorded: docs/architecture.md, "Workers").
@@ -63,8 +64,8 @@ class Cleaner:
             return False
 
     def launched(self) -> None:
-        """Called by the worker once its next job runs: the removals waiting may go now (the main process
-        waits for its horse, idle)."""
+        """Called by the worker once it handed a job to a horse: the removals waiting may go now (the main
+        process waits for its horse, idle)."""
         with self._turn:
             self._launches += 1
             self._turn.notify_all()

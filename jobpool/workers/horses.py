@@ -25,10 +25,10 @@ non-zero: the worker reads that as RQ reads any horse that died, and the job's r
 (an unclaimed dispatch is dispatched again: docs/architecture.md, "Workers").
 
 **After the launch.** Forking the next standby takes the worker several milliseconds of CPU (copying its page
-tables), and so does removing the previous job's container (workers/cleanup.py); on two cores shared with the
-daemon, either one run while the horse claims and creates its container slows that down. So the horse says
-when its job runs (`Runtime.job_launched`, b"s" on the pipe on which it says it is done), and the worker does
-both then (`horse_launched`). A horse forked by RQ says nothing: the worker does both once it is forked.
+tables); on two cores shared with the daemon, a fork while the horse claims and creates its container slows
+that down. So the horse says when its job runs (`Runtime.job_launched`, b"s" on the pipe on which it says it
+is done), and the worker forks then (`horse_launched`). A horse forked by RQ says nothing: the worker forks
+the next standby at once.
 
 **One round trip to prepare.** RQ's worker writes the job's execution record and its busy state, then its
 horse writes what it writes first (`prepare_job_execution`: the worker's current job, the job's started

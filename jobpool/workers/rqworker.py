@@ -303,6 +303,8 @@ class JobpoolWorker(BooksWorker):
                 self.outage.failed("preparing a job", exc)
                 backoff.sleep()
         self.fork_work_horse(job, queue)
+        if self.runtime.cleaner is not None:
+            self.runtime.cleaner.launched()  # the removals waiting for the next hand-off (workers/cleanup.py)
         try:
             self.monitor_work_horse(job, queue)
         except Exception as exc:
@@ -314,11 +316,6 @@ class JobpoolWorker(BooksWorker):
         # RQ sets the worker idle here and again as its dequeue begins, a moment later: that one is kept.
         if self._drain_kill_at is not None and self._still_ours(job.id):
             self.left_running += 1
-
-    def horse_launched(self) -> None:
-        if self.runtime.cleaner is not None:
-            self.runtime.cleaner.launched()  # the removals waiting for it (workers/cleanup.py)
-        super().horse_launched()
 
     def standby_wanted(self) -> bool:
         return not self.stop_asked and super().standby_wanted()

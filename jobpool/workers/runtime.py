@@ -42,8 +42,8 @@ class Runtime:
     #: from then on the worker may take its next job while this horse writes RQ's record of the delivery
     #: (workers/horses.py, "Done before RQ's record").
     job_ended: Callable[[], None] | None = None
-    #: Called in a horse once its job runs and that is recorded (launched, or adopted): the worker's work that
-    #: waited off the path to the launch may go (workers/horses.py, "After the launch").
+    #: Called in a horse once its job runs and that is recorded (launched, or adopted): the worker may fork
+    #: its next standby (workers/horses.py, "After the launch").
     job_launched: Callable[[], None] | None = None
 
     def prepare(self) -> None:

@@ -40,7 +40,7 @@ RETRY_MAX_DELAY = 0.5
 def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, requests: Requests) -> None:
     """Watch a launched attempt until it exits, the row is lost, or a drain deadline passes."""
     if rt.job_launched is not None:
-        rt.job_launched()  # it runs, and is recorded: the worker may do what waited for that
+        rt.job_launched()  # it runs, and is recorded: the worker may fork its next standby
     settings = rt.pool.settings
     next_beat = time.monotonic() + settings.heartbeat_secs
     stop = _Stop()
