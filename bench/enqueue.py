@@ -8,8 +8,9 @@ Starts its own redis-server (tests/servers.py) and measures, in the same run, me
 - `rq.Queue.enqueue` with RQ's JSON serializer and a trivial function by dotted path (the baseline: what a
   plain RQ user pays to make a job visible to workers);
 - promotion: N queued jobs promoted into N free slots by `Pool.promote()` (batches of 32 candidates);
-- bulk: `Pool.enqueue_many` of N jobs (no free slot; batches of --batch-size per script call) against
-  `rq.Queue.enqueue_many` of N `Queue.prepare_data` jobs on one pipeline (RQ's bulk enqueue, one round trip);
+- bulk: `Pool.enqueue_many` of --bulk-n jobs (no free slot; batches of --batch-size per script call) against
+  `rq.Queue.enqueue_many` of as many `Queue.prepare_data` jobs on one pipeline (RQ's bulk enqueue, one round
+  trip);
   both timings include building the input (the spec dicts; RQ's prepare_data).
 
 Each round starts from an empty database (FLUSHALL, not timed); the order of the contenders alternates
@@ -19,7 +20,7 @@ of the rounds' own ratios: each pairs two contenders timed within a second of ea
 from elsewhere on the host moves one round's ratio, not the median (a ratio of medians pairs times taken
 minutes apart).
 
-    python3 bench/enqueue.py [--n 2000] [--rounds 5] [--batch-size 100] [--profile]
+    python3 bench/enqueue.py [--n 2000] [--bulk-n 20000] [--rounds 5] [--batch-size 100] [--profile]
 
 --profile adds a cProfile of `Pool.enqueue` (no free slot), to show where its time goes.
 """
@@ -190,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=2000, help="jobs per round (default 2000)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported (default 5)")
+    ap.add_argument("--bulk-n", type=int, default=20000,
+                    help="jobs per round of the bulk contenders (default 20000: a round of 2000 lasts a "
+                         "tenth of a second, short enough for one burst of load elsewhere to decide it)")
     ap.add_argument("--batch-size", type=int, default=100, help="Pool.enqueue_many's batch (default 100)")
     ap.add_argument("--profile", action="store_true", help="also cProfile Pool.enqueue")
     args = ap.parse_args(argv)
@@ -203,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             POOL_PROMOTED: lambda: bench_pool_enqueue(url, raw, args.n, free_slots=True),
             RQ: lambda: bench_rq_enqueue(url, raw, args.n),
             PROMOTE: lambda: bench_promote(url, raw, args.n),
-            BULK: lambda: bench_pool_bulk(url, raw, args.n, args.batch_size),
-            RQ_BULK: lambda: bench_rq_bulk(url, raw, args.n),
+            BULK: lambda: bench_pool_bulk(url, raw, args.bulk_n, args.batch_size),
+            RQ_BULK: lambda: bench_rq_bulk(url, raw, args.bulk_n),
         }
         for run in contenders.values():  # warm-up (script loading, imports, connections), not reported
             run()
@@ -215,17 +219,18 @@ def main(argv: list[str] | None = None) -> int:
                 results[name].append(contenders[name]())
         profile = profile_pool_enqueue(url, raw, args.n) if args.profile else ""
         raw.close()
-    report(results, args.n, args.rounds)
+    report(results, args.n, args.bulk_n, args.rounds)
     if profile:
         print(profile)
     return 0
 
 
-def report(results: dict[str, list[Measure]], n: int, rounds: int) -> None:
+def report(results: dict[str, list[Measure]], n: int, bulk_n: int, rounds: int) -> None:
     def med(name: str, attr: str) -> float:
         return statistics.median(getattr(m, attr) for m in results[name])
 
-    print(f"private redis-server, N={n} jobs per round, {rounds} rounds; medians (min..max of jobs/s)")
+    print(f"private redis-server, N={n} jobs per round ({bulk_n} for the bulk contenders), {rounds} rounds; "
+          "medians (min..max of jobs/s)")
     print(f"  {'':34s} {'jobs/s':>9s}   {'':17s} {'client CPU/job':>14s} {'server/job':>11s}")
     for name, ms in results.items():
         rates = [m.rate for m in ms]

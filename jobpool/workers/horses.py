@@ -9,7 +9,7 @@ and its first Redis connection took 10-40 ms of the path from one container's ex
 one horse forked ahead, a *standby*: a child that has connected to Redis and waits on a pipe. When a job is
 dequeued, the worker writes the job's id, its queue and RQ's execution record to the pipe, and the standby
 becomes the horse: it fetches the job and runs RQ's own horse code (`main_work_horse`). The worker then forks
-the next standby while this job runs.
+the next standby once this job runs ("After the launch").
 
 What the standby knows is what the worker knew when it forked: boot, settings, the prepared executor
 (workers/runtime.py). Nothing in a horse depends on the worker's state after that, except what the pipe
@@ -44,8 +44,9 @@ that took the job says it is done there, not once RQ's record is deleted too: th
 worker already takes its next job. Only for a job that ended: its RQ records are its own and it is never
 delivered again, so nothing the worker writes for its next job meets them, except RQ's "current job" field
 of the worker's hash, which this horse then leaves alone (the worker clears it as it goes idle:
-jobpool/workers/rqworker.py). A horse that fails after saying so leaves RQ's record of a job that ended;
-RQ's registry maintenance expires it.
+jobpool/workers/rqbooks.py). A horse whose record of the delivery fails after saying so deletes it as a
+success would (`handle_job_failure`: RQ's failure record would keep it for ever); one killed then leaves it
+for the pruning of the job's row (scripts/prune.lua).
 
 **RQ's record of an ended delivery.** Once the job function returned, RQ's horse records the delivery. For a
 job that ended (`rqjob.after_delivery` set its result TTL to 0) RQ deletes its records, but first asks Redis
@@ -56,145 +57,22 @@ up to five times, one round trip each, which registry the job is in, and watches
 from __future__ import annotations
 
 import contextlib
-import gc
-import json
 import logging
 import os
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
 from rq import Worker
 from rq.executions import Execution
+from rq.timeouts import HorseMonitorTimeoutException
 from rq.utils import now
 from rq.worker import WorkerStatus
 
+from .standby import CLOSE_WAIT_SECS, Standby, reap
+
 log = logging.getLogger("jobpool.worker")
-
-#: How long `close` waits for a standby to exit on its EOF before it kills it.
-CLOSE_WAIT_SECS = 2.0
-
-
-class Standby:
-    """One forked standby horse, seen from the worker: its pid, the write end of its pipe, and the read end of
-    the pipe on which, as a horse, it says it is done (`done_fd`)."""
-
-    def __init__(self, pid: int, write_fd: int, done_fd: int) -> None:
-        self.pid = pid
-        self._write = write_fd
-        self.done_fd = done_fd
-
-    @classmethod
-    def fork(cls, become_horse: Callable[[dict[str, Any], int], None],
-             warm: Callable[[], None]) -> Standby | None:
-        """Fork a standby. In the child: its own process group (as RQ's horses), SIGINT ignored and SIGTERM
-        deadly until it takes a job, `warm()` (connections a horse would open first), then wait; on a message,
-        `become_horse(message, done_write_fd)` (which never returns: RQ's horse code exits the process). None
-        when the fork failed (the worker then forks per job, as RQ does)."""
-        read_fd, write_fd = os.pipe()
-        done_read, done_write = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            log.warning("could not fork a standby horse (%s); forking per job", exc)
-            for fd in (read_fd, write_fd, done_read, done_write):
-                os.close(fd)
-            return None
-        if pid == 0:  # the standby
-            code = 1
-            try:
-                os.close(write_fd)
-                os.close(done_read)
-                os.setpgrp()
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])  # held by the worker's fork
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                with contextlib.suppress(Exception):  # a cold connection is only slower
-                    warm()
-                # What the horse inherits is left out of its garbage collection: collecting writes the header
-                # of every object it looks at, and each page written is copied from the worker's (a
-                # copy-on-write fault). The horse lives for one job; its own objects are collected as ever.
-                # About 6 ms of CPU per job (bench/throughput.py, paired runs), on cores the daemon needs.
-                gc.freeze()
-                message = _read_message(read_fd)
-                if message is None:  # the worker closed the pipe: stopped, or gone
-                    code = 0
-                else:
-                    become_horse(message, done_write)
-            except BaseException:  # noqa: BLE001 - said here, or the worker would only read an exit code
-                log.exception("standby horse %s: could not take its job (the supervisor dispatches it again)",
-                              os.getpid())
-            finally:
-                os._exit(code)
-        os.close(read_fd)
-        os.close(done_write)
-        return cls(pid, write_fd, done_read)
-
-    def hand(self, message: dict[str, Any]) -> bool:
-        """Give the standby its job; False (and the standby reaped) when it is gone."""
-        data = json.dumps(message).encode() + b"\n"
-        try:
-            written = os.write(self._write, data)
-        except OSError:  # EPIPE: it died
-            written = -1
-        os.close(self._write)
-        self._write = -1
-        if written == len(data):
-            return True
-        _reap(self.pid, block=False)
-        os.close(self.done_fd)
-        return False
-
-    def close(self) -> None:
-        """The worker stops: the standby reads EOF and exits; waited for, killed past `CLOSE_WAIT_SECS`."""
-        if self._write >= 0:
-            os.close(self._write)
-            self._write = -1
-            os.close(self.done_fd)
-        deadline = time.monotonic() + CLOSE_WAIT_SECS
-        while not _reap(self.pid, block=False):
-            if time.monotonic() >= deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
-                _reap(self.pid)
-                return
-            time.sleep(0.01)
-
-
-
-@contextlib.contextmanager
-def _alarm_held() -> Iterator[None]:
-    """SIGALRM held (blocked) in this thread for the block, and delivered after it if it came meanwhile."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def _reap(pid: int, block: bool = True) -> bool:
-    """Reap the child `pid` (waiting for it when `block`); True once it has exited and is reaped."""
-    try:
-        return os.waitpid(pid, 0 if block else os.WNOHANG)[0] == pid
-    except ChildProcessError:  # reaped already
-        return True
-
-
-def _read_message(fd: int) -> dict[str, Any] | None:
-    """The one message of a standby's life, or None at EOF. It is under PIPE_BUF, written with one write, so a
-    read returns it whole; a read interrupted by a signal is retried by Python."""
-    data = b""
-    with os.fdopen(fd, "rb", buffering=0) as pipe:
-        while not data.endswith(b"\n"):
-            chunk = pipe.read(4096)
-            if not chunk:
-                return None
-            data += chunk
-    message = json.loads(data)
-    return message if isinstance(message, dict) else None
 
 
 class HorseWorker(Worker):
@@ -215,8 +93,14 @@ class HorseWorker(Worker):
         self._ended = False
         #: In a standby's horse: the worker wrote what RQ's horse writes first (`prepare_execution`).
         self._prepared = False
-        #: The thread reaping the last horse that said it was done (joined as the worker stops).
+        #: The thread reaping the last horse that said it was done (joined as the worker stops), and its pid.
         self._reaper: threading.Thread | None = None
+        self._reaped_pid = 0
+        #: What `wait_for_horse` read and has yet to return (see there), and whether RQ's monitor is waiting
+        #: and a standby is due (the job runs).
+        self._clean_end: tuple[int, int, None] | None = None
+        self._monitoring = False
+        self._launched_due = False
 
     def standby_wanted(self) -> bool:
         """Whether to fork a standby now: not once the worker is stopping."""
@@ -228,11 +112,10 @@ class HorseWorker(Worker):
 
     def have_standby(self) -> None:
         """Fork a standby unless there is one: once a job runs (`horse_launched`), and before a dequeue (the
-        first job, or after one died). RQ's monitor of a running horse times its waits with SIGALRM, whose
-        handler raises: held off during the fork, so no standby is forked without being kept."""
+        first job, or after one died). Never within RQ's timed wait for its horse, whose SIGALRM handler
+        raises wherever the main thread is: after the fork, a standby no one kept (see `wait_for_horse`)."""
         if self._standby is None and self.standby_wanted():
-            with _alarm_held():
-                self._standby = Standby.fork(self._become_horse, self.warm_horse)
+            self._standby = Standby.fork(self._become_horse, self.warm_horse)
 
     def horse_launched(self) -> None:
         """The horse's job runs (or a horse was forked by RQ): the next standby is forked now."""
@@ -294,27 +177,57 @@ class HorseWorker(Worker):
             super().fork_work_horse(job, queue)
             self.horse_launched()
 
+    def monitor_work_horse(self, job: Any, queue: Any) -> None:
+        self._monitoring = True
+        try:
+            super().monitor_work_horse(job, queue)
+        finally:
+            self._monitoring = False
+
     def wait_for_horse(self) -> tuple[int | None, int | None, Any]:
         """The horse's end: as RQ waits for it, except that a standby that took the job says when it is done,
         and its exit (the kernel freeing what the horse touched: 3-7 ms, bench/handoff_trace.py) is not waited
         for: a thread reaps it. A horse that ends without saying so (killed, or RQ's horse code failed) closes
-        the pipe: then its exit is waited for, and read, as RQ does."""
-        while self._horse_done >= 0:
-            # An exception out of the read (RQ's death penalty, every second) leaves it for the next call.
+        the pipe: then its exit is waited for, and read, as RQ does.
+
+        RQ's monitor calls this under a one-second SIGALRM timer whose handler raises wherever the main
+        thread is, and calls it again after its periodic work; so every step here can be cut short and
+        resumed: the pipe is given up before it is closed, and a clean end, once read, is kept until it is
+        returned. *Launched* cuts the wait short itself (as the timer does), so the next standby is forked
+        in RQ's periodic work, where no timer runs (`maintain_heartbeats`). A word lost to the timer between
+        the read and its use only costs time: the standby is forked before the next dequeue, the end is read
+        from the horse's exit."""
+        while self._horse_done >= 0 and self._clean_end is None:
             said = os.read(self._horse_done, 1)
             if said == b"s":
-                with _alarm_held():  # RQ's timed wait must not cut it short: see `have_standby`
-                    self.horse_launched()
+                if self._monitoring:
+                    self._launched_due = True
+                    raise HorseMonitorTimeoutException("the horse's job runs")
                 continue
-            os.close(self._horse_done)
-            self._horse_done = -1
+            fd, self._horse_done = self._horse_done, -1
+            os.close(fd)
             if said == b"0":
-                pid = self.horse_pid
-                self._reaper = threading.Thread(target=_reap, args=(pid,), name=f"jobpool-reap-{pid}",
+                self._clean_end = (self.horse_pid, 0, None)
+        if self._clean_end is not None:
+            pid = self._clean_end[0]
+            if self._reaped_pid != pid:
+                self._reaped_pid = pid
+                self._reaper = threading.Thread(target=reap, args=(pid,), name=f"jobpool-reap-{pid}",
                                                 daemon=True)
                 self._reaper.start()
-                return pid, 0, None
+            end, self._clean_end = self._clean_end, None
+            return end
         return super().wait_for_horse()
+
+    def maintain_heartbeats(self, job: Any) -> None:
+        """RQ's periodic work while its horse runs, every second; or, when the wait was cut short because the
+        job runs, the next standby instead. Not both: RQ's heartbeat writes the delivery's execution record,
+        which a short job's horse may be deleting at that moment (it would be made again, to expire)."""
+        if not self._launched_due:
+            super().maintain_heartbeats(job)
+            return
+        self._launched_due = False
+        self.horse_launched()
 
     def job_ended(self) -> None:
         """In a horse whose job's end is recorded (see the module's docstring): RQ's record is deleted next,
@@ -380,10 +293,30 @@ class HorseWorker(Worker):
         if job.get_result_ttl(self.default_result_ttl) != 0:
             super().handle_job_success(job, queue, started_job_registry)
             return
+        self._delete_delivery(job, succeeded=True)
+
+    def handle_job_failure(self, job: Any, queue: Any, started_job_registry: Any = None,
+                           exc_string: str = "") -> None:
+        """RQ's, except in a horse that said it was done (its job ended; something failed after that, RQ's
+        record of the delivery most likely): RQ's failure record would delete the worker's current job, which
+        may be the next one's by now, and keep the job's hash for ever (failure TTL -1). It is deleted
+        instead, as a success's is."""
+        if not self._said_done:
+            super().handle_job_failure(job, queue, started_job_registry, exc_string)
+            return
+        log.warning("job %s: RQ's record of its delivery failed after the job ended (%s); deleting it",
+                    job.id, exc_string.strip().splitlines()[-1] if exc_string.strip() else "no detail")
+        self._delete_delivery(job, succeeded=False)
+
+    def _delete_delivery(self, job: Any, succeeded: bool) -> None:
         executions = job.get_executions()
         with self.connection.pipeline() as pipe:
-            self.increment_successful_job_count(pipeline=pipe)
-            self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+            if succeeded:
+                self.increment_successful_job_count(pipeline=pipe)
+            else:
+                self.increment_failed_job_count(pipeline=pipe)
+            if job.started_at is not None and job.ended_at is not None:
+                self.increment_total_working_time(job.ended_at - job.started_at, pipe)
             if self._said_done:
                 # The worker may have deregistered meanwhile (stopped): the counts above would make its hash
                 # again, so it is given the TTL a live worker's hash has. Its "current job" may be the next

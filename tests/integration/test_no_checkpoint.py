@@ -1,6 +1,7 @@
 """A job that keeps no checkpoint (`JobSpec.checkpoint` False): its container gets no
 `JOBPOOL_CHECKPOINT_DIR` and no volume, and its handback is not tied to the daemon that ran it (no
-checkpoint affinity); a job with the default, run beside it, gets all three."""
+checkpoint affinity); a job with the default, run beside it, gets all three. Under the subprocess executor
+it runs in an empty directory of its attempt's own, removed once its exit is recorded."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 import docker
 import pytest
-from constants import IMAGE
+from constants import IMAGE, SUB
 from polling import eventually
 
 from jobpool import JobState, Pool
@@ -57,3 +58,16 @@ def test_the_cli_enqueues_with_a_checkpoint_unless_told_not_to(
                          env={**os.environ, **pool_env}, capture_output=True, text=True, timeout=30)
     assert enq.returncode == 0, enq.stderr
     assert pool.get(enq.stdout.strip()).spec.checkpoint is checkpoint
+
+
+def test_a_subprocess_job_without_one_runs_in_a_scratch_directory_of_its_own(sub_pool: Pool, spawn,
+                                                                          tmp_path) -> None:
+    state = tmp_path / "state"
+    spawn(**{**SUB, "JOBPOOL_STATE_DIR": str(state)})
+    says = 'echo "dir=${JOBPOOL_CHECKPOINT_DIR:-none} cwd=$(pwd) files=$(ls -A | wc -l)"'
+    job = sub_pool.enqueue("ignored", ["sh", "-c", says], checkpoint=False)
+    assert sub_pool.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    scratch = state / "scratch" / sub_pool.keys.pool / f"{job.id}-a1"
+    assert sub_pool.logs(job.id).split() == ["dir=none", f"cwd={scratch}", "files=0"]
+    eventually(lambda: not scratch.exists(), timeout=10, message="the scratch directory removed")
+    assert not (state / "checkpoints" / sub_pool.keys.pool / job.id).exists()

@@ -21,9 +21,11 @@ from .base import Fence, Launch, LaunchError, no_fence
 
 
 class ProcessHandle:
-    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, scratch: Path | None = None) -> None:
         self._proc = proc
         self._log_path = log_path
+        #: The working directory of an attempt that keeps no checkpoint: removed with the log.
+        self._scratch = scratch
         self.container_id = ""
         self.daemon_id = ""
         self.identity: dict[str, Any] | None = {"executor": "subprocess", **identity_of(proc.pid)}
@@ -64,6 +66,8 @@ class ProcessHandle:
             self._log_path.unlink()
         except FileNotFoundError:
             pass
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 class SubprocessExecutor:
@@ -81,11 +85,15 @@ class SubprocessExecutor:
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{launch.job_id}-a{launch.attempt}.log"
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env, **launch.env}
-        cwd = self.root  # a job that keeps no checkpoint starts in the state directory (or its workdir)
+        # The job's checkpoint directory, or, for a job that keeps none, an empty one of this attempt's own
+        # (removed with the attempt's log): its working directory unless the spec names one.
+        scratch = None
         if spec.checkpoint:
             cwd = self.checkpoint_dir(launch.pool, launch.job_id)
-            cwd.mkdir(parents=True, exist_ok=True)
             env[ENV_CHECKPOINT_DIR] = str(cwd)
+        else:
+            cwd = scratch = self.root / "scratch" / launch.pool / f"{launch.job_id}-a{launch.attempt}"
+        cwd.mkdir(parents=True, exist_ok=True)
         fence("", "")  # nothing to name or undo yet: a refusal (NotLaunched) goes straight through
         try:
             with open(log_path, "wb") as out:
@@ -94,8 +102,10 @@ class SubprocessExecutor:
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 )
         except (OSError, ValueError) as exc:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
             raise LaunchError(f"launch_failed: {exc}") from None
-        return ProcessHandle(proc, log_path)
+        return ProcessHandle(proc, log_path, scratch)
 
     def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> None:
         return None  # a process cannot be re-parented: the supervisor waits for it to end instead

@@ -1,0 +1,128 @@
+"""`Standby`: one horse forked ahead of its job, seen from the worker (jobpool/workers/horses.py says why and
+how a worker uses it): forked, handed its job on a pipe, or closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("jobpool.worker")
+
+#: How long `close` waits for a standby to exit on its EOF before it kills it.
+CLOSE_WAIT_SECS = 2.0
+
+
+class Standby:
+    """One forked standby horse, seen from the worker: its pid, the write end of its pipe, and the read end of
+    the pipe on which, as a horse, it says it is done (`done_fd`)."""
+
+    def __init__(self, pid: int, write_fd: int, done_fd: int) -> None:
+        self.pid = pid
+        self._write = write_fd
+        self.done_fd = done_fd
+
+    @classmethod
+    def fork(cls, become_horse: Callable[[dict[str, Any], int], None],
+             warm: Callable[[], None]) -> Standby | None:
+        """Fork a standby. In the child: its own process group (as RQ's horses), SIGINT ignored and SIGTERM
+        deadly until it takes a job, `warm()` (connections a horse would open first), then wait; on a message,
+        `become_horse(message, done_write_fd)` (which never returns: RQ's horse code exits the process). None
+        when the fork failed (the worker then forks per job, as RQ does)."""
+        read_fd, write_fd = os.pipe()
+        done_read, done_write = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            log.warning("could not fork a standby horse (%s); forking per job", exc)
+            for fd in (read_fd, write_fd, done_read, done_write):
+                os.close(fd)
+            return None
+        if pid == 0:  # the standby
+            code = 1
+            try:
+                os.close(write_fd)
+                os.close(done_read)
+                os.setpgrp()
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                with contextlib.suppress(Exception):  # a cold connection is only slower
+                    warm()
+                # What the horse inherits is left out of its garbage collection: collecting writes the header
+                # of every object it looks at, and each page written is copied from the worker's (a
+                # copy-on-write fault). The horse lives for one job; its own objects are collected as ever.
+                # About 6 ms of CPU per job (bench/throughput.py, paired runs), on cores the daemon needs.
+                gc.freeze()
+                message = _read_message(read_fd)
+                if message is None:  # the worker closed the pipe: stopped, or gone
+                    code = 0
+                else:
+                    become_horse(message, done_write)
+            except BaseException:  # noqa: BLE001 - said here, or the worker would only read an exit code
+                log.exception("standby horse %s: could not take its job (the supervisor dispatches it again)",
+                              os.getpid())
+            finally:
+                os._exit(code)
+        os.close(read_fd)
+        os.close(done_write)
+        return cls(pid, write_fd, done_read)
+
+    def hand(self, message: dict[str, Any]) -> bool:
+        """Give the standby its job; False (and the standby reaped) when it is gone."""
+        data = json.dumps(message).encode() + b"\n"
+        try:
+            written = os.write(self._write, data)
+        except OSError:  # EPIPE: it died
+            written = -1
+        os.close(self._write)
+        self._write = -1
+        if written == len(data):
+            return True
+        reap(self.pid, block=False)
+        os.close(self.done_fd)
+        return False
+
+    def close(self) -> None:
+        """The worker stops: the standby reads EOF and exits; waited for, killed past `CLOSE_WAIT_SECS`."""
+        if self._write >= 0:
+            os.close(self._write)
+            self._write = -1
+            os.close(self.done_fd)
+        deadline = time.monotonic() + CLOSE_WAIT_SECS
+        while not reap(self.pid, block=False):
+            if time.monotonic() >= deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                reap(self.pid)
+                return
+            time.sleep(0.01)
+
+
+
+def reap(pid: int, block: bool = True) -> bool:
+    """Reap the child `pid` (waiting for it when `block`); True once it has exited and is reaped."""
+    try:
+        return os.waitpid(pid, 0 if block else os.WNOHANG)[0] == pid
+    except ChildProcessError:  # reaped already
+        return True
+
+
+def _read_message(fd: int) -> dict[str, Any] | None:
+    """The one message of a standby's life, or None at EOF. It is under PIPE_BUF, written with one write, so a
+    read returns it whole; a read interrupted by a signal is retried by Python."""
+    data = b""
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while not data.endswith(b"\n"):
+            chunk = pipe.read(4096)
+            if not chunk:
+                return None
+            data += chunk
+    message = json.loads(data)
+    return message if isinstance(message, dict) else None
