@@ -47,7 +47,7 @@ class BooksWorker(HorseWorker):
             return super().set_state(state, pipeline)
         if state != WorkerStatus.IDLE:
             self._best_effort("the worker's RQ state", super().set_state, state)
-        elif self.get_state() != WorkerStatus.IDLE:  # the suspension check just wrote it
+        elif self.get_state() != WorkerStatus.IDLE:  # else the suspension check has just written it
             # Idle: no current job. RQ's horse deletes that field as it ends, except one that said it was
             # done before writing RQ's record (workers/horses.py): the worker may be on its next job by then.
             self._best_effort("the worker's RQ state", self._pipelined, self._idle)
