@@ -334,10 +334,14 @@ def test_with_a_shared_checkpoint_root_a_paused_job_resumes_on_any_daemon_with_i
     assert paused.affinity == "", "no daemon holds its checkpoint"
     assert (root / pool.keys.pool / job_id / "step").read_text().strip() == "1"
     w2.kill_with_children()
-    spawn(DOCKER_HOST=d1, JOBPOOL_CHECKPOINT_ROOT=str(root))
+    w1 = spawn(DOCKER_HOST=d1, JOBPOOL_CHECKPOINT_ROOT=str(root))
     pool.resume(job_id)
-    done = eventually(lambda: (j := pool.get(job_id)).state is JobState.SUCCEEDED and j, timeout=40,
-                      message="resumed on daemon 1")
+    try:
+        done = eventually(lambda: (j := pool.get(job_id)).state is JobState.SUCCEEDED and j, timeout=40,
+                          message="resumed on daemon 1")
+    except AssertionError as exc:  # seen once in CI (2026-12-01): say what the job and its worker did
+        raise AssertionError(f"{exc}\nrow: {pool.get(job_id)}\nevents: {pool.events(job_id)}\n"
+                             f"worker on daemon 1: {w1.log()[-4000:]}") from None
     assert done.attempt == 2 and "resumed from checkpoint" in pool.logs(job_id)
     assert done.daemon_id == daemon_identity(d1)
     eventually(lambda: not (root / pool.keys.pool / job_id).exists(), timeout=20,
