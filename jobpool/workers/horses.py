@@ -27,8 +27,8 @@ non-zero: the worker reads that as RQ reads any horse that died, and the job's r
 **After the launch.** Forking the next standby takes the worker several milliseconds of CPU (copying its page
 tables); on two cores shared with the daemon, a fork while the horse claims and creates its container slows
 that down. So the horse says when its job runs (`Runtime.job_launched`, b"s" on the pipe on which it says it
-is done), and the worker forks then (`horse_launched`). A horse forked by RQ says nothing: the worker forks
-the next standby at once.
+is done), and the worker forks then (`wait_for_horse`, `maintain_heartbeats`). A horse forked by RQ says
+nothing: the worker forks the next standby at once.
 
 **One round trip to prepare.** RQ's worker writes the job's execution record and its busy state, then its
 horse writes what it writes first (`prepare_job_execution`: the worker's current job, the job's started
@@ -111,15 +111,11 @@ class HorseWorker(Worker):
         self.connection.ping()
 
     def have_standby(self) -> None:
-        """Fork a standby unless there is one: once a job runs (`horse_launched`), and before a dequeue (the
-        first job, or after one died). Never within RQ's timed wait for its horse, whose SIGALRM handler
-        raises wherever the main thread is: after the fork, a standby no one kept (see `wait_for_horse`)."""
+        """Fork a standby unless there is one: once a job runs, and before a dequeue (the first job, or after
+        one died). Never within RQ's timed wait for its horse, whose SIGALRM handler raises wherever the main
+        thread is: after the fork, a standby no one kept (see `wait_for_horse`)."""
         if self._standby is None and self.standby_wanted():
             self._standby = Standby.fork(self._become_horse, self.warm_horse)
-
-    def horse_launched(self) -> None:
-        """The horse's job runs (or a horse was forked by RQ): the next standby is forked now."""
-        self.have_standby()
 
     def close_standby(self) -> None:
         """The worker stops: its standby exits, and the last horse, which may still be writing RQ's record
@@ -160,7 +156,7 @@ class HorseWorker(Worker):
 
     def fork_work_horse(self, job: Any, queue: Any) -> None:
         """Hand the job to the standby, or fork a horse as RQ does when there is none; the standby for the
-        next job is forked once this one runs (`horse_launched`)."""
+        next job is forked once this one runs (`have_standby`)."""
         standby, self._standby = self._standby, None
         message = None if self.execution is None else {
             "job": job.id, "queue": queue.name, "queues": self.queue_names(), "execution": self.execution.id,
@@ -175,7 +171,7 @@ class HorseWorker(Worker):
             if standby is not None:
                 standby.close()
             super().fork_work_horse(job, queue)
-            self.horse_launched()
+            self.have_standby()
 
     def monitor_work_horse(self, job: Any, queue: Any) -> None:
         self._monitoring = True
@@ -227,7 +223,7 @@ class HorseWorker(Worker):
             super().maintain_heartbeats(job)
             return
         self._launched_due = False
-        self.horse_launched()
+        self.have_standby()
 
     def job_ended(self) -> None:
         """In a horse whose job's end is recorded (see the module's docstring): RQ's record is deleted next,
@@ -236,7 +232,7 @@ class HorseWorker(Worker):
         self._say_done()
 
     def job_launched(self) -> None:
-        """In a standby that took its job, once the job runs: the worker's work that waited may go."""
+        """In a standby that took its job, once the job runs: the worker may fork its next standby."""
         if self._done_write >= 0 and not self._said_done:
             with contextlib.suppress(OSError):
                 os.write(self._done_write, b"s")

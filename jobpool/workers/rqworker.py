@@ -97,7 +97,7 @@ class JobpoolWorker(BooksWorker):
             **kwargs,
         )
         self.runtime = runtime
-        # Called in a horse once its job's end is recorded (workers/horses.py).
+        # Called in a horse: once its job runs, and once its end is recorded (workers/horses.py).
         runtime.job_ended = self.job_ended
         runtime.job_launched = self.job_launched
         self.boot = boot

@@ -105,7 +105,6 @@ class Standby:
             time.sleep(0.01)
 
 
-
 def reap(pid: int, block: bool = True) -> bool:
     """Reap the child `pid` (waiting for it when `block`); True once it has exited and is reaped."""
     try:
