@@ -1,9 +1,10 @@
 """Loads the Lua scripts once per client and maps their status codes to typed exceptions.
 
-Each ``scripts/<op>.lua`` is one atomic operation; ``scripts/_lib.lua`` (shared helpers) is prepended at load
-time, never at call time, and before it the constants the scripts share with Python (`contract.lua_constants`,
-from jobpool/contract.py; the enqueue script also gets RQ's constant job hash fields, `rqjob.lua_template`),
-so a script's text, and so its SHA, is fixed for the life of the process.
+Each ``scripts/<op>.lua`` is one atomic operation. Before it, at load time and never at call time, come the
+definitions it uses of the shared helpers (``scripts/_lib.lua``) and of the constants the scripts share with
+Python (`contract.lua_constants`, from jobpool/contract.py; RQ's constant job hash fields,
+`rqjob.lua_template`, for the scripts that write RQ's hash): jobpool/luatext.py makes that text, so a
+script's text, and so its SHA, is fixed for the life of the process.
 A script is called by its SHA (EVALSHA); one that meets NOSCRIPT (a restarted or flushed server, a new
 primary) is loaded through the same client and run again, so a Redis restart needs no special handling. On a
 single-connection client (the enqueue's, jobpool/submit.py) the call is sent and read on its connection
@@ -15,13 +16,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from importlib import resources
 from typing import Any
 
 import redis
 from redis.commands.core import Script
 
-from . import contract, errors, rqjob
+from . import contract, errors
+from .luatext import script_text
 
 log = logging.getLogger("jobpool")
 
@@ -122,7 +123,7 @@ except ImportError:  # redis-py packs in Python then, and so does `_held_call`
     _hiredis_pack = None  # type: ignore[assignment]  # None says: not installed
 
 
-def _held_call(conn: Any, command: tuple[Any, ...]) -> Any:
+def _held_call(conn: Any, command: tuple[Any, ...], meanwhile: Callable[[], None] | None = None) -> Any:
     """`command` on the connection `conn` of a single-connection client that one thread alone uses
     (submit.ThreadClients), sent and read with the Connection's own public methods: what `execute_command`
     does for it less its layers (the retry wrapper, the argument filtering, the response callbacks, none of
@@ -137,7 +138,11 @@ def _held_call(conn: Any, command: tuple[Any, ...]) -> Any:
 
     The command is packed by hiredis itself when it is installed (jobpool's dependency `redis[hiredis]`):
     the bytes redis-py's own packer makes then (its HiredisRespSerializer calls the same function), without
-    its per-argument Python pass, which cost a fifth of an enqueue's client instructions."""
+    its per-argument Python pass, which cost a fifth of an enqueue's client instructions.
+
+    `meanwhile`, when given, runs once the command is sent and before its reply is read: the caller's own
+    work overlaps the server's (`Scripts.run`). If it raises, the connection is dropped, as for a lost reply:
+    an unread reply must never be taken for the next command's."""
     try:
         if _hiredis_pack is None:
             packed = conn.pack_command(*command)
@@ -147,6 +152,12 @@ def _held_call(conn: Any, command: tuple[Any, ...]) -> Any:
             except TypeError as exc:  # what redis-py's packer raises for an argument it cannot send
                 raise redis.DataError(exc) from None
         conn.send_packed_command(packed)
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except BaseException:
+                conn.disconnect()
+                raise
         return conn.read_response()
     except (redis.ConnectionError, redis.TimeoutError):
         conn.disconnect()
@@ -163,18 +174,14 @@ def _never() -> bool:
     return False
 
 
-#: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
-SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,
-                                                   "reconcile_apply": rqjob.lua_template}
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    """`fn`, run by the first call only."""
+    left = [fn]
 
-
-def script_text(name: str) -> str:
-    """The text loaded as script `name`: the contract's constants, _lib.lua, the script's own generated
-    constants (`SCRIPT_CONSTANTS`), then the script itself."""
-    pkg = resources.files("jobpool") / "scripts"
-    own = SCRIPT_CONSTANTS[name]() if name in SCRIPT_CONSTANTS else ""
-    return (contract.lua_constants() + (pkg / "_lib.lua").read_text() + "\n" + own
-            + (pkg / f"{name}.lua").read_text())
+    def run() -> None:
+        if left:
+            left.pop()()
+    return run
 
 
 def _decode(value: Any) -> Any:
@@ -219,7 +226,7 @@ class Scripts:
         }
 
     def run(self, op: str, keys: Sequence[str], args: Sequence[Any],
-            client: redis.Redis | None = None) -> list[Any]:
+            client: redis.Redis | None = None, meanwhile: Callable[[], None] | None = None) -> list[Any]:
         """Run a script; returns its reply decoded, or raises the mapped exception. `client` (default: the
         one the scripts were registered on) is another client of the same server: jobpool/submit.py runs
         enqueue on a per-thread single-connection client, whose connection the call is sent on directly
@@ -228,12 +235,18 @@ class Scripts:
         A script sent to a primary that was demoted meets READONLY at its first write, before it changed
         anything (a script's reads come first, and Redis refuses it whole), so it is sent again, with a
         short backoff, until the new primary takes it or `FAILOVER_RETRY_SECS` pass. Any other failure is
-        the caller's: a lost reply may have been applied, and only the caller knows how to find out."""
+        the caller's: a lost reply may have been applied, and only the caller knows how to find out.
+
+        `meanwhile` is work of the caller's that does not depend on this call (enqueue_many: the previous
+        batch's Jobs, the next batch's arguments). It runs once: on a single-connection client while the
+        server runs the script, otherwise before the call. If it raises, that is raised and the call's
+        outcome is unknown, as for a lost reply."""
         conn = client or self.client
         deadline, delay = time.monotonic() + FAILOVER_RETRY_SECS, 0.05
+        once = _once(meanwhile) if meanwhile is not None else None  # a call sent again does not run it again
         while True:
             try:
-                reply = self._call(self._scripts[op], conn, keys, args)
+                reply = self._call(self._scripts[op], conn, keys, args, once)
                 break
             except redis.RedisError as exc:
                 if not _demoted(exc) or time.monotonic() + delay > deadline:
@@ -248,15 +261,24 @@ class Scripts:
         raise_for_code(op, reply)
         return reply
 
-    def _call(self, script: Script, conn: redis.Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def _call(self, script: Script, conn: redis.Redis, keys: Sequence[str], args: Sequence[Any],
+              meanwhile: Callable[[], None] | None = None) -> Any:
         full = (*args, self.default_slots, self.events_maxlen)
+        single = None if self.wait_replicas else getattr(conn, "connection", None)
+        if meanwhile is not None and single is None:  # nothing to overlap with: the caller's work first
+            meanwhile()
+            meanwhile = None
         if self.wait_replicas:
             return self._call_and_wait(script, conn, keys, full)
         # What redis-py's `Script.__call__` does, without its per-call tuple copies and import: EVALSHA, and
         # on NOSCRIPT (a restarted or flushed server, a new primary) load the script through the same client
-        # and run it again.
-        single = getattr(conn, "connection", None)
-        send = conn.execute_command if single is None else (lambda *cmd: _held_call(single, cmd))
+        # and run it again. `meanwhile` has run by then: a NOSCRIPT reply is read after it.
+        def send(*cmd: Any) -> Any:
+            if single is None:
+                return conn.execute_command(*cmd)
+            nonlocal meanwhile
+            work, meanwhile = meanwhile, None
+            return _held_call(single, cmd, work)
         try:
             return send("EVALSHA", script.sha, len(keys), *keys, *full)
         except redis.exceptions.NoScriptError:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -135,36 +135,69 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
         raise errors.InvalidArgument("specs must be an iterable of mappings (one per job)")
     roots = tuple(pool.settings.bind_roots)
     jobs = [prepare_item(item, roots, i) for i, item in enumerate(specs)]
-    out: list[Job] = []
-    for start in range(0, len(jobs), batch_size):
+    batches = [jobs[start:start + batch_size] for start in range(0, len(jobs), batch_size)]
+    made: list[Job | str] = []
+    replied: list[tuple[list[Prepared], list[Any]]] = []  # batches sent whose Jobs are not made yet
+    call = _call_args(pool, batches[0]) if batches else None
+    for k, batch in enumerate(batches):
+        following: list[tuple[list[str], list[Any]]] = []
+
+        def meanwhile(k: int = k, following: list[tuple[list[str], list[Any]]] = following) -> None:
+            # While the server runs batch k: the Jobs of the batch before, and the arguments of the next.
+            # Batch k + 1 is still sent only once batch k succeeded, so what was enqueued is a prefix.
+            while replied:
+                made.extend(_made(*replied.pop(0)))
+            if k + 1 < len(batches):
+                following.append(_call_args(pool, batches[k + 1]))
         try:
-            out += send(pool, jobs[start:start + batch_size])
+            assert call is not None
+            reply = _run(pool, call, meanwhile)
         except errors.JobpoolError as exc:
-            if start:  # its message says what stands: the same exception, so callers handle it as ever
-                exc.args = (f"{exc.args[0] if exc.args else exc} (the first {len(out)} of the "
+            if k:  # its message says what stands: the same exception, so callers handle it as ever
+                exc.args = (f"{exc.args[0] if exc.args else exc} (the first {k * batch_size} of the "
                             f"{len(jobs)} jobs were enqueued before it)", *exc.args[1:])
             raise
-    return out
+        replied.append((batch, reply))
+        call = following[0] if following else None
+    while replied:
+        made.extend(_made(*replied.pop(0)))
+    return _resolved(pool, made)
 
 
 def send(pool: Pool, batch: list[Prepared]) -> list[Job]:
     """One enqueue script call for `batch`; its Jobs as the script left them, in order."""
+    return _resolved(pool, _made(batch, _run(pool, _call_args(pool, batch))))
+
+
+def _call_args(pool: Pool, batch: list[Prepared]) -> tuple[list[str], list[Any]]:
+    """The enqueue script's keys and arguments for `batch` (scripts/enqueue.lua)."""
     keys = pool.keys
     key_list = keys.common()
     args: list[Any] = [pool.actor]
     for p in batch:
         key_list += (keys.job(p.id), keys.rq_job(p.id))
         args += (p.id, p.spec.to_json(), p.coalesce_key, p.spec.image)
-    reply = pool.scripts.run("enqueue", key_list, args, client=pool.thread_clients.get(pool.client))
+    return key_list, args
+
+
+def _run(pool: Pool, call: tuple[list[str], list[Any]],
+         meanwhile: Callable[[], None] | None = None) -> list[Any]:
+    """The enqueue script, on this thread's single-connection client; a promotion it left undone is done."""
+    reply = pool.scripts.run("enqueue", call[0], call[1], client=pool.thread_clients.get(pool.client),
+                             meanwhile=meanwhile)
     pool.after_release(reply)
+    return reply
+
+
+def _made(batch: list[Prepared], reply: list[Any]) -> list[Job | str]:
+    """The Jobs of `batch` as the enqueue script left them (`reply`), in order; a job that coalesced is the
+    id of the queued job it coalesced into (`_resolved` reads those)."""
     now = int(reply[4])
-    jobs: list[Job | None] = []
-    twins: dict[int, str] = {}
+    jobs: list[Job | str] = []
     for i, p in enumerate(batch):
         coalesced, job_id, seq, state = reply[5 + 4 * i: 9 + 4 * i]
         if int(coalesced):
-            twins[i] = job_id
-            jobs.append(None)
+            jobs.append(job_id)
             continue
         running = state == JobState.RUNNING.value
         # Built from what the script set and the spec in hand: reading the row back would cost a third
@@ -172,15 +205,20 @@ def send(pool: Pool, batch: list[Prepared]) -> list[Job]:
         jobs.append(_new_job({"id": job_id, "state": JobState(state), "spec": p.spec, "seq": int(seq),
                               "attempt": 1 if running else 0, "created_at": now,
                               "coalesce_key": p.coalesce_key, "promoted_at": now if running else None}))
-    if twins:
-        found = _twins(pool, sorted(set(twins.values())))
-        for i, twin_id in twins.items():
-            jobs[i] = found[twin_id]
-    return [j for j in jobs if j is not None]
+    return jobs
+
+
+def _resolved(pool: Pool, made: list[Job | str]) -> list[Job]:
+    """`made` with each coalesced job's id replaced by that queued job, read back in one round trip."""
+    twin_ids = sorted({j for j in made if isinstance(j, str)})
+    if not twin_ids:
+        return made  # type: ignore[return-value]  # no str left in it
+    found = _twins(pool, twin_ids)
+    return [found[j] if isinstance(j, str) else j for j in made]
 
 
 def _twins(pool: Pool, ids: list[str]) -> dict[str, Job]:
-    """The queued jobs that jobs of a batch coalesced into, read back (one round trip), as `coalesced`."""
+    """The queued jobs that new jobs coalesced into, read back (one round trip), as `coalesced`."""
     if len(ids) == 1:
         return {ids[0]: pool.get(ids[0], coalesced=True)}
     pipe = pool.client.pipeline(transaction=False)

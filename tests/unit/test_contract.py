@@ -62,10 +62,17 @@ def test_scripts_never_write_a_generated_value(name: str) -> None:
             f"{script}.lua writes {value} instead of {name}"
 
 
-def test_every_script_is_loaded_with_the_constants_first() -> None:
-    block = contract.lua_constants()
+def test_every_script_is_loaded_with_the_constants_it_names_first() -> None:
+    definitions = [line for line in contract.lua_constants().splitlines() if line.startswith("local ")]
+    assert len(definitions) == len(contract.LUA_CONSTANTS)
     for name in SCRIPT_NAMES:
-        assert script_text(name).startswith(block + LIB)
+        text = script_text(name)
+        helpers = text.find("local function ")
+        for line in definitions:
+            rest = text.replace(line, "")
+            if re.search(rf"\b{line.split()[1]}\b", rest):  # the script or a helper it has names it
+                assert line in text, f"{name} names {line.split()[1]} without its definition"
+                assert helpers < 0 or text.index(line) < helpers, f"{name}: {line.split()[1]} after a helper"
 
 
 def test_the_generated_block_holds_the_contract_values(backend: Backend) -> None:

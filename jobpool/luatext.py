@@ -1,0 +1,89 @@
+"""The text each Lua script is loaded as: the shared definitions it uses, then the script itself.
+
+Every script is one EVALSHA, and Redis runs a script's whole text on every call: each `local function` of
+the shared library (scripts/_lib.lua) and each constant table (jobpool/contract.py's block, RQ's job hash
+fields) is made again each time, whether the script calls it or not. The library made whole cost a short
+script more server time than its own work (bench/enqueue.py; BENCHMARKS.md, "Round 5"), so a script is
+loaded with only the definitions it reaches: those its own text names, then those theirs name, and so on.
+
+The selection errs only on the side of keeping: a definition is kept when its name appears anywhere in kept
+text as a word, comments and strings included, and Lua has no way to name a local other than by its word. A
+definition left out would be a nonexistent global to Redis, which refuses such a read with an error; the
+tests load and run every script (tests/unit/test_luatext.py checks the split and the closure).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+
+from . import contract, rqjob
+
+#: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
+SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,
+                                                   "reconcile_apply": rqjob.lua_template}
+
+_BLOCK_COMMENT = re.compile(r"--\[\[.*?\]\]\n?", re.DOTALL)
+#: A top-level definition starts a line with `local` (the shared text's own rule: nothing else starts a line
+#: at column 0 but comments and a function's closing `end`).
+_TOP = re.compile(r"^local ", re.MULTILINE)
+_DEFINES = re.compile(r"local\s+(?:function\s+(\w+)|([\w\s,]+?)\s*=)")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclass(frozen=True)
+class Definition:
+    """One top-level `local` statement of the shared text: the names it defines and its text."""
+
+    names: frozenset[str]
+    text: str
+
+
+def definitions(shared: str) -> list[Definition]:
+    """The shared text's top-level definitions, in order (block comments dropped: they say, never do)."""
+    body = _BLOCK_COMMENT.sub("", shared)
+    starts = [m.start() for m in _TOP.finditer(body)]
+    head = body[:starts[0]] if starts else body
+    if any(line.strip() and not line.startswith("--") for line in head.split("\n")):
+        raise ValueError("the shared Lua text has a statement before its first top-level `local`")
+    out = []
+    for start, end in zip(starts, [*starts[1:], len(body)], strict=True):
+        text = body[start:end]
+        m = _DEFINES.match(text)
+        if m is None:
+            raise ValueError(f"a top-level `local` defines nothing readable: {text[:60]!r}")
+        names = [m.group(1)] if m.group(1) else [n.strip() for n in m.group(2).split(",")]
+        out.append(Definition(frozenset(names), text))
+    return out
+
+
+def needed(defs: list[Definition], script: str) -> str:
+    """The definitions of `defs` that `script` reaches, in their order, as one text."""
+    words = set(_WORD.findall(script))
+    keep = [False] * len(defs)
+    changed = True
+    while changed:  # later definitions may name earlier ones: repeat until nothing is added
+        changed = False
+        for i in range(len(defs) - 1, -1, -1):
+            if not keep[i] and defs[i].names & words:
+                keep[i], changed = True, True
+                words.update(_WORD.findall(defs[i].text))
+    return "".join(d.text for d, k in zip(defs, keep, strict=True) if k)
+
+
+def _shared(name: str) -> str:
+    pkg = resources.files("jobpool") / "scripts"
+    own = SCRIPT_CONSTANTS[name]() if name in SCRIPT_CONSTANTS else ""
+    return contract.lua_constants() + (pkg / "_lib.lua").read_text() + "\n" + own
+
+
+@functools.cache
+def script_text(name: str) -> str:
+    """The text loaded as script `name`: what it reaches of the contract's constants, scripts/_lib.lua and
+    its own generated constants (`SCRIPT_CONSTANTS`), in that order, then the script itself. Fixed for the
+    life of the process, and so is its SHA."""
+    script = (resources.files("jobpool") / "scripts" / f"{name}.lua").read_text()
+    return needed(definitions(_shared(name)), script) + script
