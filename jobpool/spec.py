@@ -177,8 +177,11 @@ def _check_command(command: Any) -> tuple[str, ...]:
         raise InvalidSpec("command must be a non-empty list of strings")
     if len(command) > MAX_ARGS:
         raise InvalidSpec(f"command has {len(command)} arguments; at most {MAX_ARGS}")
-    for arg in command:
-        _need_str("command argument", arg, empty_ok=True)
+    for arg in command:  # `_need_str`'s checks, the argument encoded once for both size checks
+        if not isinstance(arg, str):
+            raise InvalidSpec(f"command argument must be a string, got {arg!r}")
+        if "\x00" in arg:
+            raise InvalidSpec("command argument must not contain NUL bytes")
         if utf8_size("command argument", arg) > MAX_ARG_BYTES:
             raise InvalidSpec(f"a command argument is longer than {MAX_ARG_BYTES} bytes")
     return tuple(command)
@@ -197,8 +200,8 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
                check_roots: bool = True) -> JobSpec:
     """Validate raw fields into a `JobSpec`, or raise `InvalidSpec` saying what is wrong. `check_roots`
     False skips only the bind-root check of mounts (a stored spec read back)."""
-    unknown = set(fields) - _FIELDS
-    if unknown:
+    if not _FIELDS.issuperset(fields):
+        unknown = set(fields) - _FIELDS
         raise InvalidSpec(f"unknown spec field(s): {', '.join(sorted(unknown))} "
                           "(privileged mode and host namespaces are never allowed)")
     image = _need_str("image", fields.get("image"))
@@ -229,6 +232,6 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
         "labels": labels, "mounts": _check_mounts(fields.get("mounts"), bind_roots, check_roots),
         "init": init, "checkpoint": checkpoint,
     })
-    if len(spec.to_json().encode()) > MAX_SPEC_BYTES:
+    if len(spec.to_json()) > MAX_SPEC_BYTES:  # ASCII (the encoder escapes the rest), so characters are bytes
         raise InvalidSpec(f"the spec is larger than {MAX_SPEC_BYTES} bytes")
     return spec

@@ -6,9 +6,11 @@ import dataclasses
 import json
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given
 
-from jobpool.spec import JobSpec, build_spec
+from jobpool.errors import InvalidSpec
+from jobpool.spec import MAX_SPEC_BYTES, JobSpec, build_spec
 
 
 def test_every_field_is_stored_and_round_trips() -> None:
@@ -47,3 +49,16 @@ def test_the_json_is_canonical_whatever_the_order_of_env_and_labels(command: lis
         if on:
             del fields[switch]
     assert spec.to_json() == json.dumps(fields, separators=(",", ":"), sort_keys=True)
+
+
+def test_the_size_limit_counts_the_stored_bytes_of_any_text() -> None:
+    """The limit compares the JSON's length in characters: every character is one byte because the encoder
+    escapes all that is not ASCII. Multi-byte text just over the limit in stored bytes is refused."""
+    spec = build_spec({"image": "img", "command": ["é€😀"]})
+    assert spec.to_json().isascii() and len(spec.to_json()) == len(spec.to_json().encode())
+    base = len(build_spec({"image": "img", "command": [""], "env": {"A": ""}}).to_json())
+    per_char = len(json.dumps("€")) - 2  # \u20ac: six stored bytes per character
+    fits = (MAX_SPEC_BYTES - base) // per_char
+    assert build_spec({"image": "img", "command": [""], "env": {"A": "€" * fits}})
+    with pytest.raises(InvalidSpec, match="larger than"):
+        build_spec({"image": "img", "command": [""], "env": {"A": "€" * (fits + 1)}})
