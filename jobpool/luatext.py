@@ -27,8 +27,8 @@ SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,
                                                    "reconcile_apply": rqjob.lua_template}
 
 _BLOCK_COMMENT = re.compile(r"--\[\[.*?\]\]\n?", re.DOTALL)
-#: A top-level definition starts a line with `local` (the shared text's own rule: nothing else starts a line
-#: at column 0 but comments and a function's closing `end`).
+#: A top-level definition starts a line with `local`. The shared text's rule, which `definitions` enforces:
+#: nothing else starts a line at column 0 but a comment, a function's closing `end` or a table's `}`.
 _TOP = re.compile(r"^local ", re.MULTILINE)
 _DEFINES = re.compile(r"local\s+(?:function\s+(\w+)|([\w\s,]+?)\s*=)")
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -56,6 +56,9 @@ def definitions(shared: str) -> list[Definition]:
         if m is None:
             raise ValueError(f"a top-level `local` defines nothing readable: {text[:60]!r}")
         names = [m.group(1)] if m.group(1) else [n.strip() for n in m.group(2).split(",")]
+        for line in text.split("\n")[1:]:  # a statement of its own here would go or stay with this one
+            if line[:1] not in ("", " ", "-", "}") and line.rstrip() != "end":
+                raise ValueError(f"a line at column 0 that is no definition, comment or `end`: {line[:60]!r}")
         out.append(Definition(frozenset(names), text))
     return out
 

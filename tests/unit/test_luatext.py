@@ -64,6 +64,11 @@ def test_a_shared_text_the_split_cannot_read_is_refused() -> None:
         luatext.definitions("redis.call('PING')\nlocal A = 1\n")
     with pytest.raises(ValueError, match="defines nothing readable"):
         luatext.definitions("local = 1\n")
+    # A statement of its own after a definition would be kept or dropped with that definition.
+    with pytest.raises(ValueError, match="no definition, comment or `end`"):
+        luatext.definitions("local A = {}\nredis.call('DEL', KEYS[1])\nlocal B = 1\n")
+    text = "local function f()\n  return 1\nend\n-- B\nlocal B = {\n}\n"
+    assert [d.names for d in luatext.definitions(text)] == [frozenset({"f"}), frozenset({"B"})]
 
 
 def test_what_the_split_keeps_runs_and_what_it_leaves_out_is_refused_by_redis(backend: Backend) -> None:
