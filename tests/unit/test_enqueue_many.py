@@ -352,3 +352,41 @@ def test_the_held_connection_answers_as_execute_command_does(backend: Backend, p
         _held_call(conn, ("ECHO", None))
     assert client.connection is conn and _held_call(conn, ("PING",)) == "PONG"  # no response callback
     assert enqueue(pool, "after").seq == 1
+
+
+# ---- the client's work between batches, done while the server runs one -----------------------------------
+
+
+def test_a_failed_batch_stops_the_rest_and_leaves_the_batches_before(backend: Backend,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The third batch's first id is an existing job's, so the script refuses that batch whole: the two
+    batches before it stand, in order, and nothing after it was sent, though its arguments were made while
+    the second ran."""
+    pool = backend.pool(max_concurrent_jobs=0)
+    old = enqueue(pool, "old")
+    ids = iter([f"{i:032x}" for i in range(4)] + [old.id] + [f"{i:032x}" for i in range(5, 9)])
+    monkeypatch.setattr("jobpool.submit.os.urandom", lambda n: bytes.fromhex(next(ids)))
+    with pytest.raises(errors.AlreadyExists, match=r"\(the first 4 of the 9 jobs were enqueued before it\)"):
+        pool.enqueue_many([spec("echo", str(i)) for i in range(9)], batch_size=2)
+    assert queued_ids(pool) == [old.id] + [f"{i:032x}" for i in range(4)]
+    assert [pool.get(f"{i:032x}").spec.command for i in range(4)] == [("echo", str(i)) for i in range(4)]
+
+
+def test_the_callers_work_runs_once_while_the_script_runs(backend: Backend) -> None:
+    """`Scripts.run`'s `meanwhile`: run once, also when the call is sent again after NOSCRIPT; a meanwhile
+    that raises drops the held connection (its reply unread), and the next call reads its own reply."""
+    pool = backend.pool(max_concurrent_jobs=0)
+    client = pool.thread_clients.get(pool.client)
+    ran: list[int] = []
+    backend.raw.script_flush()
+    pool.scripts.run("set_slots", pool.keys.common(), [3, "t"], client=client,
+                     meanwhile=lambda: ran.append(1))
+    assert ran == [1] and pool.slots()[1] == 3
+
+    def fails() -> None:
+        raise RuntimeError("the caller's own work failed")
+    with pytest.raises(RuntimeError, match="own work failed"):
+        pool.scripts.run("set_slots", pool.keys.common(), [4, "t"], client=client, meanwhile=fails)
+    client = pool.thread_clients.get(pool.client)
+    assert enqueue(pool, "next").seq == 1  # its own reply, not set_slots'
+    assert pool.slots()[1] in (3, 4)  # the call's outcome is unknown, as for a lost reply
