@@ -357,8 +357,8 @@ def test_the_held_connection_answers_as_execute_command_does(backend: Backend, p
 # ---- the client's work between batches, done while the server runs one -----------------------------------
 
 
-def test_a_failed_batch_stops_the_rest_and_leaves_the_batches_before(backend: Backend,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_batch_stops_the_rest_and_leaves_those_before(backend: Backend,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The third batch's first id is an existing job's, so the script refuses that batch whole: the two
     batches before it stand, in order, and nothing after it was sent, though its arguments were made while
     the second ran."""
