@@ -29,9 +29,12 @@ CHECK = """
 import os, sys
 import jobpool
 from jobpool import Pool
+from importlib import resources
 from jobpool.registry import script_text, SCRIPT_NAMES
-texts = [script_text(n) for n in SCRIPT_NAMES]
-assert all('local function fence' in t for t in texts), 'the shared _lib.lua is not prepended'
+for name in SCRIPT_NAMES:
+    own = (resources.files('jobpool') / 'scripts' / f'{name}.lua').read_text()
+    assert script_text(name).endswith(own) and len(script_text(name)) > len(own), name
+assert 'local function fence' in script_text('heartbeat'), 'the shared _lib.lua is not read'
 import fakeredis
 from jobpool.config import Settings
 pool = Pool(fakeredis.FakeRedis(decode_responses=True), Settings(max_concurrent_jobs=1))
