@@ -125,9 +125,11 @@ def main() -> int:
         bare = jp = t_enq = 0.0
         cpu = {"bare client": 0.0, "jobpool workers": 0.0, "dockerd (bare)": 0.0, "dockerd (jobpool)": 0.0,
                "redis-server (jobpool)": 0.0}
+        per_block: list[tuple[float, float]] = []  # (bare, jobpool) wall of each block
         for size in sizes:
             c0, d0 = cpu_secs(os.getpid(), children=False), cpu_secs(b.daemon.pid, children=False)
-            bare += bare_loop(b, size)
+            bare_wall = bare_loop(b, size)
+            bare += bare_wall
             cpu["bare client"] += cpu_secs(os.getpid(), children=False) - c0
             cpu["dockerd (bare)"] += cpu_secs(b.daemon.pid, children=False) - d0
             if pool is None:
@@ -137,6 +139,7 @@ def main() -> int:
             d0, r0 = cpu_secs(b.daemon.pid, False), cpu_secs(b.redis.pid)
             wall, enq = jobpool_run(pool, size, spec)
             jp, t_enq = jp + wall, t_enq + enq
+            per_block.append((bare_wall, wall))
             cpu["jobpool workers"] += sum(cpu_secs(w.pid) for w in b.workers) - w0
             cpu["dockerd (jobpool)"] += cpu_secs(b.daemon.pid, children=False) - d0
             cpu["redis-server (jobpool)"] += cpu_secs(b.redis.pid) - r0
@@ -157,6 +160,8 @@ def main() -> int:
     print(f"bare wall / jobpool wall = {ratio:.3f}   goal >= {GOAL:.2f}: {verdict}")
     print("CPU per job (user+sys, ms; contended, indicative): "
           + ", ".join(f"{k} {1000 * v / args.jobs:.1f}" for k, v in cpu.items()))
+    if len(per_block) > 1:  # a block far from the others is a stall of one side, not its steady cost
+        print("per block, bare / jobpool wall: " + " ".join(f"{bw:.1f}/{jw:.1f}s" for bw, jw in per_block))
     print(f"load avg: start {load_before} | after first bare {load_mid} | end {load_after}")
     return 0
 
