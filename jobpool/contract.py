@@ -124,7 +124,7 @@ SWEEP_DURATION_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 100
 
 # ---- what the Lua scripts get of this --------------------------------------------------------------------
 
-#: Lua name -> value, each prepended to every script as ``local NAME = value``.
+#: Lua name -> value, each given to the scripts that name it as ``local NAME = value`` (jobpool/luatext.py).
 LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "EXIT_TEMPFAIL": EXIT_TEMPFAIL,
     "MAX_SLOTS": MAX_SLOTS,
@@ -155,7 +155,8 @@ def _lua_literal(value: int | str | tuple[int | str, ...]) -> str:
 
 
 def lua_constants() -> str:
-    """The Lua block of `LUA_CONSTANTS` that jobpool/registry.py puts before scripts/_lib.lua."""
+    """The Lua block of `LUA_CONSTANTS`, before scripts/_lib.lua in the shared text jobpool/luatext.py selects
+    each script's definitions from."""
     lines = ["-- Generated from jobpool/contract.py (LUA_CONSTANTS) when the scripts are loaded."]
     lines += [f"local {name} = {_lua_literal(value)}" for name, value in LUA_CONSTANTS.items()]
     return "\n".join(lines) + "\n"

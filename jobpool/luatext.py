@@ -26,7 +26,9 @@ from . import contract, rqjob
 SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,
                                                    "reconcile_apply": rqjob.lua_template}
 
-_BLOCK_COMMENT = re.compile(r"--\[\[.*?\]\]\n?", re.DOTALL)
+#: A block comment that starts a line (the shared text has no other long bracket: `definitions` refuses one).
+_BLOCK_COMMENT = re.compile(r"^--\[\[.*?\]\]\n?", re.DOTALL | re.MULTILINE)
+_LONG_BRACKET = re.compile(r"--\[|\[\[|\[=")
 #: A top-level definition starts a line with `local`. The shared text's rule, which `definitions` enforces:
 #: nothing else starts a line at column 0 but a comment, a function's closing `end` or a table's `}`.
 _TOP = re.compile(r"^local ", re.MULTILINE)
@@ -45,6 +47,8 @@ class Definition:
 def definitions(shared: str) -> list[Definition]:
     """The shared text's top-level definitions, in order (block comments dropped: they say, never do)."""
     body = _BLOCK_COMMENT.sub("", shared)
+    if m := _LONG_BRACKET.search(body):  # a long string or comment could hide or fake a line's start
+        raise ValueError(f"a long bracket the split does not read: {body[m.start():m.start() + 60]!r}")
     starts = [m.start() for m in _TOP.finditer(body)]
     head = body[:starts[0]] if starts else body
     if any(line.strip() and not line.startswith("--") for line in head.split("\n")):
@@ -59,6 +63,9 @@ def definitions(shared: str) -> list[Definition]:
         for line in text.split("\n")[1:]:  # a statement of its own here would go or stay with this one
             if line[:1] not in ("", " ", "-", "}") and line.rstrip() != "end":
                 raise ValueError(f"a line at column 0 that is no definition, comment or `end`: {line[:60]!r}")
+        code = [line for line in text.split("\n") if line.strip() and not line.startswith("--")]
+        if code[0].startswith("local function ") and code[-1].rstrip() != "end":  # cut by a `local` in it
+            raise ValueError(f"function {names[0]} does not end at column 0 before the next definition")
         out.append(Definition(frozenset(names), text))
     return out
 

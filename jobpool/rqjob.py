@@ -84,8 +84,9 @@ def _lua_string(value: bytes | str | int) -> str:
 
 
 def lua_template() -> str:
-    """The Lua block jobpool/registry.py puts before the enqueue script: `RQ_JOB_FIELDS`, the flat
-    field/value list of `rq_hash_template`, generated once when the script is loaded. The script adds the
+    """The Lua block jobpool/luatext.py adds to the shared text of the scripts that write RQ's job hash
+    (enqueue, reconcile_apply): `RQ_JOB_FIELDS`, the flat field/value list of `rq_hash_template`, generated
+    once when the script is loaded. The script adds the
     per-job fields (`PER_JOB_FIELDS`: the origin is its RQ queue key less `RQ_QUEUE_KEY_PREFIX`, from
     jobpool/contract.py) and writes the lot in one HSET, so an enqueue sends none of it."""
     flat = [_lua_string(x) for kv in sorted(rq_hash_template().items()) for x in kv]

@@ -138,32 +138,51 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
     roots = tuple(pool.settings.bind_roots)
     jobs = [prepare_item(item, roots, i) for i, item in enumerate(specs)]
     batches = [jobs[start:start + batch_size] for start in range(0, len(jobs), batch_size)]
-    made: list[Job | str] = []
+    made: list[Job] = []
     replied: list[tuple[list[Prepared], list[Any]]] = []  # batches sent whose Jobs are not made yet
+    failed: list[errors.JobpoolError] = []  # making them failed (a coalesced job's row unreadable)
+
+    def catch_up() -> None:
+        while replied:
+            made.extend(_resolved(pool, _made(*replied.pop(0))))
     call = _call_args(pool, batches[0]) if batches else None
     for k, batch in enumerate(batches):
         following: list[tuple[list[str], list[Any]]] = []
 
         def meanwhile(k: int = k, following: list[tuple[list[str], list[Any]]] = following) -> None:
             # While the server runs batch k: the Jobs of the batch before, and the arguments of the next.
-            # Batch k + 1 is still sent only once batch k succeeded, so what was enqueued is a prefix.
-            while replied:
-                made.extend(_made(*replied.pop(0)))
+            # Batch k + 1 is still sent only once batch k succeeded, so what was enqueued is a prefix. A
+            # failure here is raised once batch k's reply is read, so the connection stays in step and the
+            # message can say what was enqueued.
+            try:
+                catch_up()
+            except errors.JobpoolError as exc:
+                failed.append(exc)
+                return
             if k + 1 < len(batches):
                 following.append(_call_args(pool, batches[k + 1]))
         try:
             assert call is not None
             reply = _run(pool, call, meanwhile)
         except errors.JobpoolError as exc:
-            if k:  # its message says what stands: the same exception, so callers handle it as ever
-                exc.args = (f"{exc.args[0] if exc.args else exc} (the first {k * batch_size} of the "
-                            f"{len(jobs)} jobs were enqueued before it)", *exc.args[1:])
-            raise
+            raise _counted(exc, k * batch_size, len(jobs)) from None
+        if failed:
+            raise _counted(failed[0], min((k + 1) * batch_size, len(jobs)), len(jobs)) from None
         replied.append((batch, reply))
         call = following[0] if following else None
-    while replied:
-        made.extend(_made(*replied.pop(0)))
-    return _resolved(pool, made)
+    try:
+        catch_up()
+    except errors.JobpoolError as exc:
+        raise _counted(exc, len(jobs), len(jobs)) from None
+    return made
+
+
+def _counted(exc: errors.JobpoolError, enqueued: int, total: int) -> errors.JobpoolError:
+    """`exc` with its message saying what stands: the same exception, so callers handle it as ever."""
+    if enqueued:
+        exc.args = (f"{exc.args[0] if exc.args else exc} (the first {enqueued} of the {total} jobs were "
+                    "enqueued before it)", *exc.args[1:])
+    return exc
 
 
 def send(pool: Pool, batch: list[Prepared]) -> list[Job]:

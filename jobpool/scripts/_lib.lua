@@ -1,4 +1,4 @@
---[[ _lib.lua: shared helpers, prepended to every script by jobpool/registry.py when it is loaded.
+--[[ _lib.lua: shared helpers; each script is loaded with those it reaches (jobpool/luatext.py).
 KEYS: every script receives the pool's 14 common keys first, in this order (keys.py: PoolKeys.common()):
   KEYS[1] config      hash   max_concurrent_jobs
   KEYS[2] paused      hash   present = promotion paused

@@ -19,7 +19,7 @@ from rq.job import Callback, JobStatus
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
-from jobpool import errors, registry
+from jobpool import errors, registry, submit
 from jobpool.api import Pool
 from jobpool.models import Job, JobState
 from jobpool.registry import _held_call
@@ -390,3 +390,31 @@ def test_the_callers_work_runs_once_while_the_script_runs(backend: Backend) -> N
     client = pool.thread_clients.get(pool.client)
     assert enqueue(pool, "next").seq == 1  # its own reply, not set_slots'
     assert pool.slots()[1] in (3, 4)  # the call's outcome is unknown, as for a lost reply
+
+
+@pytest.mark.parametrize("gone_before_read", [False, True])
+def test_a_coalesced_job_is_read_back_after_its_batch(backend: Backend, monkeypatch: pytest.MonkeyPatch,
+                                                       gone_before_read: bool) -> None:
+    """The queued job a coalesced job matched is read while the next batch runs, not after the last: a row
+    that goes later does not fail the call. If it went before it was read, the error says how many of the
+    jobs were enqueued, and no batch is sent after it."""
+    pool = backend.pool(max_concurrent_jobs=0)
+    twin = pool.enqueue("busybox", ["twin"], coalesce_key="k")
+    real = submit._call_args
+    gone_at = 1 if gone_before_read else 2  # while batch 0 runs (before its twin is read), or batch 1
+
+    def call_args(p: Pool, batch: list[submit.Prepared]) -> Any:
+        if batch[0].spec.command == (f"job{gone_at}",):
+            backend.raw.delete(pool.keys.job(twin.id))
+        return real(p, batch)
+    monkeypatch.setattr(submit, "_call_args", call_args)
+    items = [spec("job0", coalesce_key="k"), spec("job1"), spec("job2")]
+    if not gone_before_read:
+        jobs = pool.enqueue_many(items, batch_size=1)
+        assert [j.id for j in jobs][0] == twin.id and jobs[0].coalesced and jobs[0].state is JobState.QUEUED
+        assert [j.spec.command for j in jobs[1:]] == [("job1",), ("job2",)]
+        return
+    with pytest.raises(errors.NotFound, match=r"\(the first 2 of the 3 jobs were enqueued before it\)"):
+        pool.enqueue_many(items, batch_size=1)
+    commands = [pool.get(i).spec.command for i in queued_ids(pool) if i != twin.id]
+    assert commands == [("job1",)], "job2's batch was not sent"

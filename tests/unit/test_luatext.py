@@ -67,7 +67,13 @@ def test_a_shared_text_the_split_cannot_read_is_refused() -> None:
     # A statement of its own after a definition would be kept or dropped with that definition.
     with pytest.raises(ValueError, match="no definition, comment or `end`"):
         luatext.definitions("local A = {}\nredis.call('DEL', KEYS[1])\nlocal B = 1\n")
-    text = "local function f()\n  return 1\nend\n-- B\nlocal B = {\n}\n"
+    with pytest.raises(ValueError, match="does not end at column 0"):  # a `local` at column 0 inside f
+        luatext.definitions("local function f()\nlocal x = 1\n  return x\nend\n")
+    for hidden in ("local A = 1 --[[ c ]]\nlocal B = 2\n", "local A = [[\nlocal B = 2\n]]\n",
+                   "local A = 1 ---[[ x\nlocal B = KEYS[X[1]]\n", "local A = [=[x]=]\n"):
+        with pytest.raises(ValueError, match="long bracket"):
+            luatext.definitions(hidden)
+    text = "--[[ header\nlocal X = 1\n]]\nlocal function f()\n  return 1\nend\n-- B\nlocal B = {\n}\n"
     assert [d.names for d in luatext.definitions(text)] == [frozenset({"f"}), frozenset({"B"})]
 
 
