@@ -27,6 +27,8 @@ class LaunchLease:
         self.attempt = attempt
         self.every = every
         self.requests: Requests | None = None
+        #: The renewal was refused while the launch went on: whatever it started is not ours to run.
+        self.refused = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jobpool-launch-lease", daemon=True)
 
@@ -37,6 +39,7 @@ class LaunchLease:
                 self.requests = self.attempt.heartbeat()
             except (NotOwner, NotFound) as exc:
                 log.warning("%s: lost the row while launching (%s)", what, exc)
+                self.refused = True
                 return
             except RedisUnavailable as exc:
                 log.warning("%s: lease renewal during the launch failed (%s); will retry", what, exc)

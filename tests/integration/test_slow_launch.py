@@ -176,3 +176,28 @@ def test_a_daemon_error_on_create_does_not_fail_the_job_for_good(pool: Pool, spa
     assert proxy.refused == 1, "the fault was injected"
     assert (done.state, done.attempt) == (JobState.SUCCEEDED, 2), (done.error_reason, pool.events(job.id))
     assert done.recovery_attempts == 1, "recovered by the sweep (absent: nothing was created)"
+
+
+def test_a_start_that_returns_after_the_row_was_lost_is_stopped_at_once(pool: Pool, spawn, proxy,
+                                                                       dclient) -> None:
+    """The start is held after the fence passed, and meanwhile the row stops being this attempt's (here an
+    eviction; in bench/soak.py, a Redis rollback that took back the claim, after which the slot went to
+    another job). Docker starts the container when the start is let through, and nothing can recall it: the
+    worker must stop it at once, not a heartbeat later. The worker's heartbeat is long (20 s) so that
+    "later" cannot pass for "at once" (and its lease renewal does not run during the hold)."""
+    proxy.hold("start")
+    job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"])
+    worker = spawn(DOCKER_HOST=proxy.host, JOBPOOL_HEARTBEAT_SECS="20", JOBPOOL_LEASE_SECS="60")
+    with Sampler(dclient, pool, job.id) as sampler:
+        hold_create(pool, proxy, dclient, job.id)
+        pool.evict(job.id, 1, reason="evicted", evidence="test: start in flight")
+        held_since = redis_ms(pool)
+        # Held past the re-fence threshold (watch.START_REFENCE_SECS), told by Redis's clock.
+        eventually(lambda: redis_ms(pool) - held_since > 1500, timeout=10, message="1.5 s held")
+        proxy.release()
+        eventually(lambda: sampler.max_live == 1, timeout=10, message="the held start ran the container")
+        eventually(lambda: not [c for c in sampler.containers() if c["State"] in LIVE], timeout=10,
+                   message="the container stopped well before the worker's next heartbeat")
+    assert "no longer ours" in worker.log(), worker.log()[-3000:]
+    done = pool.get(job.id)
+    assert (done.state, done.error_reason) == (JobState.FAILED, "evicted"), "nothing written over the verdict"
