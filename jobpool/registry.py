@@ -263,22 +263,18 @@ class Scripts:
 
     def _call(self, script: Script, conn: redis.Redis, keys: Sequence[str], args: Sequence[Any],
               meanwhile: Callable[[], None] | None = None) -> Any:
+        """One EVALSHA. `meanwhile` (from `run`: it does its work on its first call only) runs before the
+        call on a pooled client, or once the command is sent on a single-connection one."""
         full = (*args, self.default_slots, self.events_maxlen)
         single = None if self.wait_replicas else getattr(conn, "connection", None)
         if meanwhile is not None and single is None:  # nothing to overlap with: the caller's work first
             meanwhile()
-            meanwhile = None
         if self.wait_replicas:
             return self._call_and_wait(script, conn, keys, full)
         # What redis-py's `Script.__call__` does, without its per-call tuple copies and import: EVALSHA, and
         # on NOSCRIPT (a restarted or flushed server, a new primary) load the script through the same client
-        # and run it again. `meanwhile` has run by then: a NOSCRIPT reply is read after it.
-        def send(*cmd: Any) -> Any:
-            if single is None:
-                return conn.execute_command(*cmd)
-            nonlocal meanwhile
-            work, meanwhile = meanwhile, None
-            return _held_call(single, cmd, work)
+        # and run it again (`meanwhile` has done its work by then).
+        send = conn.execute_command if single is None else (lambda *cmd: _held_call(single, cmd, meanwhile))
         try:
             return send("EVALSHA", script.sha, len(keys), *keys, *full)
         except redis.exceptions.NoScriptError:
