@@ -114,7 +114,8 @@ METRIC_REASONS = (
     REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, REASON_HOST_REBOOTED, "launch_failed", "bad_spec",
     "evicted", "stale_evicted",
     "orphan_reconciled_no_container", "orphan_reconciled_dead_pid", "orphan_reconciled_never_started",
-    "container_exited", "lost_dispatch", "stop_routed", "remote_stopped", "remote_stop_failed", "other",
+    "container_exited", "lost_dispatch", "stop_routed", "remote_stopped", "remote_stop_failed",
+    "stray_stopped", "other",
 )
 #: Upper bounds (seconds) of `jobpool_job_duration_seconds`, from enqueue to the terminal state: jobs run for
 #: minutes to hours. The scripts count each job in the first bucket that holds it (+Inf past the last).

@@ -56,6 +56,9 @@ def gauges(report: StatusReport) -> Iterator[Metric]:
     if slots is not None:
         yield _gauge("jobpool_slots_max", "The fleet-wide limit of jobs running at once.", pool, slots.max)
         yield _gauge("jobpool_slots_used", "Slots held by running jobs.", pool, slots.used)
+    yield _gauge("jobpool_stray_containers", "Running containers no row accounts for (outside any slot), "
+                 "listed by their daemons' inventories until their workers have stopped them.", pool,
+                 len(report.strays))
     yield _gauge("jobpool_slots_unknown", "Running jobs whose last probe answered unknown (slot kept).", pool,
                  report.unknown or 0)
     jobs = GaugeMetricFamily("jobpool_jobs", "Jobs in each state (finished ones: as retained).",

@@ -14,6 +14,7 @@ is one hash `inventory:<daemon identity>` (jobpool/keys.py), written whole by sc
 | `publisher` | the worker boot that wrote it |
 | `complete` | 1 when every container of the pool is listed; 0 when some were left out (too many) |
 | `containers` | a JSON array of entries `[job id, attempt, state, exit code, container id, cause, reason]` |
+| `strays` | a JSON array of the running containers no row accounts for, being stopped (jobpool/strays.py) |
 
 An entry's state is `running` (running, paused or restarting), `exited` (with its exit code and, when the
 publisher inspected it, what ended it: jobpool/exits.py), `created` (never started) or `unknown` (a state the

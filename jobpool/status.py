@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import errors, redispolicy, redisurl
+from . import errors, redispolicy, redisurl, strays
 from .redispolicy import PolicyCheck, Verdict
 from .registry import call_redis, wrap_redis_error
+from .strays import Stray
 
 if TYPE_CHECKING:
     from .api import Pool
@@ -236,6 +237,9 @@ class StatusReport:
     last_sweep: Sweep | None = None
     #: Redis's `maxmemory-policy` and the verdict on it (jobpool/redispolicy.py).
     redis_policy: PolicyCheck | None = None
+    #: Running containers no row accounts for, as their daemons' inventories list them while their workers
+    #: stop them (jobpool/strays.py).
+    strays: tuple[Stray, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -263,7 +267,7 @@ class StatusReport:
             "paused_since": promotion.since if promotion else None,
             "workers": self.workers.to_dict() if self.workers else None,
             "last_sweep": self.last_sweep.to_dict() if self.last_sweep else None,
-            "unknown": self.unknown, **self.health.to_dict(),
+            "unknown": self.unknown, "strays": [x.to_dict() for x in self.strays], **self.health.to_dict(),
         }
 
 
@@ -286,6 +290,10 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
     ready = (report.workers.live - report.workers.draining) if report.workers else 0
     if ready < mx:
         reasons.append(f"fewer live workers than slots: {ready} ready for {mx} slot{'s' * (mx != 1)}")
+    if report.strays:
+        daemons = sorted({x.daemon_id for x in report.strays})
+        reasons.append(f"{len(report.strays)} stray container(s) run outside any slot on daemon(s) "
+                       f"{', '.join(daemons)}: their workers are stopping them (see `strays`)")
     if report.unknown:
         notes.append(f"{report.unknown} running job(s) could not be probed (Docker unreachable?); "
                      "their slots are kept until the probe answers")
@@ -322,6 +330,7 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
     warnings: list[str] = []
     sweep = _sweep(raw_sweep, now, warnings)
     records, owners, created = _read_rows(pool, [b for b, _ in boots], running, head)
+    found = _strays(pool)
     report = StatusReport(
         pool=pool.keys.pool, redis_url=url, reachable=True, health=Health(), now_ms=now,
         slots=Slots(**stats["slots"]), counts=stats["counts"],
@@ -330,8 +339,23 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
         promotion=Promotion(stats["queue_paused"], stats["paused_by"], stats["paused_reason"],
                             _int(stats["paused_since"])),
         workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep,
-        redis_policy=redispolicy.from_reply(config))  # a CONFIG GET refused (an ACL) is a warning
+        redis_policy=redispolicy.from_reply(config),  # a CONFIG GET refused (an ACL) is a warning
+        strays=found)
     return report, tuple(warnings)
+
+
+def _strays(pool: Pool) -> tuple[Stray, ...]:
+    """The strays every daemon's inventory lists (bounded: one read per daemon of the `inventories` index);
+    an inventory that cannot be read lists none."""
+    daemons = call_redis(pool.client.zrange, pool.keys.inventories, 0, -1, what="status")
+    if not daemons:
+        return ()
+    pipe = pool.client.pipeline(transaction=False)
+    for daemon in daemons:
+        pipe.hget(pool.keys.inventory(daemon), "strays")
+    replies = call_redis(pipe.execute, raise_on_error=False, what="status")
+    return tuple(x for daemon, raw in zip(daemons, replies, strict=True) if isinstance(raw, str)
+                 for x in strays.decode(raw, daemon))
 
 
 def _sweep(raw: str | Exception | None, now: int, warnings: list[str]) -> Sweep | None:

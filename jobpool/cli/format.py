@@ -201,6 +201,11 @@ def status_report(report: StatusReport) -> str:
                                                          if report.unknown else "")))
         for held in sweep.unknown_jobs if sweep else ():
             items.append(("", f"{held.job}  {held.reason}: {held.evidence}"))
+        items.append(("strays", f"{len(report.strays)}" + ("  (running outside any slot; being stopped)"
+                                                          if report.strays else "")))
+        for stray in report.strays:
+            items.append(("", f"{stray.job_id}  attempt {stray.attempt}  container {stray.container_id[:12]} "
+                              f"on {stray.daemon_id} since {ago(stray.since_ms, now)}: {stray.reason}"))
     health = (click.style("OK", fg="green") if report.healthy
               else click.style("UNHEALTHY", fg="red", bold=True))
     items.append(("health", health))

@@ -5,6 +5,7 @@ ARGV[1] daemon id   ARGV[2] boot id (the publisher)   ARGV[3] kernel boot id   A
 ARGV[5] inventory ttl ms   ARGV[6] complete ('1' or '0')   ARGV[7] containers (JSON array, jobpool/inventory.py)
 ARGV[8] forget ms (index entries older than this are trimmed)
 ARGV[9] listed at: the server's time (ms) the publisher read just before it listed the containers
+ARGV[10] strays (JSON array, jobpool/strays.py: running containers no row accounts for; '' or absent = none)
 Returns {0, at} (ms, the server's time); -3 this boot does not hold the daemon's lead; -6 bad arguments or
 containers over INVENTORY_MAX_BYTES.
 Write one daemon's inventory whole, only by the holder of its lead (inventory_lead.lua), and renew the lead.
@@ -25,6 +26,9 @@ end
 if #containers > INVENTORY_MAX_BYTES or string.sub(containers, 1, 1) ~= '[' then
   return {E_BAD_ARG, 'containers'}
 end
+local strays = NARGV >= 10 and ARGV[10] or ''
+if strays == '' then strays = '[]' end
+if #strays > INVENTORY_MAX_BYTES or string.sub(strays, 1, 1) ~= '[' then return {E_BAD_ARG, 'strays'} end
 if key_type(lead) ~= 'string' or redis.call('GET', lead) ~= boot then
   return {E_NOT_OWNER, 'inventory lead'}
 end
@@ -39,7 +43,7 @@ elseif key_type(inv) ~= 'none' then
   redis.call('DEL', inv)
 end
 redis.call('HSET', inv, 'daemon_id', daemon, 'kernel_boot_id', kboot, 'at', now, 'first_at', first,
-  'publisher', boot, 'complete', complete, 'containers', containers)
+  'publisher', boot, 'complete', complete, 'containers', containers, 'strays', strays)
 redis.call('PEXPIRE', inv, ttl_ms)
 redis.call('PEXPIRE', lead, lead_ms)
 if key_type(index) ~= 'zset' and key_type(index) ~= 'none' then redis.call('DEL', index) end

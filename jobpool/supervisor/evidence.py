@@ -22,6 +22,7 @@ from rq.registry import StartedJobRegistry
 from ..api import Pool
 from ..contract import RQ_QUEUE_PREFIX
 from ..daemonid import is_identity
+from ..redistrust import RedisTrust
 from ..registry import wrap_redis_error
 from . import remote
 from .probes import ContainerProber, Probe, Unknown, probe_process
@@ -73,13 +74,13 @@ class Evidence:
         self.settings = pool.settings
         self._started_key = StartedJobRegistry.key_template.format(pool.keys.rq_queue_name)
         self._sort_ro = True  # until the server says it has no SORT_RO (Redis < 7)
-        self._redis_lost = False
+        #: When this reader last lost and found Redis again, and which server answers (jobpool/redistrust.py).
+        self.trust = RedisTrust(pool.client, self.settings.lease_secs)
         #: Unclaimed (id, attempt)s RQ holds as taken (intermediate list, started registry): since when this
         #: supervisor has seen them so. A delivery stuck there (its worker died, or Redis rolled back under
         #: it) is only cleared by RQ's maintenance, minutes later; past the claim grace the sweep dispatches
         #: it again.
         self._taken_since: dict[tuple[str, int], float] = {}
-        self._redis_back_at: float | None = None
 
     def read(self, job_ids: Iterable[str] | None = None, evict_stale: bool = False) -> Snapshot:
         """All running rows (or just `job_ids`) and their leases; RQ facts for the unclaimed ones; owners'
@@ -167,26 +168,12 @@ class Evidence:
 
     def redis_lost(self) -> None:
         """Note that a read found Redis unreachable: once it answers again, leases need a lease to settle."""
-        self._redis_lost = True
+        self.trust.lost()
 
     def redis_recovering(self) -> str:
-        """Why leases cannot be trusted to have lapsed on their own just now, or ''.
-
-        A lease also lapses while Redis is away (restarted, or out of this supervisor's reach), and a worker
-        then holds a result it could not write (an exit code it retries until Redis answers). For one lease
-        after Redis is back, a lapsed lease is no proof that its worker is gone."""
-        lease = self.settings.lease_secs
-        if self._redis_lost:
-            self._redis_lost, self._redis_back_at = False, time.monotonic()
-        if self._redis_back_at is not None and time.monotonic() - self._redis_back_at < lease:
-            return f"this supervisor reached redis again {time.monotonic() - self._redis_back_at:.1f}s ago"
-        try:
-            uptime = int(self.pool.client.info("server").get("uptime_in_seconds", lease + 1))
-        except (redis.RedisError, ValueError, TypeError):
-            return ""
-        if uptime < lease:
-            return f"redis-server started {uptime}s ago"
-        return ""
+        """Why leases cannot be trusted to have lapsed on their own just now, or '' (jobpool/redistrust.py:
+        the one rule every actor that stops or removes work on Redis's word applies)."""
+        return self.trust.settling()
 
     # ---- the reads ----------------------------------------------------------------------------------------
 

@@ -345,6 +345,11 @@ class ContainerProber:
             raise
         return stopped
 
+    def stop(self, container_id: str, grace_secs: float) -> None:
+        """Stop one container: its stop signal, then killed after `grace_secs` (Docker's stop). Raises the
+        SDK's exception when the daemon cannot be asked."""
+        self._connect().api.stop(container_id, timeout=max(0, int(round(grace_secs))))
+
     def remove(self, container_id: str) -> bool:
         """Remove a container that is not running: an ended one whose result has been recorded, or a created
         one that must never start. True once it is gone (or was already); False otherwise (a running

@@ -29,16 +29,21 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import redis
+
 from .. import commands
 from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB
-from ..errors import JobpoolError
+from ..errors import JobpoolError, RedisUnavailable
 from ..exits import OWN
 from ..inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, earlier_boots, encode
 from ..procid import kernel_boot_id
+from ..redistrust import RedisTrust
 from ..registry import call_redis
+from ..strays import encode as encode_strays
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
+from .strays import StrayKeeper
 
 #: How often a worker looks for earlier boots of its daemon (two reads).
 EARLIER_BOOTS_EVERY_SECS = 5.0
@@ -88,6 +93,14 @@ class InventoryPublisher:
         self.earlier: set[str] = set()
         self._boots_at = -math.inf
         self._volumes_at = -math.inf
+        #: The rule every clean-up and stop below waits on after Redis restarted or failed over
+        #: (jobpool/redistrust.py).
+        self.trust = RedisTrust(pool.client, self.settings.lease_secs)
+        self.strays = StrayKeeper(pool, boot_id, lambda: self.new_prober(), self.trust)
+
+    def new_prober(self) -> ContainerProber:
+        """Another client of this publisher's daemon (the stray stopper's: jobpool/workers/strays.py)."""
+        return ContainerProber(self.prober.docker_host, timeout=self.settings.probe_timeout_secs)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="jobpool-inventory", daemon=True)
@@ -97,6 +110,7 @@ class InventoryPublisher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.settings.probe_timeout_secs + 1)
+        self.strays.close()
         self.prober.close()
 
     def _run(self) -> None:
@@ -104,6 +118,8 @@ class InventoryPublisher:
             try:
                 outcome = self.tick()
             except Exception as exc:  # noqa: BLE001 - Redis or the daemon away: the inventory ages, stays safe
+                if isinstance(exc, (RedisUnavailable, redis.RedisError)):
+                    self.trust.lost()
                 outcome = f"not published: {type(exc).__name__}: {exc}"
             if outcome != self._last_problem and not outcome.startswith(("published", "follower")):
                 log.warning("inventory of this worker's docker daemon %s", outcome)
@@ -123,8 +139,12 @@ class InventoryPublisher:
             self.on_daemon(daemon)
         self.find_earlier_boots(daemon)
         k = self.pool.keys
-        reply = self.pool.run("inventory_lead", [k.inventory_lead(daemon)],
-                              [daemon, self.boot_id, self.lead_ms])
+        try:
+            reply = self.pool.run("inventory_lead", [k.inventory_lead(daemon)],
+                                  [daemon, self.boot_id, self.lead_ms])
+        except RedisUnavailable:
+            self.trust.lost()
+            raise
         if not int(reply[1]):
             return f"follower of {reply[2]}"
         try:
@@ -136,15 +156,21 @@ class InventoryPublisher:
         except Exception as exc:  # noqa: BLE001
             return f"not published: {self.prober.failed(exc)}"
         containers, complete = encode(entries)
+        launched_by = {cid: labels[2] for cid, labels in self._labels.items()}
+        found = self.strays.find(entries, launched_by, daemon, listed_at)
         try:
             self.pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
                                                 k.inventories],
                           [daemon, self.boot_id, kernel_boot_id(), self.lead_ms, self.ttl_ms,
-                           "1" if complete else "0", containers, FORGET_MS, listed_at])
+                           "1" if complete else "0", containers, FORGET_MS, listed_at,
+                           encode_strays(found)])
         except JobpoolError as exc:
+            if isinstance(exc, RedisUnavailable):
+                self.trust.lost()
             return f"not published: {exc}"
         self.published += 1
-        self.clean_up(entries)
+        if not self.trust.settling():
+            self.clean_up(entries)
         self.remove_checkpoints()
         self.run_commands(daemon)
         return f"published {len(entries)} containers"

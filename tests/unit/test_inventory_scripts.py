@@ -13,9 +13,10 @@ import time
 from typing import Any
 
 import pytest
+from polling import eventually
 from pool_helpers import Backend
 
-from jobpool import errors
+from jobpool import errors, strays
 from jobpool.api import Pool
 from jobpool.contract import INVENTORY_MAX_BYTES
 from jobpool.inventory import FIELDS, FORGET_MS, Entry, earlier_boots, encode, parse
@@ -171,11 +172,15 @@ class FakeDaemon:
     """Stands in for the Docker daemon's answers (the prober's list and judgement); the scripts and the
     publisher's round are what is under test."""
 
+    #: Where the publisher's stray stopper would connect (jobpool/workers/strays.py): nowhere.
+    docker_host = "unix:///nonexistent/jobpool-fake-daemon.sock"
+
     def __init__(self, daemon: str, listed: list[dict[str, Any]], judged: dict[str, Probe]) -> None:
         self.daemon, self.listed, self.judged = daemon, listed, judged
         self.identity_problem = ""
         self.list_calls = 0
         self.removed: list[str] = []
+        self.stopped: list[str] = []
 
     def daemon_id(self) -> str:
         return self.daemon
@@ -190,6 +195,9 @@ class FakeDaemon:
     def remove(self, cid: str) -> bool:
         self.removed.append(cid)
         return True
+
+    def stop(self, cid: str, grace_secs: float) -> None:
+        self.stopped.append(cid)
 
     def close(self) -> None:
         pass
@@ -221,10 +229,20 @@ def test_workers_on_one_daemon_list_it_once_per_period(backend: Backend) -> None
     assert inv.of("j3")[0].state == "unknown" and "weird" in inv.of("j3")[0].reason
 
 
+def settled_pool(backend: Backend) -> Pool:
+    """A pool with a short lease on a Redis that has been up longer than it: Redis's state is evidence to act
+    on (jobpool/redistrust.py; fakeredis has no INFO, so no restart to see)."""
+    pool = backend.pool(inventory_secs=5, lease_secs=0.2, heartbeat_secs=0.1)
+    if backend.name != "fakeredis":
+        eventually(lambda: int(pool.client.info("server")["uptime_in_seconds"]) >= 1, timeout=5,
+                   message="redis-server has been up a second")
+    return pool
+
+
 def test_the_holder_removes_what_only_it_can(backend: Backend) -> None:
     """A created container whose attempt's lease is gone, and an ended one whose job moved on; never one
     whose launcher holds its lease, nor an ended one whose exit is still to be recorded."""
-    pool = backend.pool(inventory_secs=5)
+    pool = settled_pool(backend)
     k = pool.keys
     for job, attempt, state in (("held", 1, "running"), ("lapsed", 1, "running"), ("pending", 1, "running"),
                                 ("moved", 1, "queued")):
@@ -244,3 +262,73 @@ def test_the_holder_removes_what_only_it_can(backend: Backend) -> None:
 def test_entries_say_what_was_judged() -> None:
     assert entry_of("j", 2, Absent(never_started=True, container_id="c")).state == "created"
     assert entry_of("j", 2, Absent()).state == "unknown", "a listed container is never written as absent"
+
+
+D2 = "jpd1:" + "b" * 32 + "@boot-1"
+
+
+def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
+    """Running containers of one daemon, each a case of jobpool/strays.py's rule, and their rows."""
+    k = pool.keys
+    rows = {
+        "own": {"state": "running", "attempt": 2, "daemon_id": D1, "container_id": "c-own", "owner_boot": "b1"},
+        "unrecorded": {"state": "running", "attempt": 1, "daemon_id": D1, "owner_boot": "b1"},
+        "unclaimed": {"state": "running", "attempt": 1},
+        "adopted": {"state": "running", "attempt": 1, "daemon_id": D1, "container_id": "c-adopted",
+                    "owner_boot": "b-adopter"},
+        "superseded": {"state": "running", "attempt": 3, "daemon_id": D1, "owner_boot": "b1"},
+        "elsewhere": {"state": "running", "attempt": 1, "daemon_id": D2, "owner_boot": "b9"},
+        "other_container": {"state": "running", "attempt": 1, "daemon_id": D1, "container_id": "c-x",
+                            "owner_boot": "b1"},
+        "other_owner": {"state": "running", "attempt": 1, "daemon_id": D1, "owner_boot": "b7"},
+        "ended": {"state": "succeeded", "attempt": 1},
+    }
+    for job, row in rows.items():
+        pool.client.hset(k.job(job), mapping={"id": job, **row})
+    attempts = {"own": 2, "superseded": 2}
+    listed = [summary(f"c-{job}", job, attempts.get(job, 1), boot="b1") for job in [*rows, "gone"]]
+    judged: dict[str, Probe] = {s["Id"]: Present(True, container_id=s["Id"]) for s in listed}
+    daemon = FakeDaemon(D1, listed, judged)
+    publisher = InventoryPublisher(pool, "boot-0", daemon)  # type: ignore[arg-type]
+    publisher.new_prober = lambda: daemon  # type: ignore[method-assign,assignment,return-value]
+    return daemon, publisher
+
+
+STRAYS = ["c-elsewhere", "c-ended", "c-gone", "c-other_container", "c-other_owner", "c-superseded"]
+
+
+def test_the_holder_stops_and_publishes_the_strays_of_its_daemon(backend: Backend) -> None:
+    """A running container its row does not account for (another attempt, daemon, container or launcher;
+    an ended job; no row) is stopped, recorded in its job's history and published until gone; one its row
+    names, one not yet recorded by its launcher, one whose claim was lost, one adopted, are not."""
+    pool = settled_pool(backend)
+    daemon, publisher = stray_daemon(pool)
+    assert publisher.tick().startswith("published")
+    raw = pool.client.hget(pool.keys.inventory(D1), "strays")
+    published = {x.container_id: x for x in strays.decode(raw, D1)}
+    assert sorted(published) == STRAYS
+    assert "runs on daemon " + D2 in published["c-elsewhere"].reason
+    assert "not its job's current attempt (3)" in published["c-superseded"].reason
+    assert "no row" in published["c-gone"].reason
+    eventually(lambda: sorted(daemon.stopped) == STRAYS, timeout=5, message="every stray was stopped")
+    history = [json.loads(line) for line in pool.client.hget(pool.keys.job("elsewhere"), "history").split("\n")]
+    assert history[-1][3] == "stray_stopped" and "c-elsewhere"[:12] in history[-1][4]
+    assert pool.client.hget(pool.keys.job("own"), "history") is None
+    assert pool.status().strays and len(pool.status().strays) == len(STRAYS)
+    # Gone once stopped: the next listing shows them ended, and the inventory no stray.
+    daemon.judged.update({cid: Present(False, 0, container_id=cid) for cid in STRAYS})
+    assert publisher.tick().startswith("published")
+    assert strays.decode(pool.client.hget(pool.keys.inventory(D1), "strays"), D1) == []
+    assert pool.status().strays == ()
+    publisher.strays.close()
+
+
+def test_no_stray_is_judged_while_redis_settles(backend: Backend) -> None:
+    """For a lease after this process reached Redis again, nothing is stopped on Redis's word."""
+    pool = backend.pool(inventory_secs=5)  # a lease of 30 s
+    daemon, publisher = stray_daemon(pool)
+    publisher.trust.lost()
+    assert publisher.tick().startswith("published")
+    assert strays.decode(pool.client.hget(pool.keys.inventory(D1), "strays"), D1) == []
+    assert daemon.stopped == [] and daemon.removed == []
+    publisher.strays.close()

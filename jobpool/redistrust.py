@@ -1,0 +1,70 @@
+"""Whether Redis's state may be acted on destructively just now: the one rule every actor that stops or
+removes work on the strength of what Redis says applies (docs/architecture.md, "Rules the verdicts encode,
+and why").
+
+A lease lapses while Redis is away (restarted, failed over, or out of this process's reach), and a worker
+then holds a write it retries until Redis answers again (an exit code, a fence). A Redis that restarted from
+an older file, or a replica promoted before it had every write, may also have forgotten an acknowledged
+claim. So for one lease after this process reaches Redis again, after redis-server started, or after the
+server answering is another one (its `run_id` changed: a restart or a failover), what Redis says of a lease
+or a row is not yet proof that the work it speaks of is gone or superseded. The supervisor holds its
+"absent" verdicts (supervisor/evidence.py), and the workers' inventory publisher removes no created container
+and stops no stray (workers/inventory.py) until the lease has passed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+
+class RedisTrust:
+    """What one process has seen of its Redis: when it last lost and found it again, and which server it was.
+
+    `settling()` says why Redis's state cannot be acted on yet ('' when it can). Call `lost()` whenever a
+    call to Redis failed for want of Redis (an outage, a dropped connection, a refused write)."""
+
+    def __init__(self, client: Any, lease_secs: float) -> None:
+        self.client = client
+        self.lease_secs = lease_secs
+        self._lost = False
+        self._back_at: float | None = None
+        self._run_id: str | None = None
+        self._changed_at: float | None = None
+
+    def lost(self) -> None:
+        """A call found Redis unreachable: once it answers again, its state needs a lease to settle."""
+        self._lost = True
+
+    def settling(self) -> str:
+        """Why Redis's state is not yet evidence to stop or remove work on, or ''."""
+        lease = self.lease_secs
+        now = time.monotonic()
+        try:
+            info = self.client.info("server")
+        except redis.ResponseError:
+            # INFO refused (an ACL, a renamed command): restarts cannot be seen, only outages.
+            info = {}
+        except (redis.RedisError, OSError) as exc:
+            self._lost = True
+            return f"redis does not answer ({type(exc).__name__})"
+        if self._lost:
+            self._lost, self._back_at = False, now
+        run_id = str(info.get("run_id", ""))
+        if self._run_id and run_id and run_id != self._run_id:
+            self._changed_at = now
+        self._run_id = run_id or self._run_id
+        if self._back_at is not None and now - self._back_at < lease:
+            return f"this process reached redis again {now - self._back_at:.1f}s ago"
+        if self._changed_at is not None and now - self._changed_at < lease:
+            return (f"another redis-server answers since {now - self._changed_at:.1f}s "
+                    "(restarted, or a replica promoted)")
+        try:
+            uptime = int(info.get("uptime_in_seconds", lease + 1))
+        except (ValueError, TypeError):
+            return ""
+        if uptime < lease:
+            return f"redis-server started {uptime}s ago"
+        return ""

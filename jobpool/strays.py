@@ -1,0 +1,87 @@
+"""Stray containers: running jobpool containers that the pool's current rows do not account for
+(docs/architecture.md, "Strays").
+
+A container runs for its row's current attempt on the daemon and as the container the row names. One that
+does not is a copy nobody watches, typically left behind when Redis lost an acknowledged claim (a failover
+to a lagging replica, a restart from an older file) and the attempt was claimed again, or when a daemon
+declared gone came back: it runs outside any slot, beside the attempt the row does account for. The workers
+on its daemon stop it (jobpool/workers/inventory.py), record why in the job's history, and publish it in
+their daemon's inventory until it is gone, so `status`, the dashboard and the metrics show it.
+
+The rule is defined here once, as a pure function of the container's labels and the row, and the format of
+the inventory's `strays` field with it (written by the publisher, read by jobpool/status.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+#: The row fields the rule reads (HMGET), in this order.
+ROW_FIELDS = ("state", "attempt", "daemon_id", "container_id", "owner_boot")
+
+
+def why_stray(row: Sequence[str | None] | None, attempt: int, container_id: str, launched_by: str,
+              daemon_id: str) -> str:
+    """Why the running container `container_id` (labelled with `attempt` and the boot `launched_by`, on the
+    daemon `daemon_id`) is a stray, given its job's row (`ROW_FIELDS`, None when there is no row), or ''.
+
+    Not a stray: the row runs this attempt and names this daemon (or none yet) and this container, or, before
+    the container is recorded, the boot that launched it (or no owner: a lost claim its watcher may still
+    take back; the supervisor redispatches it otherwise, and the container is then superseded). An adopter
+    takes over the row's owner and keeps its container, so the container, not the owner, is compared once
+    recorded."""
+    if row is None or row[0] is None:
+        return "its job has no row in the pool"
+    state, row_attempt, row_daemon, row_container, owner = (v or "" for v in row)
+    if row_attempt != str(attempt):
+        return f"attempt {attempt} is not its job's current attempt ({row_attempt or 'none'})"
+    if state != "running":
+        return f"its job is {state or 'in no state'}, not running attempt {attempt}"
+    if row_daemon and row_daemon != daemon_id:
+        return f"its job's attempt {attempt} runs on daemon {row_daemon}"
+    if row_container and row_container != container_id:
+        return f"its job's attempt {attempt} runs as container {row_container[:12]}"
+    if not row_container and owner and launched_by and owner != launched_by:
+        return (f"its job's attempt {attempt} is owned by worker boot {owner}, "
+                f"not by its launcher {launched_by}")
+    return ""
+
+
+@dataclass(frozen=True)
+class Stray:
+    """One stray container as its daemon's publisher saw it."""
+
+    job_id: str
+    attempt: int
+    container_id: str
+    reason: str
+    #: When it was first found a stray (ms, Redis's clock).
+    since_ms: int
+    daemon_id: str = ""
+
+    def encode(self) -> list[object]:
+        return [self.job_id, self.attempt, self.container_id, self.reason, self.since_ms]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"job": self.job_id, "attempt": self.attempt, "container": self.container_id,
+                "daemon": self.daemon_id, "reason": self.reason, "since": self.since_ms}
+
+
+def encode(strays: Iterable[Stray], max_count: int = 100) -> str:
+    """The inventory's `strays` field: a JSON array, at most `max_count` entries."""
+    return json.dumps([s.encode() for s in list(strays)[:max_count]], separators=(",", ":"))
+
+
+def decode(raw: str | None, daemon_id: str) -> list[Stray]:
+    """The strays of one inventory; malformed entries are left out (they are shown, not acted on)."""
+    try:
+        items = json.loads(raw or "[]")
+    except ValueError:
+        return []
+    out = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, list) and len(item) == 5 and all(isinstance(item[i], int) for i in (1, 4)):
+            out.append(Stray(str(item[0]), item[1], str(item[2]), str(item[3]), item[4], daemon_id))
+    return out
