@@ -271,7 +271,8 @@ def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
     """Running containers of one daemon, each a case of jobpool/strays.py's rule, and their rows."""
     k = pool.keys
     rows = {
-        "own": {"state": "running", "attempt": 2, "daemon_id": D1, "container_id": "c-own", "owner_boot": "b1"},
+        "own": {"state": "running", "attempt": 2, "daemon_id": D1, "container_id": "c-own",
+                "owner_boot": "b1"},
         "unrecorded": {"state": "running", "attempt": 1, "daemon_id": D1, "owner_boot": "b1"},
         "unclaimed": {"state": "running", "attempt": 1},
         "adopted": {"state": "running", "attempt": 1, "daemon_id": D1, "container_id": "c-adopted",
@@ -311,7 +312,8 @@ def test_the_holder_stops_and_publishes_the_strays_of_its_daemon(backend: Backen
     assert "not its job's current attempt (3)" in published["c-superseded"].reason
     assert "no row" in published["c-gone"].reason
     eventually(lambda: sorted(daemon.stopped) == STRAYS, timeout=5, message="every stray was stopped")
-    history = [json.loads(line) for line in pool.client.hget(pool.keys.job("elsewhere"), "history").split("\n")]
+    lines = pool.client.hget(pool.keys.job("elsewhere"), "history").split("\n")
+    history = [json.loads(line) for line in lines]
     assert history[-1][3] == "stray_stopped" and "c-elsewhere"[:12] in history[-1][4]
     assert pool.client.hget(pool.keys.job("own"), "history") is None
     assert pool.status().strays and len(pool.status().strays) == len(STRAYS)
