@@ -22,19 +22,20 @@ from dataclasses import dataclass
 ROW_FIELDS = ("state", "attempt", "daemon_id", "container_id", "owner_boot")
 
 
-def why_stray(row: Sequence[str | None] | None, attempt: int, container_id: str, launched_by: str,
-              daemon_id: str) -> str:
-    """Why the running container `container_id` (labelled with `attempt` and the boot `launched_by`, on the
-    daemon `daemon_id`) is a stray, given its job's row (`ROW_FIELDS`, None when there is no row), or ''.
+def why_stray(row: Sequence[str | None] | None, attempt: int, container_id: str, daemon_id: str) -> str:
+    """Why the running container `container_id` (labelled with `attempt`, on the daemon `daemon_id`) is a
+    stray, given its job's row (`ROW_FIELDS`, None when there is no row), or ''.
 
-    Not a stray: the row runs this attempt and names this daemon (or none yet) and this container, or, before
-    the container is recorded, the boot that launched it (or no owner: a lost claim its watcher may still
-    take back; the supervisor redispatches it otherwise, and the container is then superseded). An adopter
-    takes over the row's owner and keeps its container, so the container, not the owner, is compared once
-    recorded."""
+    Not a stray: the row runs this attempt on this daemon (or on none recorded yet) and names this container
+    (or none yet). An unrecorded container on the attempt's own daemon is never a stray, whoever owns the row
+    now: a launcher records its container before starting it, so it is one whose record Redis lost, and a
+    second launch of the attempt on this daemon is refused by Docker (a container's name is its job's and
+    attempt's: workers/executors/docker.py); the owner's launch outcome is then unknown and the supervisor
+    adopts the running container. An adopter takes over the row's owner and keeps its container, so the
+    container, not the owner, is compared."""
     if row is None or row[0] is None:
         return "its job has no row in the pool"
-    state, row_attempt, row_daemon, row_container, owner = (v or "" for v in row)
+    state, row_attempt, row_daemon, row_container, _owner = (v or "" for v in row)
     if row_attempt != str(attempt):
         return f"attempt {attempt} is not its job's current attempt ({row_attempt or 'none'})"
     if state != "running":
@@ -43,9 +44,6 @@ def why_stray(row: Sequence[str | None] | None, attempt: int, container_id: str,
         return f"its job's attempt {attempt} runs on daemon {row_daemon}"
     if row_container and row_container != container_id:
         return f"its job's attempt {attempt} runs as container {row_container[:12]}"
-    if not row_container and owner and launched_by and owner != launched_by:
-        return (f"its job's attempt {attempt} is owned by worker boot {owner}, "
-                f"not by its launcher {launched_by}")
     return ""
 
 

@@ -156,8 +156,7 @@ class InventoryPublisher:
         except Exception as exc:  # noqa: BLE001
             return f"not published: {self.prober.failed(exc)}"
         containers, complete = encode(entries)
-        launched_by = {cid: labels[2] for cid, labels in self._labels.items()}
-        found = self.strays.find(entries, launched_by, daemon, listed_at)
+        found = self.strays.find(entries, daemon, listed_at)
         try:
             self.pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
                                                 k.inventories],

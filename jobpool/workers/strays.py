@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..api import Pool
@@ -40,17 +40,15 @@ class StrayKeeper:
         self._new_prober = new_prober
         #: Container id -> the stray as first found (its `since` kept while it stays one).
         self.known: dict[str, Stray] = {}
-        self._todo: queue.SimpleQueue[tuple[str, Stray] | None] = queue.SimpleQueue()
+        self._todo: queue.SimpleQueue[Stray | None] = queue.SimpleQueue()
         self._stopping: set[str] = set()
         #: The strays whose stop is recorded in their job's history (once each, however many tries it takes).
         self._recorded: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def find(self, entries: Sequence[Entry], launched_by: Mapping[str, str], daemon: str,
-             listed_at_ms: int) -> list[Stray]:
-        """The strays among `entries` (this daemon's listing); `launched_by`: container id -> its boot label.
-        Empty while Redis's state settles."""
+    def find(self, entries: Sequence[Entry], daemon: str, listed_at_ms: int) -> list[Stray]:
+        """The strays among `entries` (this daemon's listing); none judged while Redis's state settles."""
         running = [e for e in entries if e.state == RUNNING and e.container_id]
         if not running:
             self.known = {}
@@ -62,8 +60,7 @@ class StrayKeeper:
         for entry, row in zip(running, rows, strict=True):
             if isinstance(row, Exception):
                 continue  # that row cannot be read: no verdict on its container
-            why = why_stray(row, entry.attempt, entry.container_id, launched_by.get(entry.container_id, ""),
-                            daemon)
+            why = why_stray(row, entry.attempt, entry.container_id, daemon)
             if why:
                 old = self.known.get(entry.container_id)
                 found[entry.container_id] = old if old is not None else Stray(
@@ -72,7 +69,7 @@ class StrayKeeper:
         with self._lock:
             self._recorded &= set(found)
         for cid, stray in found.items():
-            self._submit(cid, stray, launched_by.get(cid, ""))
+            self._submit(cid, stray)
         return list(found.values())
 
     def _rows(self, job_ids: Sequence[str]) -> list[Any]:
@@ -82,7 +79,7 @@ class StrayKeeper:
             pipe.hmget(self.pool.keys.job(job_id), ROW_FIELDS)
         return list(call_redis(pipe.execute, raise_on_error=False, what="reading running containers' rows"))
 
-    def _submit(self, cid: str, stray: Stray, launched_by: str) -> None:
+    def _submit(self, cid: str, stray: Stray) -> None:
         with self._lock:
             if cid in self._stopping:
                 return
@@ -90,7 +87,7 @@ class StrayKeeper:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="jobpool-strays", daemon=True)
             self._thread.start()
-        self._todo.put((launched_by, stray))
+        self._todo.put(stray)
 
     def close(self) -> None:
         if self._thread is not None:
@@ -100,10 +97,9 @@ class StrayKeeper:
     def _run(self) -> None:
         prober = self._new_prober()
         try:
-            while (item := self._todo.get()) is not None:
-                launched_by, stray = item
+            while (stray := self._todo.get()) is not None:
                 try:
-                    self.stop(prober, stray, launched_by)
+                    self.stop(prober, stray)
                 except Exception as exc:  # noqa: BLE001 - Redis or the daemon away: found again next period
                     log.warning("stray container %s of job %s not stopped yet: %s", stray.container_id[:12],
                                 stray.job_id, exc)
@@ -113,7 +109,7 @@ class StrayKeeper:
         finally:
             prober.close()
 
-    def stop(self, prober: ContainerProber, stray: Stray, launched_by: str) -> bool:
+    def stop(self, prober: ContainerProber, stray: Stray) -> bool:
         """Judge `stray` again on a fresh read of its row and, if it still is one, record why in its job's
         history and stop it. Returns whether it was stopped."""
         if self.trust.settling():
@@ -121,7 +117,7 @@ class StrayKeeper:
         row = self._rows([stray.job_id])[0]
         if isinstance(row, Exception):
             return False
-        why = why_stray(row, stray.attempt, stray.container_id, launched_by, stray.daemon_id)
+        why = why_stray(row, stray.attempt, stray.container_id, stray.daemon_id)
         if not why:
             return False
         evidence = (f"container {stray.container_id[:12]} of attempt {stray.attempt} on daemon "

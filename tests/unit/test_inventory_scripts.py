@@ -295,13 +295,14 @@ def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
     return daemon, publisher
 
 
-STRAYS = ["c-elsewhere", "c-ended", "c-gone", "c-other_container", "c-other_owner", "c-superseded"]
+STRAYS = ["c-elsewhere", "c-ended", "c-gone", "c-other_container", "c-superseded"]
 
 
 def test_the_holder_stops_and_publishes_the_strays_of_its_daemon(backend: Backend) -> None:
-    """A running container its row does not account for (another attempt, daemon, container or launcher;
-    an ended job; no row) is stopped, recorded in its job's history and published until gone; one its row
-    names, one not yet recorded by its launcher, one whose claim was lost, one adopted, are not."""
+    """A running container its row does not account for (another attempt, daemon or container; an ended
+    job; no row) is stopped, recorded in its job's history and published until gone; one its row names, one
+    not recorded (by its launcher, or by another owner whose launch on this daemon Docker refused by name),
+    one whose claim was lost, one adopted, are not."""
     pool = settled_pool(backend)
     daemon, publisher = stray_daemon(pool)
     assert publisher.tick().startswith("published")
