@@ -260,9 +260,10 @@ def _call_args(pool: Pool, batch: list[Prepared]) -> tuple[list[str], list[Any]]
 def _run(pool: Pool, call: tuple[list[str], list[Any]],
          meanwhile: Callable[[], None] | None = None) -> list[Any]:
     """The enqueue script, on this thread's single-connection client (its caller then runs
-    `pool.after_release`: a promotion the script left undone)."""
-    return pool.scripts.run("enqueue", call[0], call[1], client=pool.thread_clients.get(pool.client),
-                            meanwhile=meanwhile)
+    `pool.after_release`: a promotion the script left undone). Making that client connects at once, so a
+    Redis that cannot be reached fails there, before anything is sent: typed like the call's own failures."""
+    client = call_redis(pool.thread_clients.get, pool.client, what="enqueue")
+    return pool.scripts.run("enqueue", call[0], call[1], client=client, meanwhile=meanwhile)
 
 
 def _made(batch: list[Prepared], reply: list[Any]) -> list[Job | str]:
