@@ -4,9 +4,10 @@ Every spec is validated in Python before anything is sent (jobpool/spec.py), and
 before its first job is sent, so a refused spec, wherever it is in the input, writes nothing. Jobs then go to
 the enqueue script (scripts/enqueue.lua) `BATCH_SIZE` at a time: one call, and so one round trip and one
 atomic step, per batch. Batches are sent one after another, never pipelined: a batch that fails stops the
-rest, so what was enqueued is always a prefix of the input, in its order. The client's own work between two
-batches (the Jobs of the one before, the arguments of the next) is done while the server runs the current
-one (`Scripts.run`'s `meanwhile`): 10-30% more jobs/s in bulk (BENCHMARKS.md, "Round 5").
+rest, so what was enqueued is always a prefix of the input, in its order, and the error says how long
+(`JobpoolError.enqueued`; a batch whose reply was lost is looked for in Redis: `_settled`). The client's own
+work between two batches (the Jobs of the one before, the arguments of the next) is done while the server
+runs the current one (`Scripts.run`'s `meanwhile`): 10-30% more jobs/s in bulk (BENCHMARKS.md, "Round 5").
 
 The client does as little per job as it can, because enqueue is the call users make in bulk: the id is 16
 random bytes in hex (uuid4's format without its version bits, which nothing reads), the time and RQ's job
