@@ -197,20 +197,25 @@ def _settled(pool: Pool, exc: errors.JobpoolError, batch: list[Prepared], start:
     round trip, whether any of the batch's rows exists. Every id is looked for, not only the first, because
     a job that coalesced into a queued job makes no row of its own: any row found means the batch was
     applied (the ids are new random ones), none means it was not, unless every job of it has a coalesce key
-    (then it made no row either way). When Redis cannot be asked, the batch's ids are the error's
-    `unknown`."""
+    (then it made no row either way). When Redis cannot be asked, or the rows are there but not acknowledged
+    by the replicas asked for (`NotReplicated`: a failover may still lose them), the batch's ids are the
+    error's `unknown`."""
     if not sent or not isinstance(exc, errors.RedisUnavailable):
         return _counted(exc, start, total)
+    probe = next((p.id for p in batch if not p.coalesce_key), None)  # a job that makes a row if applied
+    look = (f"if job {probe} exists (`jobpool show {probe}`)" if probe else
+            "if any of its ids (the error's `unknown`) exists") + \
+        f", the first {start + len(batch)} were enqueued, else the first {start}"
     try:
         found = int(call_redis(pool.client.exists, *[pool.keys.job(p.id) for p in batch],
                                what="enqueue_many's look for its last batch"))
     except errors.JobpoolError as why:
-        probe = next((p.id for p in batch if not p.coalesce_key), None)  # a job that makes a row if applied
-        look = (f"if job {probe} exists (`jobpool show {probe}`)" if probe else
-                "if any of its ids (the error's `unknown`) exists")
         return _counted(exc, start, total, batch, f"Redis could not be asked ({why}). That batch was "
-                        f"applied whole or not at all: {look}, the first {start + len(batch)} were enqueued, "
-                        f"else the first {start}")
+                        f"applied whole or not at all: {look}")
+    if found and isinstance(exc, errors.NotReplicated):
+        # On the primary now, but a failover could still lose it: counting it would be a guess either way.
+        return _counted(exc, start, total, batch, "its jobs are on the primary but on too few replicas, so a "
+                        f"failover could still lose them. Once the primary is settled: {look}")
     if found:
         return _counted(exc, start + len(batch), total, lost=len(batch))
     if any(not p.coalesce_key for p in batch):

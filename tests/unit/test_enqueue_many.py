@@ -21,7 +21,7 @@ from rq.serializers import JSONSerializer
 from servers import free_port
 
 from jobpool import errors, registry, submit
-from jobpool.api import Pool
+from jobpool.api import Pool, connect
 from jobpool.config import Settings
 from jobpool.models import Job, JobState
 from jobpool.registry import _held_call
@@ -469,3 +469,18 @@ def test_bad_input_is_refused_before_any_batch_is_sent(backend: Backend) -> None
     assert (caught.value.enqueued, caught.value.unknown) == (None, ())
     assert str(caught.value) == f"spec 1: {caught.value.reason}" and "enqueued" not in str(caught.value)
     assert backend.keyspace() == before
+
+
+def test_a_batch_the_replicas_did_not_acknowledge_is_unknown(redis_url: str) -> None:
+    """With JOBPOOL_REDIS_WAIT_REPLICAS and no replica, every call is applied on the primary and raised as
+    `NotReplicated` (a failover could still lose it): the rows are found, yet the batch is not counted as
+    enqueued but as unknown, and the message says how to settle it."""
+    pool = Pool(connect(redis_url), Settings(max_concurrent_jobs=0, redis_wait_replicas=1,
+                                             redis_wait_timeout_secs=0.01))
+    with pytest.raises(errors.NotReplicated) as caught:
+        pool.enqueue_many([spec("echo", str(i)) for i in range(3)], batch_size=2)
+    exc = caught.value
+    assert exc.enqueued == 0 and len(exc.unknown) == 2, str(exc)
+    assert [pool.get(i).spec.command for i in exc.unknown] == [("echo", "0"), ("echo", "1")]
+    assert queued_ids(pool) == list(exc.unknown), "nothing after it was sent"
+    assert f"if job {exc.unknown[0]} exists" in str(exc) and "on too few replicas" in str(exc)
