@@ -148,8 +148,8 @@ class Pool(Browsing):
 
         Every item is validated first: one refused item raises `InvalidSpec` (its `index` says which) and
         nothing is written. Then `batch_size` jobs go in each script call, one atomic step each; equal jobs in
-        one batch coalesce into the first. If Redis fails between batches, the earlier ones stay enqueued
-        (the exception's message says how many): what was enqueued is always the input's first jobs.
+        one batch coalesce into the first. If Redis fails midway, the input's first jobs stay enqueued: the
+        error's `enqueued` says how many, a batch whose reply was lost included (`unknown`: see JobpoolError).
         """
         return submit.enqueue_many(self, specs, batch_size)
 

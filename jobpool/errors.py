@@ -8,7 +8,20 @@ from __future__ import annotations
 
 
 class JobpoolError(Exception):
-    """Root of every error jobpool raises on purpose."""
+    """Root of every error jobpool raises on purpose.
+
+    An error `Pool.enqueue_many` raises once it has begun sending batches says what stands, on the exception
+    as in its message (jobpool/submit.py): `enqueued`, how many of the input's first jobs are queued (a job
+    that coalesced into a queued job counts), and `unknown`, the ids of the jobs after them whose batch was
+    sent but whose outcome Redis could not be asked (a lost reply, then no Redis) or could still change
+    (`NotReplicated`): all of them were enqueued or none. A caller resumes from item `enqueued` once it has
+    looked for those ids (`Pool.get`, `jobpool show <id>`). Any other error leaves `enqueued` None and
+    `unknown` empty."""
+
+    #: How many of `enqueue_many`'s input's first jobs are enqueued; None for an error from elsewhere.
+    enqueued: int | None = None
+    #: The ids of the batch after those whose outcome is unknown, in input order; () when it is known.
+    unknown: tuple[str, ...] = ()
 
 
 class ConfigError(JobpoolError, ValueError):

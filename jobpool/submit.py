@@ -4,9 +4,10 @@ Every spec is validated in Python before anything is sent (jobpool/spec.py), and
 before its first job is sent, so a refused spec, wherever it is in the input, writes nothing. Jobs then go to
 the enqueue script (scripts/enqueue.lua) `BATCH_SIZE` at a time: one call, and so one round trip and one
 atomic step, per batch. Batches are sent one after another, never pipelined: a batch that fails stops the
-rest, so what was enqueued is always a prefix of the input, in its order. The client's own work between two
-batches (the Jobs of the one before, the arguments of the next) is done while the server runs the current
-one (`Scripts.run`'s `meanwhile`): 10-30% more jobs/s in bulk (BENCHMARKS.md, "Round 5").
+rest, so what was enqueued is always a prefix of the input, in its order, and the error says how long
+(`JobpoolError.enqueued`; a batch whose reply was lost is looked for in Redis: `_settled`). The client's own
+work between two batches (the Jobs of the one before, the arguments of the next) is done while the server
+runs the current one (`Scripts.run`'s `meanwhile`): 10-30% more jobs/s in bulk (BENCHMARKS.md, "Round 5").
 
 The client does as little per job as it can, because enqueue is the call users make in bulk: the id is 16
 random bytes in hex (uuid4's format without its version bits, which nothing reads), the time and RQ's job
@@ -148,12 +149,15 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
     call = _call_args(pool, batches[0]) if batches else None
     for k, batch in enumerate(batches):
         following: list[tuple[list[str], list[Any]]] = []
+        sent: list[bool] = []  # set once the batch is sent (see `_settled`)
 
-        def meanwhile(k: int = k, following: list[tuple[list[str], list[Any]]] = following) -> None:
+        def meanwhile(k: int = k, following: list[tuple[list[str], list[Any]]] = following,
+                      sent: list[bool] = sent) -> None:
             # While the server runs batch k: the Jobs of the batch before, and the arguments of the next.
             # Batch k + 1 is still sent only once batch k succeeded, so what was enqueued is a prefix. A
             # failure here is raised once batch k's reply is read, so the connection stays in step and the
             # message can say what was enqueued.
+            sent.append(True)
             try:
                 catch_up()
             except errors.JobpoolError as exc:
@@ -161,14 +165,19 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
                 return
             if k + 1 < len(batches):
                 following.append(_call_args(pool, batches[k + 1]))
+        start, end = k * batch_size, min((k + 1) * batch_size, len(jobs))
         try:
             assert call is not None
             reply = _run(pool, call, meanwhile)
         except errors.JobpoolError as exc:
-            raise _counted(exc, k * batch_size, len(jobs)) from None
-        if failed:
-            raise _counted(failed[0], min((k + 1) * batch_size, len(jobs)), len(jobs)) from None
+            raise _settled(pool, exc, batch, start, len(jobs), bool(sent)) from None
         replied.append((batch, reply))
+        try:
+            if failed:
+                raise failed[0]
+            pool.after_release(reply)  # a promotion the script left undone; batch k stands either way
+        except errors.JobpoolError as exc:
+            raise _counted(exc, end, len(jobs)) from None
         call = following[0] if following else None
     try:
         catch_up()
@@ -177,17 +186,70 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
     return made
 
 
-def _counted(exc: errors.JobpoolError, enqueued: int, total: int) -> errors.JobpoolError:
-    """`exc` with its message saying what stands: the same exception, so callers handle it as ever."""
-    if enqueued:
-        exc.args = (f"{exc.args[0] if exc.args else exc} (the first {enqueued} of the {total} jobs were "
-                    "enqueued before it)", *exc.args[1:])
+def _settled(pool: Pool, exc: errors.JobpoolError, batch: list[Prepared], start: int, total: int,
+             sent: bool) -> errors.JobpoolError:
+    """`exc`, raised by the script call of `batch` (the input's jobs from `start`), counted by what Redis
+    holds. The script applies a batch whole or not at all. A refusal (a status reply: scripts/enqueue.lua
+    checks everything before it writes) or a failure before the call was sent whole (on the thread's
+    single-connection client `meanwhile` runs once it is sent, registry.py `_held_call`; on a pooled one
+    before, so there `sent` is always true) wrote nothing. A `RedisUnavailable` after it was sent (a lost
+    reply, a dropped connection, a timeout, `NotReplicated`) may have been applied: Redis is asked, in one
+    round trip, whether any of the batch's rows exists. Every id is looked for, not only the first, because
+    a job that coalesced into a queued job makes no row of its own: any row found means the batch was
+    applied (the ids are new random ones), none means it was not, unless every job of it has a coalesce key
+    (then it made no row either way). When Redis cannot be asked, or the rows are there but not acknowledged
+    by the replicas asked for (`NotReplicated`: a failover may still lose them), the batch's ids are the
+    error's `unknown`."""
+    if not sent or not isinstance(exc, errors.RedisUnavailable):
+        return _counted(exc, start, total)
+    probe = next((p.id for p in batch if not p.coalesce_key), None)  # a job that makes a row if applied
+    look = (f"if job {probe} exists (`jobpool show {probe}`)" if probe else
+            "if any of its ids (the error's `unknown`) exists") + \
+        f", the first {start + len(batch)} were enqueued, else the first {start}"
+    try:
+        found = int(call_redis(pool.client.exists, *[pool.keys.job(p.id) for p in batch],
+                               what="enqueue_many's look for its last batch"))
+    except errors.JobpoolError as why:
+        return _counted(exc, start, total, batch, f"Redis could not be asked ({why}). That batch was "
+                        f"applied whole or not at all: {look}")
+    if found and isinstance(exc, errors.NotReplicated):
+        # On the primary now, but a failover could still lose it: counting it would be a guess either way.
+        return _counted(exc, start, total, batch, "its jobs are on the primary but on too few replicas, so a "
+                        f"failover could still lose them. Once the primary is settled: {look}")
+    if found:
+        return _counted(exc, start + len(batch), total, lost=len(batch))
+    if any(not p.coalesce_key for p in batch):
+        return _counted(exc, start, total)
+    return _counted(exc, start, total, batch, "every job of that batch has a coalesce key and none made a "
+                    "row, so it was not applied or each of its jobs coalesced into a queued job; sent again, "
+                    "they coalesce the same way while those stay queued")
+
+
+def _counted(exc: errors.JobpoolError, enqueued: int, total: int, unknown: Sequence[Prepared] = (),
+             why: str = "", lost: int = 0) -> errors.JobpoolError:
+    """`exc` with what stands in its message and attributes (`JobpoolError.enqueued`, `.unknown`): the same
+    exception, so callers handle it as ever. `unknown` is the batch after the first `enqueued` jobs whose
+    outcome could not be learned, and `why` says why; `lost` counts the last of the `enqueued` jobs, those
+    of a batch found in Redis after its reply was lost."""
+    exc.enqueued, exc.unknown = enqueued, tuple(p.id for p in unknown)
+    said = f"the first {enqueued} of the {total} jobs were enqueued" if enqueued else ""
+    if lost:
+        said += f", the last {lost} by the call that failed (its jobs were found in Redis)"
+    elif enqueued:
+        said += " before it"
+    if unknown:
+        said = (f"{said or f'none of the {total} jobs were enqueued before it'}; whether the next "
+                f"{len(unknown)} were is unknown: {why}")
+    if said:
+        exc.args = (f"{exc.args[0] if exc.args else exc} ({said})", *exc.args[1:])
     return exc
 
 
 def send(pool: Pool, batch: list[Prepared]) -> list[Job]:
     """One enqueue script call for `batch`; its Jobs as the script left them, in order."""
-    return _resolved(pool, _made(batch, _run(pool, _call_args(pool, batch))))
+    reply = _run(pool, _call_args(pool, batch))
+    pool.after_release(reply)
+    return _resolved(pool, _made(batch, reply))
 
 
 def _call_args(pool: Pool, batch: list[Prepared]) -> tuple[list[str], list[Any]]:
@@ -203,11 +265,11 @@ def _call_args(pool: Pool, batch: list[Prepared]) -> tuple[list[str], list[Any]]
 
 def _run(pool: Pool, call: tuple[list[str], list[Any]],
          meanwhile: Callable[[], None] | None = None) -> list[Any]:
-    """The enqueue script, on this thread's single-connection client; a promotion it left undone is done."""
-    reply = pool.scripts.run("enqueue", call[0], call[1], client=pool.thread_clients.get(pool.client),
-                             meanwhile=meanwhile)
-    pool.after_release(reply)
-    return reply
+    """The enqueue script, on this thread's single-connection client (its caller then runs
+    `pool.after_release`: a promotion the script left undone). Making that client connects at once, so a
+    Redis that cannot be reached fails there, before anything is sent: typed like the call's own failures."""
+    client = call_redis(pool.thread_clients.get, pool.client, what="enqueue")
+    return pool.scripts.run("enqueue", call[0], call[1], client=client, meanwhile=meanwhile)
 
 
 def _made(batch: list[Prepared], reply: list[Any]) -> list[Job | str]:

@@ -151,14 +151,18 @@ def _resp(buf: bytes, pos: int) -> tuple[Any, int] | None:
 class RedisReplyDropper(_Proxy):
     """`url` reaches the redis-server on `upstream_port`. `drop(sha, count)`: the replies of the next
     `count` calls of the script with that SHA1 (EVALSHA, or EVAL of its body) are not passed on; the
-    client's connection is closed instead. `dropped` and `calls` count them per SHA."""
+    client's connection is closed instead. With `after`, the replies of that many calls pass first; with
+    `then`, it is called (in the proxy's thread) once the first dropped reply has come, before the client's
+    connection is closed: what happens while the caller still waits. `dropped` and `calls` count them per
+    SHA."""
 
     def __init__(self, upstream_port: int) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
         self.port = int(listener.getsockname()[1])
-        self._rules: dict[str, int] = {}
+        self._rules: dict[str, list[int]] = {}  # sha: [replies to pass first, replies to drop]
+        self._then: dict[str, Callable[[], None]] = {}
         self.dropped: dict[str, int] = {}
         self.calls: dict[str, int] = {}
         super().__init__(listener, lambda: socket.create_connection(("127.0.0.1", upstream_port)))
@@ -167,9 +171,11 @@ class RedisReplyDropper(_Proxy):
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def drop(self, sha: str, count: int = 1) -> None:
+    def drop(self, sha: str, count: int = 1, after: int = 0, then: Callable[[], None] | None = None) -> None:
         with self._lock:
-            self._rules[sha] = count
+            self._rules[sha] = [after, count]
+            if then is not None:
+                self._then[sha] = then
 
     def _script_sha(self, request: Any) -> str | None:
         if not isinstance(request, list) or len(request) < 2 or not isinstance(request[0], bytes):
@@ -195,12 +201,18 @@ class RedisReplyDropper(_Proxy):
         if sha is None or reply.startswith(b"-NOSCRIPT"):
             return False
         with self._lock:
-            left = self._rules.get(sha, 0)
-            if left <= 0:
+            rule = self._rules.get(sha)
+            if rule is None or rule[1] <= 0:
                 return False
-            self._rules[sha] = left - 1
+            if rule[0] > 0:
+                rule[0] -= 1
+                return False
+            rule[1] -= 1
             self.dropped[sha] = self.dropped.get(sha, 0) + 1
-            return True
+            then = self._then.pop(sha, None)
+        if then is not None:
+            then()
+        return True
 
     def serve(self, client: socket.socket, upstream: socket.socket) -> None:
         # One entry per request, in order: Redis answers in order, so the n-th reply answers the n-th request.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -100,3 +100,100 @@ def test_a_lost_enqueue_reply_is_raised_typed_and_never_sent_again(redis_url: st
         assert dropper.calls[sha] == sent + 2
         assert pool.stats()["counts"]["queued"] == 3, "the lost call was applied, once"
         assert pool.get(third.id).state is JobState.QUEUED
+
+
+def _items(n: int, **extra: object) -> list[dict[str, object]]:
+    return [{"image": "img", "command": ["echo", str(i)], **extra} for i in range(n)]
+
+
+def _queued_commands(pool: Pool) -> list[tuple[str, ...]]:
+    return [j.spec.command for j in pool.list("queued", limit=10_000)]
+
+
+@pytest.mark.parametrize("first_coalesces", [False, True], ids=["new-jobs", "its-first-job-coalesces"])
+def test_a_lost_batch_reply_is_counted_from_what_redis_holds(redis_url: str, dropper: RedisReplyDropper,
+                                                             first_coalesces: bool) -> None:
+    """Issue #22 (D10): the reply of the third batch of 100 is lost after Redis applied it. The error used to
+    say "the first 200 of the 500 jobs were enqueued" while Redis held 300, so a caller resuming from 200
+    queued 100 jobs twice. The batch's outcome is asked of Redis (jobpool/submit.py, `_settled`): its rows
+    are there, so the count is 300, on the exception (`enqueued`) as in the message, and resuming from it
+    queues every job once. When the batch's first job coalesces into a queued job it makes no row of its
+    own, so the look must not rest on the first id alone."""
+    client = redis.Redis.from_url(dropper.url, decode_responses=True)
+    pool = Pool(client, Settings(redis_url=dropper.url, pool="it", max_concurrent_jobs=0))
+    with contextlib.closing(pool):
+        items = _items(500)
+        expected = [("echo", str(i)) for i in range(500)]
+        if first_coalesces:
+            pool.enqueue("img", ["held"], coalesce_key="k")
+            items[200]["coalesce_key"] = "k"
+            expected = [("held",), *expected[:200], *expected[201:]]
+        sha = script_sha("enqueue")
+        dropper.drop(sha, after=2)  # batches 0 and 1 answered, batch 2's reply lost
+        with pytest.raises(RedisUnavailable) as caught:
+            pool.enqueue_many(items)
+        assert dropper.dropped == {sha: 1}, "the fault was injected"
+        held = _queued_commands(pool)
+        assert held == expected[:300], "Redis holds the first 300 jobs' rows (and the job held before)"
+        assert "(the first 300 of the 500 jobs were enqueued" in str(caught.value), str(caught.value)
+        assert (caught.value.enqueued, caught.value.unknown) == (300, ())
+
+        pool.enqueue_many(items[caught.value.enqueued:])  # the caller resumes where it was told
+        assert _queued_commands(pool) == expected, "every job queued once, in input order"
+
+
+def test_a_lost_reply_then_no_redis_says_the_count_is_unknown_and_how_to_check(
+        redis_server_factory: Callable[[], RedisServer]) -> None:
+    """The third batch's reply is lost and Redis stops before it can be asked (it stops while the caller
+    still waits for the reply): the error says the count is 200 or 300, names the job to look for, and lists
+    the batch's ids as `unknown`. Once Redis is back (its AOF kept the batch), looking as told settles it."""
+    server = redis_server_factory()
+    server.start(appendonly=True)
+    proxy = RedisReplyDropper(server.port)
+    pool = Pool(redis.Redis.from_url(proxy.url, decode_responses=True),
+                Settings(redis_url=proxy.url, pool="it", max_concurrent_jobs=0))
+    try:
+        sha = script_sha("enqueue")
+        proxy.drop(sha, after=2, then=server.stop)
+        with pytest.raises(RedisUnavailable) as caught:
+            pool.enqueue_many(_items(500))
+        assert proxy.dropped == {sha: 1} and not server.running, "the fault was injected"
+        exc = caught.value
+        assert exc.enqueued == 200 and len(exc.unknown) == 100, str(exc)
+        first = exc.unknown[0]
+        message = str(exc)
+        assert "the first 200 of the 500 jobs were enqueued before it; whether the next 100 were is " \
+               "unknown: Redis could not be asked" in message, message
+        assert f"if job {first} exists (`jobpool show {first}`), the first 300 were enqueued, else the " \
+               "first 200" in message, message
+
+        server.start(appendonly=True)  # the same port and data
+        found = eventually(lambda: [pool.get(i) for i in exc.unknown], timeout=10, message="the batch's rows",
+                           ignoring=(RedisUnavailable,))
+        assert [j.spec.command for j in found] == [("echo", str(i)) for i in range(200, 300)]
+        assert len(_queued_commands(pool)) == 300
+    finally:
+        pool.close()
+        proxy.close()
+
+
+def test_a_lost_batch_whose_jobs_all_coalesced_is_unknown_yet_safe_to_send_again(
+        redis_url: str, dropper: RedisReplyDropper) -> None:
+    """A batch whose every job coalesced into a queued job makes no row: after its reply is lost, Redis
+    cannot tell whether it ran. The error says so (`unknown`), and sending the jobs again coalesces them the
+    same way: nothing is queued twice."""
+    pool = Pool(redis.Redis.from_url(dropper.url, decode_responses=True),
+                Settings(redis_url=dropper.url, pool="it", max_concurrent_jobs=0))
+    with contextlib.closing(pool):
+        held = [pool.enqueue("img", ["held", str(i)], coalesce_key=f"k{i}") for i in range(3)]
+        items = [{"image": "img", "command": ["again"], "coalesce_key": f"k{i}"} for i in range(3)]
+        sha = script_sha("enqueue")
+        dropper.drop(sha)
+        with pytest.raises(RedisUnavailable) as caught:
+            pool.enqueue_many(items, batch_size=3)
+        assert dropper.dropped == {sha: 1}
+        assert caught.value.enqueued == 0 and len(caught.value.unknown) == 3, str(caught.value)
+        assert "every job of that batch has a coalesce key and none made a row" in str(caught.value)
+        again = pool.enqueue_many(items)
+        assert [j.id for j in again] == [j.id for j in held] and all(j.coalesced for j in again)
+        assert len(_queued_commands(pool)) == 3

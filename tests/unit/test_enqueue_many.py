@@ -18,9 +18,11 @@ from pool_helpers import Backend, enqueue, events_of, queued_ids, rq_hash, rq_li
 from rq.job import Callback, JobStatus
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
+from servers import free_port
 
 from jobpool import errors, registry, submit
-from jobpool.api import Pool
+from jobpool.api import Pool, connect
+from jobpool.config import Settings
 from jobpool.models import Job, JobState
 from jobpool.registry import _held_call
 from jobpool.rqjob import ENTRY_POINT, after_delivery
@@ -366,8 +368,10 @@ def test_a_failed_batch_stops_the_rest_and_leaves_those_before(backend: Backend,
     old = enqueue(pool, "old")
     ids = iter([f"{i:032x}" for i in range(4)] + [old.id] + [f"{i:032x}" for i in range(5, 9)])
     monkeypatch.setattr("jobpool.submit.os.urandom", lambda n: bytes.fromhex(next(ids)))
-    with pytest.raises(errors.AlreadyExists, match=r"\(the first 4 of the 9 jobs were enqueued before it\)"):
+    with pytest.raises(errors.AlreadyExists,
+                       match=r"\(the first 4 of the 9 jobs were enqueued before it\)") as caught:
         pool.enqueue_many([spec("echo", str(i)) for i in range(9)], batch_size=2)
+    assert (caught.value.enqueued, caught.value.unknown) == (4, ()), "a refused batch wrote nothing"
     assert queued_ids(pool) == [old.id] + [f"{i:032x}" for i in range(4)]
     assert [pool.get(f"{i:032x}").spec.command for i in range(4)] == [("echo", str(i)) for i in range(4)]
 
@@ -414,7 +418,69 @@ def test_a_coalesced_job_is_read_back_after_its_batch(backend: Backend, monkeypa
         assert [j.id for j in jobs][0] == twin.id and jobs[0].coalesced and jobs[0].state is JobState.QUEUED
         assert [j.spec.command for j in jobs[1:]] == [("job1",), ("job2",)]
         return
-    with pytest.raises(errors.NotFound, match=r"\(the first 2 of the 3 jobs were enqueued before it\)"):
+    with pytest.raises(errors.NotFound,
+                       match=r"\(the first 2 of the 3 jobs were enqueued before it\)") as caught:
         pool.enqueue_many(items, batch_size=1)
+    assert caught.value.enqueued == 2
     commands = [pool.get(i).spec.command for i in queued_ids(pool) if i != twin.id]
     assert commands == [("job1",)], "job2's batch was not sent"
+
+
+# ---- what an error says stands (jobpool/submit.py, `_settled`; lost replies: test_lost_replies.py) ---------
+
+
+def test_a_failed_promotion_after_a_batch_counts_the_batch(backend: Backend,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The promotion a batch's script left undone (`Pool.after_release`) fails after the batch was applied:
+    the batch is counted, and nothing after it is sent."""
+    pool = backend.pool(max_concurrent_jobs=0)
+    calls: list[Any] = []
+
+    def after_release(reply: Any) -> None:
+        calls.append(reply)
+        if len(calls) == 2:
+            raise errors.RedisUnavailable("redis unreachable: gone while promoting")
+    monkeypatch.setattr(pool, "after_release", after_release)
+    with pytest.raises(errors.RedisUnavailable,
+                       match=r"\(the first 4 of the 5 jobs were enqueued before it\)") as caught:
+        pool.enqueue_many([spec("echo", str(i)) for i in range(5)], batch_size=2)
+    assert (caught.value.enqueued, caught.value.unknown) == (4, ())
+    assert [pool.get(i).spec.command for i in queued_ids(pool)] == [("echo", str(i)) for i in range(4)]
+
+
+def test_a_batch_never_sent_is_counted_without_asking() -> None:
+    """No Redis at all: the first batch's call fails before it is sent (its connection cannot be opened), so
+    nothing was written and the count is exact (0), not unknown."""
+    dead = redis.Redis(host="127.0.0.1", port=free_port(), decode_responses=True, socket_connect_timeout=2)
+    pool = Pool(dead, Settings(max_concurrent_jobs=0))
+    with pytest.raises(errors.RedisUnavailable) as caught:
+        pool.enqueue_many([spec("echo", str(i)) for i in range(3)], batch_size=2)
+    assert (caught.value.enqueued, caught.value.unknown) == (0, ())
+    assert "unknown" not in str(caught.value) and "enqueued" not in str(caught.value)
+
+
+def test_bad_input_is_refused_before_any_batch_is_sent(backend: Backend) -> None:
+    """A refused spec raises before any batch is sent: no count at all, the message as ever, and nothing
+    written."""
+    pool = backend.pool(max_concurrent_jobs=0)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidSpec) as caught:
+        pool.enqueue_many([spec("ok"), spec("x", image="")])
+    assert (caught.value.enqueued, caught.value.unknown) == (None, ())
+    assert str(caught.value) == f"spec 1: {caught.value.reason}" and "enqueued" not in str(caught.value)
+    assert backend.keyspace() == before
+
+
+def test_a_batch_the_replicas_did_not_acknowledge_is_unknown(redis_url: str) -> None:
+    """With JOBPOOL_REDIS_WAIT_REPLICAS and no replica, every call is applied on the primary and raised as
+    `NotReplicated` (a failover could still lose it): the rows are found, yet the batch is not counted as
+    enqueued but as unknown, and the message says how to settle it."""
+    pool = Pool(connect(redis_url), Settings(max_concurrent_jobs=0, redis_wait_replicas=1,
+                                             redis_wait_timeout_secs=0.01))
+    with pytest.raises(errors.NotReplicated) as caught:
+        pool.enqueue_many([spec("echo", str(i)) for i in range(3)], batch_size=2)
+    exc = caught.value
+    assert exc.enqueued == 0 and len(exc.unknown) == 2, str(exc)
+    assert [pool.get(i).spec.command for i in exc.unknown] == [("echo", "0"), ("echo", "1")]
+    assert queued_ids(pool) == list(exc.unknown), "nothing after it was sent"
+    assert f"if job {exc.unknown[0]} exists" in str(exc) and "on too few replicas" in str(exc)
