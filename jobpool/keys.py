@@ -90,7 +90,7 @@ class PoolKeys:
 
     def trailing(self, op: str) -> list[str]:
         """Pool-wide keys script `op` takes after its caller's (`Pool.run` adds them, so no caller can leave
-        them out): publish_inventory.lua lifts the declaration that its daemon is gone (jobpool/daemons.py)."""
+        them out): publish_inventory.lua lifts a declaration that its daemon is gone (jobpool/daemons.py)."""
         if op == "publish_inventory":
             return [self.gone_daemons, self.returned_daemons]
         return []
