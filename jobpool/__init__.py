@@ -5,7 +5,7 @@ The one import surface: everything a user needs is importable from here.
 
 from .api import Pool
 from .config import Settings
-from .daemons import forget_daemon, gone_daemons
+from .daemons import forget_daemon, gone_daemons, unforget_daemon
 from .errors import (
     AlreadyExists,
     ConfigError,
@@ -26,7 +26,7 @@ from .spec import JobSpec
 
 __all__ = [
     # the API
-    "Pool", "Job", "JobSpec", "JobState", "Settings", "forget_daemon", "gone_daemons",
+    "Pool", "Job", "JobSpec", "JobState", "Settings", "forget_daemon", "gone_daemons", "unforget_daemon",
     # errors
     "JobpoolError", "ConfigError", "InvalidSpec", "InvalidArgument", "NotFound", "InvalidState",
     "NotOwner", "Conflict", "AlreadyExists", "CorruptRow", "RedisUnavailable", "NotReplicated",

@@ -6,9 +6,15 @@ come back, and its containers may still be running. When the operator knows it w
 destroyed, its disks wiped, the VM deleted), `forget_daemon` records that in the pool's `gone_daemons` hash
 (scripts/forget_daemon.lua); from then on a sweep judges the attempts recorded on that daemon absent (so they
 run again within the recovery budget, and a persisted cancel or pause ends them) with the declaration as
-evidence. It is refused while the daemon still publishes its inventory. A daemon that comes back after all is
-judged from its own inventory again, but what was run elsewhere meanwhile was run twice: declare only what is
-truly gone.
+evidence. It is refused while the daemon still publishes its inventory, and for an id that is neither in the
+`inventories` index (published within a week) nor recorded on a running row (a typo): a daemon that holds a
+slot stays forgettable however long ago it went silent.
+
+A daemon that comes back after all publishes its inventory again, which lifts the declaration in the same
+script (scripts/publish_inventory.lua): it is evidently not gone, and its attempts are judged from its own
+inventory again (unknown while that is stale, never absent on the old word). `unforget_daemon` withdraws a
+declaration by hand. Either way a `status` report names the daemon for a week (`StatusReport.daemons`): what
+was run elsewhere meanwhile may have run twice, so declare only what is truly gone.
 """
 
 from __future__ import annotations
@@ -19,25 +25,28 @@ from typing import Any
 from . import errors
 from .api import Pool
 from .daemonid import IDENTITY
+from .inventory import FORGET_MS
 from .registry import call_redis
+
+#: A daemon's recorded running rows are read in batches of this many ids (`running` is bounded by the slots).
+_ROWS_BATCH = 500
+#: At most this many of them go to forget_daemon.lua, which needs one still running on the daemon.
+_ROWS_PASSED = 100
 
 
 def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str = "") -> int:
     """Declare `daemon_id` (an identity, as `jobpool show JOB` prints a job's `daemon_id`) gone for good;
     returns when it was recorded (ms, Redis's clock). Raises `InvalidArgument` for anything but the identity
-    of a daemon that published an inventory within the last week, and `Conflict` while one of its workers
-    holds its inventory lead or its inventory is fresh. Writes nothing on either."""
-    if not isinstance(daemon_id, str) or not IDENTITY.fullmatch(daemon_id):
-        raise errors.InvalidArgument(f"not a daemon identity: {daemon_id!r} (as `jobpool show JOB` prints a "
-                                     "job's daemon_id, jpd1:<uuid>@<boot id>)")
-    for name, text in (("actor", actor), ("note", note)):
-        if not isinstance(text, str) or len(text) > 1000:
-            raise errors.InvalidArgument(f"{name} must be text of at most 1000 characters")
+    of a daemon that published an inventory within the last week or that a running job is recorded on, and
+    `Conflict` while one of its workers holds its inventory lead or its inventory is fresh. Writes nothing on
+    either."""
+    _check(daemon_id, actor, note)
     k = pool.keys
     stale_ms = int(pool.settings.inventory_stale_secs * 1000)
+    rows = [k.job(job_id) for job_id in recorded_on(pool, daemon_id)[:_ROWS_PASSED]]
     try:
         reply = pool.run("forget_daemon", [k.gone_daemons, k.inventory(daemon_id), k.commands(daemon_id),
-                                           k.inventory_lead(daemon_id), k.inventories],
+                                           k.inventory_lead(daemon_id), k.inventories, *rows],
                          [daemon_id, stale_ms, actor, note])
     except errors.Conflict:
         stale = pool.settings.inventory_stale_secs
@@ -46,8 +55,49 @@ def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str
                               f"{stale:g}s, JOBPOOL_INVENTORY_STALE_SECS)") from None
     except errors.InvalidArgument:
         raise errors.InvalidArgument(f"no daemon {daemon_id} published an inventory in this pool within the "
-                                     "last week: check the id (`jobpool show JOB`, daemon_id)") from None
+                                     "last week, and no running job is recorded on it: check the id "
+                                     "(`jobpool show JOB`, daemon_id)") from None
     return int(reply[1])
+
+
+def unforget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str = "") -> int:
+    """Withdraw the declaration that `daemon_id` is gone for good (scripts/unforget_daemon.lua); returns when
+    (ms, Redis's clock). Its attempts are judged from its own inventory again; what was judged absent on the
+    declaration meanwhile stays as it was. Raises `InvalidArgument` for anything but a daemon declared gone,
+    writing nothing."""
+    _check(daemon_id, actor, note)
+    k = pool.keys
+    try:
+        reply = pool.run("unforget_daemon", [k.gone_daemons, k.returned_daemons],
+                         [daemon_id, actor, note, FORGET_MS])
+    except errors.InvalidArgument:
+        raise errors.InvalidArgument(f"daemon {daemon_id} is not declared gone in this pool (`jobpool status "
+                                     "--json` lists the declarations under daemons.gone)") from None
+    return int(reply[1])
+
+
+def _check(daemon_id: Any, actor: Any, note: Any) -> None:
+    if not isinstance(daemon_id, str) or not IDENTITY.fullmatch(daemon_id):
+        raise errors.InvalidArgument(f"not a daemon identity: {daemon_id!r} (as `jobpool show JOB` prints a "
+                                     "job's daemon_id, jpd1:<uuid>@<boot id>)")
+    for name, text in (("actor", actor), ("note", note)):
+        if not isinstance(text, str) or len(text) > 1000:
+            raise errors.InvalidArgument(f"{name} must be text of at most 1000 characters")
+
+
+def recorded_on(pool: Pool, daemon_id: str) -> list[str]:
+    """The running jobs whose rows record `daemon_id` (O(slots): `running` holds at most the slot limit)."""
+    k = pool.keys
+    running = call_redis(pool.client.zrange, k.running, 0, -1, what="reading the running jobs")
+    found: list[str] = []
+    for start in range(0, len(running), _ROWS_BATCH):
+        batch = running[start:start + _ROWS_BATCH]
+        pipe = pool.client.pipeline(transaction=False)
+        for job_id in batch:
+            pipe.hget(k.job(job_id), "daemon_id")
+        daemons = call_redis(pipe.execute, raise_on_error=False, what="reading the running jobs' daemons")
+        found += [job_id for job_id, d in zip(batch, daemons, strict=True) if d == daemon_id]
+    return found
 
 
 def gone_daemons(pool: Pool) -> dict[str, dict[str, Any]]:

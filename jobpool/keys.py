@@ -69,6 +69,9 @@ class PoolKeys:
         #: daemon identity -> JSON {at, actor, note}: daemons an operator declared gone for good
         #: (scripts/forget_daemon.lua). Grows only by such declarations.
         self.gone_daemons = p + "gone_daemons"
+        #: Declarations lifted, by a daemon that published again or by hand (scripts/unforget_daemon.lua):
+        #: JSON records scored by when (ms), kept a week (jobpool/daemons.py), shown by `status`.
+        self.returned_daemons = p + "returned_daemons"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"
@@ -84,6 +87,13 @@ class PoolKeys:
     def common(self) -> list[str]:
         """The 14 keys every script takes first, in the order scripts/_lib.lua expects (a fresh list)."""
         return list(self._common)
+
+    def trailing(self, op: str) -> list[str]:
+        """Pool-wide keys script `op` takes after its caller's (`Pool.run` adds them, so no caller can leave
+        them out): publish_inventory.lua lifts a declaration that its daemon is gone (jobpool/daemons.py)."""
+        if op == "publish_inventory":
+            return [self.gone_daemons, self.returned_daemons]
+        return []
 
     def state_index(self, state: str) -> str:
         return {

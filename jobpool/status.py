@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import errors, redispolicy, redisurl, strays
+from .daemonid import is_identity
+from .inventory import FORGET_MS
 from .redispolicy import PolicyCheck, Verdict
 from .registry import call_redis, wrap_redis_error
 from .strays import Stray
@@ -205,6 +207,60 @@ class Sweep:
 
 
 @dataclass(frozen=True)
+class StaleDaemon:
+    """A Docker daemon whose jobs hold slots on stale evidence: their leases are gone and the daemon's
+    inventory is stale or missing, so the sweep keeps them unknown for as long as that lasts
+    (supervisor/remote.py). `since_ms` is its last publication, else (aged out of the index after a week, or
+    never published) the last heartbeat its jobs recorded. If its host is gone for good, `command` frees
+    them (jobpool/daemons.py)."""
+
+    daemon_id: str
+    jobs: tuple[str, ...]
+    since_ms: int | None = None
+    last_published_ms: int | None = None
+
+    @property
+    def command(self) -> str:
+        return f"jobpool forget-daemon {self.daemon_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"daemon_id": self.daemon_id, "jobs": list(self.jobs), "since_ms": self.since_ms,
+                "last_published_ms": self.last_published_ms, "command": self.command}
+
+
+@dataclass(frozen=True)
+class ReturnedDaemon:
+    """A daemon declared gone whose declaration was lifted within a week (jobpool/daemons.py): `how` is
+    'published' (it came back: its workers publish again) or 'withdrawn' (by hand), `by` who, `at` when.
+    Jobs judged absent on the declaration meanwhile may have run twice."""
+
+    daemon_id: str
+    how: str
+    by: str = ""
+    at: int | None = None
+    forgotten_at: int | None = None
+    forgotten_by: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"daemon_id": self.daemon_id, "how": self.how, "by": self.by, "at": self.at,
+                "forgotten_at": self.forgotten_at, "forgotten_by": self.forgotten_by}
+
+
+@dataclass(frozen=True)
+class Daemons:
+    """Daemons the operator must know of: holding slots on stale evidence, declared gone (identities), and
+    back after a declaration."""
+
+    stale: tuple[StaleDaemon, ...] = ()
+    gone: tuple[str, ...] = ()
+    returned: tuple[ReturnedDaemon, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stale": [d.to_dict() for d in self.stale], "gone": list(self.gone),
+                "returned": [d.to_dict() for d in self.returned]}
+
+
+@dataclass(frozen=True)
 class Health:
     """The verdict: healthy unless there is a reason; warnings are worth knowing but not unhealthy."""
 
@@ -240,6 +296,7 @@ class StatusReport:
     #: Running containers no row accounts for, as their daemons' inventories list them while their workers
     #: stop them (jobpool/strays.py).
     strays: tuple[Stray, ...] = ()
+    daemons: Daemons | None = None
 
     @property
     def healthy(self) -> bool:
@@ -267,6 +324,7 @@ class StatusReport:
             "paused_since": promotion.since if promotion else None,
             "workers": self.workers.to_dict() if self.workers else None,
             "last_sweep": self.last_sweep.to_dict() if self.last_sweep else None,
+            "daemons": self.daemons.to_dict() if self.daemons else None,
             "unknown": self.unknown, "strays": [x.to_dict() for x in self.strays], **self.health.to_dict(),
         }
 
@@ -299,7 +357,27 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
                      "their slots are kept until the probe answers")
     if report.promotion and report.promotion.paused:
         notes.append("promotion is paused: queued jobs will not start until `jobpool resume`")
+    notes += _daemon_notes(report.daemons, now)
     return Health(tuple(reasons), tuple(notes))
+
+
+def _daemon_notes(daemons: Daemons | None, now: int) -> list[str]:
+    """Warnings: slots held on a daemon's stale evidence (and the command that frees them if its host is gone
+    for good), and daemons back after a declaration (what ran on it may have run twice)."""
+    notes = []
+    for d in daemons.stale if daemons else ():
+        last = (f"last published {ago(d.last_published_ms, now)}" if d.last_published_ms is not None
+                else "not published within a week")
+        notes.append(f"daemon {d.daemon_id} holds {len(d.jobs)} slot(s) on stale evidence since "
+                     f"{ago(d.since_ms, now)} (its inventory {last}; jobs {', '.join(d.jobs[:5])}"
+                     f"{' ...' if len(d.jobs) > 5 else ''}): if its host is gone for good, `{d.command}`")
+    for r in daemons.returned if daemons else ():
+        what = ("it came back, publishing again" if r.how == "published"
+                else f"the declaration was withdrawn by {r.by or '?'}")
+        notes.append(f"daemon {r.daemon_id} declared gone by {r.forgotten_by or '?'} "
+                     f"{ago(r.forgotten_at, now)}: {what} {ago(r.at, now)}; jobs judged absent on the "
+                     "declaration meanwhile may have run twice")
+    return notes
 
 
 def read_status(pool: Pool) -> StatusReport:
@@ -340,7 +418,7 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
                             _int(stats["paused_since"])),
         workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep,
         redis_policy=redispolicy.from_reply(config),  # a CONFIG GET refused (an ACL) is a warning
-        strays=found)
+        strays=found, daemons=_daemons(pool, running, now))
     return report, tuple(warnings)
 
 
@@ -356,6 +434,57 @@ def _strays(pool: Pool) -> tuple[Stray, ...]:
     replies = call_redis(pipe.execute, raise_on_error=False, what="status")
     return tuple(x for daemon, raw in zip(daemons, replies, strict=True) if isinstance(raw, str)
                  for x in strays.decode(raw, daemon))
+
+
+def _daemons(pool: Pool, running: list[str], now: int) -> Daemons:
+    """Two round trips, O(running): each running row's daemon and lease, the declarations and the records of
+    lifted ones; then the inventories of the daemons whose rows have no lease. A value that cannot be read
+    counts as missing."""
+    k = pool.keys
+    pipe = pool.client.pipeline(transaction=False)
+    for job_id in running:
+        pipe.hmget(k.job(job_id), "daemon_id", "owner_boot", "heartbeat_at")
+        pipe.exists(k.lease(job_id))
+    pipe.hkeys(k.gone_daemons)
+    pipe.zrangebyscore(k.returned_daemons, now - FORGET_MS, "+inf")
+    replies = [None if isinstance(r, Exception) else r
+               for r in call_redis(pipe.execute, raise_on_error=False, what="status")]
+    gone = sorted(str(d) for d in replies[-2] or ())
+    held: dict[str, list[tuple[str, int | None]]] = {}
+    for i, job_id in enumerate(running):
+        fields, lease = replies[2 * i], replies[2 * i + 1]
+        daemon, owner, beat = fields if isinstance(fields, list) else (None, None, None)
+        if daemon and is_identity(daemon) and owner and not lease and daemon not in gone:
+            held.setdefault(daemon, []).append((job_id, _int(beat)))
+    pipe = pool.client.pipeline(transaction=False)
+    for daemon in held:
+        pipe.hget(k.inventory(daemon), "at")
+        pipe.zscore(k.inventories, daemon)
+    inv = [None if isinstance(r, Exception) else r
+           for r in call_redis(pipe.execute, raise_on_error=False, what="status")] if held else []
+    stale_ms = pool.settings.inventory_stale_secs * 1000
+    stale = []
+    for i, (daemon, jobs) in enumerate(held.items()):
+        at, last = _int(inv[2 * i]), _int(inv[2 * i + 1])
+        if at is not None and now - at <= stale_ms:
+            continue  # fresh: the sweep judges its jobs from it
+        last = at if at is not None else last
+        beats = [b for _, b in jobs if b is not None]
+        stale.append(StaleDaemon(daemon, tuple(j for j, _ in jobs),
+                                 last if last is not None else max(beats, default=None), last))
+    return Daemons(tuple(sorted(stale, key=lambda d: d.daemon_id)), tuple(gone),
+                   tuple(_returned(r) for r in replies[-1] or ()))
+
+
+def _returned(raw: str) -> ReturnedDaemon:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    doc = doc if isinstance(doc, dict) else {}
+    return ReturnedDaemon(str(doc.get("daemon", "?")), str(doc.get("how", "")), str(doc.get("by", "")),
+                          _int(doc.get("at")), _int(doc.get("forgotten_at")),
+                          str(doc.get("forgotten_by", "")))
 
 
 def _sweep(raw: str | Exception | None, now: int, warnings: list[str]) -> Sweep | None:

@@ -206,6 +206,8 @@ def status_report(report: StatusReport) -> str:
         for stray in report.strays:
             items.append(("", f"{stray.job_id}  attempt {stray.attempt}  container {stray.container_id[:12]} "
                               f"on {stray.daemon_id} since {ago(stray.since_ms, now)}: {stray.reason}"))
+    if report.daemons is not None and report.daemons.gone:
+        items.append(("gone daemons", ", ".join(report.daemons.gone) + "  (declared: jobpool forget-daemon)"))
     health = (click.style("OK", fg="green") if report.healthy
               else click.style("UNHEALTHY", fg="red", bold=True))
     items.append(("health", health))

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..contract import EVENTS_MAXLEN, MAX_SLOTS
-from ..daemons import forget_daemon
+from ..daemons import forget_daemon, unforget_daemon
 from .app import CliState, load, pool_command
 from .format import decisions_table, event_json, event_line, status_report
 
@@ -115,13 +115,24 @@ def prune(state: CliState, dry_run: bool) -> None:
 @click.command("forget-daemon")
 @click.argument("daemon_id", metavar="DAEMON_ID")
 @click.option("--note", default="", help="Why, kept with the declaration (e.g. the ticket).")
+@click.option("--undo", is_flag=True,
+              help="Withdraw the declaration instead: its jobs are judged from its own inventory again.")
 @pool_command
-def forget_daemon_command(state: CliState, daemon_id: str, note: str) -> None:
+def forget_daemon_command(state: CliState, daemon_id: str, note: str, undo: bool) -> None:
     """Declare a Docker daemon gone for good (its host destroyed): the jobs recorded on it run again.
 
-    DAEMON_ID is a job's daemon_id as `jobpool show JOB` prints it (`status` names it too, for jobs kept on a
-    stale inventory). Refused while that daemon's workers still publish its inventory. Only for a daemon
-    that will never run its containers again: one that comes back may run them beside their new attempts."""
+    DAEMON_ID is a job's daemon_id as `jobpool show JOB` prints it (`status` names it too, with this command,
+    for daemons holding slots on stale evidence). Refused while that daemon's workers still publish its
+    inventory, and for an id neither published within a week nor recorded on a running job. Only for a
+    daemon that will never run its containers again: one that comes back may run them beside their new
+    attempts. A daemon that publishes again lifts the declaration itself (`status` then names it for a week);
+    --undo withdraws it by hand."""
+    if undo:
+        at = unforget_daemon(state.pool(), daemon_id, actor="cli", note=note)
+        state.emit({"daemon_id": daemon_id, "at": at, "undone": True},
+                   lambda: f"daemon {daemon_id} no longer declared gone; its jobs are judged from its own "
+                           "inventory again")
+        return
     at = forget_daemon(state.pool(), daemon_id, actor="cli", note=note)
     state.emit({"daemon_id": daemon_id, "at": at},
                lambda: f"daemon {daemon_id} declared gone; the next sweeps judge its jobs absent")

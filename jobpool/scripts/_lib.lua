@@ -403,3 +403,24 @@ local function fence(jkey, boot, attempt)
   if boot == '' or row[1] ~= 'running' or row[2] ~= boot or row[3] ~= attempt then return E_NOT_OWNER end
   return 0
 end
+
+local function lift_gone(gone, returned, daemon, how, by, note, keep, reason, now)
+  -- Lift the declaration that `daemon` is gone for good (forget_daemon.lua), if there is one: its entry in
+  -- `gone` (the gone_daemons hash) goes, and what it was is kept in `returned` (the returned_daemons zset,
+  -- scored by when it was lifted, entries older than `keep` ms trimmed) so that `status` tells the operator
+  -- (jobpool/status.py): jobs judged absent on that word while the daemon was alive may have run twice.
+  -- `how` is 'published' (publish_inventory.lua: it publishes again, so it is evidently not gone) or
+  -- 'withdrawn' (unforget_daemon.lua: by hand). Records a pool-wide `reason` event. Returns true if lifted.
+  if key_type(gone) ~= 'hash' or redis.call('HEXISTS', gone, daemon) == 0 then return false end
+  local ok, was = pcall(cjson.decode, redis.call('HGET', gone, daemon))
+  if not ok or type(was) ~= 'table' then was = {} end
+  redis.call('HDEL', gone, daemon)
+  if key_type(returned) ~= 'zset' and key_type(returned) ~= 'none' then redis.call('DEL', returned) end
+  redis.call('ZREMRANGEBYSCORE', returned, '-inf', now - keep)
+  redis.call('ZADD', returned, now, cjson.encode({daemon = daemon, how = how, by = by, note = note, at = now,
+    forgotten_at = tonumber(was.at), forgotten_by = tostring(was.actor or ''),
+    forgotten_note = tostring(was.note or '')}))
+  event(nil, '', '', '', reason, 'daemon=' .. daemon .. ' declared gone by ' .. tostring(was.actor or '?')
+    .. (note ~= '' and ('; ' .. note) or ''), by, now)
+  return true
+end

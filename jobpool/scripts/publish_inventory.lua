@@ -1,9 +1,10 @@
 --[[ publish_inventory
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     inventory:<daemon id>   KEYS[16] inventory_lead:<daemon id>   KEYS[17] inventories
+KEYS[18]     gone_daemons   KEYS[19] returned_daemons (both added by Pool.run: PoolKeys.trailing)
 ARGV[1] daemon id   ARGV[2] boot id (the publisher)   ARGV[3] kernel boot id   ARGV[4] lead ms
 ARGV[5] inventory ttl ms   ARGV[6] complete ('1' or '0')   ARGV[7] containers (JSON array, jobpool/inventory.py)
-ARGV[8] forget ms (index entries older than this are trimmed)
+ARGV[8] forget ms (index entries, and records of lifted declarations, older than this are trimmed)
 ARGV[9] listed at: the server's time (ms) the publisher read just before it listed the containers
 ARGV[10] strays (JSON array, jobpool/strays.py: running containers no row accounts for; '' or absent = none)
 Returns {0, at} (ms, the server's time); -3 this boot does not hold the daemon's lead; -6 bad arguments or
@@ -14,8 +15,11 @@ container created while the listing was taken and published may be missing from 
 not look younger than that); `first_at` is kept from the first publication of this
 daemon identity (the boot rule of jobpool/supervisor/remote.py compares it with an earlier boot's last `at`).
 The `inventories` index records each daemon's last publication, for as long as ARGV[8] says.
+A daemon an operator declared gone for good (forget_daemon.lua) that publishes is evidently not gone: its
+declaration is lifted in the same step (lift_gone in _lib.lua: a `daemon_back` event, and a record `status`
+shows), so a later stale inventory of it is unknown again, never absent on that old word.
 ]]
-local inv, lead, index = KEYS[15], KEYS[16], KEYS[17]
+local inv, lead, index, gone, returned = KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
 local daemon, boot, kboot = ARGV[1], ARGV[2], ARGV[3]
 local lead_ms, ttl_ms, complete, containers, forget = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7],
   tonumber(ARGV[8])
@@ -49,4 +53,6 @@ redis.call('PEXPIRE', lead, lead_ms)
 if key_type(index) ~= 'zset' and key_type(index) ~= 'none' then redis.call('DEL', index) end
 redis.call('ZADD', index, now, daemon)
 redis.call('ZREMRANGEBYSCORE', index, '-inf', now - forget)
+lift_gone(gone, returned, daemon, 'published', boot, 'publishing again (worker boot ' .. boot .. ')', forget,
+  'daemon_back', now)
 return {0, now}

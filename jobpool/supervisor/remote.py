@@ -7,7 +7,8 @@ no container of that attempt. Anything else keeps the slot:
 
 - an inventory older than `JOBPOOL_INVENTORY_STALE_SECS`, expired or never published is `Unknown`, with a
   reason naming the daemon and the inventory's age (no worker on it publishes: all dead, or Redis out of
-  their reach), unless an operator declared the daemon gone for good (jobpool/daemons.py): then `Absent`;
+  their reach), unless an operator declared the daemon gone for good (jobpool/daemons.py): then `Absent`
+  (a declaration stands only while the daemon stays silent: its next publication lifts it);
 - a created, never started container is `Unknown`: only its own daemon can remove it, which its publisher
   does once the attempt's lease is gone; the next inventory then lists nothing;
 - an incomplete inventory (too many containers) proves nothing by what it leaves out.
@@ -120,7 +121,8 @@ def judge(attempt: int, job_id: str, recorded: str, invs: Inventories, stale_sec
     if recorded in invs.last_at:
         age = max(0.0, (invs.now_ms - invs.last_at[recorded]) / 1000)
         return Unknown(f"the inventory of daemon {recorded} was last published {_age(age)} ago and has "
-                       "expired: no worker on that daemon publishes it")
+                       "expired: no worker on that daemon publishes it (if its host is gone for good: "
+                       f"jobpool forget-daemon {recorded})")
     return Unknown(f"no inventory of daemon {recorded} was published (no worker on it publishes one, or "
                    "JOBPOOL_INVENTORY_SECS is 0 there)")
 
@@ -201,8 +203,8 @@ def _declared_gone(recorded: str, invs: Inventories, inv: Inventory | None, job_
                    attempt: int) -> Probe:
     """An attempt on a daemon the operator declared gone for good (jobpool/daemons.py): its end, if the last
     inventory the daemon published lists its container ended (an ended container never runs again), else
-    absent. Not fenced on an inventory (that last one is stale by now), only on the row: a declaration is
-    never undone."""
+    absent. Not fenced on an inventory (that last one is stale by now), only on the row: the row's lease,
+    which a worker of a daemon that comes back renews, is the compare-and-set (reconcile_apply.lua)."""
     declared = f"daemon {recorded} was declared gone for good by the operator ({invs.gone[recorded][:300]})"
     ended = [e for e in (inv.of(job_id) if inv is not None else []) if e.attempt == attempt]
     if ended and all(e.state == EXITED and e.exit_code is not None for e in ended):

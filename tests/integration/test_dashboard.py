@@ -113,6 +113,21 @@ def test_overview_shows_slots_queue_promotion_and_unknown_held(pool: Pool, ro: T
     assert ro.get("/api/status").json()["last_sweep"]["unknown_jobs"][0]["job"] == first.id
 
 
+
+def test_overview_names_the_daemons_holding_slots_on_stale_evidence(pool: Pool, ro: TestClient) -> None:
+    """A claimed job on a daemon that never published (its worker dead, its lease gone): the overview names
+    the daemon, its job and the command that frees it (StatusReport.daemons, jobpool/status.py)."""
+    daemon = "jpd1:" + "e" * 32 + "@boot-1"
+    job = pool.enqueue(IMAGE, ["true"])
+    pool.client.hset(pool.keys.job(job.id), mapping={"owner_boot": "dead-boot", "daemon_id": daemon,
+                                                     "heartbeat_at": pool.now_ms() - 60_000})
+    html = ro.get("/fragments/overview").text
+    table = html.split('id="daemons"')[1].split("</table>")[0]
+    assert daemon in table and job.id[:12] in table and f"jobpool forget-daemon {daemon}" in table
+    (stale,) = ro.get("/api/status").json()["daemons"]["stale"]
+    assert (stale["daemon_id"], stale["jobs"]) == (daemon, [job.id])
+
+
 def test_paging_and_find_by_id(pool: Pool, ro: TestClient) -> None:
     pool.set_slots(0)
     jobs = [pool.enqueue(IMAGE, ["echo", str(i)]) for i in range(PAGE_SIZE + 3)]

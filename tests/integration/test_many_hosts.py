@@ -9,21 +9,25 @@ All three daemons are sampled throughout: a job never has two live containers.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 from bad_input import cli, one_line_error
 from constants import IMAGE
 from polling import eventually
-from procs import JobpoolProcess, other_boot
+from procs import JobpoolProcess, children, other_boot
 from servers import DockerDaemon, daemon_identity
 from test_daemon_identity import Sampler, live_on, start_on
 
-from jobpool import JobState, Pool
+from jobpool import JobState, Pool, gone_daemons
 from jobpool.exits import docker_time
 from jobpool.inventory import FORGET_MS
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
@@ -346,3 +350,102 @@ def test_with_a_shared_checkpoint_root_a_paused_job_resumes_on_any_daemon_with_i
     assert done.daemon_id == daemon_identity(d1)
     eventually(lambda: not (root / pool.keys.pool / job_id).exists(), timeout=20,
                message="the checkpoint directory removed once the job ended")
+
+
+def hang(worker: JobpoolProcess, sig: int = signal.SIGSTOP) -> None:
+    """SIGSTOP (or SIGCONT) a worker and its forked children at once: a hung host, not a dead one."""
+    for pid in [worker.pid, *children(worker.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def test_a_daemon_declared_gone_that_comes_back_is_not_gone_any_more(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess],
+        pool_env: dict[str, str]) -> None:
+    """Issue #22 A2. Daemon 2's worker hangs (SIGSTOP) long enough for its inventory to go stale and the
+    operator declares the daemon gone; it comes back (SIGCONT) and publishes again, which lifts the
+    declaration. Later it runs a job and its worker crashes (SIGKILL): its inventory is stale for a while, and
+    the job is kept unknown, never judged absent on the old declaration and run again beside its live copy."""
+    d1, d2, _ = three
+    pool.set_slots(2)
+    env = {k: v for k, v in pool_env.items() if k.startswith("JOBPOOL_")}
+    w2 = spawn(DOCKER_HOST=d2)
+    d2_id = daemon_identity(d2)
+    eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=30, message="d2 inventory")
+    hang(w2)
+    try:
+        eventually(lambda: cli("forget-daemon", d2_id, "--note", "d2 unresponsive", env=env).returncode == 0,
+                   timeout=30, interval=0.5, message="declared gone once its inventory is stale")
+        declared = gone_daemons(pool)[d2_id]["at"]
+    finally:
+        hang(w2, signal.SIGCONT)
+    eventually(lambda: int(pool.client.hget(pool.keys.inventory(d2_id), "at") or 0) > declared, timeout=30,
+               message="daemon 2 publishing again")
+    with Sampler(three) as sampler:
+        job_id = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"]).id
+        eventually(lambda: live_on(d2, job_id), timeout=30, message="daemon 2 running jobs normally")
+        spawn(DOCKER_HOST=d1)  # a free worker elsewhere: where a second copy would run
+        w2.kill_with_children()  # an ordinary crash: its container runs on, its inventory goes stale
+        sup = Supervisor(pool, ContainerProber(NOWHERE, timeout=2))
+        try:
+            def judged_stale() -> Any:
+                v = sup.sweep(job_ids=[job_id], dry_run=True).decisions[0].verdict
+                return v if v.kind.value == "absent" or "stale after" in v.evidence else None
+
+            verdict = eventually(judged_stale, timeout=30, interval=0.3,
+                                 message="the job judged once daemon 2's inventory is stale")
+            assert verdict.kind.value == "warn", verdict  # not absent on the lifted declaration: kept unknown
+            sup.sweep(job_ids=[job_id])
+        finally:
+            sup.close()
+        assert pool.get(job_id).attempt == 1 and live_on(d2, job_id), "kept, not run again"
+    assert sampler.most_live[job_id] == 1
+    # The declaration was lifted when daemon 2 published again, and the operator is told.
+    assert d2_id not in gone_daemons(pool)
+    back = [e for e in pool.tail_events(None, 1000)[0] if e["reason"] == "daemon_back"]
+    assert len(back) == 1 and d2_id in back[0]["evidence"], back
+    status = cli("--json", "status", env=env)
+    returned = json.loads(status.stdout)["daemons"]["returned"]
+    assert [(r["daemon_id"], r["how"]) for r in returned] == [(d2_id, "published")], status.stdout
+    assert f"daemon {d2_id} declared gone" in cli("status", env=env).stdout
+    # Withdrawing a declaration that no longer stands is refused, in one line.
+    assert one_line_error(cli("forget-daemon", "--undo", d2_id, env=env), 2) is None
+
+
+def test_a_host_destroyed_and_not_forgotten_within_a_week_can_still_be_forgotten(
+        three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess],
+        pool_env: dict[str, str]) -> None:
+    """Issue #22 C6. A host destroyed with a job on it and not declared gone for a week: its inventory has
+    expired and it has aged out of the `inventories` index. `status` names the daemon holding the slot on
+    stale evidence, since when, with the command that frees it, and `forget-daemon` still accepts it (a
+    running row names it); the job then runs again elsewhere."""
+    d1, d2, _ = three
+    pool.set_slots(1)
+    env = {k: v for k, v in pool_env.items() if k.startswith("JOBPOOL_")}
+    w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
+    d2_id = daemon_identity(d2)
+    eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=10, message="d2 inventory")
+    w2.kill_with_children()
+    with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
+        for c in client.containers.list(all=True, sparse=True, filters={"label": "jobpool.pool"}):
+            c.remove(force=True)  # the host and everything on it is gone
+    eventually(lambda: not pool.client.exists(pool.keys.lease(job_id), pool.keys.inventory_lead(d2_id)),
+               timeout=10, message="its lease and inventory lead lapsed")
+    # A week on: the inventory expired (its TTL) and the index forgot the daemon (publish_inventory.lua).
+    pool.client.delete(pool.keys.inventory(d2_id))
+    pool.client.zrem(pool.keys.inventories, d2_id)
+    status = cli("--json", "status", env=env)
+    (stale,) = json.loads(status.stdout)["daemons"]["stale"]
+    assert (stale["daemon_id"], stale["jobs"], stale["command"]) == (d2_id, [job_id],
+                                                                     f"jobpool forget-daemon {d2_id}")
+    assert stale["since_ms"] is not None and stale["last_published_ms"] is None
+    assert f"jobpool forget-daemon {d2_id}" in cli("status", env=env).stdout
+    typo = cli("forget-daemon", d2_id[:-1] + ("0" if d2_id[-1] != "0" else "1"), env=env)
+    assert one_line_error(typo, 2) is None and "check the id" in typo.stderr, typo
+    done = cli("forget-daemon", d2_id, "--note", "host d2 destroyed last week", env=env)
+    assert done.returncode == 0, done.stderr
+    spawn(DOCKER_HOST=d1)
+    spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=NOWHERE)
+    eventually(lambda: (j := pool.get(job_id)).attempt == 2 and live_on(d1, job_id) and j, timeout=40,
+               message="its slot freed: run again on daemon 1")
+    assert json.loads(cli("--json", "status", env=env).stdout)["daemons"]["stale"] == []

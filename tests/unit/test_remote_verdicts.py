@@ -10,13 +10,14 @@ unknown. The slot-freeing rules are the sweep's own (verdicts.py); the inventory
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import pytest
 from pool_helpers import Backend, claim, enqueue, row, state_of
 
-from jobpool import errors, forget_daemon, gone_daemons
+from jobpool import errors, forget_daemon, gone_daemons, unforget_daemon
 from jobpool.api import Pool
 from jobpool.inventory import FORGET_MS, Entry, encode
 from jobpool.supervisor import remote
@@ -322,6 +323,152 @@ def test_forgetting_anything_but_a_daemon_identity_is_refused_and_writes_nothing
     with pytest.raises(errors.InvalidArgument):
         forget_daemon(pool, D1, note="x" * 1001)
     assert backend.keyspace() == before
+
+
+
+def gone_now(pool: Pool, daemon: str = D1) -> None:
+    """The daemon's inventory stale, its lead lapsed: what forget_daemon waits for."""
+    pool.client.hset(pool.keys.inventory(daemon), "at", pool.now_ms() - int(STALE * 1000) - 1000)
+    pool.client.delete(pool.keys.inventory_lead(daemon))
+
+
+def returned(pool: Pool) -> list[dict[str, Any]]:
+    return [json.loads(r) for r in pool.client.zrange(pool.keys.returned_daemons, 0, -1)]
+
+
+def pool_events(pool: Pool) -> list[dict[str, str]]:
+    return [fields for _, fields in pool.client.xrange(pool.keys.events)]
+
+
+def test_a_daemon_declared_gone_that_publishes_again_is_not_gone(backend: Backend) -> None:
+    """Issue #22 A2: a daemon declared gone while its workers were hung comes back and publishes. Its
+    declaration is lifted in that very publication, so when its inventory is stale again later (an ordinary
+    worker crash) its jobs are unknown, never absent on the old word."""
+    pool = backend.pool(max_concurrent_jobs=2, recovery_budget=1)
+    publish(pool, D1, [])
+    gone_now(pool)
+    forget_daemon(pool, D1, actor="ops", note="ticket 7")
+    assert [e["reason"] for e in pool_events(pool)][-1] == "daemon_forgotten"
+    at = publish(pool, D1, [], boot="pub-back")  # it was only hung: its worker publishes again
+    assert gone_daemons(pool) == {}, "the declaration is lifted by the publication itself"
+    (record,) = returned(pool)
+    assert (record["daemon"], record["how"], record["by"], record["at"], record["forgotten_by"],
+            record["forgotten_note"]) == (D1, "published", "pub-back", at, "ops", "ticket 7")
+    back = pool_events(pool)[-1]
+    assert (back["reason"], back["actor"]) == ("daemon_back", "pub-back") and D1 in back["evidence"]
+    # It runs a job, and its worker dies: the inventory goes stale. Unknown, not absent.
+    job_id, attempt = orphan_on(pool, D1)
+    publish(pool, D1, [Entry(job_id, attempt, "running", container_id="c1")], boot="pub-back")
+    gone_now(pool)
+    p = judged(pool, job_id, attempt)
+    assert isinstance(p, Unknown) and "stale" in p.reason, p
+    # Publishing again with no declaration standing records nothing more.
+    publish(pool, D1, [])
+    assert len(returned(pool)) == 1
+    assert [e["reason"] for e in pool_events(pool)].count("daemon_back") == 1
+
+
+def test_a_declaration_is_withdrawn_by_hand_and_only_one_that_stands(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=2, recovery_budget=1)
+    job_id, attempt = orphan_on(pool, D1)
+    publish(pool, D1, [Entry(job_id, attempt, "running", container_id="c1")])
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument, match="not declared gone"):
+        unforget_daemon(pool, D1)
+    for bad in ("", "jpd1:abc", None):
+        with pytest.raises(errors.InvalidArgument):
+            unforget_daemon(pool, bad)  # type: ignore[arg-type]
+    assert backend.keyspace() == before, "a refused withdrawal writes nothing"
+    gone_now(pool)
+    forget_daemon(pool, D1)
+    assert isinstance(judged(pool, job_id, attempt), Absent)
+    unforget_daemon(pool, D1, actor="ops", note="it was only a network partition")
+    assert gone_daemons(pool) == {}
+    assert isinstance(judged(pool, job_id, attempt), Unknown), "judged from its own (stale) inventory again"
+    (record,) = returned(pool)
+    assert (record["how"], record["by"], record["note"]) == ("withdrawn", "ops",
+                                                             "it was only a network partition")
+    event = pool_events(pool)[-1]
+    assert event["reason"] == "daemon_unforgotten" and "network partition" in event["evidence"]
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument, match="not declared gone"):
+        unforget_daemon(pool, D1)  # withdrawn already
+    assert backend.keyspace() == before
+
+
+def test_records_of_lifted_declarations_are_kept_a_week(backend: Backend) -> None:
+    pool = backend.pool()
+    old = json.dumps({"daemon": D2, "how": "published", "at": 1})
+    pool.client.zadd(pool.keys.returned_daemons, {old: pool.now_ms() - FORGET_MS - 1000})
+    publish(pool, D1, [])
+    gone_now(pool)
+    forget_daemon(pool, D1)
+    publish(pool, D1, [])
+    assert [r["daemon"] for r in returned(pool)] == [D1], "the record older than a week trimmed"
+
+
+def test_a_daemon_silent_for_over_a_week_stays_forgettable_while_a_running_row_names_it(
+        backend: Backend) -> None:
+    """Issue #22 C6: a host destroyed and not forgotten within a week has aged out of the `inventories`
+    index, yet its job holds a slot for ever: the typo check accepts an id a running row names."""
+    pool = backend.pool(max_concurrent_jobs=2, recovery_budget=1)
+    job_id, attempt = orphan_on(pool, D1)
+    assert pool.client.zscore(pool.keys.inventories, D1) is None, "never in the index (or aged out of it)"
+    other = UUID[:-4] + "dddd@boot-1"
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument, match="no running job is recorded on it"):
+        forget_daemon(pool, other)  # named by no row: a typo
+    assert backend.keyspace() == before
+    forget_daemon(pool, D1, note="destroyed last month")
+    p = judged(pool, job_id, attempt)
+    assert isinstance(p, Absent) and "destroyed last month" in p.detail
+    snap = Evidence(pool).read([job_id])
+    verdict = decide(snap.rows[0], False, p, None, snap.now_ms, pool.settings)
+    assert applier(pool).reconcile_apply(snap.rows[0], verdict, p) == "queued", "its slot freed"
+
+
+def test_only_a_running_row_makes_an_unpublished_daemon_forgettable(backend: Backend) -> None:
+    """A row that names the daemon but no longer runs (finished, or a stale read of the caller's) does not."""
+    pool = backend.pool(max_concurrent_jobs=2)
+    job_id, attempt = orphan_on(pool, D1)
+    pool.client.zrem(pool.keys.running, job_id)  # as if it ended between the caller's read and the script
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument, match="check the id"):
+        forget_daemon(pool, D1)
+    assert backend.keyspace() == before
+
+
+
+def test_status_names_the_daemons_holding_slots_on_stale_evidence_and_those_back(backend: Backend) -> None:
+    """`status` (StatusReport.daemons, and a warning with the command) says which daemons hold slots on
+    stale or missing inventories and since when; a declared one is no longer held; one back is named."""
+    pool = backend.pool(max_concurrent_jobs=3, inventory_stale_secs=STALE)
+    job_id, attempt = orphan_on(pool, D1)
+    live, _ = orphan_on(pool, D1)
+    pool.client.set(pool.keys.lease(live), "someone:1")  # its worker lives: held on its lease, not stale
+    at = publish(pool, D1, [Entry(job_id, attempt, "running", container_id="c1")])
+    assert pool.status().daemons.stale == (), "a fresh inventory: the sweep judges from it"
+    gone_now(pool)
+    last = int(pool.client.hget(pool.keys.inventory(D1), "at"))
+    report = pool.status()
+    (held,) = report.daemons.stale
+    assert (held.daemon_id, held.jobs, held.since_ms, held.last_published_ms) == (D1, (job_id,), last, last)
+    assert any(f"jobpool forget-daemon {D1}" in w and job_id in w for w in report.health.warnings)
+    assert report.to_dict()["daemons"]["stale"][0]["command"] == f"jobpool forget-daemon {D1}"
+    # A week on: its inventory expired and it aged out of the index. Still named, since its jobs' last beat.
+    pool.client.delete(pool.keys.inventory(D1))
+    pool.client.zrem(pool.keys.inventories, D1)
+    pool.client.hset(pool.keys.job(job_id), "heartbeat_at", at - 5)
+    (held,) = pool.status().daemons.stale
+    assert (held.since_ms, held.last_published_ms) == (at - 5, None)
+    forget_daemon(pool, D1)
+    report = pool.status()
+    assert (report.daemons.stale, report.daemons.gone) == ((), (D1,))
+    publish(pool, D1, [])
+    report = pool.status()
+    (back,) = report.daemons.returned
+    assert (back.daemon_id, back.how, report.daemons.gone) == (D1, "published", ())
+    assert any(f"daemon {D1} declared gone" in w and "came back" in w for w in report.health.warnings)
 
 
 # ---- commands routed to a daemon (jobpool/commands.py) ----------------------------------------------------
