@@ -82,9 +82,8 @@ class Pool(Browsing):
     # ---- plumbing shared by every call -------------------------------------------------------------
 
     def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """Run script `op` with the pool's common keys first (see scripts/_lib.lua), and after `keys` the
-        pool-wide keys it takes last (`PoolKeys.trailing`)."""
-        return self.scripts.run(op, self.keys.common() + list(keys) + self.keys.trailing(op), args)
+        """Run script `op` with the pool's common keys first (see scripts/_lib.lua)."""
+        return self.scripts.run(op, self.keys.common() + list(keys), args)
 
     def candidates(self, n: int) -> list[str]:
         """Keys of the first `n` queued jobs, what a slot-freeing script may promote (checked there): row, RQ

@@ -88,13 +88,6 @@ class PoolKeys:
         """The 14 keys every script takes first, in the order scripts/_lib.lua expects (a fresh list)."""
         return list(self._common)
 
-    def trailing(self, op: str) -> list[str]:
-        """Pool-wide keys script `op` takes after its caller's (`Pool.run` adds them, so no caller can leave
-        them out): publish_inventory.lua lifts a declaration that its daemon is gone (jobpool/daemons.py)."""
-        if op == "publish_inventory":
-            return [self.gone_daemons, self.returned_daemons]
-        return []
-
     def state_index(self, state: str) -> str:
         return {
             "queued": self.queued, "running": self.running, "paused": self.paused_jobs,

@@ -1,7 +1,7 @@
 --[[ publish_inventory
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     inventory:<daemon id>   KEYS[16] inventory_lead:<daemon id>   KEYS[17] inventories
-KEYS[18]     gone_daemons   KEYS[19] returned_daemons (both added by Pool.run: PoolKeys.trailing)
+KEYS[18]     gone_daemons   KEYS[19] returned_daemons
 ARGV[1] daemon id   ARGV[2] boot id (the publisher)   ARGV[3] kernel boot id   ARGV[4] lead ms
 ARGV[5] inventory ttl ms   ARGV[6] complete ('1' or '0')   ARGV[7] containers (JSON array, jobpool/inventory.py)
 ARGV[8] forget ms (index entries, and records of lifted declarations, older than this are trimmed)

@@ -159,7 +159,7 @@ class InventoryPublisher:
         found = self.strays.find(entries, daemon, listed_at)
         try:
             self.pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
-                                                k.inventories],
+                                                k.inventories, k.gone_daemons, k.returned_daemons],
                           [daemon, self.boot_id, kernel_boot_id(), self.lead_ms, self.ttl_ms,
                            "1" if complete else "0", containers, FORGET_MS, listed_at,
                            encode_strays(found)])

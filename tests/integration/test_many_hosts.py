@@ -128,7 +128,7 @@ def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
         k = pool.keys
         eventually(lambda: pool.run("inventory_lead", [k.inventory_lead(new_id)], [new_id, "new", 60_000])[1]
                    and pool.run("publish_inventory", [k.inventory(new_id), k.inventory_lead(new_id),
-                                                      k.inventories],
+                                                      k.inventories, k.gone_daemons, k.returned_daemons],
                                 [new_id, "new", "rebooted", 60_000, 600_000, "1", "[]", FORGET_MS,
                                  pool.now_ms()]),
                    timeout=5, message="publishing the new boot's inventory")

@@ -252,7 +252,8 @@ def test_a_sweep_releases_an_affinity_to_a_daemon_declared_gone_and_dispatches_i
     pool, job_id = waiting_on_daemon(backend, gone)
     k = pool.keys
     pool.run("inventory_lead", [k.inventory_lead(gone)], [gone, "pub", 300_000])
-    pool.run("publish_inventory", [k.inventory(gone), k.inventory_lead(gone), k.inventories],
+    pool.run("publish_inventory", [k.inventory(gone), k.inventory_lead(gone), k.inventories,
+                                   k.gone_daemons, k.returned_daemons],
              [gone, "pub", "boot-1", 300_000, 600_000, "1", "[]", FORGET_MS, pool.now_ms() - 120_000])
     backend.client.delete(k.inventory_lead(gone))
     sup = Supervisor(pool, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))

@@ -35,7 +35,7 @@ def publish(pool: Pool, boot: str, containers: str = "[]", daemon: str = D1, com
             ttl_ms: int = 600_000) -> list[Any]:
     k = pool.keys
     return pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
-                                          k.inventories],
+                                          k.inventories, k.gone_daemons, k.returned_daemons],
                     [daemon, boot, daemon.split("@")[1], 15_000, ttl_ms, complete, containers, FORGET_MS,
                      pool.now_ms()])
 

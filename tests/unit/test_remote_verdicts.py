@@ -39,7 +39,8 @@ def publish(pool: Pool, daemon: str, entries: list[Entry], boot: str = "pub", co
     pool.client.delete(k.inventory_lead(daemon))
     pool.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, boot, 60_000])
     text, _ = encode(entries)
-    reply = pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories],
+    reply = pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories,
+                                           k.gone_daemons, k.returned_daemons],
                      [daemon, boot, daemon.split("@")[1], 60_000, 600_000, "1" if complete else "0", text,
                       FORGET_MS, pool.now_ms()])
     return int(reply[1])
@@ -168,7 +169,8 @@ def test_an_inventory_is_dated_by_when_its_listing_began(backend: Backend) -> No
     listed = pool.now_ms() - 5_000
 
     def send(at: int) -> list[Any]:
-        return pool.run("publish_inventory", [k.inventory(D1), k.inventory_lead(D1), k.inventories],
+        return pool.run("publish_inventory", [k.inventory(D1), k.inventory_lead(D1), k.inventories,
+                                              k.gone_daemons, k.returned_daemons],
                         [D1, "pub", "boot-1", 60_000, 600_000, "1", "[]", FORGET_MS, at])
 
     assert int(send(listed)[1]) == listed
