@@ -30,6 +30,13 @@ judges from the daemons' inventories) and the host faults are drawn too:
 - `host_reboot`: a daemon no supervisor asks loses its workers and containers, and its workers come back
   under another kernel boot id (bench/soak_fleet.py, `Fleet.reboot`).
 
+and the faults at the fleet's edges (bench/soak_edges.py): `claim_lost_worker_killed` (Redis forgets a claim
+whose worker was SIGKILLed, as a failover to a lagging replica does: its container becomes a stray),
+`daemon_forgotten_returns` (an idle daemon's workers hang, it is declared gone, they wake and publish) and
+`redis_restart_in_launch` (redis-server down past a lease while a create's reply is held). An instant over
+the limit or with a job's two containers, within the strays' bound after a Redis rollback, is counted as a
+stray instant, not a broken zero (bench/soak_strays.py).
+
 (A killed `jobpool up` is not among them: the soak runs workers and supervisors itself;
 tests/integration/test_up.py kills `up` with real processes.) Layout of the fleet, the sampler and the
 injectors: `bench/soak_fleet.py` and `bench/soak_faults.py`; what is read from Redis to judge (the event
@@ -76,9 +83,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
 
 from servers import DockerDaemon, RedisServer  # noqa: E402
+from soak_edges import EDGE_FAULTS  # noqa: E402
 from soak_faults import ARMED, HOST_FAULTS, Chaos  # noqa: E402
 from soak_fleet import IMAGE, POOL, Fleet, Sampler, stream_id  # noqa: E402
 from soak_report import tally, write_findings  # noqa: E402
+from soak_strays import StrayWatch, excuse_strays  # noqa: E402
 from soak_watch import TERMINAL, EventLog, Keyspace, keyspace_line  # noqa: E402
 
 from jobpool import JobState, Pool  # noqa: E402
@@ -102,8 +111,16 @@ INVENTORY_TIMINGS = {"JOBPOOL_INVENTORY_SECS": "0.3", "JOBPOOL_INVENTORY_STALE_S
 
 
 def faults_for(daemons: int) -> tuple[str, ...]:
-    """The fault kinds a fleet of `daemons` daemons meets: the host faults need a third one."""
-    return FAULTS + HOST_FAULTS if daemons >= 3 else FAULTS
+    """The fault kinds a fleet of `daemons` daemons meets: the host and edge faults need a third one (and
+    its inventories, published every 0.3 s)."""
+    return FAULTS + HOST_FAULTS + EDGE_FAULTS if daemons >= 3 else FAULTS
+
+
+def stray_bound(env: dict[str, str]) -> float:
+    """How long a stray may run beside its job's other container (docs/architecture.md, "Strays": the
+    settling lease, an inventory period, the stop grace), plus 5 s for a loaded machine's listings, stops."""
+    return sum(float(env.get(k, d)) for k, d in (("JOBPOOL_LEASE_SECS", 30), ("JOBPOOL_INVENTORY_SECS", 5),
+                                                 ("JOBPOOL_STOP_GRACE_SECS", 10))) + 5.0
 
 
 def job_command(rng: random.Random) -> list[str]:
@@ -153,6 +170,11 @@ class Figures:
     pruned_unaccounted: int = 0
     #: With --keep: the keyspace judged at the caps (soak_watch.Keyspace.judge).
     keyspace: dict | None = None
+    #: Containers published as strays, the sampler's instants within the strays' bound after a Redis
+    #: rollback, and the latest of those after its rollback (bench/soak_strays.py).
+    strays: int = 0
+    stray_instants: int = 0
+    stray_secs_max: float = 0.0
 
     def line(self) -> str:
         rec = " ".join(
@@ -169,6 +191,8 @@ class Figures:
                 f"over_limit_instants={self.over_limit_instants} "
                 f"double_container_jobs={len(self.double_container_jobs)} stuck={self.stuck} "
                 f"illegal_transitions={self.illegal_transitions} samples={self.samples} "
+                f"strays={self.strays} stray_instants={self.stray_instants} "
+                f"stray_secs_max={self.stray_secs_max:.1f} "
                 f"unexpected_exits={self.unexpected_exits} events_unseen={self.events_unseen} "
                 f"pruned={sum(self.pruned.values())} pruned_unaccounted={self.pruned_unaccounted} "
                 f"left_on_daemons=[containers:{sum(' container ' in x for x in self.docker_leftovers)},"
@@ -246,6 +270,7 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
     redis_server, docker_daemons = RedisServer(), [DockerDaemon() for _ in range(daemons)]
     fleet: Fleet | None = None
     sampler: Sampler | None = None
+    strays: StrayWatch | None = None
     chaos: Chaos | None = None
     log: EventLog | None = None
     t0 = time.monotonic()
@@ -268,6 +293,8 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
         fleet = Fleet(root, {**os.environ, **env}, redis_server, docker_daemons, workers)
         sampler = Sampler([d.host for d in docker_daemons], slots, figures)
         sampler.start()
+        strays = StrayWatch(redis_server.url, PoolKeys(POOL))
+        strays.start()
         # Its own generator: what the armed faults pick depends on when they are met, the schedule must not.
         chaos = Chaos(random.Random(seed + 1), fleet, redis_server, pool, figures, root, rollback_anywhere,
                       hold_events=log.hold)
@@ -276,6 +303,9 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
         drive(run, t0 + max_minutes * 60, fault_every, rounds, faults)
         chaos.disarm()
         sampler.stop()
+        strays.stop()
+        figures.strays = len(strays.seen)
+        excuse_strays(figures, slots, stray_bound(env))
         figures.docker_leftovers = fleet.leftovers()
         tally(run, root)
         write_findings(run, root, slots)
@@ -286,6 +316,8 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
             chaos.close()
         if sampler is not None:
             sampler.stop()
+        if strays is not None:
+            strays.stop()
         if log is not None:
             log.stop()
         if fleet is not None:

@@ -25,6 +25,7 @@ import docker
 from procs import children
 from rq.registry import StartedJobRegistry
 from servers import RedisServer
+from soak_edges import EDGE_ARMED, EDGE_FAULTS, EdgeFaults
 from soak_fleet import POOL, Fleet, all_events, remove_path, stamp, stream_id
 
 from jobpool import Pool
@@ -33,7 +34,9 @@ from jobpool.errors import JobpoolError
 from jobpool.registry import script_text
 
 #: Faults armed now and met later, when the moment they need comes. The others are injected at once.
-ARMED = ("shared_id_daemon", "slow_launch", "lost_reply")
+ARMED = ("shared_id_daemon", "slow_launch", "lost_reply", *EDGE_ARMED)
+#: Armed faults that hold a launch through the dockerd proxy: one at a time.
+PROXY_HOLDERS = ("slow_launch", "redis_restart_in_launch")
 #: Faults of a whole host or daemon, drawn with `--daemons 3` (bench/soak.py).
 HOST_FAULTS = ("daemon_workers_killed", "daemon_containers_removed", "host_reboot")
 LOST_REPLY_SCRIPTS = ("claim", "set_container", "finish")
@@ -60,17 +63,22 @@ class Chaos:
         self._hold_thread: threading.Thread | None = None
         self._ending = threading.Event()
         self._d2 = docker.DockerClient(base_url=fleet.daemons[-1].host, timeout=5)
+        #: The faults at the fleet's edges (bench/soak_edges.py).
+        self.edges = EdgeFaults(self)
 
     # ---- injected at once ---------------------------------------------------------------------------
 
     def inject(self, kind: str, job_ids: list[str]) -> bool:
         if kind in ARMED:
-            if kind not in self.armed:
+            busy = kind in PROXY_HOLDERS and any(k in self.armed for k in PROXY_HOLDERS)
+            if kind not in self.armed and not busy:
                 self._arm(kind)
             return False  # counted when met
         if kind in ("cancel", "pause_resume"):
             self._user(kind, self.rng.choice(job_ids))
             return True
+        if kind in EDGE_FAULTS:
+            return bool(getattr(self.edges, kind)())
         return bool(getattr(self, kind)())
 
     def note(self, kind: str, what: str) -> None:
@@ -223,12 +231,20 @@ class Chaos:
             return self._rollback()
 
     def _rollback(self) -> bool:
+        taken = self._take_copy()
+        if taken is None:
+            return False
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        return self._back_from_copy(*taken) > 0
+
+    def _take_copy(self) -> tuple[Path, Path, str] | None:
+        """Copy the AOF now (while jobs run): (the AOF, its copy, the last event id before it), or None."""
         try:
             if not self.pool.stats()["counts"]["running"]:
-                return False
+                return None
             last = self.pool.client.xrevrange(self.pool.keys.events, count=1)
         except Exception:  # noqa: BLE001 - Redis away: try again later
-            return False
+            return None
         mark = last[0][0] if last else "0-0"
         # Redis 7 keeps its AOF in a directory (base, increments, manifest); Redis 6 in one file.
         aof = self.redis_server.dir / "appendonlydir"
@@ -236,9 +252,13 @@ class Chaos:
             aof = self.redis_server.dir / "appendonly.aof"
         copy = self.root / f"aof-at-{int(time.time() * 1000)}"
         if not self._copy_aof(aof, copy):
-            return False
+            return None
         self.note("redis_rollback", "AOF copied")
-        time.sleep(self.rng.uniform(0.5, 2.0))
+        return aof, copy, mark
+
+    def _back_from_copy(self, aof: Path, copy: Path, mark: str) -> int:
+        """SIGKILL redis-server and start it from `copy`; returns how many events (after `mark`) it took back,
+        counted and logged so that a finding can be traced to them."""
         try:
             written = all_events(self.pool, mark)
         except JobpoolError:
@@ -261,7 +281,7 @@ class Chaos:
         print(f"soak: redis_rollback took back {len(lost)} events: "
               + ", ".join(f"{e.get('job')}:{e.get('from')}->{e.get('to')}({e.get('reason')})" for e in lost),
               file=sys.stderr)
-        return bool(lost)
+        return len(lost)
 
     def _copy_aof(self, aof: Path, copy: Path) -> bool:
         """Copy the AOF at an instant when no RQ delivery is between a worker's BLMOVE and its horse's start,
@@ -306,6 +326,9 @@ class Chaos:
             self._hold_thread.start()
         elif kind == "shared_id_daemon":
             self.armed[kind] = True
+        elif kind in EDGE_ARMED:
+            self.armed[kind] = True
+            self.edges.arm(kind)
 
     def _hold_one_launch(self, what: str, hold_for: float) -> None:
         """Hold the held worker's next create reply (or start request) for `hold_for` seconds, longer than
@@ -354,7 +377,7 @@ class Chaos:
         if "shared_id_daemon" in self.armed and self._kill_busy_worker_on_daemon2():
             del self.armed["shared_id_daemon"]
             met.append("shared_id_daemon")
-        return met
+        return met + self.edges.poll()
 
     def _kill_busy_worker_on_daemon2(self) -> bool:
         """SIGKILL a daemon-2 worker (and its horse) while its horse runs a job and job containers run on
@@ -384,6 +407,7 @@ class Chaos:
         self.fleet.docker_proxy.release()
         if self._hold_thread is not None:
             self._hold_thread.join(10)
+        self.edges.join()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

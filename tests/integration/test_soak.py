@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from soak import FAULTS, Figures, run_soak  # noqa: E402
+from soak_edges import EDGE_FAULTS  # noqa: E402
 from soak_faults import HOST_FAULTS  # noqa: E402
 
 
@@ -54,9 +55,11 @@ def test_soak_keeps_every_promise_under_faults(redis_server, docker_daemon) -> N
 def test_soak_over_three_daemons_keeps_every_promise_under_host_faults(redis_server, docker_daemon) -> None:
     """The fleet over three daemons (one supervisor attached to daemon 1, one to none), meeting the faults of
     whole hosts twice each: all workers of a daemon killed until its inventory is stale, a daemon's
-    containers removed under its live workers, a host rebooted (bench/soak_faults.py, HOST_FAULTS)."""
-    kinds = (*HOST_FAULTS, "worker_sigkill", "pause_resume", "dockerd_restart")
-    figures = run_soak(jobs=20, slots=3, workers=5, seed=11, max_minutes=6, fault_every=(1.5, 3.0), rounds=2,
+    containers removed under its live workers, a host rebooted (bench/soak_faults.py, HOST_FAULTS); and those
+    at the fleet's edges: a claim Redis forgot after its worker died, a daemon forgotten that comes back,
+    Redis restarted during a launch (bench/soak_edges.py, EDGE_FAULTS)."""
+    kinds = (*HOST_FAULTS, *EDGE_FAULTS, "worker_sigkill", "pause_resume", "dockerd_restart")
+    figures = run_soak(jobs=20, slots=3, workers=5, seed=11, max_minutes=7, fault_every=(1.5, 3.0), rounds=2,
                        faults=kinds, daemons=3)
     print(figures.line())
     assert {k for k, n in figures.faults.items() if n >= 2} == set(kinds), figures.line()

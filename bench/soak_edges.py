@@ -1,0 +1,193 @@
+"""The soak's faults at the fleet's edges (drawn with `--daemons 3`, beside the host faults), run by the
+injectors of bench/soak_faults.py:
+
+- `claim_lost_worker_killed`: Redis forgets an acknowledged claim after the claiming worker died, as a
+  failover to a lagging replica does: the AOF is copied, a worker claims a job and starts it, the worker is
+  SIGKILLed (its watcher with it), redis-server comes back from the copy. The attempt is claimed again, and
+  the first container is a stray its daemon's workers must stop (docs/architecture.md, "Strays").
+- `daemon_forgotten_returns`: every worker of an idle daemon hangs (SIGSTOP) until its inventory is stale,
+  the operator declares it gone (`forget_daemon`), and the workers wake: the daemon publishes again and must
+  lift the declaration, so that a later stale inventory of it is unknown again, never absent.
+- `redis_restart_in_launch`: the held worker's next create reply is held (the container exists, its fence
+  has not landed), redis-server is SIGKILLed, stays down past a lease and comes back (AOF): no actor may take
+  the lapsed lease as proof and remove the created container (jobpool/redistrust.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from typing import Any
+
+from procs import children
+from soak_fleet import all_events
+
+from jobpool import errors, forget_daemon
+
+EDGE_FAULTS = ("claim_lost_worker_killed", "daemon_forgotten_returns", "redis_restart_in_launch")
+#: Edge faults armed now and met later.
+EDGE_ARMED = ("redis_restart_in_launch",)
+_BOOT = re.compile(r"boot ([0-9a-f]{32})")
+
+
+class EdgeFaults:
+    """The edge faults of one soak, on the injectors `chaos` (bench/soak_faults.py `Chaos`) and its fleet."""
+
+    def __init__(self, chaos: Any) -> None:
+        self.chaos = chaos
+        self._restart_thread: threading.Thread | None = None
+        self._restart_met = False
+
+    @property
+    def fleet(self) -> Any:
+        return self.chaos.fleet
+
+    def _boot_of(self, i: int) -> str:
+        w = self.fleet.workers[i]
+        found = _BOOT.search(w.log()) if w is not None else None
+        return found.group(1) if found else ""
+
+    # ---- claim_lost_worker_killed -----------------------------------------------------------------------
+
+    def claim_lost_worker_killed(self) -> bool:
+        with self.chaos.hold_events():
+            return self._claim_lost()
+
+    def _claim_lost(self) -> bool:
+        chaos = self.chaos
+        taken = chaos._take_copy()
+        if taken is None:
+            return False
+        aof, copy, mark = taken
+        boots = {self._boot_of(i): i for i in range(len(self.fleet.workers))}
+        deadline = time.monotonic() + 5
+        victim = None
+        while victim is None and time.monotonic() < deadline and not chaos._ending.is_set():
+            try:
+                claims = [e for e in all_events(chaos.pool, mark) if e.get("reason") == "claimed"]
+            except errors.JobpoolError:
+                claims = []
+            victim = next((boots[e["actor"]] for e in claims if e.get("actor") in boots), None)
+            time.sleep(0.05)
+        if victim is None:
+            chaos._back_from_copy(aof, copy, mark)  # nothing claimed meanwhile: a plain rollback
+            return False
+        time.sleep(0.7)  # the claim's launch goes on to start its container
+        chaos.note("claim_lost_worker_killed", f"SIGKILL {chaos._worker(victim)} (it claimed after the copy)")
+        w, self.fleet.workers[victim] = self.fleet.workers[victim], None
+        if w is not None:
+            w.kill_with_children()
+        took_back = chaos._back_from_copy(aof, copy, mark)
+        self.fleet.start_worker(victim)
+        return took_back > 0
+
+    # ---- daemon_forgotten_returns -----------------------------------------------------------------------
+
+    def daemon_forgotten_returns(self) -> bool:
+        chaos, fleet = self.chaos, self.fleet
+        idle = [d for d in range(len(fleet.daemons)) if not chaos._running_on(d)]
+        if not idle:
+            return False
+        d = chaos.rng.choice(idle)
+        workers = [i for i in fleet.workers_on(d) if fleet.workers[i] is not None]
+        identity = next((x for i in workers if (x := self._identity_of(i))), "")
+        if not identity:
+            return False
+        pids = [p for i in workers if (w := fleet.workers[i]) is not None for p in (w.pid, *children(w.pid))]
+        for pid in pids:
+            _signal(pid, signal.SIGSTOP)
+        try:
+            if chaos._running_on(d):
+                return False  # a job started there meanwhile: forgetting it would be the operator's error
+            chaos.note("daemon_forgotten_returns", f"daemon {d + 1}: workers hung, to forget {identity}")
+            if not self._forget(identity):
+                return False
+            chaos.note("daemon_forgotten_returns", f"daemon {d + 1} declared gone; its workers wake")
+        finally:
+            for pid in pids:
+                _signal(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not chaos._ending.is_set():
+            try:
+                if not chaos.pool.client.hexists(chaos.pool.keys.gone_daemons, identity):
+                    chaos.note("daemon_forgotten_returns", f"daemon {d + 1} published: declaration lifted")
+                    return True
+            except Exception:  # noqa: BLE001 - Redis restarting: asked again
+                pass
+            time.sleep(0.2)
+        chaos.note("daemon_forgotten_returns", f"daemon {d + 1}: declaration NOT lifted within 20s")
+        return True  # met all the same: what it left is judged by the zeros
+
+    def _identity_of(self, i: int) -> str:
+        boot = self._boot_of(i)
+        try:
+            pool = self.chaos.pool
+            return str(pool.client.hget(pool.keys.boot(boot), "daemon_id") or "") if boot else ""
+        except Exception:  # noqa: BLE001 - Redis away: not now
+            return ""
+
+    def _forget(self, identity: str) -> bool:
+        """`forget_daemon` once its lead has lapsed and its inventory is stale (refused until then)."""
+        env = self.fleet.env
+        wait = 3 * float(env["JOBPOOL_INVENTORY_STALE_SECS"]) + 10
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not self.chaos._ending.is_set():
+            try:
+                forget_daemon(self.chaos.pool, identity, note="soak: daemon_forgotten_returns")
+                return True
+            except errors.JobpoolError:
+                time.sleep(0.2)
+        return False
+
+    # ---- redis_restart_in_launch (armed) ------------------------------------------------------------------
+
+    def arm(self, kind: str) -> None:
+        self.chaos.note(kind, "armed: the held worker's next create")
+        self._restart_met = False
+        self._restart_thread = threading.Thread(target=self._restart_during_launch, daemon=True)
+        self._restart_thread.start()
+
+    def poll(self) -> list[str]:
+        t = self._restart_thread
+        if "redis_restart_in_launch" in self.chaos.armed and t is not None and not t.is_alive():
+            del self.chaos.armed["redis_restart_in_launch"]
+            if self._restart_met:
+                return ["redis_restart_in_launch"]
+        return []
+
+    def _restart_during_launch(self) -> None:
+        chaos = self.chaos
+        proxy = self.fleet.docker_proxy
+        proxy.held.clear()
+        proxy.hold("create")
+        try:
+            deadline = time.monotonic() + 60
+            while not proxy.held.wait(0.2):
+                if chaos._ending.is_set() or time.monotonic() > deadline:
+                    return
+            jobs = chaos._created_on_daemon1()
+            down = float(self.fleet.env["JOBPOOL_LEASE_SECS"]) + 0.5
+            chaos.note("redis_restart_in_launch", f"a create of {jobs or '?'} held; redis down {down:.1f}s")
+            chaos.redis_server.kill()
+            time.sleep(down)  # the outage itself: a lease lapses meanwhile
+            chaos.redis_server.start(appendonly=True)
+            time.sleep(0.5)  # the publishers list and publish again before the fence lands
+            self._restart_met = True
+            chaos.figures.held_launches += jobs
+            chaos.note("redis_restart_in_launch", "redis back; the create's reply released")
+        finally:
+            proxy.release()
+
+    def join(self) -> None:
+        if self._restart_thread is not None:
+            self._restart_thread.join(15)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

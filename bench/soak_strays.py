@@ -1,0 +1,71 @@
+"""The strays the soak met, and what they excuse (docs/architecture.md, "Strays").
+
+A Redis that forgets acknowledged writes (the soak's rollbacks: `redis_rollback`, and
+`claim_lost_worker_killed` in bench/soak_edges.py) can forget a claim whose container runs on; once the
+attempt is claimed again, that container is a stray, beside the one its row accounts for, until it ends or
+the workers on its daemon stop it. Losing an unreplicated write is documented; the promise there is a bound,
+not a zero: the settling lease, an inventory period and the stop grace after Redis came back. So at the end,
+an instant of the sampler (bench/soak_fleet.py) that broke a zero within that bound after a rollback is
+counted as a stray instant instead; one later than the bound stays a broken zero. `StrayWatch` counts the
+containers the daemons' workers published as strays (a stray that ends on its own first is never
+published).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import redis
+
+from jobpool.keys import PoolKeys
+from jobpool.strays import decode
+
+
+class StrayWatch(threading.Thread):
+    """Reads every daemon's published strays every 0.2 s: the 12-character prefix of each container ever
+    published as a stray -> its job."""
+
+    def __init__(self, url: str, keys: PoolKeys) -> None:
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=2)
+        self.keys = keys
+        self.halt = threading.Event()
+        self.seen: dict[str, str] = {}
+
+    def run(self) -> None:
+        while not self.halt.wait(0.2):
+            try:
+                daemons = self.client.zrange(self.keys.inventories, 0, -1)
+                pipe = self.client.pipeline(transaction=False)
+                for d in daemons:
+                    pipe.hget(self.keys.inventory(d), "strays")
+                for d, raw in zip(daemons, pipe.execute(), strict=True):
+                    for stray in decode(raw, d):
+                        self.seen.setdefault(stray.container_id[:12], stray.job_id)
+            except redis.RedisError:
+                continue  # Redis restarting on purpose: read again next time
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(5)
+        self.client.close()
+
+
+def excuse_strays(figures: Any, slots: int, bound_secs: float) -> None:
+    """Judge the sampler's findings again: one within `bound_secs` after a Redis rollback came back
+    (`figures.rollbacks`) is a stray instant, not an instant over the limit or a job's two containers."""
+    backs = sorted(r["at"] for r in figures.rollbacks)
+    over, doubles, excused, longest = 0, set(), 0, 0.0
+    for finding in figures.findings:
+        at = finding["at"]
+        since = [at - b for b in backs if b <= at]
+        if since and min(since) <= bound_secs:
+            excused += 1
+            longest = max(longest, min(since))
+            continue
+        if len(finding["live"]) > slots:
+            over += 1
+        doubles |= set(finding["doubles"])
+    figures.over_limit_instants, figures.double_container_jobs = over, doubles
+    figures.stray_instants, figures.stray_secs_max = excused, longest
