@@ -25,6 +25,7 @@ import pytest
 from constants import IMAGE
 from polling import eventually
 from procs import JobpoolProcess
+from sentinels import SentinelGroup
 from servers import DockerDaemon
 
 from jobpool import JobState, Pool
@@ -86,11 +87,42 @@ def history(pool: Pool, job_id: str) -> list[list[str]]:
 def test_a_container_left_running_after_redis_lost_its_claim_is_stopped_as_a_stray(
         redis_server_factory, pool_env: dict[str, str], docker_host: str, other_daemon: DockerDaemon,
         tmp_path: Path) -> None:
-    other_daemon.ensure_running()
-    other_daemon.remove_containers()
+    """Redis restarted from an RDB saved before the claim."""
     server = redis_server_factory()
     server.start()  # no AOF, no automatic saves: only the SAVE below survives its SIGKILL
     env = {**pool_env, **FLEET, "JOBPOOL_REDIS_URL": server.url}
+
+    def before_the_claim(pool: Pool) -> None:
+        pool.client.save()
+
+    def forget_the_claim() -> None:
+        server.kill()
+        server.start()  # back from the RDB saved before the claim
+
+    stray_scenario(env, docker_host, other_daemon, tmp_path, before_the_claim, forget_the_claim)
+
+
+def test_a_container_left_running_after_a_failover_to_a_lagging_replica_is_stopped_as_a_stray(
+        redis_server, pool_env: dict[str, str], docker_host: str, other_daemon: DockerDaemon,
+        tmp_path: Path) -> None:
+    """The adversarial run's own fault: Sentinel promotes a replica cut off before the claim."""
+    with SentinelGroup() as group:
+        group.start()
+        env = {**pool_env, **FLEET, "JOBPOOL_REDIS_URL": group.url}
+
+        def before_the_claim(pool: Pool) -> None:
+            group.cut_replica()
+
+        stray_scenario(env, docker_host, other_daemon, tmp_path, before_the_claim, group.kill_primary)
+
+
+def stray_scenario(env: dict[str, str], docker_host: str, other_daemon: DockerDaemon, tmp_path: Path,
+                   before_the_claim: Callable[[Pool], None], forget_the_claim: Callable[[], object]) -> None:
+    """A job's first container runs on `docker_host` under a worker that is then SIGKILLed; Redis forgets the
+    claim (`forget_the_claim`); a worker on the other daemon claims the attempt again and runs it; a worker on
+    the first daemon then publishes its inventory and must stop the first container as a stray."""
+    other_daemon.ensure_running()
+    other_daemon.remove_containers()
     pool = Pool.from_env(env=env)
     settings = pool.settings
     # The bound architecture.md states: Redis settles for a lease after it came back, the stray is found at
@@ -99,7 +131,7 @@ def test_a_container_left_running_after_redis_lost_its_claim_is_stopped_as_a_str
     bound = settings.lease_secs + settings.inventory_secs + settings.stop_grace_secs + 5.0
     job = pool.enqueue(IMAGE, WAIT_FOR_GO)
     assert pool.get(job.id).owner_boot == ""  # promoted, nobody claimed yet
-    pool.client.save()
+    before_the_claim(pool)
     started: list[JobpoolProcess] = []
 
     def spawn(name: str, host: str) -> JobpoolProcess:
@@ -118,9 +150,8 @@ def test_a_container_left_running_after_redis_lost_its_claim_is_stopped_as_a_str
                    message="the first container runs the job")
         overlap.start()
         first_worker.kill_with_children()  # the watcher dies with it; the container runs on
-        server.kill()
-        server.start()  # back from the RDB saved before the claim: the claim is lost
-        back = eventually(lambda: pool.get(job.id), timeout=10, ignoring=(Exception,),
+        forget_the_claim()
+        back = eventually(lambda: pool.get(job.id), timeout=30, ignoring=(Exception,),
                           message="the row is readable again")
         assert back.state == JobState.RUNNING and back.attempt == claimed.attempt and back.owner_boot == ""
         # A worker on the other daemon claims the same attempt and runs it there (on the first daemon Docker
