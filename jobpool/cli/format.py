@@ -192,9 +192,10 @@ def status_report(report: StatusReport) -> str:
         for boot in w.boots:
             where = " ".join(f"{k}={v}" for k, v in (("host", boot.host), ("pid", boot.pid)) if v)
             running = f"  running {', '.join(boot.jobs)}" if boot.jobs else ""
-            not_claiming = ("  " + click.style(f"NOT CLAIMING: {boot.cannot_claim}", fg="yellow")
+            hold = ("  " + click.style(f"NOT CLAIMING: {boot.cannot_claim}", fg="yellow")
                     if boot.cannot_claim else "")
-            items.append(("", f"{boot.id}  {where}  heartbeat {ago(boot.heartbeat_ms, now)}{running}{not_claiming}"))
+            beat = ago(boot.heartbeat_ms, now)
+            items.append(("", f"{boot.id}  {where}  heartbeat {beat}{running}{hold}"))
     if report.reachable:
         sweep = report.last_sweep
         items.append(("last sweep", "never (no supervisor has run)" if sweep is None else
