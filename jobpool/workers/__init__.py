@@ -90,8 +90,8 @@ def host_check(settings: Settings, boot: Boot, api_version: str | None) -> HostC
             made.append(docker.from_env(version=api_version or "auto", timeout=PING_TIMEOUT_SECS))
         return made[0].ping()  # type: ignore[attr-defined]
 
-    return for_settings(settings.executor, settings.checkpoint_root, settings.state_dir, boot.id,
-                        ping if settings.executor == "docker" else None, boot.set_cannot_claim)
+    return for_settings(settings, boot.id, ping if settings.executor == "docker" else None,
+                        boot.set_cannot_claim)
 
 
 #: How long the host check's ping waits for the Docker daemon.

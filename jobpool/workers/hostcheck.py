@@ -9,9 +9,11 @@ does not dequeue) while its host fails its check (docs/architecture.md, "Workers
 
 - **The file system probe.** A thread makes and removes a marker directory under the directory a launch
   writes to first (`JOBPOOL_CHECKPOINT_ROOT` for Docker, `JOBPOOL_STATE_DIR` for the subprocess executor)
-  every `PROBE_SECS`, every `RECHECK_SECS` while it fails. It runs off the main thread: on a hung network
-  file system the probe itself hangs, and one that has not answered within `PROBE_HANG_SECS` counts as a
-  failure. Probed whether or not a job met the fault, so `status` says so before one does.
+  every `JOBPOOL_HOST_CHECK_SECS`, every `RECHECK_SECS` while it fails; the first dequeue waits for the
+  first probe. It runs off the main thread: on a hung network file system the probe itself hangs, and one
+  that has not answered within `PROBE_HANG_SECS` counts as a failure. Probed whether or not a job met the
+  fault, so `status` says so before one does, and a root that fails between two probes costs one job a
+  handback at most.
 - **What a horse met.** The horse that handed a job back says why on `FaultNote`, a small mapping it shares
   with its worker (made before any fork). Before its next dequeue the worker reads it, and waits for a probe
   made after it; a Docker fault is probed from then on by a ping of the daemon, until one answers. And each
@@ -33,12 +35,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..config import Settings
 from .executors.base import CHECKPOINT_ROOT, DOCKER, STATE_DIR, HostFault
 
 log = logging.getLogger("jobpool.worker")
 
-#: How often the file system is probed while it passes, and while it fails (or a Docker fault is suspected).
-PROBE_SECS = 5.0
+#: How often the file system is probed while it fails (or a Docker fault is suspected); while it passes, every
+#: `JOBPOOL_HOST_CHECK_SECS`.
 RECHECK_SECS = 1.0
 #: A probe that has not answered for this long counts as failed (a hung network file system).
 PROBE_HANG_SECS = 10.0
@@ -80,19 +83,20 @@ class _Probe:
     """The file system probe's last result, and the one in flight."""
 
     problem: str = ""
-    done_round: int = 0
+    done_round: int = -1  # none done yet
     started_at: float | None = None
 
 
 class HostCheck:
     """The check of this worker's host (see the module's docstring). `directory` is what the file system probe
     writes under ('' for none: Docker's checkpoint volumes live in its daemon); `what` names it for the
-    record; `ping` asks the Docker daemon (None for the subprocess executor); `publish(problem)` writes why
-    claims are held ('' when they are not) to the boot record."""
+    record; `every` is how often it probes while it passes; `ping` asks the Docker daemon (None for the
+    subprocess executor); `publish(problem)` writes why claims are held ('' when they are not) to the boot
+    record."""
 
-    def __init__(self, directory: str, what: str, marker: str, ping: Callable[[], object] | None,
-                 publish: Callable[[str], None]) -> None:
-        self.directory, self.what, self.ping, self.publish = directory, what, ping, publish
+    def __init__(self, directory: str, what: str, marker: str, every: float,
+                 ping: Callable[[], object] | None, publish: Callable[[str], None]) -> None:
+        self.directory, self.what, self.every, self.ping, self.publish = directory, what, every, ping, publish
         self.marker = os.path.join(directory, f".jobpool-probe-{marker}") if directory else ""
         self.note = FaultNote()
         self._lock = threading.Lock()
@@ -128,7 +132,7 @@ class HostCheck:
                 self._probe = _Probe(problem, asked, None)
             self._publish()
             failing = bool(problem or docker)
-            self._wake.wait(RECHECK_SECS if failing else PROBE_SECS)
+            self._wake.wait(min(RECHECK_SECS, self.every) if failing else self.every)
             self._wake.clear()
 
     def _probe_directory(self) -> str:
@@ -182,6 +186,7 @@ class HostCheck:
         noted = self.note.take()
         if noted is None:
             self._in_a_row = 0
+            self._probed_after(0)  # the first probe, at boot; done at once ever after
         else:
             self._noted(*noted)
         logged = ""
@@ -209,7 +214,11 @@ class HostCheck:
             self._round += 1
             asked = self._round
         self._wake.set()
-        # A probe made after the fault, so the hold does not pass on a result from before it.
+        self._probed_after(asked)  # so the hold does not pass on a result from before the fault
+
+    def _probed_after(self, asked: int) -> None:
+        """Wait until a probe of round `asked` or later is done (at most `PROBE_HANG_SECS`: then `problem`
+        says the probe hangs)."""
         deadline = time.monotonic() + PROBE_HANG_SECS
         while time.monotonic() < deadline:
             with self._lock:
@@ -227,10 +236,11 @@ class HostCheck:
             self.publish(problem)
 
 
-def for_settings(executor: str, checkpoint_root: str, state_dir: str, boot_id: str,
-                 ping: Callable[[], object] | None, publish: Callable[[str], None]) -> HostCheck:
+def for_settings(settings: Settings, boot_id: str, ping: Callable[[], object] | None,
+                 publish: Callable[[str], None]) -> HostCheck:
     """The check of a worker with these settings: Docker probes its checkpoint root (if any) and pings its
     daemon after a Docker fault; the subprocess executor probes its state directory."""
-    if executor == "docker":
-        return HostCheck(checkpoint_root, CHECKPOINT_ROOT, boot_id, ping, publish)
-    return HostCheck(os.path.abspath(state_dir), STATE_DIR, boot_id, None, publish)
+    every = settings.host_check_secs
+    if settings.executor == "docker":
+        return HostCheck(settings.checkpoint_root, CHECKPOINT_ROOT, boot_id, every, ping, publish)
+    return HostCheck(os.path.abspath(settings.state_dir), STATE_DIR, boot_id, every, None, publish)
