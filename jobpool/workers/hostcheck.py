@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rq.exceptions import StopRequested
+
 from ..config import Settings
 from .executors.base import CHECKPOINT_ROOT, DOCKER, STATE_DIR, HostFault
 
@@ -179,10 +181,11 @@ class HostCheck:
             return f"pausing after handing a job back ({why})"
         return ""
 
-    def before_dequeue(self, idle: Callable[[], None]) -> None:
+    def before_dequeue(self, idle: Callable[[], None], stopping: Callable[[], bool]) -> None:
         """Hold until this worker's host passes its check: read what its last horse noted, then wait, calling
-        `idle` (RQ's worker heartbeat) each slice, while `problem` says why. A stop signal raises out of the
-        wait as out of a dequeue (RQ's `StopRequested`)."""
+        `idle` (RQ's worker heartbeat) each slice, while `problem` says why. A stop ends the wait as it ends a
+        dequeue, with RQ's `StopRequested`: raised by RQ's signal handler itself when the worker is idle, and
+        here when `stopping()` says a stop was asked meanwhile."""
         noted = self.note.take()
         if noted is None:
             self._in_a_row = 0
@@ -200,6 +203,8 @@ class HostCheck:
             if problem != logged:
                 log.warning("host check: not claiming: %s", problem)
                 logged = problem
+            if stopping():
+                raise StopRequested
             idle()
             time.sleep(HOLD_SLICE_SECS)
 

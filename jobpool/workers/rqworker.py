@@ -179,7 +179,8 @@ class JobpoolWorker(BooksWorker):
         self.have_standby()
         if self.runtime.host_check is not None:
             # Claims wait while this worker's host fails its check (workers/hostcheck.py).
-            self.runtime.host_check.before_dequeue(self.heartbeat)
+            self.runtime.host_check.before_dequeue(self.heartbeat,
+                                                   lambda: self.stop_asked or bool(self._stop_requested))
         backoff = Backoff()
         while True:
             try:

@@ -13,6 +13,7 @@ row stayed claimed with no container, and the sweep spent the job's recovery bud
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from constants import IMAGE
 from mounts import bound
 from polling import eventually
 from procs import JobpoolProcess
+from servers import DockerDaemon
 
 from jobpool import JobState, Pool
 
@@ -32,6 +34,10 @@ HELD_SECS = 3.0
 
 def claims(pool: Pool, job_id: str) -> list[dict[str, str]]:
     return [e for e in pool.events(job_id) if e["reason"] == "claimed"]
+
+
+def handbacks(pool: Pool, job_id: str) -> list[dict[str, str]]:
+    return [e for e in pool.events(job_id) if (e["from"], e["to"]) == ("running", "queued")]
 
 
 def held_by(pool: Pool, boot_id: str) -> str:
@@ -53,12 +59,9 @@ def test_a_read_only_checkpoint_root_hands_the_job_back_and_holds_the_worker_unt
 
         root.read_only()
         job = pool.enqueue(IMAGE, ["sh", "-c", WRITES_ITS_CHECKPOINT])
-
-        def handed_back() -> list[dict[str, str]]:
-            return [e for e in pool.events(job.id) if (e["from"], e["to"]) == ("running", "queued")]
-
         try:
-            (back, *more) = eventually(handed_back, timeout=30, message="handed back after the host fault")
+            (back, *more) = eventually(lambda: handbacks(pool, job.id), timeout=30,
+                                       message="handed back after the host fault")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\nrow: {pool.get(job.id)}\nevents: {pool.events(job.id)}\n"
                                  f"worker: {worker.log()[-3000:]}") from None
@@ -105,6 +108,39 @@ def test_a_worker_booted_on_a_read_only_checkpoint_root_claims_nothing_until_it_
         while time.monotonic() < until:
             assert not claims(pool, job.id), pool.events(job.id)
             time.sleep(0.1)
+        worker.signal(signal.SIGTERM)  # a held worker stops as an idle one does
+        assert worker.wait(10) == 0, worker.log()[-3000:]
         root.writable()
+        spawn(JOBPOOL_CHECKPOINT_ROOT=str(root.path))
         done = pool.wait(job.id, timeout=60)
         assert done.state is JobState.SUCCEEDED and done.attempt == 1, (done, worker.log()[-3000:])
+
+
+def test_a_docker_daemon_that_refuses_the_create_hands_the_job_back_and_holds_the_worker_until_it_answers(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], docker_daemon: DockerDaemon,
+        docker_host: str) -> None:
+    """No connection could be made for the create, so nothing of the job exists: handed back, budget intact,
+    and the worker pings its daemon before it claims again."""
+    pool.set_slots(1)
+    worker = spawn(JOBPOOL_RECOVERY_BUDGET="1")
+    first = pool.enqueue(IMAGE, ["true"])
+    assert pool.wait(first.id, timeout=60).state is JobState.SUCCEEDED, worker.log()[-3000:]
+    boot_id = claims(pool, first.id)[0]["actor"]
+    docker_daemon.stop()
+    try:
+        job = pool.enqueue(IMAGE, ["sh", "-c", "echo ran"])
+        back = eventually(lambda: handbacks(pool, job.id), timeout=30, message="handed back")
+        assert back[0]["reason"] == "host_fault: docker daemon", back
+        assert pool.get(job.id).recovery_attempts == 0
+        problem = eventually(lambda: held_by(pool, boot_id), timeout=15, message="status says it holds")
+        assert "docker daemon" in problem, problem
+        until = time.monotonic() + HELD_SECS
+        while time.monotonic() < until:
+            assert len(claims(pool, job.id)) == 1, pool.events(job.id)
+            time.sleep(0.1)
+    finally:
+        docker_daemon.ensure_running()
+    done = pool.wait(job.id, timeout=60)
+    assert done.state is JobState.SUCCEEDED and done.recovery_attempts == 0, (done, worker.log()[-3000:])
+    assert "ran" in pool.logs(job.id)
+    eventually(lambda: not held_by(pool, boot_id), timeout=15, message="status says it claims again")
