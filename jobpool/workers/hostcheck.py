@@ -159,7 +159,9 @@ class HostCheck:
         try:
             self.ping()
         except Exception as exc:  # noqa: BLE001 - any failure to answer is the daemon still away
-            return f"{DOCKER} does not answer: {exc}"
+            with self._lock:
+                self._docker_problem = f"{DOCKER} does not answer: {exc}"
+            return self._docker_problem
         with self._lock:
             self._docker_problem = ""
         log.info("host check: the docker daemon answers again")
