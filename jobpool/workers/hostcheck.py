@@ -67,8 +67,8 @@ class FaultNote:
     def write(self, fault: HostFault) -> None:
         """In a horse: record the fault its launch met."""
         text = f"{fault.what}\n{fault.cause}".encode(errors="replace")[:_NOTE_BYTES - 2]
-        self._map[:2] = len(text).to_bytes(2, "big")
         self._map[2:2 + len(text)] = text
+        self._map[:2] = len(text).to_bytes(2, "big")
 
     def take(self) -> tuple[str, str] | None:
         """In the worker: the fault noted since the last take, as (what, cause), and clear it."""
