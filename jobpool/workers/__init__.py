@@ -14,6 +14,7 @@ from ..redispolicy import check_at_start
 from .boot import Boot
 from .cleanup import Cleaner
 from .executors import make_executor
+from .hostcheck import HostCheck, for_settings
 from .inventory import InventoryPublisher
 from .rqworker import JobpoolWorker
 from .runtime import Runtime, install
@@ -44,9 +45,11 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     boot = Boot(pool, settings.executor, daemon_id)
     runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version,
                       cleaner=finished_container_remover(settings, daemon_id, api_version))
+    runtime.host_check = host_check(settings, boot, api_version)
     runtime.prepare()
     install(runtime)
     boot.start()
+    runtime.host_check.start()
     publisher = None
     if settings.executor == "docker" and settings.inventory_secs:
         publisher = InventoryPublisher(pool, boot.id)
@@ -66,12 +69,33 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     finally:
         noun = "job" if worker.left_running == 1 else "jobs"
         log.info("worker %s: exiting; %d %s left running", worker.name, worker.left_running, noun)
+        runtime.host_check.stop()
         if runtime.cleaner is not None:
             runtime.cleaner.stop()
         if publisher is not None:
             publisher.stop()
         boot.stop()
     return worker.left_running
+
+
+def host_check(settings: Settings, boot: Boot, api_version: str | None) -> HostCheck:
+    """The check of this worker's host (workers/hostcheck.py), publishing to its boot record; its Docker ping
+    has a client of its own, made at its first use (only its thread uses it)."""
+    made: list[object] = []
+
+    def ping() -> object:
+        if not made:
+            import docker
+
+            made.append(docker.from_env(version=api_version or "auto", timeout=PING_TIMEOUT_SECS))
+        return made[0].ping()  # type: ignore[attr-defined]
+
+    return for_settings(settings, boot.id, ping if settings.executor == "docker" else None,
+                        boot.set_cannot_claim)
+
+
+#: How long the host check's ping waits for the Docker daemon.
+PING_TIMEOUT_SECS = 5
 
 
 def finished_container_remover(settings: Settings, daemon_id: str, api_version: str | None) -> Cleaner | None:

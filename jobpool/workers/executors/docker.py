@@ -28,7 +28,18 @@ import urllib3.exceptions
 from ... import daemonid, dockerclient
 from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from ...exits import EXIT_SIGKILL, OOM_EVENT_GRACE_SECS, Ending, Outages, container_events, ending
-from .base import CONTAINER_CHECKPOINT_DIR, Fence, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
+from .base import (
+    CHECKPOINT_ROOT,
+    CONTAINER_CHECKPOINT_DIR,
+    DOCKER,
+    Fence,
+    HostFault,
+    Launch,
+    LaunchError,
+    LaunchUnknown,
+    NotLaunched,
+    no_fence,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +48,25 @@ log = logging.getLogger(__name__)
 NO_ANSWER_FIRST_DELAY = 0.05
 
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
+
+
+def _never_connected(exc: BaseException) -> OSError | None:
+    """The connect's own error when a request failed because no connection to the daemon could be made (its
+    socket missing, or nothing listening on it), else None. Then not a byte of the request reached the daemon:
+    the SDK's adapter never retries (urllib3's `Retry(total=0)`), so a refused or missing socket is the one
+    connection it tried, and a send on a connection once made fails otherwise (reset, broken pipe,
+    timeout)."""
+    seen: set[int] = set()
+    stack: list[object] = [exc]
+    while stack:
+        err = stack.pop()
+        if not isinstance(err, BaseException) or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, (ConnectionRefusedError, FileNotFoundError)):
+            return err
+        stack += [err.__cause__, err.__context__, getattr(err, "reason", None), *err.args]
+    return None
 
 
 def checkpoint_volume(pool: str, job_id: str) -> str:
@@ -249,7 +279,14 @@ class DockerExecutor:
         that does not exist). The root is the same path on every host and in this worker's filesystem."""
         if self.checkpoint_root:
             path = self.checkpoint_path(launch.pool, launch.job_id)
-            os.makedirs(path, exist_ok=True)
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as exc:  # the host's file system (read-only, full, gone): nothing is sent yet
+                raise HostFault(CHECKPOINT_ROOT, f"cannot make {path}: {exc}") from None
+            # The directory of an earlier attempt is found even on a file system remounted read-only (mkdir
+            # answers "exists" first); a job started there could not write its checkpoint.
+            if not os.access(path, os.W_OK):
+                raise HostFault(CHECKPOINT_ROOT, f"{path} is not writable (a read-only file system?)")
             return docker.types.Mount(CONTAINER_CHECKPOINT_DIR, path, type="bind")
         return docker.types.Mount(CONTAINER_CHECKPOINT_DIR, checkpoint_volume(launch.pool, launch.job_id),
                                   type="volume", labels={LABEL_POOL: launch.pool, LABEL_JOB: launch.job_id})
@@ -295,8 +332,9 @@ class DockerExecutor:
         JobSpec.init in jobpool/spec.py)."""
         spec = launch.spec
         api = self.client.api
+        args = self._create_args(launch)  # a HostFault here comes before anything is sent to the daemon
         try:
-            container_id = str(api.create_container(spec.image, **self._create_args(launch))["Id"])
+            container_id = str(api.create_container(spec.image, **args)["Id"])
         except docker.errors.ImageNotFound as exc:
             raise LaunchError(f"image_not_found: {spec.image}: {exc.explanation or exc}") from None
         except docker.errors.NotFound as exc:
@@ -304,6 +342,10 @@ class DockerExecutor:
         except docker.errors.APIError as exc:
             raise _create_refused(exc) from None
         except _UNREACHABLE as exc:
+            refused = _never_connected(exc)
+            if refused is not None:  # the create never reached the daemon: nothing of the job exists
+                raise HostFault(DOCKER, f"no connection for the create ({refused})") from None
+            # It may have been sent and the answer lost: the container may exist, and run if started.
             raise LaunchUnknown(f"docker daemon unreachable during create: {exc}") from None
         try:
             daemon = self.daemon_id()

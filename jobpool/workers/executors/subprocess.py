@@ -17,7 +17,7 @@ from typing import Any
 from ...contract import ENV_CHECKPOINT_DIR
 from ...exits import Ending
 from ...procid import identity_of
-from .base import Fence, Launch, LaunchError, no_fence
+from .base import STATE_DIR, Fence, HostFault, Launch, LaunchError, no_fence
 
 
 class ProcessHandle:
@@ -82,7 +82,6 @@ class SubprocessExecutor:
     def launch(self, launch: Launch, fence: Fence = no_fence) -> ProcessHandle:
         spec = launch.spec
         logs = self.root / "logs" / launch.pool
-        logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{launch.job_id}-a{launch.attempt}.log"
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env, **launch.env}
         # The job's checkpoint directory, or, for a job that keeps none, an empty one of this attempt's own
@@ -93,19 +92,34 @@ class SubprocessExecutor:
             env[ENV_CHECKPOINT_DIR] = str(cwd)
         else:
             cwd = scratch = self.root / "scratch" / launch.pool / f"{launch.job_id}-a{launch.attempt}"
-        cwd.mkdir(parents=True, exist_ok=True)
+        try:
+            logs.mkdir(parents=True, exist_ok=True)
+            cwd.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._host_fault(exc, scratch) from None
         fence("", "")  # nothing to name or undo yet: a refusal (NotLaunched) goes straight through
         try:
-            with open(log_path, "wb") as out:
+            out = open(log_path, "wb")  # noqa: SIM115 - closed below, once the child has its copy
+        except OSError as exc:
+            raise self._host_fault(exc, scratch) from None
+        with out:
+            try:
                 proc = subprocess.Popen(
                     list(spec.command), env=env, cwd=spec.workdir or str(cwd), stdin=subprocess.DEVNULL,
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 )
-        except (OSError, ValueError) as exc:
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
-            raise LaunchError(f"launch_failed: {exc}") from None
+            except (OSError, ValueError) as exc:
+                if scratch is not None:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                raise LaunchError(f"launch_failed: {exc}") from None
         return ProcessHandle(proc, log_path, scratch)
+
+    @staticmethod
+    def _host_fault(exc: OSError, scratch: Path | None) -> HostFault:
+        """The host's own directories could not be written (read-only, full): no fault of the job's."""
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return HostFault(STATE_DIR, str(exc))
 
     def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> None:
         return None  # a process cannot be re-parented: the supervisor waits for it to end instead
