@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from ..api import Pool
 from ..config import Settings
@@ -18,6 +19,9 @@ from .hostcheck import HostCheck, for_settings
 from .inventory import InventoryPublisher
 from .rqworker import JobpoolWorker
 from .runtime import Runtime, install
+
+if TYPE_CHECKING:
+    from .executors.docker import DockerExecutor
 
 log = logging.getLogger("jobpool.worker")
 
@@ -103,7 +107,7 @@ def finished_container_remover(settings: Settings, daemon_id: str, api_version: 
     client of its own (only its thread uses it); None for the subprocess executor."""
     if settings.executor != "docker":
         return None
-    from .executors.docker import DockerExecutor, remove_container
+    from .executors.docker import DockerExecutor
 
     made: list[DockerExecutor] = []  # built at the first removal: the daemon may not answer at boot
 
@@ -111,11 +115,18 @@ def finished_container_remover(settings: Settings, daemon_id: str, api_version: 
         if not made:
             made.append(DockerExecutor(daemon_id=daemon_id, api_version=api_version,
                                        checkpoint_root=settings.checkpoint_root))
-        executor = made[0]
-        if remove_container(executor.client.api, container_id) and job_id:
-            executor.remove_checkpoint(pool, job_id)  # the job ended: its checkpoint goes too
+        remove_finished(made[0], container_id, pool, job_id)
 
     return Cleaner(remove)
+
+
+def remove_finished(executor: DockerExecutor, container_id: str, pool: str, job_id: str) -> None:
+    """Remove a finished attempt's container and, when its job ended (`job_id` given), the job's checkpoint
+    once the container is gone (one removed under way by someone else counts: executors/docker.py)."""
+    from .executors.docker import remove_container
+
+    if remove_container(executor.client.api, container_id) and job_id:
+        executor.remove_checkpoint(pool, job_id)
 
 
 __all__ = ["run_worker", "JobpoolWorker", "WorkerDied"]

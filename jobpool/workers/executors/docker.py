@@ -219,18 +219,48 @@ def read_logs(api: Any, container_id: str, tail: int) -> bytes:
     return bytes(out)
 
 
+#: How long a removal waits for another one of the same container (Docker's 409 "removal ... is already in
+#: progress") to end, before it leaves what follows (the job's checkpoint volume) to the leftover passes.
+REMOVAL_IN_PROGRESS_WAIT_SECS = 10.0
+
+
 def remove_container(api: Any, container_id: str) -> bool:
     """Remove an attempt's container (its exit is recorded, or nothing will record it); True once it is gone.
-    A removal that fails is logged and left: the supervisor removes leftover containers of ended attempts
+    A removal already under way by someone else (the inventory publisher's clean-up, the supervisor's
+    leftover pass) is as good as this one: it is waited for, so that the caller's clean-up after it (the
+    checkpoint volume, which Docker refuses to remove while a container holds it) still happens. A removal
+    that fails is logged and left: the supervisor removes leftover containers of ended attempts
     (supervisor/volumes.py)."""
     try:
         api.remove_container(container_id, force=True)
     except docker.errors.NotFound:
         pass
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "in progress" in str(exc.explanation or exc):
+            return _gone_within(api, container_id, REMOVAL_IN_PROGRESS_WAIT_SECS)
+        log.warning("could not remove container %s: %s", container_id[:12], exc)
+        return False
     except _NO_ANSWER as exc:
         log.warning("could not remove container %s: %s", container_id[:12], exc)
         return False
     return True
+
+
+def _gone_within(api: Any, container_id: str, secs: float) -> bool:
+    """Whether the container is gone within `secs` (another removal of it is under way)."""
+    deadline = time.monotonic() + secs
+    while True:
+        try:
+            api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return True
+        except _NO_ANSWER as exc:
+            log.warning("could not see container %s go: %s", container_id[:12], exc)
+            return False
+        if time.monotonic() >= deadline:
+            log.warning("container %s: another removal of it still runs after %.0fs", container_id[:12], secs)
+            return False
+        time.sleep(0.05)
 
 
 def _create_refused(exc: docker.errors.APIError) -> Exception:
