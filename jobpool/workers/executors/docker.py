@@ -263,17 +263,32 @@ def _gone_within(api: Any, container_id: str, secs: float) -> bool:
         time.sleep(0.05)
 
 
-def _create_refused(exc: docker.errors.APIError) -> Exception:
+def _words(exc: docker.errors.APIError) -> str:
+    return str(exc.explanation or exc)
+
+
+def names_the_spec(words: str, spec: Any) -> bool:
+    """Whether the daemon's error names a value of the job's own spec (its image, command, working
+    directory, user, network, a mount's path): then it refuses the spec, not its own work. The daemon
+    answers some refusals of a spec with a 5xx (a working directory that is a file: "Cannot mkdir: /bin/sh is
+    not a directory"; an unknown user at start), the same status as its own faults ("database not open")."""
+    values = [spec.image, spec.workdir, spec.user, spec.network, *(spec.command[:1] or [])]
+    for m in spec.mounts:
+        values += m.split(":")[:2]
+    return any(v and len(v) >= 2 and v in words for v in values if v not in ("none", "bridge", "host"))
+
+
+def _create_refused(exc: docker.errors.APIError, spec: Any) -> Exception:
     """What a create the daemon answered with an error means for the attempt."""
     if exc.status_code == 409:
         # The name is taken: a container of this very attempt exists already (launched before a Redis
         # rollback, or by a duplicate delivery). It may be running: not ours to remove or to fail.
-        return LaunchUnknown(f"a container of this attempt exists already: {exc.explanation or exc}")
-    if exc.is_server_error():
+        return LaunchUnknown(f"a container of this attempt exists already: {_words(exc)}")
+    if exc.is_server_error() and not names_the_spec(_words(exc), spec):
         # The daemon failed, not the job (one shutting down answers "database not open"), and it may have
         # created the container before failing: unknown, the slot stays, the sweep decides.
-        return LaunchUnknown(f"docker daemon error during create: {exc.explanation or exc}")
-    return LaunchError(f"launch_failed: {exc.explanation or exc}")
+        return LaunchUnknown(f"docker daemon error during create: {_words(exc)}")
+    return LaunchError(f"launch_failed: {_words(exc)}")
 
 
 class DockerExecutor:
@@ -370,7 +385,12 @@ class DockerExecutor:
         except docker.errors.NotFound as exc:
             raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
         except docker.errors.APIError as exc:
-            raise _create_refused(exc) from None
+            verdict = _create_refused(exc, spec)
+            if isinstance(verdict, LaunchError) and not self._gone_by_name(launch):
+                # A spec the daemon refused after all the same may have left its container: only a gone one
+                # lets the slot go.
+                raise LaunchUnknown(f"{verdict} (and its container could not be removed)") from None
+            raise verdict from None
         except _UNREACHABLE as exc:
             refused = _never_connected(exc)
             if refused is not None:  # the create never reached the daemon: nothing of the job exists
@@ -385,18 +405,49 @@ class DockerExecutor:
             raise
         try:
             api.start(container_id)
-        except docker.errors.NotFound:
-            raise NotLaunched("its container was removed before it could start") from None
         except docker.errors.APIError as exc:
-            if not self._remove_created(container_id):
-                # A start refused with an error may still have left something running; only a container
-                # known to be gone lets the slot go.
-                raise LaunchUnknown(f"start failed ({exc.explanation or exc}) and its container could not "
-                                    "be removed") from None
-            raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
+            raise self._start_refused(exc, container_id, spec) from None
         except _UNREACHABLE as exc:
             raise LaunchUnknown(f"docker daemon unreachable during start: {exc}") from None
         return DockerHandle(self.client, container_id, daemon)
+
+    def _start_refused(self, exc: docker.errors.APIError, container_id: str, spec: Any) -> Exception:
+        """What a start the daemon answered with an error means for the attempt. A 404 names either the
+        container (removed before it could start: nothing runs) or something the spec names (a network the
+        daemon does not have): the container being still there tells which. Any refusal may still have left
+        something running, so only a container known to be gone lets the slot go; then a refusal of the spec
+        (a 4xx, or a 5xx naming the spec) fails the job at once, and the daemon's own fault (any other 5xx:
+        one restarted just before, "failed to update store for object type *libnetwork.endpoint") hands the
+        job back, as nothing of it runs (executors/base.py, HostFault)."""
+        words = _words(exc)
+        if isinstance(exc, docker.errors.NotFound) and not self._exists(container_id):
+            return NotLaunched("its container was removed before it could start")
+        if not self._remove_created(container_id):
+            return LaunchUnknown(f"start failed ({words}) and its container could not be removed")
+        if exc.is_server_error() and not names_the_spec(words, spec):
+            return HostFault(DOCKER, f"the daemon failed the start: {words}")
+        return LaunchError(f"launch_failed: {words}")
+
+    def _exists(self, container_id: str) -> bool:
+        """Whether the container is still there; True when the daemon cannot tell (unknown keeps it)."""
+        try:
+            self.client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return False
+        except (docker.errors.APIError, *_UNREACHABLE):
+            return True
+        return True
+
+    def _gone_by_name(self, launch: Launch) -> bool:
+        """After a create refused: no container of this attempt's name is left (one that is gets removed)."""
+        name = container_name(launch.pool, launch.job_id, launch.attempt)
+        try:
+            found = self.client.api.inspect_container(name)
+        except docker.errors.NotFound:
+            return True
+        except (docker.errors.APIError, *_UNREACHABLE):
+            return False
+        return self._remove_created(str(found["Id"]))
 
     def _remove_created(self, container_id: str) -> bool:
         """Remove the container this launch created, so no one mistakes it for work (and a late start cannot
