@@ -116,6 +116,9 @@ class Worker:
     heartbeat_age_ms: int | None = None
     #: The running jobs whose rows name this boot as owner (one at a time, unless rows were edited).
     jobs: tuple[str, ...] = ()
+    #: Why its work loop cannot take work, as its last beat said ('' when it can: workers/horses.py,
+    #: `HorseWorker.stuck`): its heartbeat thread beats on regardless, so a live record alone is no proof.
+    stuck: str = ""
 
     @classmethod
     def from_record(cls, boot_id: str, row: Mapping[str, str], heartbeat_ms: float, now_ms: int,
@@ -126,14 +129,15 @@ class Worker:
                    executor=row.get("executor", ""), started_at=_int(row.get("started_at")),
                    draining=row.get("draining", "").lower() in TRUTHY,
                    cannot_claim=row.get("cannot_claim", ""), heartbeat_ms=beat,
-                   heartbeat_age_ms=None if beat is None else now_ms - beat, jobs=jobs)
+                   heartbeat_age_ms=None if beat is None else now_ms - beat, jobs=jobs,
+                   stuck=row.get("stuck", ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "host": self.host, "pid": self.pid, "pidns": self.pidns,
                 "kernel_boot_id": self.kernel_boot_id, "daemon_id": self.daemon_id, "executor": self.executor,
                 "started_at": self.started_at, "draining": self.draining, "cannot_claim": self.cannot_claim,
                 "heartbeat_ms": self.heartbeat_ms,
-                "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs)}
+                "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs), "stuck": self.stuck}
 
 
 @dataclass(frozen=True)
@@ -335,8 +339,8 @@ class StatusReport:
 
 def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str, ...] = ()) -> Health:
     """The health rules: unhealthy without a supervisor that swept lately, with fewer ready workers than
-    slots (a slot no worker can take is a job that waits for nothing; a worker whose host fails its check
-    is not ready, and each is a warning naming why) or on a Redis that may evict job rows (a policy that
+    slots (a slot no worker can take is a job that waits for nothing; a worker whose host fails its check,
+    or whose work loop is stuck on its horse, is not ready, and each is a warning naming why) or on a Redis that may evict job rows (a policy that
     may evict leases, or one that could not be read, is a warning)."""
     reasons: list[str] = []
     notes = list(warnings)
@@ -352,13 +356,18 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
     mx = report.slots.max if report.slots else 0
     ready = (report.workers.live - report.workers.draining) if report.workers else 0
     held = [w for w in report.workers.boots if w.cannot_claim] if report.workers else []
-    ready -= sum(not w.draining for w in held)
+    # Stuck on its horse (workers/horses.py, `HorseWorker.stuck`), and not counted twice.
+    stuck = [w for w in report.workers.boots if w.stuck and not w.cannot_claim] if report.workers else []
+    ready -= sum(not w.draining for w in held + stuck)
     if ready < mx:
-        why = f" ({len(held)} not claiming: its host fails its check)" if held else ""
+        whys = ([f"{len(held)} not claiming: its host fails its check"] if held else []) + (
+            [f"{len(stuck)} stuck on its horse"] if stuck else [])
+        why = f" ({'; '.join(whys)})" if whys else ""
         reasons.append(f"fewer live workers than slots: {ready} ready for {mx} slot{'s' * (mx != 1)}{why}")
     notes += [f"worker {w.id} on {w.host or '?'} is not claiming: {w.cannot_claim}" for w in held[:5]]
     if len(held) > 5:
         notes.append(f"... and {len(held) - 5} more workers not claiming")
+    notes += [f"worker {w.id} on {w.host or '?'} cannot take work: {w.stuck}" for w in stuck[:5]]
     if report.strays:
         daemons = sorted({x.daemon_id for x in report.strays})
         reasons.append(f"{len(report.strays)} stray container(s) run outside any slot on daemon(s) "

@@ -59,6 +59,7 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
         publisher = InventoryPublisher(pool, boot.id)
         publisher.start()
     worker = JobpoolWorker(runtime, boot)
+    boot.stuck = worker.stuck
     if publisher is not None and not daemon_id:  # the daemon did not answer at boot: its queue comes later
         publisher.on_daemon = worker.listen_on_daemon
     if publisher is not None:

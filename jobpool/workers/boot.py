@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from ..api import Pool
@@ -41,11 +42,16 @@ class Boot:
         self._thread: threading.Thread | None = None
         #: Shared with the process's work loop (jobpool/workers/rqworker.py): one outage, logged once.
         self.outage = Outage(f"worker {worker_name(pool.keys.pool, self.id)}")
+        #: Why the work loop cannot take work ('' when it can: `HorseWorker.stuck`), asked at each beat and
+        #: recorded as `stuck`: this thread beats on while the loop is wedged, and `jobpool status` must not
+        #: count such a worker as ready (jobpool/status.py).
+        self.stuck: Callable[[], str] | None = None
 
     def beat(self) -> None:
         now = int(time.time() * 1000)
         pipe = self.pool.client.pipeline(transaction=True)
-        record: dict[Any, str | int] = {**self.fields, "heartbeat_at": now}  # redis-py: invariant keys
+        record: dict[Any, str | int] = {**self.fields, "heartbeat_at": now,  # redis-py: invariant keys
+                                        "stuck": self.stuck() if self.stuck is not None else ""}
         pipe.hset(self.key, mapping=record)
         pipe.pexpire(self.key, self.ttl_ms)
         pipe.zadd(self.pool.keys.boots, {self.id: now})

@@ -59,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import threading
 import time
 from datetime import datetime, timezone
@@ -70,7 +71,7 @@ from rq.timeouts import HorseMonitorTimeoutException
 from rq.utils import now
 from rq.worker import WorkerStatus
 
-from .standby import CLOSE_WAIT_SECS, Standby, reap
+from .standby import CLOSE_WAIT_SECS, HANDOFF_ACK_SECS, TOOK, Standby, reap
 
 log = logging.getLogger("jobpool.worker")
 
@@ -101,6 +102,14 @@ class HorseWorker(Worker):
         self._clean_end: tuple[int, int, None] | None = None
         self._monitoring = False
         self._launched_due = False
+        #: The standby being handed a job, and since when (monotonic): read by `stuck`, in another thread.
+        self._handing: tuple[int, float] | None = None
+        #: Since when (monotonic) the running horse has been seen stopped (`check_stopped_horse`).
+        self._horse_stopped_at: float | None = None
+
+    #: How long the worker lets its running horse stay stopped (SIGSTOP, a tracer's stop) before it kills it;
+    #: None: never (RQ's own behaviour). jobpool/workers/rqworker.py sets the job's lease.
+    horse_stop_limit_secs: float | None = None
 
     def standby_wanted(self) -> bool:
         """Whether to fork a standby now: not once the worker is stopping."""
@@ -155,23 +164,32 @@ class HorseWorker(Worker):
         self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")
 
     def fork_work_horse(self, job: Any, queue: Any) -> None:
-        """Hand the job to the standby, or fork a horse as RQ does when there is none; the standby for the
-        next job is forked once this one runs (`have_standby`)."""
+        """Hand the job to the standby, or fork a horse as RQ does when there is none, or when the standby
+        did not take the job (gone, or no word within `HANDOFF_ACK_SECS`: killed and reaped by
+        `Standby.hand`, having done nothing with it, so RQ's fork takes the same delivery at once); the
+        standby for the next job is forked once this one runs (`have_standby`)."""
         standby, self._standby = self._standby, None
         message = None if self.execution is None else {
             "job": job.id, "queue": queue.name, "queues": self.queue_names(), "execution": self.execution.id,
             "created_at": self.execution.created_at.timestamp(), "prepared": True}
-        if standby is not None and message is not None and standby.hand(message):
-            os.environ["RQ_WORKER_ID"] = self.name
-            os.environ["RQ_JOB_ID"] = job.id
-            self._horse_pid = standby.pid
-            self._horse_done = standby.done_fd
-            self.procline(f"Handed to standby {standby.pid} at {time.time()}")
-        else:
-            if standby is not None:
-                standby.close()
-            super().fork_work_horse(job, queue)
-            self.have_standby()
+        if standby is not None and message is None:
+            standby.close()
+            standby = None
+        if standby is not None and message is not None:
+            self._handing = (standby.pid, time.monotonic())
+            try:
+                taken = standby.hand(message)
+            finally:
+                self._handing = None
+            if taken:
+                os.environ["RQ_WORKER_ID"] = self.name
+                os.environ["RQ_JOB_ID"] = job.id
+                self._horse_pid = standby.pid
+                self._horse_done = standby.done_fd
+                self.procline(f"Handed to standby {standby.pid} at {time.time()}")
+                return
+        super().fork_work_horse(job, queue)
+        self.have_standby()
 
     def monitor_work_horse(self, job: Any, queue: Any) -> None:
         self._monitoring = True
@@ -195,6 +213,8 @@ class HorseWorker(Worker):
         from the horse's exit."""
         while self._horse_done >= 0 and self._clean_end is None:
             said = os.read(self._horse_done, 1)
+            if said == TOOK:  # read by `Standby.hand` already, unless it counted a killed standby as taken
+                continue
             if said == b"s":
                 if self._monitoring:
                     self._launched_due = True
@@ -219,11 +239,43 @@ class HorseWorker(Worker):
         """RQ's periodic work while its horse runs, every second; or, when the wait was cut short because the
         job runs, the next standby instead. Not both: RQ's heartbeat writes the delivery's execution record,
         which a short job's horse may be deleting at that moment (it would be made again, to expire)."""
+        self.check_stopped_horse()
         if not self._launched_due:
             super().maintain_heartbeats(job)
             return
         self._launched_due = False
         self.have_standby()
+
+    def check_stopped_horse(self) -> None:
+        """Kill the running horse once it has been stopped (SIGSTOP, a tracer's stop) for
+        `horse_stop_limit_secs`; called each second while the worker waits for it. Waiting on would wedge
+        the worker for as long as the stop lasts: its slot's job unwatched, and no other job taken, not even
+        the supervisor's request to adopt that very job's container (docs/architecture.md, "Workers"). Killed,
+        it is read from its exit as any horse that died, and the worker takes work again."""
+        pid, limit = self.horse_pid, self.horse_stop_limit_secs
+        if not pid or limit is None or not stopped(pid):
+            self._horse_stopped_at = None
+            return
+        now = time.monotonic()
+        if self._horse_stopped_at is None:
+            self._horse_stopped_at = now
+            log.warning("worker %s: its horse %s is stopped; killed if still stopped in %gs", self.name, pid,
+                        limit)
+        elif now - self._horse_stopped_at >= limit:
+            log.warning("worker %s: its horse %s stopped for %gs; killing it", self.name, pid, limit)
+            self.kill_horse(signal.SIGKILL)
+
+    def stuck(self) -> str:
+        """Why the worker cannot take work while it should, or '': a standby that has not taken the job
+        handed to it past the deadline, or a horse that is stopped. Called by another thread (the boot
+        record's heartbeat: `jobpool status` counts such a worker as not ready, jobpool/status.py)."""
+        handing, pid = self._handing, self.horse_pid
+        if handing is not None and time.monotonic() - handing[1] > HANDOFF_ACK_SECS:
+            return (f"standby horse {handing[0]} has not taken its job for "
+                    f"{time.monotonic() - handing[1]:.0f}s")
+        if pid and stopped(pid):
+            return f"horse {pid} is stopped"
+        return ""
 
     def job_ended(self) -> None:
         """In a horse whose job's end is recorded (see the module's docstring): RQ's record is deleted next,
@@ -328,3 +380,13 @@ class HorseWorker(Worker):
             pipe.delete(job.execution_registry.key)
             pipe.delete(job.key, job.dependents_key, job.dependencies_key)
             pipe.execute()
+
+
+def stopped(pid: int) -> bool:
+    """Whether `pid` is stopped: by a signal (T) or by its tracer (t), in the kernel's words
+    (/proc/<pid>/stat); False once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False

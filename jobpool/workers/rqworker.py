@@ -97,6 +97,10 @@ class JobpoolWorker(BooksWorker):
             **kwargs,
         )
         self.runtime = runtime
+        # A horse stopped this long has let its job's lease lapse (only the horse renews it): the supervisor
+        # recovers the job (adopts its container, or redispatches an unclaimed dispatch), and the worker
+        # kills the horse to take work again (`check_stopped_horse`).
+        self.horse_stop_limit_secs = pool.settings.lease_secs
         # Called in a horse: once its job runs, and once its end is recorded (workers/horses.py).
         runtime.job_ended = self.job_ended
         runtime.job_launched = self.job_launched

@@ -1,5 +1,5 @@
 """`Standby`: one horse forked ahead of its job, seen from the worker (jobpool/workers/horses.py says why and
-how a worker uses it): forked, handed its job on a pipe, or closed.
+how a worker uses it): forked, handed its job on a pipe (and taken only on the standby's word), or closed.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import gc
 import json
 import logging
 import os
+import select
 import signal
 import time
 from collections.abc import Callable
@@ -18,6 +19,16 @@ log = logging.getLogger("jobpool.worker")
 
 #: How long `close` waits for a standby to exit on its EOF before it kills it.
 CLOSE_WAIT_SECS = 2.0
+#: How long `hand` waits for the standby to say it took its job (`TOOK`). It says so as soon as it has read
+#: the message, microseconds of its own CPU; one that has not within this is stopped (SIGSTOP, a tracer) or
+#: starved, and is replaced: a one-worker pool would otherwise wait on it for ever. Too short only costs a
+#: fork (the job goes to RQ's own fork instead: nothing was done with it).
+HANDOFF_ACK_SECS = 2.0
+#: How long `hand` waits for a standby it killed (SIGKILL) to be gone: a process in the kernel's
+#: uninterruptible sleep dies only once it leaves it.
+KILL_WAIT_SECS = 5.0
+#: The standby's first word on its done pipe: it read its job and does something with it from now on.
+TOOK = b"a"
 
 
 class Standby:
@@ -64,6 +75,10 @@ class Standby:
                 if message is None:  # the worker closed the pipe: stopped, or gone
                     code = 0
                 else:
+                    # Said before anything is done with the job (fetched, claimed): a standby that has not
+                    # said so when the worker kills it did nothing with it (see `hand`). A worker gone
+                    # (EPIPE) raises here: the job is not taken.
+                    os.write(done_write, TOOK)
                     become_horse(message, done_write)
             except BaseException:  # noqa: BLE001 - said here, or the worker would only read an exit code
                 log.exception("standby horse %s: could not take its job (the supervisor dispatches it again)",
@@ -74,8 +89,17 @@ class Standby:
         os.close(done_write)
         return cls(pid, write_fd, done_read)
 
-    def hand(self, message: dict[str, Any]) -> bool:
-        """Give the standby its job; False (and the standby reaped) when it is gone."""
+    def hand(self, message: dict[str, Any], ack_secs: float = HANDOFF_ACK_SECS) -> bool:
+        """Give the standby its job: True once it says it took it (`TOOK`), within `ack_secs`; the worker
+        then waits for it as its horse. False when it is gone, or did not say so in time (stopped, starved:
+        it is killed): then it has done nothing with the job (it says so first), it is reaped, and the worker
+        hands the job to another horse at once, the same delivery (nothing was claimed).
+
+        Every wait here is bounded: the write never blocks (one message under PIPE_BUF in an empty pipe),
+        the answer is waited for `ack_secs`, the killed standby's end `KILL_WAIT_SECS`. One that said it took
+        the job just as it was killed, or that the kill has not ended by then, counts as taken (True): the
+        worker waits for its exit and reads it as RQ reads a horse that died (its row is the supervisor's:
+        an unclaimed dispatch is dispatched again, docs/architecture.md, "Evidence and verdicts")."""
         data = json.dumps(message).encode() + b"\n"
         try:
             written = os.write(self._write, data)
@@ -83,11 +107,33 @@ class Standby:
             written = -1
         os.close(self._write)
         self._write = -1
-        if written == len(data):
+        said = self._answer(ack_secs) if written == len(data) else b""
+        if said == TOOK:
             return True
-        reap(self.pid, block=False)
+        with contextlib.suppress(ProcessLookupError):  # our own child, not reaped yet: never another process
+            os.kill(self.pid, signal.SIGKILL)
+        if said is None:
+            log.warning("standby horse %s did not take its job within %gs (stopped?); killed, the job goes "
+                        "to a fresh horse", self.pid, ack_secs)
+            # It held the pipe's only write end: its exit reads as the pipe's end, after any word it wrote
+            # just before the kill.
+            said = self._answer(KILL_WAIT_SECS)
+        if said != b"":
+            log.warning("standby horse %s %s; waiting for its exit as for a horse that died", self.pid,
+                        "was not gone yet" if said is None else "took its job as it was killed")
+            return True
+        reap(self.pid)
         os.close(self.done_fd)
         return False
+
+    def _answer(self, timeout: float) -> bytes | None:
+        """The standby's next byte on its done pipe (b"" at its end), or None when none came in `timeout`
+        seconds. A signal's handler may run meanwhile: Python retries the poll with the time left."""
+        poller = select.poll()
+        poller.register(self.done_fd, select.POLLIN)
+        if not poller.poll(max(0, int(timeout * 1000))):
+            return None
+        return os.read(self.done_fd, 1)
 
     def close(self) -> None:
         """The worker stops: the standby reads EOF and exits; waited for, killed past `CLOSE_WAIT_SECS`."""
