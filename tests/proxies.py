@@ -2,7 +2,8 @@
 
 - `RedisReplyDropper`: a TCP proxy in front of a redis-server that forwards every request, but for chosen
   script calls closes the client's connection instead of passing on the reply: the script ran, the caller
-  never heard (a connection reset at the worst moment).
+  never heard (a connection reset at the worst moment); or, with `swallow`, instead of passing on the call:
+  the caller sent it, the script never ran (a caller stopped on cue just before it).
 - `DockerLaunchHold`: a unix-socket proxy in front of a dockerd that holds the reply of
   `POST /containers/create` until released: the daemon has created the container, the caller still waits
   (a daemon hiccup, a big image on vfs); or that holds a container's start request.
@@ -163,6 +164,7 @@ class RedisReplyDropper(_Proxy):
         self.port = int(listener.getsockname()[1])
         self._rules: dict[str, list[int]] = {}  # sha: [replies to pass first, replies to drop]
         self._then: dict[str, Callable[[], None]] = {}
+        self._swallow: dict[str, Callable[[], None] | None] = {}
         self.dropped: dict[str, int] = {}
         self.calls: dict[str, int] = {}
         super().__init__(listener, lambda: socket.create_connection(("127.0.0.1", upstream_port)))
@@ -176,6 +178,19 @@ class RedisReplyDropper(_Proxy):
             self._rules[sha] = [after, count]
             if then is not None:
                 self._then[sha] = then
+
+    def swallow(self, sha: str, then: Callable[[], None] | None = None) -> None:
+        """The next call of the script with that SHA1 is not passed on: `then` is called (in the proxy's
+        thread) while its caller waits for the reply, and the caller's connection is cut. The chunk of bytes
+        that ends the call is not passed on either (a client that pipelines loses the requests before it)."""
+        with self._lock:
+            self._swallow[sha] = then
+
+    def _take_swallow(self, sha: str | None) -> tuple[bool, Callable[[], None] | None]:
+        with self._lock:
+            if sha is None or sha not in self._swallow:
+                return False, None
+            return True, self._swallow.pop(sha)
 
     def _script_sha(self, request: Any) -> str | None:
         if not isinstance(request, list) or len(request) < 2 or not isinstance(request[0], bytes):
@@ -225,7 +240,14 @@ class RedisReplyDropper(_Proxy):
             buf, pos = bytes(requests), 0
             while (got := _resp(buf, pos)) is not None:
                 request, pos = got
-                pending.append(self._counted(request))
+                sha = self._counted(request)
+                swallowed, then = self._take_swallow(sha)
+                if swallowed:  # its last byte never goes upstream: Redis never runs it
+                    if then is not None:
+                        then()
+                    self.cut(client, upstream)
+                    return False
+                pending.append(sha)
             del requests[:pos]
             upstream.sendall(data)
             return True

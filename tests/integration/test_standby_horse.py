@@ -1,21 +1,31 @@
 """The standby horse (jobpool/workers/horses.py): a worker keeps one horse forked ahead of its next job, the
 job runs in it, the next one is forked once the job runs (not while it is launched); a standby never
 outlives its worker (stopped or SIGKILLed), and one that died is replaced by RQ's own fork. And RQ's record
-of an ended delivery goes, while RQ's record of the worker stays right (idle, no current job, its counts)."""
+of an ended delivery goes, while RQ's record of the worker stays right (idle, no current job, its counts). A
+standby or a horse that is stopped (SIGSTOP) does not wedge its worker: the job is handed on, the horse killed,
+and `status` says so meanwhile."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from constants import IMAGE, SUB
 from polling import eventually
 from procs import children, state_of
-from proxies import DockerLaunchHold
+from proxies import DockerLaunchHold, RedisReplyDropper
 from rq.suspension import resume, suspend
+from servers import RedisServer
 
 from jobpool import JobState, Pool
+from jobpool.registry import script_text
+from jobpool.status import StatusReport
+from jobpool.workers.standby import HANDOFF_ACK_SECS
 
 
 def exited(pid: int) -> bool:
@@ -185,3 +195,105 @@ def test_a_horse_killed_mid_job_is_read_from_its_exit_and_the_worker_goes_on(
     finally:
         go.touch()  # the job's own process outlived its horse: let it end
     eventually(lambda: all(exited(pid) for pid in job), timeout=10, message="the orphaned job process ended")
+
+
+def killed_if_left(pid: int) -> None:
+    """Test cleanup: a process the test stopped, should the worker have left it (SIGKILL, by pid)."""
+    if state_of(pid) not in ("", "Z"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def claims(pool: Pool, job_id: str) -> int:
+    return [e["reason"] for e in pool.events(job_id)].count("claimed")
+
+
+def test_a_stopped_idle_standby_is_killed_and_its_job_runs_once_in_a_fresh_horse(pool: Pool, spawn) -> None:
+    """A standby stopped while it waits never reads the job written to its pipe. The worker takes the hand-off
+    only on the standby's word that it took the job: without one within the deadline, it kills and reaps the
+    standby (which did nothing with the job: it says so first) and hands the same delivery to RQ's own fork at
+    once. A one-worker pool used to wedge here, `status` saying healthy."""
+    worker = spawn()
+    standby = one_standby(worker.pid)
+    os.kill(standby, signal.SIGSTOP)
+    try:
+        eventually(lambda: state_of(standby) == "T", timeout=10, message="the standby is stopped")
+        job = pool.enqueue(IMAGE, ["true"])
+        done = pool.wait(job.id, timeout=HANDOFF_ACK_SECS + 20)
+        assert state_of(standby) == "", "the stopped standby was killed and reaped by its worker"
+    finally:
+        killed_if_left(standby)
+    assert done.state is JobState.SUCCEEDED, worker.log()[-3000:]
+    assert (done.attempt, done.recovery_attempts, claims(pool, job.id)) == (1, 0, 1), "the same delivery, once"
+    assert "did not take its job" in worker.log()
+    fresh = one_standby(worker.pid)
+    assert fresh != standby
+    nxt = pool.enqueue(IMAGE, ["true"])
+    assert pool.wait(nxt.id, timeout=30).state is JobState.SUCCEEDED
+    assert worker.proc.poll() is None
+
+
+def test_a_stopped_running_horse_makes_its_worker_stuck_until_killed_past_the_lease(pool: Pool, spawn) -> None:
+    """A horse stopped while its job runs renews its lease no more. Its worker is stuck meanwhile, and `status`
+    counts it so (a one-worker pool: unhealthy). Once the horse has been stopped for the lease, the worker
+    kills it and takes work again: first the supervisor's request to adopt that very job's container (still
+    running), then the next job."""
+    lease = {"JOBPOOL_LEASE_SECS": "4"}
+    spawn(module="jobpool.cli", args=("supervisor",), **lease)
+    worker = spawn(**lease)
+    horse = one_standby(worker.pid)
+    eventually(lambda: pool.status().healthy, timeout=30, message="a healthy one-worker pool")
+    job = pool.enqueue(IMAGE, ["sh", "-c", "sleep 12"])
+    eventually(lambda: pool.get(job.id).identity, timeout=30, message="the job runs")
+    os.kill(horse, signal.SIGSTOP)
+    try:
+        def stuck() -> StatusReport | None:
+            r = pool.status()
+            return r if not r.healthy and r.workers is not None and r.workers.stuck == 1 else None
+
+        report = eventually(stuck, timeout=10, message="status: the worker stuck, the pool unhealthy")
+        assert report.workers is not None and report.workers.boots[0].stuck == f"horse {horse} is stopped"
+        assert "fewer live workers than slots: 0 ready for 1 slot (1 stuck)" in report.health.reasons
+        eventually(lambda: state_of(horse) == "", timeout=4 + 10,
+                   message="the worker killed its stopped horse past the lease, and reaped it")
+    finally:
+        killed_if_left(horse)
+    assert pool.wait(job.id, timeout=40).state is JobState.SUCCEEDED, worker.log()[-3000:]
+    eventually(lambda: pool.status().healthy, timeout=10, message="healthy again")
+    nxt = pool.enqueue(IMAGE, ["true"])
+    assert pool.wait(nxt.id, timeout=30).state is JobState.SUCCEEDED
+    assert worker.proc.poll() is None
+
+
+@pytest.fixture
+def dropper(redis_server: RedisServer, redis_url: str) -> Iterator[RedisReplyDropper]:
+    proxy = RedisReplyDropper(redis_server.port)
+    yield proxy
+    proxy.close()
+
+
+def test_a_standby_stopped_after_taking_its_job_before_its_claim(sub_pool: Pool, spawn, tmp_path: Path,
+                                                                 dropper: RedisReplyDropper) -> None:
+    """Stopped once it said it took the job, its claim sent but never run (a proxy in front of Redis keeps
+    it): it is its worker's horse, killed once stopped for the lease as any horse. Nothing was claimed, so the
+    supervisor dispatches the job again past the claim grace (a new attempt), and the same worker runs it,
+    once."""
+    marker = tmp_path / "ran"
+    spawn(module="jobpool.cli", args=("supervisor",), **SUB)  # on Redis directly
+    worker = spawn(JOBPOOL_REDIS_URL=dropper.url, **SUB)
+    standby = one_standby(worker.pid)
+    claim = hashlib.sha1(script_text("claim").encode()).hexdigest()
+    dropper.swallow(claim, then=lambda: os.kill(standby, signal.SIGSTOP))
+    job = sub_pool.enqueue("ignored", ["sh", "-c", f'echo "$JOBPOOL_ATTEMPT" >> {marker}'])
+    try:
+        done = sub_pool.wait(job.id, timeout=40)
+        assert state_of(standby) == "", "the stopped horse was killed and reaped by its worker"
+    finally:
+        killed_if_left(standby)
+    assert done.state is JobState.SUCCEEDED, worker.log()[-3000:]
+    assert (done.attempt, claims(sub_pool, job.id)) == (2, 1), "dispatched again, claimed once"
+    assert marker.read_text().split() == ["2"], "the job ran once"
+    assert "redispatched" in [e["reason"] for e in sub_pool.events(job.id)]
+    nxt = sub_pool.enqueue("ignored", ["true"])
+    assert sub_pool.wait(nxt.id, timeout=20).state is JobState.SUCCEEDED
+    assert worker.proc.poll() is None
