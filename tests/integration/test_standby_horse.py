@@ -1,9 +1,9 @@
 """The standby horse (jobpool/workers/horses.py): a worker keeps one horse forked ahead of its next job, the
 job runs in it, the next one is forked once the job runs (not while it is launched); a standby never
 outlives its worker (stopped or SIGKILLed), and one that died is replaced by RQ's own fork. And RQ's record
-of an ended delivery goes, while RQ's record of the worker stays right (idle, no current job, its counts). A
-standby or a horse that is stopped (SIGSTOP) does not wedge its worker: the job is handed on, the horse killed,
-and `status` says so meanwhile."""
+of an ended delivery goes, while RQ's record of the worker stays right (idle, no current job, its counts).
+A standby or a horse that is stopped (SIGSTOP) does not wedge its worker: the job is handed on, the horse
+killed, and `status` says so meanwhile."""
 
 from __future__ import annotations
 
@@ -208,7 +208,8 @@ def claims(pool: Pool, job_id: str) -> int:
     return [e["reason"] for e in pool.events(job_id)].count("claimed")
 
 
-def test_a_stopped_idle_standby_is_killed_and_its_job_runs_once_in_a_fresh_horse(pool: Pool, spawn) -> None:
+def test_a_stopped_idle_standby_is_killed_and_its_job_runs_once_in_a_fresh_horse(pool: Pool, spawn,
+                                                                                  docker_host: str) -> None:
     """A standby stopped while it waits never reads the job written to its pipe. The worker takes the hand-off
     only on the standby's word that it took the job: without one within the deadline, it kills and reaps the
     standby (which did nothing with the job: it says so first) and hands the same delivery to RQ's own fork at
@@ -224,7 +225,7 @@ def test_a_stopped_idle_standby_is_killed_and_its_job_runs_once_in_a_fresh_horse
     finally:
         killed_if_left(standby)
     assert done.state is JobState.SUCCEEDED, worker.log()[-3000:]
-    assert (done.attempt, done.recovery_attempts, claims(pool, job.id)) == (1, 0, 1), "the same delivery, once"
+    assert (done.attempt, done.recovery_attempts, claims(pool, job.id)) == (1, 0, 1), "one delivery, once"
     assert "did not take its job" in worker.log()
     fresh = one_standby(worker.pid)
     assert fresh != standby
@@ -233,18 +234,20 @@ def test_a_stopped_idle_standby_is_killed_and_its_job_runs_once_in_a_fresh_horse
     assert worker.proc.poll() is None
 
 
-def test_a_stopped_running_horse_makes_its_worker_stuck_until_killed_past_the_lease(pool: Pool, spawn) -> None:
-    """A horse stopped while its job runs renews its lease no more. Its worker is stuck meanwhile, and `status`
-    counts it so (a one-worker pool: unhealthy). Once the horse has been stopped for the lease, the worker
-    kills it and takes work again: first the supervisor's request to adopt that very job's container (still
-    running), then the next job."""
+def test_a_stopped_running_horse_makes_its_worker_stuck_until_killed_past_the_lease(pool: Pool, spawn,
+                                                                                    docker_host: str) -> None:
+    """A horse stopped while its job runs renews its lease no more. Its worker is stuck meanwhile, and
+    `status` counts it so (a one-worker pool: unhealthy). Once the horse has been stopped for the lease, the
+    worker kills it and takes work again: first the supervisor's request to adopt that very job's container
+    (still running), then the next job."""
     lease = {"JOBPOOL_LEASE_SECS": "4"}
     spawn(module="jobpool.cli", args=("supervisor",), **lease)
     worker = spawn(**lease)
     horse = one_standby(worker.pid)
     eventually(lambda: pool.status().healthy, timeout=30, message="a healthy one-worker pool")
     job = pool.enqueue(IMAGE, ["sh", "-c", "sleep 12"])
-    eventually(lambda: pool.get(job.id).identity, timeout=30, message="the job runs")
+    eventually(lambda: len(children(worker.pid)) == 2, timeout=30,
+               message="the job runs (its horse said so: the next standby is forked)")
     os.kill(horse, signal.SIGSTOP)
     try:
         def stuck() -> StatusReport | None:
