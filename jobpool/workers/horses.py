@@ -16,13 +16,29 @@ What the standby knows is what the worker knew when it forked: boot, settings, t
 carries, and the queues the worker reads (added at run time: jobpool/workers/rqworker.py), which the message
 names. A standby is never handed a job once the worker stops.
 
-Failure modes, each ending in RQ's ordinary fork:
-- the standby died (killed, or out of memory): the write fails (EPIPE), the worker reaps it and forks;
+The hand-off is taken only on the standby's word: as soon as it has read its message, before it does
+anything with the job, it writes b"a" (*took*) on the pipe on which it later says it is done, and the worker
+waits for that word at most `standby.HANDOFF_ACK_SECS` (`Standby.hand`). Failure modes, each ending in RQ's
+ordinary fork of the same delivery (nothing was claimed: the claim is the horse's):
+- the standby died (killed, or out of memory): the write fails (EPIPE), or its pipe ends; the worker reaps
+  it and forks;
+- the standby says nothing in time (stopped by SIGSTOP or a tracer, or starved): the worker kills it
+  (SIGKILL: its own child, never reaped yet, so never another process), reads its pipe's end, reaps it and
+  forks. Without the word, a stopped standby took the job into its pipe and the worker waited on it for
+  ever: a one-worker pool wedged;
 - the worker dies or stops: the pipe's only write end closes, the standby reads EOF and exits
   (`Standby.close` also waits for it).
-A standby that takes the job and then fails before it runs (its Redis away when it fetches the job) exits
-non-zero: the worker reads that as RQ reads any horse that died, and the job's row is the supervisor's
-(an unclaimed dispatch is dispatched again: docs/architecture.md, "Workers").
+A standby that took the job (said so, perhaps just as it was killed) and then fails before it runs (its
+Redis away when it fetches the job, killed) exits non-zero: the worker reads that as RQ reads any horse that
+died, and the job's row is the supervisor's (an unclaimed dispatch is dispatched again: docs/architecture.md,
+"Workers").
+
+**A stopped horse.** RQ's monitor waits for the horse a second at a time (a job runs for hours), so the
+worker beats on; but a horse that is stopped renews its job's lease no more, and its worker would take no
+other work for as long as the stop lasts (not even the supervisor's request to adopt that job's container).
+Stopped for `horse_stop_limit_secs` (the lease: jobpool/workers/rqworker.py), it is killed
+(`check_stopped_horse`), and read from its exit as any horse that died. Meanwhile `stuck` says so, for the
+worker's boot record (jobpool/workers/boot.py) and `jobpool status`.
 
 **After the launch.** Forking the next standby takes the worker several milliseconds of CPU (copying its page
 tables); on two cores shared with the daemon, a fork while the horse claims and creates its container slows
