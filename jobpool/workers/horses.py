@@ -120,10 +120,10 @@ class HorseWorker(Worker):
         self._launched_due = False
         #: The standby being handed a job, and since when (monotonic): read by `stuck`, in another thread.
         self._handing: tuple[int, float] | None = None
-        #: Since when (monotonic) the running horse has been seen stopped (`check_stopped_horse`).
-        self._horse_stopped_at: float | None = None
+        #: The running horse seen stopped, and since when (monotonic): `check_stopped_horse`.
+        self._horse_stopped: tuple[int, float] | None = None
 
-    #: How long the worker lets its running horse stay stopped (SIGSTOP, a tracer's stop) before it kills it;
+    #: How long the worker lets its running horse stay stopped (SIGSTOP) before it kills it;
     #: None: never (RQ's own behaviour). jobpool/workers/rqworker.py sets the job's lease.
     horse_stop_limit_secs: float | None = None
 
@@ -263,21 +263,21 @@ class HorseWorker(Worker):
         self.have_standby()
 
     def check_stopped_horse(self) -> None:
-        """Kill the running horse once it has been stopped (SIGSTOP, a tracer's stop) for
+        """Kill the running horse once it has been stopped (SIGSTOP, SIGTSTP: `stopped`) for
         `horse_stop_limit_secs`; called each second while the worker waits for it. Waiting on would wedge
         the worker for as long as the stop lasts: its slot's job unwatched, and no other job taken, not even
         the supervisor's request to adopt that very job's container (docs/architecture.md, "Workers"). Killed,
         it is read from its exit as any horse that died, and the worker takes work again."""
         pid, limit = self.horse_pid, self.horse_stop_limit_secs
         if not pid or limit is None or not stopped(pid):
-            self._horse_stopped_at = None
+            self._horse_stopped = None
             return
         now = time.monotonic()
-        if self._horse_stopped_at is None:
-            self._horse_stopped_at = now
+        if self._horse_stopped is None or self._horse_stopped[0] != pid:  # seen stopped first now
+            self._horse_stopped = (pid, now)
             log.warning("worker %s: its horse %s is stopped; killed if still stopped in %gs", self.name, pid,
                         limit)
-        elif now - self._horse_stopped_at >= limit:
+        elif now - self._horse_stopped[1] >= limit:
             log.warning("worker %s: its horse %s stopped for %gs; killing it", self.name, pid, limit)
             self.kill_horse(signal.SIGKILL)
 
@@ -399,10 +399,11 @@ class HorseWorker(Worker):
 
 
 def stopped(pid: int) -> bool:
-    """Whether `pid` is stopped: by a signal (T) or by its tracer (t), in the kernel's words
-    (/proc/<pid>/stat); False once it is gone."""
+    """Whether `pid` is stopped by a signal (state T in /proc/<pid>/stat); False once it is gone. Not a
+    tracer's stop (t): a process being traced (strace) is in it at each system call, and a debugger's pause
+    is the operator's."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2].split()[0] in (b"T", b"t")
+            return f.read().rpartition(b")")[2].split()[0] == b"T"
     except (OSError, IndexError):
         return False

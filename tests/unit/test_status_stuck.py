@@ -1,0 +1,39 @@
+"""`jobpool status` and a worker whose work loop is stuck (its boot record's `stuck`, written by its heartbeat
+thread: jobpool/workers/horses.py, `HorseWorker.stuck`): live, but not ready."""
+
+from __future__ import annotations
+
+from jobpool.status import Health, Slots, StatusReport, Sweep, _workers, judge
+
+NOW = 1_000_000
+
+
+def report(*records: dict[str, str], slots: int = 1) -> StatusReport:
+    boots = [(f"b{i}", float(NOW)) for i in range(len(records))]
+    return StatusReport(pool="p", redis_url="redis://", reachable=True, health=Health(), now_ms=NOW,
+                        slots=Slots(0, slots), workers=_workers(boots, list(records), {}, NOW),
+                        last_sweep=Sweep(at=NOW, age_ms=0))
+
+
+def test_a_stuck_worker_is_live_but_not_ready() -> None:
+    r = report({"pid": "7", "host": "h", "stuck": "horse 8 is stopped"})
+    assert r.workers is not None and (r.workers.live, r.workers.stuck) == (1, 1)
+    assert r.workers.boots[0].stuck == "horse 8 is stopped"
+    assert r.workers.to_dict()["stuck"] == 1 and r.workers.boots[0].to_dict()["stuck"] == "horse 8 is stopped"
+    health = judge(r, sweep_interval_secs=1)
+    assert health.reasons == ("fewer live workers than slots: 0 ready for 1 slot (1 stuck)",)
+    assert health.warnings == ("worker b0 (pid 7 on h) cannot take work: horse 8 is stopped",)
+
+
+def test_enough_ready_workers_besides_a_stuck_one_is_healthy_with_a_warning() -> None:
+    health = judge(report({"stuck": ""}, {"stuck": "standby horse 9 has not taken its job for 4s"}),
+                   sweep_interval_secs=1)
+    assert health.healthy and len(health.warnings) == 1
+
+
+def test_a_record_without_the_field_and_a_draining_stuck_worker() -> None:
+    """Records of workers from before the field count as ready; a draining worker is not ready already, and
+    is not counted twice."""
+    r = report({"host": "h"}, {"draining": "1", "stuck": "horse 8 is stopped"}, slots=1)
+    assert r.workers is not None and (r.workers.live, r.workers.draining, r.workers.stuck) == (2, 1, 0)
+    assert judge(r, sweep_interval_secs=1).healthy
