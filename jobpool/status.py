@@ -340,8 +340,8 @@ class StatusReport:
 def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str, ...] = ()) -> Health:
     """The health rules: unhealthy without a supervisor that swept lately, with fewer ready workers than
     slots (a slot no worker can take is a job that waits for nothing; a worker whose host fails its check,
-    or whose work loop is stuck on its horse, is not ready, and each is a warning naming why) or on a Redis that may evict job rows (a policy that
-    may evict leases, or one that could not be read, is a warning)."""
+    or whose work loop is stuck on its horse, is not ready, and each is a warning naming why) or on a Redis
+    that may evict job rows (a policy that may evict leases, or one that could not be read, is a warning)."""
     reasons: list[str] = []
     notes = list(warnings)
     policy = report.redis_policy

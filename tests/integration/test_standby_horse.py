@@ -252,11 +252,12 @@ def test_a_stopped_running_horse_makes_its_worker_stuck_until_killed_past_the_le
     try:
         def stuck() -> StatusReport | None:
             r = pool.status()
-            return r if not r.healthy and r.workers is not None and r.workers.stuck == 1 else None
+            return r if not r.healthy and r.workers is not None and r.workers.boots[0].stuck else None
 
         report = eventually(stuck, timeout=10, message="status: the worker stuck, the pool unhealthy")
         assert report.workers is not None and report.workers.boots[0].stuck == f"horse {horse} is stopped"
-        assert "fewer live workers than slots: 0 ready for 1 slot (1 stuck)" in report.health.reasons
+        assert ("fewer live workers than slots: 0 ready for 1 slot (1 stuck on its horse)"
+                in report.health.reasons)
         eventually(lambda: state_of(horse) == "", timeout=4 + 10,
                    message="the worker killed its stopped horse past the lease, and reaped it")
     finally:

@@ -17,12 +17,18 @@ def report(*records: dict[str, str], slots: int = 1) -> StatusReport:
 
 def test_a_stuck_worker_is_live_but_not_ready() -> None:
     r = report({"pid": "7", "host": "h", "stuck": "horse 8 is stopped"})
-    assert r.workers is not None and (r.workers.live, r.workers.stuck) == (1, 1)
-    assert r.workers.boots[0].stuck == "horse 8 is stopped"
-    assert r.workers.to_dict()["stuck"] == 1 and r.workers.boots[0].to_dict()["stuck"] == "horse 8 is stopped"
+    assert r.workers is not None and r.workers.live == 1
+    assert r.workers.boots[0].stuck == r.workers.boots[0].to_dict()["stuck"] == "horse 8 is stopped"
     health = judge(r, sweep_interval_secs=1)
-    assert health.reasons == ("fewer live workers than slots: 0 ready for 1 slot (1 stuck)",)
-    assert health.warnings == ("worker b0 (pid 7 on h) cannot take work: horse 8 is stopped",)
+    assert health.reasons == ("fewer live workers than slots: 0 ready for 1 slot (1 stuck on its horse)",)
+    assert health.warnings == ("worker b0 on h cannot take work: horse 8 is stopped",)
+
+
+def test_a_worker_both_not_claiming_and_stuck_is_counted_once() -> None:
+    r = report({"cannot_claim": "checkpoint root: read-only", "stuck": "horse 8 is stopped"}, {"host": "h"},
+               slots=2)
+    assert judge(r, sweep_interval_secs=1).reasons == (
+        "fewer live workers than slots: 1 ready for 2 slots (1 not claiming: its host fails its check)",)
 
 
 def test_enough_ready_workers_besides_a_stuck_one_is_healthy_with_a_warning() -> None:
@@ -35,5 +41,5 @@ def test_a_record_without_the_field_and_a_draining_stuck_worker() -> None:
     """Records of workers from before the field count as ready; a draining worker is not ready already, and
     is not counted twice."""
     r = report({"host": "h"}, {"draining": "1", "stuck": "horse 8 is stopped"}, slots=1)
-    assert r.workers is not None and (r.workers.live, r.workers.draining, r.workers.stuck) == (2, 1, 0)
+    assert r.workers is not None and (r.workers.live, r.workers.draining) == (2, 1)
     assert judge(r, sweep_interval_secs=1).healthy
