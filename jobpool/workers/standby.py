@@ -98,8 +98,9 @@ class Standby:
         Every wait here is bounded: the write never blocks (one message under PIPE_BUF in an empty pipe),
         the answer is waited for `ack_secs`, the killed standby's end `KILL_WAIT_SECS`. One that said it took
         the job just as it was killed, or that the kill has not ended by then, counts as taken (True): the
-        worker waits for its exit and reads it as RQ reads a horse that died (its row is the supervisor's:
-        an unclaimed dispatch is dispatched again, docs/architecture.md, "Evidence and verdicts")."""
+        worker waits for its exit and reads it as RQ reads a horse that died, and its row is the supervisor's
+        (an unclaimed dispatch is dispatched again, a claim with nothing launched judged once its lease
+        lapses: docs/architecture.md, "Evidence and verdicts")."""
         data = json.dumps(message).encode() + b"\n"
         try:
             written = os.write(self._write, data)
