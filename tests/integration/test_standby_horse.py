@@ -301,3 +301,25 @@ def test_a_standby_stopped_after_taking_its_job_before_its_claim(sub_pool: Pool,
     nxt = sub_pool.enqueue("ignored", ["true"])
     assert sub_pool.wait(nxt.id, timeout=20).state is JobState.SUCCEEDED
     assert worker.proc.poll() is None
+
+
+def test_a_worker_whose_running_horse_is_stopped_still_drains_within_its_bound(sub_pool: Pool, spawn,
+                                                                               tmp_path: Path) -> None:
+    """The drain's bound holds for a stopped horse (its lease long here, so the drain, not the stop, ends
+    it): killed past the drain timeout and its margin, reaped, and the worker exits; the job is left
+    running (its process, in a session of its own, outlives its horse)."""
+    worker = spawn(JOBPOOL_LEASE_SECS="60", **SUB)
+    horse = one_standby(worker.pid)
+    job_id, go = gated(sub_pool, tmp_path)
+    job = eventually(lambda: children(horse), timeout=20, message="the job runs under the standby")
+    try:
+        os.kill(horse, signal.SIGSTOP)
+        eventually(lambda: state_of(horse) == "T", timeout=10, message="the horse is stopped")
+        worker.signal(signal.SIGTERM)
+        worker.wait(3 + 5 + 15)  # JOBPOOL_DRAIN_TIMEOUT_SECS (FAST_ENV), rqworker.HORSE_MARGIN_SECS, slack
+        assert state_of(horse) == "", "the stopped horse was killed and reaped"
+        assert sub_pool.get(job_id).state is JobState.RUNNING, "left running: the supervisor's"
+    finally:
+        killed_if_left(horse)
+        go.touch()
+    eventually(lambda: all(exited(pid) for pid in job), timeout=10, message="the orphaned job process ended")
