@@ -22,7 +22,9 @@ from procs import state_of
 from jobpool import JobState, Pool
 from jobpool.jobcgroup import JobCgroup, directory, unavailable
 from jobpool.procid import identity_of
+from jobpool.supervisor import Supervisor
 from jobpool.supervisor.probes import Absent, Present, probe_process
+from jobpool.supervisor.verdicts import REASON_DEAD_PID, WARN_UNADOPTABLE
 
 #: A writer that says its pid, then appends a line every 20 ms for as long as it lives.
 WRITER = 'echo $$ > "$PIDFILE"; while :; do echo x >> "$OUT"; sleep 0.02; done'
@@ -115,7 +117,8 @@ def test_the_supervisor_keeps_the_slot_while_a_process_of_the_job_lives(tmp_path
     identity = {"executor": "subprocess", **identity_of(main.pid), **cgroup.identity()}
     assert isinstance(probe_process(identity), Present)
     assert main.stdout is not None
-    left = int(main.stdout.readline())
+    with main.stdout:
+        left = int(main.stdout.readline())
     main.wait(10)
     eventually(lambda: state_of(main.pid) == "", timeout=5, message="the main process reaped")
     try:
@@ -129,3 +132,44 @@ def test_the_supervisor_keeps_the_slot_while_a_process_of_the_job_lives(tmp_path
     assert not cgroup.directory.exists(), "the probe removes the empty cgroup"
     assert not alive(left)
 
+
+
+@pytest.mark.skipif(bool(unavailable()), reason=f"no job cgroup here: {unavailable()}")
+def test_a_dead_workers_job_holds_its_slot_while_a_process_it_started_lives(
+        sub_pool: Pool, spawn, tmp_path: Path, writers: list[int]) -> None:
+    """The worker dies (SIGKILL, with its work horse) while its job runs, and the job's main process then
+    exits, leaving a setsid writer that nobody is left to end. The supervisor keeps the slot while the writer
+    lives, and frees it (a crash: recovery budget) once it is gone."""
+    env, out, pidfile = writer_env(tmp_path, "orphan")
+    go = tmp_path / "go"
+    job = sub_pool.enqueue("ignored", ["sh", "-c", f"setsid sh -c '{WRITER}' & "
+                                       f'while test ! -e "{go}"; do sleep 0.02; done; exit 0'], env=env)
+    worker = spawn(**SUB)
+    writers.append(eventually(lambda: writer_pid(pidfile) if out.exists() else 0, timeout=30,
+                              message="writer started"))
+    identity = json.loads(eventually(lambda: sub_pool.get(job.id).identity, timeout=10,
+                                     message="the job's identity recorded"))
+    assert identity.get("cgroup"), identity
+    worker.kill_with_children()
+    go.touch()
+    eventually(lambda: not alive(identity["pid"]), timeout=10, message="the job's main process exited")
+    sup = Supervisor(sub_pool)
+    try:
+        def kept() -> str:
+            report = sup.sweep(job_ids=[job.id])
+            return next((d.verdict.evidence for d in report.decisions if d.verdict.reason == WARN_UNADOPTABLE
+                         and "processes it started still live" in d.verdict.evidence), "")
+
+        evidence = eventually(kept, timeout=20, message="the slot kept for the writer")
+        assert identity["cgroup"] in evidence
+        assert sub_pool.get(job.id).state == JobState.RUNNING and alive(writers[0])
+        os.kill(writers[0], signal.SIGKILL)
+
+        def freed() -> bool:
+            sup.sweep(job_ids=[job.id])
+            return any(e["reason"] == REASON_DEAD_PID for e in sub_pool.events(job.id))
+
+        eventually(freed, timeout=20, message="the slot freed once nothing of the job lives")
+    finally:
+        sup.close()
+    assert not directory(identity["cgroup"]).exists(), "the empty cgroup is removed"
