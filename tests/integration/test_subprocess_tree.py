@@ -22,9 +22,12 @@ from procs import state_of
 from jobpool import JobState, Pool
 from jobpool.jobcgroup import JobCgroup, directory, unavailable
 from jobpool.procid import identity_of
+from jobpool.spec import JobSpec
 from jobpool.supervisor import Supervisor
 from jobpool.supervisor.probes import Absent, Present, probe_process
 from jobpool.supervisor.verdicts import REASON_DEAD_PID, WARN_UNADOPTABLE
+from jobpool.workers.executors.base import Launch
+from jobpool.workers.executors.subprocess import SubprocessExecutor
 
 #: A writer that says its pid, then appends a line every 20 ms for as long as it lives.
 WRITER = 'echo $$ > "$PIDFILE"; while :; do echo x >> "$OUT"; sleep 0.02; done'
@@ -173,3 +176,20 @@ def test_a_dead_workers_job_holds_its_slot_while_a_process_it_started_lives(
     finally:
         sup.close()
     assert not directory(identity["cgroup"]).exists(), "the empty cgroup is removed"
+
+
+def test_without_a_cgroup_the_process_group_ends_with_its_job(tmp_path: Path, writers: list[int]) -> None:
+    """Where no cgroup can be made (not root, no cgroup2 hierarchy, none writable), the executor falls back to
+    the job's process group, and says so: a background process that stayed in the group ends with the job
+    (one that called setsid would not: README, "The subprocess executor")."""
+    executor = SubprocessExecutor(str(tmp_path / "state"))
+    executor.contained = "forced off by this test"
+    env, out, pidfile = writer_env(tmp_path, "group")
+    spec = JobSpec("ignored", ("sh", "-c", f"sh -c '{WRITER}' & until test -s \"$OUT\"; do sleep 0.01; done"),
+                   env=env, checkpoint=False)
+    handle = executor.launch(Launch("t", "j1", 1, "boot", spec))
+    assert handle.identity is not None and "cgroup" not in handle.identity
+    ended = eventually(lambda: handle.wait(0.2), timeout=20, message="the job ended")
+    writers.append(writer_pid(pidfile))
+    assert ended.code == 0 and writers[0] and not alive(writers[0])
+    handle.remove()
