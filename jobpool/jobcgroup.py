@@ -194,6 +194,18 @@ def job_cgroup_name(pool: str, job_id: str, attempt: int) -> str:
     return f"jobpool-{pool}-{job_id}-a{attempt}-{secrets.token_hex(4)}"[:200]
 
 
+#: What a job without a cgroup of its own risks: said by the worker at start and by `jobpool up` when it
+#: picks the subprocess executor (README.md, "The subprocess executor", says it too).
+UNCONTAINED = ("a process a job starts in a session or process group of its own (setsid) may outlive the "
+               "job, and run on after its slot went to the next job")
+
+
+def promise_unkept() -> str:
+    """'' where a job gets a cgroup of its own; else why not, and what that risks, in one line."""
+    why = unavailable()
+    return f"no cgroup of its own for a job here ({why}): {UNCONTAINED}" if why else ""
+
+
 def unavailable() -> str:
     """Why a job cannot get a cgroup of its own on this host ('' when it can): one is made and removed to
     find out."""

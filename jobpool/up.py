@@ -31,6 +31,7 @@ from . import errors, redispolicy, upstate
 from .api import Pool
 from .config import STATE_FILE, Settings
 from .exporter import metrics_url
+from .jobcgroup import promise_unkept
 from .upfind import choose_executor, find_redis_server, free_port
 from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders
 
@@ -174,6 +175,8 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
     url = f"redis://127.0.0.1:{port}/0"
     _say(f"jobpool up: {redis_bin.describe()} at {url}, AOF on, data in {root / 'redis'}")
     _say(f"  executor: {chosen} ({why})")
+    if chosen == "subprocess" and (unkept := promise_unkept()):
+        _say(f"  warning: {unkept}")
     # Metrics are on in `up`: on the port asked for (JOBPOOL_METRICS_PORT), else a free one on this machine.
     settings = settings.replace(redis_url=url, executor=chosen, state_dir=str(root),
                                 metrics_port=settings.metrics_port or free_port(host=settings.metrics_host))

@@ -183,7 +183,7 @@ def test_without_a_cgroup_the_process_group_ends_with_its_job(tmp_path: Path, wr
     the job's process group, and says so: a background process that stayed in the group ends with the job
     (one that called setsid would not: README, "The subprocess executor")."""
     executor = SubprocessExecutor(str(tmp_path / "state"))
-    executor.contained = "forced off by this test"
+    executor.uncontained = "forced off by this test"
     env, out, pidfile = writer_env(tmp_path, "group")
     spec = JobSpec("ignored", ("sh", "-c", f"sh -c '{WRITER}' & until test -s \"$OUT\"; do sleep 0.01; done"),
                    env=env, checkpoint=False)

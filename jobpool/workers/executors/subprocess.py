@@ -114,12 +114,6 @@ class ProcessHandle:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-#: What a job without a cgroup of its own risks (said by the worker at start; `jobpool up` and the README
-#: say it too).
-UNCONTAINED = ("a process a job starts in a session or process group of its own (setsid) may outlive the "
-               "job, and run on after its slot went to the next job")
-
-
 def _enter(procs: int) -> None:
     os.write(procs, b"0")  # "0": the writing process itself
 
@@ -132,9 +126,10 @@ class SubprocessExecutor:
         #: Why a job gets no cgroup of its own here ('' when it does): then a process that leaves the job's
         #: process group outlives its job. Said once per worker boot (the executor is made once per boot:
         #: workers/runtime.py).
-        self.contained = jobcgroup.unavailable()
-        if self.contained:
-            log.warning("subprocess executor: %s; %s", self.contained, UNCONTAINED)
+        self.uncontained = jobcgroup.unavailable()
+        if self.uncontained:
+            log.warning("subprocess executor: no cgroup of its own for a job here (%s): %s", self.uncontained,
+                        jobcgroup.UNCONTAINED)
 
     def checkpoint_dir(self, pool: str, job_id: str) -> Path:
         return self.root / "checkpoints" / pool / job_id
@@ -181,13 +176,13 @@ class SubprocessExecutor:
 
     def _cgroup(self, launch: Launch) -> jobcgroup.JobCgroup | None:
         """The attempt's own cgroup, or None where none can be made (then its process group stands in)."""
-        if self.contained:
+        if self.uncontained:
             return None
         try:
             name = jobcgroup.job_cgroup_name(launch.pool, launch.job_id, launch.attempt)
             return jobcgroup.JobCgroup.make(name)
         except jobcgroup.Unavailable as exc:
-            log.warning("job %s: no cgroup of its own (%s); %s", launch.job_id, exc, UNCONTAINED)
+            log.warning("job %s: no cgroup of its own (%s): %s", launch.job_id, exc, jobcgroup.UNCONTAINED)
             return None
 
     def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> None:
