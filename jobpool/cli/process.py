@@ -66,7 +66,8 @@ def dashboard(state: CliState, host: str, port: int) -> None:
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Where Redis data and the state file live [default: JOBPOOL_STATE_DIR or ./.jobpool].")
 @click.option("--executor", type=click.Choice(["auto", "docker", "subprocess"]), default="auto",
-              show_default=True, help="auto: Docker when a daemon answers, else subprocess.")
+              show_default=True, help="auto: Docker when a daemon answers, else subprocess (which ends every "
+              "process of a job with it only where it can give the job a cgroup v2: `up` says when not).")
 @click.option("--dashboard-port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="The dashboard's port on 127.0.0.1 (taken: any free one; 0: any free one).")
 @click.option("--no-dashboard", is_flag=True, help="Serve no dashboard.")

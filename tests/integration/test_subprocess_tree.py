@@ -20,6 +20,7 @@ from polling import eventually
 from procs import state_of
 
 from jobpool import JobState, Pool
+from jobpool.config import STATE_FILE
 from jobpool.jobcgroup import JobCgroup, directory, unavailable
 from jobpool.procid import identity_of
 from jobpool.spec import JobSpec
@@ -29,6 +30,10 @@ from jobpool.supervisor.verdicts import REASON_DEAD_PID, WARN_UNADOPTABLE
 from jobpool.workers.executors.base import Launch
 from jobpool.workers.executors.subprocess import SubprocessExecutor
 
+#: A command prefix under which a process finds no cgroup2 hierarchy where its mount table says (an empty
+#: tmpfs over /sys/fs/cgroup, in a mount namespace of its own): a host that offers a job no cgroup.
+NO_CGROUP = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+             'mount -t tmpfs none /sys/fs/cgroup && exec "$@"', "sh")
 #: A writer that says its pid, then appends a line every 20 ms for as long as it lives.
 WRITER = 'echo $$ > "$PIDFILE"; while :; do echo x >> "$OUT"; sleep 0.02; done'
 
@@ -193,3 +198,29 @@ def test_without_a_cgroup_the_process_group_ends_with_its_job(tmp_path: Path, wr
     writers.append(writer_pid(pidfile))
     assert ended.code == 0 and writers[0] and not alive(writers[0])
     handle.remove()
+
+
+def test_a_worker_and_up_say_when_a_job_gets_no_cgroup(sub_pool: Pool, spawn, tmp_path: Path,
+                                                       writers: list[int]) -> None:
+    """On a host where no cgroup can be made, the worker says at start that the executor cannot keep its
+    promise, and so does `jobpool up` when it picks this executor; a background process that stayed in the
+    job's process group still ends with the job."""
+    worker = spawn(prefix=NO_CGROUP, **SUB)
+    env, out, pidfile = writer_env(tmp_path, "nocg")
+    job = sub_pool.enqueue("ignored", ["sh", "-c", f"sh -c '{WRITER}' & "
+                                       'until test -s "$OUT"; do sleep 0.01; done; exit 0'], env=env)
+    done = sub_pool.wait(job.id, timeout=30)
+    writers.append(writer_pid(pidfile))
+    assert done.state == JobState.SUCCEEDED and "cgroup" not in json.loads(done.identity)
+    assert writers[0] and not alive(writers[0])
+    assert "no cgroup of its own for a job here" in worker.log() and "setsid" in worker.log()
+    state = tmp_path / "up"
+    up = spawn(module="jobpool.cli", prefix=NO_CGROUP, args=(
+        "up", "--executor", "subprocess", "--workers", "1", "--no-dashboard", "--state-dir", str(state)))
+    eventually(lambda: (state / STATE_FILE).exists(), timeout=60, message="up is up")
+    first = up.log().splitlines()[:3]
+    assert first[1].startswith("  executor: subprocess"), first
+    assert first[2].startswith("  warning: no cgroup") and "setsid" in first[2], first
+    assert "outlive" in first[2]
+    up.signal(signal.SIGINT)
+    assert up.wait(60) == 0
