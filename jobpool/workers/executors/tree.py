@@ -62,25 +62,31 @@ class GroupTree:
 
     def __init__(self, pgid: int) -> None:
         self.pgid = pgid
+        #: Seen gone: from then on its number may name another process's group, never signalled.
+        self._gone = False
 
     def identity(self) -> dict[str, Any]:
         return {}
 
     def signal(self, sig: int) -> None:
+        if self._gone:
+            return
         try:
             os.killpg(self.pgid, sig)
         except ProcessLookupError:
-            pass
+            self._gone = True
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
 
     def gone(self) -> bool:
-        try:
-            os.killpg(self.pgid, 0)
-        except ProcessLookupError:
-            return True
-        return not any(_running_in_group(pid, self.pgid) for pid in _pids())
+        if not self._gone:
+            try:
+                os.killpg(self.pgid, 0)
+            except ProcessLookupError:
+                self._gone = True
+        # A group of zombies only is gone too, but it still holds its number: no need to mark it.
+        return self._gone or not any(_running_in_group(pid, self.pgid) for pid in _pids())
 
     def remove(self) -> bool:
         return self.gone()
