@@ -151,11 +151,14 @@ class SubprocessExecutor:
         cwd.mkdir(parents=True, exist_ok=True)
         fence("", "")  # nothing to name or undo yet: a refusal (NotLaunched) goes straight through
         cgroup = self._cgroup(launch)
-        procs = cgroup.open_procs() if cgroup is not None else -1
+        procs = -1
         # The child enters the job's cgroup before it execs, so every process the job makes is born in it.
-        # A write of a few bytes is all it runs between fork and exec (no lock of the parent's threads taken).
+        # Python code between fork and exec must take no lock another thread of this process may hold: a
+        # write of one byte to a descriptor opened beforehand takes none.
         enter: Callable[[], None] | None = (lambda: _enter(procs)) if cgroup is not None else None
         try:
+            if cgroup is not None:
+                procs = cgroup.open_procs()
             with open(log_path, "wb") as out:
                 proc = subprocess.Popen(
                     list(spec.command), env=env, cwd=spec.workdir or str(cwd), stdin=subprocess.DEVNULL,
