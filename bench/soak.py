@@ -33,7 +33,9 @@ judges from the daemons' inventories) and the host faults are drawn too:
 and the faults at the fleet's edges (bench/soak_edges.py): `claim_lost_worker_killed` (Redis forgets a claim
 whose worker was SIGKILLed, as a failover to a lagging replica does: its container becomes a stray),
 `daemon_forgotten_returns` (an idle daemon's workers hang, it is declared gone, they wake and publish) and
-`redis_restart_in_launch` (redis-server down past a lease while a create's reply is held). An instant over
+`redis_restart_in_launch` (redis-server down past a lease while a create's reply is held) and
+`checkpoint_root_read_only` (the fleet then shares a `JOBPOOL_CHECKPOINT_ROOT`, remounted read-only for a
+few seconds). An instant over
 the limit or with a job's two containers, within the strays' bound after a Redis rollback, is counted as a
 stray instant, not a broken zero (bench/soak_strays.py).
 
@@ -82,6 +84,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
 
+from mounts import bound  # noqa: E402
 from servers import DockerDaemon, RedisServer  # noqa: E402
 from soak_edges import EDGE_FAULTS  # noqa: E402
 from soak_faults import ARMED, HOST_FAULTS, Chaos  # noqa: E402
@@ -273,14 +276,20 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
     strays: StrayWatch | None = None
     chaos: Chaos | None = None
     log: EventLog | None = None
+    shared_root = None
+    stack = contextlib.ExitStack()
     t0 = time.monotonic()
     try:
         redis_server.start(appendonly=True)
         for daemon in docker_daemons:
             daemon.start()
             daemon.import_busybox_image(IMAGE)
+        if "checkpoint_root_read_only" in faults:
+            # A shared checkpoint root (every daemon is on this host) that the fault can make read-only.
+            shared_root = stack.enter_context(bound(root / "checkpoints"))
         env = {**TIMINGS, "JOBPOOL_REDIS_URL": redis_server.url, "JOBPOOL_POOL": POOL,
                "JOBPOOL_EXECUTOR": "docker", "JOBPOOL_STATE_DIR": str(root),
+               **({"JOBPOOL_CHECKPOINT_ROOT": str(shared_root.path)} if shared_root else {}),
                **(INVENTORY_TIMINGS if daemons >= 3 else {}),
                **(retention_env(keep, events_maxlen) if keep else {})}
         log = EventLog(redis_server.url, PoolKeys(POOL))
@@ -298,6 +307,7 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
         # Its own generator: what the armed faults pick depends on when they are met, the schedule must not.
         chaos = Chaos(random.Random(seed + 1), fleet, redis_server, pool, figures, root, rollback_anywhere,
                       hold_events=log.hold)
+        chaos.checkpoint_root = shared_root
         keyspace = Keyspace({s: keep for s in TERMINAL}, events_maxlen) if keep else None
         run = Run(pool, chaos, log, rng, figures, job_ids, jobs, keyspace, batch)
         drive(run, t0 + max_minutes * 60, fault_every, rounds, faults)
@@ -322,6 +332,7 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
             log.stop()
         if fleet is not None:
             fleet.close()
+        stack.close()  # the shared checkpoint root's mount, if any
         for n, daemon in enumerate(docker_daemons, 1):  # its log goes with the others, the rest is deleted
             with contextlib.suppress(OSError):
                 shutil.copy2(daemon.dir / "dockerd.log", root / f"dockerd-d{n}.log")

@@ -11,6 +11,10 @@ injectors of bench/soak_faults.py:
 - `redis_restart_in_launch`: the held worker's next create reply is held (the container exists, its fence
   has not landed), redis-server is SIGKILLed, stays down past a lease and comes back (AOF): no actor may take
   the lapsed lease as proof and remove the created container (jobpool/redistrust.py).
+- `checkpoint_root_read_only`: the fleet's shared `JOBPOOL_CHECKPOINT_ROOT` (a bind mount, drawn only when
+  this fault is: bench/soak.py) is remounted read-only for 1-3 s, as NFS and CephFS remount on errors: a
+  launch meanwhile is handed back, never charged to its job, and the workers claim again once it is writable
+  (docs/architecture.md, "Host faults").
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from soak_fleet import all_events
 
 from jobpool import errors, forget_daemon
 
-EDGE_FAULTS = ("claim_lost_worker_killed", "daemon_forgotten_returns", "redis_restart_in_launch")
+EDGE_FAULTS = ("claim_lost_worker_killed", "daemon_forgotten_returns", "redis_restart_in_launch",
+               "checkpoint_root_read_only")
 #: Edge faults armed now and met later.
 EDGE_ARMED = ("redis_restart_in_launch",)
 _BOOT = re.compile(r"boot ([0-9a-f]{32})")
@@ -141,6 +146,28 @@ class EdgeFaults:
             except errors.JobpoolError:
                 time.sleep(0.2)
         return False
+
+    # ---- checkpoint_root_read_only ------------------------------------------------------------------------
+
+    def checkpoint_root_read_only(self) -> bool:
+        root = self.chaos.checkpoint_root
+        if root is None:
+            return False
+        try:
+            counts = self.chaos.pool.stats()["counts"]
+        except errors.JobpoolError:
+            return False
+        if not counts["running"] + counts["queued"]:
+            return False
+        outage = self.chaos.rng.uniform(1.0, 3.0)  # the fault itself: its length is what is being tested
+        self.chaos.note("checkpoint_root_read_only", f"{root.path} read-only for {outage:.1f}s")
+        root.read_only()
+        try:
+            self.chaos._ending.wait(outage)
+        finally:
+            root.writable()
+        self.chaos.note("checkpoint_root_read_only", "writable again")
+        return True
 
     # ---- redis_restart_in_launch (armed) ------------------------------------------------------------------
 

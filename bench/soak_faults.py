@@ -63,8 +63,10 @@ class Chaos:
         self._hold_thread: threading.Thread | None = None
         self._ending = threading.Event()
         self._d2 = docker.DockerClient(base_url=fleet.daemons[-1].host, timeout=5)
-        #: The faults at the fleet's edges (bench/soak_edges.py).
+        #: The faults at the fleet's edges (bench/soak_edges.py), and the shared checkpoint root one of them
+        #: makes read-only (tests/mounts.py `ReadOnly`; None when the fleet keeps checkpoints in volumes).
         self.edges = EdgeFaults(self)
+        self.checkpoint_root: Any = None
 
     # ---- injected at once ---------------------------------------------------------------------------
 

@@ -58,6 +58,8 @@ _NUMERIC: dict[str, _Bound] = {
     # Per-daemon inventories (jobpool/workers/inventory.py): how often; 0 turns publishing off.
     "inventory_secs": _Bound("JOBPOOL_INVENTORY_SECS", float, 0, 3600),
     "inventory_stale_secs": _Bound("JOBPOOL_INVENTORY_STALE_SECS", float, 0.2, 86400),
+    # The worker's check of its own host (jobpool/workers/hostcheck.py): how often while it passes.
+    "host_check_secs": _Bound("JOBPOOL_HOST_CHECK_SECS", float, 0.05, 3600),
 }
 
 
@@ -99,6 +101,9 @@ class Settings:
     inventory_secs: float = 5.0
     #: An inventory older than this is no evidence: its rows are "unknown".
     inventory_stale_secs: float = 30.0
+    #: How often a worker probes its checkpoint root (or state directory) while it passes; every second
+    #: while it fails, when the worker holds its claims (jobpool/workers/hostcheck.py).
+    host_check_secs: float = 5.0
     #: Host directories under which job specs may bind-mount; none by default.
     bind_roots: tuple[str, ...] = field(default_factory=tuple)
     #: A directory every Docker host sees at this same path on shared storage (NFS and the like) under which

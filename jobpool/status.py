@@ -109,6 +109,8 @@ class Worker:
     executor: str = ""
     started_at: int | None = None
     draining: bool = False
+    #: Why it holds its claims ('' when it does not): its own host fails its check (workers/hostcheck.py).
+    cannot_claim: str = ""
     #: Its last heartbeat (ms since the epoch, the `boots` index score) and its age on the server's clock.
     heartbeat_ms: int | None = None
     heartbeat_age_ms: int | None = None
@@ -122,13 +124,15 @@ class Worker:
         return cls(id=boot_id, host=row.get("host", ""), pid=_int(row.get("pid")), pidns=row.get("pidns", ""),
                    kernel_boot_id=row.get("kernel_boot_id", ""), daemon_id=row.get("daemon_id", ""),
                    executor=row.get("executor", ""), started_at=_int(row.get("started_at")),
-                   draining=row.get("draining", "").lower() in TRUTHY, heartbeat_ms=beat,
+                   draining=row.get("draining", "").lower() in TRUTHY,
+                   cannot_claim=row.get("cannot_claim", ""), heartbeat_ms=beat,
                    heartbeat_age_ms=None if beat is None else now_ms - beat, jobs=jobs)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "host": self.host, "pid": self.pid, "pidns": self.pidns,
                 "kernel_boot_id": self.kernel_boot_id, "daemon_id": self.daemon_id, "executor": self.executor,
-                "started_at": self.started_at, "draining": self.draining, "heartbeat_ms": self.heartbeat_ms,
+                "started_at": self.started_at, "draining": self.draining, "cannot_claim": self.cannot_claim,
+                "heartbeat_ms": self.heartbeat_ms,
                 "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs)}
 
 
@@ -331,8 +335,9 @@ class StatusReport:
 
 def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str, ...] = ()) -> Health:
     """The health rules: unhealthy without a supervisor that swept lately, with fewer ready workers than
-    slots (a slot no worker can take is a job that waits for nothing) or on a Redis that may evict job rows
-    (a policy that may evict leases, or one that could not be read, is a warning)."""
+    slots (a slot no worker can take is a job that waits for nothing; a worker whose host fails its check
+    is not ready, and each is a warning naming why) or on a Redis that may evict job rows (a policy that
+    may evict leases, or one that could not be read, is a warning)."""
     reasons: list[str] = []
     notes = list(warnings)
     policy = report.redis_policy
@@ -346,8 +351,14 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
                        f"{SWEEP_GRACE_INTERVALS} x JOBPOOL_SWEEP_INTERVAL_SECS ({sweep_interval_secs:g} s)")
     mx = report.slots.max if report.slots else 0
     ready = (report.workers.live - report.workers.draining) if report.workers else 0
+    held = [w for w in report.workers.boots if w.cannot_claim] if report.workers else []
+    ready -= sum(not w.draining for w in held)
     if ready < mx:
-        reasons.append(f"fewer live workers than slots: {ready} ready for {mx} slot{'s' * (mx != 1)}")
+        why = f" ({len(held)} not claiming: its host fails its check)" if held else ""
+        reasons.append(f"fewer live workers than slots: {ready} ready for {mx} slot{'s' * (mx != 1)}{why}")
+    notes += [f"worker {w.id} on {w.host or '?'} is not claiming: {w.cannot_claim}" for w in held[:5]]
+    if len(held) > 5:
+        notes.append(f"... and {len(held) - 5} more workers not claiming")
     if report.strays:
         daemons = sorted({x.daemon_id for x in report.strays})
         reasons.append(f"{len(report.strays)} stray container(s) run outside any slot on daemon(s) "

@@ -192,7 +192,10 @@ def status_report(report: StatusReport) -> str:
         for boot in w.boots:
             where = " ".join(f"{k}={v}" for k, v in (("host", boot.host), ("pid", boot.pid)) if v)
             running = f"  running {', '.join(boot.jobs)}" if boot.jobs else ""
-            items.append(("", f"{boot.id}  {where}  heartbeat {ago(boot.heartbeat_ms, now)}{running}"))
+            hold = ("  " + click.style(f"NOT CLAIMING: {boot.cannot_claim}", fg="yellow")
+                    if boot.cannot_claim else "")
+            beat = ago(boot.heartbeat_ms, now)
+            items.append(("", f"{boot.id}  {where}  heartbeat {beat}{running}{hold}"))
     if report.reachable:
         sweep = report.last_sweep
         items.append(("last sweep", "never (no supervisor has run)" if sweep is None else

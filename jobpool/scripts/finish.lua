@@ -5,7 +5,8 @@ KEYS[17..]   promotion candidates
 ARGV[1] id   ARGV[2] boot   ARGV[3] attempt   ARGV[4] kind   ARGV[5] exit code ('' if none)
 ARGV[6] reason (for 'error' and 'crashed')   ARGV[7] log tail   ARGV[8] recovery budget (for 'crashed')
 ARGV[9] evidence: how the end was seen, in words ('' for none; recorded with the transition)
-Returns {0, new state, promoted, why_stopped}; -1; -3; -6 unknown kind, or 'crashed' without a reason.
+Returns {0, new state, promoted, why_stopped}; -1; -3; -6 unknown kind, or 'crashed' or 'handback' without a
+reason.
 The owner reports how its attempt ended; release the slot and promote in the same step.
 Fenced on (boot, attempt). kind:
   'exit'         the container exited with ARGV[5], by its own process
@@ -16,6 +17,9 @@ Fenced on (boot, attempt). kind:
   'crashed'      its daemon or host ended it, not its own process (jobpool/exits.py): recovered as a
                  crash, with reason ARGV[6] and recovery budget ARGV[8]
   'error'        it never ran (launch failure): ends failed with ARGV[6]
+  'handback'     it never ran because the worker's own host failed before anything of it was sent to run
+                 (jobpool/workers/executors/base.py, HostFault): back to the queue at its place, reason
+                 ARGV[6], no recovery budget spent, as a drain's handback; a persisted cancel or pause wins
 The exit kinds are judged by verdict_for_exit in _lib.lua.
 A job that ran on a daemon and comes back resumable from its own exit (handed back to `queued`, or `paused`)
 gets an affinity to that daemon (note_affinity, _lib.lua): its checkpoint volume lives there, and its next
@@ -39,10 +43,14 @@ if f ~= 0 then
   return {f}
 end
 local to, why, spend
-if kind == 'error' and redis.call('HGET', jkey, 'cancel_requested') == '1' then
+if (kind == 'error' or kind == 'handback') and redis.call('HGET', jkey, 'cancel_requested') == '1' then
   to, why = 'cancelled', 'cancel_requested'  -- what the user asked for happened: nothing runs
 elseif kind == 'error' then
   to, why = 'failed', reason
+elseif kind == 'handback' and (reason or '') ~= '' then
+  -- Nothing ran, so nothing of the job's own is judged: only what the user asked for, else its place back.
+  if redis.call('HGET', jkey, 'pause_requested') == '1' then to, why = 'paused', 'pause_requested'
+  else to, why = 'queued', reason end
 elseif EXIT_CAUSE[kind] and tonumber(code) and not (kind == 'crashed' and (reason or '') == '') then
   to, why, spend = verdict_for_exit(jkey, tonumber(code), kind == 'interrupted', EXIT_CAUSE[kind], reason,
     budget)
@@ -55,7 +63,8 @@ if spend then
 end
 local now = now_ms()
 local evidence = 'exit_code=' .. code
-if seen and seen ~= '' then evidence = evidence .. '; ' .. seen end
+if kind == 'handback' then evidence = '' end  -- nothing ran: no exit to name
+if seen and seen ~= '' then evidence = evidence == '' and seen or (evidence .. '; ' .. seen) end
 redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail, 'finished_by', boot .. ':' .. attempt,
   'finished_as', to)
 if kind == 'exit' or kind == 'interrupted' then note_affinity(jkey, to) end

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from ..api import Pool
 from ..config import Settings
@@ -14,9 +15,13 @@ from ..redispolicy import check_at_start
 from .boot import Boot
 from .cleanup import Cleaner
 from .executors import make_executor
+from .hostcheck import HostCheck, for_settings
 from .inventory import InventoryPublisher
 from .rqworker import JobpoolWorker
 from .runtime import Runtime, install
+
+if TYPE_CHECKING:
+    from .executors.docker import DockerExecutor
 
 log = logging.getLogger("jobpool.worker")
 
@@ -44,9 +49,11 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     boot = Boot(pool, settings.executor, daemon_id)
     runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version,
                       cleaner=finished_container_remover(settings, daemon_id, api_version))
+    runtime.host_check = host_check(settings, boot, api_version)
     runtime.prepare()
     install(runtime)
     boot.start()
+    runtime.host_check.start()
     publisher = None
     if settings.executor == "docker" and settings.inventory_secs:
         publisher = InventoryPublisher(pool, boot.id)
@@ -66,6 +73,7 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     finally:
         noun = "job" if worker.left_running == 1 else "jobs"
         log.info("worker %s: exiting; %d %s left running", worker.name, worker.left_running, noun)
+        runtime.host_check.stop()
         if runtime.cleaner is not None:
             runtime.cleaner.stop()
         if publisher is not None:
@@ -74,12 +82,32 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     return worker.left_running
 
 
+def host_check(settings: Settings, boot: Boot, api_version: str | None) -> HostCheck:
+    """The check of this worker's host (workers/hostcheck.py), publishing to its boot record; its Docker ping
+    has a client of its own, made at its first use (only its thread uses it)."""
+    made: list[object] = []
+
+    def ping() -> object:
+        if not made:
+            import docker
+
+            made.append(docker.from_env(version=api_version or "auto", timeout=PING_TIMEOUT_SECS))
+        return made[0].ping()  # type: ignore[attr-defined]
+
+    return for_settings(settings, boot.id, ping if settings.executor == "docker" else None,
+                        boot.set_cannot_claim)
+
+
+#: How long the host check's ping waits for the Docker daemon.
+PING_TIMEOUT_SECS = 5
+
+
 def finished_container_remover(settings: Settings, daemon_id: str, api_version: str | None) -> Cleaner | None:
     """The main process's remover of the containers its horses finished (workers/cleanup.py), with a Docker
     client of its own (only its thread uses it); None for the subprocess executor."""
     if settings.executor != "docker":
         return None
-    from .executors.docker import DockerExecutor, remove_container
+    from .executors.docker import DockerExecutor
 
     made: list[DockerExecutor] = []  # built at the first removal: the daemon may not answer at boot
 
@@ -87,11 +115,18 @@ def finished_container_remover(settings: Settings, daemon_id: str, api_version: 
         if not made:
             made.append(DockerExecutor(daemon_id=daemon_id, api_version=api_version,
                                        checkpoint_root=settings.checkpoint_root))
-        executor = made[0]
-        if remove_container(executor.client.api, container_id) and job_id:
-            executor.remove_checkpoint(pool, job_id)  # the job ended: its checkpoint goes too
+        remove_finished(made[0], container_id, pool, job_id)
 
     return Cleaner(remove)
+
+
+def remove_finished(executor: DockerExecutor, container_id: str, pool: str, job_id: str) -> None:
+    """Remove a finished attempt's container and, when its job ended (`job_id` given), the job's checkpoint
+    once the container is gone (one removed under way by someone else counts: executors/docker.py)."""
+    from .executors.docker import remove_container
+
+    if remove_container(executor.client.api, container_id) and job_id:
+        executor.remove_checkpoint(pool, job_id)
 
 
 __all__ = ["run_worker", "JobpoolWorker", "WorkerDied"]

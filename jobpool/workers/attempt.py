@@ -105,8 +105,10 @@ class Attempt:
     def finish(self, kind: str, exit_code: int | None = None, reason: str = "",
                log_tail: bytes | str = b"", evidence: str = "") -> str:
         """Report the end of the attempt; returns the job's new state. `kind` (scripts/finish.lua): 'exit',
-        'interrupted', 'oom', 'crashed' (with `reason`; it spends the pool's recovery budget) or 'error'
-        (never ran, with `reason`); `evidence` says how the end was seen, for the job's history."""
+        'interrupted', 'oom', 'crashed' (with `reason`; it spends the pool's recovery budget), 'error'
+        (never ran, with `reason`) or 'handback' (never ran because this worker's host failed, with `reason`:
+        back to the queue at its place, no budget spent); `evidence` says how the end was seen, for the job's
+        history."""
         if isinstance(log_tail, str):
             log_tail = log_tail.encode(errors="replace")
         tail = logtail.encode(log_tail)  # the last LOG_TAIL_BYTES, compressed when that pays

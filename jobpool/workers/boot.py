@@ -33,6 +33,9 @@ class Boot:
             "host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace(),
             "kernel_boot_id": kernel_boot_id(), "daemon_id": daemon_id, "executor": executor_name,
             "started_at": int(time.time() * 1000), "draining": 0, "role": "worker",
+            # Why this worker holds its claims ('' when it does not): its host fails its check
+            # (workers/hostcheck.py).
+            "cannot_claim": "",
         }
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -56,6 +59,14 @@ class Boot:
             self.beat()
         except Exception as exc:  # noqa: BLE001 - a drain must go on even if Redis is away
             log.warning("could not mark boot %s draining: %s", self.id, exc)
+
+    def set_cannot_claim(self, problem: str) -> None:
+        """Say in the record why this worker holds its claims ('' once it claims again), at once."""
+        self.fields["cannot_claim"] = problem
+        try:
+            self.beat()
+        except Exception as exc:  # noqa: BLE001 - the next heartbeat writes it; the hold goes on regardless
+            log.warning("could not update boot %s: %s", self.id, exc)
 
     def start(self) -> None:
         self.beat()

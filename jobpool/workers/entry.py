@@ -15,6 +15,7 @@ from ..daemonid import same_daemon
 from ..errors import CorruptRow, JobpoolError
 from .attempt import Attempt
 from .executors import Launch, make_executor
+from .executors.base import DOCKER, HostFault
 from .runtime import Runtime, current
 from .watch import _retrying, launch_and_watch, quietly_refused, watch
 
@@ -30,7 +31,15 @@ def run_job() -> str:
     job_id = rq_job.id
     attempt_no = int((rq_job.meta or {}).get(RQ_META_ATTEMPT, 0))
     attempt = Attempt(rt.pool, job_id, rt.boot_id, attempt_no)
-    daemon = daemon_identity(rt)  # raises when unknown: never claim what could not be found again
+    try:
+        daemon = daemon_identity(rt)  # raises when unknown: never claim what could not be found again
+    except Exception as exc:
+        # Nothing was claimed (the sweep dispatches the job again past the claim grace), but this worker
+        # would take the next job only to drop it the same way: it holds until its daemon answers
+        # (workers/hostcheck.py).
+        if rt.host_check is not None:
+            rt.host_check.note.write(HostFault(DOCKER, f"its identity could not be established: {exc}"))
+        raise
     try:
         # A claim whose reply was lost is sent again by the same `attempt`, and succeeds again: giving up
         # would leave the row claimed with nothing launched.

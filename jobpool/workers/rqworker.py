@@ -177,6 +177,10 @@ class JobpoolWorker(BooksWorker):
         but a dropped connection), and past junk on the queue (see `_dequeue`). A standby horse is forked
         first if there is none (the first job, or after one died)."""
         self.have_standby()
+        if self.runtime.host_check is not None:
+            # Claims wait while this worker's host fails its check (workers/hostcheck.py).
+            self.runtime.host_check.before_dequeue(self.heartbeat,
+                                                   lambda: self.stop_asked or bool(self._stop_requested))
         backoff = Backoff()
         while True:
             try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ..api import Pool
 from .cleanup import Cleaner
 from .executors import Executor, make_executor
+from .hostcheck import HostCheck
 
 
 @dataclass
@@ -45,6 +46,9 @@ class Runtime:
     #: Called in a horse once its job runs and that is recorded (launched, or adopted): the worker may fork
     #: its next standby (workers/horses.py, "After the launch").
     job_launched: Callable[[], None] | None = None
+    #: The check of this worker's host (workers/hostcheck.py): a horse whose launch met a host fault notes it
+    #: there, and the worker holds its claims until the host passes again. None outside a worker process.
+    host_check: HostCheck | None = None
 
     def prepare(self) -> None:
         """Per-boot work a horse would otherwise repeat for every job: import the job functions (RQ imports

@@ -21,7 +21,7 @@ from ..models import Job
 from ..registry import call_redis
 from .attempt import LOG_TAIL_BYTES, Attempt, Requests
 from .executors import Executor, Handle, LaunchError, LaunchUnknown
-from .executors.base import NotLaunched
+from .executors.base import HostFault, NotLaunched
 from .launchlease import LaunchLease
 from .runtime import Runtime
 
@@ -342,6 +342,9 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_f
             if attempt.checkpoint:
                 executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
             return
+        except HostFault as exc:
+            _hand_back(rt, attempt, exc)
+            return
         except LaunchUnknown as exc:
             # It may or may not run: keep the slot (write nothing) and let the supervisor find out.
             log.warning("%s: launch outcome unknown (%s); leaving it to the supervisor", what, exc)
@@ -363,6 +366,25 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_f
     late = bool(fenced_at) and time.monotonic() - fenced_at[-1] >= START_REFENCE_SECS
     watch(rt, attempt, handle, executor, lease.requests or Requests(False, False),
           beat_now=lease.refused or late)
+
+
+def _hand_back(rt: Runtime, attempt: Attempt, fault: HostFault) -> None:
+    """The worker's own host failed before anything of the job was sent to run (executors/base.py,
+    HostFault): no fault of the job's, so it goes back to the queue at its place with no recovery budget
+    spent (scripts/finish.lua, 'handback'), and the worker holds its claims until its host passes its check
+    (workers/hostcheck.py). Nothing was created, so nothing is removed, and its checkpoint stays."""
+    what = f"job {attempt.job_id} attempt {attempt.attempt}"
+    log.error("%s: not started: this worker's %s failed: %s; handing the job back", what, fault.what,
+              fault.cause)
+    if rt.host_check is not None:
+        rt.host_check.note.write(fault)
+    try:
+        state = _retrying(lambda: attempt.finish("handback", reason=f"host_fault: {fault.what}",
+                                                 evidence=fault.cause),
+                          what=f"{what}: handing it back")
+    except (NotOwner, NotFound):
+        return  # the row moved on meanwhile: nothing of ours runs, and nothing is ours to write
+    log.info("%s: handed back -> %s", what, state)
 
 
 def quietly_refused(exc: Exception) -> bool:

@@ -13,7 +13,7 @@ from bad_input import Jobs
 from constants import FAST_ENV, IMAGE, SUB
 from procs import JobpoolProcess
 from proxies import DockerLaunchHold
-from servers import RedisServer
+from servers import DockerDaemon, RedisServer
 
 from jobpool import Pool
 
@@ -100,3 +100,16 @@ def proxy(docker_host: str) -> Iterator[DockerLaunchHold]:
     p = DockerLaunchHold(docker_host)
     yield p
     p.close()
+
+
+@pytest.fixture(scope="module")
+def second_daemon() -> Iterator[DockerDaemon]:
+    """A second private dockerd with its own socket, data root and exec root, started like the first (one per
+    module that asks for it; it shares the first's Docker ID, as daemons reading one key file do)."""
+    daemon = DockerDaemon()
+    try:
+        daemon.start()
+        daemon.import_busybox_image()
+        yield daemon
+    finally:
+        daemon.close()

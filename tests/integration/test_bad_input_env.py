@@ -64,6 +64,7 @@ BAD_ENV = [
     ("JOBPOOL_METRICS_PORT", "http"),
     ("JOBPOOL_METRICS_PORT", "65536"),
     ("JOBPOOL_METRICS_HOST", "not a host"),
+    ("JOBPOOL_HOST_CHECK_SECS", "0"),
 ]
 
 
@@ -81,7 +82,7 @@ def test_every_bad_jobpool_variable_is_one_line_exit_2_naming_it(redis_url: str,
             "JOBPOOL_KEEP_FAILED",
         "JOBPOOL_KEEP_CANCELLED", "JOBPOOL_KEEP_SUCCEEDED_SECS", "JOBPOOL_KEEP_FAILED_SECS",
         "JOBPOOL_KEEP_CANCELLED_SECS", "JOBPOOL_METRICS_PORT", "JOBPOOL_METRICS_HOST",
-        "JOBPOOL_REDIS_WAIT_REPLICAS", "JOBPOOL_REDIS_WAIT_TIMEOUT_SECS"}
+        "JOBPOOL_REDIS_WAIT_REPLICAS", "JOBPOOL_REDIS_WAIT_TIMEOUT_SECS", "JOBPOOL_HOST_CHECK_SECS"}
     raw.set("canary", "1")
     before = keyspace(raw)
     runs = [(("ls",), var, value) for var, value in first.items()]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import docker
 import pytest
@@ -32,18 +32,6 @@ def pool_env(pool_env: dict[str, str]) -> dict[str, str]:
     """Inventories off: these tests are about what a supervisor may conclude from the daemon it asks alone
     (a fleet without inventories must stay as safe); tests/integration/test_many_hosts.py has them on."""
     return {**pool_env, "JOBPOOL_INVENTORY_SECS": "0"}
-
-
-@pytest.fixture(scope="module")
-def second_daemon() -> Iterator[DockerDaemon]:
-    """A second private dockerd with its own socket, data root and exec root, started like the first."""
-    daemon = DockerDaemon()
-    try:
-        daemon.start()
-        daemon.import_busybox_image()
-        yield daemon
-    finally:
-        daemon.close()
 
 
 @pytest.fixture

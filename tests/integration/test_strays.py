@@ -17,11 +17,10 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
-import pytest
 from constants import IMAGE
 from polling import eventually
 from procs import JobpoolProcess
@@ -33,17 +32,6 @@ from jobpool import JobState, Pool
 #: Inventories every 0.3 s: the bound below is dominated by the lease and the stop grace.
 FLEET = {"JOBPOOL_INVENTORY_SECS": "0.3", "JOBPOOL_INVENTORY_STALE_SECS": "2"}
 WAIT_FOR_GO = ["sh", "-c", "echo started; while [ ! -f /tmp/go ]; do sleep 0.1; done; echo finished"]
-
-
-@pytest.fixture(scope="module")
-def other_daemon() -> Iterator[DockerDaemon]:
-    daemon = DockerDaemon()
-    try:
-        daemon.start()
-        daemon.import_busybox_image()
-        yield daemon
-    finally:
-        daemon.close()
 
 
 class Overlap(threading.Thread):
@@ -85,7 +73,7 @@ def history(pool: Pool, job_id: str) -> list[list[str]]:
 
 
 def test_a_container_left_running_after_redis_lost_its_claim_is_stopped_as_a_stray(
-        redis_server_factory, pool_env: dict[str, str], docker_host: str, other_daemon: DockerDaemon,
+        redis_server_factory, pool_env: dict[str, str], docker_host: str, second_daemon: DockerDaemon,
         tmp_path: Path) -> None:
     """Redis restarted from an RDB saved before the claim."""
     server = redis_server_factory()
@@ -99,11 +87,11 @@ def test_a_container_left_running_after_redis_lost_its_claim_is_stopped_as_a_str
         server.kill()
         server.start()  # back from the RDB saved before the claim
 
-    stray_scenario(env, docker_host, other_daemon, tmp_path, before_the_claim, forget_the_claim)
+    stray_scenario(env, docker_host, second_daemon, tmp_path, before_the_claim, forget_the_claim)
 
 
 def test_a_container_left_running_after_a_failover_to_a_lagging_replica_is_stopped_as_a_stray(
-        redis_server, pool_env: dict[str, str], docker_host: str, other_daemon: DockerDaemon,
+        redis_server, pool_env: dict[str, str], docker_host: str, second_daemon: DockerDaemon,
         tmp_path: Path) -> None:
     """The adversarial run's own fault: Sentinel promotes a replica cut off before the claim."""
     with SentinelGroup() as group:
@@ -113,16 +101,16 @@ def test_a_container_left_running_after_a_failover_to_a_lagging_replica_is_stopp
         def before_the_claim(pool: Pool) -> None:
             group.cut_replica()
 
-        stray_scenario(env, docker_host, other_daemon, tmp_path, before_the_claim, group.kill_primary)
+        stray_scenario(env, docker_host, second_daemon, tmp_path, before_the_claim, group.kill_primary)
 
 
-def stray_scenario(env: dict[str, str], docker_host: str, other_daemon: DockerDaemon, tmp_path: Path,
+def stray_scenario(env: dict[str, str], docker_host: str, second_daemon: DockerDaemon, tmp_path: Path,
                    before_the_claim: Callable[[Pool], None], forget_the_claim: Callable[[], object]) -> None:
     """A job's first container runs on `docker_host` under a worker that is then SIGKILLed; Redis forgets the
     claim (`forget_the_claim`); a worker on the other daemon claims the attempt again and runs it; a worker on
     the first daemon then publishes its inventory and must stop the first container as a stray."""
-    other_daemon.ensure_running()
-    other_daemon.remove_containers()
+    second_daemon.ensure_running()
+    second_daemon.remove_containers()
     pool = Pool.from_env(env=env)
     settings = pool.settings
     # The bound architecture.md states: Redis settles for a lease after it came back, the stray is found at
@@ -139,7 +127,7 @@ def stray_scenario(env: dict[str, str], docker_host: str, other_daemon: DockerDa
         started.append(p)
         return p
 
-    overlap = Overlap((docker_host, other_daemon.host), job.id)
+    overlap = Overlap((docker_host, second_daemon.host), job.id)
     client = docker.DockerClient(base_url=docker_host, timeout=30)
     try:
         first_worker = spawn("first", docker_host)
@@ -156,7 +144,7 @@ def stray_scenario(env: dict[str, str], docker_host: str, other_daemon: DockerDa
         assert back.state == JobState.RUNNING and back.attempt == claimed.attempt and back.owner_boot == ""
         # A worker on the other daemon claims the same attempt and runs it there (on the first daemon Docker
         # would refuse a second container of the attempt by its name).
-        spawn("elsewhere", other_daemon.host)
+        spawn("elsewhere", second_daemon.host)
         second = eventually(lambda: (r := pool.get(job.id)).container_id not in ("", first) and r, timeout=60,
                             message="a worker on the other daemon claimed the same attempt and ran it")
         assert second.attempt == claimed.attempt and second.daemon_id != claimed.daemon_id
@@ -182,7 +170,7 @@ def stray_scenario(env: dict[str, str], docker_host: str, other_daemon: DockerDa
         assert first[:12] in events[0][4] and f"attempt {claimed.attempt}" in events[0][4], events[0]
         eventually(lambda: not pool.status().strays, timeout=10, message="status no longer shows the stray")
         # The attempt the row accounts for ran on throughout, and ends the job.
-        with contextlib.closing(docker.DockerClient(base_url=other_daemon.host, timeout=30)) as other:
+        with contextlib.closing(docker.DockerClient(base_url=second_daemon.host, timeout=30)) as other:
             assert other.containers.get(second.container_id).status == "running"
             other.containers.get(second.container_id).exec_run(["touch", "/tmp/go"])
         done = pool.wait(job.id, timeout=60)

@@ -42,6 +42,26 @@ class NotLaunched(Exception):
     The watcher writes nothing: the row is someone else's, or the supervisor's verdict is on its way."""
 
 
+class HostFault(Exception):
+    """The worker's own host failed before anything of the job was sent to run, and it is known that nothing
+    of it runs: its checkpoint root or state directory could not be written (a file system remounted
+    read-only, full), or its Docker daemon refused the connection before any request reached it.
+
+    Not the job's fault, so it spends none of the job's recovery budget: the watcher hands the job back to
+    its place in the queue (scripts/finish.lua, kind 'handback'), and the worker holds its claims until its
+    host passes its check again (workers/hostcheck.py). `what` names the part of the host that failed
+    (`CHECKPOINT_ROOT`, `STATE_DIR` or `DOCKER`, below); `cause` says how, for the log and the job's
+    history."""
+
+    def __init__(self, what: str, cause: str) -> None:
+        super().__init__(f"{what}: {cause}")
+        self.what, self.cause = what, cause
+
+
+#: What a `HostFault` names.
+CHECKPOINT_ROOT, STATE_DIR, DOCKER = "checkpoint root", "state directory", "docker daemon"
+
+
 #: The fence of a launch: called with what was prepared (a created container's id and its daemon's
 #: identity; ("", "") when nothing can be named yet, as for a process not yet started), which it records.
 Fence = Callable[[str, str], None]

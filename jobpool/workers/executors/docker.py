@@ -28,7 +28,18 @@ import urllib3.exceptions
 from ... import daemonid, dockerclient
 from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from ...exits import EXIT_SIGKILL, OOM_EVENT_GRACE_SECS, Ending, Outages, container_events, ending
-from .base import CONTAINER_CHECKPOINT_DIR, Fence, Launch, LaunchError, LaunchUnknown, NotLaunched, no_fence
+from .base import (
+    CHECKPOINT_ROOT,
+    CONTAINER_CHECKPOINT_DIR,
+    DOCKER,
+    Fence,
+    HostFault,
+    Launch,
+    LaunchError,
+    LaunchUnknown,
+    NotLaunched,
+    no_fence,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +48,25 @@ log = logging.getLogger(__name__)
 NO_ANSWER_FIRST_DELAY = 0.05
 
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
+
+
+def _never_connected(exc: BaseException) -> OSError | None:
+    """The connect's own error when a request failed because no connection to the daemon could be made (its
+    socket missing, or nothing listening on it), else None. Then not a byte of the request reached the daemon:
+    the SDK's adapter never retries (urllib3's `Retry(total=0)`), so a refused or missing socket is the one
+    connection it tried, and a send on a connection once made fails otherwise (reset, broken pipe,
+    timeout)."""
+    seen: set[int] = set()
+    stack: list[object] = [exc]
+    while stack:
+        err = stack.pop()
+        if not isinstance(err, BaseException) or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, (ConnectionRefusedError, FileNotFoundError)):
+            return err
+        stack += [err.__cause__, err.__context__, getattr(err, "reason", None), *err.args]
+    return None
 
 
 def checkpoint_volume(pool: str, job_id: str) -> str:
@@ -189,31 +219,76 @@ def read_logs(api: Any, container_id: str, tail: int) -> bytes:
     return bytes(out)
 
 
+#: How long a removal waits for another one of the same container (Docker's 409 "removal ... is already in
+#: progress") to end, before it leaves what follows (the job's checkpoint volume) to the leftover passes.
+REMOVAL_IN_PROGRESS_WAIT_SECS = 10.0
+
+
 def remove_container(api: Any, container_id: str) -> bool:
     """Remove an attempt's container (its exit is recorded, or nothing will record it); True once it is gone.
-    A removal that fails is logged and left: the supervisor removes leftover containers of ended attempts
+    A removal already under way by someone else (the inventory publisher's clean-up, the supervisor's
+    leftover pass) is as good as this one: it is waited for, so that the caller's clean-up after it (the
+    checkpoint volume, which Docker refuses to remove while a container holds it) still happens. A removal
+    that fails is logged and left: the supervisor removes leftover containers of ended attempts
     (supervisor/volumes.py)."""
     try:
         api.remove_container(container_id, force=True)
     except docker.errors.NotFound:
         pass
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "in progress" in str(exc.explanation or exc):
+            return _gone_within(api, container_id, REMOVAL_IN_PROGRESS_WAIT_SECS)
+        log.warning("could not remove container %s: %s", container_id[:12], exc)
+        return False
     except _NO_ANSWER as exc:
         log.warning("could not remove container %s: %s", container_id[:12], exc)
         return False
     return True
 
 
-def _create_refused(exc: docker.errors.APIError) -> Exception:
+def _gone_within(api: Any, container_id: str, secs: float) -> bool:
+    """Whether the container is gone within `secs` (another removal of it is under way)."""
+    deadline = time.monotonic() + secs
+    while True:
+        try:
+            api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return True
+        except _NO_ANSWER as exc:
+            log.warning("could not see container %s go: %s", container_id[:12], exc)
+            return False
+        if time.monotonic() >= deadline:
+            log.warning("container %s: another removal of it still runs after %.0fs", container_id[:12], secs)
+            return False
+        time.sleep(0.05)
+
+
+def _words(exc: docker.errors.APIError) -> str:
+    return str(exc.explanation or exc)
+
+
+def names_the_spec(words: str, spec: Any) -> bool:
+    """Whether the daemon's error names a value of the job's own spec (its image, command, working
+    directory, user, network, a mount's path): then it refuses the spec, not its own work. The daemon
+    answers some refusals of a spec with a 5xx (a working directory that is a file: "Cannot mkdir: /bin/sh is
+    not a directory"; an unknown user at start), the same status as its own faults ("database not open")."""
+    values = [spec.image, spec.workdir, spec.user, spec.network, *(spec.command[:1] or [])]
+    for m in spec.mounts:
+        values += m.split(":")[:2]
+    return any(v and len(v) >= 2 and v in words for v in values if v not in ("none", "bridge", "host"))
+
+
+def _create_refused(exc: docker.errors.APIError, spec: Any) -> Exception:
     """What a create the daemon answered with an error means for the attempt."""
     if exc.status_code == 409:
         # The name is taken: a container of this very attempt exists already (launched before a Redis
         # rollback, or by a duplicate delivery). It may be running: not ours to remove or to fail.
-        return LaunchUnknown(f"a container of this attempt exists already: {exc.explanation or exc}")
-    if exc.is_server_error():
+        return LaunchUnknown(f"a container of this attempt exists already: {_words(exc)}")
+    if exc.is_server_error() and not names_the_spec(_words(exc), spec):
         # The daemon failed, not the job (one shutting down answers "database not open"), and it may have
         # created the container before failing: unknown, the slot stays, the sweep decides.
-        return LaunchUnknown(f"docker daemon error during create: {exc.explanation or exc}")
-    return LaunchError(f"launch_failed: {exc.explanation or exc}")
+        return LaunchUnknown(f"docker daemon error during create: {_words(exc)}")
+    return LaunchError(f"launch_failed: {_words(exc)}")
 
 
 class DockerExecutor:
@@ -249,7 +324,14 @@ class DockerExecutor:
         that does not exist). The root is the same path on every host and in this worker's filesystem."""
         if self.checkpoint_root:
             path = self.checkpoint_path(launch.pool, launch.job_id)
-            os.makedirs(path, exist_ok=True)
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as exc:  # the host's file system (read-only, full, gone): nothing is sent yet
+                raise HostFault(CHECKPOINT_ROOT, f"cannot make {path}: {exc}") from None
+            # The directory of an earlier attempt is found even on a file system remounted read-only (mkdir
+            # answers "exists" first); a job started there could not write its checkpoint.
+            if not os.access(path, os.W_OK):
+                raise HostFault(CHECKPOINT_ROOT, f"{path} is not writable (a read-only file system?)")
             return docker.types.Mount(CONTAINER_CHECKPOINT_DIR, path, type="bind")
         return docker.types.Mount(CONTAINER_CHECKPOINT_DIR, checkpoint_volume(launch.pool, launch.job_id),
                                   type="volume", labels={LABEL_POOL: launch.pool, LABEL_JOB: launch.job_id})
@@ -295,15 +377,25 @@ class DockerExecutor:
         JobSpec.init in jobpool/spec.py)."""
         spec = launch.spec
         api = self.client.api
+        args = self._create_args(launch)  # a HostFault here comes before anything is sent to the daemon
         try:
-            container_id = str(api.create_container(spec.image, **self._create_args(launch))["Id"])
+            container_id = str(api.create_container(spec.image, **args)["Id"])
         except docker.errors.ImageNotFound as exc:
             raise LaunchError(f"image_not_found: {spec.image}: {exc.explanation or exc}") from None
         except docker.errors.NotFound as exc:
             raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
         except docker.errors.APIError as exc:
-            raise _create_refused(exc) from None
+            verdict = _create_refused(exc, spec)
+            if isinstance(verdict, LaunchError) and not self._gone_by_name(launch):
+                # A spec the daemon refused after all the same may have left its container: only a gone one
+                # lets the slot go.
+                raise LaunchUnknown(f"{verdict} (and its container could not be removed)") from None
+            raise verdict from None
         except _UNREACHABLE as exc:
+            refused = _never_connected(exc)
+            if refused is not None:  # the create never reached the daemon: nothing of the job exists
+                raise HostFault(DOCKER, f"no connection for the create ({refused})") from None
+            # It may have been sent and the answer lost: the container may exist, and run if started.
             raise LaunchUnknown(f"docker daemon unreachable during create: {exc}") from None
         try:
             daemon = self.daemon_id()
@@ -313,18 +405,49 @@ class DockerExecutor:
             raise
         try:
             api.start(container_id)
-        except docker.errors.NotFound:
-            raise NotLaunched("its container was removed before it could start") from None
         except docker.errors.APIError as exc:
-            if not self._remove_created(container_id):
-                # A start refused with an error may still have left something running; only a container
-                # known to be gone lets the slot go.
-                raise LaunchUnknown(f"start failed ({exc.explanation or exc}) and its container could not "
-                                    "be removed") from None
-            raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
+            raise self._start_refused(exc, container_id, spec) from None
         except _UNREACHABLE as exc:
             raise LaunchUnknown(f"docker daemon unreachable during start: {exc}") from None
         return DockerHandle(self.client, container_id, daemon)
+
+    def _start_refused(self, exc: docker.errors.APIError, container_id: str, spec: Any) -> Exception:
+        """What a start the daemon answered with an error means for the attempt. A 404 names either the
+        container (removed before it could start: nothing runs) or something the spec names (a network the
+        daemon does not have): the container being still there tells which. Any refusal may still have left
+        something running, so only a container known to be gone lets the slot go; then a refusal of the spec
+        (a 4xx, or a 5xx naming the spec) fails the job at once, and the daemon's own fault (any other 5xx:
+        one restarted just before, "failed to update store for object type *libnetwork.endpoint") hands the
+        job back, as nothing of it runs (executors/base.py, HostFault)."""
+        words = _words(exc)
+        if isinstance(exc, docker.errors.NotFound) and not self._exists(container_id):
+            return NotLaunched("its container was removed before it could start")
+        if not self._remove_created(container_id):
+            return LaunchUnknown(f"start failed ({words}) and its container could not be removed")
+        if exc.is_server_error() and not names_the_spec(words, spec):
+            return HostFault(DOCKER, f"the daemon failed the start: {words}")
+        return LaunchError(f"launch_failed: {words}")
+
+    def _exists(self, container_id: str) -> bool:
+        """Whether the container is still there; True when the daemon cannot tell (unknown keeps it)."""
+        try:
+            self.client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return False
+        except (docker.errors.APIError, *_UNREACHABLE):
+            return True
+        return True
+
+    def _gone_by_name(self, launch: Launch) -> bool:
+        """After a create refused: no container of this attempt's name is left (one that is gets removed)."""
+        name = container_name(launch.pool, launch.job_id, launch.attempt)
+        try:
+            found = self.client.api.inspect_container(name)
+        except docker.errors.NotFound:
+            return True
+        except (docker.errors.APIError, *_UNREACHABLE):
+            return False
+        return self._remove_created(str(found["Id"]))
 
     def _remove_created(self, container_id: str) -> bool:
         """Remove the container this launch created, so no one mistakes it for work (and a late start cannot

@@ -27,7 +27,7 @@ from ... import jobcgroup
 from ...contract import ENV_CHECKPOINT_DIR
 from ...exits import Ending
 from ...procid import identity_of
-from .base import Fence, Launch, LaunchError, no_fence
+from .base import STATE_DIR, Fence, HostFault, Launch, LaunchError, no_fence
 from .tree import CgroupTree, GroupTree, ProcessTree
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,6 @@ class SubprocessExecutor:
     def launch(self, launch: Launch, fence: Fence = no_fence) -> ProcessHandle:
         spec = launch.spec
         logs = self.root / "logs" / launch.pool
-        logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{launch.job_id}-a{launch.attempt}.log"
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env, **launch.env}
         # The job's checkpoint directory, or, for a job that keeps none, an empty one of this attempt's own
@@ -148,32 +147,40 @@ class SubprocessExecutor:
             env[ENV_CHECKPOINT_DIR] = str(cwd)
         else:
             cwd = scratch = self.root / "scratch" / launch.pool / f"{launch.job_id}-a{launch.attempt}"
-        cwd.mkdir(parents=True, exist_ok=True)
+        try:
+            logs.mkdir(parents=True, exist_ok=True)
+            cwd.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._host_fault(exc, scratch) from None
         fence("", "")  # nothing to name or undo yet: a refusal (NotLaunched) goes straight through
+        try:
+            out = open(log_path, "wb")  # noqa: SIM115 - closed below, once the child has its copy
+        except OSError as exc:
+            raise self._host_fault(exc, scratch) from None
         cgroup = self._cgroup(launch)
         procs = -1
         # The child enters the job's cgroup before it execs, so every process the job makes is born in it.
         # Python code between fork and exec must take no lock another thread of this process may hold: a
         # write of one byte to a descriptor opened beforehand takes none.
         enter: Callable[[], None] | None = (lambda: _enter(procs)) if cgroup is not None else None
-        try:
-            if cgroup is not None:
-                procs = cgroup.open_procs()
-            with open(log_path, "wb") as out:
+        with out:
+            try:
+                if cgroup is not None:
+                    procs = cgroup.open_procs()
                 proc = subprocess.Popen(
                     list(spec.command), env=env, cwd=spec.workdir or str(cwd), stdin=subprocess.DEVNULL,
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=enter,
                 )
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            if cgroup is not None:
-                cgroup.remove()
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
-            why = "could not enter its cgroup" if isinstance(exc, subprocess.SubprocessError) else exc
-            raise LaunchError(f"launch_failed: {why}") from None
-        finally:
-            if procs >= 0:
-                os.close(procs)
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                if cgroup is not None:
+                    cgroup.remove()
+                if scratch is not None:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                why = "could not enter its cgroup" if isinstance(exc, subprocess.SubprocessError) else exc
+                raise LaunchError(f"launch_failed: {why}") from None
+            finally:
+                if procs >= 0:
+                    os.close(procs)
         tree: ProcessTree = CgroupTree(cgroup) if cgroup is not None else GroupTree(proc.pid)
         return ProcessHandle(proc, tree, log_path, scratch)
 
@@ -187,6 +194,13 @@ class SubprocessExecutor:
         except jobcgroup.Unavailable as exc:
             log.warning("job %s: no cgroup of its own (%s): %s", launch.job_id, exc, jobcgroup.UNCONTAINED)
             return None
+
+    @staticmethod
+    def _host_fault(exc: OSError, scratch: Path | None) -> HostFault:
+        """The host's own directories could not be written (read-only, full): no fault of the job's."""
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return HostFault(STATE_DIR, str(exc))
 
     def attach(self, pool: str, job_id: str, attempt: int, container_id: str) -> None:
         return None  # a process cannot be re-parented: the supervisor waits for it to end instead
