@@ -118,6 +118,12 @@ class JobCgroup:
         if not (where / "cgroup.kill").exists():
             cgroup.remove()
             raise Unavailable("this kernel has no cgroup.kill (Linux 5.14 and later have)")
+        # Moving a process needs write access to `cgroup.procs` of the cgroup it moves to and of the common
+        # ancestor of where it is and where it goes: here, this process's own cgroup.
+        for procs in (where / "cgroup.procs", where.parent / "cgroup.procs"):
+            if not os.access(procs, os.W_OK):
+                cgroup.remove()
+                raise Unavailable(f"{procs} is not writable by this user")
         return cgroup
 
     def identity(self) -> dict[str, Any]:

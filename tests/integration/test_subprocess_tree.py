@@ -36,6 +36,8 @@ NO_CGROUP = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
              'mount -t tmpfs none /sys/fs/cgroup && exec "$@"', "sh")
 #: A writer that says its pid, then appends a line every 20 ms for as long as it lives.
 WRITER = 'echo $$ > "$PIDFILE"; while :; do echo x >> "$OUT"; sleep 0.02; done'
+#: A job that starts the writer in the background and exits 0 once it has written.
+BACKGROUND = f"sh -c '{WRITER}' & " 'until test -s "$OUT"; do sleep 0.01; done; exit 0'
 
 
 def alive(pid: int) -> bool:
@@ -69,8 +71,7 @@ def test_a_background_process_ends_with_its_job_before_the_next_job_starts(
     slot; the next job itself sees no writer and a file that does not grow."""
     sub_pool.set_slots(1)
     env, out, pidfile = writer_env(tmp_path, "bg")
-    first = sub_pool.enqueue("ignored", ["sh", "-c", f"sh -c '{WRITER}' & "
-                                         'until test -s "$OUT"; do sleep 0.01; done; exit 0'], env=env)
+    first = sub_pool.enqueue("ignored", ["sh", "-c", BACKGROUND], env=env)
     verdict = tmp_path / "verdict"
     # The next job looks at the writer as it starts: its process state, and the file's size twice 0.3 s
     # apart (fifteen lines' worth of the writer's pace).
@@ -190,8 +191,7 @@ def test_without_a_cgroup_the_process_group_ends_with_its_job(tmp_path: Path, wr
     executor = SubprocessExecutor(str(tmp_path / "state"))
     executor.uncontained = "forced off by this test"
     env, out, pidfile = writer_env(tmp_path, "group")
-    spec = JobSpec("ignored", ("sh", "-c", f"sh -c '{WRITER}' & until test -s \"$OUT\"; do sleep 0.01; done"),
-                   env=env, checkpoint=False)
+    spec = JobSpec("ignored", ("sh", "-c", BACKGROUND), env=env, checkpoint=False)
     handle = executor.launch(Launch("t", "j1", 1, "boot", spec))
     assert handle.identity is not None and "cgroup" not in handle.identity
     ended = eventually(lambda: handle.wait(0.2), timeout=20, message="the job ended")
@@ -207,8 +207,7 @@ def test_a_worker_and_up_say_when_a_job_gets_no_cgroup(sub_pool: Pool, spawn, tm
     job's process group still ends with the job."""
     worker = spawn(prefix=NO_CGROUP, **SUB)
     env, out, pidfile = writer_env(tmp_path, "nocg")
-    job = sub_pool.enqueue("ignored", ["sh", "-c", f"sh -c '{WRITER}' & "
-                                       'until test -s "$OUT"; do sleep 0.01; done; exit 0'], env=env)
+    job = sub_pool.enqueue("ignored", ["sh", "-c", BACKGROUND], env=env)
     done = sub_pool.wait(job.id, timeout=30)
     writers.append(writer_pid(pidfile))
     assert done.state == JobState.SUCCEEDED and "cgroup" not in json.loads(done.identity)
@@ -224,3 +223,26 @@ def test_a_worker_and_up_say_when_a_job_gets_no_cgroup(sub_pool: Pool, spawn, tm
     assert "outlive" in first[2]
     up.signal(signal.SIGINT)
     assert up.wait(60) == 0
+
+
+@pytest.mark.skipif(bool(unavailable()), reason=f"no job cgroup here: {unavailable()}")
+def test_a_child_that_cannot_enter_its_cgroup_runs_in_its_process_group(
+        tmp_path: Path, writers: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cgroup made but refused to the child (its `cgroup.procs` not writable by this user, say) is no fault
+    of the job's: the child never reached its exec, so the job is started again without it, and the group
+    stands in."""
+    from jobpool.workers.executors import subprocess as executor_module
+
+    def refused(procs: int) -> None:
+        raise PermissionError("cgroup.procs: permission denied")
+
+    monkeypatch.setattr(executor_module, "_enter", refused)
+    executor = SubprocessExecutor(str(tmp_path / "state"))
+    env, out, pidfile = writer_env(tmp_path, "refused")
+    spec = JobSpec("ignored", ("sh", "-c", BACKGROUND), env=env, checkpoint=False)
+    handle = executor.launch(Launch("t", "j2", 1, "boot", spec))
+    assert handle.identity is not None and "cgroup" not in handle.identity
+    ended = eventually(lambda: handle.wait(0.2), timeout=20, message="the job ended")
+    writers.append(writer_pid(pidfile))
+    assert ended.code == 0 and writers[0] and not alive(writers[0])
+    handle.remove()

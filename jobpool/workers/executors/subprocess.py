@@ -118,6 +118,27 @@ def _enter(procs: int) -> None:
     os.write(procs, b"0")  # "0": the writing process itself
 
 
+#: Starts a job's process, with what its child runs before its exec (or nothing).
+Starter = Callable[[Callable[[], None] | None], "subprocess.Popen[bytes]"]
+
+
+def _start_in(cgroup: jobcgroup.JobCgroup, start: Starter) -> subprocess.Popen[bytes] | None:
+    """Start the job's process inside `cgroup`; None when it could not enter it, and then nothing ran (the
+    child failed before its exec). The child enters the cgroup between fork and exec, so every process the job
+    makes is born in it; Python code there must take no lock another thread of this process may hold, and a
+    write of one byte to a descriptor opened beforehand takes none."""
+    try:
+        procs = cgroup.open_procs()
+    except OSError:
+        return None
+    try:
+        return start(lambda: _enter(procs))
+    except subprocess.SubprocessError:  # what Popen raises when the preexec function failed
+        return None
+    finally:
+        os.close(procs)
+
+
 class SubprocessExecutor:
     name = "subprocess"
 
@@ -158,29 +179,29 @@ class SubprocessExecutor:
         except OSError as exc:
             raise self._host_fault(exc, scratch) from None
         cgroup = self._cgroup(launch)
-        procs = -1
-        # The child enters the job's cgroup before it execs, so every process the job makes is born in it.
-        # Python code between fork and exec must take no lock another thread of this process may hold: a
-        # write of one byte to a descriptor opened beforehand takes none.
-        enter: Callable[[], None] | None = (lambda: _enter(procs)) if cgroup is not None else None
         with out:
-            try:
-                if cgroup is not None:
-                    procs = cgroup.open_procs()
-                proc = subprocess.Popen(
+
+            def start(enter: Callable[[], None] | None) -> subprocess.Popen[bytes]:
+                return subprocess.Popen(
                     list(spec.command), env=env, cwd=spec.workdir or str(cwd), stdin=subprocess.DEVNULL,
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=enter,
                 )
-            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+
+            try:
+                proc = _start_in(cgroup, start) if cgroup is not None else None
+                if proc is None and cgroup is not None:
+                    log.warning("job %s: could not enter its cgroup %s: %s", launch.job_id, cgroup.path,
+                                jobcgroup.UNCONTAINED)
+                    cgroup.remove()
+                    cgroup = None
+                if proc is None:
+                    proc = start(None)
+            except (OSError, ValueError) as exc:
                 if cgroup is not None:
                     cgroup.remove()
                 if scratch is not None:
                     shutil.rmtree(scratch, ignore_errors=True)
-                why = "could not enter its cgroup" if isinstance(exc, subprocess.SubprocessError) else exc
-                raise LaunchError(f"launch_failed: {why}") from None
-            finally:
-                if procs >= 0:
-                    os.close(procs)
+                raise LaunchError(f"launch_failed: {exc}") from None
         tree: ProcessTree = CgroupTree(cgroup) if cgroup is not None else GroupTree(proc.pid)
         return ProcessHandle(proc, tree, log_path, scratch)
 
