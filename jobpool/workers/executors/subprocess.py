@@ -151,6 +151,9 @@ class SubprocessExecutor:
         if self.uncontained:
             log.warning("subprocess executor: no cgroup of its own for a job here (%s): %s", self.uncontained,
                         jobcgroup.UNCONTAINED)
+        else:
+            log.info("subprocess executor: each job runs in a cgroup of its own, under %s",
+                     jobcgroup.own_path())
 
     def checkpoint_dir(self, pool: str, job_id: str) -> Path:
         return self.root / "checkpoints" / pool / job_id
