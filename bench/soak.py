@@ -315,7 +315,7 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
         sampler.stop()
         strays.stop()
         figures.strays = len(strays.seen)
-        excuse_strays(figures, slots, stray_bound(env))
+        excuse_strays(figures, strays.seen, slots, stray_bound(env))
         figures.docker_leftovers = fleet.leftovers()
         tally(run, root)
         write_findings(run, root, slots)

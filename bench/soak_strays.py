@@ -6,9 +6,9 @@ attempt is claimed again, that container is a stray, beside the one its row acco
 the workers on its daemon stop it. Losing an unreplicated write is documented; the promise there is a bound,
 not a zero: the settling lease, an inventory period and the stop grace after Redis came back. So at the end,
 an instant of the sampler (bench/soak_fleet.py) that broke a zero within that bound after a rollback is
-counted as a stray instant instead; one later than the bound stays a broken zero. `StrayWatch` counts the
-containers the daemons' workers published as strays (a stray that ends on its own first is never
-published).
+counted as a stray instant instead, if a job it involves lost a transition in that rollback or had a
+container published as a stray; any other stays a broken zero. `StrayWatch` follows the containers the
+daemons' workers publish as strays (a stray that ends on its own first is never published).
 """
 
 from __future__ import annotations
@@ -52,17 +52,21 @@ class StrayWatch(threading.Thread):
         self.client.close()
 
 
-def excuse_strays(figures: Any, slots: int, bound_secs: float) -> None:
+def excuse_strays(figures: Any, strays: dict[str, str], slots: int, bound_secs: float) -> None:
     """Judge the sampler's findings again: one within `bound_secs` after a Redis rollback came back
-    (`figures.rollbacks`) is a stray instant, not an instant over the limit or a job's two containers."""
-    backs = sorted(r["at"] for r in figures.rollbacks)
+    (`figures.rollbacks`) is a stray instant, not an instant over the limit or a job's two containers, when
+    a job it involves had a transition that rollback took back or a container of it was published as a
+    stray (`strays`: 12-character container id -> job); any other stays a broken zero."""
+    backs = sorted((r["at"], {e.get("job") for e in r.get("lost", ())}) for r in figures.rollbacks)
+    stray_jobs = set(strays.values())
     over, doubles, excused, longest = 0, set(), 0, 0.0
     for finding in figures.findings:
         at = finding["at"]
-        since = [at - b for b in backs if b <= at]
-        if since and min(since) <= bound_secs:
+        jobs = {x[0] for x in finding["live"]}
+        last = [(at - b, lost) for b, lost in backs if b <= at]
+        if last and last[-1][0] <= bound_secs and jobs & (last[-1][1] | stray_jobs):
             excused += 1
-            longest = max(longest, min(since))
+            longest = max(longest, last[-1][0])
             continue
         if len(finding["live"]) > slots:
             over += 1

@@ -26,11 +26,14 @@ class RedisTrust:
     `settling()` says why Redis's state cannot be acted on yet ('' when it can). Call `lost()` whenever a
     call to Redis failed for want of Redis (an outage, a dropped connection, a refused write)."""
 
-    def __init__(self, client: Any, lease_secs: float) -> None:
+    def __init__(self, client: Any, lease_secs: float, fresh: bool = False) -> None:
+        """`fresh`: this process cannot know what came before it (a worker's inventory publisher, which may
+        take a daemon's lead from one that died, right after a failover it never saw: a promoted replica's
+        uptime is long, and redis-py reconnects without an error), so it settles for a lease from now."""
         self.client = client
         self.lease_secs = lease_secs
         self._lost = False
-        self._back_at: float | None = None
+        self._back_at: float | None = time.monotonic() if fresh else None
         self._run_id: str | None = None
         self._changed_at: float | None = None
 
@@ -57,7 +60,7 @@ class RedisTrust:
             self._changed_at = now
         self._run_id = run_id or self._run_id
         if self._back_at is not None and now - self._back_at < lease:
-            return f"this process reached redis again {now - self._back_at:.1f}s ago"
+            return f"this process (re)connected to redis {now - self._back_at:.1f}s ago"
         if self._changed_at is not None and now - self._changed_at < lease:
             return (f"another redis-server answers since {now - self._changed_at:.1f}s "
                     "(restarted, or a replica promoted)")

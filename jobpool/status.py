@@ -419,7 +419,7 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
     warnings: list[str] = []
     sweep = _sweep(raw_sweep, now, warnings)
     records, owners, created = _read_rows(pool, [b for b, _ in boots], running, head)
-    found = _strays(pool)
+    found = _strays(pool, now)
     report = StatusReport(
         pool=pool.keys.pool, redis_url=url, reachable=True, health=Health(), now_ms=now,
         slots=Slots(**stats["slots"]), counts=stats["counts"],
@@ -433,18 +433,21 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
     return report, tuple(warnings)
 
 
-def _strays(pool: Pool) -> tuple[Stray, ...]:
-    """The strays every daemon's inventory lists (bounded: one read per daemon of the `inventories` index);
+def _strays(pool: Pool, now: int) -> tuple[Stray, ...]:
+    """The strays the fresh inventories list (bounded: one read per daemon of the `inventories` index). A
+    stale one's list is not news: its workers are not there to stop them, and `daemons` names it instead;
     an inventory that cannot be read lists none."""
     daemons = call_redis(pool.client.zrange, pool.keys.inventories, 0, -1, what="status")
     if not daemons:
         return ()
     pipe = pool.client.pipeline(transaction=False)
     for daemon in daemons:
-        pipe.hget(pool.keys.inventory(daemon), "strays")
+        pipe.hmget(pool.keys.inventory(daemon), "at", "strays")
     replies = call_redis(pipe.execute, raise_on_error=False, what="status")
-    return tuple(x for daemon, raw in zip(daemons, replies, strict=True) if isinstance(raw, str)
-                 for x in strays.decode(raw, daemon))
+    stale_ms = pool.settings.inventory_stale_secs * 1000
+    return tuple(x for daemon, reply in zip(daemons, replies, strict=True)
+                 if isinstance(reply, list) and (at := _int(reply[0])) is not None and now - at <= stale_ms
+                 for x in strays.decode(reply[1], daemon))
 
 
 def _daemons(pool: Pool, running: list[str], now: int) -> Daemons:

@@ -22,28 +22,30 @@ from dataclasses import dataclass
 ROW_FIELDS = ("state", "attempt", "daemon_id", "container_id", "owner_boot")
 
 
-def why_stray(row: Sequence[str | None] | None, attempt: int, container_id: str, daemon_id: str) -> str:
-    """Why the running container `container_id` (labelled with `attempt`, on the daemon `daemon_id`) is a
-    stray, given its job's row (`ROW_FIELDS`, None when there is no row), or ''.
+def why_stray(row: Sequence[str | None] | None, attempt: int, container_id: str, known_launcher: bool) -> str:
+    """Why the running container `container_id` (labelled with `attempt`) is a stray, given its job's row
+    (`ROW_FIELDS`, all None when there is no row), or ''. `known_launcher`: the boot that launched it (its
+    label) is one this pool's Redis knows, so a missing row is this pool's job gone, not another pool's of
+    the same name on the same daemon (two `jobpool up` stacks), which is none of ours to judge.
 
-    Not a stray: the row runs this attempt on this daemon (or on none recorded yet) and names this container
-    (or none yet). An unrecorded container on the attempt's own daemon is never a stray, whoever owns the row
-    now: a launcher records its container before starting it, so it is one whose record Redis lost, and a
-    second launch of the attempt on this daemon is refused by Docker (a container's name is its job's and
-    attempt's: workers/executors/docker.py); the owner's launch outcome is then unknown and the supervisor
-    adopts the running container. An adopter takes over the row's owner and keeps its container, so the
-    container, not the owner, is compared."""
+    Positive evidence only. A container is a stray when its job has no row (and it is ours), runs another
+    attempt, is no longer running, or names another container for this attempt (container ids are unique,
+    whatever daemon identity either side recorded: the same daemon can carry two identities, and a mismatch
+    of identities alone is unknown, docs/architecture.md, "The daemon's identity"). Not a stray: the row
+    names this container, or none yet. A launcher records its container before it starts it, so a row
+    claimed elsewhere that names none yet is judged again once it does; and an unrecorded container on the
+    attempt's own daemon is one whose record Redis lost (a second launch of the attempt there is refused by
+    Docker by name, workers/executors/docker.py), which the supervisor adopts."""
     if row is None or row[0] is None:
-        return "its job has no row in the pool"
+        return "its job has no row in the pool" if known_launcher else ""
     state, row_attempt, row_daemon, row_container, _owner = (v or "" for v in row)
     if row_attempt != str(attempt):
         return f"attempt {attempt} is not its job's current attempt ({row_attempt or 'none'})"
     if state != "running":
         return f"its job is {state or 'in no state'}, not running attempt {attempt}"
-    if row_daemon and row_daemon != daemon_id:
-        return f"its job's attempt {attempt} runs on daemon {row_daemon}"
     if row_container and row_container != container_id:
-        return f"its job's attempt {attempt} runs as container {row_container[:12]}"
+        where = f" on daemon {row_daemon}" if row_daemon else ""
+        return f"its job's attempt {attempt} runs as container {row_container[:12]}{where}"
     return ""
 
 

@@ -199,7 +199,8 @@ def _settled(pool: Pool, exc: errors.JobpoolError, batch: list[Prepared], start:
     applied (the ids are new random ones), none means it was not, unless every job of it has a coalesce key
     (then it made no row either way). When Redis cannot be asked, or the rows are there but not acknowledged
     by the replicas asked for (`NotReplicated`: a failover may still lose them), the batch's ids are the
-    error's `unknown`."""
+    error's `unknown`; so is a batch found after a lost reply when JOBPOOL_REDIS_WAIT_REPLICAS asks for
+    replicas (the reply lost was the WAIT's, or came before it: nothing says the replicas have it)."""
     if not sent or not isinstance(exc, errors.RedisUnavailable):
         return _counted(exc, start, total)
     probe = next((p.id for p in batch if not p.coalesce_key), None)  # a job that makes a row if applied
@@ -212,7 +213,7 @@ def _settled(pool: Pool, exc: errors.JobpoolError, batch: list[Prepared], start:
     except errors.JobpoolError as why:
         return _counted(exc, start, total, batch, f"Redis could not be asked ({why}). That batch was "
                         f"applied whole or not at all: {look}")
-    if found and isinstance(exc, errors.NotReplicated):
+    if found and (isinstance(exc, errors.NotReplicated) or pool.settings.redis_wait_replicas):
         # On the primary now, but a failover could still lose it: counting it would be a guess either way.
         return _counted(exc, start, total, batch, "its jobs are on the primary but on too few replicas, so a "
                         f"failover could still lose them. Once the primary is settled: {look}")

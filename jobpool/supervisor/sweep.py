@@ -101,7 +101,7 @@ class Supervisor:
         t_promote = time.perf_counter()
         if not dry_run and job_ids is None:
             report.pruned = self._prune()
-            self._remove_leftovers()
+            self._remove_leftovers(recovering)
         done = time.perf_counter()
         report.duration_ms = (done - started) * 1000
         report.phases_ms = {"read": (t_read - started) * 1000, "probe": (t_probe - t_read) * 1000,
@@ -169,10 +169,12 @@ class Supervisor:
                      "" if done.complete else "; more next sweep")
         return done.total
 
-    def _remove_leftovers(self) -> None:
+    def _remove_leftovers(self, recovering: str) -> None:
         """Now and then (volumes.EVERY_SECS; at start-up first), the containers of ended attempts and the
-        checkpoint volumes of ended jobs."""
-        if self.settings.executor != "docker" or time.monotonic() - self._volumes_at < volumes.EVERY_SECS:
+        checkpoint volumes of ended jobs; not while Redis's word settles (`recovering`,
+        jobpool/redistrust.py): what it says of a row may be what a restart or a failover contradicts next."""
+        if (self.settings.executor != "docker" or recovering
+                or time.monotonic() - self._volumes_at < volumes.EVERY_SECS):
             return
         self._volumes_at = time.monotonic()
         try:

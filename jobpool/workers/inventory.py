@@ -95,8 +95,16 @@ class InventoryPublisher:
         self._volumes_at = -math.inf
         #: The rule every clean-up and stop below waits on after Redis restarted or failed over
         #: (jobpool/redistrust.py).
-        self.trust = RedisTrust(pool.client, self.settings.lease_secs)
+        self.trust = RedisTrust(pool.client, self.settings.lease_secs, fresh=True)
         self.strays = StrayKeeper(pool, boot_id, lambda: self.new_prober(), self.trust)
+
+    def _still_running(self, container_id: str) -> bool:
+        """Whether a listed container still runs (True when the daemon cannot say)."""
+        try:
+            state = self.prober.client().api.inspect_container(container_id).get("State") or {}
+        except Exception as exc:  # noqa: BLE001 - NotFound: gone; anything else: cannot say
+            return type(exc).__name__ != "NotFound"
+        return bool(state.get("Running"))
 
     def new_prober(self) -> ContainerProber:
         """Another client of this publisher's daemon (the stray stopper's: jobpool/workers/strays.py)."""
@@ -146,6 +154,7 @@ class InventoryPublisher:
             self.trust.lost()
             raise
         if not int(reply[1]):
+            self.trust.settling()  # which server answers, seen each period: a follower may hold the lead next
             return f"follower of {reply[2]}"
         try:
             # Redis's time before the listing: the inventory is dated by it, so a container created while
@@ -156,7 +165,8 @@ class InventoryPublisher:
         except Exception as exc:  # noqa: BLE001
             return f"not published: {self.prober.failed(exc)}"
         containers, complete = encode(entries)
-        found = self.strays.find(entries, daemon, listed_at)
+        launched_by = {cid: labels[2] for cid, labels in self._labels.items()}
+        found = self.strays.find(entries, daemon, listed_at, launched_by, self._still_running)
         try:
             self.pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
                                                 k.inventories, k.gone_daemons, k.returned_daemons],
@@ -168,8 +178,7 @@ class InventoryPublisher:
                 self.trust.lost()
             return f"not published: {exc}"
         self.published += 1
-        if not self.trust.settling():
-            self.clean_up(entries)
+        self.clean_up(entries)
         self.remove_checkpoints()
         self.run_commands(daemon)
         return f"published {len(entries)} containers"
@@ -204,8 +213,9 @@ class InventoryPublisher:
             log.info("could not look for earlier boots of this docker daemon (asked again later): %s", exc)
 
     def remove_checkpoints(self) -> None:
-        """Now and then (volumes.EVERY_SECS), the checkpoint volumes of ended jobs on this daemon."""
-        if time.monotonic() - self._volumes_at < volumes.EVERY_SECS:
+        """Now and then (volumes.EVERY_SECS), the checkpoint volumes of ended jobs on this daemon; not while
+        Redis's word settles (jobpool/redistrust.py)."""
+        if time.monotonic() - self._volumes_at < volumes.EVERY_SECS or self.trust.settling():
             return
         self._volumes_at = time.monotonic()
         try:
@@ -259,6 +269,8 @@ class InventoryPublisher:
             pipe.hmget(k.job(e.job_id), ["state", "attempt"])
             pipe.get(k.lease(e.job_id))
         replies = pipe.execute(raise_on_error=False)
+        if self.trust.settling():
+            return  # what was read may be what a restart or a failover is about to contradict
         for i, e in enumerate(todo):
             row, lease = replies[2 * i], replies[2 * i + 1]
             if isinstance(row, Exception) or isinstance(lease, Exception):

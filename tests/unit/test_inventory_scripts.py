@@ -239,6 +239,12 @@ def settled_pool(backend: Backend) -> Pool:
     return pool
 
 
+def settled(publisher: InventoryPublisher) -> InventoryPublisher:
+    """A publisher once its own start has settled (it waits a lease from its start: jobpool/redistrust.py)."""
+    eventually(lambda: publisher.trust.settling() == "", timeout=5, message="the publisher's start settled")
+    return publisher
+
+
 def test_the_holder_removes_what_only_it_can(backend: Backend) -> None:
     """A created container whose attempt's lease is gone, and an ended one whose job moved on; never one
     whose launcher holds its lease, nor an ended one whose exit is still to be recorded."""
@@ -255,7 +261,8 @@ def test_the_holder_removes_what_only_it_can(backend: Backend) -> None:
         "c-pending": Present(False, 0, container_id="c-pending"),
         "c-moved": Present(False, 1, container_id="c-moved")}
     daemon = FakeDaemon(D1, listed, judged)
-    assert InventoryPublisher(pool, "boot-0", daemon).tick().startswith("published")  # type: ignore[arg-type]
+    publisher = settled(InventoryPublisher(pool, "boot-0", daemon))  # type: ignore[arg-type]
+    assert publisher.tick().startswith("published")
     assert sorted(daemon.removed) == ["c-lapsed", "c-moved"]
 
 
@@ -278,7 +285,11 @@ def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
         "adopted": {"state": "running", "attempt": 1, "daemon_id": D1, "container_id": "c-adopted",
                     "owner_boot": "b-adopter"},
         "superseded": {"state": "running", "attempt": 3, "daemon_id": D1, "owner_boot": "b1"},
-        "elsewhere": {"state": "running", "attempt": 1, "daemon_id": D2, "owner_boot": "b9"},
+        "elsewhere": {"state": "running", "attempt": 1, "daemon_id": D2, "container_id": "c-on-d2",
+                      "owner_boot": "b9"},
+        "elsewhere_unrecorded": {"state": "running", "attempt": 1, "daemon_id": D2, "owner_boot": "b9"},
+        "identity_drift": {"state": "running", "attempt": 1, "daemon_id": D2,
+                           "container_id": "c-identity_drift", "owner_boot": "b1"},
         "other_container": {"state": "running", "attempt": 1, "daemon_id": D1, "container_id": "c-x",
                             "owner_boot": "b1"},
         "other_owner": {"state": "running", "attempt": 1, "daemon_id": D1, "owner_boot": "b7"},
@@ -288,10 +299,12 @@ def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
         pool.client.hset(k.job(job), mapping={"id": job, **row})
     attempts = {"own": 2, "superseded": 2}
     listed = [summary(f"c-{job}", job, attempts.get(job, 1), boot="b1") for job in [*rows, "gone"]]
+    listed.append(summary("c-foreign", "foreign", 1, boot="another-pools-boot"))  # same name, other Redis
     judged: dict[str, Probe] = {s["Id"]: Present(True, container_id=s["Id"]) for s in listed}
     daemon = FakeDaemon(D1, listed, judged)
     publisher = InventoryPublisher(pool, "boot-0", daemon)  # type: ignore[arg-type]
     publisher.new_prober = lambda: daemon  # type: ignore[method-assign,assignment,return-value]
+    pool.client.zadd(k.boots, {"b1": 1})  # the containers' launcher is one of this pool's boots
     return daemon, publisher
 
 
@@ -299,17 +312,19 @@ STRAYS = ["c-elsewhere", "c-ended", "c-gone", "c-other_container", "c-superseded
 
 
 def test_the_holder_stops_and_publishes_the_strays_of_its_daemon(backend: Backend) -> None:
-    """A running container its row does not account for (another attempt, daemon or container; an ended
-    job; no row) is stopped, recorded in its job's history and published until gone; one its row names, one
-    not recorded (by its launcher, or by another owner whose launch on this daemon Docker refused by name),
-    one whose claim was lost, one adopted, are not."""
+    """A running container its row does not account for (another attempt or container; an ended job; no row
+    though its launcher is one of this pool's boots) is stopped, recorded in its job's history and published
+    until gone. Not: one its row names (even under another daemon identity), one not recorded yet (by its
+    launcher, by another owner whose launch here Docker refused by name, or on another daemon until it is),
+    one whose claim was lost, one adopted, one of another pool of the same name (a launcher unknown here)."""
     pool = settled_pool(backend)
     daemon, publisher = stray_daemon(pool)
+    settled(publisher)
     assert publisher.tick().startswith("published")
     raw = pool.client.hget(pool.keys.inventory(D1), "strays")
     published = {x.container_id: x for x in strays.decode(raw, D1)}
     assert sorted(published) == STRAYS
-    assert "runs on daemon " + D2 in published["c-elsewhere"].reason
+    assert "runs as container c-on-d2 on daemon " + D2 in published["c-elsewhere"].reason
     assert "not its job's current attempt (3)" in published["c-superseded"].reason
     assert "no row" in published["c-gone"].reason
     eventually(lambda: sorted(daemon.stopped) == STRAYS, timeout=5, message="every stray was stopped")
