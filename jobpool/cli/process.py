@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ..config import Settings
 from ..contract import MAX_SLOTS
 from .app import CliState, load, pool_command
 
@@ -76,7 +77,9 @@ def up(state: CliState, workers: int, slots: int | None, state_dir: str | None, 
     """Run a private Redis, a supervisor, N workers and the dashboard on this machine; Ctrl-C drains and
     stops them."""
     run = load("jobpool.up", "run_up", "`jobpool up`")
-    _finish(run(state.settings(), workers=workers, slots=slots, state_dir=state_dir, executor=executor,
+    # Not from the state file: `up` starts its own Redis, and a file an earlier `up` left must not stop it.
+    settings = Settings.from_env(redis_url=state.redis_url, pool=state.pool_name, follow_up=False)
+    _finish(run(settings, workers=workers, slots=slots, state_dir=state_dir, executor=executor,
                 dashboard_port=None if no_dashboard else dashboard_port))
 
 
