@@ -9,9 +9,9 @@ import dataclasses
 import ipaddress
 import os
 import re
-from pathlib import Path
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from . import redisurl

@@ -53,7 +53,9 @@ def live_url(path: Path) -> str | None:
         return None
     gone = f"the jobpool up stack that {path} names is gone"
     advice = "start `jobpool up` again, or give --redis-url or JOBPOOL_REDIS_URL"
-    up = next((p for p in state.get("processes") or [] if isinstance(p, dict) and p.get("name") == "up"), None)
+    named = state.get("processes")
+    up = next((p for p in named if isinstance(p, dict) and p.get("name") == "up"), None) \
+        if isinstance(named, list) else None
     if up is None or same_process_alive(up) is False:
         raise StackGone(f"{gone} (its `up` process, pid {state.get('pid', '?')}, has exited); {advice}")
     stack_id = state.get("stack_id")

@@ -35,7 +35,7 @@ def _listening_inodes(port: int) -> set[str]:
 
 def _socket_inodes(pid: int) -> set[str]:
     """The inodes of the sockets process `pid` holds open (empty once it is gone, or if not ours to see)."""
-    found = set()
+    found: set[str] = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
