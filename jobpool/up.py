@@ -447,7 +447,8 @@ def _restart(stack: Stack, child: Child) -> None:
     if child.restart_at is None:
         delay = child.schedule_restart(now)
         when = f" in {delay:g} s" if delay else ""
-        _say(f"jobpool up: {child.name} exited ({child.exit_code()}); starting it again{when} "
+        name = "redis-server" if child is stack.redis else child.name  # its guard exits with it
+        _say(f"jobpool up: {name} exited ({child.exit_code()}); starting it again{when} "
              f"(its log: {child.log})", err=True)
     if now < (child.restart_at or 0):
         return

@@ -48,7 +48,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("executor", ["docker", "subprocess"])
 def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: str, executor: str) -> None:
     env = {**os.environ, "JOBPOOL_SWEEP_INTERVAL_SECS": "1", "JOBPOOL_HEARTBEAT_SECS": "0.5",
-           "JOBPOOL_LEASE_SECS": "2"}
+           "JOBPOOL_LEASE_SECS": "2", "PYTHONPATH": fast_env()["PYTHONPATH"]}  # this checkout's jobpool
     env.pop("JOBPOOL_REDIS_URL", None)
     log = open(tmp_path / "up.log", "wb")
     up = subprocess.Popen([sys.executable, "-m", "jobpool.cli", "up", "--workers", "2", "--slots", "1",
