@@ -42,7 +42,7 @@ from .exporter import metrics_url
 from .keys import PoolKeys
 from .registry import call_redis
 from .upfind import choose_executor, find_redis_server, free_port
-from .uplisten import listens_on
+from .uplisten import listens_on, taken
 from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders
 
 #: Time for the supervisor and Redis to stop after the workers; then SIGKILL.
@@ -389,7 +389,7 @@ def _serve(stack: Stack, dashboard_port: int | None) -> bool:
                 _say(f"Error: the {child.name} did not listen on {host} port {child.port} within "
                      f"{SERVE_SECS:g} s; see {child.log}", err=True)
                 return False
-            if free_port(child.port, host) == child.port:
+            if not taken(child.port):
                 said = child.last_line()
                 _say(f"Error: the {child.name} exited ({child.exit_code()}) before listening on {host} port "
                      f"{child.port}{f': {said}' if said else ''}; see {child.log}", err=True)
@@ -463,7 +463,7 @@ def _restart(stack: Stack, child: Child) -> None:
             _say(f"jobpool up: Redis did not come back ({failed}); trying again in {delay:g} s", err=True)
             return
         stack.state["redis_pid"] = stack.redis_pid
-    elif child.port is not None and free_port(child.port, _host(stack, child)) != child.port:
+    elif child.port is not None and taken(child.port):
         fresh = stack.supervisor_child if child is stack.supervisor else stack.dashboard_child
         moved = fresh(free_port(host=_host(stack, child)))
         moved.quick_exits, moved.started_at = child.quick_exits, child.started_at

@@ -50,6 +50,11 @@ def _socket_inodes(pid: int) -> set[str]:
     return found
 
 
+def taken(port: int) -> bool:
+    """Whether any process listens on TCP `port` (a port merely not bindable, e.g. below 1024, is not)."""
+    return bool(_listening_inodes(port))
+
+
 def listens_on(pid: int, port: int) -> bool:
     """Whether process `pid` holds a socket listening on TCP `port`."""
     wanted = _listening_inodes(port)
