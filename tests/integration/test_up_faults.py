@@ -127,9 +127,18 @@ def test_up_starts_again_a_killed_supervisor_and_the_queue_moves_on(tmp_path: Pa
         assert pool.get(first).state == JobState.SUCCEEDED and pool.get(first).attempt == 2
     again = _child(up, "supervisor")
     assert again and again["pid"] != supervisor["pid"]
+    # The dashboard too: started again at the URL `up` said.
+    dashboard = _child(up, "dashboard")
+    assert dashboard
+    os.kill(dashboard["pid"], signal.SIGKILL)
+    port = int(state["dashboard_url"].rsplit(":", 1)[1].strip("/"))
+    eventually(lambda: (d := _child(up, "dashboard")) and d["pid"] != dashboard["pid"] and
+               listens_on(d["pid"], port), timeout=60, message="a new dashboard serves the same URL")
+    assert _get_json(state["dashboard_url"] + "api/status")["redis"]["url"] == state["redis_url"]
     up.proc.send_signal(signal.SIGINT)
     assert up.proc.wait(60) == 0
     said = up.stderr()
+    assert f"jobpool up: dashboard exited ({-signal.SIGKILL}); starting it again" in said, said
     assert f"jobpool up: supervisor exited ({-signal.SIGKILL}); starting it again" in said, said
     assert f"jobpool up: worker-0 exited ({-signal.SIGKILL}); starting it again" in said, said
 
