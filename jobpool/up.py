@@ -107,8 +107,9 @@ class Child:
     def schedule_restart(self, now: float) -> float:
         """Once it has exited: when to start it again, as a delay from `now` (also kept in `restart_at`)."""
         self.quick_exits = 0 if now - self.started_at >= STEADY_SECS else self.quick_exits + 1
-        delay = min(RESTART_MAX_SECS, RESTART_FIRST_SECS * 2 ** (self.quick_exits - 1)) if self.quick_exits \
-            else 0.0
+        delay = 0.0
+        if self.quick_exits:
+            delay = min(RESTART_MAX_SECS, RESTART_FIRST_SECS * 2 ** (self.quick_exits - 1))
         self.restart_at = now + delay
         return delay
 
@@ -304,12 +305,17 @@ def _start_redis(stack: Stack) -> str | None:
         deadline = time.monotonic() + REDIS_START_SECS
         while True:
             try:
-                served_by = client.info("server").get("process_id")
+                client.ping()  # refused while it loads its AOF (INFO is not: it would answer too soon)
                 break
+            except redis.BusyLoadingError:
+                if not stack.redis.running():
+                    return f"redis-server did not start; see {stack.redis.log}"
+                time.sleep(0.05)  # loading: however long its AOF takes
             except redis.ConnectionError:
                 if time.monotonic() > deadline or not stack.redis.running():
                     return f"redis-server did not start; see {stack.redis.log}"
                 time.sleep(0.05)
+        served_by = client.info("server").get("process_id")
         stack.redis_pid = next(iter(children_of(stack.redis.proc.pid)), 0)
         if served_by != stack.redis_pid:
             return (f"port {stack.redis_port} is served by another Redis (pid {served_by}), not the one "
@@ -466,7 +472,7 @@ def _restart(stack: Stack, child: Child) -> None:
     elif child.port is not None and taken(child.port):
         fresh = stack.supervisor_child if child is stack.supervisor else stack.dashboard_child
         moved = fresh(free_port(host=_host(stack, child)))
-        moved.quick_exits, moved.started_at = child.quick_exits, child.started_at
+        moved.quick_exits = child.quick_exits
         _say(f"jobpool up: {child.name}: port {child.port} is taken by another process; moving to "
              f"port {moved.port}", err=True)
         if child is stack.supervisor:
