@@ -333,3 +333,31 @@ def test_redis_killed_comes_back_with_its_jobs(tmp_path: Path, start_up: Callabl
     assert up.proc.wait(60) == 0
     said = up.stderr()
     assert "jobpool up: redis-server exited (" in said and "starting it again" in said, said
+
+
+def test_two_ups_started_at_once_on_one_dashboard_port(tmp_path: Path) -> None:
+    """C9: two `up`s started at once both find the dashboard's port free; each ends with a URL served by its
+    own dashboard, showing its own pool."""
+    wanted = free_port()
+    both = [Stacks(tmp_path / name) for name in ("a", "b")]
+    try:
+        ups = []
+        for stacks in both:
+            stacks.cwd.mkdir()
+            ups.append(stacks.start("--workers", "1", "--dashboard-port", str(wanted)))
+        states = [up.ready() for up in ups]
+        urls = [s["dashboard_url"] for s in states]
+        assert urls[0] != urls[1], urls
+        for up, state in zip(ups, states, strict=True):
+            port = int(state["dashboard_url"].rsplit(":", 1)[1].strip("/"))
+            mine = _child(up, "dashboard")
+            assert mine and listens_on(mine["pid"], port), (state["dashboard_url"], up.log())
+            status = eventually(lambda u=state["dashboard_url"]: _get_json(u + "api/status"), timeout=30,
+                                message="its dashboard answers")
+            assert status["redis"]["url"] == state["redis_url"]
+        for up in ups:
+            up.proc.send_signal(signal.SIGINT)
+        assert [up.proc.wait(60) for up in ups] == [0, 0]
+    finally:
+        for stacks in both:
+            stacks.close()
