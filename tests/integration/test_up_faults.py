@@ -183,14 +183,12 @@ def test_status_is_unhealthy_while_no_supervisor_sweeps(tmp_path: Path, start_up
     assert up.proc.wait(60) == 0
 
 
-def test_a_state_file_whose_stack_is_gone_is_not_followed(
+def test_a_state_file_naming_another_redis_than_its_stacks_is_not_followed(
         tmp_path: Path, start_up: Callable[..., Up], redis_server_factory: Callable[[], RedisServer]) -> None:
-    """C8: `up` SIGKILLed leaves its state file; once another Redis listens on its port, a command in that
-    directory says in one line that the stack is gone, fails, and writes nothing to that Redis. So does a
-    state file naming a live `up` but a Redis that is not the one it started."""
+    """C8: a state file naming a live `up` but a Redis that is not the one it started (its stack id is not
+    there) is refused in one line, and nothing is written to that Redis; the stack's own file is followed."""
     up = start_up("--workers", "1", "--no-dashboard")
     state = up.ready()
-    port = int(state["redis_url"].rsplit(":", 1)[1].split("/")[0])
     # A copy of the live stack's file, its URL pointed at another Redis: `up` lives, that Redis is not its.
     elsewhere = redis_server_factory()
     elsewhere.start()
@@ -205,7 +203,17 @@ def test_a_state_file_whose_stack_is_gone_is_not_followed(
     # The stack's own directory follows it.
     assert _cli(tmp_path, "status").returncode in (0, 1)
     assert _cli(tmp_path, "enqueue", IMAGE, "--", "true").returncode == 0
+    up.proc.send_signal(signal.SIGINT)
+    assert up.proc.wait(60) == 0
 
+
+def test_a_state_file_whose_stack_is_gone_is_not_followed(
+        tmp_path: Path, start_up: Callable[..., Up], redis_server_factory: Callable[[], RedisServer]) -> None:
+    """C8: `up` SIGKILLed leaves its state file; once another Redis listens on its port, a command in that
+    directory says in one line that the stack is gone, fails, and writes nothing to that Redis."""
+    up = start_up("--workers", "1", "--no-dashboard")
+    state = up.ready()
+    port = int(state["redis_url"].rsplit(":", 1)[1].split("/")[0])
     stack = up.snapshot()
     up.proc.kill()
     up.proc.wait(10)
