@@ -294,7 +294,7 @@ def test_a_dashboard_port_taken_before_the_dashboard_binds_it(tmp_path: Path,
     if listens_on(dashboard["pid"], wanted):
         os.kill(dashboard["pid"], signal.SIGCONT)
         pytest.fail("the dashboard bound its port before the test could take it")
-    taker = http.server.ThreadingHTTPServer(("127.0.0.1", wanted), _OtherPool)
+    taker = _serve_other_pool(wanted)
     serving = threading.Thread(target=taker.serve_forever, daemon=True)
     serving.start()
     try:
@@ -369,3 +369,41 @@ def test_two_ups_started_at_once_on_one_dashboard_port(tmp_path: Path) -> None:
     finally:
         for stacks in both:
             stacks.close()
+
+
+def test_a_dashboard_whose_port_was_taken_while_it_was_down_moves(tmp_path: Path,
+                                                                  start_up: Callable[..., Up]) -> None:
+    """C7 and C9: the dashboard dies and another process takes its port before it is started again: `up`
+    starts it on another port, says the new URL and records it, never leaving the old one (another
+    process's) as its own."""
+    up = start_up("--workers", "1", "--dashboard-port", "0")
+    state = up.ready()
+    old = int(state["dashboard_url"].rsplit(":", 1)[1].strip("/"))
+    dashboard = _child(up, "dashboard")
+    assert dashboard
+    os.kill(dashboard["pid"], signal.SIGKILL)
+    taker = eventually(lambda: _serve_other_pool(old), timeout=10, ignoring=(OSError,),
+                       message="the test took the dead dashboard's port")
+    serving = threading.Thread(target=taker.serve_forever, daemon=True)
+    serving.start()
+    try:
+        moved = eventually(lambda: (s := json.loads(up.state_file.read_text()))["dashboard_url"] !=
+                           state["dashboard_url"] and s, timeout=60, message="the dashboard moved")
+        port = int(moved["dashboard_url"].rsplit(":", 1)[1].strip("/"))
+        mine = eventually(lambda: (d := _child(up, "dashboard")) and listens_on(d["pid"], port) and d,
+                          timeout=60, message="the new dashboard serves the new URL")
+        assert mine["pid"] != dashboard["pid"]
+        assert _get_json(moved["dashboard_url"] + "api/status")["redis"]["url"] == state["redis_url"]
+    finally:
+        taker.shutdown()
+        taker.server_close()
+        serving.join(10)
+    up.proc.send_signal(signal.SIGINT)
+    assert up.proc.wait(60) == 0
+    said = up.stderr()
+    assert f"dashboard: port {old} is taken by another process; moving to port {port}" in said, said
+    assert f"dashboard: {moved['dashboard_url']}" in said, said
+
+
+def _serve_other_pool(port: int) -> http.server.ThreadingHTTPServer:
+    return http.server.ThreadingHTTPServer(("127.0.0.1", port), _OtherPool)
