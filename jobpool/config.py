@@ -156,7 +156,7 @@ class Settings:
         _check_metrics(self.metrics_port, self.metrics_host)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, follow_up: bool = True,
+    def from_env(cls, env: Mapping[str, str] | None = None, *, follow_up: bool = True,
                  **overrides: Any) -> Settings:
         """Read ``JOBPOOL_*`` variables; keyword overrides (from flags) win; None overrides are ignored.
         With no Redis URL given, that of the `jobpool up` running from the state directory, unless
