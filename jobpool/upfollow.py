@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 
+from . import redisurl
 from .errors import ConfigError
 from .keys import PoolKeys
 from .procid import same_process_alive
@@ -60,7 +61,7 @@ def live_url(path: Path) -> str | None:
         raise StackGone(f"{gone} (its `up` process, pid {state.get('pid', '?')}, has exited); {advice}")
     stack_id = state.get("stack_id")
     if isinstance(stack_id, str) and not _holds(url, state.get("pool"), stack_id):
-        raise StackGone(f"{gone} (the Redis at {url} is not the one it started); {advice}")
+        raise StackGone(f"{gone} (the Redis at {redisurl.safe(url)} is not the one it started); {advice}")
     return url
 
 
