@@ -73,11 +73,14 @@ def _holds(url: str, pool: Any, stack_id: str) -> bool:
         key = PoolKeys(pool if isinstance(pool, str) else "default").up_stack
     except ConfigError:
         return False
-    client = redis.Redis.from_url(url, socket_timeout=CHECK_TIMEOUT_SECS,
-                                  socket_connect_timeout=CHECK_TIMEOUT_SECS, decode_responses=True)
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=CHECK_TIMEOUT_SECS,
+                                      socket_connect_timeout=CHECK_TIMEOUT_SECS, decode_responses=True)
+    except ValueError:
+        return True  # not a URL a client can be made from: Settings refuses it, naming it
     try:
         return bool(client.get(key) == stack_id)
-    except redis.ConnectionError:
+    except (redis.ConnectionError, redis.TimeoutError):
         return True
     except redis.RedisError:
         return False
