@@ -390,7 +390,7 @@ def _serve(stack: Stack, dashboard_port: int | None) -> bool:
         lost = _wait_serving(stack, pending)
         for child in lost:
             assert child.port is not None
-            host = stack.settings.metrics_host if child is stack.supervisor else "127.0.0.1"
+            host = _host(stack, child)
             if child.running():
                 _say(f"Error: the {child.name} did not listen on {host} port {child.port} within "
                      f"{SERVE_SECS:g} s; see {child.log}", err=True)
@@ -489,6 +489,7 @@ def _restart(stack: Stack, child: Child) -> None:
 
 
 def _host(stack: Stack, child: Child) -> str:
+    """The address a serving child binds: the metrics host for the supervisor, loopback for the dashboard."""
     return stack.settings.metrics_host if child is stack.supervisor else "127.0.0.1"
 
 
