@@ -196,7 +196,7 @@ def test_a_state_file_naming_another_redis_than_its_stacks_is_not_followed(
     (other_dir / ".jobpool").mkdir(parents=True)
     (other_dir / ".jobpool" / "up.json").write_text(json.dumps({**state, "redis_url": elsewhere.url}))
     refused = _cli(other_dir, "enqueue", IMAGE, "--", "true")
-    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "is gone (the Redis at" in refused.stderr and "is not the one it started" in refused.stderr
     with contextlib.closing(redis.Redis.from_url(elsewhere.url)) as other:
         assert other.dbsize() == 0
@@ -225,7 +225,7 @@ def test_a_state_file_whose_stack_is_gone_is_not_followed(
     with contextlib.closing(redis.Redis.from_url(foreign.url)) as other:
         for args in (("enqueue", IMAGE, "--", "true"), ("status",), ("pause",), ("ls",)):
             done = _cli(tmp_path, *args)
-            assert done.returncode != 0, (args, done.stdout)
+            assert done.returncode == 2, (args, done.stdout)
             err = done.stderr.strip()
             assert len(err.splitlines()) == 1 and "is gone (its `up` process" in err, (args, err)
             assert str(up.state_file) in err
