@@ -215,8 +215,8 @@ class StaleDaemon:
     """A Docker daemon whose jobs hold slots on stale evidence: their leases are gone (or, promoted, they wait
     on its queue for a checkpoint affinity to it) and the daemon's inventory is stale or missing, so the
     sweep keeps them for as long as that lasts (supervisor/remote.py). `since_ms` is its last publication,
-    else (aged out of the index after a week, or never published) the last heartbeat its jobs recorded. If
-    its host is gone for good, `command` frees them (jobpool/daemons.py)."""
+    else (aged out of the index after a week, or never published) the last heartbeat (or promotion) its jobs
+    recorded. If its host is gone for good, `command` frees them (jobpool/daemons.py)."""
 
     daemon_id: str
     jobs: tuple[str, ...]
