@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import json
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from . import redisurl
@@ -156,13 +156,17 @@ class Settings:
         _check_metrics(self.metrics_port, self.metrics_host)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Read ``JOBPOOL_*`` variables; keyword overrides (from flags) win; None overrides are ignored."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, follow_up: bool = True,
+                 **overrides: Any) -> Settings:
+        """Read ``JOBPOOL_*`` variables; keyword overrides (from flags) win; None overrides are ignored.
+        With no Redis URL given, that of the `jobpool up` running from the state directory, unless
+        `follow_up` is off (`up` itself); its state file naming a stack that is gone raises
+        `upfollow.StackGone` (a `ConfigError`)."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         if "JOBPOOL_REDIS_URL" in env:
             values["redis_url"] = env["JOBPOOL_REDIS_URL"]
-        elif overrides.get("redis_url") is None:
+        elif overrides.get("redis_url") is None and follow_up:
             found = _url_from_up_state(env.get("JOBPOOL_STATE_DIR") or cls.state_dir)
             if found:
                 values["redis_url"] = found
@@ -251,10 +255,8 @@ def _check_metrics(port: Any, host: Any) -> None:
 
 
 def _url_from_up_state(state_dir: str) -> str | None:
-    """The Redis URL of a `jobpool up` running from this state directory, if any."""
-    try:
-        with open(os.path.join(state_dir, STATE_FILE)) as f:
-            url = json.load(f).get("redis_url")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return url if isinstance(url, str) else None
+    """The Redis URL of a `jobpool up` running from this state directory, if any, and only while the stack
+    its state file names is alive (jobpool/upfollow.py)."""
+    from .upfollow import live_url  # here: it reads process identities and may ask that Redis
+
+    return live_url(Path(state_dir).absolute() / STATE_FILE)

@@ -86,7 +86,8 @@ def _check(daemon_id: Any, actor: Any, note: Any) -> None:
 
 
 def recorded_on(pool: Pool, daemon_id: str) -> list[str]:
-    """The running jobs whose rows record `daemon_id` (O(slots): `running` holds at most the slot limit)."""
+    """The running jobs whose rows record `daemon_id`, or wait promoted for it (a checkpoint affinity to it)
+    (O(slots): `running` holds at most the slot limit)."""
     k = pool.keys
     running = call_redis(pool.client.zrange, k.running, 0, -1, what="reading the running jobs")
     found: list[str] = []
@@ -94,9 +95,10 @@ def recorded_on(pool: Pool, daemon_id: str) -> list[str]:
         batch = running[start:start + _ROWS_BATCH]
         pipe = pool.client.pipeline(transaction=False)
         for job_id in batch:
-            pipe.hget(k.job(job_id), "daemon_id")
+            pipe.hmget(k.job(job_id), "daemon_id", "affinity")
         daemons = call_redis(pipe.execute, raise_on_error=False, what="reading the running jobs' daemons")
-        found += [job_id for job_id, d in zip(batch, daemons, strict=True) if d == daemon_id]
+        found += [job_id for job_id, d in zip(batch, daemons, strict=True)
+                  if isinstance(d, list) and daemon_id in d]
     return found
 
 

@@ -72,6 +72,9 @@ class PoolKeys:
         #: Declarations lifted, by a daemon that published again or by hand (scripts/unforget_daemon.lua):
         #: JSON records scored by when (ms), kept a week (jobpool/daemons.py), shown by `status`.
         self.returned_daemons = p + "returned_daemons"
+        #: The random id of the `jobpool up` stack that started this Redis (jobpool/up.py), also in its state
+        #: file: how another shell tells that Redis from another one on the same port (jobpool/upfollow.py).
+        self.up_stack = p + "up_stack"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"

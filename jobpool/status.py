@@ -216,11 +216,11 @@ class Sweep:
 
 @dataclass(frozen=True)
 class StaleDaemon:
-    """A Docker daemon whose jobs hold slots on stale evidence: their leases are gone and the daemon's
-    inventory is stale or missing, so the sweep keeps them unknown for as long as that lasts
-    (supervisor/remote.py). `since_ms` is its last publication, else (aged out of the index after a week, or
-    never published) the last heartbeat its jobs recorded. If its host is gone for good, `command` frees
-    them (jobpool/daemons.py)."""
+    """A Docker daemon whose jobs hold slots on stale evidence: their leases are gone (or, promoted, they wait
+    on its queue for a checkpoint affinity to it) and the daemon's inventory is stale or missing, so the
+    sweep keeps them for as long as that lasts (supervisor/remote.py). `since_ms` is its last publication,
+    else (aged out of the index after a week, or never published) the last heartbeat (or promotion) its jobs
+    recorded. If its host is gone for good, `command` frees them (jobpool/daemons.py)."""
 
     daemon_id: str
     jobs: tuple[str, ...]
@@ -466,7 +466,7 @@ def _daemons(pool: Pool, running: list[str], now: int) -> Daemons:
     k = pool.keys
     pipe = pool.client.pipeline(transaction=False)
     for job_id in running:
-        pipe.hmget(k.job(job_id), "daemon_id", "owner_boot", "heartbeat_at")
+        pipe.hmget(k.job(job_id), "daemon_id", "owner_boot", "heartbeat_at", "affinity", "promoted_at")
         pipe.exists(k.lease(job_id))
     pipe.hkeys(k.gone_daemons)
     pipe.zrangebyscore(k.returned_daemons, now - FORGET_MS, "+inf")
@@ -476,9 +476,12 @@ def _daemons(pool: Pool, running: list[str], now: int) -> Daemons:
     held: dict[str, list[tuple[str, int | None]]] = {}
     for i, job_id in enumerate(running):
         fields, lease = replies[2 * i], replies[2 * i + 1]
-        daemon, owner, beat = fields if isinstance(fields, list) else (None, None, None)
+        daemon, owner, beat, affinity, promoted = fields if isinstance(fields, list) else (None,) * 5
         if daemon and is_identity(daemon) and owner and not lease and daemon not in gone:
             held.setdefault(daemon, []).append((job_id, _int(beat)))
+        elif not owner and affinity and is_identity(affinity) and affinity not in gone:
+            # Promoted, waiting on the queue of the daemon holding its checkpoint: its workers take it.
+            held.setdefault(affinity, []).append((job_id, _int(promoted)))
     pipe = pool.client.pipeline(transaction=False)
     for daemon in held:
         pipe.hget(k.inventory(daemon), "at")

@@ -28,10 +28,17 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+#: The checkout these tests belong to: a test `up` runs in a temporary directory, where `python -m jobpool`
+#: would otherwise import whichever jobpool is installed, not the code under test.
+REPO = Path(__file__).resolve().parent.parent
+
+
 def fast_env() -> dict[str, str]:
-    """The environment of a test `up`: this one's, with timings that make its tests finish in seconds."""
+    """The environment of a test `up`: this one's, with timings that make its tests finish in seconds, and
+    this checkout's jobpool first on the path (so are its children's: they inherit it)."""
     env = {**os.environ, "JOBPOOL_SWEEP_INTERVAL_SECS": "1", "JOBPOOL_HEARTBEAT_SECS": "0.5",
-           "JOBPOOL_LEASE_SECS": "2", "JOBPOOL_DRAIN_TIMEOUT_SECS": "3"}
+           "JOBPOOL_LEASE_SECS": "2", "JOBPOOL_DRAIN_TIMEOUT_SECS": "3",
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("JOBPOOL_REDIS_URL", None)
     return env
 

@@ -90,7 +90,8 @@ def _global_options(group: bool) -> list[Callable[[Any], Any]]:
     before the command is never overridden by the environment after it."""
     return [
         click.option("--redis-url", envvar="JOBPOOL_REDIS_URL" if group else None, metavar="URL",
-                     help="Redis holding the pool [env JOBPOOL_REDIS_URL; default redis://127.0.0.1:6379/0]."),
+                     help="Redis holding the pool [env JOBPOOL_REDIS_URL; default: that of the `jobpool up` "
+                          "running from JOBPOOL_STATE_DIR (./.jobpool), else redis://127.0.0.1:6379/0]."),
         click.option("--pool", "pool_name", envvar="JOBPOOL_POOL" if group else None, metavar="NAME",
                      help="Pool name [env JOBPOOL_POOL; default 'default']."),
         click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout."),

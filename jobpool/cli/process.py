@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ..config import Settings
 from ..contract import MAX_SLOTS
 from .app import CliState, load, pool_command
 
@@ -66,17 +67,23 @@ def dashboard(state: CliState, host: str, port: int) -> None:
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Where Redis data and the state file live [default: JOBPOOL_STATE_DIR or ./.jobpool].")
 @click.option("--executor", type=click.Choice(["auto", "docker", "subprocess"]), default="auto",
-              show_default=True, help="auto: Docker when a daemon answers, else subprocess.")
+              show_default=True, help="auto: Docker when a daemon answers, else subprocess (which ends every "
+              "process of a job with it only where it can give the job a cgroup v2: `up` says when not).")
 @click.option("--dashboard-port", type=click.IntRange(0, 65535), default=8765, show_default=True,
-              help="The dashboard's port on 127.0.0.1 (taken: any free one; 0: any free one).")
+              help="The dashboard's port on 127.0.0.1 (taken, even while the dashboard starts: any free "
+                   "one, said; 0: any free one).")
 @click.option("--no-dashboard", is_flag=True, help="Serve no dashboard.")
 @pool_command
 def up(state: CliState, workers: int, slots: int | None, state_dir: str | None, executor: str,
        dashboard_port: int, no_dashboard: bool) -> None:
-    """Run a private Redis, a supervisor, N workers and the dashboard on this machine; Ctrl-C drains and
-    stops them."""
+    """Run a private Redis, a supervisor, N workers and the dashboard on this machine, starting again any
+    that exits (with back-off); Ctrl-C drains and stops them. Metrics are served on JOBPOOL_METRICS_PORT (in
+    use by another process: `up` stops), else on a free port. Other shells in this directory find it through
+    the state file while it runs."""
     run = load("jobpool.up", "run_up", "`jobpool up`")
-    _finish(run(state.settings(), workers=workers, slots=slots, state_dir=state_dir, executor=executor,
+    # Not from the state file: `up` starts its own Redis, and a file an earlier `up` left must not stop it.
+    settings = Settings.from_env(redis_url=state.redis_url, pool=state.pool_name, follow_up=False)
+    _finish(run(settings, workers=workers, slots=slots, state_dir=state_dir, executor=executor,
                 dashboard_port=None if no_dashboard else dashboard_port))
 
 

@@ -2,7 +2,8 @@
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     gone_daemons   KEYS[16] inventory:<daemon id>   KEYS[17] commands:<daemon id>
 KEYS[18]     inventory_lead:<daemon id>   KEYS[19] inventories
-KEYS[20..]   rows (job:<id>) of running jobs the caller read as recorded on the daemon (at most the slots)
+KEYS[20..]   rows (job:<id>) of running jobs the caller read as recorded on the daemon, or promoted to wait
+             for it (a checkpoint affinity to it), at most the slots
 ARGV[1] daemon id   ARGV[2] stale ms (JOBPOOL_INVENTORY_STALE_SECS)   ARGV[3] actor   ARGV[4] note
 Returns {0, at}; -4 'lead' while a worker holds the daemon's inventory lead (whatever the caller's settings:
 the lead lapses three of the publisher's periods after its holder stops), -4 'published <ms> ms ago' when its
@@ -12,7 +13,8 @@ An operator's word that a Docker daemon is gone for good (its host destroyed, it
 containers will run again, so a supervisor judges the attempts recorded on it absent (jobpool/daemons.py,
 jobpool/supervisor/remote.py). Refused while the daemon still publishes its inventory: a daemon whose workers
 speak for it is not gone. A daemon that aged out of the index (silent for a week) stays forgettable for as
-long as a running row holds a slot on it: the rows are checked here, so a stale read by the caller can only
+long as a running row holds a slot on it (recorded on it, or waiting promoted on its queue for a checkpoint
+affinity to it): the rows are checked here, so a stale read by the caller can only
 refuse. Its waiting commands go (no worker will take them). A `daemon_forgotten` event records it. Lifted
 when the daemon publishes again (publish_inventory.lua) or by hand (unforget_daemon.lua).
 ]]
@@ -28,7 +30,9 @@ if not known then
     local rowkey = KEYS[i]
     local id = string.sub(rowkey, #prefix + 1)
     if string.sub(rowkey, 1, #prefix) == prefix and key_type(rowkey) == 'hash'
-        and redis.call('ZSCORE', KEYS[K_RUNNING], id) and redis.call('HGET', rowkey, 'daemon_id') == daemon then
+        and redis.call('ZSCORE', KEYS[K_RUNNING], id)
+        and (redis.call('HGET', rowkey, 'daemon_id') == daemon
+             or redis.call('HGET', rowkey, 'affinity') == daemon) then
       known = true
       break
     end

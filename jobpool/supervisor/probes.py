@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import daemonid, procid
+from .. import daemonid, jobcgroup, procid
 from ..contract import EXIT_UNKNOWN, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from ..exits import Ending, Outages, ending, oom_event
 
@@ -390,7 +390,11 @@ def parse_identity(identity: str | Mapping[str, Any] | None) -> dict[str, Any] |
 
 def probe_process(identity: str | Mapping[str, Any] | None) -> Probe:
     """Whether the very process a subprocess-executor row recorded is alive, by (pid, start time, pid
-    namespace, kernel boot id): a recycled pid number is `Absent`, another namespace or kernel `Unknown`."""
+    namespace, kernel boot id): a recycled pid number is `Absent`, another namespace or kernel `Unknown`.
+    When the row recorded the job's cgroup (jobpool/jobcgroup.py), a job whose main process is gone is still
+    present while any process of that cgroup lives: its worker died before it could end them, and they may
+    still write. Such a cgroup, once found empty, is removed here (nothing else would). A row that recorded
+    none (a host where no cgroup could be made) is judged by its main process alone."""
     ident = parse_identity(identity)
     if ident is None:
         return Unknown("no readable process identity recorded")
@@ -398,6 +402,20 @@ def probe_process(identity: str | Mapping[str, Any] | None) -> Probe:
     pid = ident.get("pid")
     if alive is True:
         return Present(running=True, detail=f"process {pid} alive (start time {ident.get('start_time')})")
-    if alive is False:
+    if alive is None:
+        return Unknown(f"process {pid} is in another pid namespace or kernel than this supervisor; "
+                       "cannot tell")
+    if "cgroup" not in ident:
         return Absent(detail=f"process {pid} gone (pid free or now another process)")
-    return Unknown(f"process {pid} is in another pid namespace or kernel than this supervisor; cannot tell")
+    cgroup = jobcgroup.recorded(ident)
+    if cgroup is None:
+        return Unknown(f"process {pid} is gone, but its job's cgroup {ident.get('cgroup')} cannot be seen "
+                       "from this supervisor (another cgroup namespace, or no cgroup2 hierarchy here); "
+                       "cannot tell whether a process it started still lives")
+    if cgroup.populated():
+        return Present(running=True, detail=(
+            f"process {pid} gone, but processes it started still live in its cgroup {cgroup.path} "
+            f"(pids {' '.join(map(str, cgroup.pids()[:10]))}); its worker died before it could end them: "
+            f"to end them, write 1 to {cgroup.directory / 'cgroup.kill'}"))
+    cgroup.remove()
+    return Absent(detail=f"process {pid} gone (pid free or now another process), and its cgroup is empty")

@@ -48,7 +48,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("executor", ["docker", "subprocess"])
 def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: str, executor: str) -> None:
     env = {**os.environ, "JOBPOOL_SWEEP_INTERVAL_SECS": "1", "JOBPOOL_HEARTBEAT_SECS": "0.5",
-           "JOBPOOL_LEASE_SECS": "2"}
+           "JOBPOOL_LEASE_SECS": "2", "PYTHONPATH": fast_env()["PYTHONPATH"]}  # this checkout's jobpool
     env.pop("JOBPOOL_REDIS_URL", None)
     log = open(tmp_path / "up.log", "wb")
     up = subprocess.Popen([sys.executable, "-m", "jobpool.cli", "up", "--workers", "2", "--slots", "1",
@@ -82,10 +82,13 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         assert pool.wait(job_id, timeout=60).state == JobState.SUCCEEDED
         assert "hello from up" in pool.logs(job_id)
         # RQ's own CLI, a real client of our keys, sees the pool's queue and its workers.
-        info = subprocess.run(["rq", "info", "--url", state["redis_url"]], capture_output=True, text=True,
-                              timeout=30)
-        assert info.returncode == 0, info.stderr
-        assert "jobpool-default" in info.stdout and "2 workers" in info.stdout.replace("\n", " ")
+        # (Both workers once each has registered: `up` does not wait for that before it says it is up.)
+        def rq_info() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["rq", "info", "--url", state["redis_url"]], capture_output=True, text=True,
+                                  timeout=30)
+        info = eventually(lambda: (i := rq_info()).returncode == 0 and "2 workers" in
+                          i.stdout.replace("\n", " ") and i, timeout=30, message="rq info sees both workers")
+        assert "jobpool-default" in info.stdout
         # A second `up` on the same state directory refuses.
         again = subprocess.run([sys.executable, "-m", "jobpool.cli", "up"], cwd=tmp_path, env=env,
                                capture_output=True, text=True, timeout=30)
@@ -205,6 +208,11 @@ def test_a_second_up_refuses_while_any_process_of_the_first_lives(tmp_path: Path
                                                                   start_up: Callable[..., Up]) -> None:
     up = start_up("--workers", "2")
     state = up.ready()
+    # Both workers past their start-up, so each has its drain handler: a SIGTERM (the parent-death signal)
+    # with its default action would end even a stopped process.
+    with contextlib.closing(redis.Redis.from_url(state["redis_url"])) as rq:
+        eventually(lambda: sorted(w.get_state() for w in Worker.all(connection=rq)) == ["idle", "idle"],
+                   timeout=30, message="both workers idle")
     stack = up.snapshot()
     stopped = _workers(up)[0]
     os.kill(stopped["pid"], signal.SIGSTOP)  # cannot act on the parent-death signal: the stack lives on

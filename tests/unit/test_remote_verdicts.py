@@ -429,6 +429,23 @@ def test_a_daemon_silent_for_over_a_week_stays_forgettable_while_a_running_row_n
     assert applier(pool).reconcile_apply(snap.rows[0], verdict, p) == "queued", "its slot freed"
 
 
+def test_a_slot_waiting_on_an_affinity_to_a_daemon_silent_for_a_week_is_named_and_forgettable(
+        backend: Backend) -> None:
+    """A job handed back from a host that was then destroyed waits promoted on that daemon's queue (its
+    checkpoint affinity), holding a slot: `status` names the daemon, and `forget-daemon` takes it, however
+    long ago it last published; the sweep then releases the affinity."""
+    pool = backend.pool(max_concurrent_jobs=2)
+    job_id = pool.enqueue("img", ["true"]).id
+    queue = pool.keys.daemon_queue(D1)
+    pool.client.hset(pool.keys.job(job_id), mapping={"affinity": D1, "affinity_queue": queue})
+    assert pool.client.zscore(pool.keys.running, job_id) is not None and pool.get(job_id).owner_boot == ""
+    assert pool.client.zscore(pool.keys.inventories, D1) is None, "never in the index (or aged out of it)"
+    (held,) = pool.status().daemons.stale
+    assert (held.daemon_id, held.jobs) == (D1, (job_id,))
+    forget_daemon(pool, D1, note="the host of its checkpoints was destroyed")
+    assert pool.status().daemons.stale == () and pool.status().daemons.gone == (D1,)
+
+
 def test_only_a_running_row_makes_an_unpublished_daemon_forgettable(backend: Backend) -> None:
     """A row that names the daemon but no longer runs (finished, or a stale read of the caller's) does not."""
     pool = backend.pool(max_concurrent_jobs=2)
