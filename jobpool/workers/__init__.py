@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..api import Pool
@@ -49,7 +50,8 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     boot = Boot(pool, settings.executor, daemon_id)
     runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version,
                       cleaner=finished_container_remover(settings, daemon_id, api_version))
-    runtime.host_check = host_check(settings, boot, api_version)
+    runtime.host_check = host_check(settings, boot, api_version,
+                                    None if daemon_id else identify(runtime, boot))
     runtime.prepare()
     install(runtime)
     boot.start()
@@ -83,7 +85,25 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     return worker.left_running
 
 
-def host_check(settings: Settings, boot: Boot, api_version: str | None) -> HostCheck:
+def identify(runtime: Runtime, boot: Boot) -> Callable[[], object]:
+    """Establish the identity of the Docker daemon that did not answer at boot, into `runtime` (the horses
+    forked from then on inherit it) and the boot record; run by the host check's thread, which holds claims
+    until it has."""
+    def establish() -> object:
+        executor = make_executor(runtime.pool.settings)
+        try:
+            runtime.api_version = executor.api_version  # type: ignore[attr-defined]
+            runtime.daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
+        finally:
+            executor.close()
+        boot.fields["daemon_id"] = runtime.daemon_id
+        return runtime.daemon_id
+
+    return establish
+
+
+def host_check(settings: Settings, boot: Boot, api_version: str | None,
+               identify: Callable[[], object] | None = None) -> HostCheck:
     """The check of this worker's host (workers/hostcheck.py), publishing to its boot record; its Docker ping
     has a client of its own, made at its first use (only its thread uses it)."""
     made: list[object] = []
@@ -96,7 +116,7 @@ def host_check(settings: Settings, boot: Boot, api_version: str | None) -> HostC
         return made[0].ping()  # type: ignore[attr-defined]
 
     return for_settings(settings, boot.id, ping if settings.executor == "docker" else None,
-                        boot.set_cannot_claim)
+                        boot.set_cannot_claim, identify)
 
 
 #: How long the host check's ping waits for the Docker daemon.

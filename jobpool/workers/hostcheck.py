@@ -97,8 +97,14 @@ class HostCheck:
     record."""
 
     def __init__(self, directory: str, what: str, marker: str, every: float,
-                 ping: Callable[[], object] | None, publish: Callable[[str], None]) -> None:
+                 ping: Callable[[], object] | None, publish: Callable[[str], None],
+                 identify: Callable[[], object] | None = None) -> None:
+        """`identify`: establishes the Docker daemon's identity (jobpool/daemonid.py) when it was not at
+        boot; until it does, no job is taken (a job's horse could only drop it, holding its slot a claim grace
+        each time)."""
         self.directory, self.what, self.every, self.ping, self.publish = directory, what, every, ping, publish
+        self.identify = identify
+        self._identity_problem = f"{DOCKER}: its identity is not established yet" if identify else ""
         self.marker = os.path.join(directory, f".jobpool-probe-{marker}") if directory else ""
         self.note = FaultNote()
         self._lock = threading.Lock()
@@ -130,10 +136,11 @@ class HostCheck:
                 self._probe.started_at = time.monotonic()
             problem = self._probe_directory()
             docker = self._probe_docker()
+            identity = self._probe_identity()
             with self._lock:
                 self._probe = _Probe(problem, asked, None)
             self._publish()
-            failing = bool(problem or docker)
+            failing = bool(problem or docker or identity)
             self._wake.wait(min(RECHECK_SECS, self.every) if failing else self.every)
             self._wake.clear()
 
@@ -167,6 +174,24 @@ class HostCheck:
         log.info("host check: the docker daemon answers again")
         return ""
 
+    def _probe_identity(self) -> str:
+        """Establish the daemon's identity while it is not (a daemon that did not answer at boot, or whose
+        identity could not be read: daemonid.py); '' once it is."""
+        with self._lock:
+            missing = self._identity_problem
+        if not missing or self.identify is None:
+            return ""
+        try:
+            self.identify()
+        except Exception as exc:  # noqa: BLE001 - any failure leaves the identity unknown, and claims held
+            with self._lock:
+                self._identity_problem = f"{DOCKER}: its identity cannot be established: {exc}"
+            return self._identity_problem
+        with self._lock:
+            self._identity_problem = ""
+        log.info("host check: the docker daemon's identity is established; claiming")
+        return ""
+
     # -- the worker's main thread ----------------------------------------------------------------------------
 
     def problem(self) -> str:
@@ -177,8 +202,10 @@ class HostCheck:
             not_before, why = self._not_before, self._backoff_why
         if probe.started_at is not None and now - probe.started_at > PROBE_HANG_SECS:
             return f"{self.what} {self.directory}: its probe has not answered for {PROBE_HANG_SECS:g} s"
-        if probe.problem or docker:
-            return probe.problem or docker
+        with self._lock:
+            identity = self._identity_problem
+        if probe.problem or docker or identity:
+            return probe.problem or docker or identity
         if now < not_before:
             return f"pausing after handing a job back ({why})"
         return ""
@@ -244,10 +271,11 @@ class HostCheck:
 
 
 def for_settings(settings: Settings, boot_id: str, ping: Callable[[], object] | None,
-                 publish: Callable[[str], None]) -> HostCheck:
-    """The check of a worker with these settings: Docker probes its checkpoint root (if any) and pings its
-    daemon after a Docker fault; the subprocess executor probes its state directory."""
+                 publish: Callable[[str], None], identify: Callable[[], object] | None = None) -> HostCheck:
+    """The check of a worker with these settings: Docker probes its checkpoint root (if any), pings its
+    daemon after a Docker fault and, given `identify`, establishes its identity before any claim; the
+    subprocess executor probes its state directory."""
     every = settings.host_check_secs
     if settings.executor == "docker":
-        return HostCheck(settings.checkpoint_root, CHECKPOINT_ROOT, boot_id, every, ping, publish)
+        return HostCheck(settings.checkpoint_root, CHECKPOINT_ROOT, boot_id, every, ping, publish, identify)
     return HostCheck(os.path.abspath(settings.state_dir), STATE_DIR, boot_id, every, None, publish)

@@ -144,3 +144,32 @@ def test_a_docker_daemon_that_refuses_the_create_hands_the_job_back_and_holds_th
     assert done.state is JobState.SUCCEEDED and done.recovery_attempts == 0, (done, worker.log()[-3000:])
     assert "ran" in pool.logs(job.id)
     eventually(lambda: not held_by(pool, boot_id), timeout=15, message="status says it claims again")
+
+
+def test_a_worker_whose_docker_daemon_does_not_answer_takes_no_job_until_it_does(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str, tmp_path: Path) -> None:
+    """Issue #29 item 2: a worker that cannot establish its daemon's identity (its DOCKER_HOST names a socket
+    nothing serves) leaves every delivery where it is, instead of taking it only to drop it before its claim
+    (each one then held its slot a claim grace, and a pool of that worker alone wedged while `status` said
+    healthy); `status` says why and counts it not ready; once the daemon answers, the job runs."""
+    pool.set_slots(1)
+    link = tmp_path / "docker.sock"  # nothing there yet: the connection is refused
+    spawn(DOCKER_HOST=f"unix://{link}")
+    job = pool.enqueue(IMAGE, ["echo", "ran"])
+    boots = eventually(lambda: [w for w in pool.status().workers.boots if w.cannot_claim], timeout=30,
+                       message="status says the worker holds its claims")
+    assert "identity" in boots[0].cannot_claim, boots
+    report = pool.status()
+    assert not report.healthy and any("fewer live workers than slots: 0 ready" in r
+                                      for r in report.health.reasons), report.health
+    until = time.monotonic() + HELD_SECS
+    while time.monotonic() < until:  # the delivery stays on RQ's queue: nothing took it
+        assert pool.client.lrange(pool.keys.rq_queue, 0, -1) == [job.id]
+        assert not claims(pool, job.id), pool.events(job.id)
+        time.sleep(0.1)
+    link.symlink_to(docker_host.removeprefix("unix://"))  # the daemon answers there now
+    done = pool.wait(job.id, timeout=60)
+    assert (done.state, done.attempt, done.recovery_attempts) == (JobState.SUCCEEDED, 1, 0), done
+    assert "ran" in pool.logs(job.id)
+    eventually(lambda: not [w for w in pool.status().workers.boots if w.cannot_claim], timeout=15,
+               message="status says it claims again")
