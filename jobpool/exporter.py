@@ -73,9 +73,10 @@ def gauges(report: StatusReport) -> Iterator[Metric]:
         yield _gauge("jobpool_workers_live", "Live worker processes (draining ones included).", pool,
                      report.workers.live)
         w = report.workers
-        yield _gauge("jobpool_workers_ready", "Live workers that take jobs: not draining, and not holding "
-                     "their claims because their host fails its check (`jobpool status` says why).", pool,
-                     sum(not b.draining and not b.cannot_claim for b in w.boots))
+        yield _gauge("jobpool_workers_ready", "Live workers that take jobs: not draining, not holding their "
+                     "claims because their host fails its check, not stuck on their horse (`jobpool status` "
+                     "says why).", pool, sum(not b.draining and not b.cannot_claim and not b.stuck
+                                             for b in w.boots))
     if report.promotion is not None:
         yield _gauge("jobpool_promotion_paused", "1 while promotion is paused (`jobpool pause`).", pool,
                      int(report.promotion.paused))

@@ -43,3 +43,11 @@ def test_a_record_without_the_field_and_a_draining_stuck_worker() -> None:
     r = report({"host": "h"}, {"draining": "1", "stuck": "horse 8 is stopped"}, slots=1)
     assert r.workers is not None and (r.workers.live, r.workers.draining) == (2, 1)
     assert judge(r, sweep_interval_secs=1).healthy
+
+
+def test_the_ready_gauge_leaves_a_stuck_worker_out() -> None:
+    from jobpool.exporter import gauges
+
+    r = report({"host": "h"}, {"stuck": "horse 8 is stopped"}, {"cannot_claim": "read-only"}, slots=3)
+    (ready,) = [m for m in gauges(r) if m.name == "jobpool_workers_ready"]
+    assert [s.value for s in ready.samples] == [1]
