@@ -3,6 +3,7 @@ thread: jobpool/workers/horses.py, `HorseWorker.stuck`): live, but not ready."""
 
 from __future__ import annotations
 
+from jobpool.exporter import gauges
 from jobpool.status import Health, Slots, StatusReport, Sweep, _workers, judge
 
 NOW = 1_000_000
@@ -46,8 +47,6 @@ def test_a_record_without_the_field_and_a_draining_stuck_worker() -> None:
 
 
 def test_the_ready_gauge_leaves_a_stuck_worker_out() -> None:
-    from jobpool.exporter import gauges
-
     r = report({"host": "h"}, {"stuck": "horse 8 is stopped"}, {"cannot_claim": "read-only"}, slots=3)
     (ready,) = [m for m in gauges(r) if m.name == "jobpool_workers_ready"]
     assert [s.value for s in ready.samples] == [1]
