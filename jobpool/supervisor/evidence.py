@@ -123,15 +123,21 @@ class Evidence:
         return Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch, ghosts,
                         self._live_leases(list(ghosts)))
 
-    def probe(self, snap: Snapshot, prober: ContainerProber) -> dict[str, Probe]:
+    def probe(self, snap: Snapshot, prober: ContainerProber,
+              untrusted: Mapping[str, str] | None = None) -> dict[str, Probe]:
         """The probes the rows of `snap` need: one container list for all container rows (and the ghosts with
-        no lease, by label, any attempt), /proc for subprocess rows."""
+        no lease, by label, any attempt), /proc for subprocess rows. A row recorded on a daemon identity in
+        `untrusted` (identity -> why: two daemons may share it, jobpool/daemonmark.py) is unknown, judged
+        neither from this supervisor's daemon nor from an inventory."""
         containers: dict[str, int] = {}
         daemons: dict[str, str] = {}
         out: dict[str, Probe] = {}
         for row in snap.rows:
             need = probe_needed(row, snap.lease[row.id])
-            if need is ProbeKind.CONTAINER:
+            if need is ProbeKind.CONTAINER and untrusted and row.daemon_id in untrusted:
+                out[row.id] = Unknown(f"daemon {row.daemon_id} may not be one daemon: "
+                                      f"{untrusted[row.daemon_id]}")
+            elif need is ProbeKind.CONTAINER:
                 containers[row.id] = row.attempt
                 daemons[row.id] = row.daemon_id
             elif need is ProbeKind.PROCESS:
