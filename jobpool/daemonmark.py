@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import daemonid
+from .contract import LABEL_POOL
 from .errors import JobpoolError
 from .registry import call_redis
 
@@ -48,7 +49,6 @@ log = logging.getLogger("jobpool.daemonmark")
 VOLUME_PREFIX = "jobpool-daemon-mark-"
 LABEL_ROLE = "jobpool.role"
 ROLE_MARK = "daemon-mark"
-LABEL_POOL = "jobpool.pool"
 LABEL_OWNER = "jobpool.mark_of"
 LABEL_AT = "jobpool.marked_at"
 #: A mark is compared every period: the process's heartbeat, but no oftener than this.
