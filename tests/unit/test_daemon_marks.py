@@ -1,6 +1,6 @@
-"""Daemon marks (jobpool/daemonmark.py): the comparison that tells two daemons sharing one identity apart, as a
-pure function, and its scripts (daemon_mark.lua, daemon_unmark.lua, give_back.lua) on fakeredis[lua] and a
-real redis-server."""
+"""Daemon marks (jobpool/daemonmark.py): the comparison that tells two daemons sharing one identity apart,
+as a pure function, and its scripts (daemon_mark.lua, daemon_unmark.lua, give_back.lua) on fakeredis[lua]
+and a real redis-server."""
 
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def test_a_peers_report_refuses_here_too() -> None:
 
 
 def test_collisions_by_identity() -> None:
-    peers = {"a": peer("a", collision="shared a"), "b": peer("b", collision="shared b"), "c": peer("c", OTHER)}
+    peers = {"a": peer("a", collision="shared a"), "b": peer("b", collision="shared b"),
+             "c": peer("c", OTHER)}
     assert daemonmark.collisions(peers) == {ID: "shared a"}
 
 
