@@ -27,6 +27,7 @@ See docs/architecture.md ("The daemon's identity").
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -36,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import daemonid
+from . import daemonid, procid
 from .contract import LABEL_POOL
 from .errors import JobpoolError
 from .registry import call_redis
@@ -62,7 +63,7 @@ GONE_SECS = 600.0
 #: How often a process looks for marks of processes long gone on its daemon.
 SWEEP_GONE_EVERY_SECS = 60.0
 #: The record's fields, as scripts/daemon_mark.lua writes them (with `at`, Redis's time).
-FIELDS = ("role", "host", "pid", "docker_host", "daemon_id", "mark", "verified", "collision")
+FIELDS = ("role", "host", "pid", "docker_host", "daemon_id", "mark", "verified", "collision", "process")
 
 
 def volume_name(process_id: str) -> str:
@@ -82,12 +83,25 @@ class Peer:
     mark: str = ""
     verified: frozenset[str] = frozenset()
     collision: str = ""
+    #: The process's identity (jobpool/procid.py, JSON): one seen dead from here is no peer, though its
+    #: record has not expired yet (a worker restarted after a crash need not wait for it).
+    process: str = ""
 
     @classmethod
     def from_record(cls, process_id: str, rec: Mapping[str, str]) -> Peer:
         return cls(process_id, rec.get("role", ""), rec.get("host", ""), rec.get("pid", ""),
                    rec.get("docker_host", ""), rec.get("daemon_id", ""), rec.get("mark", ""),
-                   frozenset(rec.get("verified", "").split()), rec.get("collision", ""))
+                   frozenset(rec.get("verified", "").split()), rec.get("collision", ""),
+                   rec.get("process", ""))
+
+    def gone(self) -> bool:
+        """Whether this process is seen dead from here (never guessed: another kernel or pid namespace, or
+        no readable identity, is not gone)."""
+        try:
+            ident = json.loads(self.process)
+        except ValueError:
+            return False
+        return isinstance(ident, dict) and procid.same_process_alive(ident) is False
 
     def where(self) -> str:
         return describe(self.role, self.pid, self.host, self.docker_host)
@@ -193,6 +207,7 @@ class Marker:
         self.timeout = settings.probe_timeout_secs
         self.host = socket.gethostname()
         self.where = describe(role, os.getpid(), self.host, self.docker_host)
+        self._process = json.dumps(procid.identity_of(os.getpid()))
         self.daemon_id = ""
         self.registered = False
         self.marked = False
@@ -286,7 +301,7 @@ class Marker:
         if not self.registered:
             self._register()  # marked first: no peer reads this record while the mark is not there
             self.registered = True
-        peers = read_peers(self.pool)
+        peers = {i: p for i, p in read_peers(self.pool).items() if i == self.id or not p.gone()}
         if self.id not in peers:  # lost (Redis restarted, the record expired): back, and judged next period
             self._register()
             self.registered = False
@@ -306,7 +321,8 @@ class Marker:
         k = self.pool.keys
         values = {"role": self.role, "host": self.host, "pid": str(os.getpid()),
                   "docker_host": self.docker_host, "daemon_id": self.daemon_id, "mark": self.mark,
-                  "verified": " ".join(sorted(self._verified)), "collision": self._collision}
+                  "verified": " ".join(sorted(self._verified)), "collision": self._collision,
+                  "process": self._process}
         args: list[Any] = [self.id, self.ttl_ms, 10 * self.ttl_ms]
         for name in FIELDS:
             args += [name, values[name]]

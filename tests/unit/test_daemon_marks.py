@@ -4,9 +4,11 @@ and a real redis-server."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Mapping
 
-from jobpool import daemonmark
+from jobpool import daemonmark, procid
 from jobpool.api import Pool
 from jobpool.daemonmark import Peer, judge
 
@@ -102,3 +104,14 @@ def test_a_job_taken_while_refused_is_given_back_at_the_head(pool: Pool) -> None
     assert pool.client.lrange(queue, 0, -1) == ["first", "second"] and not pool.client.exists(taken)
     assert pool.run("give_back", [queue, taken], ["first"])[1] == 0, "not taken: nothing done"
     assert pool.client.lrange(queue, 0, -1) == ["first", "second"]
+
+
+def test_a_peer_seen_dead_from_here_is_gone_and_nothing_else_is() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    ident = procid.identity_of(child.pid)
+    assert not Peer("x", process=json.dumps(ident)).gone(), "alive"
+    child.kill()
+    child.wait()
+    assert Peer("x", process=json.dumps(ident)).gone()
+    assert not Peer("x", process=json.dumps({**ident, "boot_id": "another-kernel"})).gone(), "cannot tell"
+    assert not Peer("x").gone() and not Peer("x", process="garbage").gone()
