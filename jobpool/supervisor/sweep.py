@@ -51,6 +51,7 @@ class Supervisor:
         self.evidence = Evidence(pool)
         self.adoptions = Adoptions(pool)
         self.applier = Applier(pool, self.prober, self.adoptions, self.actor)
+        self.applier.untrusted = self.untrusted_daemons
         self._volumes_at = -math.inf
         #: This supervisor's mark on its daemon (jobpool/daemonmark.py; the loop's: run_supervisor), or None.
         self.marker = marker
@@ -79,7 +80,7 @@ class Supervisor:
             self._release_gone_affinities(snap)
         recovering = self.evidence.redis_recovering()
         t_read = time.perf_counter()
-        probes = self.evidence.probe(snap, self.prober, self.untrusted_daemons())
+        probes = self.evidence.probe(snap, self.prober, self.untrusted_daemons)
         t_probe = time.perf_counter()
         report = SweepReport(self.pool.keys.pool, at_ms=snap.now_ms, rows=len(snap.rows), dry_run=dry_run)
         decided = [(row, probes.get(row.id)) for row in snap.rows]

@@ -21,6 +21,7 @@ from servers import DockerDaemon, daemon_identity
 from test_daemon_identity import Sampler, live_on
 
 from jobpool import JobState, Pool, daemonmark
+from jobpool.supervisor import ContainerProber, Supervisor
 
 #: Inventories every 0.3 s, stale after 2 s: a collision and its consequences show within seconds.
 FLEET = {"JOBPOOL_INVENTORY_SECS": "0.3", "JOBPOOL_INVENTORY_STALE_SECS": "2"}
@@ -111,6 +112,15 @@ def test_two_daemons_with_one_copied_data_root_refuse_claims_and_judge_nothing(
         assert pool.get(waiting).owner_boot in ("", None), "claimed by a worker whose daemon has a clone"
         assert not any(e["reason"] == "claimed" for e in pool.events(waiting))
         assert not live_on(d1, waiting) and not live_on(d2, waiting)
+        # An operator's one-shot sweep from either daemon (no mark of its own) honours the report too.
+        for host in (d1, d2):
+            sup = Supervisor(pool, ContainerProber(host, timeout=5))
+            try:
+                verdict = sup.sweep(job_ids=[orphan], dry_run=True).decisions[0].verdict
+            finally:
+                sup.close()
+            assert verdict.kind.value == "warn", verdict
+            assert "may not be one daemon" in verdict.evidence + verdict.reason, verdict
     job = pool.get(orphan)
     assert (job.state, job.attempt) == (JobState.RUNNING, 1), "the orphan was judged, and run again"
     assert not [e for e in pool.events(orphan) if e["from"] == "running" and e["to"] != "running"]
