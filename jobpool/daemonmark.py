@@ -274,7 +274,7 @@ class Marker:
                 self._close()  # the daemon's: a new client next period
             text = " ".join(str(exc).split())[:300]
             why = f"its daemon's marks could not be compared ({type(exc).__name__}: {text})"
-            self._why = why
+            self._why, self._collided = why, False
         self._say(why)
 
     def _round(self) -> str:
@@ -282,7 +282,7 @@ class Marker:
         try:
             ours = daemonid.establish(client, self._given_host)
         except daemonid.IdentityUnavailable as exc:
-            self._why = f"its daemon's identity cannot be established: {exc}"
+            self._why, self._collided = f"its daemon's identity cannot be established: {exc}", False
             return self._why
         listed = client.api.volumes(filters={"label": f"{LABEL_ROLE}={ROLE_MARK}"}).get("Volumes") or []
         here = {str(v.get("Name", "")) for v in listed}
@@ -294,7 +294,6 @@ class Marker:
                 LABEL_ROLE: ROLE_MARK, LABEL_POOL: self.pool.keys.pool, LABEL_OWNER: self.id,
                 LABEL_AT: str(int(time.time()))})
             here.add(self.mark)
-            self.marked = True
         self.marked = True
         if ours != self.daemon_id:
             self.daemon_id, self.registered, self._missing = ours, False, {}
