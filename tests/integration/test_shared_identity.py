@@ -11,8 +11,11 @@ sees no collision and runs its jobs.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable, Iterator
 
+import docker
 import pytest
 from constants import IMAGE
 from polling import eventually
@@ -159,3 +162,40 @@ def test_a_normal_fleet_sees_no_collision(
     assert not any(SHARED in p.log() for p in procs)
     for j in jobs:
         pool.cancel(j)
+
+
+def test_marks_are_removed_by_their_process_and_once_long_gone(
+        docker_host: str, pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+    """A worker removes its own mark as it stops; a mark whose process has had no record for GONE_SECS is
+    removed by a process on its daemon; a recent one, or one whose process has a record, is kept."""
+    long_ago = str(int(time.time() - daemonmark.GONE_SECS - 60))
+    marks = {"gone": long_ago, "recent": str(int(time.time())), "alive": long_ago}
+    k = pool.keys
+    fields = {"daemon_id": "jpd1:" + "c" * 32 + "@elsewhere", "mark": daemonmark.volume_name("alive")}
+    args: list[object] = ["alive", 600_000, 6_000_000]
+    for name in daemonmark.FIELDS:
+        args += [name, fields.get(name, "")]
+    pool.run("daemon_mark", [k.daemon_mark("alive"), k.daemon_marks], args)
+    with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=10)) as client:
+        for owner, at in marks.items():
+            client.api.create_volume(daemonmark.volume_name(owner), labels={
+                daemonmark.LABEL_ROLE: daemonmark.ROLE_MARK, "jobpool.pool": pool.keys.pool,
+                daemonmark.LABEL_OWNER: owner, daemonmark.LABEL_AT: at})
+
+        def names() -> set[str]:
+            found = client.api.volumes(filters={"label": f"{daemonmark.LABEL_ROLE}={daemonmark.ROLE_MARK}"})
+            return {v["Name"] for v in found.get("Volumes") or []}
+
+        worker = spawn(DOCKER_HOST=docker_host)
+        own = eventually(lambda: [n for n in names() if n.startswith(daemonmark.VOLUME_PREFIX)
+                                  and n[len(daemonmark.VOLUME_PREFIX):] not in marks], timeout=20,
+                         message="the worker's own mark")
+        eventually(lambda: daemonmark.volume_name("gone") not in names(), timeout=20,
+                   message="the long gone mark removed")
+        assert {daemonmark.volume_name("recent"), daemonmark.volume_name("alive"), *own} <= names()
+        worker.stop()
+        assert not set(own) & names(), "the worker's own mark outlived it"
+        assert not any(p.mark in own for p in daemonmark.read_peers(pool).values()), "its record too"
+        for owner in ("recent", "alive"):
+            client.api.remove_volume(daemonmark.volume_name(owner))
+    pool.run("daemon_unmark", [k.daemon_mark("alive"), k.daemon_marks], ["alive"])
