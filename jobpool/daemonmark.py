@@ -221,6 +221,8 @@ class Marker:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._logged = ""
+        #: Whether a round has succeeded yet (until then, not trusted).
+        self._compared = False
 
     # ---- what the other threads read ----------------------------------------------------------------
 
@@ -266,15 +268,22 @@ class Marker:
 
     def round(self) -> None:
         """One period: list the marks on this daemon (making this process's own if missing), register, read
-        the peers and judge. Any failure leaves the daemon untrusted, with the reason."""
+        the peers and judge. A round that fails (the daemon or Redis away) keeps the last verdict: what the
+        marks said has not changed, and nothing can be claimed or judged without them anyway (a launch meets
+        the daemon's fault: jobpool/workers/hostcheck.py). Until a first round succeeds, not trusted."""
         try:
             why = self._round()
-        except Exception as exc:  # noqa: BLE001 - Redis or the daemon away: not trusted until they answer
+        except Exception as exc:  # noqa: BLE001 - Redis or the daemon away: the last verdict stands
             if not isinstance(exc, JobpoolError):
                 self._close()  # the daemon's: a new client next period
+            if self._compared:
+                log.debug("%s: daemon marks not compared this period: %s", self.where, exc)
+                return
             text = " ".join(str(exc).split())[:300]
             why = f"its daemon's marks could not be compared ({type(exc).__name__}: {text})"
             self._why, self._collided = why, False
+        else:
+            self._compared = True
         self._say(why)
 
     def _round(self) -> str:
