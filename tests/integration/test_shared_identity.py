@@ -193,6 +193,8 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
         eventually(lambda: daemonmark.volume_name("gone") not in names(), timeout=20,
                    message="the long gone mark removed")
         assert {daemonmark.volume_name("recent"), daemonmark.volume_name("alive"), *own} <= names()
+        # Up (its signal handlers in place: a SIGTERM while it starts ends it before its clean-up can run).
+        eventually(lambda: "executor docker" in worker.log(), timeout=20, message="the worker up")
         worker.stop()
         assert not set(own) & names(), "the worker's own mark outlived it"
         assert not any(p.mark in own for p in daemonmark.read_peers(pool).values()), "its record too"
