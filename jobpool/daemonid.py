@@ -1,4 +1,4 @@
-"""Which Docker daemon a container lives on: an identity that two live daemons cannot share.
+"""Which Docker daemon a container lives on: an identity two daemons share only as copies on one kernel.
 
 "No container labelled for this attempt on the daemon I asked" frees a slot only if the daemon asked is
 the very daemon the attempt was launched on. Docker's own ID (`docker info` "ID") cannot tell: Docker 20.10
@@ -13,8 +13,13 @@ The identity jobpool records instead is `jpd1:<uuid>@<kernel boot id>`:
   root) have two volumes, however their key files compare. The first process to ask creates it; a racing
   second create of the same name returns the same volume, and everyone reads the label back from the daemon.
 - `<kernel boot id>` is the boot id of the kernel the daemon runs on. It separates VMs cloned from one image
-  *after* the volume was made (they share the data root's copy, never a live kernel), and it changes when the
+  *after* the volume was made (they share the data root's copy, not the kernel), and it changes when the
   host reboots, which is also when every container of the old boot is gone.
+
+Two daemons on one kernel whose data roots are copies (several dockerd on a host, Docker-in-Docker built with
+its data, a restored backup) do share the identity. That is checked, not assumed away:
+jobpool/daemonmark.py marks each process's daemon and compares the marks through Redis; while two daemons
+share an identity, no claim is made and no row on it is judged.
 
 The boot id is read from `/proc` of the process that asks, so it is the daemon's only when the daemon is
 reached through a local unix socket (the one-host set-up and the compose file's mounted `docker.sock`; a

@@ -75,6 +75,9 @@ class PoolKeys:
         #: The random id of the `jobpool up` stack that started this Redis (jobpool/up.py), also in its state
         #: file: how another shell tells that Redis from another one on the same port (jobpool/upfollow.py).
         self.up_stack = p + "up_stack"
+        #: Every process that marked its Docker daemon (jobpool/daemonmark.py): process id -> its last
+        #: refresh (ms, Redis time). Bounded by the fleet (entries long expired are trimmed by the script).
+        self.daemon_marks = p + "daemon_marks"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"
@@ -129,6 +132,10 @@ class PoolKeys:
         """The RQ list key of `daemon_queue_name`: where a job with an affinity to that daemon is pushed
         (scripts/_lib.lua, promote_candidates)."""
         return RQ_QUEUE_PREFIX + self.daemon_queue_name(daemon_id)
+
+    def daemon_mark(self, process_id: str) -> str:
+        """One process that marked its Docker daemon (hash + TTL; jobpool/daemonmark.py)."""
+        return f"{self.prefix}daemon_mark:{process_id}"
 
     def boot(self, boot_id: str) -> str:
         return f"{self.prefix}boot:{boot_id}"

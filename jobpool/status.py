@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import errors, redispolicy, redisurl, strays
+from . import daemonmark, errors, redispolicy, redisurl, strays
 from .daemonid import is_identity
 from .inventory import FORGET_MS
 from .redispolicy import PolicyCheck, Verdict
@@ -305,6 +305,8 @@ class StatusReport:
     #: stop them (jobpool/strays.py).
     strays: tuple[Stray, ...] = ()
     daemons: Daemons | None = None
+    #: Daemon identity -> a live process's report that two Docker daemons share it (jobpool/daemonmark.py).
+    shared_daemons: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def healthy(self) -> bool:
@@ -333,7 +335,8 @@ class StatusReport:
             "workers": self.workers.to_dict() if self.workers else None,
             "last_sweep": self.last_sweep.to_dict() if self.last_sweep else None,
             "daemons": self.daemons.to_dict() if self.daemons else None,
-            "unknown": self.unknown, "strays": [x.to_dict() for x in self.strays], **self.health.to_dict(),
+            "unknown": self.unknown, "strays": [x.to_dict() for x in self.strays],
+            "shared_daemons": dict(self.shared_daemons), **self.health.to_dict(),
         }
 
 
@@ -372,6 +375,7 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
         daemons = sorted({x.daemon_id for x in report.strays})
         reasons.append(f"{len(report.strays)} stray container(s) run outside any slot on daemon(s) "
                        f"{', '.join(daemons)}: their workers are stopping them (see `strays`)")
+    reasons.extend(report.shared_daemons.values())  # each names both daemons' hosts and sockets
     if report.unknown:
         notes.append(f"{report.unknown} running job(s) could not be probed (Docker unreachable?); "
                      "their slots are kept until the probe answers")
@@ -438,7 +442,7 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
                             _int(stats["paused_since"])),
         workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep,
         redis_policy=redispolicy.from_reply(config),  # a CONFIG GET refused (an ACL) is a warning
-        strays=found, daemons=_daemons(pool, running, now))
+        strays=found, daemons=_daemons(pool, running, now), shared_daemons=daemonmark.read_collisions(pool))
     return report, tuple(warnings)
 
 

@@ -260,8 +260,12 @@ class DockerDaemon:
     daemon that stops its containers as it shuts down and stops those it finds running as it starts.
     """
 
-    def __init__(self, live_restore: bool = True) -> None:
+    def __init__(self, live_restore: bool = True, copy_of: DockerDaemon | None = None) -> None:
         self.live_restore = live_restore
+        #: Its first `start` begins from a copy of this daemon's data root (which must be stopped then), as a
+        #: second daemon restored from a backup of the first, or a Docker-in-Docker image built with its data,
+        #: would: the same volumes (jobpool's identity volume among them), images and key file.
+        self.copy_of = copy_of
         # Short and under /tmp: containerd's socket lives in the exec root; unix socket paths max ~107 bytes.
         self.dir = Path(tempfile.mkdtemp(prefix="jpd-", dir="/tmp"))
         # containerd accepts only [a-z0-9] (and inner '-', '.') in a namespace; mkdtemp names may hold '_'.
@@ -294,6 +298,10 @@ class DockerDaemon:
         if dockerd is None:
             raise FileNotFoundError("dockerd not on PATH (apt-get install docker.io)")
         d = self.dir
+        if self.copy_of is not None and not (d / "root").exists():
+            if self.copy_of.running:
+                raise RuntimeError("the daemon whose data root is copied must be stopped while it is copied")
+            subprocess.run(["cp", "-a", str(self.copy_of.dir / "root"), str(d / "root")], check=True)
         # The containerd namespace keeps our containers apart even if dockerd finds a system containerd.
         args = [
             dockerd,

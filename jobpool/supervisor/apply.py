@@ -10,6 +10,7 @@ job's container by label on the daemon it was recorded on before failing it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 
 from .. import commands, errors
 from ..api import CANDIDATES_ON_RELEASE, Pool
@@ -30,6 +31,9 @@ class Applier:
         self.prober = prober
         self.adoptions = adoptions
         self.actor = actor
+        #: Daemon identities two daemons may share (identity -> why; jobpool/daemonmark.py), set by the
+        #: Supervisor: no eviction of a job recorded on one, since stopping it "by label" may miss it.
+        self.untrusted: Callable[[], Mapping[str, str]] | None = None
 
     def apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None, pending: set[str]) -> str:
         """Apply one row's verdict; returns the outcome a `Decision` records. `pending` holds the ids whose
@@ -123,6 +127,11 @@ class Applier:
                       "by hand "
                       "(recorded identity %s)", row.id, row.owner_boot, row.identity or "none")
         else:
+            doubt = self.untrusted().get(row.daemon_id, "") if self.untrusted is not None else ""
+            if doubt:
+                log.error("job %s: not evicted: daemon %s may not be one daemon: %s", row.id, row.daemon_id,
+                          doubt)
+                return f"error: not evicted: daemon {row.daemon_id} may not be one daemon"
             try:
                 ok, why = self.prober.same_daemon(row.daemon_id)
             except Exception as exc:  # noqa: BLE001 - no daemon here

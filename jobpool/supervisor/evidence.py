@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,9 +123,13 @@ class Evidence:
         return Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch, ghosts,
                         self._live_leases(list(ghosts)))
 
-    def probe(self, snap: Snapshot, prober: ContainerProber) -> dict[str, Probe]:
+    def probe(self, snap: Snapshot, prober: ContainerProber,
+              untrusted: Callable[[], Mapping[str, str]] | None = None) -> dict[str, Probe]:
         """The probes the rows of `snap` need: one container list for all container rows (and the ghosts with
-        no lease, by label, any attempt), /proc for subprocess rows."""
+        no lease, by label, any attempt), /proc for subprocess rows. A row recorded on a daemon identity that
+        `untrusted` names (identity -> why: two daemons may share it, jobpool/daemonmark.py; asked only when
+        some row needs a container probe) is unknown, judged neither from this supervisor's daemon nor from
+        an inventory."""
         containers: dict[str, int] = {}
         daemons: dict[str, str] = {}
         out: dict[str, Probe] = {}
@@ -136,6 +140,11 @@ class Evidence:
                 daemons[row.id] = row.daemon_id
             elif need is ProbeKind.PROCESS:
                 out[row.id] = probe_process(row.identity)
+        doubts = untrusted() if untrusted is not None and containers else {}
+        for job_id in [j for j, d in daemons.items() if d in doubts]:
+            del containers[job_id]
+            daemon = daemons.pop(job_id)
+            out[job_id] = Unknown(f"daemon {daemon} may not be one daemon: {doubts[daemon]}")
         elsewhere, problem = self._elsewhere(daemons, prober)
         if elsewhere:  # on a daemon this supervisor cannot ask: judged from that daemon's inventory
             invs = remote.read(self.pool, (daemons[j] for j in elsewhere), snap.now_ms)

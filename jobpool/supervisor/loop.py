@@ -6,9 +6,10 @@ import logging
 import signal
 import threading
 import time
+import uuid
 from typing import Any
 
-from .. import errors, exporter
+from .. import daemonmark, errors, exporter
 from ..api import Pool, connect
 from ..config import Settings
 from ..redispolicy import EvictingRedis, check_at_start
@@ -42,14 +43,29 @@ def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
             sup.close()
 
 
-def _check_redis(pool: Pool, once: bool) -> bool:
+def _check_redis(sup: Supervisor, once: bool) -> bool:
     """The start-up check of Redis's eviction policy (jobpool/redispolicy.py); raises `EvictingRedis` for
-    one that may evict job rows, `RedisUnavailable` when Redis is away (the loop then asks again)."""
+    one that may evict job rows, `RedisUnavailable` when Redis is away (the loop then asks again). Then,
+    unless `once`, the loop's mark on its daemon is made (its first write)."""
+    pool = sup.pool
     check_at_start(pool.client)
+    if not once and sup.marker is None:
+        sup.marker = _mark_daemon(pool, sup.prober)
     if not once:
         log.info("supervisor for pool %s: sweeping every %gs", pool.settings.pool,
                  pool.settings.sweep_interval_secs)
     return True
+
+
+def _mark_daemon(pool: Pool, prober: ContainerProber) -> daemonmark.Marker | None:
+    """The loop's mark on its Docker daemon (jobpool/daemonmark.py): until every process claiming the
+    daemon's identity has its mark there, no row on that identity is judged from this daemon's list."""
+    if pool.settings.executor == "subprocess":
+        return None
+    marker = daemonmark.Marker(pool, "supervisor", uuid.uuid4().hex, prober.docker_host,
+                               consequence="this supervisor judges no job recorded on that identity")
+    marker.start()
+    return marker
 
 
 def run_supervisor(settings: Settings, once: bool = False, stop_event: threading.Event | None = None,
@@ -75,7 +91,7 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
         while not stop.is_set():
             began = time.monotonic()
             try:
-                checked = checked or _check_redis(pool, once)  # before the first write
+                checked = checked or _check_redis(sup, once)  # before the first write
                 last = sup.sweep()
             except errors.JobpoolError as exc:
                 if once or isinstance(exc, EvictingRedis):  # refused: one line, said by whoever started it

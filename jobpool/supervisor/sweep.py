@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from .. import daemons, errors, metrics, retention
+from .. import daemonmark, daemons, errors, metrics, retention
 from ..api import Pool
 from ..config import Settings
 from . import volumes
@@ -41,7 +41,8 @@ class Supervisor:
     """Sweeps one pool. Holds what is worth keeping between sweeps: the Docker client, an RQ connection, and
     what the evidence reader learnt (see `Evidence`)."""
 
-    def __init__(self, pool: Pool, prober: ContainerProber | None = None, actor: str | None = None) -> None:
+    def __init__(self, pool: Pool, prober: ContainerProber | None = None, actor: str | None = None,
+                 marker: daemonmark.Marker | None = None) -> None:
         self.pool = pool
         self.settings: Settings = pool.settings
         self.prober = prober or ContainerProber(os.environ.get("DOCKER_HOST") or None,
@@ -50,9 +51,15 @@ class Supervisor:
         self.evidence = Evidence(pool)
         self.adoptions = Adoptions(pool)
         self.applier = Applier(pool, self.prober, self.adoptions, self.actor)
+        self.applier.untrusted = self.untrusted_daemons
         self._volumes_at = -math.inf
+        #: This supervisor's mark on its daemon (jobpool/daemonmark.py; the loop's: run_supervisor), or None.
+        self.marker = marker
 
     def close(self) -> None:
+        if self.marker is not None:
+            self.marker.stop()  # its record, then its mark
+            self.marker = None
         self.prober.close()
         self.adoptions.close()
 
@@ -73,7 +80,7 @@ class Supervisor:
             self._release_gone_affinities(snap)
         recovering = self.evidence.redis_recovering()
         t_read = time.perf_counter()
-        probes = self.evidence.probe(snap, self.prober)
+        probes = self.evidence.probe(snap, self.prober, self.untrusted_daemons)
         t_probe = time.perf_counter()
         report = SweepReport(self.pool.keys.pool, at_ms=snap.now_ms, rows=len(snap.rows), dry_run=dry_run)
         decided = [(row, probes.get(row.id)) for row in snap.rows]
@@ -111,6 +118,24 @@ class Supervisor:
             self._write_last_sweep(report, Counter(result_name(p) for p in probes.values()))
         log.info("%s", report.line())
         return report
+
+    def untrusted_daemons(self) -> dict[str, str]:
+        """Daemon identities no row may be judged on (identity -> why; jobpool/daemonmark.py): those a live
+        process reports two daemons share, and this supervisor's own while its mark says it is not trusted
+        to be one daemon's (its peers have not seen its mark yet, or a collision)."""
+        if self.settings.executor == "subprocess":
+            return {}
+        out = daemonmark.read_collisions(self.pool)
+        why = self.marker.refusal() if self.marker is not None else ""
+        if why:
+            ours = self.marker.daemon_id if self.marker is not None else ""
+            try:
+                ours = ours or self.prober.daemon_id()
+            except Exception as exc:  # noqa: BLE001 - no daemon: its rows are unknown anyway
+                self.prober.failed(exc)
+            if ours:
+                out.setdefault(ours, why)
+        return out
 
     def _release_gone_affinities(self, snap: Snapshot) -> None:
         """A promoted job waiting on the queue of a daemon declared gone for good (jobpool/daemons.py) would

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..api import Pool
 from ..config import Settings
+from ..daemonmark import Marker
 from ..errors import JobpoolError
 from ..redispolicy import check_at_start
 from .boot import Boot
@@ -48,6 +49,7 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
         except Exception as exc:  # noqa: BLE001 - a worker may start before the daemon answers
             log.warning("docker daemon not answering yet (%s); jobs wait for it", exc)
     boot = Boot(pool, settings.executor, daemon_id)
+    marker = mark_daemon(pool, boot)
     runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version,
                       cleaner=finished_container_remover(settings, daemon_id, api_version))
     runtime.host_check = host_check(settings, boot, api_version,
@@ -59,9 +61,14 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     publisher = None
     if settings.executor == "docker" and settings.inventory_secs:
         publisher = InventoryPublisher(pool, boot.id)
+        if marker is not None:
+            publisher.refusal = marker.refusal
         publisher.start()
     worker = JobpoolWorker(runtime, boot)
     boot.stuck = worker.stuck
+    if marker is not None:
+        worker.claim_refusal = marker.refusal
+        worker.claim_refused_for_good = marker.collided
     if publisher is not None and not daemon_id:  # the daemon did not answer at boot: its queue comes later
         publisher.on_daemon = worker.listen_on_daemon
     if publisher is not None:
@@ -81,6 +88,8 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
             runtime.cleaner.stop()
         if publisher is not None:
             publisher.stop()
+        if marker is not None:
+            marker.stop()
         boot.stop()
     return worker.left_running
 
@@ -121,6 +130,18 @@ def host_check(settings: Settings, boot: Boot, api_version: str | None,
 
 #: How long the host check's ping waits for the Docker daemon.
 PING_TIMEOUT_SECS = 5
+
+
+def mark_daemon(pool: Pool, boot: Boot) -> Marker | None:
+    """The worker's mark on its Docker daemon, made and registered before anything else of this boot is
+    (jobpool/daemonmark.py): no claim and no inventory until every process claiming the daemon's identity
+    has its mark on this very daemon. None for the subprocess executor."""
+    if pool.settings.executor != "docker":
+        return None
+    marker = Marker(pool, "worker", boot.id, consequence="this worker takes no job while it lasts (a job it "
+                    "runs stays watched) and publishes no inventory of that identity")
+    marker.start()
+    return marker
 
 
 def finished_container_remover(settings: Settings, daemon_id: str, api_version: str | None) -> Cleaner | None:

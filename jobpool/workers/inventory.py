@@ -84,6 +84,9 @@ class InventoryPublisher:
         self._thread: threading.Thread | None = None
         self._last_problem = ""
         self.published = 0
+        #: Why this process's daemon is not trusted to be the only one with its identity ('' when it is:
+        #: jobpool/daemonmark.py): while it is not, nothing is published, cleaned up or stopped.
+        self.refusal: Callable[[], str] | None = None
         #: Told the daemon's identity once it is established (the worker then listens on its queue too).
         self.on_daemon: Callable[[str], None] | None = None
         #: Told each earlier boot of this daemon found over (the worker then listens on its queue too).
@@ -143,6 +146,9 @@ class InventoryPublisher:
             return f"not published: {self.prober.failed(exc)}"
         if not daemon:
             return f"not published: {self.prober.identity_problem}"
+        refused = self.refusal() if self.refusal is not None else ""
+        if refused:
+            return f"not published: {refused}"
         if self.on_daemon is not None:
             self.on_daemon(daemon)
         self.find_earlier_boots(daemon)

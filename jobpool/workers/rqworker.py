@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -33,6 +34,10 @@ log = logging.getLogger("jobpool.worker")
 #: How long a worker listening on its daemon's queue too blocks on the pool's queue before looking again.
 ROUTED_POLL_SECS = 1
 
+#: How often a worker that may take no job (its daemon's identity not trusted: jobpool/daemonmark.py) asks
+#: again.
+REFUSED_POLL_SECS = 0.2
+
 #: Extra time the worker gives its horse past the drain timeout to record the outcome before killing it.
 HORSE_MARGIN_SECS = 5.0
 
@@ -41,6 +46,17 @@ class _Queue(Queue):
     """RQ's queue, except that a dropped connection in the dequeue leaves RQ's own dequeue loop (which retries
     it on its own schedule, each retry logged as an error) for `JobpoolWorker`, which waits out every kind of
     outage the same way (jobpool/workers/outage.py)."""
+
+    @staticmethod
+    def refusal() -> str:
+        """Why the worker may take no job now, '' when it may (a subclass per worker says:
+        `JobpoolWorker.__init__`)."""
+        return ""
+
+    @staticmethod
+    def refused_for_good() -> bool:
+        """Whether that refusal lasts until an operator acts (two daemons share the identity)."""
+        return False
 
     @classmethod
     def dequeue_any(cls, *args: Any, **kwargs: Any) -> Any:
@@ -64,6 +80,19 @@ class _Queue(Queue):
             # list meanwhile (JobpoolWorker.add_queue), and a worker with one queue still blocks for at most
             # a second at a time, so it sees one added.
             now = list(queues)
+            if cls.refusal():
+                # Nothing is taken while this worker's daemon may be another's clone (jobpool/daemonmark.py):
+                # a job taken here could run beside its own attempt elsewhere, or be judged by another list.
+                if deadline is None:
+                    if cls.refused_for_good():
+                        return None  # a burst run: nothing it may take
+                    time.sleep(REFUSED_POLL_SECS)
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DequeueTimeout(timeout, [q.key for q in now])
+                time.sleep(min(REFUSED_POLL_SECS, left))
+                continue
             if deadline is None and len(now) <= 1:
                 return super().dequeue_any(now, None, *args, **kwargs)
             for queue in now[:-1]:
@@ -87,13 +116,21 @@ class JobpoolWorker(BooksWorker):
         pool = runtime.pool
         # The daemon's own queue first (routed adoption requests: supervisor/adoption.py), the pool's last.
         daemon_queue = [pool.keys.daemon_queue_name(runtime.daemon_id)] if runtime.daemon_id else []
+        #: Why this worker may take no job now ('' when it may): its daemon's identity not trusted to be one
+        #: daemon's (jobpool/daemonmark.py `Marker.refusal`, set by run_worker); read before each dequeue.
+        self.claim_refusal: Callable[[], str] | None = None
+        self.claim_refused_for_good: Callable[[], bool] | None = None
+        queue_class = type("_WorkerQueue", (_Queue,), {
+            "refusal": staticmethod(lambda: self.claim_refusal() if self.claim_refusal else ""),
+            "refused_for_good": staticmethod(
+                lambda: bool(self.claim_refused_for_good and self.claim_refused_for_good()))})
         super().__init__(
             [*daemon_queue, pool.keys.rq_queue_name],
             connection=redisurl.client(pool.settings.redis_url),
             serializer=JSONSerializer,
             name=worker_name(pool.keys.pool, boot.id),
             job_monitoring_interval=1,  # how often the drain bound below is checked
-            queue_class=_Queue,
+            queue_class=queue_class,
             **kwargs,
         )
         self.runtime = runtime
@@ -201,7 +238,23 @@ class JobpoolWorker(BooksWorker):
             self.outage.recovered()
             if result is None:
                 self.found_empty = True
+            elif self.claim_refusal is not None and self.claim_refusal():
+                self._give_back(*result)  # refused while the pop waited: untaken, at the head again
+                continue
             return result
+
+    def _give_back(self, job: Any, queue: Any) -> None:
+        """Put a job taken just as this worker found it may take none back at the head of its queue
+        (scripts/give_back.lua), before anything of the delivery is written; kept as taken if Redis fails
+        (the supervisor dispatches it again past the claim grace)."""
+        try:
+            self.runtime.pool.run("give_back", [queue.key, queue.intermediate_queue_key], [job.id])
+        except JobpoolError as exc:
+            log.warning("worker %s: job %s not given back (%s); the supervisor dispatches it again",
+                        self.name, job.id, exc)
+            return
+        log.info("worker %s: gave job %s back to %s: %s", self.name, job.id, queue.name,
+                 self.claim_refusal() if self.claim_refusal else "")
 
     def listen_on_daemon(self, identity: str) -> None:
         """Listen on the daemon's own queue, first, once the daemon is known (it did not answer at boot);

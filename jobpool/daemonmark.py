@@ -1,0 +1,387 @@
+"""Whether this process's Docker daemon is the only one with its identity: marks, compared through Redis.
+
+A daemon's identity (jobpool/daemonid.py) is `jpd1:<uuid>@<kernel boot id>`, the uuid kept in a volume on the
+daemon. Two daemons share it when one's data root is a copy of the other's and both run on one kernel
+(several dockerd on a host, Docker-in-Docker, a backup restored onto a second daemon): then one daemon's
+listing would speak for the other's containers. Nothing the daemons say tells them apart, so each process that
+uses a daemon (a worker, a supervisor's loop) **marks** it with something only that daemon holds: a volume
+`jobpool-daemon-mark-<process id>`, made before the process registers in Redis (`daemon_mark:<id>`,
+scripts/daemon_mark.lua, with its identity, host, DOCKER_HOST and mark). Every period each process lists the
+marks on its own daemon and reads who else claims its identity (`judge`):
+
+- a live peer's mark is on my daemon, and my mark is on the peer's (the peer says so in its record,
+  `verified`): one daemon, trusted;
+- a live peer's mark is missing from my daemon, and still missing `CONFIRM_PERIODS` periods later (its owner
+  makes its own mark again each period, should a prune have removed it): two daemons share the identity, a
+  **collision**, which my record says (`collision`, naming both processes' hosts and sockets) for every peer
+  and for `status` to read;
+- anything else (I am not registered yet, a peer has not yet seen my mark, a peer reports a collision):
+  not trusted, with the reason.
+
+While its daemon is not trusted, a worker takes no job and publishes no inventory (jobpool/workers/), and a
+supervisor judges no row recorded on that identity (jobpool/supervisor/evidence.py); every supervisor judges
+no row on an identity a live process reports a collision for. A process removes its record and then its mark
+as it stops; marks whose process has had no record for `GONE_SECS` are removed by any process on the daemon.
+See docs/architecture.md ("The daemon's identity").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import daemonid, procid
+from .contract import LABEL_POOL
+from .errors import JobpoolError
+from .registry import call_redis
+
+if TYPE_CHECKING:
+    from .api import Pool
+
+log = logging.getLogger("jobpool.daemonmark")
+
+VOLUME_PREFIX = "jobpool-daemon-mark-"
+LABEL_ROLE = "jobpool.role"
+ROLE_MARK = "daemon-mark"
+LABEL_OWNER = "jobpool.mark_of"
+LABEL_AT = "jobpool.marked_at"
+#: A mark is compared every period: the process's heartbeat, but no oftener than this.
+MIN_PERIOD_SECS = 0.5
+#: A peer's mark must be missing this many periods before it is a collision: its owner, which makes its own
+#: mark again each period, has had a period to do so (a `docker volume prune` removes unused volumes).
+CONFIRM_PERIODS = 2
+#: A mark whose process has had no record for this long is removed (a process registers right after it
+#: marks, so a live one's record is there unless Redis lost it; it marks again each period then).
+GONE_SECS = 600.0
+#: How often a process looks for marks of processes long gone on its daemon.
+SWEEP_GONE_EVERY_SECS = 60.0
+#: The record's fields, as scripts/daemon_mark.lua writes them (with `at`, Redis's time).
+FIELDS = ("role", "host", "pid", "docker_host", "daemon_id", "mark", "verified", "collision", "process")
+
+
+def volume_name(process_id: str) -> str:
+    return VOLUME_PREFIX + process_id
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A live process that marked its daemon, as its record says."""
+
+    id: str
+    role: str = ""
+    host: str = ""
+    pid: str = ""
+    docker_host: str = ""
+    daemon_id: str = ""
+    mark: str = ""
+    verified: frozenset[str] = frozenset()
+    collision: str = ""
+    #: The process's identity (jobpool/procid.py, JSON): one seen dead from here is no peer, though its
+    #: record has not expired yet (a worker restarted after a crash need not wait for it).
+    process: str = ""
+
+    @classmethod
+    def from_record(cls, process_id: str, rec: Mapping[str, str]) -> Peer:
+        return cls(process_id, rec.get("role", ""), rec.get("host", ""), rec.get("pid", ""),
+                   rec.get("docker_host", ""), rec.get("daemon_id", ""), rec.get("mark", ""),
+                   frozenset(rec.get("verified", "").split()), rec.get("collision", ""),
+                   rec.get("process", ""))
+
+    def gone(self) -> bool:
+        """Whether this process is seen dead from here (never guessed: another kernel or pid namespace, or
+        no readable identity, is not gone)."""
+        try:
+            ident = json.loads(self.process)
+        except ValueError:
+            return False
+        return isinstance(ident, dict) and procid.same_process_alive(ident) is False
+
+    def where(self) -> str:
+        return describe(self.role, self.pid, self.host, self.docker_host)
+
+
+def describe(role: str, pid: Any, host: str, docker_host: str) -> str:
+    return f"{role or 'process'} pid {pid} on host {host} at DOCKER_HOST {docker_host}"
+
+
+def read_peers(pool: Pool) -> dict[str, Peer]:
+    """Every live process's record (one read of the index, one pipelined read of the records)."""
+    k = pool.keys
+    ids = [str(i) for i in call_redis(pool.client.zrange, k.daemon_marks, 0, -1, what="reading daemon marks")]
+    if not ids:
+        return {}
+    pipe = pool.client.pipeline(transaction=False)
+    for process_id in ids:
+        pipe.hgetall(k.daemon_mark(process_id))
+    replies = call_redis(pipe.execute, raise_on_error=False, what="reading daemon marks")
+    return {i: Peer.from_record(i, r) for i, r in zip(ids, replies, strict=True) if isinstance(r, dict) and r}
+
+
+def collisions(peers: Mapping[str, Peer]) -> dict[str, str]:
+    """Daemon identity -> a live process's report that two daemons share it (the first, by process id)."""
+    out: dict[str, str] = {}
+    for process_id in sorted(peers):
+        p = peers[process_id]
+        if p.collision and p.daemon_id and p.daemon_id not in out:
+            out[p.daemon_id] = p.collision
+    return out
+
+
+def read_collisions(pool: Pool) -> dict[str, str]:
+    return collisions(read_peers(pool))
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One comparison's outcome. `why` is '' when the identity is trusted."""
+
+    why: str
+    #: This process's own conclusion that two daemons share its identity ('' if none).
+    collision: str
+    #: The peers (same identity) whose marks are on this daemon.
+    verified: frozenset[str]
+    #: Peer id -> when its mark was first found missing (monotonic seconds), for those missing now.
+    missing: dict[str, float] = field(default_factory=dict)
+    #: A collision on this identity, concluded here or reported by a peer: it lasts until an operator acts.
+    collided: bool = False
+
+
+def judge(me: str, where: str, ours: str, marks_here: set[str], peers: Mapping[str, Peer],
+          missing_since: Mapping[str, float], now: float, confirm_secs: float, registered: bool) -> Judgement:
+    """Compare the marks on this daemon with the live processes claiming its identity `ours` (see the module).
+
+    `registered`: this process's record was written before `peers` was read, so every peer that registers
+    after that read sees it (two processes starting at once cannot both miss each other)."""
+    same = {i: p for i, p in peers.items() if i != me and p.daemon_id == ours and p.mark}
+    verified = frozenset(i for i, p in same.items() if p.mark in marks_here)
+    missing = {i: missing_since.get(i, now) for i in same if i not in verified}
+    confirmed = sorted(i for i, since in missing.items() if now - since >= confirm_secs)
+    collision = ""
+    if confirmed:
+        other = same[confirmed[0]]
+        collision = (f"daemon identity {ours} is shared by two docker daemons: {where}, and {other.where()}, "
+                     f"whose mark {other.mark} is not on this one (a data root copied onto a second daemon "
+                     "on one kernel); no claims and no listing or inventory of that identity are trusted "
+                     f"until one of them has an identity of its own (remove volume {daemonid.VOLUME} there "
+                     "and restart its jobpool processes)")
+    reported = next((same[i].collision for i in sorted(same) if same[i].collision), "")
+    unseen = sorted(i for i, p in same.items() if me not in p.verified)
+    why = collision or reported
+    if not why and not registered:
+        why = "this process is not registered with its daemon's mark yet"
+    if not why and missing:
+        first = same[sorted(missing)[0]]
+        why = f"the mark of {first.where()}, which claims this daemon's identity, is not on this daemon (yet)"
+    if not why and unseen:
+        why = (f"{same[unseen[0]].where()}, which claims this daemon's identity, has not seen this one's "
+               "mark yet")
+    return Judgement(why, collision, verified, missing, bool(collision or reported))
+
+
+class Marker:
+    """One process's mark on its Docker daemon and its comparison with the fleet's (see the module).
+
+    `refusal()` is what the process's other threads read: '' while its daemon's identity is trusted.
+    `start()` marks and registers before anything else, then compares once; a thread compares every period
+    until `stop()`, which removes the record and the mark."""
+
+    def __init__(self, pool: Pool, role: str, process_id: str, docker_host: str | None = None,
+                 consequence: str = "") -> None:
+        self.pool = pool
+        self.role = role
+        self.id = process_id
+        self.mark = volume_name(process_id)
+        self.docker_host = daemonid.effective_docker_host(docker_host)
+        self._given_host = docker_host
+        self.consequence = consequence
+        settings = pool.settings
+        self.period = max(settings.heartbeat_secs, MIN_PERIOD_SECS)
+        self.ttl_ms = int(max(settings.lease_secs, 4 * self.period) * 1000)
+        self.timeout = settings.probe_timeout_secs
+        self.host = socket.gethostname()
+        self.where = describe(role, os.getpid(), self.host, self.docker_host)
+        self._process = json.dumps(procid.identity_of(os.getpid()))
+        self.daemon_id = ""
+        self.registered = False
+        self.marked = False
+        self._why = "this process has not compared its daemon's marks yet"
+        self._collision = ""
+        self._collided = False
+        self._verified: frozenset[str] = frozenset()
+        self._missing: dict[str, float] = {}
+        self._client: Any = None
+        self._gone_at = -float("inf")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._logged = ""
+        #: Whether a round has succeeded yet (until then, not trusted).
+        self._compared = False
+
+    # ---- what the other threads read ----------------------------------------------------------------
+
+    def refusal(self) -> str:
+        """Why this process's daemon is not trusted now ('' when it is)."""
+        return self._why
+
+    def collided(self) -> bool:
+        """Whether two daemons share this process's daemon identity (concluded here or reported by a peer)."""
+        return self._collided
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Mark, register, compare once (so a process with no peer is trusted at once), then every period."""
+        self.round()
+        self._thread = threading.Thread(target=self._run, name="jobpool-daemon-mark", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.round()
+
+    def stop(self) -> None:
+        """Remove the record, then the mark (so no peer reads a live record whose mark is gone)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout + 1)
+        k = self.pool.keys
+        try:
+            self.pool.run("daemon_unmark", [k.daemon_mark(self.id), k.daemon_marks], [self.id])
+        except JobpoolError as exc:
+            log.warning("could not remove this process's daemon mark record: %s", exc)
+        if self.marked:
+            try:
+                self._docker().api.remove_volume(self.mark)
+            except Exception as exc:  # noqa: BLE001 - left for a later process's sweep of gone marks
+                if "no such volume" not in str(exc).lower():
+                    log.warning("could not remove this process's mark %s from its daemon: %s", self.mark, exc)
+        self._close()
+
+    # ---- one comparison -----------------------------------------------------------------------------
+
+    def round(self) -> None:
+        """One period: list the marks on this daemon (making this process's own if missing), register, read
+        the peers and judge. A round that fails (the daemon or Redis away) keeps the last verdict: what the
+        marks said has not changed, and nothing can be claimed or judged without them anyway (a launch meets
+        the daemon's fault: jobpool/workers/hostcheck.py). Until a first round succeeds, not trusted."""
+        try:
+            why = self._round()
+        except Exception as exc:  # noqa: BLE001 - Redis or the daemon away: the last verdict stands
+            if not isinstance(exc, JobpoolError):
+                self._close()  # the daemon's: a new client next period
+            if self._compared:
+                log.debug("%s: daemon marks not compared this period: %s", self.where, exc)
+                return
+            text = " ".join(str(exc).split())[:300]
+            why = f"its daemon's marks could not be compared ({type(exc).__name__}: {text})"
+            self._why, self._collided = why, False
+        else:
+            self._compared = True
+        self._say(why)
+
+    def _round(self) -> str:
+        client = self._docker()
+        try:
+            ours = daemonid.establish(client, self._given_host)
+        except daemonid.IdentityUnavailable as exc:
+            self._why, self._collided = f"its daemon's identity cannot be established: {exc}", False
+            return self._why
+        listed = client.api.volumes(filters={"label": f"{LABEL_ROLE}={ROLE_MARK}"}).get("Volumes") or []
+        here = {str(v.get("Name", "")) for v in listed}
+        if self.mark not in here:
+            if self.marked:
+                log.warning("%s: its mark %s was removed from its daemon (a volume prune?); made again",
+                            self.where, self.mark)
+            client.api.create_volume(self.mark, labels={
+                LABEL_ROLE: ROLE_MARK, LABEL_POOL: self.pool.keys.pool, LABEL_OWNER: self.id,
+                LABEL_AT: str(int(time.time()))})
+            here.add(self.mark)
+        self.marked = True
+        if ours != self.daemon_id:
+            self.daemon_id, self.registered, self._missing = ours, False, {}
+        if not self.registered:
+            self._register()  # marked first: no peer reads this record while the mark is not there
+            self.registered = True
+        peers = {i: p for i, p in read_peers(self.pool).items() if i == self.id or not p.gone()}
+        if self.id not in peers:  # lost (Redis restarted, the record expired): back, and judged next period
+            self._register()
+            self.registered = False
+        j = judge(self.id, self.where, ours, here, peers, self._missing, time.monotonic(),
+                  CONFIRM_PERIODS * self.period, self.registered)
+        self._missing, self._verified, self._collision = j.missing, j.verified, j.collision
+        self._collided = j.collided
+        self._register()
+        self.registered = True
+        self._why = j.why
+        if time.monotonic() - self._gone_at >= SWEEP_GONE_EVERY_SECS:
+            self._gone_at = time.monotonic()
+            self._remove_gone(client, listed, peers)
+        return j.why
+
+    def _register(self) -> None:
+        k = self.pool.keys
+        values = {"role": self.role, "host": self.host, "pid": str(os.getpid()),
+                  "docker_host": self.docker_host, "daemon_id": self.daemon_id, "mark": self.mark,
+                  "verified": " ".join(sorted(self._verified)), "collision": self._collision,
+                  "process": self._process}
+        args: list[Any] = [self.id, self.ttl_ms, 10 * self.ttl_ms]
+        for name in FIELDS:
+            args += [name, values[name]]
+        self.pool.run("daemon_mark", [k.daemon_mark(self.id), k.daemon_marks], args)
+
+    def _remove_gone(self, client: Any, listed: list[dict[str, Any]], peers: Mapping[str, Peer]) -> None:
+        """Marks of this pool on this daemon whose process has had no record for GONE_SECS (never a live
+        one's: a live process has a record, and marks again each period should it lose its mark)."""
+        now = time.time()
+        for v in listed:
+            labels = v.get("Labels") or {}
+            owner = str(labels.get(LABEL_OWNER, ""))
+            try:
+                at = float(labels.get(LABEL_AT, ""))
+            except ValueError:
+                continue
+            if labels.get(LABEL_POOL) != self.pool.keys.pool or not owner or owner == self.id:
+                continue
+            if owner in peers or now - at < GONE_SECS:
+                continue
+            if call_redis(self.pool.client.exists, self.pool.keys.daemon_mark(owner), what="a gone mark"):
+                continue  # registered since the read above
+            try:
+                client.api.remove_volume(str(v.get("Name")))
+                log.info("removed the daemon mark of process %s, gone", owner)
+            except Exception as exc:  # noqa: BLE001 - tried again later
+                log.info("could not remove the daemon mark of process %s: %s", owner, exc)
+
+    def _say(self, why: str) -> None:
+        """One line when the verdict changes: a collision as an error naming both, the rest as info."""
+        if why == self._logged:
+            return
+        previous, self._logged = self._logged, why
+        if why and self._collided:
+            log.error("%s: %s%s", self.where, why, f"; {self.consequence}" if self.consequence else "")
+        elif why:
+            log.info("%s: daemon not trusted yet: %s", self.where, why)
+        elif previous:
+            log.info("%s: daemon %s trusted: every process claiming its identity has its mark on it",
+                     self.where, self.daemon_id)
+
+    def _docker(self) -> Any:
+        if self._client is None:
+            import docker  # here: a subprocess-only deployment never loads the SDK
+
+            self._client = docker.DockerClient(base_url=self.docker_host, timeout=self.timeout)
+        return self._client
+
+    def _close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            finally:
+                self._client = None

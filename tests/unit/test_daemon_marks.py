@@ -1,0 +1,117 @@
+"""Daemon marks (jobpool/daemonmark.py): the comparison that tells two daemons sharing one identity apart,
+as a pure function, and its scripts (daemon_mark.lua, daemon_unmark.lua, give_back.lua) on fakeredis[lua]
+and a real redis-server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+
+from jobpool import daemonmark, procid
+from jobpool.api import Pool
+from jobpool.daemonmark import Peer, judge
+
+ID = "jpd1:" + "a" * 32 + "@boot-1"
+OTHER = "jpd1:" + "b" * 32 + "@boot-1"
+ME = "me"
+WHERE = "worker pid 1 on host h1 at DOCKER_HOST unix:///a.sock"
+
+
+def peer(pid: str, daemon: str = ID, verified: tuple[str, ...] = (ME,), collision: str = "") -> Peer:
+    return Peer(pid, "worker", "h2", "2", f"unix:///{pid}.sock", daemon, daemonmark.volume_name(pid),
+                frozenset(verified), collision)
+
+
+def run(peers: Mapping[str, Peer], marks: set[str], missing: Mapping[str, float] | None = None,
+        now: float = 100.0, registered: bool = True) -> daemonmark.Judgement:
+    everyone = {ME: Peer(ME, daemon_id=ID, mark=daemonmark.volume_name(ME)), **peers}
+    return judge(ME, WHERE, ID, marks | {daemonmark.volume_name(ME)}, everyone, missing or {}, now, 1.0,
+                 registered)
+
+
+def test_alone_on_an_identity_is_trusted_once_registered() -> None:
+    assert run({}, set()).why == ""
+    assert "not registered" in run({}, set(), registered=False).why
+
+
+def test_peers_on_other_daemons_are_not_compared() -> None:
+    j = run({"x": peer("x", OTHER, verified=())}, set())
+    assert j.why == "" and not j.collided and j.verified == frozenset()
+
+
+def test_a_peer_on_this_daemon_must_see_my_mark_too() -> None:
+    mark = {daemonmark.volume_name("x")}
+    assert run({"x": peer("x")}, mark).why == ""
+    j = run({"x": peer("x", verified=())}, mark)
+    assert "has not seen this one's mark yet" in j.why and not j.collided
+    assert j.verified == frozenset({"x"})
+
+
+def test_a_missing_mark_is_a_collision_only_once_confirmed() -> None:
+    j = run({"x": peer("x")}, set(), now=100.0)
+    assert "is not on this daemon (yet)" in j.why and not j.collided and j.missing == {"x": 100.0}
+    j = run({"x": peer("x")}, set(), missing=j.missing, now=100.5)
+    assert not j.collided
+    j = run({"x": peer("x")}, set(), missing=j.missing, now=101.0)
+    assert j.collided and j.collision == j.why
+    assert "unix:///a.sock" in j.why and "unix:///x.sock" in j.why and "h1" in j.why and "h2" in j.why
+    # Found again (its owner made it again after a prune): forgotten.
+    j = run({"x": peer("x")}, {daemonmark.volume_name("x")}, missing=j.missing, now=102.0)
+    assert j.why == "" and j.missing == {}
+
+
+def test_a_peers_report_refuses_here_too() -> None:
+    report = f"daemon identity {ID} is shared by two docker daemons: ..."
+    j = run({"x": peer("x", collision=report)}, {daemonmark.volume_name("x")})
+    assert j.why == report and j.collided and j.collision == ""
+
+
+def test_collisions_by_identity() -> None:
+    peers = {"a": peer("a", collision="shared a"), "b": peer("b", collision="shared b"),
+             "c": peer("c", OTHER)}
+    assert daemonmark.collisions(peers) == {ID: "shared a"}
+
+
+def mark(pool: Pool, pid: str, ttl_ms: int = 60_000, **fields: str) -> list[object]:
+    k = pool.keys
+    args: list[object] = [pid, ttl_ms, 10 * ttl_ms]
+    for name in daemonmark.FIELDS:
+        args += [name, fields.get(name, "")]
+    return pool.run("daemon_mark", [k.daemon_mark(pid), k.daemon_marks], args)
+
+
+def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
+    mark(pool, "p1", daemon_id=ID, mark="m1", verified="p2 p3", collision="")
+    mark(pool, "p2", daemon_id=ID, mark="m2", collision="shared")
+    assert 0 < pool.client.pttl(pool.keys.daemon_mark("p1")) <= 60_000
+    peers = daemonmark.read_peers(pool)
+    assert peers["p1"].verified == frozenset({"p2", "p3"}) and peers["p1"].mark == "m1"
+    assert daemonmark.read_collisions(pool) == {ID: "shared"}
+    mark(pool, "p1", daemon_id=ID, mark="m1")  # written whole: the old `verified` goes
+    assert daemonmark.read_peers(pool)["p1"].verified == frozenset()
+    k = pool.keys
+    assert pool.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks], ["p2"])[1] == 1
+    assert set(daemonmark.read_peers(pool)) == {"p1"} and pool.client.zscore(k.daemon_marks, "p2") is None
+
+
+def test_a_job_taken_while_refused_is_given_back_at_the_head(pool: Pool) -> None:
+    k = pool.keys
+    queue, taken = k.rq_queue, k.rq_queue + ":intermediate"
+    pool.client.rpush(queue, "second")
+    pool.client.rpush(taken, "first")
+    assert pool.run("give_back", [queue, taken], ["first"])[1] == 1
+    assert pool.client.lrange(queue, 0, -1) == ["first", "second"] and not pool.client.exists(taken)
+    assert pool.run("give_back", [queue, taken], ["first"])[1] == 0, "not taken: nothing done"
+    assert pool.client.lrange(queue, 0, -1) == ["first", "second"]
+
+
+def test_a_peer_seen_dead_from_here_is_gone_and_nothing_else_is() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    ident = procid.identity_of(child.pid)
+    assert not Peer("x", process=json.dumps(ident)).gone(), "alive"
+    child.kill()
+    child.wait()
+    assert Peer("x", process=json.dumps(ident)).gone()
+    assert not Peer("x", process=json.dumps({**ident, "boot_id": "another-kernel"})).gone(), "cannot tell"
+    assert not Peer("x").gone() and not Peer("x", process="garbage").gone()
