@@ -4,7 +4,8 @@ The claim sets the lease, and the watcher renews it once the job runs; in betwee
 than the lease (a daemon hiccup, a large image unpacked on vfs). A lease that lapsed there let the supervisor
 judge the attempt absent, or "created, never started", and free its slot while the launch went on to start
 the job. `LaunchLease` renews the lease from a small thread every heartbeat while the launch is in flight;
-the watcher stops it once it watches the job (workers/watch.py: `launch_and_watch`).
+the watcher stops it once it watches the job (workers/watch.py: `launch_and_watch`). It renews the lease the
+same way while the watcher reads a long log tail before its finish (`watch._finish`).
 """
 
 from __future__ import annotations

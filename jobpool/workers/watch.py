@@ -270,7 +270,10 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, e
     dropped code makes the supervisor re-run a job that succeeded (it finds a dead pid and nothing else).
     Only an answer ends the wait: recorded, or refused (the row moved on: proof it was superseded); the
     worker's force stop kills this horse, and then the supervisor decides from what it can see."""
-    tail = handle.log_tail(LOG_TAIL_BYTES)
+    # Reading the log tail can take seconds (a job that printed a lot): the lease is renewed meanwhile, or the
+    # supervisor could judge the exit first and the tail be lost.
+    with LaunchLease(attempt, rt.pool.settings.heartbeat_secs):
+        tail = handle.log_tail(LOG_TAIL_BYTES)
     kind, code = finish_kind(ended, stop_asked), ended.code
     try:
         state = _retrying(lambda: attempt.finish(kind, code, reason=ended.reason, log_tail=tail,

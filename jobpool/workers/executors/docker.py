@@ -193,30 +193,46 @@ class DockerHandle:
 
     def log_tail(self, max_bytes: int) -> bytes:
         try:
-            out = read_logs(self._api, self.container_id, tail=4000)
+            return read_logs(self._api, self.container_id, tail=4000, max_bytes=max_bytes)
         except _NO_ANSWER as exc:
             return f"[jobpool: logs unavailable: {exc}]".encode()
-        return out[-max_bytes:]
 
     def remove(self) -> None:
         remove_container(self._api, self.container_id)
 
 
-def read_logs(api: Any, container_id: str, tail: int) -> bytes:
-    """The last `tail` lines of a container's stdout and stderr, in the order written. The SDK's `logs`
-    first inspects the container to learn whether it has a TTY, one more daemon request per job; jobpool
-    never gives one a TTY, so its log stream is always multiplexed as the Docker Engine API documents it
-    ("Stream format"): frames of an 8-byte header (stream type, three zero bytes, a big-endian uint32
+def read_logs(api: Any, container_id: str, tail: int, max_bytes: int | None = None) -> bytes:
+    """The last `tail` lines of a container's stdout and stderr, in the order written, of which only the last
+    `max_bytes` are kept (all, with None) as they stream in: a job that printed one 100 MB line without a
+    newline is one line to Docker's `tail`, and its log tail costs no more memory than what is kept. The
+    SDK's `logs` first inspects the container to learn whether it has a TTY, one more daemon request per job;
+    jobpool never gives one a TTY, so its log stream is always multiplexed as the Docker Engine API documents
+    it ("Stream format"): frames of an 8-byte header (stream type, three zero bytes, a big-endian uint32
     length) and that many bytes. Raises `requests` errors as the SDK would."""
     response = api.get(f"{api.base_url}/v{api.api_version}/containers/{container_id}/logs",
-                       params={"stdout": 1, "stderr": 1, "tail": tail}, timeout=api.timeout)
-    response.raise_for_status()
-    data, out, at = response.content, bytearray(), 0
-    while at + 8 <= len(data):
-        size = struct.unpack(">I", data[at + 4:at + 8])[0]
-        out += data[at + 8:at + 8 + size]
-        at += 8 + size
-    return bytes(out)
+                       params={"stdout": 1, "stderr": 1, "tail": tail}, timeout=api.timeout, stream=True)
+    try:
+        response.raise_for_status()
+        out, head, left = bytearray(), bytearray(), 0
+        for chunk in response.iter_content(1 << 16):
+            view, at = memoryview(chunk), 0
+            while at < len(view):
+                if not left:  # a frame's header, perhaps split across chunks
+                    take = min(8 - len(head), len(view) - at)
+                    head += view[at:at + take]
+                    at += take
+                    if len(head) == 8:
+                        left = struct.unpack(">I", head[4:8])[0]
+                        head.clear()
+                    continue
+                take = min(left, len(view) - at)
+                out += view[at:at + take]
+                at, left = at + take, left - take
+            if max_bytes is not None and len(out) > 2 * max_bytes:
+                del out[:len(out) - max_bytes]
+        return bytes(out if max_bytes is None else out[-max_bytes:])
+    finally:
+        response.close()
 
 
 #: How long a removal waits for another one of the same container (Docker's 409 "removal ... is already in
