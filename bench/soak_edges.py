@@ -11,6 +11,10 @@ injectors of bench/soak_faults.py:
 - `redis_restart_in_launch`: the held worker's next create reply is held (the container exists, its fence
   has not landed), redis-server is SIGKILLed, stays down past a lease and comes back (AOF): no actor may take
   the lapsed lease as proof and remove the created container (jobpool/redistrust.py).
+- `cloned_data_root`: a daemon's data root is copied (it is stopped meanwhile, as for a backup) onto a new
+  daemon on this kernel, which so carries its identity, and a worker starts there: the two must be told
+  apart (their workers' marks, jobpool/daemonmark.py), both refuse claims and `status` names them, until the
+  clone's worker stops and the clone is gone; then the first daemon's workers claim again.
 - `checkpoint_root_read_only`: the fleet's shared `JOBPOOL_CHECKPOINT_ROOT` (a bind mount, drawn only when
   this fault is: bench/soak.py) is remounted read-only for 1-3 s, as NFS and CephFS remount on errors: a
   launch meanwhile is handed back, never charged to its job, and the workers claim again once it is writable
@@ -27,12 +31,13 @@ import time
 from typing import Any
 
 from procs import children
+from servers import DockerDaemon
 from soak_fleet import all_events
 
 from jobpool import errors, forget_daemon
 
 EDGE_FAULTS = ("claim_lost_worker_killed", "daemon_forgotten_returns", "redis_restart_in_launch",
-               "checkpoint_root_read_only")
+               "checkpoint_root_read_only", "cloned_data_root")
 #: Edge faults armed now and met later.
 EDGE_ARMED = ("redis_restart_in_launch",)
 _BOOT = re.compile(r"boot ([0-9a-f]{32})")
@@ -146,6 +151,42 @@ class EdgeFaults:
             except errors.JobpoolError:
                 time.sleep(0.2)
         return False
+
+    # ---- cloned_data_root -------------------------------------------------------------------------------
+
+    def cloned_data_root(self) -> bool:
+        chaos, fleet = self.chaos, self.fleet
+        d = chaos.rng.randrange(1, len(fleet.daemons))  # not daemon 1: its launches go through the proxy
+        daemon = fleet.daemons[d]
+        chaos.note("cloned_data_root", f"daemon {d + 1} stopped while its data root is copied")
+        daemon.stop()
+        clone = DockerDaemon(copy_of=daemon)
+        worker = None
+        try:
+            try:
+                clone.start()
+            finally:
+                daemon.start()
+            worker = fleet._spawn(f"clone-of-d{d + 1}-worker", {"JOBPOOL_REDIS_URL": fleet.redis_proxy.url,
+                                                                 "DOCKER_HOST": clone.host}, ("worker",))
+            deadline = time.monotonic() + 30
+            seen = False
+            while time.monotonic() < deadline and not chaos._ending.is_set():
+                try:
+                    seen = bool(chaos.pool.status().shared_daemons)
+                except errors.JobpoolError:
+                    seen = False
+                if seen:
+                    break
+                time.sleep(0.2)
+            chaos.note("cloned_data_root", f"daemon {d + 1} and its clone: "
+                       + ("one identity reported, claims refused" if seen else "NOT reported within 30s"))
+            return seen  # a clone never told apart is drawn again: the fault never counts as met
+        finally:
+            if worker is not None:
+                worker.stop(timeout=20)
+            clone.close()
+            chaos.note("cloned_data_root", f"the clone of daemon {d + 1} is gone")
 
     # ---- checkpoint_root_read_only ------------------------------------------------------------------------
 
