@@ -33,9 +33,12 @@ judges from the daemons' inventories) and the host faults are drawn too:
 and the faults at the fleet's edges (bench/soak_edges.py): `claim_lost_worker_killed` (Redis forgets a claim
 whose worker was SIGKILLed, as a failover to a lagging replica does: its container becomes a stray),
 `daemon_forgotten_returns` (an idle daemon's workers hang, it is declared gone, they wake and publish) and
-`redis_restart_in_launch` (redis-server down past a lease while a create's reply is held) and
+`redis_restart_in_launch` (redis-server down past a lease while a create's reply is held),
 `checkpoint_root_read_only` (the fleet then shares a `JOBPOOL_CHECKPOINT_ROOT`, remounted read-only for a
-few seconds). An instant over
+few seconds), `cloned_data_root` (a daemon's data root copied onto a new daemon of this kernel with a worker:
+one identity on two daemons), `worker_without_daemon` (a worker whose DOCKER_HOST names nothing runs a few
+seconds: the deliveries it took are counted, `swallowed`, a zero) and `frozen_standby` (a worker's standby or
+running horse SIGSTOPped). An instant over
 the limit or with a job's two containers, within the strays' bound after a Redis rollback, is counted as a
 stray instant, not a broken zero (bench/soak_strays.py).
 
@@ -176,6 +179,8 @@ class Figures:
     #: Containers published as strays, the sampler's instants within the strays' bound after a Redis
     #: rollback, and the latest of those after its rollback (bench/soak_strays.py).
     strays: int = 0
+    #: Deliveries a worker whose Docker daemon does not answer took (bench/soak_edges.py): a zero.
+    swallowed: int = 0
     stray_instants: int = 0
     stray_secs_max: float = 0.0
 
@@ -194,7 +199,7 @@ class Figures:
                 f"over_limit_instants={self.over_limit_instants} "
                 f"double_container_jobs={len(self.double_container_jobs)} stuck={self.stuck} "
                 f"illegal_transitions={self.illegal_transitions} samples={self.samples} "
-                f"strays={self.strays} stray_instants={self.stray_instants} "
+                f"strays={self.strays} stray_instants={self.stray_instants} swallowed={self.swallowed} "
                 f"stray_secs_max={self.stray_secs_max:.1f} "
                 f"unexpected_exits={self.unexpected_exits} events_unseen={self.events_unseen} "
                 f"pruned={sum(self.pruned.values())} pruned_unaccounted={self.pruned_unaccounted} "
@@ -205,7 +210,8 @@ class Figures:
 
     def zeros_hold(self) -> bool:
         return not (self.lost or self.over_limit_instants or self.double_container_jobs or self.stuck
-                    or self.illegal_transitions or self.events_unseen or self.pruned_unaccounted)
+                    or self.illegal_transitions or self.events_unseen or self.pruned_unaccounted
+                    or self.swallowed)
 
     def flat_holds(self) -> bool:
         """With --keep, key count and memory stayed flat once the caps were reached (True without)."""

@@ -15,6 +15,12 @@ injectors of bench/soak_faults.py:
   daemon on this kernel, which so carries its identity, and a worker starts there: the two must be told
   apart (their workers' marks, jobpool/daemonmark.py), both refuse claims and `status` names them, until the
   clone's worker stops and the clone is gone; then the first daemon's workers claim again.
+- `worker_without_daemon` (issue #29): a worker whose DOCKER_HOST names a socket nothing serves runs for a few
+  seconds beside the fleet: it must take no delivery (one it took would be dropped before its claim); the
+  deliveries it dequeued are counted (`swallowed`, a zero).
+- `frozen_standby` (issue #29): a worker's forked child (its idle standby, or the horse running its job) is
+  stopped (SIGSTOP): the worker must replace a standby that does not take its job within a deadline, kill a
+  horse stopped past the lease, and go on taking work.
 - `checkpoint_root_read_only`: the fleet's shared `JOBPOOL_CHECKPOINT_ROOT` (a bind mount, drawn only when
   this fault is: bench/soak.py) is remounted read-only for 1-3 s, as NFS and CephFS remount on errors: a
   launch meanwhile is handed back, never charged to its job, and the workers claim again once it is writable
@@ -37,10 +43,12 @@ from soak_fleet import all_events
 from jobpool import errors, forget_daemon
 
 EDGE_FAULTS = ("claim_lost_worker_killed", "daemon_forgotten_returns", "redis_restart_in_launch",
-               "checkpoint_root_read_only", "cloned_data_root")
+               "checkpoint_root_read_only", "cloned_data_root", "worker_without_daemon", "frozen_standby")
 #: Edge faults armed now and met later.
 EDGE_ARMED = ("redis_restart_in_launch",)
 _BOOT = re.compile(r"boot ([0-9a-f]{32})")
+#: RQ's line for a job its worker dequeued ("Worker <name>: <queue>: jobpool <id> (<image>) (<id>)").
+_DEQUEUED = re.compile(r"rq\.worker INFO Worker [^:]+: [^:]+: jobpool [0-9a-f]{32} ")
 
 
 class EdgeFaults:
@@ -187,6 +195,42 @@ class EdgeFaults:
                 worker.stop(timeout=20)
             clone.close()
             chaos.note("cloned_data_root", f"the clone of daemon {d + 1} is gone")
+
+    # ---- worker_without_daemon, frozen_standby (issue #29) ----------------------------------------------
+
+    def worker_without_daemon(self) -> bool:
+        chaos, fleet = self.chaos, self.fleet
+        try:
+            counts = chaos.pool.stats()["counts"]
+        except errors.JobpoolError:
+            return False
+        if not counts["queued"] + counts["running"]:
+            return False
+        nowhere = f"unix://{fleet.root}/no-daemon-here.sock"
+        worker = fleet._spawn("worker-without-daemon", {"JOBPOOL_REDIS_URL": fleet.redis_proxy.url,
+                                                        "DOCKER_HOST": nowhere}, ("worker",))
+        up = chaos.rng.uniform(3.0, 6.0)  # the fault itself: how long it runs beside the fleet
+        chaos.note("worker_without_daemon", f"a worker on {nowhere} for {up:.1f}s")
+        try:
+            chaos._ending.wait(up)
+        finally:
+            worker.stop(timeout=20)
+        taken = len(_DEQUEUED.findall(worker.log()))
+        chaos.figures.swallowed += taken
+        chaos.note("worker_without_daemon", f"stopped; it took {taken} deliveries")
+        return True
+
+    def frozen_standby(self) -> bool:
+        chaos, fleet = self.chaos, self.fleet
+        live = [(i, w) for i, w in enumerate(fleet.workers) if w is not None and w.proc.poll() is None
+                and children(w.pid)]
+        if not live:
+            return False
+        i, w = chaos.rng.choice(live)
+        child = children(w.pid)[0]
+        chaos.note("frozen_standby", f"SIGSTOP child {child} of {chaos._worker(i)}")
+        _signal(child, signal.SIGSTOP)
+        return True
 
     # ---- checkpoint_root_read_only ------------------------------------------------------------------------
 

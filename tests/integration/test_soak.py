@@ -26,6 +26,7 @@ def assert_the_zeros(figures: Figures, jobs: int) -> None:
     assert figures.stuck == 0, figures.line()
     assert figures.illegal_transitions == 0, figures.line()
     assert figures.events_unseen == 0, figures.line()
+    assert figures.swallowed == 0, figures.line()
     assert figures.jobs >= jobs and sum(figures.outcomes.values()) == figures.jobs
 
 
@@ -56,8 +57,9 @@ def test_soak_over_three_daemons_keeps_every_promise_under_host_faults(redis_ser
     """The fleet over three daemons (one supervisor attached to daemon 1, one to none), meeting the faults of
     whole hosts twice each: all workers of a daemon killed until its inventory is stale, a daemon's
     containers removed under its live workers, a host rebooted (bench/soak_faults.py, HOST_FAULTS); and those
-    at the fleet's edges: a claim Redis forgot after its worker died, a daemon forgotten that comes back,
-    Redis restarted during a launch (bench/soak_edges.py, EDGE_FAULTS)."""
+    at the fleet's edges and on the worker's host: a claim Redis forgot after its worker died, a daemon
+    forgotten that comes back, Redis restarted during a launch, a read-only checkpoint root, a cloned data
+    root, a worker without a daemon, a frozen standby (bench/soak_edges.py, EDGE_FAULTS)."""
     kinds = (*HOST_FAULTS, *EDGE_FAULTS, "worker_sigkill", "pause_resume", "dockerd_restart")
     figures = run_soak(jobs=20, slots=3, workers=5, seed=11, max_minutes=7, fault_every=(1.5, 3.0), rounds=2,
                        faults=kinds, daemons=3)
