@@ -5,7 +5,6 @@ the daemons without it, each once however many workers it has, and never makes t
 from __future__ import annotations
 
 from jobpool.status import Health, Slots, StatusReport, Sweep, _workers, judge
-from jobpool.workers.boot import live_restore_of
 
 NOW = 1_000_000
 
@@ -54,6 +53,8 @@ class Api:
 
 
 def test_what_a_worker_records_of_its_daemons_answer() -> None:
+    from jobpool.workers.boot import live_restore_of
+
     assert live_restore_of(Api({"LiveRestoreEnabled": True})) == "1"
     assert live_restore_of(Api({"LiveRestoreEnabled": False})) == "0"
     assert live_restore_of(Api({})) == ""  # a daemon that does not say: unknown, no warning
