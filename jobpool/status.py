@@ -119,6 +119,9 @@ class Worker:
     #: Why its work loop cannot take work, as its last beat said ('' when it can: workers/horses.py,
     #: `HorseWorker.stuck`): its heartbeat thread beats on regardless, so a live record alone is no proof.
     stuck: str = ""
+    #: Whether its Docker daemon runs with live-restore, as the worker last read it (workers/boot.py,
+    #: `live_restore_of`): None when unknown (not read yet, the subprocess executor, an older worker).
+    live_restore: bool | None = None
 
     @classmethod
     def from_record(cls, boot_id: str, row: Mapping[str, str], heartbeat_ms: float, now_ms: int,
@@ -130,14 +133,16 @@ class Worker:
                    draining=row.get("draining", "").lower() in TRUTHY,
                    cannot_claim=row.get("cannot_claim", ""), heartbeat_ms=beat,
                    heartbeat_age_ms=None if beat is None else now_ms - beat, jobs=jobs,
-                   stuck=row.get("stuck", ""))
+                   stuck=row.get("stuck", ""),
+                   live_restore={"1": True, "0": False}.get(row.get("live_restore", "")))
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "host": self.host, "pid": self.pid, "pidns": self.pidns,
                 "kernel_boot_id": self.kernel_boot_id, "daemon_id": self.daemon_id, "executor": self.executor,
                 "started_at": self.started_at, "draining": self.draining, "cannot_claim": self.cannot_claim,
                 "heartbeat_ms": self.heartbeat_ms,
-                "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs), "stuck": self.stuck}
+                "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs), "stuck": self.stuck,
+                "live_restore": self.live_restore}
 
 
 @dataclass(frozen=True)
@@ -344,7 +349,8 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
     """The health rules: unhealthy without a supervisor that swept lately, with fewer ready workers than
     slots (a slot no worker can take is a job that waits for nothing; a worker whose host fails its check,
     or whose work loop is stuck on its horse, is not ready, and each is a warning naming why) or on a Redis
-    that may evict job rows (a policy that may evict leases, or one that could not be read, is a warning)."""
+    that may evict job rows (a policy that may evict leases, or one that could not be read, is a warning).
+    A Docker daemon without live-restore is a warning: its jobs run, but its restart would stop them."""
     reasons: list[str] = []
     notes = list(warnings)
     policy = report.redis_policy
@@ -382,7 +388,27 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
     if report.promotion and report.promotion.paused:
         notes.append("promotion is paused: queued jobs will not start until `jobpool resume`")
     notes += _daemon_notes(report.daemons, now)
+    notes += _live_restore_notes(report.workers)
     return Health(tuple(reasons), tuple(notes))
+
+
+def _live_restore_notes(workers: Workers | None) -> list[str]:
+    """One warning naming the Docker daemons whose workers read them running without live-restore, once per
+    daemon identity (many workers share one daemon): restarting such a daemon stops every job running on it,
+    charged to each as a crash or, stopped cleanly, as its own exit (README.md, "The container contract")."""
+    without: dict[str, list[Worker]] = {}
+    for w in workers.boots if workers else ():
+        if w.live_restore is False:
+            without.setdefault(w.daemon_id or f"the daemon of host {w.host or '?'}", []).append(w)
+    if not without:
+        return []
+    named = [f"{daemon} (host {', '.join(sorted({w.host or '?' for w in ws}))}: worker "
+             f"{', '.join(w.id for w in ws[:3])}{' ...' if len(ws) > 3 else ''})"
+             for daemon, ws in sorted(without.items())[:5]]
+    more = f"; ... and {len(without) - 5} more" if len(without) > 5 else ""
+    return [f"{len(without)} Docker daemon(s) run without live-restore, so restarting one stops the jobs "
+            f"running on it: {'; '.join(named)}{more}. Turn it on: \"live-restore\": true in "
+            "/etc/docker/daemon.json, then reload dockerd"]
 
 
 def _daemon_notes(daemons: Daemons | None, now: int) -> list[str]:

@@ -195,7 +195,9 @@ def status_report(report: StatusReport) -> str:
             hold = ("  " + click.style(f"NOT CLAIMING: {boot.cannot_claim}", fg="yellow")
                     if boot.cannot_claim else "")
             beat = ago(boot.heartbeat_ms, now)
-            items.append(("", f"{boot.id}  {where}  heartbeat {beat}{running}{hold}"))
+            # Its daemon's restart would stop its job (jobpool/status.py, `_live_restore_notes`).
+            bare = ("  " + click.style("NO LIVE-RESTORE", fg="yellow")) if boot.live_restore is False else ""
+            items.append(("", f"{boot.id}  {where}  heartbeat {beat}{running}{hold}{bare}"))
     if report.reachable:
         sweep = report.last_sweep
         items.append(("last sweep", "never (no supervisor has run)" if sweep is None else

@@ -6,15 +6,16 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..api import Pool
 from ..config import Settings
 from ..daemonmark import Marker
 from ..errors import JobpoolError
 from ..redispolicy import check_at_start
-from .boot import Boot
+from .boot import Boot, live_restore_of
 from .cleanup import Cleaner
 from .executors import make_executor
 from .hostcheck import HostCheck, for_settings
@@ -39,16 +40,9 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     pool = Pool.from_settings(settings)
     pool.actor = "worker"
     check_at_start(pool.client)
-    daemon_id, api_version = "", None
-    if settings.executor == "docker":
-        try:
-            executor = make_executor(settings)
-            daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
-            api_version = executor.api_version  # type: ignore[attr-defined]
-            executor.close()
-        except Exception as exc:  # noqa: BLE001 - a worker may start before the daemon answers
-            log.warning("docker daemon not answering yet (%s); jobs wait for it", exc)
+    daemon_id, api_version, live_restore = establish_daemon(settings)
     boot = Boot(pool, settings.executor, daemon_id)
+    boot.set_live_restore(live_restore)
     marker = mark_daemon(pool, boot)
     runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version,
                       cleaner=finished_container_remover(settings, daemon_id, api_version))
@@ -94,6 +88,27 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     return worker.left_running
 
 
+def establish_daemon(settings: Settings) -> tuple[str, str | None, str]:
+    """The Docker daemon's identity, API version and live-restore setting (`live_restore_of`) at boot; ''
+    and None for what is not known (the subprocess executor, or a daemon not answering yet: the host check
+    establishes it later, `identify`)."""
+    daemon_id, api_version, live_restore = "", None, ""
+    if settings.executor != "docker":
+        return daemon_id, api_version, live_restore
+    try:
+        executor = make_executor(settings)
+        daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
+        api_version = executor.api_version  # type: ignore[attr-defined]
+        live_restore = live_restore_of(executor.client.api)  # type: ignore[attr-defined]
+        executor.close()
+    except Exception as exc:  # noqa: BLE001 - a worker may start before the daemon answers
+        log.warning("docker daemon not answering yet (%s); jobs wait for it", exc)
+    if live_restore == "0":
+        log.warning("the docker daemon runs without live-restore: restarting it stops the jobs running on it "
+                    "(README.md, \"The container contract\")")
+    return daemon_id, api_version, live_restore
+
+
 def identify(runtime: Runtime, boot: Boot) -> Callable[[], object]:
     """Establish the identity of the Docker daemon that did not answer at boot, into `runtime` (the horses
     forked from then on inherit it) and the boot record; run by the host check's thread, which holds claims
@@ -103,6 +118,7 @@ def identify(runtime: Runtime, boot: Boot) -> Callable[[], object]:
         try:
             runtime.api_version = executor.api_version  # type: ignore[attr-defined]
             runtime.daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
+            boot.set_live_restore(live_restore_of(executor.client.api))  # type: ignore[attr-defined]
         finally:
             executor.close()
         boot.fields["daemon_id"] = runtime.daemon_id
@@ -114,22 +130,39 @@ def identify(runtime: Runtime, boot: Boot) -> Callable[[], object]:
 def host_check(settings: Settings, boot: Boot, api_version: str | None,
                identify: Callable[[], object] | None = None) -> HostCheck:
     """The check of this worker's host (workers/hostcheck.py), publishing to its boot record; its Docker ping
-    has a client of its own, made at its first use (only its thread uses it)."""
+    and its re-read of the daemon's live-restore setting share a client of their own, made at its first use
+    (only its thread uses it)."""
     made: list[object] = []
 
-    def ping() -> object:
+    def client() -> Any:
         if not made:
             import docker
 
             made.append(docker.from_env(version=api_version or "auto", timeout=PING_TIMEOUT_SECS))
-        return made[0].ping()  # type: ignore[attr-defined]
+        return made[0]
 
-    return for_settings(settings, boot.id, ping if settings.executor == "docker" else None,
-                        boot.set_cannot_claim, identify)
+    def ping() -> object:
+        return client().ping()
+
+    read_at = [time.monotonic()]  # just read at boot (`establish_daemon`)
+
+    def recheck() -> None:
+        """Re-read live-restore every `LIVE_RESTORE_RECHECK_SECS`: dockerd takes the setting on a reload
+        (SIGHUP) without a restart, and a daemon restarted with another daemon.json changes it too."""
+        if time.monotonic() - read_at[0] < LIVE_RESTORE_RECHECK_SECS:
+            return
+        read_at[0] = time.monotonic()
+        boot.set_live_restore(live_restore_of(client().api))
+
+    docker_host = settings.executor == "docker"
+    return for_settings(settings, boot.id, ping if docker_host else None, boot.set_cannot_claim, identify,
+                        recheck if docker_host else None)
 
 
 #: How long the host check's ping waits for the Docker daemon.
 PING_TIMEOUT_SECS = 5
+#: How often the host check re-reads whether the Docker daemon runs with live-restore (`host_check`).
+LIVE_RESTORE_RECHECK_SECS = 60.0
 
 
 def mark_daemon(pool: Pool, boot: Boot) -> Marker | None:

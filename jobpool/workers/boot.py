@@ -24,6 +24,18 @@ from .outage import Outage, is_transient
 log = logging.getLogger("jobpool.worker")
 
 
+def live_restore_of(api: Any) -> str:
+    """Whether the Docker daemon behind `api` (an SDK `APIClient`) runs with live-restore, as the boot record
+    keeps it: "1", "0", or '' when it cannot be told (no answer, or a daemon that does not say). Its
+    `GET /info` `LiveRestoreEnabled`, as jobpool/exits.py reads it to judge an exit."""
+    try:
+        enabled = api.info().get("LiveRestoreEnabled")
+    except Exception as exc:  # noqa: BLE001 - unknown, not a reason to stop: only a warning hangs on it
+        log.debug("could not read the docker daemon's live-restore setting: %s", exc)
+        return ""
+    return "1" if enabled is True else "0" if enabled is False else ""
+
+
 class Boot:
     def __init__(self, pool: Pool, executor_name: str, daemon_id: str = "") -> None:
         self.pool = pool
@@ -37,6 +49,10 @@ class Boot:
             # Why this worker holds its claims ('' when it does not): its host fails its check
             # (workers/hostcheck.py).
             "cannot_claim": "",
+            # Whether its Docker daemon runs with live-restore: "1", "0", or '' unknown (not asked yet, or
+            # no Docker). Without it a daemon restart stops the running jobs, so `status` warns
+            # (jobpool/status.py; README.md, "The container contract").
+            "live_restore": "",
         }
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -73,6 +89,12 @@ class Boot:
             self.beat()
         except Exception as exc:  # noqa: BLE001 - the next heartbeat writes it; the hold goes on regardless
             log.warning("could not update boot %s: %s", self.id, exc)
+
+    def set_live_restore(self, value: str) -> None:
+        """Record what the daemon said of live-restore (`live_restore_of`); the next heartbeat writes it. An
+        unknown answer ('') keeps the last known one: a daemon that did not answer once has not changed."""
+        if value:
+            self.fields["live_restore"] = value
 
     def start(self) -> None:
         self.beat()

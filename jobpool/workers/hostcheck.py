@@ -98,12 +98,16 @@ class HostCheck:
 
     def __init__(self, directory: str, what: str, marker: str, every: float,
                  ping: Callable[[], object] | None, publish: Callable[[str], None],
-                 identify: Callable[[], object] | None = None) -> None:
+                 identify: Callable[[], object] | None = None,
+                 recheck: Callable[[], object] | None = None) -> None:
         """`identify`: establishes the Docker daemon's identity (jobpool/daemonid.py) when it was not at
         boot; until it does, no job is taken (a job's horse could only drop it, holding its slot a claim grace
-        each time)."""
+        each time). `recheck`: called once a round after the probes, on this thread, for what the boot
+        record says of the daemon but no claim waits on (its live-restore setting: workers/__init__.py);
+        it keeps its own pace, and its errors are only logged."""
         self.directory, self.what, self.every, self.ping, self.publish = directory, what, every, ping, publish
         self.identify = identify
+        self.recheck = recheck
         self._identity_problem = f"{DOCKER}: its identity is not established yet" if identify else ""
         self.marker = os.path.join(directory, f".jobpool-probe-{marker}") if directory else ""
         self.note = FaultNote()
@@ -140,6 +144,7 @@ class HostCheck:
             with self._lock:
                 self._probe = _Probe(problem, asked, None)
             self._publish()
+            self._recheck()
             failing = bool(problem or docker or identity)
             self._wake.wait(min(RECHECK_SECS, self.every) if failing else self.every)
             self._wake.clear()
@@ -173,6 +178,14 @@ class HostCheck:
             self._docker_problem = ""
         log.info("host check: the docker daemon answers again")
         return ""
+
+    def _recheck(self) -> None:
+        if self.recheck is None:
+            return
+        try:
+            self.recheck()
+        except Exception as exc:  # noqa: BLE001 - nothing waits on it: the probes go on regardless
+            log.warning("host check: %s", exc)
 
     def _probe_identity(self) -> str:
         """Establish the daemon's identity while it is not (a daemon that did not answer at boot, or whose
@@ -271,11 +284,13 @@ class HostCheck:
 
 
 def for_settings(settings: Settings, boot_id: str, ping: Callable[[], object] | None,
-                 publish: Callable[[str], None], identify: Callable[[], object] | None = None) -> HostCheck:
+                 publish: Callable[[str], None], identify: Callable[[], object] | None = None,
+                 recheck: Callable[[], object] | None = None) -> HostCheck:
     """The check of a worker with these settings: Docker probes its checkpoint root (if any), pings its
     daemon after a Docker fault and, given `identify`, establishes its identity before any claim; the
     subprocess executor probes its state directory."""
     every = settings.host_check_secs
     if settings.executor == "docker":
-        return HostCheck(settings.checkpoint_root, CHECKPOINT_ROOT, boot_id, every, ping, publish, identify)
+        return HostCheck(settings.checkpoint_root, CHECKPOINT_ROOT, boot_id, every, ping, publish, identify,
+                         recheck)
     return HostCheck(os.path.abspath(settings.state_dir), STATE_DIR, boot_id, every, None, publish)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import eventually
 from rq.exceptions import StopRequested
 
 from jobpool.status import Health, Slots, StatusReport, Worker, Workers, judge
@@ -86,3 +87,24 @@ def test_status_counts_a_worker_holding_its_claims_as_not_ready_and_says_why() -
     said = "b1 on h1 is not claiming: checkpoint root /r is unusable: EROFS"
     assert any(said in w for w in health.warnings), health
     assert not any("not claiming" in r for r in judge(report(Worker("b2"), slots=1), 1.0).reasons)
+
+
+def test_the_recheck_runs_each_round_and_its_failure_stops_no_probe(tmp_path: Path) -> None:
+    """The worker re-reads its daemon's live-restore setting on this thread (workers/__init__.py,
+    `host_check`): called once a round after the probes; an error is logged, and the probes go on."""
+    calls: list[float] = []
+
+    def recheck() -> None:
+        calls.append(time.monotonic())
+        raise ConnectionError("no answer")
+
+    published: list[str] = []
+    c = HostCheck(str(tmp_path / "root"), CHECKPOINT_ROOT, "boot1", every=0.05, ping=None,
+                  publish=published.append, recheck=recheck)
+    c.start()
+    try:
+        eventually(lambda: len(calls) >= 3, timeout=10, message="three rounds called the recheck")
+        c.before_dequeue(lambda: None, lambda: False)
+        assert c.problem() == "" and published == []
+    finally:
+        c.stop()
