@@ -407,15 +407,19 @@ def probe_process(identity: str | Mapping[str, Any] | None) -> Probe:
                        "cannot tell")
     if "cgroup" not in ident:
         return Absent(detail=f"process {pid} gone (pid free or now another process)")
-    cgroup = jobcgroup.recorded(ident)
-    if cgroup is None:
-        return Unknown(f"process {pid} is gone, but its job's cgroup {ident.get('cgroup')} cannot be seen "
-                       "from this supervisor (another cgroup namespace, or no cgroup2 hierarchy here); "
-                       "cannot tell whether a process it started still lives")
-    if cgroup.populated():
-        return Present(running=True, detail=(
-            f"process {pid} gone, but processes it started still live in its cgroup {cgroup.path} "
-            f"(pids {' '.join(map(str, cgroup.pids()[:10]))}); its worker died before it could end them: "
-            f"to end them, write 1 to {cgroup.directory / 'cgroup.kill'}"))
-    cgroup.remove()
+    try:
+        cgroup = jobcgroup.recorded(ident)
+        if cgroup is None:
+            return Unknown(f"process {pid} is gone, but its job's cgroup {ident.get('cgroup')} cannot be "
+                           "seen from this supervisor (another cgroup namespace, or no cgroup2 hierarchy "
+                           "here); cannot tell whether a process it started still lives")
+        if cgroup.populated():
+            return Present(running=True, detail=(
+                f"process {pid} gone, but processes it started still live in its cgroup {cgroup.path} "
+                f"(pids {' '.join(map(str, cgroup.pids()[:10]))}); its worker died before it could end them: "
+                f"to end them, write 1 to {cgroup.directory / 'cgroup.kill'}"))
+        cgroup.remove()
+    except OSError as exc:  # the cgroup cannot be read (permissions, a file system error): one row's unknown
+        return Unknown(f"process {pid} is gone, but its job's cgroup {ident.get('cgroup')} cannot be read: "
+                       f"{exc}")
     return Absent(detail=f"process {pid} gone (pid free or now another process), and its cgroup is empty")

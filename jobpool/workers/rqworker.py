@@ -137,7 +137,10 @@ class JobpoolWorker(BooksWorker):
         # A horse stopped this long has let its job's lease lapse (only the horse renews it): the supervisor
         # recovers the job (adopts its container, or redispatches an unclaimed dispatch), and the worker
         # kills the horse to take work again (`check_stopped_horse`).
-        self.horse_stop_limit_secs = pool.settings.lease_secs
+        # Docker only: a subprocess job's horse is the parent that reads its exit, which no one could adopt,
+        # so killing it would lose the exit of a job that runs on (and run it again once judged absent); such
+        # a worker is only reported stuck (`stuck`, jobpool status).
+        self.horse_stop_limit_secs = pool.settings.lease_secs if pool.settings.executor == "docker" else None
         # Called in a horse: once its job runs, and once its end is recorded (workers/horses.py).
         runtime.job_ended = self.job_ended
         runtime.job_launched = self.job_launched
@@ -248,10 +251,14 @@ class JobpoolWorker(BooksWorker):
         (scripts/give_back.lua), before anything of the delivery is written; kept as taken if Redis fails
         (the supervisor dispatches it again past the claim grace)."""
         try:
-            self.runtime.pool.run("give_back", [queue.key, queue.intermediate_queue_key], [job.id])
+            reply = self.runtime.pool.run("give_back", [queue.key, queue.intermediate_queue_key], [job.id])
         except JobpoolError as exc:
             log.warning("worker %s: job %s not given back (%s); the supervisor dispatches it again",
                         self.name, job.id, exc)
+            return
+        if not int(reply[1]):
+            log.warning("worker %s: job %s was no longer in %s's intermediate list; the supervisor "
+                        "dispatches it again past the claim grace", self.name, job.id, queue.name)
             return
         log.info("worker %s: gave job %s back to %s: %s", self.name, job.id, queue.name,
                  self.claim_refusal() if self.claim_refusal else "")

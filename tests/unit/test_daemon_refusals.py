@@ -26,9 +26,10 @@ def test_words_that_name_the_spec_refuse_it(fields: dict, words: str) -> None:
 
 
 @pytest.mark.parametrize("words", [
+    "failed to create shim task: OCI runtime create failed: ttrpc: closed",  # `sh` is the command
     "write /var/lib/docker/containers: database not open",
     "failed to update store for object type *libnetwork.endpoint: open : no such file or directory",
     "no space left on device",
 ])
 def test_the_daemons_own_faults_do_not(words: str) -> None:
-    assert not names_the_spec(words, spec(workdir="/work", user="1000", network="none"))
+    assert not names_the_spec(words, spec(workdir="/work", user="1000", network="none", command=["sh", "-c"]))

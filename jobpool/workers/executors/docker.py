@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import struct
 import time
@@ -291,7 +292,9 @@ def names_the_spec(words: str, spec: Any) -> bool:
     values = [spec.image, spec.workdir, spec.user, spec.network, *(spec.command[:1] or [])]
     for m in spec.mounts:
         values += m.split(":")[:2]
-    return any(v and len(v) >= 2 and v in words for v in values if v not in ("none", "bridge", "host"))
+    # Whole values only: `sh` (a command) is not read in "shim", nor `/run` (a mount) in "/run/containerd".
+    return any(re.search(rf"(?<![\w./-]){re.escape(v)}(?![\w/-])", words) for v in values
+               if v and len(v) >= 2 and v not in ("none", "bridge", "host"))
 
 
 def _create_refused(exc: docker.errors.APIError, spec: Any) -> Exception:
@@ -432,16 +435,20 @@ class DockerExecutor:
         container (removed before it could start: nothing runs) or something the spec names (a network the
         daemon does not have): the container being still there tells which. Any refusal may still have left
         something running, so only a container known to be gone lets the slot go; then a refusal of the spec
-        (a 4xx, or a 5xx naming the spec) fails the job at once, and the daemon's own fault (any other 5xx:
-        one restarted just before, "failed to update store for object type *libnetwork.endpoint") hands the
-        job back, as nothing of it runs (executors/base.py, HostFault)."""
+        (a 4xx, or a 5xx naming the spec) fails the job at once, and any other 5xx (a daemon restarted just
+        before: "failed to update store for object type *libnetwork.endpoint") is a crash, recovered on the
+        job's budget by the sweep."""
         words = _words(exc)
         if isinstance(exc, docker.errors.NotFound) and not self._exists(container_id):
             return NotLaunched("its container was removed before it could start")
         if not self._remove_created(container_id):
             return LaunchUnknown(f"start failed ({words}) and its container could not be removed")
         if exc.is_server_error() and not names_the_spec(words, spec):
-            return HostFault(DOCKER, f"the daemon failed the start: {words}")
+            # The daemon's own fault, or the job's in words that do not name its spec ("container init was
+            # OOM-killed"): nothing runs, but which it was is unknown. A crash's answer, then: the slot stays,
+            # the sweep finds nothing and spends a unit of recovery budget, so it is bounded (a handback,
+            # which spends none, would hand a job the daemon always refuses back for ever).
+            return LaunchUnknown(f"the daemon failed the start ({words}); its container was removed")
         return LaunchError(f"launch_failed: {words}")
 
     def _exists(self, container_id: str) -> bool:
