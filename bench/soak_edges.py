@@ -13,8 +13,9 @@ injectors of bench/soak_faults.py:
   the lapsed lease as proof and remove the created container (jobpool/redistrust.py).
 - `cloned_data_root`: a daemon's data root is copied (it is stopped meanwhile, as for a backup) onto a new
   daemon on this kernel, which so carries its identity, and a worker starts there: the two must be told
-  apart (their workers' marks, jobpool/daemonmark.py), both refuse claims and `status` names them, until the
-  clone's worker stops and the clone is gone; then the first daemon's workers claim again.
+  apart (their workers' marks, jobpool/daemonmark.py), both refuse claims and `status` names them; the report
+  stands after the clone's worker stops and the clone is gone, until the soak, as the operator, clears it
+  (`forget_collision`); then the first daemon's workers claim again.
 - `worker_without_daemon` (issue #29): a worker whose DOCKER_HOST names a socket nothing serves runs for a few
   seconds beside the fleet: it must take no delivery (one it took would be dropped before its claim); the
   deliveries it dequeued are counted (`swallowed`, a zero).
@@ -40,7 +41,7 @@ from procs import children
 from servers import DockerDaemon
 from soak_fleet import all_events
 
-from jobpool import errors, forget_daemon
+from jobpool import daemonmark, errors, forget_collision, forget_daemon
 
 EDGE_FAULTS = ("claim_lost_worker_killed", "daemon_forgotten_returns", "redis_restart_in_launch",
                "checkpoint_root_read_only", "cloned_data_root", "worker_without_daemon", "frozen_standby")
@@ -195,6 +196,31 @@ class EdgeFaults:
                 worker.stop(timeout=20)
             clone.close()
             chaos.note("cloned_data_root", f"the clone of daemon {d + 1} is gone")
+            self._clear_collisions()
+
+    def _clear_collisions(self) -> None:
+        """The operator's part, once the clone is gone: the collision stands until cleared (one reported
+        after the clone's worker stopped, by a round in flight then, is cleared too). Deadline: 30 s."""
+        chaos = self.chaos
+        deadline = time.monotonic() + 30
+        quiet_since = None
+        while time.monotonic() < deadline and not chaos._ending.is_set():
+            try:
+                for identity in daemonmark.read_standing(chaos.pool):
+                    forget_collision(chaos.pool, identity, actor="soak", note="clone removed")
+                    chaos.note("cloned_data_root", f"collision on {identity} cleared by the operator")
+                shared = chaos.pool.status().shared_daemons
+            except errors.JobpoolError as exc:
+                chaos.note("cloned_data_root", f"clearing the collision: {exc}")
+                shared = {"?": ""}
+            if shared:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= 2.0:
+                return  # nothing reported for two seconds: the first daemon's workers claim again
+            time.sleep(0.2)
+        chaos.note("cloned_data_root", "a collision still reported 30s after the clone went: NOT cleared")
 
     # ---- worker_without_daemon, frozen_standby (issue #29) ----------------------------------------------
 

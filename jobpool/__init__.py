@@ -5,6 +5,7 @@ The one import surface: everything a user needs is importable from here.
 
 from .api import Pool
 from .config import Settings
+from .daemonmark import forget_collision
 from .daemons import forget_daemon, gone_daemons, unforget_daemon
 from .errors import (
     AlreadyExists,
@@ -27,6 +28,7 @@ from .spec import JobSpec
 __all__ = [
     # the API
     "Pool", "Job", "JobSpec", "JobState", "Settings", "forget_daemon", "gone_daemons", "unforget_daemon",
+    "forget_collision",
     # errors
     "JobpoolError", "ConfigError", "InvalidSpec", "InvalidArgument", "NotFound", "InvalidState",
     "NotOwner", "Conflict", "AlreadyExists", "CorruptRow", "RedisUnavailable", "NotReplicated",

@@ -281,6 +281,14 @@ class Pool(Browsing):
         `dry_run`, count them and list the first. Never touches a queued, running or paused job."""
         return retention.prune(self, dry_run=dry_run)
 
+    def forget_collision(self, daemon_id: str, note: str = "") -> int:
+        """Clear the standing report that two Docker daemons share identity `daemon_id`, once one of them has
+        an identity of its own (jobpool/daemonmark.py `forget_collision`); returns when (ms, Redis's clock).
+        Raises `InvalidArgument` for an identity with no standing report, writing nothing."""
+        from .daemonmark import forget_collision
+
+        return forget_collision(self, daemon_id, actor=self.actor or "operator", note=note)
+
     def now_ms(self) -> int:
         """Now on the Redis server's clock: the clock every time in a row, an event or a record is on."""
         secs, usecs = call_redis(self.client.time)

@@ -116,7 +116,8 @@ METRIC_REASONS = (
     "evicted", "stale_evicted",
     "orphan_reconciled_no_container", "orphan_reconciled_dead_pid", "orphan_reconciled_never_started",
     "container_exited", "lost_dispatch", "stop_routed", "remote_stopped", "remote_stop_failed",
-    "stray_stopped", "daemon_forgotten", "daemon_back", "daemon_unforgotten", "other",
+    "stray_stopped", "daemon_forgotten", "daemon_back", "daemon_unforgotten",
+    "daemon_collision", "daemon_collision_cleared", "other",
 )
 #: Upper bounds (seconds) of `jobpool_job_duration_seconds`, from enqueue to the terminal state: jobs run for
 #: minutes to hours. The scripts count each job in the first bucket that holds it (+Inf past the last).

@@ -18,8 +18,9 @@ The identity jobpool records instead is `jpd1:<uuid>@<kernel boot id>`:
 
 Two daemons on one kernel whose data roots are copies (several dockerd on a host, Docker-in-Docker built with
 its data, a restored backup) do share the identity. That is checked, not assumed away:
-jobpool/daemonmark.py marks each process's daemon and compares the marks through Redis; while two daemons
-share an identity, no claim is made and no row on it is judged.
+jobpool/daemonmark.py marks each process's daemon and compares the marks through Redis; once two daemons are
+found to share an identity, no claim is made and no row on it is judged until an operator clears the report
+(`jobpool forget-collision`), whatever becomes of either side's processes.
 
 The boot id is read from `/proc` of the process that asks, so it is the daemon's only when the daemon is
 reached through a local unix socket (the one-host set-up and the compose file's mounted `docker.sock`; a

@@ -15,14 +15,20 @@ marks on its own daemon and reads who else claims its identity (`judge`):
   makes its own mark again each period, should a prune have removed it): two daemons share the identity, a
   **collision**, which my record says (`collision`, naming both processes' hosts and sockets) for every peer
   and for `status` to read;
-- anything else (I am not registered yet, a peer has not yet seen my mark, a peer reports a collision):
-  not trusted, with the reason.
+- anything else (I am not registered yet, a peer has not yet seen my mark): not trusted, with the reason.
+
+A collision is **remembered**: the script that writes a record reporting one also records it in the pool's
+`shared_daemons` hash (identity -> the line, when, by whom), and it stands there until an operator clears it
+(`forget_collision`, `jobpool forget-collision`) once one of the daemons has an identity of its own. The
+death of the processes on either side ends nothing: a clone's containers run on when every jobpool process
+there died, and the other side's listing still cannot speak for them. While a collision stands on its
+identity (or a peer's record, dead or alive, reports one), a process's daemon is not trusted.
 
 While its daemon is not trusted, a worker takes no job and publishes no inventory (jobpool/workers/), and a
 supervisor judges no row recorded on that identity (jobpool/supervisor/evidence.py); every supervisor judges
-no row on an identity a live process reports a collision for. A process removes its record and then its mark
-as it stops; marks whose process has had no record for `GONE_SECS` are removed by any process on the daemon.
-See docs/architecture.md ("The daemon's identity").
+no row on an identity with a standing or reported collision (`read_collisions`). A process removes its record
+and then its mark as it stops; marks whose process has had no record for `GONE_SECS` are removed by any
+process on the daemon. See docs/architecture.md ("The daemon's identity").
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import daemonid, procid
 from .contract import LABEL_POOL
-from .errors import JobpoolError
+from .errors import InvalidArgument, JobpoolError
 from .registry import call_redis
 
 if TYPE_CHECKING:
@@ -83,8 +89,9 @@ class Peer:
     mark: str = ""
     verified: frozenset[str] = frozenset()
     collision: str = ""
-    #: The process's identity (jobpool/procid.py, JSON): one seen dead from here is no peer, though its
-    #: record has not expired yet (a worker restarted after a crash need not wait for it).
+    #: The process's identity (jobpool/procid.py, JSON): one seen dead from here is not waited for, though
+    #: its record has not expired yet (a worker restarted after a crash need not wait for it); a collision it
+    #: reported still counts (and stands in `shared_daemons` anyway).
     process: str = ""
 
     @classmethod
@@ -124,9 +131,10 @@ def read_peers(pool: Pool) -> dict[str, Peer]:
     return {i: Peer.from_record(i, r) for i, r in zip(ids, replies, strict=True) if isinstance(r, dict) and r}
 
 
-def collisions(peers: Mapping[str, Peer]) -> dict[str, str]:
-    """Daemon identity -> a live process's report that two daemons share it (the first, by process id)."""
-    out: dict[str, str] = {}
+def collisions(peers: Mapping[str, Peer], standing: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Daemon identity -> why two daemons share it: its standing report (`shared_daemons`), else a process's
+    record reporting it (the first, by process id; a process seen dead counts too)."""
+    out: dict[str, str] = dict(standing or {})
     for process_id in sorted(peers):
         p = peers[process_id]
         if p.collision and p.daemon_id and p.daemon_id not in out:
@@ -135,7 +143,67 @@ def collisions(peers: Mapping[str, Peer]) -> dict[str, str]:
 
 
 def read_collisions(pool: Pool) -> dict[str, str]:
-    return collisions(read_peers(pool))
+    """Every identity no row may be judged on because two daemons share it (standing or reported)."""
+    return collisions(read_peers(pool), {i: s.line for i, s in read_standing(pool).items()})
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A collision remembered in `shared_daemons` until an operator clears it."""
+
+    line: str
+    #: When it was first recorded (ms, Redis's clock; 0 if unreadable) and by which process.
+    at: int = 0
+    by: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Standing:
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            return cls(f"two docker daemons share this identity (an unreadable report: {text[:200]!r})")
+        at = doc.get("at")
+        return cls(str(doc.get("line") or "two docker daemons share this identity"),
+                   int(at) if isinstance(at, (int, float)) else 0, str(doc.get("by") or ""))
+
+
+def read_standing(pool: Pool, identity: str | None = None) -> dict[str, Standing]:
+    """The standing collisions (identity -> its report); only `identity`'s when given (one HGET)."""
+    k = pool.keys
+    if identity is not None:
+        text = call_redis(pool.client.hget, k.shared_daemons, identity, what="reading shared daemons")
+        return {identity: Standing.parse(str(text))} if text else {}
+    raw = call_redis(pool.client.hgetall, k.shared_daemons, what="reading shared daemons")
+    return {str(i): Standing.parse(str(t)) for i, t in raw.items()}
+
+
+def clear_command(identity: str) -> str:
+    return f"jobpool forget-collision {identity}"
+
+
+def forget_collision(pool: Pool, identity: str, actor: str = "operator", note: str = "") -> int:
+    """Clear the standing collision on `identity` (scripts/forget_collision.lua), once one of the two daemons
+    that shared it has an identity of its own (its `jobpool-daemon-identity` volume removed while no job ran
+    there, its jobpool processes restarted). Returns when (ms, Redis's clock). Raises `InvalidArgument` for
+    anything but an identity with a standing collision, writing nothing. A collision still there is found
+    and recorded again by the next process that compares the marks."""
+    if not isinstance(identity, str) or not daemonid.IDENTITY.fullmatch(identity):
+        raise InvalidArgument(f"not a daemon identity: {identity!r} (as `jobpool status` names a shared one, "
+                              "jpd1:<uuid>@<boot id>)")
+    for name, text in (("actor", actor), ("note", note)):
+        if not isinstance(text, str) or len(text) > 1000:
+            raise InvalidArgument(f"{name} must be text of at most 1000 characters")
+    k = pool.keys
+    ids = [str(i) for i in call_redis(pool.client.zrange, k.daemon_marks, 0, -1, what="reading daemon marks")]
+    try:
+        reply = pool.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in ids)],
+                         [identity, actor, note])
+    except InvalidArgument:
+        raise InvalidArgument(f"no collision stands on daemon identity {identity} in this pool (`jobpool "
+                              "status` names the shared identities)") from None
+    return int(reply[1])
 
 
 @dataclass(frozen=True)
@@ -149,17 +217,22 @@ class Judgement:
     verified: frozenset[str]
     #: Peer id -> when its mark was first found missing (monotonic seconds), for those missing now.
     missing: dict[str, float] = field(default_factory=dict)
-    #: A collision on this identity, concluded here or reported by a peer: it lasts until an operator acts.
+    #: A collision on this identity, concluded here, reported by a peer or standing: it lasts until an
+    #: operator clears it (`forget_collision`).
     collided: bool = False
 
 
 def judge(me: str, where: str, ours: str, marks_here: set[str], peers: Mapping[str, Peer],
-          missing_since: Mapping[str, float], now: float, confirm_secs: float, registered: bool) -> Judgement:
-    """Compare the marks on this daemon with the live processes claiming its identity `ours` (see the module).
+          missing_since: Mapping[str, float], now: float, confirm_secs: float, registered: bool,
+          standing: str = "", gone: frozenset[str] = frozenset()) -> Judgement:
+    """Compare the marks on this daemon with the processes claiming its identity `ours` (see the module).
 
     `registered`: this process's record was written before `peers` was read, so every peer that registers
-    after that read sees it (two processes starting at once cannot both miss each other)."""
-    same = {i: p for i, p in peers.items() if i != me and p.daemon_id == ours and p.mark}
+    after that read sees it (two processes starting at once cannot both miss each other). `standing`: the
+    remembered collision on `ours` ('' if none). `gone`: the peers seen dead from here, not waited for (their
+    marks neither missed nor awaited); a collision one of them reported still counts."""
+    reports = {i: p.collision for i, p in peers.items() if i != me and p.daemon_id == ours and p.collision}
+    same = {i: p for i, p in peers.items() if i != me and p.daemon_id == ours and p.mark and i not in gone}
     verified = frozenset(i for i, p in same.items() if p.mark in marks_here)
     missing = {i: missing_since.get(i, now) for i in same if i not in verified}
     confirmed = sorted(i for i, since in missing.items() if now - since >= confirm_secs)
@@ -168,12 +241,13 @@ def judge(me: str, where: str, ours: str, marks_here: set[str], peers: Mapping[s
         other = same[confirmed[0]]
         collision = (f"daemon identity {ours} is shared by two docker daemons: {where}, and {other.where()}, "
                      f"whose mark {other.mark} is not on this one (a data root copied onto a second daemon "
-                     "on one kernel); no claims and no listing or inventory of that identity are trusted "
-                     f"until one of them has an identity of its own (remove volume {daemonid.VOLUME} there "
-                     "and restart its jobpool processes)")
-    reported = next((same[i].collision for i in sorted(same) if same[i].collision), "")
+                     "on one kernel); no claims and no listing or inventory of that identity are trusted, "
+                     "whatever becomes of either side's processes, until one of them has an identity of its "
+                     f"own (remove volume {daemonid.VOLUME} there while no job runs on it, restart its "
+                     f"jobpool processes) and an operator clears this report: {clear_command(ours)}")
+    reported = next((reports[i] for i in sorted(reports)), "")
     unseen = sorted(i for i, p in same.items() if me not in p.verified)
-    why = collision or reported
+    why = collision or standing or reported
     if not why and not registered:
         why = "this process is not registered with its daemon's mark yet"
     if not why and missing:
@@ -182,7 +256,7 @@ def judge(me: str, where: str, ours: str, marks_here: set[str], peers: Mapping[s
     if not why and unseen:
         why = (f"{same[unseen[0]].where()}, which claims this daemon's identity, has not seen this one's "
                "mark yet")
-    return Judgement(why, collision, verified, missing, bool(collision or reported))
+    return Judgement(why, collision, verified, missing, bool(collision or standing or reported))
 
 
 class Marker:
@@ -309,12 +383,15 @@ class Marker:
         if not self.registered:
             self._register()  # marked first: no peer reads this record while the mark is not there
             self.registered = True
-        peers = {i: p for i, p in read_peers(self.pool).items() if i == self.id or not p.gone()}
+        peers = read_peers(self.pool)
+        # Seen dead from here: not waited for. A collision stands whatever becomes of the processes.
+        gone = frozenset(i for i, p in peers.items() if i != self.id and p.daemon_id == ours and p.gone())
+        standing = read_standing(self.pool, ours).get(ours)
         if self.id not in peers:  # lost (Redis restarted, the record expired): back, and judged next period
             self._register()
             self.registered = False
         j = judge(self.id, self.where, ours, here, peers, self._missing, time.monotonic(),
-                  CONFIRM_PERIODS * self.period, self.registered)
+                  CONFIRM_PERIODS * self.period, self.registered, standing.line if standing else "", gone)
         self._missing, self._verified, self._collision = j.missing, j.verified, j.collision
         self._collided = j.collided
         self._register()
@@ -334,7 +411,7 @@ class Marker:
         args: list[Any] = [self.id, self.ttl_ms, 10 * self.ttl_ms]
         for name in FIELDS:
             args += [name, values[name]]
-        self.pool.run("daemon_mark", [k.daemon_mark(self.id), k.daemon_marks], args)
+        self.pool.run("daemon_mark", [k.daemon_mark(self.id), k.daemon_marks, k.shared_daemons], args)
 
     def _remove_gone(self, client: Any, listed: list[dict[str, Any]], peers: Mapping[str, Peer]) -> None:
         """Marks of this pool on this daemon whose process has had no record for GONE_SECS (never a live

@@ -78,6 +78,10 @@ class PoolKeys:
         #: Every process that marked its Docker daemon (jobpool/daemonmark.py): process id -> its last
         #: refresh (ms, Redis time). Bounded by the fleet (entries long expired are trimmed by the script).
         self.daemon_marks = p + "daemon_marks"
+        #: Daemon identities two Docker daemons were found to share (jobpool/daemonmark.py): identity -> JSON
+        #: {line, at, by}, written by scripts/daemon_mark.lua when a process concludes a collision, removed
+        #: only by an operator (scripts/forget_collision.lua). Bounded by the fleet's identities.
+        self.shared_daemons = p + "shared_daemons"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"

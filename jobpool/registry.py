@@ -44,7 +44,7 @@ SCRIPT_NAMES = (
     "pause_job", "resume_job", "cancel", "pause_queue", "resume_queue", "set_slots", "evict",
     "reconcile_apply", "drop_ghost", "prune", "inventory_lead", "publish_inventory",
     "push_command", "take_commands", "command_done", "forget_daemon", "unforget_daemon",
-    "daemon_mark", "daemon_unmark", "give_back",
+    "daemon_mark", "daemon_unmark", "give_back", "forget_collision",
 )
 
 #: The one table from script status codes to exceptions (codes are documented in scripts/_lib.lua).

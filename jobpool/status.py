@@ -310,7 +310,8 @@ class StatusReport:
     #: stop them (jobpool/strays.py).
     strays: tuple[Stray, ...] = ()
     daemons: Daemons | None = None
-    #: Daemon identity -> a live process's report that two Docker daemons share it (jobpool/daemonmark.py).
+    #: Daemon identity -> why two Docker daemons share it: its standing collision, which holds until an
+    #: operator clears it (`jobpool forget-collision`), or a process's report (jobpool/daemonmark.py).
     shared_daemons: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -381,7 +382,10 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
         daemons = sorted({x.daemon_id for x in report.strays})
         reasons.append(f"{len(report.strays)} stray container(s) run outside any slot on daemon(s) "
                        f"{', '.join(daemons)}: their workers are stopping them (see `strays`)")
-    reasons.extend(report.shared_daemons.values())  # each names both daemons' hosts and sockets
+    # Each names both daemons' hosts and sockets; it stands until an operator clears it (daemonmark.py).
+    reasons.extend(line if daemonmark.clear_command(d) in line else
+                   f"{line}; it stands until cleared, once one daemon has an identity of its own: "
+                   f"{daemonmark.clear_command(d)}" for d, line in report.shared_daemons.items())
     if report.unknown:
         notes.append(f"{report.unknown} running job(s) could not be probed (Docker unreachable?); "
                      "their slots are kept until the probe answers")

@@ -1,5 +1,5 @@
 """The pool commands: `slots`, `status`, `events`, and the operator's `reconcile`, `prune` and
-`forget-daemon`."""
+`forget-daemon` and `forget-collision`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..contract import EVENTS_MAXLEN, MAX_SLOTS
+from ..daemonmark import forget_collision
 from ..daemons import forget_daemon, unforget_daemon
 from .app import CliState, load, pool_command
 from .format import decisions_table, event_json, event_line, status_report
@@ -138,4 +139,24 @@ def forget_daemon_command(state: CliState, daemon_id: str, note: str, undo: bool
                lambda: f"daemon {daemon_id} declared gone; the next sweeps judge its jobs absent")
 
 
-COMMANDS = (slots, status, events, reconcile, prune, forget_daemon_command)
+@click.command("forget-collision")
+@click.argument("daemon_id", metavar="DAEMON_ID")
+@click.option("--note", default="", help="What was fixed, kept in the pool's events (e.g. the ticket).")
+@pool_command
+def forget_collision_command(state: CliState, daemon_id: str, note: str) -> None:
+    """Clear the report that two Docker daemons share identity DAEMON_ID, once fixed.
+
+    Two daemons on one kernel with one identity (a data root copied onto a second daemon) are reported by
+    the processes that compare their marks, and the report stands, whatever becomes of those processes:
+    no worker on that identity claims, publishes or stops anything, and no supervisor judges a job recorded
+    on it (`status` names it, unhealthy). Fix it first: give one of the daemons an identity of its own
+    (remove its `jobpool-daemon-identity` volume while no job runs there, restart its jobpool processes);
+    then clear it. A collision still there is found and reported again. Refused for an identity with no
+    standing report."""
+    at = forget_collision(state.pool(), daemon_id, actor="cli", note=note)
+    state.emit({"daemon_id": daemon_id, "at": at},
+               lambda: f"collision on daemon identity {daemon_id} cleared; its workers claim again once "
+                       "their marks agree")
+
+
+COMMANDS = (slots, status, events, reconcile, prune, forget_daemon_command, forget_collision_command)

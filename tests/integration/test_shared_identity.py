@@ -3,7 +3,9 @@ onto a second daemon, Docker-in-Docker built with its data): both carry the same
 volume and the same kernel boot id, so their identities are equal and neither's listing may speak for the
 other. Each process marks its own daemon (jobpool/daemonmark.py); a live process whose mark is missing from a
 daemon that claims its identity is a collision: no claim on either daemon, no verdict on that identity, and
-`status` says so, naming both daemons (docs/architecture.md, "The daemon's identity").
+`status` says so, naming both daemons (docs/architecture.md, "The daemon's identity"). The collision is
+remembered in Redis: it holds when every jobpool process on one side has died (its containers run on), until
+an operator clears it with `jobpool forget-collision`.
 
 And the other side: a normal fleet (two daemons with identities of their own, two workers on one daemon)
 sees no collision and runs its jobs.
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterator
 
 import docker
 import pytest
+from bad_input import cli, one_line_error
 from constants import IMAGE
 from polling import eventually
 from procs import JobpoolProcess
@@ -136,6 +139,77 @@ def test_two_daemons_with_one_copied_data_root_refuse_claims_and_judge_nothing(
     assert publisher and f"boot {publisher}" in w1.log()
 
 
+def test_a_collision_holds_when_the_clones_processes_all_died_until_an_operator_clears_it(
+        two: tuple[str, str], pool: Pool, pool_env: dict[str, str],
+        spawn: Callable[..., JobpoolProcess]) -> None:
+    """The mirror of the case above: the job runs on the clone, whose only jobpool process (a worker) is
+    SIGKILLed once the collision was found. On the old code the collision ended with that process (seen dead
+    at once on this kernel): daemon 1's processes were trusted again, its supervisor listed its own daemon,
+    found no container of the job and ran it again on daemon 1 while it still ran on daemon 2."""
+    d1, d2 = two
+    identity = daemon_identity(d1)
+    assert daemon_identity(d2) == identity, "precondition: the copy carries the identity volume, one kernel"
+    pool.set_slots(2)
+    with Sampler(two) as sampler:
+        # A job runs on the clone, claimed by its only worker before daemon 1 has any jobpool process.
+        w2 = spawn(DOCKER_HOST=d2)
+        orphan = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 600"]).id
+        eventually(lambda: live_on(d2, orphan), timeout=40, message="the job running on daemon 2")
+        # Daemon 1's supervisor and worker come up: the collision is found on both sides.
+        s1 = spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=d1)
+        w1 = spawn(DOCKER_HOST=d1)
+        for proc in (w2, w1, s1):
+            eventually(lambda p=proc: named_both(p.log(), d1, d2), timeout=30,
+                       message=f"one line naming both daemons in {proc.log_path.name}")
+        # The clone's only jobpool process dies; its container runs on, and its lease lapses.
+        w2.kill_with_children()
+        eventually(lambda: not pool.client.exists(pool.keys.lease(orphan)), timeout=10,
+                   message="its lease lapsing")
+        waiting = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 600"]).id
+        # Sweeps and inventory periods go by (its inventory stale after 2 s): nothing judged, nothing claimed.
+        seen = sweeps(s1)
+        eventually(lambda: sweeps(s1) >= seen + 12, timeout=40, message="twelve more sweeps")
+        job = pool.get(orphan)
+        assert (job.state, job.attempt) == (JobState.RUNNING, 1), "the orphan on the clone was judged"
+        assert live_on(d2, orphan) and not live_on(d1, orphan)
+        assert pool.get(waiting).owner_boot in ("", None), "claimed by a worker whose daemon has a clone"
+        assert not live_on(d1, waiting) and not live_on(d2, waiting)
+        assert f"job {orphan} (attempt 1) kept: probe_unknown" in s1.log()
+        # An operator's one-shot sweep from daemon 1 (no mark of its own) honours it too.
+        sup = Supervisor(pool, ContainerProber(d1, timeout=5))
+        try:
+            verdict = sup.sweep(job_ids=[orphan], dry_run=True).decisions[0].verdict
+        finally:
+            sup.close()
+        assert verdict.kind.value == "warn" and "may not be one daemon" in verdict.evidence + verdict.reason
+        status = pool.status()
+        assert not status.healthy and list(status.shared_daemons) == [identity]
+        assert any(named_both(r, d1, d2) and f"jobpool forget-collision {identity}" in r
+                   for r in status.health.reasons), status.health.reasons
+        # Nothing published of the identity since the collision: daemon 1's listing has no word on it.
+        publisher = pool.client.hget(pool.keys.inventory(identity), "publisher") or ""
+        assert not publisher or f"boot {publisher}" in w2.log()
+        # The operator fixes the clone (here: its container removed, as the clone goes away), then clears the
+        # report. Bad input first: one line, exit 2, nothing written.
+        for bad in ("nonsense", "jpd1:" + "0" * 32 + "@" + identity.split("@")[1]):
+            assert one_line_error(cli("forget-collision", bad, env=pool_env), 2) is None
+        assert pool.client.hexists(pool.keys.shared_daemons, identity)
+        with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
+            for c in client.containers.list(all=True, filters={"label": f"jobpool.job_id={orphan}"}):
+                c.remove(force=True)
+        done = cli("forget-collision", identity, "--note", "clone removed", env=pool_env)
+        assert done.returncode == 0 and "cleared" in done.stdout, done.stderr
+        # Claims resume on daemon 1: the waiting job runs, and the orphan is judged (absent) and runs again.
+        eventually(lambda: live_on(d1, waiting), timeout=40, message="the waiting job claimed on daemon 1")
+        eventually(lambda: pool.get(orphan).attempt == 2, timeout=40, message="the orphan judged, run again")
+        assert pool.status().shared_daemons == {}
+        assert one_line_error(cli("forget-collision", identity, env=pool_env), 2) is None, "nothing stands"
+    assert sampler.most_live[orphan] == 1, "the orphan ran twice at once"
+    assert sampler.most_live[waiting] == 1
+    for j in (orphan, waiting):
+        pool.cancel(j)
+
+
 def test_a_normal_fleet_sees_no_collision(
         docker_host: str, clones: tuple[DockerDaemon, DockerDaemon], pool: Pool,
         spawn: Callable[..., JobpoolProcess]) -> None:
@@ -175,7 +249,7 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
     args: list[object] = ["alive", 600_000, 6_000_000]
     for name in daemonmark.FIELDS:
         args += [name, fields.get(name, "")]
-    pool.run("daemon_mark", [k.daemon_mark("alive"), k.daemon_marks], args)
+    pool.run("daemon_mark", [k.daemon_mark("alive"), k.daemon_marks, k.shared_daemons], args)
     with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=10)) as client:
         for owner, at in marks.items():
             client.api.create_volume(daemonmark.volume_name(owner), labels={

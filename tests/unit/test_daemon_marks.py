@@ -8,7 +8,9 @@ import json
 import subprocess
 from collections.abc import Mapping
 
-from jobpool import daemonmark, procid
+import pytest
+
+from jobpool import daemonmark, errors, procid
 from jobpool.api import Pool
 from jobpool.daemonmark import Peer, judge
 
@@ -24,10 +26,11 @@ def peer(pid: str, daemon: str = ID, verified: tuple[str, ...] = (ME,), collisio
 
 
 def run(peers: Mapping[str, Peer], marks: set[str], missing: Mapping[str, float] | None = None,
-        now: float = 100.0, registered: bool = True) -> daemonmark.Judgement:
+        now: float = 100.0, registered: bool = True, standing: str = "",
+        gone: frozenset[str] = frozenset()) -> daemonmark.Judgement:
     everyone = {ME: Peer(ME, daemon_id=ID, mark=daemonmark.volume_name(ME)), **peers}
     return judge(ME, WHERE, ID, marks | {daemonmark.volume_name(ME)}, everyone, missing or {}, now, 1.0,
-                 registered)
+                 registered, standing, gone)
 
 
 def test_alone_on_an_identity_is_trusted_once_registered() -> None:
@@ -67,10 +70,28 @@ def test_a_peers_report_refuses_here_too() -> None:
     assert j.why == report and j.collided and j.collision == ""
 
 
+def test_a_standing_collision_refuses_with_no_peer_left() -> None:
+    """The clone's processes all died (or never ran again): the remembered collision still holds."""
+    report = f"daemon identity {ID} is shared by two docker daemons: ..."
+    j = run({}, set(), standing=report)
+    assert j.why == report and j.collided and j.collision == ""
+    assert run({}, set()).why == "", "nothing remembered: trusted"
+
+
+def test_a_dead_peer_is_not_waited_for_but_its_report_counts() -> None:
+    j = run({"x": peer("x", verified=())}, set(), missing={"x": 0.0}, gone=frozenset({"x"}))
+    assert j.why == "" and j.missing == {} and not j.collided, "a dead peer's missing mark: not awaited"
+    report = f"daemon identity {ID} is shared by two docker daemons: ..."
+    j = run({"x": peer("x", collision=report)}, set(), gone=frozenset({"x"}))
+    assert j.why == report and j.collided, "a dead peer's report is no less a collision"
+
+
 def test_collisions_by_identity() -> None:
     peers = {"a": peer("a", collision="shared a"), "b": peer("b", collision="shared b"),
              "c": peer("c", OTHER)}
     assert daemonmark.collisions(peers) == {ID: "shared a"}
+    assert daemonmark.collisions(peers, {ID: "standing", OTHER: "standing too"}) == {
+        ID: "standing", OTHER: "standing too"}
 
 
 def mark(pool: Pool, pid: str, ttl_ms: int = 60_000, **fields: str) -> list[object]:
@@ -78,7 +99,7 @@ def mark(pool: Pool, pid: str, ttl_ms: int = 60_000, **fields: str) -> list[obje
     args: list[object] = [pid, ttl_ms, 10 * ttl_ms]
     for name in daemonmark.FIELDS:
         args += [name, fields.get(name, "")]
-    return pool.run("daemon_mark", [k.daemon_mark(pid), k.daemon_marks], args)
+    return pool.run("daemon_mark", [k.daemon_mark(pid), k.daemon_marks, k.shared_daemons], args)
 
 
 def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
@@ -115,3 +136,50 @@ def test_a_peer_seen_dead_from_here_is_gone_and_nothing_else_is() -> None:
     assert Peer("x", process=json.dumps(ident)).gone()
     assert not Peer("x", process=json.dumps({**ident, "boot_id": "another-kernel"})).gone(), "cannot tell"
     assert not Peer("x").gone() and not Peer("x", process="garbage").gone()
+
+
+def test_a_reported_collision_is_remembered_until_cleared(pool: Pool) -> None:
+    assert mark(pool, "p1", daemon_id=ID, mark="m1")[2] == 0
+    assert daemonmark.read_standing(pool) == {}
+    assert mark(pool, "p2", daemon_id=ID, mark="m2", collision="shared, first")[2] == 1
+    assert mark(pool, "p1", daemon_id=ID, mark="m1", collision="shared, second")[2] == 0, "the first kept"
+    standing = daemonmark.read_standing(pool)
+    assert set(standing) == {ID} and standing[ID].line == "shared, first" and standing[ID].by == "p2"
+    assert standing[ID].at > 0 and daemonmark.read_standing(pool, ID) == standing
+    # Both processes gone (their records with them): the collision stands.
+    k = pool.keys
+    for pid in ("p1", "p2"):
+        pool.run("daemon_unmark", [k.daemon_mark(pid), k.daemon_marks], [pid])
+    assert daemonmark.read_peers(pool) == {}
+    assert daemonmark.read_collisions(pool) == {ID: "shared, first"}
+    assert [e["reason"] for e in pool.events() if e["reason"].startswith("daemon_collision")] == [
+        "daemon_collision"]
+
+
+def test_clearing_a_collision(pool: Pool) -> None:
+    mark(pool, "p1", daemon_id=ID, mark="m1", collision="shared")
+    mark(pool, "p2", daemon_id=OTHER, mark="m2", collision="shared other")
+    mark(pool, "p3", daemon_id=ID, mark="m3")
+    before = {k: v for k, v in pool.client.hgetall(pool.keys.shared_daemons).items()}
+    for bad in ("", "nonsense", ID + " ", 7, None, "jpd1:" + "a" * 31 + "@boot-1"):
+        with pytest.raises(errors.InvalidArgument, match="not a daemon identity"):
+            daemonmark.forget_collision(pool, bad)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument, match="note"):
+        daemonmark.forget_collision(pool, ID, note="x" * 1001)
+    none_here = "jpd1:" + "c" * 32 + "@boot-1"
+    with pytest.raises(errors.InvalidArgument, match="no collision stands"):
+        daemonmark.forget_collision(pool, none_here)
+    assert pool.client.hgetall(pool.keys.shared_daemons) == before, "written on a refusal"
+    assert pool.forget_collision(ID, note="clone re-identified") > 0
+    assert set(daemonmark.read_standing(pool)) == {OTHER}
+    peers = daemonmark.read_peers(pool)
+    assert peers["p1"].collision == "" and peers["p2"].collision == "shared other", "only that identity's"
+    assert daemonmark.read_collisions(pool) == {OTHER: "shared other"}
+    cleared = [e for e in pool.events() if e["reason"] == "daemon_collision_cleared"]
+    assert len(cleared) == 1 and ID in cleared[0]["evidence"]
+    assert "clone re-identified" in cleared[0]["evidence"]
+    with pytest.raises(errors.InvalidArgument, match="no collision stands"):
+        daemonmark.forget_collision(pool, ID)
+    # Still there: the next report records it again.
+    mark(pool, "p1", daemon_id=ID, mark="m1", collision="shared again")
+    assert daemonmark.read_standing(pool)[ID].line == "shared again"
