@@ -1,6 +1,7 @@
 """The soak of the subprocess executor: jobs that leave background children, under seeded faults.
 
-    python3 bench/soak_subprocess.py [--jobs 60] [--slots 2] [--workers 3] [--seed 1] [--max-minutes 15]
+    python3 bench/soak_subprocess.py [--jobs 60] [--slots 2] [--workers 3] [--seed 1] [--rounds 2]
+                                     [--max-minutes 15] [--escape N]
 
 A real redis-server (AOF), one supervisor and a few workers (`python -m jobpool.cli worker|supervisor`) with
 `JOBPOOL_EXECUTOR=subprocess`, slots fewer than workers. Jobs of varied length, most of which leave processes
@@ -28,6 +29,9 @@ process of its cgroup lives: it never signals a job it did not start, and its wa
 `cgroup.kill` for a person to end them. The soak is that person (`Person`): a few seconds after the
 supervisor's log names a cgroup of the soak's jobs so, it writes 1 to that `cgroup.kill` (counted,
 `leftovers_killed`). Then the supervisor finds the cgroup empty, removes it and hands the job back.
+
+`--escape N` adds N jobs built to break the promise (a child that moves itself out of its job's cgroup, as a
+job running as root can): the soak must then report `after_end` and exit non-zero.
 
 It prints one line of figures and `{"zeros_hold": ...}` and exits non-zero when a zero broke; breaches.txt
 (each instant that broke a zero with the jobs' events and rows) and findings.txt (bench/soak_report.py) go
@@ -155,7 +159,7 @@ class SubFleet(Fleet):
     """One supervisor and `workers` workers on one host, no Docker and no proxies: bench/soak_fleet.py's
     Fleet for the rest (spawning, `kill_worker`, `revive`), every process stopped by its pid."""
 
-    def __init__(self, root: Path, env: dict[str, str], workers: int) -> None:  # noqa: D107
+    def __init__(self, root: Path, env: dict[str, str], workers: int) -> None:
         # Not Fleet.__init__: that one starts Docker daemons' proxies.
         self.root, self.env, self.daemons = root, env, []
         self.placement = [0] * workers
@@ -194,7 +198,7 @@ class SubChaos(Chaos):
     """bench/soak_faults.py's injectors of the faults this fleet meets; a worker is killed or drained only
     while its horse runs a job, a running job is the one cancelled or paused."""
 
-    def __init__(self, rng: random.Random, fleet: SubFleet, pool: Pool, figures: SubFigures) -> None:  # noqa: D107
+    def __init__(self, rng: random.Random, fleet: SubFleet, pool: Pool, figures: SubFigures) -> None:
         # Not Chaos.__init__: that one opens a Docker client and the edge faults.
         self.rng, self.fleet, self.pool, self.figures = rng, fleet, pool, figures
         self.armed = {}
