@@ -65,7 +65,8 @@ reached, key count and memory must stay flat (`Keyspace.judge` in bench/soak_wat
 printed beside the zeros. A job whose row was pruned after it ended counts by its last event; one whose row
 went before it ended is lost. Without `--keep` the default caps (10,000 jobs) are never reached.
 
-`tests/integration/test_soak.py` runs it small in CI, with small caps, and asserts the same.
+`tests/integration/test_soak.py` runs it small in CI, with small caps, and asserts the same. The subprocess
+executor has a soak of its own, with jobs that leave background children: bench/soak_subprocess.py.
 """
 
 from __future__ import annotations

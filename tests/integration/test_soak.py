@@ -15,6 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from soak import FAULTS, Figures, run_soak  # noqa: E402
 from soak_edges import EDGE_FAULTS  # noqa: E402
 from soak_faults import HOST_FAULTS  # noqa: E402
+from soak_subprocess import FAULTS as SUBPROCESS_FAULTS  # noqa: E402
+from soak_subprocess import run_soak as run_subprocess_soak  # noqa: E402
+
+from jobpool.jobcgroup import unavailable  # noqa: E402
 
 
 def assert_the_zeros(figures: Figures, jobs: int) -> None:
@@ -66,3 +70,42 @@ def test_soak_over_three_daemons_keeps_every_promise_under_host_faults(redis_ser
     print(figures.line())
     assert {k for k, n in figures.faults.items() if n >= 2} == set(kinds), figures.line()
     assert_the_zeros(figures, jobs=20)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(bool(unavailable()), reason=f"no job cgroup here: {unavailable()}")
+def test_subprocess_soak_ends_every_process_of_a_job_before_its_slot_is_freed(redis_server) -> None:
+    """The subprocess executor's soak (bench/soak_subprocess.py): jobs that leave background children (some
+    in a session of their own, some deaf to SIGTERM) under worker SIGKILL and SIGTERM, supervisor restarts,
+    cancels and pauses, each met twice. No process of a job lives once its row is terminal or its slot was
+    freed, never more jobs with live processes than slots; a SIGKILLed worker's leftovers keep their job's
+    slot until the soak, as the person the supervisor's warning asks, kills them through `cgroup.kill`."""
+    figures = run_subprocess_soak(jobs=20, slots=2, workers=3, seed=5, max_minutes=3.5,
+                                  fault_every=(1.5, 3.0), rounds=2)
+    print(figures.line())
+    assert {k for k, n in figures.faults.items() if n >= 2} == set(SUBPROCESS_FAULTS), figures.line()
+    assert figures.samples > 50, "the processes were sampled throughout"
+    assert figures.max_live_procs > figures.max_live_jobs, "jobs left background children, and they were seen"
+    assert figures.over_limit_instants == 0, (figures.line(), figures.breaches)
+    assert not figures.after_end, (figures.line(), figures.breaches)
+    assert not figures.after_slot, (figures.line(), figures.breaches)
+    assert figures.lost == 0 and figures.stuck == 0, figures.line()
+    assert figures.illegal_transitions == 0 and figures.events_unseen == 0, figures.line()
+    assert figures.kept_for_leftovers and figures.leftovers_killed, figures.line()
+    assert not figures.cgroups_left, (figures.line(), figures.cgroups_left)
+    assert figures.zeros_hold()
+    assert figures.jobs >= 20 and sum(figures.outcomes.values()) == figures.jobs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(bool(unavailable()), reason=f"no job cgroup here: {unavailable()}")
+def test_subprocess_soak_sees_a_process_that_outlives_its_job(redis_server) -> None:
+    """The check of the check: a job whose child moves itself out of the job's cgroup (a job running as root
+    can) outlives its job, and the soak says its zeros broke."""
+    figures = run_subprocess_soak(jobs=2, slots=1, workers=2, seed=2, max_minutes=2,
+                                  faults=("supervisor_restart",), escape=1)
+    print(figures.line())
+    assert len(figures.after_end) == 1, (figures.line(), figures.breaches)
+    assert not figures.zeros_hold()
