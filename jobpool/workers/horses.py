@@ -82,6 +82,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rq import Worker
+from rq.exceptions import StopRequested
 from rq.executions import Execution
 from rq.timeouts import HorseMonitorTimeoutException
 from rq.utils import now
@@ -141,6 +142,11 @@ class HorseWorker(Worker):
         thread is: after the fork, a standby no one kept (see `wait_for_horse`)."""
         if self._standby is None and self.standby_wanted():
             self._standby = Standby.fork(self._become_horse, self.warm_horse)
+            # A stop signal that came during the fork ran RQ's handler inside the fork's own callbacks (its
+            # locks' release), which swallow the exception that stops an idle worker: raised again here, as
+            # RQ's handler would have, or the worker would go on as if never asked to stop.
+            if getattr(self, "stop_asked", False) and self.get_state() != WorkerStatus.BUSY:
+                raise StopRequested()
 
     def close_standby(self) -> None:
         """The worker stops: its standby exits, and the last horse, which may still be writing RQ's record

@@ -137,10 +137,10 @@ class JobpoolWorker(BooksWorker):
         # A horse stopped this long has let its job's lease lapse (only the horse renews it): the supervisor
         # recovers the job (adopts its container, or redispatches an unclaimed dispatch), and the worker
         # kills the horse to take work again (`check_stopped_horse`).
-        # Docker only: a subprocess job's horse is the parent that reads its exit, which no one could adopt,
-        # so killing it would lose the exit of a job that runs on (and run it again once judged absent); such
-        # a worker is only reported stuck (`stuck`, jobpool status).
-        self.horse_stop_limit_secs = pool.settings.lease_secs if pool.settings.executor == "docker" else None
+        # A subprocess job's horse is the parent that reads its exit, which no one can adopt: killed, it loses
+        # the exit of a job that runs on in its cgroup, which is kept while it runs and recovered (on its
+        # budget) once ended. Waiting for ever would wedge the worker instead: the queue comes first.
+        self.horse_stop_limit_secs = pool.settings.lease_secs
         # Called in a horse: once its job runs, and once its end is recorded (workers/horses.py).
         runtime.job_ended = self.job_ended
         runtime.job_launched = self.job_launched
