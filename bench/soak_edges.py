@@ -165,7 +165,13 @@ class EdgeFaults:
 
     def cloned_data_root(self) -> bool:
         chaos, fleet = self.chaos, self.fleet
-        d = chaos.rng.randrange(1, len(fleet.daemons))  # not daemon 1: its launches go through the proxy
+        # Not daemon 1 (its launches go through the proxy), nor one whose host a `host_reboot` "rebooted": its
+        # workers read another kernel boot id than this kernel's, which its clone's worker reads, so the two
+        # are two identities, rightly.
+        among = [d for d in range(1, len(fleet.daemons)) if d not in fleet.boots]
+        if not among:
+            return False
+        d = chaos.rng.choice(among)
         daemon = fleet.daemons[d]
         chaos.note("cloned_data_root", f"daemon {d + 1} stopped while its data root is copied")
         daemon.stop()
