@@ -348,8 +348,9 @@ class StatusReport:
 
 def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str, ...] = ()) -> Health:
     """The health rules: unhealthy without a supervisor that swept lately, with fewer ready workers than
-    slots (a slot no worker can take is a job that waits for nothing; a worker whose host fails its check,
-    or whose work loop is stuck on its horse, is not ready, and each is a warning naming why) or on a Redis
+    slots (a slot no worker can take is a job that waits for nothing; a worker whose host fails its check is
+    not ready, a warning naming why; one whose work loop is stuck on its horse holds work it cannot do, a
+    reason of its own) or on a Redis
     that may evict job rows (a policy that may evict leases, or one that could not be read, is a warning).
     A Docker daemon without live-restore is a warning: its jobs run, but its restart would stop them."""
     reasons: list[str] = []
@@ -377,7 +378,9 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
     notes += [f"worker {w.id} on {w.host or '?'} is not claiming: {w.cannot_claim}" for w in held[:5]]
     if len(held) > 5:
         notes.append(f"... and {len(held) - 5} more workers not claiming")
-    notes += [f"worker {w.id} on {w.host or '?'} cannot take work: {w.stuck}" for w in stuck[:5]]
+    # A worker stuck on its horse holds work it cannot do (the job it was handed, or runs): unhealthy whatever
+    # the other workers can take (issue #29).
+    reasons += [f"worker {w.id} on {w.host or '?'} cannot take work: {w.stuck}" for w in stuck[:5]]
     if report.strays:
         daemons = sorted({x.daemon_id for x in report.strays})
         reasons.append(f"{len(report.strays)} stray container(s) run outside any slot on daemon(s) "
