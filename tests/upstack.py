@@ -139,3 +139,16 @@ class Stacks:
                 up.proc.stderr.close()
             if up.terminal is not None:
                 os.close(up.terminal)
+
+
+def redis_servers_in(data_dir: Path) -> set[int]:
+    """Pids of the redis-servers running with their data in `data_dir` (redis-server works from --dir)."""
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{entry}/comm").read_text().strip() == "redis-server" and \
+                    os.readlink(f"/proc/{entry}/cwd") == str(data_dir):
+                found.add(int(entry))
+        except OSError:
+            pass
+    return found

@@ -28,7 +28,7 @@ from polling import eventually
 from procs import JobpoolProcess
 from servers import RedisServer, admin_of, redis_server_binary
 from snapshot import keyspace
-from upstack import Stacks, fast_env
+from upstack import Stacks, fast_env, redis_servers_in
 
 from jobpool import JobState, Pool, RedisUnavailable
 from jobpool.redispolicy import FIX, ROW_LISTPACK_SETTING, ROW_LISTPACK_VALUE, SETTING
@@ -202,17 +202,6 @@ def redis_server_wrapper(folder: Path, before: str = "", after: str = "") -> dic
                        f'exec {real} {before} "$@" {after}\n')
     wrapper.chmod(0o755)
     return {**fast_env(), "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
-
-
-def redis_servers_in(data_dir: Path) -> set[int]:
-    """Pids of the redis-servers working in `data_dir` (redis-server works from its --dir)."""
-    found = set()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{entry}/comm").read_text().strip() == "redis-server" and \
-                    os.readlink(f"/proc/{entry}/cwd") == str(data_dir):
-                found.add(int(entry))
-    return found
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import redis
 from polling import eventually
 from procs import children
 from rq import Worker
-from upstack import Stacks, Up, descendants, fast_env
+from upstack import Stacks, Up, descendants, fast_env, redis_servers_in
 
 from jobpool import JobState, Pool
 from jobpool.procid import identity_of, same_process_alive
@@ -191,19 +191,6 @@ def test_up_dying_takes_its_stack_with_it_after_a_drain(tmp_path: Path, start_up
     assert again.proc.wait(60) == 0
 
 
-def _redis_servers_in(data_dir: Path) -> set[int]:
-    """Pids of the redis-servers running with their data in `data_dir` (redis-server works from --dir)."""
-    found = set()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if Path(f"/proc/{entry}/comm").read_text().strip() == "redis-server" and \
-                    os.readlink(f"/proc/{entry}/cwd") == str(data_dir):
-                found.add(int(entry))
-        except OSError:
-            pass
-    return found
-
-
 def test_a_second_up_refuses_while_any_process_of_the_first_lives(tmp_path: Path,
                                                                   start_up: Callable[..., Up]) -> None:
     up = start_up("--workers", "2")
@@ -233,7 +220,7 @@ def test_a_second_up_refuses_while_any_process_of_the_first_lives(tmp_path: Path
     err = second.proc.stderr.read().strip()
     assert code != 0 and len(err.splitlines()) == 1, err
     assert "already running" in err and re.search(rf"\bworker-\d+ {stopped['pid']}\b", err), err
-    assert _redis_servers_in(tmp_path / ".jobpool" / "redis") <= {state["redis_pid"]}, "it started no redis"
+    assert redis_servers_in(tmp_path / ".jobpool" / "redis") <= {state["redis_pid"]}, "it started no redis"
     # The stopped worker goes on: it drains on the parent-death signal it holds pending, and then the rest of
     # the stack goes; the state file left behind names only the dead and blocks no one.
     os.kill(stopped["pid"], signal.SIGCONT)

@@ -28,7 +28,7 @@ import redis
 from polling import eventually
 from procs import children
 from servers import RedisServer, free_port
-from upstack import Stacks, Up, descendants, fast_env
+from upstack import Stacks, Up, descendants, fast_env, redis_servers_in
 
 from jobpool import JobState, Pool
 from jobpool.errors import JobTimeout
@@ -75,19 +75,6 @@ def _enqueue(cwd: Path, *command: str) -> str:
 
 def _gone(idents: list[dict[str, Any]]) -> bool:
     return not [i for i in idents if same_process_alive(i) is not False]
-
-
-def _redis_servers_in(data_dir: Path) -> set[int]:
-    """Pids of the redis-servers running with their data in `data_dir` (redis-server works from --dir)."""
-    found = set()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if Path(f"/proc/{entry}/comm").read_text().strip() == "redis-server" and \
-                    os.readlink(f"/proc/{entry}/cwd") == str(data_dir):
-                found.add(int(entry))
-        except OSError:
-            pass
-    return found
 
 
 def _get_json(url: str) -> Any:
@@ -256,7 +243,7 @@ def test_two_ups_given_the_same_metrics_port(tmp_path: Path, start_up: Callable[
         err = second.stderr().strip()
         assert len(err.splitlines()) == 1 and f"JOBPOOL_METRICS_PORT: port {port}" in err, err
         assert f":{port}/metrics" not in second.log()
-        eventually(lambda: not _redis_servers_in(tmp_path / "b" / ".jobpool" / "redis"), timeout=30,
+        eventually(lambda: not redis_servers_in(tmp_path / "b" / ".jobpool" / "redis"), timeout=30,
                    message="the second up's Redis is gone")
     finally:
         other.close()

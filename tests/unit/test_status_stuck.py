@@ -36,7 +36,8 @@ def test_a_worker_both_not_claiming_and_stuck_is_counted_once() -> None:
 def test_a_stuck_worker_is_unhealthy_even_with_enough_ready_workers_besides_it() -> None:
     health = judge(report({"stuck": ""}, {"stuck": "standby horse 9 has not taken its job for 4s"}),
                    sweep_interval_secs=1)
-    assert health.reasons == ("worker b1 on ? cannot take work: standby horse 9 has not taken its job for 4s",)
+    assert health.reasons == (
+        "worker b1 on ? cannot take work: standby horse 9 has not taken its job for 4s",)
 
 
 def test_a_record_without_the_field_and_a_draining_stuck_worker() -> None:
