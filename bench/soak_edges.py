@@ -16,10 +16,10 @@ injectors of bench/soak_faults.py:
   apart (their workers' marks, jobpool/daemonmark.py), both refuse claims and `status` names them; the report
   stands after the clone's worker stops and the clone is gone, until the soak, as the operator, clears it
   (`forget_collision`); then the first daemon's workers claim again.
-- `worker_without_daemon` (issue #29): a worker whose DOCKER_HOST names a socket nothing serves runs for a few
+- `worker_without_daemon`: a worker whose DOCKER_HOST names a socket nothing serves runs for a few
   seconds beside the fleet: it must take no delivery (one it took would be dropped before its claim); the
   deliveries it dequeued are counted (`swallowed`, a zero).
-- `frozen_standby` (issue #29): a worker's forked child (its idle standby, or the horse running its job) is
+- `frozen_standby`: a worker's forked child (its idle standby, or the horse running its job) is
   stopped (SIGSTOP): the worker must replace a standby that does not take its job within a deadline, kill a
   horse stopped past the lease, and go on taking work.
 - `checkpoint_root_read_only`: the fleet's shared `JOBPOOL_CHECKPOINT_ROOT` (a bind mount, drawn only when
@@ -228,7 +228,7 @@ class EdgeFaults:
             time.sleep(0.2)
         chaos.note("cloned_data_root", "a collision still reported 30s after the clone went: NOT cleared")
 
-    # ---- worker_without_daemon, frozen_standby (issue #29) ----------------------------------------------
+    # ---- worker_without_daemon, frozen_standby ------------------------------------------------------------
 
     def worker_without_daemon(self) -> bool:
         chaos, fleet = self.chaos, self.fleet

@@ -379,7 +379,7 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
     if len(held) > 5:
         notes.append(f"... and {len(held) - 5} more workers not claiming")
     # A worker stuck on its horse holds work it cannot do (the job it was handed, or runs): unhealthy whatever
-    # the other workers can take (issue #29).
+    # the other workers can take.
     reasons += [f"worker {w.id} on {w.host or '?'} cannot take work: {w.stuck}" for w in stuck[:5]]
     if report.strays:
         daemons = sorted({x.daemon_id for x in report.strays})

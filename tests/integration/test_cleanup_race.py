@@ -1,4 +1,4 @@
-"""Two removers of one finished container (issue #29, item 5): the worker's deferred removal
+"""Two removers of one finished container: the worker's deferred removal
 (jobpool/workers/cleanup.py, `remove_finished`) and the inventory publisher's clean-up, or the supervisor's
 leftover pass, can meet on one container; Docker then answers the second "removal ... is already in
 progress" (409). A removal under way is as good as one's own: the worker must still remove the ended job's

@@ -1,5 +1,5 @@
-"""An error of the worker's own host before a job starts is not the job's (issue #22, B4;
-docs/architecture.md, "Workers", "Host faults").
+"""An error of the worker's own host before a job starts is not the job's (docs/architecture.md,
+"Workers", "Host faults").
 
 `JOBPOOL_CHECKPOINT_ROOT` turns read-only (NFS and CephFS remount so on errors): here a directory really
 bound onto itself and remounted `ro`, under a real worker process on the real test dockerd, with a real
@@ -148,7 +148,7 @@ def test_a_docker_daemon_that_refuses_the_create_hands_the_job_back_and_holds_th
 
 def test_a_worker_whose_docker_daemon_does_not_answer_takes_no_job_until_it_does(
         pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str, tmp_path: Path) -> None:
-    """Issue #29 item 2: a worker that cannot establish its daemon's identity (its DOCKER_HOST names a socket
+    """A worker that cannot establish its daemon's identity (its DOCKER_HOST names a socket
     nothing serves) leaves every delivery where it is, instead of taking it only to drop it before its claim
     (each one then held its slot a claim grace, and a pool of that worker alone wedged while `status` said
     healthy); `status` says why and counts it not ready; once the daemon answers, the job runs."""

@@ -1,4 +1,4 @@
-"""A job that prints one very long line (issue #29, item 4): its log tail is read as it streams, keeping
+"""A job that prints one very long line: its log tail is read as it streams, keeping
 only the bytes recorded (jobpool/workers/executors/docker.py, `read_logs`), and the lease is renewed while it
 is read (workers/watch.py, `_finish`). Before, the work horse read the whole line (the read alone held 192 MiB
 at its peak for a 100 MB line) for seconds without renewing its lease: with a short lease the supervisor

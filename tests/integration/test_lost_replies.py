@@ -113,7 +113,7 @@ def _queued_commands(pool: Pool) -> list[tuple[str, ...]]:
 @pytest.mark.parametrize("first_coalesces", [False, True], ids=["new-jobs", "its-first-job-coalesces"])
 def test_a_lost_batch_reply_is_counted_from_what_redis_holds(redis_url: str, dropper: RedisReplyDropper,
                                                              first_coalesces: bool) -> None:
-    """Issue #22 (D10): the reply of the third batch of 100 is lost after Redis applied it. The error used to
+    """The reply of the third batch of 100 is lost after Redis applied it. The error used to
     say "the first 200 of the 500 jobs were enqueued" while Redis held 300, so a caller resuming from 200
     queued 100 jobs twice. The batch's outcome is asked of Redis (jobpool/submit.py, `_settled`): its rows
     are there, so the count is 300, on the exception (`enqueued`) as in the message, and resuming from it

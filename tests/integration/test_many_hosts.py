@@ -362,7 +362,7 @@ def hang(worker: JobpoolProcess, sig: int = signal.SIGSTOP) -> None:
 def test_a_daemon_declared_gone_that_comes_back_is_not_gone_any_more(
         three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess],
         pool_env: dict[str, str]) -> None:
-    """Issue #22 A2. Daemon 2's worker hangs (SIGSTOP) long enough for its inventory to go stale and the
+    """Daemon 2's worker hangs (SIGSTOP) long enough for its inventory to go stale and the
     operator declares the daemon gone; it comes back (SIGCONT) and publishes again, which lifts the
     declaration. Later it runs a job and its worker crashes (SIGKILL): its inventory is stale for a while, and
     the job is kept unknown, never judged absent on the old declaration and run again beside its live copy."""
@@ -415,7 +415,7 @@ def test_a_daemon_declared_gone_that_comes_back_is_not_gone_any_more(
 def test_a_host_destroyed_and_not_forgotten_within_a_week_can_still_be_forgotten(
         three: tuple[str, str, str], pool: Pool, spawn: Callable[..., JobpoolProcess],
         pool_env: dict[str, str]) -> None:
-    """Issue #22 C6. A host destroyed with a job on it and not declared gone for a week: its inventory has
+    """A host destroyed with a job on it and not declared gone for a week: its inventory has
     expired and it has aged out of the `inventories` index. `status` names the daemon holding the slot on
     stale evidence, since when, with the command that frees it, and `forget-daemon` still accepts it (a
     running row names it); the job then runs again elsewhere."""

@@ -1,4 +1,4 @@
-"""A spec the Docker daemon refuses is the job's own error (issue #29, item 3): it fails at once as
+"""A spec the Docker daemon refuses is the job's own error: it fails at once as
 `launch_failed: <the daemon's words>`, on its first attempt, with no recovery budget spent, no slot held past
 it and no checkpoint volume left; not a crash re-run on the recovery budget.
 

@@ -1,4 +1,4 @@
-"""`jobpool up` under the faults adversarial testing found (issue #22, C7 to C9), with real processes:
+"""`jobpool up` under the faults adversarial testing found, with real processes:
 
 - a process of the stack dies (SIGKILL of the supervisor, then of the worker holding a job): `up` starts it
   again, says so, and the queue moves on; `status` is unhealthy while no supervisor sweeps;

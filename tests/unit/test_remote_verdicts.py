@@ -343,7 +343,7 @@ def pool_events(pool: Pool) -> list[dict[str, str]]:
 
 
 def test_a_daemon_declared_gone_that_publishes_again_is_not_gone(backend: Backend) -> None:
-    """Issue #22 A2: a daemon declared gone while its workers were hung comes back and publishes. Its
+    """A daemon declared gone while its workers were hung comes back and publishes. Its
     declaration is lifted in that very publication, so when its inventory is stale again later (an ordinary
     worker crash) its jobs are unknown, never absent on the old word."""
     pool = backend.pool(max_concurrent_jobs=2, recovery_budget=1)
@@ -411,7 +411,7 @@ def test_records_of_lifted_declarations_are_kept_a_week(backend: Backend) -> Non
 
 def test_a_daemon_silent_for_over_a_week_stays_forgettable_while_a_running_row_names_it(
         backend: Backend) -> None:
-    """Issue #22 C6: a host destroyed and not forgotten within a week has aged out of the `inventories`
+    """A host destroyed and not forgotten within a week has aged out of the `inventories`
     index, yet its job holds a slot for ever: the typo check accepts an id a running row names."""
     pool = backend.pool(max_concurrent_jobs=2, recovery_budget=1)
     job_id, attempt = orphan_on(pool, D1)

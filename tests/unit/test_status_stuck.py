@@ -1,6 +1,6 @@
 """`jobpool status` and a worker whose work loop is stuck (its boot record's `stuck`, written by its heartbeat
 thread: jobpool/workers/horses.py, `HorseWorker.stuck`): live, but not ready, and unhealthy whatever the
-other workers can take (it holds work it cannot do: issue #29)."""
+other workers can take (it holds work it cannot do)."""
 
 from __future__ import annotations
 
