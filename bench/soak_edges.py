@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any
 
-from procs import children
+from procs import children, other_boot
 from servers import DockerDaemon
 from soak_fleet import all_events
 
@@ -165,13 +165,11 @@ class EdgeFaults:
 
     def cloned_data_root(self) -> bool:
         chaos, fleet = self.chaos, self.fleet
-        # Not daemon 1 (its launches go through the proxy), nor one whose host a `host_reboot` "rebooted": its
-        # workers read another kernel boot id than this kernel's, which its clone's worker reads, so the two
-        # are two identities, rightly.
-        among = [d for d in range(1, len(fleet.daemons)) if d not in fleet.boots]
-        if not among:
-            return False
-        d = chaos.rng.choice(among)
+        d = chaos.rng.randrange(1, len(fleet.daemons))  # not daemon 1: its launches go through the proxy
+        # A daemon whose host a `host_reboot` "rebooted" has workers that read another boot id than this
+        # kernel's: its clone's worker reads the same one (a clone on the same host), or the two would rightly
+        # be two identities. (A fault that can never meet would be drawn again at every turn.)
+        boot = fleet.boots.get(d)
         daemon = fleet.daemons[d]
         chaos.note("cloned_data_root", f"daemon {d + 1} stopped while its data root is copied")
         daemon.stop()
@@ -183,7 +181,8 @@ class EdgeFaults:
             finally:
                 daemon.start()
             worker = fleet._spawn(f"clone-of-d{d + 1}-worker", {"JOBPOOL_REDIS_URL": fleet.redis_proxy.url,
-                                                                 "DOCKER_HOST": clone.host}, ("worker",))
+                                                                 "DOCKER_HOST": clone.host}, ("worker",),
+                                  other_boot(*boot) if boot else ())
             deadline = time.monotonic() + 30
             seen = False
             while time.monotonic() < deadline and not chaos._ending.is_set():
