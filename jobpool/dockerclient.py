@@ -1,11 +1,10 @@
 """Docker clients whose requests over the daemon's unix socket share one connection pool.
 
-docker-py's unix-socket adapter keys its connection pools by each request's whole URL, and every request
-that names a container (`/containers/<id>/start`, `/wait`, `/logs`, the removal) has a URL of its own: each
-opened a new socket and built a new pool, about a fifth of a worker's Python per job (bench/throughput.py,
-profiled with py-spy). `shared` mounts an adapter that keys every request on the socket instead, so a
-client's requests reuse its connections. Other transports (TCP, TLS, ssh) are left as docker-py made them.
-"""
+docker-py's unix-socket adapter keys its connection pools by each request's whole URL, and every request that
+names a container (`/containers/<id>/start`, `/wait`, `/logs`, the removal) has a URL of its own: each opened
+a new socket and built a new pool, a large part of a worker's Python per job. `shared` mounts an adapter that
+keys every request on the socket instead, so a client's requests reuse its connections. Other transports (TCP,
+TLS, ssh) are left as docker-py made them. """
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The text each Lua script is loaded as: the shared definitions it uses, then the script itself.
 
-Every script is one EVALSHA, and Redis runs a script's whole text on every call: each `local function` of
-the shared library (scripts/_lib.lua) and each constant table (jobpool/contract.py's block, RQ's job hash
-fields) is made again each time, whether the script calls it or not. The library made whole cost a short
-script more server time than its own work (bench/enqueue.py; BENCHMARKS.md, "Round 5"), so a script is
-loaded with only the definitions it reaches: those its own text names, then those theirs name, and so on.
+Every script is one EVALSHA, and Redis runs a script's whole text on every call: each `local function` of the
+shared library (scripts/_lib.lua) and each constant table (jobpool/contract.py's block, RQ's job hash fields)
+is made again each time, whether the script calls it or not. The library made whole can cost a short script
+more server time than its own work, so a script is loaded with only the definitions it reaches: those its own
+text names, then those theirs name, and so on.
 
 The selection errs only on the side of keeping: a definition is kept when its name appears anywhere in kept
 text as a word, comments and strings included, and Lua has no way to name a local other than by its word. A

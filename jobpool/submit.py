@@ -7,7 +7,7 @@ atomic step, per batch. Batches are sent one after another, never pipelined: a b
 rest, so what was enqueued is always a prefix of the input, in its order, and the error says how long
 (`JobpoolError.enqueued`; a batch whose reply was lost is looked for in Redis: `_settled`). The client's own
 work between two batches (the Jobs of the one before, the arguments of the next) is done while the server
-runs the current one (`Scripts.run`'s `meanwhile`): 10-30% more jobs/s in bulk (BENCHMARKS.md, "Round 5").
+runs the current one (`Scripts.run`'s `meanwhile`).
 
 The client does as little per job as it can, because enqueue is the call users make in bulk: the id is 16
 random bytes in hex (uuid4's format without its version bits, which nothing reads), the time and RQ's job
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from .api import Pool
 
 #: Jobs per enqueue script call: large enough that a round trip costs well under a microsecond per job, small
-#: enough that one call holds Redis for a few milliseconds at most (bench/enqueue.py's bulk row: 15-20 us of
-#: server time per job).
+#: enough that one call holds Redis for a few milliseconds at most (bench/enqueue.py measures the server time
+#: per job).
 BATCH_SIZE = 100
 MAX_BATCH_SIZE = 1000
 #: A caller's coalesce key is stored in rows and the coalesce hash, so bounded.

@@ -10,9 +10,7 @@ launches the next job.
 The thread removes a container only once the worker has handed its next job to a horse (`launched`), or
 after `HOLD_MAX_SECS` when no job comes: a removal is a few milliseconds of docker-py's Python, and run
 while the main process itself works between two jobs it took the GIL from it at each of its Redis round
-trips (bench/handoff_trace.py: 10-20 ms added to the path from a container's exit to the next create).
-(Holding it further, until the next job's container runs, measured no better: bench/throughput.py, paired
-runs in BENCHMARKS.md, "Round 4".)
+trips, lengthening the path from a container's exit to the next create (bench/handoff_trace.py measures it).
 
 Only what `finish` recorded is handed over, so a container is never removed before its exit is in Redis
 (the supervisor judges an exited container whose exit was not recorded: docs/architecture.md, "Workers").

@@ -4,12 +4,12 @@ delivery deleted in one step. Both sit between a slot's release and the next lau
 **The standby horse.**
 
 RQ forks a horse per job after the dequeue. On a loaded two-core host the fork, the child's first scheduling
-and its first Redis connection took 10-40 ms of the path from one container's exit to the next one's create
-(bench/handoff_trace.py), and with as many workers as slots every job waits that long. So the worker keeps
-one horse forked ahead, a *standby*: a child that has connected to Redis and waits on a pipe. When a job is
-dequeued, the worker writes the job's id, its queue and RQ's execution record to the pipe, and the standby
-becomes the horse: it fetches the job and runs RQ's own horse code (`main_work_horse`). The worker then forks
-the next standby once this job runs ("After the launch").
+and its first Redis connection sat on the path from one container's exit to the next one's create
+(bench/handoff_trace.py measures it), and with as many workers as slots every job waits that long. So the
+worker keeps one horse forked ahead, a *standby*: a child that has connected to Redis and waits on a pipe.
+When a job is dequeued, the worker writes the job's id, its queue and RQ's execution record to the pipe, and
+the standby becomes the horse: it fetches the job and runs RQ's own horse code (`main_work_horse`). The worker
+then forks the next standby once this job runs ("After the launch").
 
 What the standby knows is what the worker knew when it forked: boot, settings, the prepared executor
 (workers/runtime.py). Nothing in a horse depends on the worker's state after that, except what the pipe
@@ -222,7 +222,7 @@ class HorseWorker(Worker):
 
     def wait_for_horse(self) -> tuple[int | None, int | None, Any]:
         """The horse's end: as RQ waits for it, except that a standby that took the job says when it is done,
-        and its exit (the kernel freeing what the horse touched: 3-7 ms, bench/handoff_trace.py) is not waited
+        and its exit (the kernel freeing what the horse touched) is not waited
         for: a thread reaps it. A horse that ends without saying so (killed, or RQ's horse code failed) closes
         the pipe: then its exit is waited for, and read, as RQ does.
 

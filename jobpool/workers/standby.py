@@ -69,7 +69,7 @@ class Standby:
                 # What the horse inherits is left out of its garbage collection: collecting writes the header
                 # of every object it looks at, and each page written is copied from the worker's (a
                 # copy-on-write fault). The horse lives for one job; its own objects are collected as ever.
-                # About 6 ms of CPU per job (bench/throughput.py, paired runs), on cores the daemon needs.
+                # That CPU is taken from cores the daemon needs.
                 gc.freeze()
                 message = _read_message(read_fd)
                 if message is None:  # the worker closed the pipe: stopped, or gone
