@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import termios
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,12 @@ def redis_servers_in(data_dir: Path) -> set[int]:
         except OSError:
             pass
     return found
+
+
+def get_json(url: str) -> Any:
+    """The JSON an HTTP GET of `url` answers, or None when nothing answers there."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return json.loads(reply.read())
+    except OSError:
+        return None

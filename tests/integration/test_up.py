@@ -24,7 +24,7 @@ import redis
 from polling import eventually
 from procs import children
 from rq import Worker
-from upstack import Stacks, Up, descendants, fast_env, redis_servers_in
+from upstack import Stacks, Up, descendants, fast_env, get_json, redis_servers_in
 
 from jobpool import JobState, Pool
 from jobpool.procid import identity_of, same_process_alive
@@ -64,7 +64,7 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         # The dashboard, on loopback, its URL said and in the state file (8765, or a free port if taken).
         web = state["dashboard_url"]
         assert web.startswith("http://127.0.0.1:") and f"dashboard: {web}" in out
-        status = eventually(lambda: _get_json(web + "api/status"), timeout=30,
+        status = eventually(lambda: get_json(web + "api/status"), timeout=30,
                             message="the dashboard answers")
         assert status["pool"] == "default" and status["redis"]["url"] == state["redis_url"]
         # Metrics are on, served by its supervisor at the URL it printed.
@@ -107,14 +107,6 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
             up.kill()
             up.wait(10)
         log.close()
-
-
-def _get_json(url: str) -> Any:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            return json.loads(reply.read())
-    except OSError:
-        return None
 
 
 @pytest.fixture

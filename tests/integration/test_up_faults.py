@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import redis
 from polling import eventually
 from procs import children
 from servers import RedisServer, free_port
-from upstack import Stacks, Up, descendants, fast_env, redis_servers_in
+from upstack import Stacks, Up, descendants, fast_env, get_json, redis_servers_in
 
 from jobpool import JobState, Pool
 from jobpool.errors import JobTimeout
@@ -77,14 +76,6 @@ def _gone(idents: list[dict[str, Any]]) -> bool:
     return not [i for i in idents if same_process_alive(i) is not False]
 
 
-def _get_json(url: str) -> Any:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            return json.loads(reply.read())
-    except OSError:
-        return None
-
-
 def test_up_starts_again_a_killed_supervisor_and_the_queue_moves_on(tmp_path: Path,
                                                                     start_up: Callable[..., Up]) -> None:
     """C7: SIGKILL the supervisor, then the worker holding a job (with its horse and the job's process): the
@@ -121,7 +112,7 @@ def test_up_starts_again_a_killed_supervisor_and_the_queue_moves_on(tmp_path: Pa
     port = int(state["dashboard_url"].rsplit(":", 1)[1].strip("/"))
     eventually(lambda: (d := _child(up, "dashboard")) and d["pid"] != dashboard["pid"] and
                listens_on(d["pid"], port), timeout=60, message="a new dashboard serves the same URL")
-    assert _get_json(state["dashboard_url"] + "api/status")["redis"]["url"] == state["redis_url"]
+    assert get_json(state["dashboard_url"] + "api/status")["redis"]["url"] == state["redis_url"]
     up.proc.send_signal(signal.SIGINT)
     assert up.proc.wait(60) == 0
     said = up.stderr()
@@ -282,9 +273,7 @@ def test_a_dashboard_port_taken_before_the_dashboard_binds_it(tmp_path: Path,
         os.kill(dashboard["pid"], signal.SIGCONT)
         pytest.fail("the dashboard bound its port before the test could take it")
     taker = _serve_other_pool(wanted)
-    serving = threading.Thread(target=taker.serve_forever, daemon=True)
-    serving.start()
-    try:
+    with _serving(taker):
         os.kill(dashboard["pid"], signal.SIGCONT)
         state = up.ready()
         url = state["dashboard_url"]
@@ -293,13 +282,9 @@ def test_a_dashboard_port_taken_before_the_dashboard_binds_it(tmp_path: Path,
         port = int(url.rsplit(":", 1)[1].strip("/"))
         mine = _child(up, "dashboard")
         assert mine and listens_on(mine["pid"], port)
-        status = eventually(lambda: _get_json(url + "api/status"), timeout=30,
+        status = eventually(lambda: get_json(url + "api/status"), timeout=30,
                             message="its dashboard answers")
         assert status["redis"]["url"] == state["redis_url"]
-    finally:
-        taker.shutdown()
-        taker.server_close()
-        serving.join(10)
     up.proc.send_signal(signal.SIGINT)
     assert up.proc.wait(60) == 0
     said = up.stderr()
@@ -347,7 +332,7 @@ def test_two_ups_started_at_once_on_one_dashboard_port(tmp_path: Path) -> None:
             port = int(state["dashboard_url"].rsplit(":", 1)[1].strip("/"))
             mine = _child(up, "dashboard")
             assert mine and listens_on(mine["pid"], port), (state["dashboard_url"], up.log())
-            status = eventually(lambda u=state["dashboard_url"]: _get_json(u + "api/status"), timeout=30,
+            status = eventually(lambda u=state["dashboard_url"]: get_json(u + "api/status"), timeout=30,
                                 message="its dashboard answers")
             assert status["redis"]["url"] == state["redis_url"]
         for up in ups:
@@ -371,25 +356,32 @@ def test_a_dashboard_whose_port_was_taken_while_it_was_down_moves(tmp_path: Path
     os.kill(dashboard["pid"], signal.SIGKILL)
     taker = eventually(lambda: _serve_other_pool(old), timeout=10, ignoring=(OSError,),
                        message="the test took the dead dashboard's port")
-    serving = threading.Thread(target=taker.serve_forever, daemon=True)
-    serving.start()
-    try:
+    with _serving(taker):
         moved = eventually(lambda: (s := json.loads(up.state_file.read_text()))["dashboard_url"] !=
                            state["dashboard_url"] and s, timeout=60, message="the dashboard moved")
         port = int(moved["dashboard_url"].rsplit(":", 1)[1].strip("/"))
         mine = eventually(lambda: (d := _child(up, "dashboard")) and listens_on(d["pid"], port) and d,
                           timeout=60, message="the new dashboard serves the new URL")
         assert mine["pid"] != dashboard["pid"]
-        assert _get_json(moved["dashboard_url"] + "api/status")["redis"]["url"] == state["redis_url"]
-    finally:
-        taker.shutdown()
-        taker.server_close()
-        serving.join(10)
+        assert get_json(moved["dashboard_url"] + "api/status")["redis"]["url"] == state["redis_url"]
     up.proc.send_signal(signal.SIGINT)
     assert up.proc.wait(60) == 0
     said = up.stderr()
     assert f"dashboard: port {old} is taken by another process; moving to port {port}" in said, said
     assert f"dashboard: {moved['dashboard_url']}" in said, said
+
+
+@contextlib.contextmanager
+def _serving(server: http.server.ThreadingHTTPServer) -> Iterator[None]:
+    """`server` answering from a thread for the block; shut and closed after it."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 def _serve_other_pool(port: int) -> http.server.ThreadingHTTPServer:
