@@ -98,7 +98,10 @@ class Chaos:
         return True
 
     def worker_sigterm(self) -> bool:
-        i = self.rng.randrange(len(self.fleet.workers))
+        return self._sigterm(self.rng.randrange(len(self.fleet.workers)))
+
+    def _sigterm(self, i: int) -> bool:
+        """Drain worker `i` (SIGTERM, waited for) and start it again."""
         self.note("worker_sigterm", self._worker(i))
         w = self.fleet.workers[i]
         if w is not None:

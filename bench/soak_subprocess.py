@@ -233,13 +233,7 @@ class SubChaos(Chaos):
         busy = self.fleet.busy()
         if not busy:
             return False
-        i = self.rng.choice(busy)
-        self.note("worker_sigterm", self._worker(i))
-        w = self.fleet.workers[i]
-        if w is not None:
-            w.stop(timeout=30)
-        self.fleet.start_worker(i)
-        return True
+        return self._sigterm(self.rng.choice(busy))
 
     def poll(self) -> list[str]:
         return []

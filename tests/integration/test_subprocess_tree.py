@@ -184,20 +184,27 @@ def test_a_dead_workers_job_holds_its_slot_while_a_process_it_started_lives(
     assert not directory(identity["cgroup"]).exists(), "the empty cgroup is removed"
 
 
+def background_job_in_its_group(executor: SubprocessExecutor, tmp_path: Path, name: str, job_id: str,
+                                writers: list[int]) -> None:
+    """Run a job leaving a background writer, launched with no cgroup (its process group stands in): the
+    writer is gone once the job has ended."""
+    env, out, pidfile = writer_env(tmp_path, name)
+    spec = JobSpec("ignored", ("sh", "-c", BACKGROUND), env=env, checkpoint=False)
+    handle = executor.launch(Launch("t", job_id, 1, "boot", spec))
+    assert handle.identity is not None and "cgroup" not in handle.identity
+    ended = eventually(lambda: handle.wait(0.2), timeout=20, message="the job ended")
+    writers.append(writer_pid(pidfile))
+    assert ended.code == 0 and writers[0] and not alive(writers[0])
+    handle.remove()
+
+
 def test_without_a_cgroup_the_process_group_ends_with_its_job(tmp_path: Path, writers: list[int]) -> None:
     """Where no cgroup can be made (not root, no cgroup2 hierarchy, none writable), the executor falls back to
     the job's process group, and says so: a background process that stayed in the group ends with the job
     (one that called setsid would not: README, "The subprocess executor")."""
     executor = SubprocessExecutor(str(tmp_path / "state"))
     executor.uncontained = "forced off by this test"
-    env, out, pidfile = writer_env(tmp_path, "group")
-    spec = JobSpec("ignored", ("sh", "-c", BACKGROUND), env=env, checkpoint=False)
-    handle = executor.launch(Launch("t", "j1", 1, "boot", spec))
-    assert handle.identity is not None and "cgroup" not in handle.identity
-    ended = eventually(lambda: handle.wait(0.2), timeout=20, message="the job ended")
-    writers.append(writer_pid(pidfile))
-    assert ended.code == 0 and writers[0] and not alive(writers[0])
-    handle.remove()
+    background_job_in_its_group(executor, tmp_path, "group", "j1", writers)
 
 
 def test_a_worker_and_up_say_when_a_job_gets_no_cgroup(sub_pool: Pool, spawn, tmp_path: Path,
@@ -238,11 +245,4 @@ def test_a_child_that_cannot_enter_its_cgroup_runs_in_its_process_group(
 
     monkeypatch.setattr(executor_module, "_enter", refused)
     executor = SubprocessExecutor(str(tmp_path / "state"))
-    env, out, pidfile = writer_env(tmp_path, "refused")
-    spec = JobSpec("ignored", ("sh", "-c", BACKGROUND), env=env, checkpoint=False)
-    handle = executor.launch(Launch("t", "j2", 1, "boot", spec))
-    assert handle.identity is not None and "cgroup" not in handle.identity
-    ended = eventually(lambda: handle.wait(0.2), timeout=20, message="the job ended")
-    writers.append(writer_pid(pidfile))
-    assert ended.code == 0 and writers[0] and not alive(writers[0])
-    handle.remove()
+    background_job_in_its_group(executor, tmp_path, "refused", "j2", writers)
