@@ -43,7 +43,7 @@ from ..registry import call_redis
 from ..strays import encode as encode_strays
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
-from .strays import StrayKeeper
+from .strays import StrayKeeper, runs
 
 #: How often a worker looks for earlier boots of its daemon (two reads).
 EARLIER_BOOTS_EVERY_SECS = 5.0
@@ -100,14 +100,6 @@ class InventoryPublisher:
         #: (jobpool/redistrust.py).
         self.trust = RedisTrust(pool.client, self.settings.lease_secs, fresh=True)
         self.strays = StrayKeeper(pool, boot_id, lambda: self.new_prober(), self.trust)
-
-    def _still_running(self, container_id: str) -> bool:
-        """Whether a listed container still runs (True when the daemon cannot say)."""
-        try:
-            state = self.prober.client().api.inspect_container(container_id).get("State") or {}
-        except Exception as exc:  # noqa: BLE001 - NotFound: gone; anything else: cannot say
-            return type(exc).__name__ != "NotFound"
-        return bool(state.get("Running"))
 
     def new_prober(self) -> ContainerProber:
         """Another client of this publisher's daemon (the stray stopper's: jobpool/workers/strays.py)."""
@@ -172,7 +164,7 @@ class InventoryPublisher:
             return f"not published: {self.prober.failed(exc)}"
         containers, complete = encode(entries)
         launched_by = {cid: labels[2] for cid, labels in self._labels.items()}
-        found = self.strays.find(entries, daemon, listed_at, launched_by, self._still_running)
+        found = self.strays.find(entries, daemon, listed_at, launched_by, lambda cid: runs(self.prober, cid))
         try:
             self.pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
                                                 k.inventories, k.gone_daemons, k.returned_daemons],

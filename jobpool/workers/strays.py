@@ -137,7 +137,7 @@ class StrayKeeper:
         if isinstance(row, Exception) or self.trust.settling():
             return False
         why = why_stray(row, stray.attempt, stray.container_id, ours)
-        if not why or not _runs(prober, stray.container_id):
+        if not why or not runs(prober, stray.container_id):
             return False
         evidence = (f"container {stray.container_id[:12]} of attempt {stray.attempt} on daemon "
                     f"{stray.daemon_id}: {why}; stopped by the workers on its daemon (stop signal, then "
@@ -158,7 +158,7 @@ class StrayKeeper:
         return True
 
 
-def _runs(prober: ContainerProber, container_id: str) -> bool:
+def runs(prober: ContainerProber, container_id: str) -> bool:
     """Whether the container still runs (True when the daemon cannot say: the stop is then tried anyway)."""
     import docker
 
