@@ -20,6 +20,7 @@ from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
 from .contract import MAX_SLOTS
+from .digits import ascii_whole
 from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
 from .registry import Scripts, call_redis
@@ -254,7 +255,7 @@ class Pool(Browsing):
             "queue_paused": bool(paused),
             "paused_by": paused.get("by") if paused else None,
             "paused_reason": paused.get("reason") if paused else None,
-            "paused_since": int(paused["since"]) if paused and paused.get("since", "").isdigit() else None,
+            "paused_since": ascii_whole(paused.get("since")) if paused else None,
         }
 
     def events(self, job_id: str | None = None, count: int = 1000,

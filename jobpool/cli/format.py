@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from ..contract import ENV_CHECKPOINT_DIR
+from ..digits import ascii_whole
 from ..models import Job, JobState
 from ..status import StatusReport, ago
 
@@ -126,8 +127,9 @@ def job_details(job: Job, now_ms: int) -> str:
 def event_json(entry: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = dict(entry)
     at = out.get("at")
-    if isinstance(at, str) and at.isdigit():
-        out["at"] = int(at)
+    at_ms = ascii_whole(at)
+    if at_ms is not None:
+        out["at"] = at_ms
     return out
 
 

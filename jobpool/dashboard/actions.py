@@ -22,6 +22,7 @@ from starlette.routing import Route
 from .. import errors
 from ..api import Pool
 from ..contract import MAX_SLOTS
+from ..digits import parse_whole
 from ..models import Job, JobState
 from . import auth
 
@@ -101,10 +102,7 @@ def _resume_queue(pool: Pool, request: Request, form: FormData) -> str:
 
 
 def _slots(pool: Pool, request: Request, form: FormData) -> str:
-    raw = _text(form, "slots").strip()
-    if not raw.isdigit() or int(raw) > MAX_SLOTS:
-        raise errors.InvalidArgument(f"slots must be a whole number from 0 to {MAX_SLOTS}, got {raw!r}")
-    old = pool.set_slots(int(raw))
+    old = pool.set_slots(parse_whole("slots", _text(form, "slots").strip(), 0, MAX_SLOTS))
     used, mx = pool.slots()
     return f"slots {used}/{mx} (was {old})"
 

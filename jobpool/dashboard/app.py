@@ -8,6 +8,7 @@ fragment again every second and puts it in place; a Content-Security-Policy lets
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,7 +25,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import errors
 from ..api import Pool
+from ..browse import MAX_OFFSET
+from ..digits import parse_whole
 from . import actions, auth, views
+
+log = logging.getLogger("jobpool.dashboard")
 
 #: Sent with every response: no script but ours, no framing, no sniffing, nothing cached.
 SECURITY_HEADERS = {
@@ -99,10 +104,7 @@ class Dashboard:
 
     def _jobs_args(self, request: Request) -> tuple[str, int]:
         state = request.query_params.get("state", "running")
-        raw = request.query_params.get("offset", "0")
-        if not raw.isdigit():
-            raise errors.InvalidArgument(f"offset must be a whole number, got {raw!r}")
-        return state, int(raw)
+        return state, parse_whole("offset", request.query_params.get("offset", "0"), 0, MAX_OFFSET)
 
     def jobs(self, request: Request) -> Response:
         return self.render(request, "jobs.html", **views.jobs_page(self.pool, *self._jobs_args(request)))
@@ -150,7 +152,8 @@ class Dashboard:
 
     def guarded(self, endpoint: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         """`endpoint` (run in a thread: the pool's calls block), its jobpool errors as error pages (JSON under
-        /api/)."""
+        /api/). Anything else is a bug: logged with its traceback, answered 500 in the same form (JSON under
+        /api/), never a bare text traceback page."""
         from starlette.concurrency import run_in_threadpool
 
         async def call(request: Request) -> Response:
@@ -161,9 +164,13 @@ class Dashboard:
                 status = 404 if isinstance(exc, errors.NotFound) else 400 if isinstance(
                     exc, (errors.InvalidArgument, errors.InvalidSpec)) else 503 if isinstance(
                     exc, errors.RedisUnavailable) else 500
-                if request.url.path.startswith("/api/"):
-                    return JSONResponse({"error": str(exc)}, status_code=status)
-                return self.error(request, status, str(exc))
+                message = str(exc)
+            except Exception:
+                log.exception("dashboard: %s failed", request.url.path)
+                status, message = 500, "internal error (the dashboard's log has the details)"
+            if request.url.path.startswith("/api/"):
+                return JSONResponse({"error": message}, status_code=status)
+            return self.error(request, status, message)
 
         return call
 
