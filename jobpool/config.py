@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -199,15 +200,35 @@ class Settings:
 
 #: A dashboard token shorter than this is refused: it is all that stands between a browser and the actions.
 MIN_TOKEN_CHARS = 16
+#: And so is one an attacker would guess in fewer tries than 2**MIN_TOKEN_BITS, as zxcvbn estimates them:
+#: it counts a token made of words, names, dates, keyboard walks, repeats or sequences by those parts, not
+#: by its length, so `correct horse battery` (three common words) is refused where 48 hex digits pass.
+MIN_TOKEN_BITS = 64
+#: zxcvbn reads no further than this (its matching grows with the length); a strong prefix is a strong token.
+_TOKEN_ESTIMATE_CHARS = 72
+
+
+def token_bits(token: str) -> float:
+    """log2 of the guesses zxcvbn estimates an attacker needs for `token` (its first 72 characters)."""
+    import zxcvbn  # type: ignore[import-untyped]  # ships no type information; imported only with a token set
+
+    guesses_log10 = float(zxcvbn.zxcvbn(token[:_TOKEN_ESTIMATE_CHARS])["guesses_log10"])
+    return guesses_log10 * math.log2(10)
 
 
 def _check_token(token: Any) -> None:
     """Refuse a weak or malformed token by name; the message never repeats the value (it is a secret)."""
     if not isinstance(token, str):
         raise ConfigError("JOBPOOL_DASHBOARD_TOKEN: must be text")
-    if token and (len(token) < MIN_TOKEN_CHARS or not token.isprintable() or token.strip() != token):
+    if not token:
+        return
+    if len(token) < MIN_TOKEN_CHARS or not token.isprintable() or token.strip() != token:
         raise ConfigError(f"JOBPOOL_DASHBOARD_TOKEN: must be at least {MIN_TOKEN_CHARS} printable characters "
                           "with no surrounding spaces (the value is not shown)")
+    if token_bits(token) < MIN_TOKEN_BITS:
+        raise ConfigError(f"JOBPOOL_DASHBOARD_TOKEN: too easy to guess (under {MIN_TOKEN_BITS} bits: words, "
+                          "repeats or sequences count for little); make a random one, e.g. "
+                          "`openssl rand -hex 24` (the value is not shown)")
 
 
 def _check_redis_url(url: Any) -> None:

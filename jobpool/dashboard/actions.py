@@ -1,9 +1,9 @@
 """The dashboard's actions: pause/resume/cancel a job, pause/resume the queue, set slots, and the
 operator's `reconcile --evict-stale`, each the same `Pool` call the CLI makes (jobpool/cli/).
 
-Each is a POST that passes `auth.check_action` (actions on, same origin, this session's CSRF token, logged
-in) and acts as `dashboard:<client address>`, so every event it writes names the dashboard. The outcome is
-one line shown on the page the browser is sent back to.
+Each is a POST that passes `Auth.check_action` (actions on, from the dashboard's own origin, a live session,
+its CSRF token) and acts as `dashboard:<client address>`, so every event it writes names the dashboard. The
+outcome is one line shown on the page the browser is sent back to.
 """
 
 from __future__ import annotations
@@ -128,19 +128,20 @@ ACTIONS: dict[str, Callable[[Pool, Request, FormData], str]] = {
 
 
 class Actions:
-    """The POST endpoints of one dashboard (`Dashboard` renders the pages they answer with)."""
+    """The POST endpoints of one dashboard (`Dashboard` renders the pages they answer with), and its login
+    and logout (the sessions are `Dashboard.auth`'s, jobpool/dashboard/auth.py)."""
 
     def __init__(self, d: Dashboard) -> None:
         self.d = d
 
     def endpoint(self, do: Callable[[Pool, Request, FormData], str]) -> Callable[[Request], object]:
-        """The POST endpoint that checks the request (`auth.check_action`), then does `do` as this client."""
+        """The POST endpoint that checks the request (`Auth.check_action`), then does `do` as this client."""
         d = self.d
 
         async def act(request: Request) -> Response:
             form = await request.form()
             try:
-                auth.check_action(request, form, d.settings)
+                session = d.auth.check_action(request, form)
             except auth.Refused as exc:
                 return d.error(request, exc.status, str(exc))
             acting = copy.copy(d.pool)  # the same connections and scripts, acting as this client
@@ -153,32 +154,51 @@ class Actions:
                 return d.error(request, 404, str(exc))
             except errors.JobpoolError as exc:  # refused input or transition: said on the page
                 line = f"refused: {exc}"
-            request.session["flash"] = line
+            session.flash = line
             return RedirectResponse(_back(request, form), status_code=303)
         return act
 
+    def _login_form(self, request: Request, target: str, status: int = 200, refused: str | None = None,
+                    retry_after: int | None = None) -> Response:
+        """The login page, with its form's CSRF token and the cookie that seeds it (path /login only: the
+        session's cookie is never written by a page)."""
+        csrf, seed = self.d.auth.login_form(request)
+        extra = {} if refused is None else {"refused": refused}
+        response = self.d.render(request, "login.html", status=status, next=target, login_csrf=csrf, **extra)
+        self.d.auth.set_login_cookie(request, response, seed)
+        if retry_after is not None:
+            response.headers["retry-after"] = str(retry_after)
+        return response
+
     async def login_page(self, request: Request) -> Response:
-        if not auth.actions_enabled(self.d.settings):
+        if not self.d.auth.enabled():
             return self.d.error(request, 404, "actions are off: there is nothing to log in to")
-        return self.d.render(request, "login.html", next=_back(request, FormData(request.query_params)))
+        target = _back(request, FormData(request.query_params))
+        if self.d.auth.session(request) is not None:  # logged in already: on to where it was going
+            return RedirectResponse(target, status_code=303)
+        return self._login_form(request, target)
 
     async def login(self, request: Request) -> Response:
+        if not self.d.auth.enabled():
+            return self.d.error(request, 404, "actions are off: there is nothing to log in to")
         form = await request.form()
+        target = _back(request, form)
         try:
-            auth.login(request, form, self.d.settings)
+            session = self.d.auth.login(request, form)
         except auth.Refused as exc:
-            return self.d.render(request, "login.html", status=exc.status, next=_back(request, form),
-                                 refused=str(exc))
-        request.session["flash"] = "logged in: actions are on for this browser"
-        return RedirectResponse(_back(request, form), status_code=303)
+            return self._login_form(request, target, exc.status, str(exc), exc.retry_after)
+        response = RedirectResponse(target, status_code=303)
+        self.d.auth.set_session_cookie(request, response, session)
+        return response
 
     async def logout(self, request: Request) -> Response:
         form = await request.form()
+        response = RedirectResponse("/", status_code=303)
         try:
-            auth.logout(request, form)
+            self.d.auth.logout(request, form, response)
         except auth.Refused as exc:
             return self.d.error(request, exc.status, str(exc))
-        return RedirectResponse("/", status_code=303)
+        return response
 
 
 def routes(d: Dashboard) -> list[Route]:

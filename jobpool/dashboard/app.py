@@ -15,7 +15,6 @@ from typing import Any
 import jinja2
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -31,14 +30,16 @@ from . import actions, auth, views
 
 log = logging.getLogger("jobpool.dashboard")
 
-#: Sent with every response: no script but ours, no framing, no sniffing, nothing cached.
+#: Sent with every response: no script but ours, no framing, no sniffing, nothing cached. The referrer policy
+#: keeps the Origin of the pages' own POSTs (`no-referrer` would make the browser send `Origin: null`, which
+#: auth.check_origin refuses) and gives other sites nothing.
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
                                "img-src 'self' data:; object-src 'none'; base-uri 'none'; "
                                "form-action 'self'; frame-ancestors 'none'",
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
 #: How often (ms) a page fetches its fragment again.
@@ -80,15 +81,19 @@ class Dashboard:
         self.pool = pool
         self.settings = pool.settings
         self.env = templates()
+        #: Sessions, login limits and keys; it reads `self.settings` on each request (a new token ends the
+        #: sessions of the old one).
+        self.auth = auth.Auth(lambda: self.settings)
 
     def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         """A page (or a fragment, for a name starting with '_'), with what every page needs."""
-        enabled = auth.actions_enabled(self.settings)
+        session = self.auth.session(request)  # read only: a page never sets the session's cookie
+        page = not name.startswith("_")
         common = {"pool_name": self.pool.keys.pool, "path": request.url.path, "refresh_ms": REFRESH_MS,
-                  "actions": enabled, "logged_in": enabled and auth.logged_in(request),
-                  "flash": request.session.pop("flash", None) if not name.startswith("_") else None}
-        if enabled and not name.startswith("_"):
-            common["csrf"] = auth.csrf_token(request)
+                  "actions": self.auth.enabled(), "logged_in": session is not None, "flash": None}
+        if session is not None and page:
+            common["csrf"] = session.csrf
+            common["flash"], session.flash = session.flash, None
         return HTMLResponse(self.env.get_template(name).render(**common, **ctx), status_code=status)
 
     def error(self, request: Request, status: int, message: str) -> HTMLResponse:
@@ -203,9 +208,7 @@ def create_app(pool: Pool, allowed_hosts: list[str] | None = None) -> Starlette:
         return d.error(request, 404, "no such page")
 
     hosts = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
-    return Starlette(routes=routes, exception_handlers={404: not_found}, middleware=[
-        *hosts,
-        Middleware(SecurityHeaders),
-        Middleware(SessionMiddleware, secret_key=auth.session_key(), session_cookie=auth.SESSION_COOKIE,
-                   max_age=auth.SESSION_SECS, same_site="strict"),
-    ])
+    app = Starlette(routes=routes, exception_handlers={404: not_found},
+                    middleware=[*hosts, Middleware(SecurityHeaders)])
+    app.state.dashboard = d  # its sessions and settings, for whoever serves it
+    return app

@@ -35,6 +35,8 @@ from jobpool.cli import main
 POOL = "clitest"
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "hunter2-do-not-print"
+#: A dashboard token strong enough for Settings (config.MIN_TOKEN_BITS): random hex, not a repeated letter.
+STRONG_TOKEN = "9f2c41d7e08b5a63c1f7d29e4ab08c35"
 
 Run = Callable[..., Result]
 
@@ -659,7 +661,7 @@ def test_process_commands_pass_settings_and_options(run: Run, monkeypatch: pytes
     assert run("up", "--workers", "3", "--slots", "2", "--executor", "subprocess", "--state-dir", "/tmp/s",
                env={"JOBPOOL_SWEEP_INTERVAL_SECS": "7"}).exit_code == 4
     assert run("up", "--no-dashboard").exit_code == 4
-    assert run("dashboard", "--port", "9999", env={"JOBPOOL_DASHBOARD_TOKEN": "t" * 20}).exit_code == 0
+    assert run("dashboard", "--port", "9999", env={"JOBPOOL_DASHBOARD_TOKEN": STRONG_TOKEN}).exit_code == 0
     assert run("dashboard", "--port", "0").exit_code == 2
     (w, ws, wk), (s, ss, sk), (r, rp, rk), (u, us, uk), (_, _, nk), (d, ds, dk) = calls
     assert (w, ws.pool, wk) == ("worker", POOL, {"burst": True})
@@ -669,7 +671,7 @@ def test_process_commands_pass_settings_and_options(run: Run, monkeypatch: pytes
         "up", 7.0, {"workers": 3, "slots": 2, "state_dir": "/tmp/s", "executor": "subprocess",
                     "dashboard_port": 8765})
     assert nk["dashboard_port"] is None
-    assert (d, ds.pool, ds.dashboard_token, dk) == ("dashboard", POOL, "t" * 20,
+    assert (d, ds.pool, ds.dashboard_token, dk) == ("dashboard", POOL, STRONG_TOKEN,
                                                     {"host": "127.0.0.1", "port": 9999})
     assert run("up", "--executor", "podman").exit_code == 2
 
