@@ -24,10 +24,14 @@ SECRET = "s3cret-env-value-never-shown"
 XSS = "<script>alert('x')</script>"
 
 
-def client_for(pool: Pool, token: str = "") -> TestClient:
+BASE = "http://localhost:8765"
+
+
+def client_for(pool: Pool, token: str = "", origin: str | None = BASE) -> TestClient:
+    """A client of a dashboard of `pool`, sending the Origin a browser sends with every POST (None: none)."""
     dash = Pool(pool.client, pool.settings.replace(dashboard_token=token), actor="dashboard")
     # "localhost" stands for the browser's origin; the TestClient's own default host is "testserver".
-    return TestClient(create_app(dash), base_url="http://localhost:8765")
+    return TestClient(create_app(dash), base_url=BASE, headers={"origin": origin} if origin else None)
 
 
 @pytest.fixture
@@ -229,11 +233,15 @@ def test_reconcile_action_runs_the_operators_sweep_as_the_dashboard(pool: Pool, 
     assert r.status_code == 200 and f"sweep pool={pool.keys.pool}" in r.text
 
 
-def test_the_session_cookie_is_signed_httponly_and_strict(pool: Pool, rw: TestClient) -> None:
-    r = rw.get("/login")
-    cookie = r.headers["set-cookie"].lower()
-    assert "httponly" in cookie and "samesite=strict" in cookie
-    assert TOKEN.lower() not in cookie
+def test_the_cookies_are_httponly_strict_and_hold_no_token(pool: Pool, rw: TestClient) -> None:
+    login_form = rw.get("/login").headers["set-cookie"].lower()
+    assert login_form.startswith("jobpool_dashboard_login=") and "path=/login" in login_form
+    page = rw.get("/login")
+    r = rw.post("/login", data={"token": TOKEN, "csrf": csrf_of(page.text), "next": "/"}, follow_redirects=False)
+    session = next(c.lower() for c in r.headers.get_list("set-cookie") if c.startswith("jobpool_dashboard="))
+    for cookie in (login_form, session):
+        assert "httponly" in cookie and "samesite=strict" in cookie
+        assert TOKEN.lower() not in cookie
 
 
 def test_on_loopback_another_host_name_is_refused(pool: Pool) -> None:
