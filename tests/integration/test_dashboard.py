@@ -237,7 +237,7 @@ def test_the_cookies_are_httponly_strict_and_hold_no_token(pool: Pool, rw: TestC
     login_form = rw.get("/login").headers["set-cookie"].lower()
     assert login_form.startswith("jobpool_dashboard_login=") and "path=/login" in login_form
     page = rw.get("/login")
-    r = rw.post("/login", data={"token": TOKEN, "csrf": csrf_of(page.text), "next": "/"}, follow_redirects=False)
+    r = rw.post("/login", data={"token": TOKEN, "csrf": csrf_of(page.text)}, follow_redirects=False)
     session = next(c.lower() for c in r.headers.get_list("set-cookie") if c.startswith("jobpool_dashboard="))
     for cookie in (login_form, session):
         assert "httponly" in cookie and "samesite=strict" in cookie

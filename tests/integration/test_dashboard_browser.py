@@ -6,13 +6,19 @@ It watches a job go queued -> running -> succeeded on its page without the page 
 token and pauses a running job (checked in Redis), is refused without the session or without its CSRF
 token, finds a secret env value nowhere (page sources and JSON), sees a `<script>` in a command as text, and
 takes the overview's screenshot (JOBPOOL_DASHBOARD_SCREENSHOT=path keeps it: docs/dashboard.png is one).
+
+Another site, served by the test on a second local origin, shows what the sessions and POST checks hold
+against (jobpool/dashboard/auth.py): a link from it does not log the browser out, a form on it that posts
+with `Origin: null` and the right CSRF token is refused, and a cookie copied before logout acts no more.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import shutil
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -76,11 +82,13 @@ def dashboard(spawn: Callable[..., JobpoolProcess]) -> str:
     return url
 
 
-def post(url: str, data: dict[str, str], cookie: str | None = None) -> int:
+def post(url: str, data: dict[str, str], cookie: str | None = None, origin: str | None = None) -> int:
     """A POST outside the browser (as another site or a script would send it); its HTTP status."""
     headers = {"content-type": "application/x-www-form-urlencoded"}
     if cookie:
         headers["cookie"] = cookie
+    if origin:
+        headers["origin"] = origin
     req = urllib.request.Request(url, data=urllib.parse.urlencode(data).encode(), headers=headers,
                                  method="POST")
     try:
@@ -181,3 +189,110 @@ def test_dashboard_in_a_real_browser(pool: Pool, spawn, docker_host: str, dashbo
         shutil.copyfile(shot, keep)
     pool.cancel(busy.id)
     pool.cancel(waiting.id)
+
+
+class OtherSite:
+    """Another site's pages, served on a port of its own on 127.0.0.1: `url(host, path)` names one by
+    `localhost` (another site than the dashboard's 127.0.0.1) or by 127.0.0.1 (the same site, another origin:
+    SameSite cookies go with its requests, so only the origin check and the CSRF token stand)."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, str] = {}
+        pages = self.pages
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+                body = pages.get(self.path, "no such page").encode()
+                self.send_response(200 if self.path in pages else 404)
+                self.send_header("content-type", "text/html; charset=utf-8")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's name
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, host: str, path: str) -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def other_site() -> Iterator[OtherSite]:
+    site = OtherSite()
+    yield site
+    site.close()
+
+
+def logged_in(driver: webdriver.Chrome) -> bool:
+    return bool(driver.find_elements(By.ID, "pool-actions"))
+
+
+def log_in(driver: webdriver.Chrome, dashboard: str) -> str:
+    """Log in through the login form; the session's CSRF token (from the overview's forms)."""
+    driver.get(f"{dashboard}/login?next=/")
+    driver.find_element(By.ID, "token").send_keys(TOKEN)
+    driver.find_element(By.ID, "login").click()
+    eventually(lambda: logged_in(driver), timeout=10, message="logged in: the pool's actions shown")
+    return str(driver.find_element(By.NAME, "csrf").get_attribute("value"))
+
+
+def test_a_link_from_another_site_does_not_log_the_browser_out(
+        pool: Pool, dashboard: str, browser: webdriver.Chrome, other_site: OtherSite) -> None:
+    log_in(browser, dashboard)
+    # The dashboard's own forms post with their real origin (Referrer-Policy: same-origin) and act.
+    browser.find_element(By.CSS_SELECTOR, "form[action='/actions/queue/pause'] button").click()
+    eventually(lambda: pool.stats()["queue_paused"], timeout=10, message="the queue paused from the page")
+    eventually(lambda: logged_in(browser), timeout=10, message="back on the overview")
+    browser.find_element(By.CSS_SELECTOR, "form[action='/actions/queue/resume'] button").click()
+    eventually(lambda: not pool.stats()["queue_paused"], timeout=10, message="the queue resumed by the page")
+    eventually(lambda: logged_in(browser), timeout=10, message="back on the overview")
+
+    # A link on another site (localhost is another site than 127.0.0.1): no SameSite=Strict cookie goes
+    # with the navigation, so the page it opens is read-only; it must not write over the session.
+    other_site.pages["/link.html"] = f'<a id="to-dashboard" href="{dashboard}/">the dashboard</a>'
+    browser.get(other_site.url("localhost", "/link.html"))
+    browser.find_element(By.ID, "to-dashboard").click()
+    eventually(lambda: browser.current_url.startswith(dashboard), timeout=10, message="the link followed")
+    assert not logged_in(browser)
+    browser.get(f"{dashboard}/")  # the user's own next visit
+    assert logged_in(browser), "a link from another site logged the browser out"
+
+
+def test_a_post_with_origin_null_and_the_csrf_token_is_refused_and_logout_ends_the_session(
+        pool: Pool, dashboard: str, browser: webdriver.Chrome, other_site: OtherSite) -> None:
+    csrf = log_in(browser, dashboard)
+    # A form on another origin of the same site (127.0.0.1, another port), knowing the CSRF token: the
+    # SameSite=Strict cookie goes along, and its no-referrer policy makes Chromium send `Origin: null`.
+    # Only the origin check stands, and it refuses.
+    other_site.pages["/post.html"] = (
+        '<!doctype html><meta name="referrer" content="no-referrer">'
+        f'<form method="post" action="{dashboard}/actions/queue/pause">'
+        f'<input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="next" value="/">'
+        '<button type="submit" id="attack">win a prize</button></form>')
+    browser.get(other_site.url("127.0.0.1", "/post.html"))
+    browser.find_element(By.ID, "attack").click()
+    eventually(lambda: browser.current_url.startswith(dashboard), timeout=10, message="the form posted")
+    assert not pool.stats()["queue_paused"], "a POST with Origin: null and the CSRF token acted"
+    assert "another origin" in browser.page_source
+
+    # Logout ends the session: a copy of its cookie taken before acts no more.
+    browser.get(f"{dashboard}/")
+    assert logged_in(browser)
+    cookie = browser.get_cookie("jobpool_dashboard")
+    assert cookie
+    copied = f"jobpool_dashboard={cookie['value']}"
+    browser.find_element(By.CSS_SELECTOR, "form[action='/logout'] button").click()
+    eventually(lambda: browser.find_elements(By.LINK_TEXT, "Log in for actions"), timeout=10,
+               message="logged out")
+    assert post(f"{dashboard}/actions/queue/pause", {"csrf": csrf}, cookie=copied, origin=dashboard) == 403
+    assert not pool.stats()["queue_paused"], "a cookie copied before logout acted after it"
