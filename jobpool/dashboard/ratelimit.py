@@ -7,6 +7,7 @@ full again. A bucket holds `burst` tries and gains one back every `refill_secs`.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import threading
 import time
@@ -56,6 +57,9 @@ class Buckets:
             bucket.tries = max(self._level(bucket, now) - 1, 0.0)
             bucket.at = now
 
+    def __len__(self) -> int:
+        return len(self._buckets)
+
     def _make_room(self, now: float) -> None:
         if len(self._buckets) < self.max_keys:
             return
@@ -75,9 +79,23 @@ GLOBAL_REFILL_SECS = 2.0
 EVERYONE = "*"
 
 
+def client_key(address: str) -> str:
+    """Whose bucket a client address spends: an IPv6 client's whole /64 (one host is given a /64 and can pick
+    any address in it), any other address as it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
 class LoginLimiter:
-    """Login tries, per client address and for all clients. `refused(client)` says how long a client must
-    wait, before its guess is looked at; `tried(client)` spends one try of the client and of everyone."""
+    """Login tries, per client (`client_key`) and for all clients. `refused(client)` says how long a client
+    must wait, before its guess is looked at; `tried(client)` spends one try of the client and of everyone."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.per_client = Buckets(LOGIN_BURST, LOGIN_REFILL_SECS, clock=clock)
@@ -85,7 +103,7 @@ class LoginLimiter:
 
     def refused(self, client: str) -> tuple[str, int] | None:
         """None, or why `client` may not try now and the whole seconds it must wait."""
-        own = self.per_client.wait(client)
+        own = self.per_client.wait(client_key(client))
         if own > 0:
             return "too many login attempts from this address", math.ceil(own)
         shared = self.everyone.wait(EVERYONE)
@@ -94,5 +112,5 @@ class LoginLimiter:
         return None
 
     def tried(self, client: str) -> None:
-        self.per_client.take(client)
+        self.per_client.take(client_key(client))
         self.everyone.take(EVERYONE)

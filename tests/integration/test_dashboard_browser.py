@@ -140,7 +140,7 @@ def test_dashboard_in_a_real_browser(pool: Pool, spawn, docker_host: str, dashbo
     browser.get(f"{dashboard}/jobs/{running.id}")
     assert not browser.find_elements(By.ID, "job-pause")
     pause_url = f"{dashboard}/actions/jobs/{running.id}/pause"
-    assert post(pause_url, {"csrf": "guessed"}) == 403  # no session at all
+    assert post(pause_url, {"csrf": "guessed"}, origin=dashboard) == 403  # no session at all
     browser.get(f"{dashboard}/login?next=/jobs/{running.id}")
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     browser.find_element(By.ID, "login").click()
@@ -148,8 +148,9 @@ def test_dashboard_in_a_real_browser(pool: Pool, spawn, docker_host: str, dashbo
     cookie = browser.get_cookie("jobpool_dashboard")
     assert cookie and cookie["httpOnly"] and TOKEN not in cookie["value"]
     session = f"jobpool_dashboard={cookie['value']}"
-    assert post(pause_url, {}, cookie=session) == 403  # the session, but no CSRF token
-    assert post(pause_url, {"csrf": "guessed"}, cookie=session) == 403  # a wrong one
+    # The session and the dashboard's origin (the origin check passed), but no CSRF token, or a wrong one.
+    assert post(pause_url, {}, cookie=session, origin=dashboard) == 403
+    assert post(pause_url, {"csrf": "guessed"}, cookie=session, origin=dashboard) == 403
     assert pool.get(running.id).state is JobState.RUNNING and not pool.get(running.id).pause_requested
 
     # ---- with the token: pause the running job; Redis has it paused, the event names the dashboard ------

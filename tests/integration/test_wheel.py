@@ -53,6 +53,9 @@ with TestClient(create_app(pool)) as web:
     page = web.get('/jobs/' + job.id)
     assert page.status_code == 200 and 'id="job-state">running<' in page.text, page.text[:300]
     assert web.get('/static/dashboard.js').status_code == 200
+# A dashboard token is judged by the estimator the wheel's dependencies bring (config.MIN_TOKEN_BITS).
+import secrets
+assert Settings(dashboard_token=secrets.token_hex(24)).dashboard_token
 print(found.path)
 print(jobpool.__file__)
 """
