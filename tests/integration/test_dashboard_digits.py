@@ -38,7 +38,7 @@ def test_a_bad_slots_number_in_the_form_is_refused_and_changes_nothing(pool: Poo
     pool.set_slots(2)
     with client_for(pool, TOKEN) as c:
         c = TestClient(c.app, base_url="http://localhost:8765", raise_server_exceptions=False,
-                       cookies=c.cookies)
+                       cookies=c.cookies, headers={"origin": "http://localhost:8765"})
         csrf = log_in(c)
         r = c.post("/actions/slots", data={"csrf": csrf, "slots": raw},
                    headers={"origin": "http://localhost:8765"}, follow_redirects=False)
