@@ -43,9 +43,10 @@ MAX_SLOTS = 100_000
 EVENTS_MAXLEN = 100_000
 #: The most bytes of an event's free text (its reason, evidence and actor, each): a longer one is cut on a
 #: UTF-8 boundary and ends with a mark saying how many bytes went ("…(N bytes cut)"; scripts/_lib.lua
-#: `bounded_text`), in the stream and in the job's history alike. The API refuses a longer reason
-#: (jobpool/api.py), so only the texts jobpool writes itself (a launch error, a probe's evidence) are ever cut.
-EVENT_TEXT_MAX_BYTES = 4096
+#: `bounded_text`), in the stream and in the job's history alike. The API refuses a reason or evidence of more
+#: than half of it (jobpool/api.py), so what a caller gives is kept whole even with the words a script puts
+#: before it; only the texts jobpool writes itself (a launch error, a probe's evidence) are ever cut.
+EVENT_TEXT_MAX_BYTES = 8192
 #: How much of a job's own history its row keeps (scripts/_lib.lua `trim_history`): all of it up to this size,
 #: which holds every event of an ordinary job's life many times over. A job that goes on changing state for
 #: ever (pause and resume) keeps its first HISTORY_HEAD_EVENTS events and its newest, and one event between
@@ -130,7 +131,7 @@ METRIC_REASONS = (
     "orphan_reconciled_no_container", "orphan_reconciled_dead_pid", "orphan_reconciled_never_started",
     "container_exited", "lost_dispatch", "stop_routed", "remote_stopped", "remote_stop_failed",
     "stray_stopped", "daemon_forgotten", "daemon_back", "daemon_unforgotten",
-    "daemon_collision", "daemon_collision_cleared", "other",
+    "daemon_collision", "daemon_collision_cleared", REASON_HISTORY_TRIMMED, "other",
 )
 #: Upper bounds (seconds) of `jobpool_job_duration_seconds`, from enqueue to the terminal state: jobs run for
 #: minutes to hours. The scripts count each job in the first bucket that holds it (+Inf past the last).

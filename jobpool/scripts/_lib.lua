@@ -205,12 +205,12 @@ local function trim_history(text)
     local line = lines[first]
     size = size - #line - 1
     first = first + 1
-    local fine, gone = pcall(cjson.decode, line)
-    if not fine or type(gone) ~= 'table' then gone = {} end  -- unreadable: counted, its id and time unknown
-    local id, at = tostring(gone[1] or mark.id2 or '0-0'), tostring(gone[7] or mark.at2 or '0')
-    if mark.n == 0 then mark.id1, mark.at1, mark.from = id, at, tostring(gone[2] or '') end
+    local fine, dropped = pcall(cjson.decode, line)
+    if not fine or type(dropped) ~= 'table' then dropped = {} end  -- unreadable: counted, its id and time unknown
+    local id, at = tostring(dropped[1] or mark.id2 or '0-0'), tostring(dropped[7] or mark.at2 or '0')
+    if mark.n == 0 then mark.id1, mark.at1, mark.from = id, at, tostring(dropped[2] or '') end
     mark.n, mark.id2, mark.at2 = mark.n + 1, id, at
-    marker = cjson.encode({id, mark.from, tostring(gone[3] or ''), REASON_HISTORY_TRIMMED,
+    marker = cjson.encode({id, mark.from, tostring(dropped[3] or ''), REASON_HISTORY_TRIMMED,
       string.format(TRIMMED_EVIDENCE, mark.n, mark.id1, id, mark.at1, at), 'jobpool', at})
     if size + #marker + 1 <= HISTORY_MAX_BYTES then break end
   end

@@ -77,7 +77,8 @@ def test_a_long_text_is_cut_on_a_character_boundary_with_a_mark(backend: Backend
 def test_a_text_within_the_budget_is_kept_whole(backend: Backend) -> None:
     pool = backend.pool()
     job = enqueue(pool)
-    reason = "launch_failed: x" + "€" * ((EVENT_TEXT_MAX_BYTES - 16) // 3)
+    free = EVENT_TEXT_MAX_BYTES - len("launch_failed: ")
+    reason = "launch_failed: " + "x" * (free % 3) + "€" * (free // 3)
     assert len(reason.encode()) == EVENT_TEXT_MAX_BYTES
     claim(pool, job.id).finish("error", reason=reason)
     assert events_of(pool, job.id)[-1]["reason"] == stream_events(pool, job.id)[-1]["reason"] == reason
@@ -116,7 +117,7 @@ def test_texts_the_encoder_escapes_are_trimmed_the_same_way(backend: Backend) ->
     # A control character takes six bytes in a history line: a few events fill the cap.
     pool = backend.pool()
     job = enqueue(pool)
-    text = "\x01" * (EVENT_TEXT_MAX_BYTES - 20)
+    text = "\x01" * MAX_TEXT_BYTES
     attempt = claim(pool, job.id)
     pool.pause(job.id, reason=text)
     attempt.finish("exit", 143)
