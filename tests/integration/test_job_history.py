@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 def cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBPOOL_")}
     env.update({"JOBPOOL_REDIS_URL": redis_url, "JOBPOOL_POOL": POOL})
-    return subprocess.run([sys.executable, "-m", "jobpool.cli", *args], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run([sys.executable, "-m", "jobpool.cli", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def ok(redis_url: str, *args: str) -> str:
@@ -35,7 +35,8 @@ def ok(redis_url: str, *args: str) -> str:
 
 
 def cli_events(redis_url: str, job_id: str) -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = json.loads(ok(redis_url, "--json", "events", "--job", job_id, "--count", "5000"))
+    docs: list[dict[str, Any]] = json.loads(ok(redis_url, "--json", "events", "--job", job_id,
+                                               "--count", "5000"))
     return docs
 
 

@@ -46,7 +46,8 @@ def test_five_pauses_with_4_kib_reasons_keep_all_eleven_events(backend: Backend)
     pause_and_resume(pool, job.id, 5, reason)
     history = events_of(pool, job.id)
     assert [(e["from"], e["to"], e["reason"], e["evidence"]) for e in history] == [
-        ("", "queued", "enqueued", ""), *[("queued", "paused", "pause", reason), ("paused", "queued", "resume", "")] * 5]
+        ("", "queued", "enqueued", ""),
+        *[("queued", "paused", "pause", reason), ("paused", "queued", "resume", "")] * 5]
     assert history == stream_events(pool, job.id)
     tail, _ = pool.tail_events(job.id, 100)
     assert tail == history
