@@ -144,8 +144,8 @@ def enqueue_file(state: CliState, stream: IO[bytes], coalesce: bool) -> None:
                     click.echo("]")
                 queued = done + (exc.enqueued or 0)
                 raise Failure(f"{exc}; that call held the file's jobs {done + 1} to {done + len(chunk)}: in "
-                              f"all the first {queued} of its {total} jobs were enqueued, the ids of the first "
-                              f"{done} printed") from None
+                              f"all the first {queued} of its {total} jobs were enqueued, the ids of the "
+                              f"first {done} printed") from None
             twins += sum(j.coalesced for j in jobs)
             if state.as_json:
                 docs = ", ".join(json.dumps(j.to_dict(), sort_keys=True) for j in jobs)
