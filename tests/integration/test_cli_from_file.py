@@ -279,3 +279,30 @@ def test_a_file_longer_than_a_chunk_is_queued_whole_in_order(run: Any, pool: Poo
     ids = human.stdout.split()
     assert human.exit_code == 0 and ids[0] == docs[0]["id"] and len(ids) == 9
     assert "coalesced: 1 of the 9 jobs" in human.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_redis_full_midway_says_how_much_of_the_file_is_queued(run: Any, pool: Pool, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              as_json: bool) -> None:
+    # Redis at its memory limit (noeviction) refuses the chunk that starts past it: the chunks before stand,
+    # their ids printed (the JSON array closed), and the one error line counts the file's queued jobs.
+    monkeypatch.setattr(jobfile, "CHUNK", 2)
+    big = "x" * 60_000
+    items = [{"image": "busybox", "command": ["echo", str(i), big, big, big]} for i in range(8)]
+    assert run("slots", "0").exit_code == 0
+    pool.client.config_set("maxmemory-policy", "noeviction")
+    used = int(pool.client.info("memory")["used_memory"])
+    path = write(tmp_path, lines(*items))
+    pool.client.config_set("maxmemory", str(used + 1_500_000))
+    try:
+        result = run(*(["--json"] if as_json else []), "enqueue", "--from-file", path)
+    finally:
+        pool.client.config_set("maxmemory", "0")
+    queued = pool.client.zrange(pool.keys.queued, 0, -1)
+    assert result.exit_code == 1 and 2 <= len(queued) < len(items), result.output
+    printed = [d["id"] for d in json.loads(result.stdout)] if as_json else result.stdout.split()
+    assert printed == queued and [pool.get(i).spec.command[1] for i in queued] == [str(i) for i in
+                                                                                     range(len(queued))]
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert f"in all the first {len(queued)} of its {len(items)} jobs were enqueued" in result.stderr
