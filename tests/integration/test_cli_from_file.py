@@ -289,7 +289,7 @@ def test_redis_full_midway_says_how_much_of_the_file_is_queued(run: Any, pool: P
     # their ids printed (the JSON array closed), and the one error line counts the file's queued jobs.
     monkeypatch.setattr(jobfile, "CHUNK", 2)
     big = "x" * 60_000
-    items = [{"image": "busybox", "command": ["echo", str(i), big, big, big]} for i in range(8)]
+    items = [{"image": "busybox", "command": ["echo", str(i), big, big, big]} for i in range(16)]
     assert run("slots", "0").exit_code == 0
     pool.client.config_set("maxmemory-policy", "noeviction")
     used = int(pool.client.info("memory")["used_memory"])
