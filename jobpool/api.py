@@ -19,7 +19,7 @@ from . import errors, logtail, redisurl, retention, submit
 from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
-from .contract import MAX_SLOTS
+from .contract import EVENT_TEXT_MAX_BYTES, MAX_SLOTS
 from .digits import ascii_whole
 from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
@@ -37,8 +37,9 @@ CANDIDATES_ON_PROMOTE = 32
 #: The most jobs a caller may ask for in one read: generous, but finite, so a huge number is a clear
 #: InvalidArgument and never a Redis overflow.
 MAX_LIST = 1_000_000
-#: A reason or evidence text: stored in rows and events, so bounded.
-MAX_TEXT_BYTES = 4096
+#: A reason or evidence text: stored in rows and events, so bounded; half of what the scripts keep of an
+#: event's text (contract.py), so what a caller gives is recorded whole.
+MAX_TEXT_BYTES = EVENT_TEXT_MAX_BYTES // 2
 
 
 def connect(url: str) -> redis.Redis:

@@ -41,8 +41,22 @@ MAX_SLOTS = 100_000
 #: About how many entries the pool's event stream keeps by default (XADD MAXLEN ~ in scripts/_lib.lua; the
 #: setting JOBPOOL_EVENTS_MAXLEN, config.py).
 EVENTS_MAXLEN = 100_000
-#: How much of a job's own history its row keeps (the newest transitions; scripts/_lib.lua `event`).
-HISTORY_MAX_BYTES = 16_384
+#: The most bytes of an event's free text (its reason, evidence and actor, each): a longer one is cut on a
+#: UTF-8 boundary and ends with a mark saying how many bytes went ("…(N bytes cut)"; scripts/_lib.lua
+#: `bounded_text`), in the stream and in the job's history alike. The API refuses a reason or evidence of more
+#: than half of it (jobpool/api.py), so what a caller gives is kept whole even with the words a script puts
+#: before it; only the texts jobpool writes itself (a launch error, a probe's evidence) are ever cut.
+EVENT_TEXT_MAX_BYTES = 8192
+#: How much of a job's own history its row keeps (scripts/_lib.lua `trim_history`): all of it up to this size,
+#: which holds every event of an ordinary job's life many times over. A job that goes on changing state for
+#: ever (pause and resume) keeps its first HISTORY_HEAD_EVENTS events and its newest, and one event between
+#: them, reason REASON_HISTORY_TRIMMED, saying how many events were dropped there, their stream ids and times.
+HISTORY_MAX_BYTES = 65_536
+#: The events at the start of a job's history that are never dropped: its enqueue and, for a job that ran,
+#: its first promotion and claim.
+HISTORY_HEAD_EVENTS = 3
+#: The reason of the one event in a job's history that stands for the events dropped from it.
+REASON_HISTORY_TRIMMED = "history_trimmed"
 #: The key in an RQ job's meta that carries the attempt it dispatches (written by the scripts on promotion,
 #: read by the worker before it claims).
 RQ_META_ATTEMPT = "jobpool_attempt"
@@ -117,7 +131,7 @@ METRIC_REASONS = (
     "orphan_reconciled_no_container", "orphan_reconciled_dead_pid", "orphan_reconciled_never_started",
     "container_exited", "lost_dispatch", "stop_routed", "remote_stopped", "remote_stop_failed",
     "stray_stopped", "daemon_forgotten", "daemon_back", "daemon_unforgotten",
-    "daemon_collision", "daemon_collision_cleared", "other",
+    "daemon_collision", "daemon_collision_cleared", REASON_HISTORY_TRIMMED, "other",
 )
 #: Upper bounds (seconds) of `jobpool_job_duration_seconds`, from enqueue to the terminal state: jobs run for
 #: minutes to hours. The scripts count each job in the first bucket that holds it (+Inf past the last).
@@ -132,7 +146,10 @@ LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "EXIT_TEMPFAIL": EXIT_TEMPFAIL,
     "MAX_SLOTS": MAX_SLOTS,
     "EVENTS_MAXLEN": EVENTS_MAXLEN,
+    "EVENT_TEXT_MAX_BYTES": EVENT_TEXT_MAX_BYTES,
     "HISTORY_MAX_BYTES": HISTORY_MAX_BYTES,
+    "HISTORY_HEAD_EVENTS": HISTORY_HEAD_EVENTS,
+    "REASON_HISTORY_TRIMMED": REASON_HISTORY_TRIMMED,
     "RQ_META_ATTEMPT": RQ_META_ATTEMPT,
     "RQ_QUEUE_KEY_PREFIX": RQ_QUEUE_PREFIX,
     "ADOPT_RQ_PREFIX": ADOPT_RQ_PREFIX,

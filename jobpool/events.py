@@ -5,6 +5,11 @@ Every script appends its transitions to one capped stream, and a job's own trans
 `Pool.events`, `Pool.tail_events` and `Pool.follow_events`. One job's events come from its row, so finding
 them costs what that job has, not what the stream holds; a row written before rows kept a history falls back
 to filtering the stream. Entries come back as dicts of the stream's fields plus their stream ``id``.
+
+A job's history is whole unless it outgrew contract.HISTORY_MAX_BYTES: then one of its entries, after its
+first few, has reason contract.REASON_HISTORY_TRIMMED and stands for the run of events dropped there (its
+evidence gives their number, first and last ids and times; scripts/_lib.lua `trim_history`). It is read and
+returned like any other entry, so every reader shows it where the dropped events were.
 """
 
 from __future__ import annotations

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import click
 
-from .. import errors
 from ..api import Pool
 from ..contract import ENV_CHECKPOINT_DIR
 from ..models import Job, JobState
 from ..spec import ENV_NAME, build_spec
 from ..status import ago
-from .app import BadInput, CliState, pool_command
+from .app import CliState, pool_command
 from .format import job_details, jobs_table, orphan_stop_line
+from .jobfile import enqueue_file
 
 # ---- input parsing ---------------------------------------------------------------------------------------
 
@@ -56,7 +55,7 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
 @click.option("--no-checkpoint", "no_checkpoint", is_flag=True,
               help=f"The job keeps no checkpoint across attempts: no {ENV_CHECKPOINT_DIR} (no volume), and "
                    "a handed-back job may run on any daemon.")
-@click.option("--from-file", "from_file", type=click.File("r", encoding="utf-8"), metavar="FILE",
+@click.option("--from-file", "from_file", type=click.File("rb"), metavar="FILE",
               help="Queue every job of FILE ('-': stdin), in order: JSON lines, one object per job with "
                    "the fields of the Python API's enqueue (image, command, env, coalesce, ...). All are "
                    "checked first; one bad line queues nothing. Prints the ids in order.")
@@ -66,7 +65,7 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
 def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coalesce: bool,
             coalesce_key: str | None, env: dict[str, str], workdir: str | None, user: str | None,
             memory: str | None, cpus: float | None, labels: dict[str, str], no_init: bool,
-            no_checkpoint: bool, from_file: TextIO | None) -> None:
+            no_checkpoint: bool, from_file: BinaryIO | None) -> None:
     """Queue IMAGE running CMD; prints the job id. Or queue every job of a file (--from-file).
 
     Options go before IMAGE: everything after it is the command (a `--` there is optional).
@@ -101,46 +100,6 @@ def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coales
     if job.coalesced and not state.as_json:
         click.echo(f"coalesced: an identical job was already queued; this is its id ({job.state.value})",
                    err=True)
-
-
-def read_jobs(stream: TextIO) -> tuple[list[Any], list[int]]:
-    """The jobs of a JSON-lines stream and the line each came from (blank lines are skipped); a line that is
-    not a JSON object is refused naming it, before anything is queued."""
-    items: list[Any] = []
-    lines: list[int] = []
-    try:
-        for number, line in enumerate(stream, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except ValueError as exc:
-                raise BadInput(f"line {number}: not JSON ({exc})") from None
-            if not isinstance(item, dict):
-                raise BadInput(f"line {number}: a JSON {type(item).__name__}, not an object") from None
-            items.append(item)
-            lines.append(number)
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"line {len(lines) + 1} or later: not UTF-8 text ({exc.reason})") from None
-    return items, lines
-
-
-def enqueue_file(state: CliState, stream: TextIO, coalesce: bool) -> None:
-    items, lines = read_jobs(stream)
-    if coalesce:
-        for item in items:
-            item.setdefault("coalesce", True)
-    try:
-        jobs = state.pool().enqueue_many(items) if items else []
-    except errors.InvalidSpec as exc:
-        if exc.index is None:
-            raise
-        raise BadInput(f"line {lines[exc.index]}: {exc.reason}") from None
-    state.emit([j.to_dict() for j in jobs], lambda: "\n".join(j.id for j in jobs) or None)
-    twins = sum(j.coalesced for j in jobs)
-    if not state.as_json and (twins or not jobs):
-        click.echo(f"coalesced: {twins} of the {len(jobs)} jobs equalled a queued job; their ids are printed"
-                   if jobs else "no jobs in the file: nothing queued", err=True)
 
 
 @click.command("ls")

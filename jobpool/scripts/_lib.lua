@@ -33,8 +33,11 @@ and the event stream's cap (Settings.events_maxlen).
 
 Every transition of a job is written twice: to the pool's capped stream (the feed that `jobpool events`
 tails and follows) and to the job's own row, field `history` (one JSON array per line: stream id, from, to,
-reason, evidence, actor, at; the newest HISTORY_MAX_BYTES kept). A job's history is read from its row, so
-it costs what that job has, whatever else the stream holds, and goes when the row is pruned.
+reason, evidence, actor, at). A job's history is read from its row, so it costs what that job has, whatever
+else the stream holds, and goes when the row is pruned. It is kept whole up to HISTORY_MAX_BYTES; past that,
+its first events and its newest stay with one event between them that says what was dropped (`trim_history`).
+An event's free text is cut to EVENT_TEXT_MAX_BYTES with a visible mark (`bounded_text`), so one long text
+cannot push a job's other events out.
 
 A row a script cannot read must not abort it (Redis keeps what a script wrote before an error): numbers read
 from a row go through `whole`, and a head of the queue whose row is gone or unreadable is taken out of the
@@ -145,16 +148,78 @@ local function transition_field(to, reason)
   return 'transitions:' .. (to ~= '' and to or 'none') .. ':' .. metric_reason(reason)
 end
 
+-- `text` (a reason, evidence or actor) as an event keeps it: whole when it fits EVENT_TEXT_MAX_BYTES, else its
+-- start, cut on a UTF-8 character boundary, and a mark saying how many bytes went, all within the budget (the
+-- digits of the whole length bound those of the count cut).
+local function bounded_text(text)
+  text = tostring(text or '')
+  if #text <= EVENT_TEXT_MAX_BYTES then return text end
+  local keep = EVENT_TEXT_MAX_BYTES - #string.format('\226\128\166(%d bytes cut)', #text)
+  while keep > 0 do
+    local b = string.byte(text, keep + 1)
+    if b < 128 or b >= 192 then break end  -- not a continuation byte: a character starts here
+    keep = keep - 1
+  end
+  return string.sub(text, 1, keep) .. string.format('\226\128\166(%d bytes cut)', #text - keep)
+end
+
 -- Record a transition in the pool's stream and counters (unless `uncounted`: a caller that counts many at
 -- once); returns its line for the job's `history`. Only a script that writes a new row's first line with the
 -- row itself (enqueue) calls this alone: use `event`.
 local function stream_event(id, from, to, reason, evidence, actor, now, uncounted)
   if not uncounted then count(transition_field(to, reason)) end
+  reason, evidence, actor = bounded_text(reason), bounded_text(evidence), bounded_text(actor)
   local at = string.format('%d', now)
   local sid = redis.call('XADD', KEYS[K_EVENTS], 'MAXLEN', '~', STREAM_MAXLEN, '*',
-    'job', id, 'from', from, 'to', to, 'reason', reason or '', 'evidence', evidence or '',
-    'actor', actor or '', 'at', at)
-  return cjson.encode({sid, from, to, reason or '', evidence or '', actor or '', at})
+    'job', id, 'from', from, 'to', to, 'reason', reason, 'evidence', evidence, 'actor', actor, 'at', at)
+  return cjson.encode({sid, from, to, reason, evidence, actor, at})
+end
+
+-- The evidence of the trim marker, and the pattern that reads it back: how many events it stands for, the
+-- stream ids of the first and last of them and when they happened.
+local TRIMMED_EVIDENCE = '%d events dropped to bound the history (ids %s to %s, at %s to %s ms)'
+local TRIMMED_PATTERN = '^(%d+) events dropped to bound the history %(ids (%S+) to (%S+), at (%d+) to (%d+) ms%)$'
+
+-- A job's history `text` (its lines, oldest first) within HISTORY_MAX_BYTES: unchanged when it fits; else its
+-- first HISTORY_HEAD_EVENTS lines stay, then one marker line (reason REASON_HISTORY_TRIMMED, actor jobpool)
+-- standing for every event dropped so far, then the newest lines that fit (the newest always stays). The
+-- dropped events are always the oldest after the head, so they are one run and one marker counts them all:
+-- its id and time are those of the last dropped (so it sorts where they were), its `from` that of the first
+-- and its `to` that of the last (so the states still chain), its evidence their number, ids and times.
+local function trim_history(text)
+  if #text <= HISTORY_MAX_BYTES then return text end
+  local lines = {}
+  for line in string.gmatch(text, '[^\n]+') do lines[#lines + 1] = line end
+  local size, first, mark = #text, HISTORY_HEAD_EVENTS + 1, {n = 0}
+  local ok, was = pcall(cjson.decode, lines[first] or '')
+  if ok and type(was) == 'table' and was[4] == REASON_HISTORY_TRIMMED then
+    local n, id1, _, at1 = string.match(tostring(was[5]), TRIMMED_PATTERN)
+    if n then  -- the marker of earlier trims: the run it counts goes on with the lines dropped now
+      mark = {n = tonumber(n), id1 = id1, at1 = at1, from = tostring(was[2])}
+      size = size - #lines[first] - 1
+      first = first + 1
+    end
+  end
+  local marker
+  while first < #lines do
+    local line = lines[first]
+    size = size - #line - 1
+    first = first + 1
+    local fine, dropped = pcall(cjson.decode, line)
+    if not fine or type(dropped) ~= 'table' then dropped = {} end  -- unreadable: counted, its id and time unknown
+    local id, at = tostring(dropped[1] or mark.id2 or '0-0'), tostring(dropped[7] or mark.at2 or '0')
+    if mark.n == 0 then mark.id1, mark.at1, mark.from = id, at, tostring(dropped[2] or '') end
+    mark.n, mark.id2, mark.at2 = mark.n + 1, id, at
+    marker = cjson.encode({id, mark.from, tostring(dropped[3] or ''), REASON_HISTORY_TRIMMED,
+      string.format(TRIMMED_EVIDENCE, mark.n, mark.id1, id, mark.at1, at), 'jobpool', at})
+    if size + #marker + 1 <= HISTORY_MAX_BYTES then break end
+  end
+  if not marker then return text end  -- nothing after the head but the newest: it stays as it is
+  local kept = {}
+  for i = 1, HISTORY_HEAD_EVENTS do kept[i] = lines[i] end
+  kept[#kept + 1] = marker
+  for i = first, #lines do kept[#kept + 1] = lines[i] end
+  return table.concat(kept, '\n')
 end
 
 -- Record a transition: in the pool's stream, in the row's history when `jkey` (the job's row, a hash of this
@@ -163,11 +228,7 @@ local function event(jkey, id, from, to, reason, evidence, actor, now)
   local line = stream_event(id, from, to, reason, evidence, actor, now)
   if not jkey then return end
   local old = redis.call('HGET', jkey, 'history')
-  if old and old ~= '' then line = old .. '\n' .. line end
-  if #line > HISTORY_MAX_BYTES then
-    local cut = string.find(line, '\n', #line - HISTORY_MAX_BYTES, true)
-    if cut then line = string.sub(line, cut + 1) end
-  end
+  if old and old ~= '' then line = trim_history(old .. '\n' .. line) end
   redis.call('HSET', jkey, 'history', line)
 end
 

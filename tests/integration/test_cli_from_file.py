@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,8 @@ from click.testing import CliRunner, Result
 from snapshot import keyspace
 
 from jobpool import Job, JobState, Pool
-from jobpool.cli import main
+from jobpool.cli import jobfile, main
+from jobpool.cli.jobfile import MAX_DEPTH, MAX_LINE_BYTES
 
 POOL = "clifile"
 SECRET = "hunter2-do-not-print"
@@ -183,3 +186,123 @@ def test_a_missing_file_is_a_usage_error(run: Any, raw: redis.Redis, seeded: Job
 def test_without_from_file_image_and_command_are_still_required(run: Any) -> None:
     result = run("enqueue")
     assert result.exit_code == 2 and "Missing argument 'IMAGE'" in result.stderr
+
+
+# ---- a file as a stream: its nesting, its lines and its length bounded; memory too ------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+#: Runs the command of its arguments after the first and writes that child's peak resident memory (KiB, as
+#: Linux counts it) to the file named first. The measure needs a small parent: a process made by fork counts
+#: its parent's resident pages as its own until it execs, and Linux keeps that peak across the exec.
+MEASURE = ("import resource, subprocess, sys\n"
+           "rc = subprocess.call(sys.argv[2:])\n"
+           "with open(sys.argv[1], 'w') as f:\n"
+           "    f.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+           "sys.exit(rc)\n")
+
+
+def run_process(redis_url: str, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """The CLI as a real process, and its peak resident memory in bytes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBPOOL_")}
+    env.update({"JOBPOOL_REDIS_URL": redis_url, "JOBPOOL_POOL": POOL})
+    peak = tmp_path / "peak"
+    command = [sys.executable, "-m", "jobpool.cli", *args]
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(peak), *command], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    return done, int(peak.read_text()) * 1024
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 100_000])
+def test_json_nested_too_deep_is_refused_naming_its_line(redis_url: str, raw: redis.Redis, seeded: Job,
+                                                         tmp_path: Path, depth: int) -> None:
+    # Nested beyond what the JSON decoder's recursion takes, it was a RecursionError traceback and exit 1.
+    nested = '{"image": "busybox", "command": ["x"], "env": ' + "[" * depth + "]" * depth + "}"
+    text = lines(GOOD, "", nested, GOOD)
+    before = keyspace(raw)
+    done, _ = run_process(redis_url, tmp_path, "enqueue", "--from-file", write(tmp_path, text))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"Error: line 3: JSON nested deeper than {MAX_DEPTH} levels\n" and done.stdout == ""
+    assert keyspace(raw) == before
+
+
+def test_brackets_inside_strings_nest_nothing(run: Any, pool: Pool, tmp_path: Path) -> None:
+    deep_text = "[" * (MAX_DEPTH * 4) + "{"
+    text = lines({"image": "busybox", "command": ["echo", deep_text], "labels": {"k": "]}\\\"[{" * 40}})
+    result = run("enqueue", "--from-file", write(tmp_path, text))
+    assert result.exit_code == 0, result.output
+    assert pool.get(result.stdout.strip()).spec.command == ("echo", deep_text)
+
+
+def test_a_line_longer_than_any_spec_is_refused_unread(run: Any, raw: redis.Redis, seeded: Job,
+                                                       tmp_path: Path) -> None:
+    text = lines(GOOD, {"image": "busybox", "command": ["x" * MAX_LINE_BYTES]}, GOOD)
+    before = keyspace(raw)
+    result = run("enqueue", "--from-file", write(tmp_path, text))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: line 2: longer than {MAX_LINE_BYTES} bytes")
+    assert keyspace(raw) == before
+
+
+def test_a_million_lines_bad_at_the_last_are_refused_in_bounded_memory(redis_url: str, raw: redis.Redis,
+                                                                       seeded: Job, tmp_path: Path) -> None:
+    # Every line was held (as JSON, then as a spec) before the last was checked: gigabytes for this file.
+    path = tmp_path / "big.jsonl"
+    with path.open("w") as f:
+        f.write(lines(GOOD) * 999_999)
+        f.write(lines({"image": "", "command": ["x"]}))
+    before = keyspace(raw)
+    done, peak = run_process(redis_url, tmp_path, "enqueue", "--from-file", str(path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("Error: line 1000000: image must be a non-empty string")
+    assert done.stdout == "" and keyspace(raw) == before
+    assert peak < 200 * 2**20, f"peak RSS {peak / 2**20:.0f} MiB"
+
+
+def test_a_file_longer_than_a_chunk_is_queued_whole_in_order(run: Any, pool: Pool, seeded: Job,
+                                                             tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobfile, "CHUNK", 7)
+    items = [{"image": "busybox", "command": ["echo", str(i)]} for i in range(20)]
+    items[0]["coalesce"] = True
+    items[15] = {"image": "busybox", "command": ["seeded"], "env": {"TOKEN": SECRET}, "coalesce": True}
+    items[16] = {"image": "busybox", "command": ["echo", "0"], "coalesce": True}  # equals line 1's job
+    result = run("--json", "enqueue", "--from-file", write(tmp_path, lines(*items)))
+    assert result.exit_code == 0, result.output
+    docs = json.loads(result.stdout)
+    assert [d["spec"]["command"] for d in docs] == [list(i["command"]) for i in items]
+    assert docs[15]["id"] == seeded.id and docs[16]["id"] == docs[0]["id"]
+    queued = pool.client.zrange(pool.keys.queued, 0, -1)
+    assert queued == [seeded.id, *(d["id"] for i, d in enumerate(docs) if i not in (15, 16))]
+    human = run("enqueue", "--from-file", "-", stdin=lines(*items[:9]))
+    ids = human.stdout.split()
+    assert human.exit_code == 0 and ids[0] == docs[0]["id"] and len(ids) == 9
+    assert "coalesced: 1 of the 9 jobs" in human.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_redis_full_midway_says_how_much_of_the_file_is_queued(run: Any, pool: Pool, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              as_json: bool) -> None:
+    # Redis at its memory limit (noeviction) refuses the chunk that starts past it: the chunks before stand,
+    # their ids printed (the JSON array closed), and the one error line counts the file's queued jobs.
+    monkeypatch.setattr(jobfile, "CHUNK", 2)
+    big = "x" * 60_000
+    items = [{"image": "busybox", "command": ["echo", str(i), big, big, big]} for i in range(16)]
+    assert run("slots", "0").exit_code == 0
+    pool.client.config_set("maxmemory-policy", "noeviction")
+    used = int(pool.client.info("memory")["used_memory"])
+    path = write(tmp_path, lines(*items))
+    pool.client.config_set("maxmemory", str(used + 1_500_000))
+    try:
+        result = run(*(["--json"] if as_json else []), "enqueue", "--from-file", path)
+    finally:
+        pool.client.config_set("maxmemory", "0")
+    queued = pool.client.zrange(pool.keys.queued, 0, -1)
+    assert result.exit_code == 1 and 2 <= len(queued) < len(items), result.output
+    printed = [d["id"] for d in json.loads(result.stdout)] if as_json else result.stdout.split()
+    assert printed == queued and [pool.get(i).spec.command[1] for i in queued] == [str(i) for i in
+                                                                                     range(len(queued))]
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert f"in all the first {len(queued)} of its {len(items)} jobs were enqueued" in result.stderr

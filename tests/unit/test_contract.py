@@ -53,8 +53,10 @@ def test_labels_are_all_reserved_from_job_specs() -> None:
         build_spec({"image": "busybox", "command": ["true"], "labels": {contract.LABEL_JOB: "x"}})
 
 
-@pytest.mark.parametrize("name", contract.LUA_CONSTANTS)
+@pytest.mark.parametrize("name", [n for n, v in contract.LUA_CONSTANTS.items() if len(str(v)) > 1])
 def test_scripts_never_write_a_generated_value(name: str) -> None:
+    # A one-digit value (HISTORY_HEAD_EVENTS) is left out: every script writes small indexes, which this
+    # search cannot tell from it.
     value = str(contract.LUA_CONSTANTS[name])
     for script in ("_lib", *SCRIPT_NAMES):
         text = (SCRIPTS / f"{script}.lua").read_text()
