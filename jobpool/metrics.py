@@ -166,6 +166,7 @@ class ServedCounters:
     def __init__(self) -> None:
         self._last: dict[Hashable, float] = {}  # series -> what Redis read at the last scrape
         self._offset: dict[Hashable, float] = {}  # series -> what Redis lost of it so far
+        self._served: dict[Hashable, float] = {}  # series -> what was served at the last scrape
         self._seen: dict[str, dict[Any, None]] = {}  # family -> its labels served so far, in order
 
     def _serve(self, series: Hashable, raw: float) -> float:
@@ -173,7 +174,9 @@ class ServedCounters:
         if raw < last:
             self._offset[series] = self._offset.get(series, 0) + last - raw
         self._last[series] = raw
-        return raw + self._offset.get(series, 0)
+        served = max(raw + self._offset.get(series, 0), self._served.get(series, 0))  # a float sum's rounding
+        self._served[series] = served
+        return served
 
     def _counts(self, family: str, raw: Mapping[K, int]) -> dict[K, int]:
         """`raw` served, and every series of `family` served before (read as 0 when Redis lost it)."""
