@@ -4,29 +4,36 @@ Each scrape reads the pool afresh, in a bounded number of keys whatever the pool
 from `Pool.status()` (jobpool/status.py, the one report the CLI and a dashboard read too: counts are ZCARDs,
 the running rows are at most the slots), the counters and histograms from the `metrics` hash
 (jobpool/metrics.py), which the scripts and the supervisor keep in Redis. So every supervisor serves the same
-figures, and none are lost when one restarts. Every metric carries the `pool` label. A scrape while Redis is
-away answers `jobpool_redis_reachable 0` and nothing it could not read.
+figures, and none are lost when one restarts; while a process lives, no counter it serves goes down, even
+when Redis loses writes (`metrics.ServedCounters`). Every metric carries the `pool` label. A scrape while
+Redis is away answers `jobpool_redis_reachable 0` and nothing it could not read.
+
+The server is uvicorn on an event loop of its own thread, its connections limited as the dashboard's are
+(jobpool/httplimits.py), so that no number of idle or slow clients costs the supervisor a thread or a
+descriptor each; and a scrape reads Redis in a worker thread through this server's own client, never the
+sweep's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import start_http_server
+from prometheus_client import make_asgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import errors
 from .api import Pool, connect
 from .contract import JobState
-from .metrics import TERMINAL_STATES, Counters, Histogram, read_counters
+from .metrics import TERMINAL_STATES, Counters, Histogram, ServedCounters, read_counters
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from .config import Settings
     from .status import StatusReport
 
@@ -111,10 +118,14 @@ def counters(pool: str, c: Counters) -> Iterator[Metric]:
 
 
 class PoolCollector(Collector):
-    """Reads the pool at each scrape (registered on a private registry: no process metrics of the server)."""
+    """Reads the pool at each scrape (registered on a private registry: no process metrics of the server).
+    The counters go through one `ServedCounters`, one scrape at a time (two scrapes applied out of order
+    would look like a counter going back)."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+        self.served = ServedCounters()
+        self._lock = threading.Lock()
 
     def collect(self) -> Iterator[Metric]:
         report = self.pool.status()
@@ -122,38 +133,90 @@ class PoolCollector(Collector):
         if not report.reachable:
             return
         try:
-            c = read_counters(self.pool)
+            with self._lock:
+                c = self.served.update(read_counters(self.pool))
         except errors.JobpoolError as exc:  # Redis went away between the two reads: the next scrape asks
             log.warning("metrics of pool %s: %s", self.pool.keys.pool, exc)
             return
         yield from counters(self.pool.keys.pool, c)
 
 
+class _Read(Collector):
+    """Metric families already read, for prometheus-client to encode."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+                   Awaitable[None]]
+
+
+def metrics_app(collector: Collector) -> ASGIApp:
+    """prometheus-client's ASGI app (its formats, compression and `name[]` filter) over what `collector`
+    reads in a worker thread: its Redis calls block, and must not hold up the server's event loop."""
+
+    async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
+                  send: Callable[[Any], Awaitable[None]]) -> None:
+        families = await asyncio.to_thread(lambda: list(collector.collect()))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Read(families))
+        await make_asgi_app(registry)(scope, receive, send)
+
+    return app
+
+
+#: The most connections `/metrics` holds open at once (a Prometheus or two and a person with curl).
+MAX_CONNECTIONS = 32
+#: How long `close` lets a scrape in progress finish.
+CLOSE_GRACE_SECS = 2
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port), made here so that a port that cannot be served is refused in
+    this thread, before anything starts."""
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                  flags=socket.AI_PASSIVE)[0]
+    return socket.create_server(address[:2], family=family)
+
+
 class MetricsServer:
     """`/metrics` on (host, port), in a daemon thread of this process, until `close`."""
 
     def __init__(self, settings: Settings) -> None:
+        import uvicorn  # here: the workers import this module and serve no metrics
+
+        from . import httplimits
+
         assert settings.metrics_port is not None
         self.settings = settings
         self.host, self.port = settings.metrics_host, settings.metrics_port
-        self.pool = Pool(connect(settings.redis_url), settings, actor="metrics")
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(PoolCollector(self.pool))
         try:
-            self._server: WSGIServer
-            self._server, self._thread = start_http_server(self.port, self.host, registry=self.registry)
+            sock = _listen(self.host, self.port)
         except OSError as exc:
-            self.pool.close()
             raise errors.ConfigError(f"JOBPOOL_METRICS_PORT: cannot serve metrics on {self.url}: "
                                      f"{exc.strerror or exc}") from None
+        self.pool = Pool(connect(settings.redis_url), settings, actor="metrics")
+        config = uvicorn.Config(metrics_app(PoolCollector(self.pool)), lifespan="off", log_config=None,
+                                log_level="warning", access_log=False, server_header=False,
+                                timeout_graceful_shutdown=CLOSE_GRACE_SECS,
+                                **httplimits.uvicorn_options(MAX_CONNECTIONS))
+        config.load()
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        name="jobpool-metrics", daemon=True)
+        self._thread.start()
 
     @property
     def url(self) -> str:
         return metrics_url(self.settings)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.should_exit = True
+        self._thread.join(CLOSE_GRACE_SECS + 3)
         self.pool.close()
 
 

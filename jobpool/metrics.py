@@ -21,9 +21,9 @@ MULTI with its last-sweep record. The hash holds a fixed, bounded set of fields,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .contract import JOB_DURATION_BUCKETS, SWEEP_DURATION_BUCKETS_MS, TERMINAL
 from .registry import call_redis
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 PROBE_RESULTS = ("present", "exited", "absent", "unknown")
 TERMINAL_STATES = tuple(sorted(s.value for s in TERMINAL))
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,65 @@ def parse(fields: Mapping[str, str]) -> Counters:
 def read_counters(pool: Pool) -> Counters:
     """The pool's counters, in one read of one hash (a bounded number of fields, whatever the pool holds)."""
     return parse(call_redis(pool.client.hgetall, pool.keys.metrics, what="reading the counters"))
+
+
+class ServedCounters:
+    """The counters one process serves: never lower than it served before, while the process lives.
+
+    Redis can lose its last writes (a crash under `appendfsync everysec`, a failover to a replica that was
+    behind, a restore of an older copy), and the hash then reads lower than it did. Prometheus takes a
+    counter that goes down for a reset to zero and adds its whole new value as increase: a hash that went
+    from 1,202 to 601 would add 601 transitions that never happened. So each series served keeps an offset:
+    when Redis reads lower than at the last scrape, the offset grows by the difference, the value served
+    stays where it was, and what Redis counts from then on is added to it.
+
+    An offset rather than holding the highest value served, because what happens after the loss is real and
+    is counted at once; a held value would hide it until Redis had counted past what it lost. The price: a
+    transition Redis lost and then counts again (redone after the rollback) is counted twice, and a loss
+    made up before the next scrape is not seen. Histograms are offset on each bucket's own count, not on the
+    cumulative ones, so their buckets stay cumulative and `_count` (the +Inf bucket) stays their total;
+    their sum is offset on its own. A process that starts (another supervisor, this one restarted) serves
+    Redis's own figures, as any restarted Prometheus target does.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[Hashable, float] = {}  # series -> what Redis read at the last scrape
+        self._offset: dict[Hashable, float] = {}  # series -> what Redis lost of it so far
+        self._served: dict[Hashable, float] = {}  # series -> what was served at the last scrape
+        self._seen: dict[str, dict[Any, None]] = {}  # family -> its labels served so far, in order
+
+    def _serve(self, series: Hashable, raw: float) -> float:
+        last = self._last.get(series, 0)
+        if raw < last:
+            self._offset[series] = self._offset.get(series, 0) + last - raw
+        self._last[series] = raw
+        served = max(raw + self._offset.get(series, 0), self._served.get(series, 0))  # a float sum's rounding
+        self._served[series] = served
+        return served
+
+    def _counts(self, family: str, raw: Mapping[K, int]) -> dict[K, int]:
+        """`raw` served, and every series of `family` served before (read as 0 when Redis lost it)."""
+        seen = self._seen.setdefault(family, {})
+        seen.update(dict.fromkeys(raw))
+        return {labels: int(self._serve((family, labels), raw.get(labels, 0))) for labels in seen}
+
+    def _histogram(self, name: str, h: Histogram) -> Histogram:
+        buckets, below, running = [], 0, 0
+        for le, cumulative in h.buckets:
+            running += int(self._serve((name, le), cumulative - below))
+            below = cumulative
+            buckets.append((le, running))
+        return Histogram(tuple(buckets), self._serve((name, "sum"), h.sum_seconds), running)
+
+    def update(self, c: Counters) -> Counters:
+        """What to serve for the counters `c` just read (each read once, in the order read)."""
+        return Counters(
+            transitions=self._counts("transitions", c.transitions),
+            recoveries=int(self._serve("recoveries", c.recoveries)),
+            probes=self._counts("probes", c.probes),
+            job_duration={s: self._histogram(f"job_duration:{s}", h) for s, h in c.job_duration.items()},
+            sweep_duration=None if c.sweep_duration is None else self._histogram("sweep_duration",
+                                                                                 c.sweep_duration))
 
 
 def sweep_increments(duration_ms: float, probes: Mapping[str, int]) -> tuple[dict[str, int], float]:

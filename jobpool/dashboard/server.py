@@ -8,6 +8,7 @@ import logging
 import click
 import uvicorn
 
+from .. import httplimits
 from ..api import Pool
 from ..config import Settings
 from .app import create_app
@@ -18,6 +19,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 #: The Host names a browser uses for a dashboard served on loopback.
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
+#: The most client connections the dashboard holds open (fewer under a low descriptor limit:
+#: jobpool/httplimits.py); a browser keeps a few per open tab.
+MAX_CONNECTIONS = 512
 
 
 def is_loopback(host: str) -> bool:
@@ -52,8 +56,9 @@ def run_dashboard(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFA
             click.echo(line, err=line.lstrip().startswith("WARNING"))
         # No access log: the log says what the dashboard did, not every poll of every open page.
         hosts = LOOPBACK_NAMES if is_loopback(host) else None
+        # Idle and slow connections closed, open ones capped (jobpool/httplimits.py).
         uvicorn.run(create_app(pool, allowed_hosts=hosts), host=host, port=port, log_level="warning",
-                    access_log=False, server_header=False)
+                    access_log=False, server_header=False, **httplimits.uvicorn_options(MAX_CONNECTIONS))
     finally:
         pool.close()
     return 0

@@ -189,3 +189,58 @@ def test_a_scrape_while_redis_is_away_says_so(private_redis, spawn) -> None:
     private_redis.stop()
     families, s = scrape(port)
     assert value(s, "jobpool_redis_reachable") == 0 and "jobpool_slots_max" not in families
+
+
+def counter_samples(samples: Samples) -> Samples:
+    """The samples of counters and histograms: the ones Prometheus reads as counting up."""
+    return {k: v for k, v in samples.items() if k[0].endswith(("_total", "_bucket", "_count", "_sum"))}
+
+
+def test_no_counter_goes_back_when_redis_loses_its_last_writes(redis_server_factory, pool_env: dict[str, str],
+                                                               spawn) -> None:
+    """Redis comes back from an RDB saved before the last transitions (a crash without AOF): the supervisor
+    serving `/metrics` the whole time serves no counter, bucket, count or sum lower than before, and counts
+    what happens after the rollback on top of what it served."""
+    server = redis_server_factory()
+    server.start()  # no AOF, no automatic saves: only the SAVE below survives a SIGKILL
+    env = {**pool_env, "JOBPOOL_REDIS_URL": server.url}
+    pool = Pool.from_env(env=env)
+    pool.pause(None, reason="test")  # nothing is promoted: every transition is one this test makes
+    port = free_port()
+    start_supervisor(spawn, port, JOBPOOL_REDIS_URL=server.url)
+
+    def enqueue(n: int, cancel: int) -> None:
+        jobs = [pool.enqueue(IMAGE, ["true"]) for _ in range(n)]
+        for job in jobs[:cancel]:
+            pool.cancel(job.id)
+
+    def enqueued(s: Samples) -> float:
+        return value(s, "jobpool_transitions_total", to="queued", reason="enqueued")
+
+    enqueue(3, cancel=1)
+    pool.client.save()
+    enqueue(4, cancel=2)
+    before = counter_samples(scrape(port)[1])
+    assert enqueued(before) == 7
+    assert value(before, "jobpool_job_duration_seconds_count", state="cancelled") == 3
+    server.kill()
+    server.start()  # same port and dir: back from the RDB saved after the first three
+    kept = eventually(lambda: pool.client.hget(pool.keys.metrics, "transitions:queued:enqueued"), timeout=10,
+                      ignoring=(redis.ConnectionError,), message="Redis answering")
+    assert kept == "3", "Redis did not lose the last writes"
+    enqueued_series = ("jobpool_transitions_total",
+                       frozenset({"pool": "it", "to": "queued", "reason": "enqueued"}.items()))
+    after = counter_samples(eventually(
+        lambda: (r := scrape(port)[1]) and value(r, "jobpool_redis_reachable") == 1 and enqueued_series in r
+        and r, timeout=30, message="a scrape that read Redis again"))
+    lower = {k: (v, after.get(k)) for k, v in before.items() if after.get(k, -1) < v}
+    assert not lower, f"served lower than before: {lower}"
+    assert enqueued(after) == 7
+    # What happens after the rollback is counted on top.
+    enqueue(2, cancel=1)
+    again = counter_samples(scrape(port)[1])
+    assert enqueued(again) == 9
+    assert value(again, "jobpool_job_duration_seconds_count", state="cancelled") == 4
+    assert value(again, "jobpool_job_duration_seconds_bucket", state="cancelled", le="+Inf") == 4
+    assert not {k for k, v in after.items() if again.get(k, -1) < v}
+    pool.close()
