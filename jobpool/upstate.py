@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import redisurl
 from .config import STATE_FILE
 from .procid import identity_of, same_process_alive
 
@@ -156,4 +157,4 @@ def refusal(root: Path, alive: list[str]) -> str:
     url = read_state(root).get("redis_url")
     named = ", ".join(alive) if alive else "pids not visible from here"
     return (f"Error: jobpool up is already running on {root} (alive: {named}"
-            f"{f'; redis {url}' if url else ''}); stop it with Ctrl-C in its shell, or end those processes")
+            f"{f'; redis {redisurl.safe(url)}' if url else ''}); stop it with Ctrl-C in its shell, or end those processes")
