@@ -41,16 +41,17 @@ class Secured:
         self.port, self.sock = server.port, server.dir / "r.sock"
 
     def forms(self) -> list[tuple[str, str]]:
-        """(URL, how every printer must show it): each credential form, each one that really logs in."""
+        """(URL, how every printer must show it): each credential form, each one that really logs in; the
+        query's password first (the form printed in full before jobpool/redisurl.py hid it)."""
         tcp, sock, sent = f"127.0.0.1:{self.port}", str(self.sock), f"127.0.0.1:{self.sentinel.port}"
         return [
+            (f"unix://{sock}?password={SECRET}", f"unix://{sock}?password=***"),
+            (f"redis://{tcp}/0?password={SECRET}", f"redis://{tcp}/0?password=***"),
             (f"redis://alice:{ALICE}@{tcp}/0", f"redis://***@{tcp}/0"),
             (f"redis://:{SECRET}@{tcp}/0", f"redis://***@{tcp}/0"),
-            (f"redis://{tcp}/0?password={SECRET}", f"redis://{tcp}/0?password=***"),
             (f"redis://{tcp}/0?username=alice&password={ALICE}&socket_timeout=5",
              f"redis://{tcp}/0?username=***&password=***&socket_timeout=5"),
             (f"redis://{tcp}/0?pass%77ord={SECRET}", f"redis://{tcp}/0?pass%77ord=***"),
-            (f"unix://{sock}?password={SECRET}", f"unix://{sock}?password=***"),
             (f"unix://alice:{ALICE}@{sock}?db=0", f"unix://***@{sock}?db=0"),
             (f"redis+sentinel://:{SECRET}@{sent}/{SERVICE}/0?sentinel_password={SENTINEL_SECRET}",
              f"redis+sentinel://***@{sent}/{SERVICE}/0?sentinel_password=***"),
