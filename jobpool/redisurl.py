@@ -248,7 +248,8 @@ def safe(url: Any) -> str:
 
 def _userinfo_end(rest: str) -> int:
     """Where the credentials end (their '@'), or -1. A password may hold '?' or '#' (unescaped, then misread
-    by any URL parser): an '@' before the query's first '&' is taken as theirs, so more is hidden, never less."""
+    by any URL parser): an '@' before the query's first '&' is taken as theirs, so that more is hidden,
+    never less."""
     end = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
     at = rest.rfind("@", 0, end)
     if at < 0 and "@" in rest[end:]:
@@ -262,7 +263,7 @@ def _safe_query(scheme: str, query: str, paired: bool) -> str:
     segments = query.split("&")
     names = [unquote_plus(s.partition("=")[0]) for s in segments]
     paired = paired or any(redisopts.is_credential(n) for n in names)
-    out = []
+    out: list[str] = []
     for segment, name in zip(segments, names, strict=True):
         raw_name, eq, value = segment.partition("=")
         if not segment:

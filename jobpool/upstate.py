@@ -156,5 +156,6 @@ def refusal(root: Path, alive: list[str]) -> str:
     """The one line a second `up` prints when a stack on `root` still lives."""
     url = read_state(root).get("redis_url")
     named = ", ".join(alive) if alive else "pids not visible from here"
+    redis_part = f"; redis {redisurl.safe(url)}" if url else ""
     return (f"Error: jobpool up is already running on {root} (alive: {named}"
-            f"{f'; redis {redisurl.safe(url)}' if url else ''}); stop it with Ctrl-C in its shell, or end those processes")
+            f"{redis_part}); stop it with Ctrl-C in its shell, or end those processes")

@@ -157,12 +157,13 @@ SECRET = "Url-secret-4e1b"
 #: would run on with a URL they took, are run as processes with a deadline below.
 SHORT_COMMANDS = [
     ("status",), ("status", "--json"), ("ls",), ("enqueue", "busybox", "true"), ("show", "0" * 32),
-    ("cancel", "0" * 32), ("logs", "0" * 32), ("events",), ("pause",), ("resume",), ("slots",), ("slots", "3"),
-    ("prune",), ("reconcile",), ("forget-daemon", "d" * 12), ("forget-collision", "d" * 12),
+    ("cancel", "0" * 32), ("logs", "0" * 32), ("events",), ("pause",), ("resume",), ("slots",),
+    ("slots", "3"), ("prune",), ("reconcile",), ("forget-daemon", "d" * 12), ("forget-collision", "d" * 12),
 ]
 #: (module, args) of every door as a real process.
-DOORS = [("jobpool.cli", ("worker",)), ("jobpool.cli", ("supervisor",)), ("jobpool.cli", ("supervisor", "--once")),
-         ("jobpool.cli", ("dashboard", "--port", "{free port}")), ("jobpool.workers", ()), ("jobpool.cli", ("status",)),
+DOORS = [("jobpool.cli", ("worker",)), ("jobpool.cli", ("supervisor",)),
+         ("jobpool.cli", ("supervisor", "--once")), ("jobpool.cli", ("dashboard", "--port", "{free port}")),
+         ("jobpool.workers", ()), ("jobpool.cli", ("status",)),
          ("jobpool.cli", ("enqueue", "busybox", "true"))]
 
 

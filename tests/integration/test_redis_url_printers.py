@@ -29,7 +29,8 @@ ALICE = "Alice-pw-91c2"  # the ACL user alice's
 SENTINEL_SECRET = "Sentinel-pw-5d0e"  # the sentinel's own (its requirepass)
 SECRETS = (SECRET, ALICE, SENTINEL_SECRET)
 POOL = "urls"
-PAGES = ("/", "/fragments/overview", "/api/status", "/jobs", "/fragments/jobs", "/events", "/fragments/events")
+PAGES = ("/", "/fragments/overview", "/api/status", "/jobs", "/fragments/jobs", "/events",
+         "/fragments/events")
 
 
 class Secured:
@@ -129,7 +130,7 @@ def test_the_dashboard_shows_every_credential_form_hidden(secured: Secured, tmp_
             env = {"JOBPOOL_REDIS_URL": url, "JOBPOOL_POOL": POOL, "JOBPOOL_STATE_DIR": str(tmp_path)}
             started.append((url, shown, port, JobpoolProcess("jobpool.cli", env, tmp_path / f"dash-{n}.log",
                                                              ("dashboard", "--port", str(port)))))
-        for url, shown, port, proc in started:
+        for _, shown, port, proc in started:
             def serving(port: int = port, proc: JobpoolProcess = proc) -> int:
                 assert proc.proc.poll() is None, proc.log()
                 with contextlib.suppress(OSError):
@@ -146,7 +147,7 @@ def test_the_dashboard_shows_every_credential_form_hidden(secured: Secured, tmp_
                     assert shown in html.unescape(body), (page, shown)
             status_doc = json.loads(_fetch(port, "/api/status")[1])
             assert status_doc["redis"]["url"] == shown and status_doc["redis"]["reachable"] is True
-        for url, shown, port, proc in started:
+        for _, shown, _, proc in started:
             proc.stop()
             _no_secret(f"the log of the dashboard for {shown}", proc.log())
     finally:
@@ -169,7 +170,7 @@ def test_worker_and_supervisor_logs_never_show_the_password(secured: Secured, tm
             admin.delete(keys.boots)
             worker = JobpoolProcess("jobpool.workers", env, tmp_path / f"worker-{n}.log")
             try:
-                eventually(lambda: admin.zcard(keys.boots) > 0 or worker.proc.poll() is not None,
+                eventually(lambda w=worker: admin.zcard(keys.boots) > 0 or w.proc.poll() is not None,
                            timeout=30, message=f"the worker with {shown} registers")
                 assert worker.proc.poll() is None, worker.log()
             finally:

@@ -232,10 +232,11 @@ def test_the_options_are_read_from_redis_py_signatures() -> None:
 
     names = redisopts._options(redis.ConnectionPool, NewerConnection)
     assert "tcp_user_timeout" in names and "tracer" not in names
-    assert redisopts.BY_SCHEME["redis"] == redisopts._options(redis.ConnectionPool, redis.connection.Connection)
-    assert {"socket_timeout", "password", "username", "db", "client_name"} <= redisopts.BY_SCHEME["redis"]
-    assert "ssl_ca_certs" in redisopts.BY_SCHEME["rediss"] and "ssl_ca_certs" not in redisopts.BY_SCHEME["redis"]
-    assert {"sentinel_password", "sentinel_username"} <= redisopts.BY_SCHEME["redis+sentinel"]
+    by_scheme = redisopts.BY_SCHEME
+    assert by_scheme["redis"] == redisopts._options(redis.ConnectionPool, redis.connection.Connection)
+    assert {"socket_timeout", "password", "username", "db", "client_name"} <= by_scheme["redis"]
+    assert "ssl_ca_certs" in by_scheme["rediss"] and "ssl_ca_certs" not in by_scheme["redis"]
+    assert {"sentinel_password", "sentinel_username"} <= by_scheme["redis+sentinel"]
 
 
 def test_sentinel_options_go_to_the_sentinels_and_the_others_to_the_data_nodes() -> None:
@@ -244,7 +245,8 @@ def test_sentinel_options_go_to_the_sentinels_and_the_others_to_the_data_nodes()
     sentinel = made.connection_pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs
     assert sentinel["password"] == "s-pw" and sentinel["socket_timeout"] == 2.0  # jobpool's default
     data = made.connection_pool.connection_kwargs
-    assert (data["username"], data["password"], data["db"], data["socket_timeout"]) == ("alice", SECRET, 2, 3.0)
+    assert (data["username"], data["password"], data["db"]) == ("alice", SECRET, 2)
+    assert data["socket_timeout"] == 3.0
     quick = client("redis+sentinel://a:1/svc?sentinel_socket_timeout=0.5")
     assert quick.connection_pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs[
         "socket_timeout"] == 0.5
