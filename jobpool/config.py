@@ -232,9 +232,10 @@ def _check_token(token: Any) -> None:
 
 
 def _check_redis_url(url: Any) -> None:
-    """Refuse a URL no client could be made from (bad port, broken host, unknown option, a malformed
-    redis+sentinel:// URL) now, by name, rather than as a bare ValueError from the first connection. The
-    message shows the URL with its password hidden."""
+    """Refuse a URL no client could be made from (bad port, broken host, an option redis-py does not take, a
+    malformed redis+sentinel:// URL) or that redis-py would read as another database than it says, now, by
+    name, rather than as a TypeError at the first connection or writes to the wrong database. The message
+    shows the URL with every credential hidden (jobpool/redisurl.py `safe`)."""
     try:
         redisurl.check(url)
     except ValueError as exc:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import redisurl
 from .config import STATE_FILE
 from .procid import identity_of, same_process_alive
 
@@ -155,5 +156,6 @@ def refusal(root: Path, alive: list[str]) -> str:
     """The one line a second `up` prints when a stack on `root` still lives."""
     url = read_state(root).get("redis_url")
     named = ", ".join(alive) if alive else "pids not visible from here"
+    redis_part = f"; redis {redisurl.safe(url)}" if url else ""
     return (f"Error: jobpool up is already running on {root} (alive: {named}"
-            f"{f'; redis {url}' if url else ''}); stop it with Ctrl-C in its shell, or end those processes")
+            f"{redis_part}); stop it with Ctrl-C in its shell, or end those processes")

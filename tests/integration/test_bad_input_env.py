@@ -134,7 +134,7 @@ def test_every_bad_value_is_refused_in_process_too(redis_url: str, raw: redis.Re
 @pytest.mark.parametrize(("module", "args", "var", "value"), [
     pytest.param("jobpool.workers", (), "JOBPOOL_HEARTBEAT_SECS", "abc"),
     pytest.param("jobpool.cli", ("ls",), "JOBPOOL_REDIS_URL", "redis://127.0.0.1:notaport/0"),
-    pytest.param("jobpool.workers", (), "JOBPOOL_REDIS_URL", "redis+sentinel://h:1/svc?db=1"),
+    pytest.param("jobpool.workers", (), "JOBPOOL_REDIS_URL", "redis+sentinel://h:1/svc?socket_timout=1"),
     pytest.param("jobpool.cli", ("ls",), "JOBPOOL_POOL", "p\n"),
 ])
 def test_a_bad_variable_at_other_doors_is_one_line_exit_2(redis_url: str, tmp_path: Path, module: str,
@@ -150,3 +150,95 @@ def test_supervisor_once_with_redis_unreachable_is_one_line_exit_1(tmp_path: Pat
                  cwd=tmp_path)
     assert one_line_error(result, 1) is None, one_line_error(result, 1)
     assert "redis unreachable" in result.stderr
+
+
+SECRET = "Url-secret-4e1b"
+#: Commands that read their settings and end (run in-process); `worker`, `supervisor` and `dashboard`, which
+#: would run on with a URL they took, are run as processes with a deadline below.
+SHORT_COMMANDS = [
+    ("status",), ("status", "--json"), ("ls",), ("enqueue", "busybox", "true"), ("show", "0" * 32),
+    ("cancel", "0" * 32), ("logs", "0" * 32), ("events",), ("pause",), ("resume",), ("slots",),
+    ("slots", "3"), ("prune",), ("reconcile",), ("forget-daemon", "d" * 12), ("forget-collision", "d" * 12),
+]
+#: (module, args) of every door as a real process.
+DOORS = [("jobpool.cli", ("worker",)), ("jobpool.cli", ("supervisor",)),
+         ("jobpool.cli", ("supervisor", "--once")), ("jobpool.cli", ("dashboard", "--port", "{free port}")),
+         ("jobpool.workers", ()), ("jobpool.cli", ("status",)),
+         ("jobpool.cli", ("enqueue", "busybox", "true"))]
+
+
+def bad_urls(port: int) -> list[str]:
+    """URLs redis-py would read as another database than they say, or fail on only at the first connection,
+    all naming the test's own Redis (so a command that took one would really run, or write)."""
+    at = f"127.0.0.1:{port}"
+    return [f"redis://{at}/abc", f"redis://{at}/1/5", f"redis://{at}/-1", f"redis://{at}/ 1",
+            f"redis://{at}/0?db=abc", f"redis://{at}/1?db=2", f"redis://{at}/0?socket_timout=5",
+            f"redis://{at}/0?Password={SECRET}", f"redis://{at}/abc?password={SECRET}",
+            f"unix:///tmp/no.sock?db=x&password={SECRET}", f"redis://{at}/0?decode_responses=no",
+            f"redis+sentinel://{at}/svc/x?sentinel_password={SECRET}",
+            f"redis+sentinel://:{SECRET}@{at}/svc?socket_timout=1",
+            f"redis+sentinel://{at}/svc/1?db=2"]
+
+
+def _all_databases(raw: redis.Redis) -> dict[str, object]:
+    return dict(raw.info("keyspace"))
+
+
+def _refusal_problem(args: tuple[str, ...], url: str, exit_code: int, stderr: str) -> str | None:
+    lines = stderr.strip().splitlines()
+    shown_host = url.partition("://")[2].rpartition("@")[2][:12]  # the host (or socket path) stays readable
+    if exit_code != 2 or len(lines) != 1 or not lines[0].startswith("Error: JOBPOOL_REDIS_URL: "):
+        return f"{' '.join(args)} with {url!r}: exit {exit_code}, {stderr[-600:]!r}"
+    if SECRET in stderr or shown_host not in stderr:
+        return f"{' '.join(args)} with {url!r}: the line shows the password or hides the host: {stderr!r}"
+    return None
+
+
+def test_a_bad_database_or_option_is_refused_by_every_command(redis_url: str, raw: redis.Redis,
+                                                              tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command that reads settings, with every bad URL: one line naming the URL (its password hidden),
+    exit 2, nothing written to any database of the Redis it names."""
+    monkeypatch.chdir(tmp_path)
+    raw.set("canary", "1")
+    before = (keyspace(raw), _all_databases(raw))
+    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("JOBPOOL_")}
+    problems = []
+    for url in bad_urls(raw.connection_pool.connection_kwargs["port"]):
+        for args in SHORT_COMMANDS:
+            result = CliRunner().invoke(cli_main, list(args), env={**clean, "JOBPOOL_REDIS_URL": url,
+                                                                   "JOBPOOL_POOL": "it"})
+            crashed = result.exception is not None and not isinstance(result.exception, SystemExit)
+            problem = _refusal_problem(args, url, result.exit_code, result.stderr)
+            if problem or crashed:
+                problems.append(problem or f"{' '.join(args)} with {url!r}: {result.exception!r}")
+    assert problems == []
+    assert (keyspace(raw), _all_databases(raw)) == before
+
+
+def test_a_bad_database_or_option_is_refused_at_every_door_as_a_process(redis_url: str, raw: redis.Redis,
+                                                                        tmp_path: Path) -> None:
+    """The worker, the supervisor (looping and once), the dashboard, `python -m jobpool.workers`, and a
+    reading and a writing command as real processes: each door meets several bad URLs, each URL a door."""
+    urls = bad_urls(raw.connection_pool.connection_kwargs["port"])
+    runs = [(DOORS[i % len(DOORS)], url) for i, url in enumerate(urls)]
+    runs += [(door, urls[(i + 5) % len(urls)]) for i, door in enumerate(DOORS)]
+    raw.set("canary", "1")
+    before = (keyspace(raw), _all_databases(raw))
+
+    def one(run: tuple[tuple[str, tuple[str, ...]], str]) -> str | None:
+        (module, args), url = run
+        args = tuple(str(free_port()) if a == "{free port}" else a for a in args)
+        try:
+            result = cli(*args, env={"JOBPOOL_REDIS_URL": url, "JOBPOOL_POOL": "it"}, cwd=tmp_path,
+                         module=module, timeout=30)
+        except subprocess.TimeoutExpired:
+            return f"{module} {' '.join(args)} with {url!r}: still running after 30 s (URL taken?)"
+        if "Traceback" in result.stderr:
+            return f"{module} {' '.join(args)} with {url!r}: traceback {result.stderr[-600:]!r}"
+        return _refusal_problem((module, *args), url, result.returncode, result.stderr)
+
+    with ThreadPoolExecutor(max_workers=6) as workers:
+        problems = [p for p in workers.map(one, runs) if p]
+    assert problems == []
+    assert (keyspace(raw), _all_databases(raw)) == before
