@@ -1,7 +1,8 @@
 """Shared plumbing for the benchmarks: private servers, real workers, daemon events, cleanup, statistics.
 
-Every benchmark starts its own redis-server and dockerd (tests/servers.py) and its own worker processes
-(tests/procs.py), and stops each by the pid it started, whatever happens: a benchmark leaves nothing behind.
+Every benchmark starts its own redis-server and dockerd (tests/support/servers.py) and its own worker
+processes (tests/support/procs.py), and stops each by the pid it started, whatever happens: a benchmark leaves
+nothing behind.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import os
 import shutil
 import signal
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -20,16 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docker
+
+from jobpool import Pool
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import DockerDaemon, RedisServer
+
 ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "tests"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-import docker  # noqa: E402
-from procs import JobpoolProcess  # noqa: E402
-from servers import DockerDaemon, RedisServer  # noqa: E402
-
-from jobpool import Pool  # noqa: E402
 
 IMAGE = "jobpool-test:busybox"
 # dockerd lives in /usr/sbin, which a non-login PATH may lack.

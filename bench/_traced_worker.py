@@ -1,5 +1,6 @@
 """A jobpool worker that writes a timestamp at each step of the handoff path (bench/handoff_trace.py runs it
-as `python -m _traced_worker`). Each step is wrapped from outside, by name; nothing in jobpool changes."""
+as `python3 -m bench._traced_worker`). Each step is wrapped from outside, by name; nothing in jobpool
+changes."""
 
 from __future__ import annotations
 

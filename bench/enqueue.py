@@ -1,7 +1,8 @@
 """Benchmark: `Pool.enqueue` against `rq.Queue.enqueue`, bulk enqueue against RQ's, and promotion, on one
 private redis-server.
 
-Starts its own redis-server (tests/servers.py) and measures, in the same run, medians of several rounds:
+Starts its own redis-server (tests/support/servers.py) and measures, in the same run, medians of several
+rounds:
 
 - `Pool.enqueue` with no free slot (the job stays queued: one script call, row + pre-saved RQ hash + event);
 - `Pool.enqueue` with free slots (the same call also promotes it: RQ hash flipped, id pushed on RQ's list);
@@ -20,7 +21,7 @@ of the rounds' own ratios: each pairs two contenders timed within a second of ea
 from elsewhere on the host moves one round's ratio, not the median (a ratio of medians pairs times taken
 minutes apart).
 
-    python3 bench/enqueue.py [--n 2000] [--bulk-n 20000] [--rounds 5] [--batch-size 100] [--profile]
+    python3 -m bench.enqueue [--n 2000] [--bulk-n 20000] [--rounds 5] [--batch-size 100] [--profile]
 
 --profile adds a cProfile of `Pool.enqueue` (no free slot), to show where its time goes.
 """
@@ -36,19 +37,15 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
 
-import redis  # noqa: E402 - after the path set-up above
-from rq import Queue  # noqa: E402
-from rq.serializers import JSONSerializer  # noqa: E402
-from servers import RedisServer  # noqa: E402
-
-from jobpool import Pool  # noqa: E402
-from jobpool.api import connect  # noqa: E402
-from jobpool.config import Settings  # noqa: E402
+from jobpool import Pool
+from jobpool.api import connect
+from jobpool.config import Settings
+from tests.support.servers import RedisServer
 
 #: The RQ baseline's job function, by dotted path (RQ does not import it at enqueue time).
 TRIVIAL_FUNC = "os.getpid"

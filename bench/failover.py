@@ -1,6 +1,6 @@
 """Failure detection: SIGKILL a worker mid-job -> its slot is freed -> the next queued job starts.
 
-    python3 bench/failover.py [--rounds 5] [--lease 3] [--sweep 2]
+    python3 -m bench.failover [--rounds 5] [--lease 3] [--sweep 2]
 
 slots = 1, two workers, a supervisor; job A runs, job B waits. At t0 the worker running A is SIGKILLed with
 its work horse and A's container is removed (a crashed host: nothing of A survives). The supervisor may free
@@ -20,14 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
+import docker
 
-import docker  # noqa: E402
-from procs import JobpoolProcess  # noqa: E402
-from servers import DockerDaemon, RedisServer  # noqa: E402
-
-from jobpool import Pool  # noqa: E402
+from jobpool import Pool
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import DockerDaemon, RedisServer
 
 IMAGE = "jobpool-test:busybox"
 

@@ -10,7 +10,7 @@ a bare SDK `containers.run(...)` is timed from its request to its `start` event 
 The three are interleaved in rounds (bare runs, a burst of queued jobs, a bare loop), so a change in the
 machine's load during the run weighs on all of them alike.
 
-    python bench/handoff.py [--jobs 30] [--bare 20] [--rounds 5] [--keep-logs]
+    python3 -m bench.handoff [--jobs 30] [--bare 20] [--rounds 5] [--keep-logs]
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import IMAGE, EventRecorder, bed, loadavg, median, ms, pct  # noqa: E402
-
-from jobpool.contract import LABEL_JOB, LABEL_POOL  # noqa: E402
+from bench._common import IMAGE, EventRecorder, bed, loadavg, median, ms, pct
+from jobpool.contract import LABEL_JOB, LABEL_POOL
 
 #: jobpool's handoff minus a bare SDK loop's own handoff (medians): goal, and stretch goal.
 GOAL_MS = 30.0

@@ -7,22 +7,19 @@ of the finishing horse from its wait's return to its finish.
 The wrapping costs a file append per step (tens of microseconds), so the total reads a little high; compare
 two checkouts in the same minute (run the copy of this file inside each).
 
-    python bench/handoff_trace.py [--jobs 25]
+    python3 -m bench.handoff_trace [--jobs 25]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from _common import IMAGE, bed, loadavg  # noqa: E402
+from bench._common import IMAGE, bed, loadavg
 
 AFTER = ["dequeue<", "prep_exec<", "fork>", "horse>", "prep_job<", "run_job>", "claim>", "claim<", "create>",
          "create<", "set_container<", "start>", "start<", "remove>", "remove<"]
@@ -61,12 +58,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--jobs", type=int, default=25)
     args = ap.parse_args()
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH", "")]))
     with bed("bench-trace") as b:
         trace_dir = b.work_dir / "trace"
         trace_dir.mkdir()
         pool = b.pool(slots=1)
-        b.start_workers(2, pool, module="_traced_worker", JP_TRACE_DIR=str(trace_dir))
+        b.start_workers(2, pool, module="bench._traced_worker", JP_TRACE_DIR=str(trace_dir))
         for j in [pool.enqueue(IMAGE, ["true"]) for _ in range(4)]:  # warm-up
             pool.wait(j.id, timeout=60)
         time.sleep(0.5)

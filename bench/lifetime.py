@@ -1,9 +1,9 @@
 """Lifetime: a pool that runs for months keeps Redis bounded (retention), and what a retained job costs.
 
-    python3 bench/lifetime.py [--quick]
+    python3 -m bench.lifetime [--quick]
 
-Each part starts its own private redis-server (tests/servers.py) and compares against a baseline from the
-same run:
+Each part starts its own private redis-server (tests/support/servers.py) and compares against a baseline from
+the same run:
 
 1. row cost: bytes per retained finished job, measured as (used_memory with N retained rows - used_memory
    once they are pruned) / N (less the clients' buffers and what the event stream changed by), next to
@@ -51,17 +51,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from procs import JobpoolProcess  # noqa: E402 - after the path set-up above
-from servers import RedisServer, redis_server_binary  # noqa: E402
-
-from jobpool import Pool, logtail, redispolicy, retention  # noqa: E402
-from jobpool.config import Settings  # noqa: E402
-from jobpool.procid import identity_of, kernel_boot_id  # noqa: E402
-from jobpool.supervisor import ContainerProber, Supervisor  # noqa: E402
-from jobpool.workers.attempt import Attempt  # noqa: E402
+from jobpool import Pool, logtail, redispolicy, retention
+from jobpool.config import Settings
+from jobpool.procid import identity_of, kernel_boot_id
+from jobpool.supervisor import ContainerProber, Supervisor
+from jobpool.workers.attempt import Attempt
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import RedisServer, redis_server_binary
 
 IMAGE = "jobpool-test:busybox"
 PRUNE_EVERY = 1000

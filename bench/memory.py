@@ -1,6 +1,6 @@
 """Memory: resident set size of a supervisor and of an idle worker, against baselines from the same run.
 
-    python3 bench/memory.py
+    python3 -m bench.memory
 
 Baselines: a bare Python interpreter (`python -c` sleeping) and RQ's own idle `rq worker` on the same Redis.
 Each process is measured (VmRSS from /proc) once it has settled: the supervisor after several sweeps over
@@ -19,14 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
-
-from procs import JobpoolProcess, children  # noqa: E402
-from servers import DockerDaemon, RedisServer  # noqa: E402
-
-from jobpool import Pool  # noqa: E402
-from jobpool.workers.attempt import Attempt  # noqa: E402
+from jobpool import Pool
+from jobpool.workers.attempt import Attempt
+from tests.support.procs import JobpoolProcess, children
+from tests.support.servers import DockerDaemon, RedisServer
 
 
 def rss_mib(pid: int) -> float:

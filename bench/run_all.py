@@ -1,6 +1,6 @@
 """Run every benchmark, one after another, and print each one's result block.
 
-    python3 bench/run_all.py [--quick]
+    python3 -m bench.run_all [--quick]
 
 Each benchmark starts its own private redis-server and dockerd and measures its baseline in the same run
 (these machines are noisy: compare the ratios, not the absolute times). `--quick` runs smaller sizes.
@@ -14,19 +14,19 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
 
 BENCHES = [
-    ("enqueue", ["enqueue.py"], ["enqueue.py", "--rounds", "3"]),
-    ("slot handoff", ["handoff.py"], ["handoff.py", "--jobs", "15"]),
-    ("throughput", ["throughput.py", "--blocks", "10"], ["throughput.py", "--jobs", "60", "--blocks", "3"]),
-    ("handoff trace", ["handoff_trace.py"], ["handoff_trace.py", "--jobs", "10"]),
-    ("sweep", ["sweep.py"], ["sweep.py"]),
-    ("metrics scrape", ["scrape.py"], ["scrape.py", "--retained", "20000", "--repeat", "20"]),
-    ("failure detection", ["failover.py"], ["failover.py", "--rounds", "2"]),
-    ("memory", ["memory.py"], ["memory.py"]),
-    ("lifetime", ["lifetime.py"], ["lifetime.py", "--quick"]),
-    ("chaos soak", ["soak.py"], ["soak.py", "--jobs", "30", "--slots", "2", "--workers", "3"]),
+    ("enqueue", ["enqueue"], ["enqueue", "--rounds", "3"]),
+    ("slot handoff", ["handoff"], ["handoff", "--jobs", "15"]),
+    ("throughput", ["throughput", "--blocks", "10"], ["throughput", "--jobs", "60", "--blocks", "3"]),
+    ("handoff trace", ["handoff_trace"], ["handoff_trace", "--jobs", "10"]),
+    ("sweep", ["sweep"], ["sweep"]),
+    ("metrics scrape", ["scrape"], ["scrape", "--retained", "20000", "--repeat", "20"]),
+    ("failure detection", ["failover"], ["failover", "--rounds", "2"]),
+    ("memory", ["memory"], ["memory"]),
+    ("lifetime", ["lifetime"], ["lifetime", "--quick"]),
+    ("chaos soak", ["soak"], ["soak", "--jobs", "30", "--slots", "2", "--workers", "3"]),
 ]
 
 
@@ -35,9 +35,9 @@ def main() -> int:
     failed = []
     for name, full, small in BENCHES:
         argv = small if quick else full
-        print(f"== {name}: python3 bench/{' '.join(argv)}", flush=True)
+        print(f"== {name}: python3 -m bench.{' '.join(argv)}", flush=True)
         t0 = time.monotonic()
-        rc = subprocess.call([sys.executable, str(HERE / argv[0]), *argv[1:]])
+        rc = subprocess.call([sys.executable, "-m", f"bench.{argv[0]}", *argv[1:]], cwd=ROOT)
         print(f"== {name}: exit {rc} in {time.monotonic() - t0:.0f}s\n", flush=True)
         if rc != 0:
             failed.append(name)

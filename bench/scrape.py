@@ -1,8 +1,8 @@
 """Benchmark: one `/metrics` scrape of a pool that retains 100,000 finished jobs, against a scrape of an
 empty pool on the same redis-server in the same run.
 
-Starts its own redis-server (tests/servers.py). The loaded pool gets its first jobs through the scripts
-(enqueue, claim, finish: succeeded, failed with assorted exit codes, cancelled), so its counters and
+Starts its own redis-server (tests/support/servers.py). The loaded pool gets its first jobs through the
+scripts (enqueue, claim, finish: succeeded, failed with assorted exit codes, cancelled), so its counters and
 histograms are populated as a real pool's are; the rest of the retained rows are copies of those rows added
 in bulk (a scrape never reads a finished row: it counts indexes), then `--running` claimed rows held by
 `--workers` live worker boot records. Each pool is served by the supervisor's own server
@@ -12,7 +12,7 @@ grow with the running rows and live workers (at most the slots and the boots the
 with the retained jobs.
 Goal: a scrape with 100,000 retained jobs within 50 ms.
 
-    python3 bench/scrape.py [--retained 100000] [--running 64] [--workers 8] [--repeat 50]
+    python3 -m bench.scrape [--retained 100000] [--running 64] [--workers 8] [--repeat 50]
 """
 
 from __future__ import annotations
@@ -23,18 +23,13 @@ import statistics
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from servers import RedisServer, free_port  # noqa: E402
-
-from jobpool import Pool  # noqa: E402
-from jobpool.config import Settings  # noqa: E402
-from jobpool.exporter import MetricsServer  # noqa: E402
-from jobpool.workers.attempt import Attempt  # noqa: E402
+from jobpool import Pool
+from jobpool.config import Settings
+from jobpool.exporter import MetricsServer
+from jobpool.workers.attempt import Attempt
+from tests.support.servers import RedisServer, free_port
 
 THROUGH_SCRIPTS = 1000
 BULK = 5000

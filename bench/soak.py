@@ -1,7 +1,7 @@
 """Chaos soak: real redis-server (AOF), two (or three) real dockerd daemons, real workers and supervisors,
 faults on a seeded schedule.
 
-    python3 bench/soak.py [--jobs 300] [--slots 3] [--workers 4] [--seed 1] [--max-minutes 40]
+    python3 -m bench.soak [--jobs 300] [--slots 3] [--workers 4] [--seed 1] [--max-minutes 40]
                           [--daemons 2|3] [--faults kind,kind] [--rollback-quiet]
                           [--keep N [--events-maxlen M]]
 
@@ -85,21 +85,17 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
-
-from mounts import bound  # noqa: E402
-from servers import DockerDaemon, RedisServer  # noqa: E402
-from soak_edges import EDGE_FAULTS  # noqa: E402
-from soak_faults import ARMED, HOST_FAULTS, Chaos  # noqa: E402
-from soak_fleet import IMAGE, POOL, Fleet, Sampler, stream_id  # noqa: E402
-from soak_report import tally, write_findings  # noqa: E402
-from soak_strays import StrayWatch, excuse_strays  # noqa: E402
-from soak_watch import TERMINAL, EventLog, Keyspace, keyspace_line  # noqa: E402
-
-from jobpool import JobState, Pool  # noqa: E402
-from jobpool.errors import JobpoolError  # noqa: E402
-from jobpool.keys import PoolKeys  # noqa: E402
+from bench.soak_edges import EDGE_FAULTS
+from bench.soak_faults import ARMED, HOST_FAULTS, Chaos
+from bench.soak_fleet import IMAGE, POOL, Fleet, Sampler, stream_id
+from bench.soak_report import tally, write_findings
+from bench.soak_strays import StrayWatch, excuse_strays
+from bench.soak_watch import TERMINAL, EventLog, Keyspace, keyspace_line
+from jobpool import JobState, Pool
+from jobpool.errors import JobpoolError
+from jobpool.keys import PoolKeys
+from tests.support.mounts import bound
+from tests.support.servers import DockerDaemon, RedisServer
 
 TIMINGS = {
     "JOBPOOL_HEARTBEAT_SECS": "0.3",

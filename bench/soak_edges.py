@@ -37,11 +37,10 @@ import threading
 import time
 from typing import Any
 
-from procs import children, other_boot
-from servers import DockerDaemon
-from soak_fleet import all_events
-
+from bench.soak_fleet import all_events
 from jobpool import daemonmark, errors, forget_collision, forget_daemon
+from tests.support.procs import children, other_boot
+from tests.support.servers import DockerDaemon
 
 EDGE_FAULTS = ("claim_lost_worker_killed", "daemon_forgotten_returns", "redis_restart_in_launch",
                "checkpoint_root_read_only", "cloned_data_root", "worker_without_daemon", "frozen_standby")

@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from procs import children
 from rq.registry import StartedJobRegistry
-from servers import RedisServer
-from soak_edges import EDGE_ARMED, EDGE_FAULTS, EdgeFaults
-from soak_fleet import POOL, Fleet, all_events, remove_path, stamp, stream_id
 
+from bench.soak_edges import EDGE_ARMED, EDGE_FAULTS, EdgeFaults
+from bench.soak_fleet import POOL, Fleet, all_events, remove_path, stamp, stream_id
 from jobpool import Pool
 from jobpool.contract import LABEL_JOB, LABEL_POOL
 from jobpool.errors import JobpoolError
 from jobpool.registry import script_text
+from tests.support.procs import children
+from tests.support.servers import RedisServer
 
 #: Faults armed now and met later, when the moment they need comes. The others are injected at once.
 ARMED = ("shared_id_daemon", "slow_launch", "lost_reply", *EDGE_ARMED)
@@ -64,7 +64,8 @@ class Chaos:
         self._ending = threading.Event()
         self._d2 = docker.DockerClient(base_url=fleet.daemons[-1].host, timeout=5)
         #: The faults at the fleet's edges (bench/soak_edges.py), and the shared checkpoint root one of them
-        #: makes read-only (tests/mounts.py `ReadOnly`; None when the fleet keeps checkpoints in volumes).
+        #: makes read-only (tests/support/mounts.py `ReadOnly`; None when the fleet keeps checkpoints in
+        #: volumes).
         self.edges = EdgeFaults(self)
         self.checkpoint_root: Any = None
 

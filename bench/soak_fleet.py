@@ -4,16 +4,17 @@ measured.
 
 The fleet is laid out so every fault kind meets the parts it is about:
 
-- Two dockerd daemons (tests/servers.py `DockerDaemon`) that share `/etc/docker/key.json`, hence Docker's
-  ID; workers alternate between them and each has its own supervisor. A supervisor judges rows recorded on
-  the other daemon from that daemon's inventory (jobpool/supervisor/remote.py), and adoption requests go to
-  the recording daemon's own RQ queue.
+- Two dockerd daemons (tests/support/servers.py `DockerDaemon`) that share `/etc/docker/key.json`, hence
+  Docker's ID; workers alternate between them and each has its own supervisor. A supervisor judges rows
+  recorded on the other daemon from that daemon's inventory (jobpool/supervisor/remote.py), and adoption
+  requests go to the recording daemon's own RQ queue.
 - With three daemons (`--daemons 3`, the host faults), one supervisor is attached to daemon 1 and one to no
   daemon at all: everything it knows of the containers comes from the inventories. A simulated reboot of a
   host gives its workers another kernel boot id: they run in a mount namespace of their own where a file
-  is bound over the kernel's boot id (tests/procs.py `other_boot`), the container daemon stays the same.
-- Every worker reaches Redis through a `RedisReplyDropper` (tests/proxies.py), which can drop the reply of
-  the next call of one script; supervisors and the soak itself talk to Redis directly.
+  is bound over the kernel's boot id (tests/support/procs.py `other_boot`), the container daemon stays the
+  same.
+- Every worker reaches Redis through a `RedisReplyDropper` (tests/support/proxies.py), which can drop the
+  reply of the next call of one script; supervisors and the soak itself talk to Redis directly.
 - Worker 0 reaches daemon 1 through a `DockerLaunchHold`, which can hold its launch longer than the lease.
 """
 
@@ -29,19 +30,14 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-for _p in (str(HERE.parent / "tests"), str(HERE.parent)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import docker
 
-import docker  # noqa: E402
-from procs import JobpoolProcess, other_boot  # noqa: E402
-from proxies import DockerLaunchHold, RedisReplyDropper  # noqa: E402
-from servers import DockerDaemon, RedisServer  # noqa: E402
-
-from jobpool import Pool  # noqa: E402
-from jobpool.contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL  # noqa: E402
-from jobpool.daemonmark import LABEL_ROLE, ROLE_MARK  # noqa: E402
+from jobpool import Pool
+from jobpool.contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
+from jobpool.daemonmark import LABEL_ROLE, ROLE_MARK
+from tests.support.procs import JobpoolProcess, other_boot
+from tests.support.proxies import DockerLaunchHold, RedisReplyDropper
+from tests.support.servers import DockerDaemon, RedisServer
 
 IMAGE = "jobpool-test:busybox"
 POOL = "soak"

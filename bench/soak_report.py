@@ -10,14 +10,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from soak_fleet import finding_line
-from soak_watch import TERMINAL, endings
-
+from bench.soak_fleet import finding_line
+from bench.soak_watch import TERMINAL, endings
 from jobpool import Pool
 from jobpool.errors import JobpoolError
 
 if TYPE_CHECKING:
-    from soak import Run
+    from bench.soak import Run
 
 #: Legal (from, to) pairs in the events stream; "running"->"running" are claims, adoptions, requests.
 LEGAL = {

@@ -1,6 +1,6 @@
 """The soak of the subprocess executor: jobs that leave background children, under seeded faults.
 
-    python3 bench/soak_subprocess.py [--jobs 60] [--slots 2] [--workers 3] [--seed 1] [--rounds 2]
+    python3 -m bench.soak_subprocess [--jobs 60] [--slots 2] [--workers 3] [--seed 1] [--rounds 2]
                                      [--max-minutes 15] [--escape N]
 
 A real redis-server (AOF), one supervisor and a few workers (`python -m jobpool.cli worker|supervisor`) with
@@ -54,22 +54,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import redis
+
+from bench.soak import TIMINGS, Figures, Run, drive
+from bench.soak_faults import Chaos
+from bench.soak_fleet import Fleet, stamp
+from bench.soak_report import rq_facts, tally, write_findings
+from bench.soak_watch import TERMINAL, EventLog
+from jobpool import JobState, Pool, jobcgroup
+from jobpool.contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_POOL
+from jobpool.errors import JobpoolError
+from jobpool.keys import PoolKeys
+from tests.support.procs import children
+from tests.support.servers import RedisServer
+
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
-
-import redis  # noqa: E402
-from procs import children  # noqa: E402
-from servers import RedisServer  # noqa: E402
-from soak import TIMINGS, Figures, Run, drive  # noqa: E402
-from soak_faults import Chaos  # noqa: E402
-from soak_fleet import Fleet, stamp  # noqa: E402
-from soak_report import rq_facts, tally, write_findings  # noqa: E402
-from soak_watch import TERMINAL, EventLog  # noqa: E402
-
-from jobpool import JobState, Pool, jobcgroup  # noqa: E402
-from jobpool.contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_POOL  # noqa: E402
-from jobpool.errors import JobpoolError  # noqa: E402
-from jobpool.keys import PoolKeys  # noqa: E402
 
 POOL = "subsoak"
 FAULTS = ("worker_sigkill", "worker_sigterm", "supervisor_restart", "cancel", "pause_resume")

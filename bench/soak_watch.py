@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import redis
-from soak_fleet import stream_id
 
+from bench.soak_fleet import stream_id
 from jobpool import Pool
 from jobpool.keys import PoolKeys
 

@@ -1,7 +1,7 @@
 """Benchmark: one supervisor sweep over 1,000 running rows with 200 live labelled containers.
 
-Starts its own private redis-server and dockerd (tests/servers.py), seeds the rows without workers, and
-measures, in the same run:
+Starts its own private redis-server and dockerd (tests/support/servers.py), seeds the rows without workers,
+and measures, in the same run:
 
 - steady state: 800 rows whose owners hold their leases, 200 orphans whose containers still run (adoption
   pending); a real sweep (verdicts applied, promote, last_sweep written);
@@ -14,7 +14,7 @@ measures, in the same run:
 Daemon calls are counted on the SDK's HTTP session (a response hook), so every request is seen.
 Goal: the steady sweep within 100 ms, with exactly one daemon list call per sweep.
 
-    python3 bench/sweep.py [--rows 1000] [--containers 200] [--repeat 5]
+    python3 -m bench.sweep [--rows 1000] [--containers 200] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -30,20 +30,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+import docker
 
-import docker  # noqa: E402 - after the path set-up above
-from servers import DockerDaemon, RedisServer  # noqa: E402
-
-from jobpool import Pool  # noqa: E402
-from jobpool.contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB, LABEL_POOL  # noqa: E402
-from jobpool.supervisor import ContainerProber, Supervisor  # noqa: E402
-from jobpool.supervisor.probes import Absent, Probe, _summary_result  # noqa: E402
-from jobpool.workers.attempt import Attempt  # noqa: E402
+from jobpool import Pool
+from jobpool.contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB, LABEL_POOL
+from jobpool.supervisor import ContainerProber, Supervisor
+from jobpool.supervisor.probes import Absent, Probe, _summary_result
+from jobpool.workers.attempt import Attempt
+from tests.support.servers import DockerDaemon, RedisServer
 
 IMAGE = "jobpool-test:busybox"
 POOL = "bench"
@@ -107,8 +103,8 @@ def seed(pool: Pool, dclient: docker.DockerClient, rows: int, containers: int) -
 
 
 def valid_daemon() -> DockerDaemon:
-    """A DockerDaemon whose temp dir name containerd accepts as a namespace (tests/servers.py names it after
-    a mkdtemp directory, and a name like "jpd-_x1" or "jpd-x1_" is refused when a container starts)."""
+    """A DockerDaemon whose temp dir name containerd accepts as a namespace (tests/support/servers.py names it
+    after a mkdtemp directory, and a name like "jpd-_x1" or "jpd-x1_" is refused when a container starts)."""
     while True:
         dd = DockerDaemon()
         if re.fullmatch(r"[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*", dd.dir.name):

@@ -9,7 +9,7 @@ keep jobpool's default init process (the bare loop's containers have none).
 CPU per job (workers with their work horses, the bare client, dockerd, redis-server) is printed too: on a
 2-core machine shared with dockerd, CPU spent per job is wall time taken from container starts.
 
-    python bench/throughput.py [--jobs 200] [--blocks 1] [--workers 2] [--checkpoint] [--keep-logs]
+    python3 -m bench.throughput [--jobs 200] [--blocks 1] [--workers 2] [--checkpoint] [--keep-logs]
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import IMAGE, bed, cpu_secs, loadavg  # noqa: E402
+from bench._common import IMAGE, bed, cpu_secs, loadavg
 
 GOAL = 0.90
 LANES = 2

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator
 import docker.transport.unixconn
 import pytest
 import redis
-from constants import IN_CI
 from hypothesis import settings
-from servers import DockerDaemon, RedisServer, redis_server_binary
+
+from tests.support.constants import IN_CI
+from tests.support.servers import DockerDaemon, RedisServer, redis_server_binary
 
 REDIS_FIXTURES = {"redis_server", "redis_url", "redis_server_factory"}
 
@@ -42,7 +43,7 @@ docker.transport.unixconn.UnixHTTPConnection.connect = _connect_closing_on_error
 # The hypothesis tests (the state machine in tests/unit/test_state_machine.py; the spec's canonical JSON in
 # tests/unit/test_spec_json.py) take their sizes from the profile. The state machine's length: a quick pass
 # on a developer's machine (about 1,000 steps per backend, seconds); under CI 100 examples of up to 60 steps,
-# about 5,800 steps per backend, above MACHINE_STEPS_CI (tests/constants.py).
+# about 5,800 steps per backend, above MACHINE_STEPS_CI (tests/support/constants.py).
 # The CI profile extends hypothesis' own (derandomized, so a CI run is reproducible; no example database).
 settings.register_profile("dev", max_examples=40, stateful_step_count=30)
 settings.register_profile("ci", settings.get_profile("ci"), max_examples=100, stateful_step_count=60)

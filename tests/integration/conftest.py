@@ -9,13 +9,13 @@ from pathlib import Path
 import docker
 import pytest
 import redis
-from bad_input import Jobs
-from constants import FAST_ENV, IMAGE, SUB
-from procs import JobpoolProcess
-from proxies import DockerLaunchHold
-from servers import DockerDaemon, RedisServer
 
 from jobpool import Pool
+from tests.support.bad_input import Jobs
+from tests.support.constants import FAST_ENV, IMAGE, SUB
+from tests.support.procs import JobpoolProcess
+from tests.support.proxies import DockerLaunchHold
+from tests.support.servers import DockerDaemon, RedisServer
 
 
 @pytest.fixture
@@ -56,7 +56,8 @@ def dclient(docker_host: str) -> Iterator[docker.DockerClient]:
 
 @pytest.fixture
 def raw(redis_url: str) -> Iterator[redis.Redis]:
-    """A client that returns bytes: for keyspace snapshots (tests/snapshot.py) and for writing garbage."""
+    """A client that returns bytes: for keyspace snapshots (tests/support/snapshot.py) and for writing
+    garbage."""
     with contextlib.closing(redis.Redis.from_url(redis_url)) as client:
         yield client
 
@@ -96,7 +97,8 @@ def spawn(tmp_path: Path, pool_env: dict[str, str]) -> Iterator[Callable[..., Jo
 
 @pytest.fixture
 def proxy(docker_host: str) -> Iterator[DockerLaunchHold]:
-    """A proxy in front of the test dockerd that can hold a launch's create or start (tests/proxies.py)."""
+    """A proxy in front of the test dockerd that can hold a launch's create or start
+    (tests/support/proxies.py)."""
     p = DockerLaunchHold(docker_host)
     yield p
     p.close()

@@ -2,8 +2,8 @@
 a bad URL, pool name or setting, and Redis down.
 
 Every refusal is a `JobpoolError` subclass, never a bare KeyError/ValueError/TypeError or a redis-py error,
-and a refused call writes nothing: the whole keyspace (tests/snapshot.py) is compared before and after each
-call, with a job in each state present (the `seeded` fixture, tests/integration/conftest.py).
+and a refused call writes nothing: the whole keyspace (tests/support/snapshot.py) is compared before and after
+each call, with a job in each state present (the `seeded` fixture, tests/integration/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ from typing import Any
 
 import pytest
 import redis
-from bad_input import HUGE, UNKNOWN_ID, Jobs
-from constants import IMAGE
-from snapshot import keyspace
 
 from jobpool import (
     ConfigError,
@@ -29,6 +26,9 @@ from jobpool import (
 )
 from jobpool.spec import MAX_SPEC_BYTES
 from jobpool.supervisor import sweep_once
+from tests.support.bad_input import HUGE, UNKNOWN_ID, Jobs
+from tests.support.constants import IMAGE
+from tests.support.snapshot import keyspace
 
 GARBAGE_IDS = [None, 7, b"0" * 32, "", "a b", "{jobs}", "line\nbreak", HUGE, UNKNOWN_ID]
 ID_CALLS: dict[str, Callable[[Pool, Any], Any]] = {

@@ -2,7 +2,8 @@
 ``JOBPOOL_*`` variable with a bad value, and Redis unreachable.
 
 Each is one ``Error:`` line on stderr naming the variable, exit 2 (bad input) or 1 (failure), never a
-traceback, and nothing is written to Redis (a canary key and the whole keyspace, tests/snapshot.py, compared).
+traceback, and nothing is written to Redis (a canary key and the whole keyspace, tests/support/snapshot.py,
+compared).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from bad_input import cli, one_line_error
 from click.testing import CliRunner
-from servers import free_port
-from snapshot import keyspace
 
 from jobpool.cli import main as cli_main
+from tests.support.bad_input import cli, one_line_error
+from tests.support.servers import free_port
+from tests.support.snapshot import keyspace
 
 BAD_ENV = [
     ("JOBPOOL_REDIS_URL", "http://127.0.0.1/"),

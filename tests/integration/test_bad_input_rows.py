@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 import redis
-from attempts import claim
-from bad_input import Jobs, alive, cli, one_line_error, rows, runs_to_success
-from constants import IMAGE, SUB
-from polling import eventually
-from procs import JobpoolProcess
 
 from jobpool import JobpoolError, JobState, Pool
 from jobpool.supervisor import reconcile, sweep_once
 from jobpool.workers.attempt import Attempt
+from tests.support.attempts import claim
+from tests.support.bad_input import Jobs, alive, cli, one_line_error, rows, runs_to_success
+from tests.support.constants import IMAGE, SUB
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 
 def _set(field: str, value: str) -> Callable[[redis.Redis, str], Any]:

@@ -9,14 +9,14 @@ from collections.abc import Callable
 
 import pytest
 import redis
-from attempts import claim
-from bad_input import UNKNOWN_ID, alive, rows, runs_to_success
-from constants import SUB
-from polling import eventually
-from procs import JobpoolProcess
 
 from jobpool import JobState, Pool
 from jobpool.workers.attempt import Attempt
+from tests.support.attempts import claim
+from tests.support.bad_input import UNKNOWN_ID, alive, rows, runs_to_success
+from tests.support.constants import SUB
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 
 def test_a_worker_skips_junk_rq_ids_and_stale_attempts_and_runs_the_next_job(

@@ -12,11 +12,11 @@ from __future__ import annotations
 import threading
 
 import docker
-from constants import IMAGE
-from polling import eventually
 
 from jobpool.workers import remove_finished
 from jobpool.workers.executors.docker import DockerExecutor, checkpoint_volume
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
 
 POOL = "race"
 

@@ -2,7 +2,7 @@
 
 Every command is run in both output modes (`--json` parsed with `json.loads`); every kind of bad input is
 checked for its exit code, its one-line message, and that Redis is unchanged afterwards (every key's value
-and TTL, tests/snapshot.py).
+and TTL, tests/support/snapshot.py).
 `events --follow` runs as a real process so Ctrl-C is a real SIGINT.
 """
 
@@ -25,12 +25,12 @@ import docker.errors
 import pytest
 import redis
 from click.testing import CliRunner, Result
-from polling import eventually
-from servers import free_port
-from snapshot import keyspace
 
 from jobpool import Job, Pool
 from jobpool.cli import main
+from tests.support.polling import eventually
+from tests.support.servers import free_port
+from tests.support.snapshot import keyspace
 
 POOL = "clitest"
 REPO = Path(__file__).resolve().parents[2]
@@ -351,9 +351,8 @@ def test_pause_and_resume_a_job(run: Run, pool: Pool) -> None:
 
 
 def test_show_says_the_affinity_and_resume_anywhere_releases_it(run: Run, pool: Pool) -> None:
-    from attempts import claim
-
     from jobpool.contract import EXIT_TEMPFAIL
+    from tests.support.attempts import claim
 
     run("slots", "1")
     job_id = enqueue_id(run, "busybox", "--", "true")

@@ -1,7 +1,7 @@
 """`jobpool enqueue --from-file`: a JSON-lines file (or stdin) queued in order, against a real redis-server.
 
 Every line is checked before anything is queued: one bad line is one error line naming it, exit 2, and the
-keyspace unchanged (tests/snapshot.py).
+keyspace unchanged (tests/support/snapshot.py).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner, Result
-from snapshot import keyspace
 
 from jobpool import Job, JobState, Pool
 from jobpool.cli import jobfile, main
 from jobpool.cli.jobfile import MAX_DEPTH, MAX_LINE_BYTES
+from tests.support.snapshot import keyspace
 
 POOL = "clifile"
 SECRET = "hunter2-do-not-print"

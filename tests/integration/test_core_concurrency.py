@@ -20,10 +20,9 @@ import traceback
 from collections import Counter
 from typing import Any
 
-from polling import eventually
-
 from jobpool import Conflict, InvalidState, NotOwner, Pool
 from jobpool.workers.attempt import Attempt
+from tests.support.polling import eventually
 
 POOL = "conc"
 SLOTS = 3

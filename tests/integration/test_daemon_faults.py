@@ -20,15 +20,15 @@ from pathlib import Path
 
 import docker
 import pytest
-from constants import IMAGE
-from polling import eventually
-from procs import JobpoolProcess, children, state_of
-from servers import DockerDaemon
 
 from jobpool import JobState, Pool
 from jobpool.contract import EXIT_UNKNOWN, REASON_OOM_KILLED, REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED
 from jobpool.exits import OOM_EVENT_GRACE_SECS, oom_event
 from jobpool.supervisor import Supervisor
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess, children, state_of
+from tests.support.servers import DockerDaemon
 
 
 def gated(then: str) -> list[str]:

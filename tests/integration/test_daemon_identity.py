@@ -15,16 +15,16 @@ from collections.abc import Callable
 
 import docker
 import pytest
-from constants import IMAGE
-from polling import eventually
-from procs import JobpoolProcess
 from rq import Queue
 from rq.serializers import JSONSerializer
-from servers import DockerDaemon, daemon_identity
 
 from jobpool import JobState, Pool, daemonid
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
 from jobpool.supervisor.adoption import ADOPT_ENTRY_POINT
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import DockerDaemon, daemon_identity
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from constants import IMAGE, SUB
-from polling import eventually
 from starlette.testclient import TestClient
 
 from jobpool import JobState, Pool, Settings
 from jobpool.dashboard import create_app
 from jobpool.dashboard.views import PAGE_SIZE
+from tests.support.constants import IMAGE, SUB
+from tests.support.polling import eventually
 
 TOKEN = "dashboard-token-for-tests-0123456789"
 SECRET = "s3cret-env-value-never-shown"

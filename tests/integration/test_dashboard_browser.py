@@ -26,12 +26,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from constants import CHECKPOINTING, IMAGE, IN_CI
-from polling import eventually
-from procs import JobpoolProcess
-from servers import free_port
 
 from jobpool import JobState, Pool
+from tests.support.constants import CHECKPOINTING, IMAGE, IN_CI
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

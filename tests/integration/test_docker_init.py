@@ -14,10 +14,10 @@ from typing import Any
 
 import docker
 import pytest
-from constants import IMAGE
-from polling import eventually
 
 from jobpool import JobState, Pool
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
 
 SLEEPER = ["sh", "-c", "sleep 30"]
 

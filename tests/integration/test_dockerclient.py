@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import docker
 import pytest
-from constants import IMAGE
 
 from jobpool.dockerclient import shared
+from tests.support.constants import IMAGE
 
 
 def requests_naming_containers(client: docker.DockerClient, n: int) -> list[str]:

@@ -14,12 +14,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from constants import SUB
-from polling import eventually
-from procs import children
-from servers import RedisServer
-
 from jobpool import JobState, Pool
+from tests.support.constants import SUB
+from tests.support.polling import eventually
+from tests.support.procs import children
+from tests.support.servers import RedisServer
 
 #: How long a worker used to keep an exit code through an outage before dropping it (the fixed window in
 #: jobpool/workers/watch.py that this test outlasts).

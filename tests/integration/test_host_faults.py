@@ -18,13 +18,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from constants import IMAGE
-from mounts import bound
-from polling import eventually
-from procs import JobpoolProcess
-from servers import DockerDaemon
-
 from jobpool import JobState, Pool
+from tests.support.constants import IMAGE
+from tests.support.mounts import bound
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import DockerDaemon
 
 #: Writes its checkpoint, so it succeeds only where its checkpoint directory is writable.
 WRITES_ITS_CHECKPOINT = 'echo done > "$JOBPOOL_CHECKPOINT_DIR/step" && echo wrote its checkpoint'

@@ -19,11 +19,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from polling import eventually
-from servers import free_port
-
 from jobpool import Pool
 from jobpool.httplimits import REQUEST_TIMEOUT_SECS
+from tests.support.polling import eventually
+from tests.support.servers import free_port
 
 #: The descriptor limit the dashboard runs under, and more idle connections than it.
 NOFILE = 128

@@ -1,23 +1,23 @@
 """`jobpool status` warns of a Docker daemon running without live-restore (README.md, "The container
 contract"): real workers on real private dockerd processes, one started without `--live-restore` and the
-session's, started with it (tests/servers.py, DockerDaemon). Each worker reads its daemon's `GET /info`
-`LiveRestoreEnabled` as it establishes the daemon and records it in its boot record (workers/boot.py); the
-report's `Worker.live_restore`, its warning (jobpool/status.py), the CLI's text and the dashboard's overview
-show it."""
+session's, started with it (tests/support/servers.py, DockerDaemon). Each worker reads its daemon's
+`GET /info` `LiveRestoreEnabled` as it establishes the daemon and records it in its boot record
+(workers/boot.py); the report's `Worker.live_restore`, its warning (jobpool/status.py), the CLI's text and the
+dashboard's overview show it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from polling import eventually
-from procs import JobpoolProcess
-from servers import DockerDaemon
 from starlette.testclient import TestClient
 
 from jobpool import Pool
 from jobpool.cli.format import status_report
 from jobpool.dashboard import create_app
 from jobpool.status import Worker
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import DockerDaemon
 
 
 def booted(pool: Pool, *workers: JobpoolProcess) -> tuple[Worker, ...] | None:

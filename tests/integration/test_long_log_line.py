@@ -10,12 +10,12 @@ import tracemalloc
 from collections.abc import Callable
 
 import docker
-from constants import IMAGE
-from procs import JobpoolProcess
 
 from jobpool import JobState, Pool
 from jobpool.logtail import LOG_TAIL_BYTES
 from jobpool.workers.executors.docker import DockerHandle
+from tests.support.constants import IMAGE
+from tests.support.procs import JobpoolProcess
 
 #: 100 MB of 'x' without a newline, then a marker: the tail must end with the marker.
 LONG_LINE = "head -c 100000000 /dev/zero | tr '\\0' x; echo; echo the-end-of-the-job"

@@ -5,7 +5,7 @@ claimed with nothing launched, a lost `set_container` reply left the job running
 subprocess executor both kept the slot for ever. Fenced writes are safe to send again, and a claim sent again
 by the same claim call succeeds again, so the worker retries and the job runs once.
 
-The fault is real: a proxy (tests/proxies.py) in front of the real redis-server forwards the worker's
+The fault is real: a proxy (tests/support/proxies.py) in front of the real redis-server forwards the worker's
 requests and drops the connection instead of the reply of chosen script calls, found by the script's SHA.
 """
 
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from constants import SUB
-from polling import eventually
-from proxies import RedisReplyDropper
-from servers import RedisServer
 
 from jobpool import JobState, Pool, RedisUnavailable, Settings
 from jobpool.registry import script_text
+from tests.support.constants import SUB
+from tests.support.polling import eventually
+from tests.support.proxies import RedisReplyDropper
+from tests.support.servers import RedisServer
 
 
 def script_sha(name: str) -> str:

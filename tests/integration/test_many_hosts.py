@@ -20,17 +20,17 @@ from typing import Any
 
 import docker
 import pytest
-from bad_input import cli, one_line_error
-from constants import IMAGE
-from polling import eventually
-from procs import JobpoolProcess, children, other_boot
-from servers import DockerDaemon, daemon_identity
-from test_daemon_identity import Sampler, live_on, start_on
 
 from jobpool import JobState, Pool, gone_daemons
 from jobpool.exits import docker_time
 from jobpool.inventory import FORGET_MS
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
+from tests.integration.test_daemon_identity import Sampler, live_on, start_on
+from tests.support.bad_input import cli, one_line_error
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess, children, other_boot
+from tests.support.servers import DockerDaemon, daemon_identity
 
 NOWHERE = "unix:///nonexistent/jobpool-no-daemon.sock"
 #: Inventories every 0.3 s, stale after 2 s: fault tests finish in seconds, on the default code paths.

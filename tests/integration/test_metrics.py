@@ -14,18 +14,18 @@ from typing import Any
 
 import pytest
 import redis
-from attempts import claim
-from bad_input import cli, one_line_error
-from constants import IMAGE, SUB
-from polling import eventually
-from procs import JobpoolProcess
 from prometheus_client.parser import text_string_to_metric_families
-from servers import free_port
-from snapshot import keyspace
 
 from jobpool import JobState, Pool
 from jobpool.contract import JOB_DURATION_BUCKETS
 from jobpool.procid import kernel_boot_id, pid_namespace, start_time
+from tests.support.attempts import claim
+from tests.support.bad_input import cli, one_line_error
+from tests.support.constants import IMAGE, SUB
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import free_port
+from tests.support.snapshot import keyspace
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -11,10 +11,10 @@ import sys
 
 import docker
 import pytest
-from constants import IMAGE, SUB
-from polling import eventually
 
 from jobpool import JobState, Pool
+from tests.support.constants import IMAGE, SUB
+from tests.support.polling import eventually
 
 SAYS_DIR = 'echo "dir=${JOBPOOL_CHECKPOINT_DIR:-none}"; echo started; while true; do sleep 0.1; done'
 

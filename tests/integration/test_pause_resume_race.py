@@ -15,10 +15,10 @@ import time
 
 import docker
 import pytest
-from constants import IMAGE
-from polling import eventually
 
 from jobpool import JobState, Pool
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
 
 #: Checkpoints on SIGTERM and exits 75 once /tmp/go exists; a run that finds the checkpoint exits 0.
 CHECKPOINTS_ON_GO = r"""

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 import redis
-from constants import SUB
-from polling import eventually
 
 from jobpool import InvalidArgument, Pool
 from jobpool.status import StatusReport
+from tests.support.constants import SUB
+from tests.support.polling import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 #: A job that runs until it is stopped, on the subprocess executor (the image is ignored there).

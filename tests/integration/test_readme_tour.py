@@ -20,10 +20,10 @@ from pathlib import Path
 
 import docker
 import pytest
-from polling import eventually
-from upstack import Stacks, Up, fast_env
 
 from jobpool import JobState, Pool
+from tests.support.polling import eventually
+from tests.support.upstack import Stacks, Up, fast_env
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "jobpool-test:busybox"

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import pytest
 import redis
-from constants import SUB
-from polling import eventually
-from procs import JobpoolProcess
-from servers import RedisServer, admin_of, redis_server_binary
-from snapshot import keyspace
-from upstack import Stacks, fast_env, redis_servers_in
 
 from jobpool import JobState, Pool, RedisUnavailable
 from jobpool.redispolicy import FIX, ROW_LISTPACK_SETTING, ROW_LISTPACK_VALUE, SETTING
+from tests.support.constants import SUB
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import RedisServer, admin_of, redis_server_binary
+from tests.support.snapshot import keyspace
+from tests.support.upstack import Stacks, fast_env, redis_servers_in
 
 #: What each refusal and warning names: the setting, and the command that fixes it.
 NAMES = (SETTING, FIX)
@@ -41,7 +41,7 @@ FAULT_SECS = 4.0
 
 @contextlib.contextmanager
 def raw_of(url: str) -> Iterator[redis.Redis]:
-    """A client that returns bytes, for keyspace snapshots (tests/snapshot.py)."""
+    """A client that returns bytes, for keyspace snapshots (tests/support/snapshot.py)."""
     with contextlib.closing(redis.Redis.from_url(url)) as client:
         yield client
 

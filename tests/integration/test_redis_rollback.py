@@ -20,11 +20,11 @@ from pathlib import Path
 
 import docker
 import pytest
-from constants import IMAGE
-from polling import eventually
-from procs import JobpoolProcess, children
 
 from jobpool import JobState, Pool
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess, children
 
 
 class Sampler(threading.Thread):

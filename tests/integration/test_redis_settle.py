@@ -16,12 +16,12 @@ from pathlib import Path
 
 import docker
 import redis
-from constants import IMAGE
-from polling import eventually
-from procs import JobpoolProcess
 
 from jobpool import JobState, Pool
 from jobpool.redistrust import RedisTrust
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 WAIT_FOR_GO = ["sh", "-c", "echo started; while [ ! -f /tmp/go ]; do sleep 0.1; done; echo finished"]
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from bad_input import cli
-from polling import eventually
-from procs import JobpoolProcess
-from sentinels import SERVICE, Sentinel
-from servers import RedisServer, free_port
 
 from jobpool.keys import PoolKeys
+from tests.support.bad_input import cli
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.sentinels import SERVICE, Sentinel
+from tests.support.servers import RedisServer, free_port
 
 SECRET = "Default-pw-7f3a"  # the default user's (requirepass)
 ALICE = "Alice-pw-91c2"  # the ACL user alice's

@@ -12,10 +12,10 @@ from collections import Counter
 
 import pytest
 import redis
-from constants import IMAGE, SUB
-from polling import eventually
 
 from jobpool import JobState, Pool, errors
+from tests.support.constants import IMAGE, SUB
+from tests.support.polling import eventually
 
 CAPS = {"JOBPOOL_KEEP_SUCCEEDED": "4", "JOBPOOL_KEEP_FAILED": "2", "JOBPOOL_KEEP_CANCELLED": "1",
         "JOBPOOL_SWEEP_INTERVAL_SECS": "0.2"}

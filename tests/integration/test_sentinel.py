@@ -1,7 +1,7 @@
 """A pool on a Redis watched by Sentinel (redis+sentinel:// URLs, jobpool/redisurl.py), through the faults a
 highly available Redis has: a forced failover (`SENTINEL FAILOVER`), a SIGKILLed primary, and a replica that
 fell behind when the primary died. One primary, one replica and three sentinels, all real redis-server
-processes (tests/sentinels.py).
+processes (tests/support/sentinels.py).
 
 What must hold: a state change sent to a demoted primary is refused whole (READONLY) and sent again to the new
 one; while there is no primary a call fails typed (`RedisUnavailable`) and writes nothing; a fleet of real
@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from constants import SUB
-from polling import eventually
-from sentinels import SentinelGroup, direct_client
-from servers import RedisServer
 
 from jobpool import JobState, NotReplicated, Pool, RedisUnavailable
+from tests.support.constants import SUB
+from tests.support.polling import eventually
+from tests.support.sentinels import SentinelGroup, direct_client
+from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.timeout(300)
 

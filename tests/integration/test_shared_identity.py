@@ -19,15 +19,15 @@ from collections.abc import Callable, Iterator
 
 import docker
 import pytest
-from bad_input import cli, one_line_error
-from constants import IMAGE
-from polling import eventually
-from procs import JobpoolProcess
-from servers import DockerDaemon, daemon_identity
-from test_daemon_identity import Sampler, live_on
 
 from jobpool import JobState, Pool, daemonmark
 from jobpool.supervisor import ContainerProber, Supervisor
+from tests.integration.test_daemon_identity import Sampler, live_on
+from tests.support.bad_input import cli, one_line_error
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import DockerDaemon, daemon_identity
 
 #: Inventories every 0.3 s, stale after 2 s: a collision and its consequences show within seconds.
 FLEET = {"JOBPOOL_INVENTORY_SECS": "0.3", "JOBPOOL_INVENTORY_STALE_SECS": "2"}

@@ -8,7 +8,7 @@ a fenced heartbeat stands between create and start (refused: the created contain
 started), and a start that finds its container gone (removed by the supervisor) runs nothing and writes
 nothing.
 
-The slow create is real: a proxy (tests/proxies.py) in front of the private dockerd holds the reply of
+The slow create is real: a proxy (tests/support/proxies.py) in front of the private dockerd holds the reply of
 `POST /containers/create` (the daemon has created the container, the worker waits) while a real supervisor
 sweeps on the daemon's own socket. The daemon is sampled throughout.
 """
@@ -20,11 +20,11 @@ import threading
 
 import docker
 import pytest
-from constants import IMAGE
-from polling import eventually
-from proxies import DockerLaunchHold
 
 from jobpool import JobState, Pool
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
+from tests.support.proxies import DockerLaunchHold
 
 LIVE = ("running", "paused", "restarting")
 

@@ -1,24 +1,20 @@
 """The chaos soak (bench/soak.py) at CI size: every fault kind met live jobs twice, and the promises' figures
 are zero. Its fleet runs on two private dockerd daemons that share Docker's ID, with workers reaching Redis
-and one daemon through fault proxies (tests/proxies.py); see bench/soak_fleet.py. It runs as a long-lived
-pool with small retention caps (`keep`): finished jobs are pruned as it goes, its checks must tell a pruned
-job from a lost one, and once the caps are reached Redis's keys and memory stay flat (bench/soak_watch.py)."""
+and one daemon through fault proxies (tests/support/proxies.py); see bench/soak_fleet.py. It runs as a
+long-lived pool with small retention caps (`keep`): finished jobs are pruned as it goes, its checks must tell
+a pruned job from a lost one, and once the caps are reached Redis's keys and memory stay flat
+(bench/soak_watch.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from soak import FAULTS, Figures, run_soak  # noqa: E402
-from soak_edges import EDGE_FAULTS  # noqa: E402
-from soak_faults import HOST_FAULTS  # noqa: E402
-from soak_subprocess import FAULTS as SUBPROCESS_FAULTS  # noqa: E402
-from soak_subprocess import run_soak as run_subprocess_soak  # noqa: E402
-
-from jobpool.jobcgroup import unavailable  # noqa: E402
+from bench.soak import FAULTS, Figures, run_soak
+from bench.soak_edges import EDGE_FAULTS
+from bench.soak_faults import HOST_FAULTS
+from bench.soak_subprocess import FAULTS as SUBPROCESS_FAULTS
+from bench.soak_subprocess import run_soak as run_subprocess_soak
+from jobpool.jobcgroup import unavailable
 
 
 def assert_the_zeros(figures: Figures, jobs: int) -> None:

@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import docker
 import pytest
-from constants import IMAGE
-from procs import JobpoolProcess
 
 from jobpool import JobState, Pool
 from jobpool.workers.executors.docker import checkpoint_volume
+from tests.support.constants import IMAGE
+from tests.support.procs import JobpoolProcess
 
 
 @pytest.mark.parametrize(("spec", "words"), [

@@ -15,17 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from constants import IMAGE, SUB
-from polling import eventually
-from procs import children, state_of
-from proxies import DockerLaunchHold, RedisReplyDropper
 from rq.suspension import resume, suspend
-from servers import RedisServer
 
 from jobpool import JobState, Pool
 from jobpool.registry import script_text
 from jobpool.status import StatusReport
 from jobpool.workers.standby import HANDOFF_ACK_SECS
+from tests.support.constants import IMAGE, SUB
+from tests.support.polling import eventually
+from tests.support.procs import children, state_of
+from tests.support.proxies import DockerLaunchHold, RedisReplyDropper
+from tests.support.servers import RedisServer
 
 
 def exited(pid: int) -> bool:

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import docker
-from constants import IMAGE
-from polling import eventually
-from procs import JobpoolProcess
-from sentinels import SentinelGroup
-from servers import DockerDaemon
 
 from jobpool import JobState, Pool
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.sentinels import SentinelGroup
+from tests.support.servers import DockerDaemon
 
 #: Inventories every 0.3 s: the bound below is dominated by the lease and the stop grace.
 FLEET = {"JOBPOOL_INVENTORY_SECS": "0.3", "JOBPOOL_INVENTORY_STALE_SECS": "2"}

@@ -15,9 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from constants import SUB
-from polling import eventually
-from procs import state_of
 
 from jobpool import JobState, Pool
 from jobpool.config import STATE_FILE
@@ -29,6 +26,9 @@ from jobpool.supervisor.probes import Absent, Present, probe_process
 from jobpool.supervisor.verdicts import REASON_DEAD_PID, WARN_UNADOPTABLE
 from jobpool.workers.executors.base import Launch
 from jobpool.workers.executors.subprocess import SubprocessExecutor
+from tests.support.constants import SUB
+from tests.support.polling import eventually
+from tests.support.procs import state_of
 
 #: A command prefix under which a process finds no cgroup2 hierarchy where its mount table says (an empty
 #: tmpfs over /sys/fs/cgroup, in a mount namespace of its own): a host that offers a job no cgroup.

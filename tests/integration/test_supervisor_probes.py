@@ -11,9 +11,9 @@ from pathlib import Path
 
 import docker
 import pytest
-from constants import IMAGE
 
 from jobpool.supervisor import ContainerProber, Unknown, probe_containers
+from tests.support.constants import IMAGE
 
 
 @pytest.fixture

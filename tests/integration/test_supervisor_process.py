@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from attempts import claim
-from constants import FAST_SETTINGS
-from polling import eventually
 
 from jobpool import Pool
 from jobpool.procid import identity_of, kernel_boot_id, pid_namespace, start_time
 from jobpool.supervisor import Supervisor, probe_process, reconcile, stop_orphan
 from jobpool.supervisor.probes import Absent, Present, Unknown
+from tests.support.attempts import claim
+from tests.support.constants import FAST_SETTINGS
+from tests.support.polling import eventually
 
 DEAD = "dead-boot"
 ROOT = Path(__file__).resolve().parents[2]

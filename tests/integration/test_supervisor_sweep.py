@@ -22,9 +22,6 @@ from typing import Any
 import docker
 import pytest
 import redis
-from attempts import claim
-from constants import FAST_SETTINGS, IMAGE
-from polling import eventually
 from rq import Queue
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
@@ -33,6 +30,9 @@ from jobpool import Pool
 from jobpool.keys import RQ_QUEUE_PREFIX, worker_name
 from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
 from jobpool.workers.attempt import Attempt
+from tests.support.attempts import claim
+from tests.support.constants import FAST_SETTINGS, IMAGE
+from tests.support.polling import eventually
 
 DEAD = "dead-boot"
 ROOT = Path(__file__).resolve().parents[2]

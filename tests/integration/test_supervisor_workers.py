@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import docker
 import pytest
-from constants import IMAGE
-from polling import eventually
 
 from jobpool import JobState, Pool
 from jobpool.supervisor import Supervisor
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
 
 
 @pytest.fixture

@@ -10,9 +10,10 @@ import docker
 import pytest
 import redis
 import requests
-from constants import IMAGE
-from polling import eventually
-from servers import DockerDaemon, RedisServer
+
+from tests.support.constants import IMAGE
+from tests.support.polling import eventually
+from tests.support.servers import DockerDaemon, RedisServer
 
 
 @pytest.mark.parametrize("run", [1, 2])

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 import redis
-from polling import eventually
-from procs import children
 from rq import Worker
-from upstack import Stacks, Up, descendants, fast_env, get_json, redis_servers_in
 
 from jobpool import JobState, Pool
 from jobpool.procid import identity_of, same_process_alive
+from tests.support.polling import eventually
+from tests.support.procs import children
+from tests.support.upstack import Stacks, Up, descendants, fast_env, get_json, redis_servers_in
 
 IMAGE = "jobpool-test:busybox"
 

@@ -24,15 +24,15 @@ from typing import Any
 
 import pytest
 import redis
-from polling import eventually
-from procs import children
-from servers import RedisServer, free_port
-from upstack import Stacks, Up, descendants, fast_env, get_json, redis_servers_in
 
 from jobpool import JobState, Pool
 from jobpool.errors import JobTimeout
 from jobpool.procid import identity_of, same_process_alive
 from jobpool.uplisten import listens_on
+from tests.support.polling import eventually
+from tests.support.procs import children
+from tests.support.servers import RedisServer, free_port
+from tests.support.upstack import Stacks, Up, descendants, fast_env, get_json, redis_servers_in
 
 IMAGE = "jobpool-test:busybox"
 

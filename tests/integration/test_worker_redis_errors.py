@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 
 import redis
-from constants import SUB
-from polling import eventually
-from procs import JobpoolProcess
-from servers import RedisServer, admin_of
 
 from jobpool import JobState, Pool
+from tests.support.constants import SUB
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
+from tests.support.servers import RedisServer, admin_of
 
 #: What the worker logs once when an outage starts (jobpool/workers/outage.py).
 OUTAGE_WARNING = "Redis cannot serve"

@@ -9,10 +9,10 @@ import time
 
 import docker
 import pytest
-from constants import CHECKPOINTING, IMAGE
-from polling import eventually
 
 from jobpool import JobState, Pool
+from tests.support.constants import CHECKPOINTING, IMAGE
+from tests.support.polling import eventually
 
 IGNORES_TERM = "trap '' TERM; echo started; while true; do sleep 0.1; done"
 

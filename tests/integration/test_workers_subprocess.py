@@ -9,11 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from constants import CHECKPOINTING, SUB
-from polling import eventually
-
 from jobpool import JobState, Pool
 from jobpool.procid import identity_of, same_process_alive
+from tests.support.constants import CHECKPOINTING, SUB
+from tests.support.polling import eventually
 
 
 def test_success_failure_and_env(sub_pool: Pool, spawn) -> None:

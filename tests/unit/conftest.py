@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from pool_helpers import Backend, fake_backend
 
 from jobpool.api import Pool, connect
+from tests.support.pool_helpers import Backend, fake_backend
 
 
 @pytest.fixture(params=["fakeredis", "real"])

@@ -5,11 +5,21 @@ crash or a terminal state do not set it, and `resume --anywhere` releases it (re
 from __future__ import annotations
 
 import pytest
-from pool_helpers import Backend, claim, enqueue, events_of, reconcile, row, rq_hash, rq_list, state_of
 
 from jobpool import errors
 from jobpool.contract import EXIT_TEMPFAIL, REASON_RESTART_LOST_EXIT
 from jobpool.models import Job
+from tests.support.pool_helpers import (
+    Backend,
+    claim,
+    enqueue,
+    events_of,
+    reconcile,
+    row,
+    rq_hash,
+    rq_list,
+    state_of,
+)
 
 
 def running_on(backend: Backend, daemon: str = "daemon-1"):  # noqa: ANN201 - (pool, job id, attempt)

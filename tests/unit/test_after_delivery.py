@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import redis
-from pool_helpers import Backend, enqueue
 from rq.job import Job as RQJob
 
 from jobpool.api import Pool
 from jobpool.rqjob import after_delivery
+from tests.support.pool_helpers import Backend, enqueue
 
 
 def delivery(backend: Backend, pool: Pool, job_id: str) -> RQJob:

@@ -8,11 +8,11 @@ import dataclasses
 from typing import Any
 
 import pytest
-from pool_helpers import Backend
 
 from jobpool.assemble import Assembler
 from jobpool.models import Job
 from jobpool.spec import JobSpec, build_spec
+from tests.support.pool_helpers import Backend
 
 SPECS = [
     {"image": "busybox", "command": ["true"]},

@@ -10,10 +10,10 @@ Runs on fakeredis[lua] and on the real redis-server (tests/unit/conftest.py).
 from __future__ import annotations
 
 import pytest
-from pool_helpers import Backend, enqueue, events_of, lease, row
 
 from jobpool import errors
 from jobpool.workers.attempt import Attempt
+from tests.support.pool_helpers import Backend, enqueue, events_of, lease, row
 
 
 def claims(pool, job_id: str) -> int:  # noqa: ANN001 - a Pool

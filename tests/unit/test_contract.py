@@ -12,7 +12,6 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from pool_helpers import Backend, enqueue, rq_hash
 
 import jobpool
 from jobpool import contract, errors
@@ -20,6 +19,7 @@ from jobpool.contract import EXIT_TEMPFAIL, MAX_SLOTS, JobState
 from jobpool.keys import PoolKeys
 from jobpool.registry import SCRIPT_NAMES, script_text
 from jobpool.spec import build_spec
+from tests.support.pool_helpers import Backend, enqueue, rq_hash
 
 PACKAGE = Path(jobpool.__file__).parent
 SCRIPTS = resources.files("jobpool") / "scripts"

@@ -1,10 +1,10 @@
 """`Pool.enqueue_many` and the batch enqueue script, on fakeredis[lua] and a real redis-server (`backend`).
 
 What a batch promises (jobpool/submit.py, scripts/enqueue.lua): every spec is checked before anything is
-written (one bad spec refuses all, the keyspace unchanged: tests/snapshot.py); the jobs are queued in input
-order, across batch boundaries; equal jobs coalesce, into a job queued before or one earlier in the input;
-the new jobs at the head are promoted into free slots in the same step; the Jobs returned are the rows as
-written. And the RQ job hash the script writes is the one RQ itself would read back.
+written (one bad spec refuses all, the keyspace unchanged: tests/support/snapshot.py); the jobs are queued in
+input order, across batch boundaries; equal jobs coalesce, into a job queued before or one earlier in the
+input; the new jobs at the head are promoted into free slots in the same step; the Jobs returned are the rows
+as written. And the RQ job hash the script writes is the one RQ itself would read back.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 import redis
-from pool_helpers import Backend, enqueue, events_of, queued_ids, rq_hash, rq_list, running_ids
 from rq.job import Callback, JobStatus
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
-from servers import free_port
 
 from jobpool import errors, registry, submit
 from jobpool.api import Pool, connect
@@ -27,6 +25,8 @@ from jobpool.models import Job, JobState
 from jobpool.registry import _held_call
 from jobpool.rqjob import ENTRY_POINT, after_delivery
 from jobpool.submit import MAX_BATCH_SIZE
+from tests.support.pool_helpers import Backend, enqueue, events_of, queued_ids, rq_hash, rq_list, running_ids
+from tests.support.servers import free_port
 
 
 def spec(*command: str, **kw: Any) -> dict[str, Any]:

@@ -11,7 +11,6 @@ real daemons in tests/integration/test_daemon_faults.py.
 from __future__ import annotations
 
 import pytest
-from pool_helpers import Backend, claim, enqueue, events_of, queued_ids, row, running_ids, state_of
 
 from jobpool import errors
 from jobpool.contract import (
@@ -26,6 +25,16 @@ from jobpool.exits import CRASHED, OOM, OWN, Ending, Outages, docker_time, endin
 from jobpool.supervisor.apply import Applier
 from jobpool.supervisor.probes import Present
 from jobpool.supervisor.verdicts import Kind, RowSnapshot, decide
+from tests.support.pool_helpers import (
+    Backend,
+    claim,
+    enqueue,
+    events_of,
+    queued_ids,
+    row,
+    running_ids,
+    state_of,
+)
 
 T0 = 1_800_000_000.0  # an epoch second; Docker stamps below are built from it
 

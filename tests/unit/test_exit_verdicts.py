@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from pool_helpers import Backend, claim, enqueue, row, state_of
 
 from jobpool.api import Pool
 from jobpool.contract import EXIT_TEMPFAIL, EXIT_UNKNOWN, REASON_OOM_KILLED, REASON_RESTART_LOST_EXIT
@@ -31,6 +30,7 @@ from jobpool.supervisor.verdicts import (
 )
 from jobpool.workers.attempt import Attempt
 from jobpool.workers.watch import finish_kind
+from tests.support.pool_helpers import Backend, claim, enqueue, row, state_of
 
 CODES = [0, EXIT_TEMPFAIL, 1, 143, EXIT_UNKNOWN]
 #: What ended the container besides its own process, with the error_reason the rules give it.

@@ -11,9 +11,6 @@ from pathlib import Path
 
 import docker
 import pytest
-from attempts import claim
-from mounts import bound
-from pool_helpers import Backend, assert_event, enqueue, last_event, lease, queued_ids, rq_list
 
 from jobpool.errors import InvalidArgument, NotOwner
 from jobpool.metrics import read_counters
@@ -23,6 +20,9 @@ from jobpool.workers.executors.base import CHECKPOINT_ROOT, DOCKER, STATE_DIR, H
 from jobpool.workers.executors.docker import DockerExecutor
 from jobpool.workers.executors.subprocess import SubprocessExecutor
 from jobpool.workers.hostcheck import FaultNote
+from tests.support.attempts import claim
+from tests.support.mounts import bound
+from tests.support.pool_helpers import Backend, assert_event, enqueue, last_event, lease, queued_ids, rq_list
 
 REASON = f"host_fault: {CHECKPOINT_ROOT}"
 

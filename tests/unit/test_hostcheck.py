@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-from polling import eventually
 from rq.exceptions import StopRequested
 
 from jobpool.status import Health, Slots, StatusReport, Worker, Workers, judge
 from jobpool.workers import hostcheck
 from jobpool.workers.executors.base import CHECKPOINT_ROOT, DOCKER, HostFault
 from jobpool.workers.hostcheck import HostCheck
+from tests.support.polling import eventually
 
 
 def check(directory: str, published: list[str], ping=None) -> HostCheck:  # noqa: ANN001 - a callable

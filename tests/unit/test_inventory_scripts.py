@@ -13,8 +13,6 @@ import time
 from typing import Any
 
 import pytest
-from polling import eventually
-from pool_helpers import Backend
 
 from jobpool import errors, strays
 from jobpool.api import Pool
@@ -22,6 +20,8 @@ from jobpool.contract import INVENTORY_MAX_BYTES
 from jobpool.inventory import FIELDS, FORGET_MS, Entry, earlier_boots, encode, parse
 from jobpool.supervisor.probes import Absent, Present, Probe, Unknown
 from jobpool.workers.inventory import InventoryPublisher, entry_of
+from tests.support.polling import eventually
+from tests.support.pool_helpers import Backend
 
 D1 = "jpd1:" + "a" * 32 + "@boot-1"
 

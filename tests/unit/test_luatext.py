@@ -7,10 +7,10 @@ import re
 
 import pytest
 import redis
-from pool_helpers import Backend
 
 from jobpool import contract, luatext
 from jobpool.registry import SCRIPT_NAMES, script_text
+from tests.support.pool_helpers import Backend
 
 WORD = re.compile(r"[A-Za-z_]\w*")
 

@@ -10,7 +10,6 @@ import re
 from importlib import resources
 
 import pytest
-from pool_helpers import Backend, claim, enqueue, orphan, paused_pool, reconcile, row
 
 from jobpool import contract, metrics
 from jobpool.api import Pool
@@ -19,6 +18,7 @@ from jobpool.metrics import Histogram, read_counters, record_sweep
 from jobpool.registry import SCRIPT_NAMES
 from jobpool.retention import prune
 from jobpool.supervisor import verdicts
+from tests.support.pool_helpers import Backend, claim, enqueue, orphan, paused_pool, reconcile, row
 
 SCRIPTS = resources.files("jobpool") / "scripts"
 

@@ -8,8 +8,10 @@ job back to its place (no recovery budget spent) with a reason that says so, and
 from __future__ import annotations
 
 import pytest
-from attempts import claim
-from pool_helpers import (
+
+from jobpool.models import JobState
+from tests.support.attempts import claim
+from tests.support.pool_helpers import (
     Backend,
     assert_event,
     enqueue,
@@ -20,8 +22,6 @@ from pool_helpers import (
     reconcile,
     row,
 )
-
-from jobpool.models import JobState
 
 
 def withdrawn(backend: Backend):  # noqa: ANN201 - (pool, job, attempt, the job queued behind it)

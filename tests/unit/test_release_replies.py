@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pool_helpers import Backend, claim, enqueue, orphan, reconcile
 
 from jobpool.api import CANDIDATES_ON_RELEASE, Pool
+from tests.support.pool_helpers import Backend, claim, enqueue, orphan, reconcile
 
 WHY = {"paused", "full", "empty", "stale", "batch", "none"}
 

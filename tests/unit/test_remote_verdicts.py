@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 import pytest
-from pool_helpers import Backend, claim, enqueue, row, state_of
 
 from jobpool import errors, forget_daemon, gone_daemons, unforget_daemon
 from jobpool.api import Pool
@@ -26,6 +25,7 @@ from jobpool.supervisor.apply import Applier
 from jobpool.supervisor.evidence import Evidence
 from jobpool.supervisor.probes import Absent, ContainerProber, Present, Unknown
 from jobpool.supervisor.verdicts import Kind, decide
+from tests.support.pool_helpers import Backend, claim, enqueue, row, state_of
 
 UUID = "jpd1:" + "c" * 32
 D1 = UUID + "@boot-1"

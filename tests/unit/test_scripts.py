@@ -4,8 +4,8 @@ real redis-server (the `backend` fixture).
 
 Each test states a promise of the scripts (docs/architecture.md, "Every state change is one Lua script") and
 checks it in Redis itself: the row, the state indexes, the RQ hash and list, the lease, and the `events`
-stream. A refused call must write nothing: those tests compare the whole keyspace (tests/snapshot.py) before
-and after.
+stream. A refused call must write nothing: those tests compare the whole keyspace (tests/support/snapshot.py)
+before and after.
 """
 
 from __future__ import annotations
@@ -16,8 +16,18 @@ from importlib import resources
 from typing import Any
 
 import pytest
-from attempts import claim
-from pool_helpers import (
+from rq.job import Job as RQJob
+from rq.job import JobStatus
+from rq.queue import Queue as RQQueue
+from rq.serializers import JSONSerializer
+
+from jobpool import errors
+from jobpool.keys import RQ_QUEUES
+from jobpool.models import JobState
+from jobpool.rqjob import ENTRY_POINT
+from jobpool.workers.attempt import LOG_TAIL_BYTES, Attempt
+from tests.support.attempts import claim
+from tests.support.pool_helpers import (
     Backend,
     assert_event,
     enqueue,
@@ -33,16 +43,6 @@ from pool_helpers import (
     running_ids,
     state_of,
 )
-from rq.job import Job as RQJob
-from rq.job import JobStatus
-from rq.queue import Queue as RQQueue
-from rq.serializers import JSONSerializer
-
-from jobpool import errors
-from jobpool.keys import RQ_QUEUES
-from jobpool.models import JobState
-from jobpool.rqjob import ENTRY_POINT
-from jobpool.workers.attempt import LOG_TAIL_BYTES, Attempt
 
 # ---- enqueue ------------------------------------------------------------------------------------------
 

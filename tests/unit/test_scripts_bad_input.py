@@ -7,15 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from attempts import claim
-from pool_helpers import (
+
+from jobpool import errors
+from jobpool.models import JobState
+from tests.support.attempts import claim
+from tests.support.pool_helpers import (
     Backend,
     enqueue,
     rq_list,
 )
-
-from jobpool import errors
-from jobpool.models import JobState
 
 # ---- bad input writes nothing -------------------------------------------------------------------------
 

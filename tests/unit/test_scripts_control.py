@@ -1,8 +1,8 @@
 """The control scripts, via the public API: pause/resume of a job and of the queue, cancel, set_slots, evict,
 and the supervisor's compare-and-set scripts reconcile_apply and adopt. On fakeredis[lua] and a real server.
 
-A refused call must write nothing: those tests compare the whole keyspace (tests/snapshot.py) before and
-after.
+A refused call must write nothing: those tests compare the whole keyspace (tests/support/snapshot.py) before
+and after.
 """
 
 from __future__ import annotations
@@ -11,8 +11,12 @@ import json
 from typing import Any
 
 import pytest
-from attempts import claim
-from pool_helpers import (
+
+from jobpool import Pool, errors
+from jobpool.models import JobState
+from jobpool.workers.attempt import Attempt
+from tests.support.attempts import claim
+from tests.support.pool_helpers import (
     Backend,
     assert_event,
     enqueue,
@@ -30,10 +34,6 @@ from pool_helpers import (
     running_ids,
     state_of,
 )
-
-from jobpool import Pool, errors
-from jobpool.models import JobState
-from jobpool.workers.attempt import Attempt
 
 # ---- pause_job / resume_job ---------------------------------------------------------------------------
 

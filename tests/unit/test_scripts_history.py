@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import re
 
-from attempts import claim
-from pool_helpers import Backend, enqueue, events_of
-
 from jobpool.api import MAX_TEXT_BYTES, Pool
 from jobpool.contract import (
     EVENT_TEXT_MAX_BYTES,
@@ -20,6 +17,8 @@ from jobpool.contract import (
     HISTORY_MAX_BYTES,
     REASON_HISTORY_TRIMMED,
 )
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue, events_of
 
 CUT_MARK = re.compile(r"…\((\d+) bytes cut\)\Z")
 MARKER_EVIDENCE = re.compile(r"(\d+) events dropped to bound the history \(ids (\S+) to (\S+), "

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis.strategies as st
-from constants import IN_CI, MACHINE_STEPS_CI
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -29,13 +28,14 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from pool_helpers import Backend
-from snapshot import keyspace
 
 from jobpool import errors
 from jobpool.models import JobState
 from jobpool.spec import build_spec
 from jobpool.workers.attempt import Attempt
+from tests.support.constants import IN_CI, MACHINE_STEPS_CI
+from tests.support.pool_helpers import Backend
+from tests.support.snapshot import keyspace
 
 #: The daemon identity every claim records (adoption compares it: scripts/adopt.lua).
 DAEMON = "jpd1:machine@boot"

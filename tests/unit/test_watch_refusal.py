@@ -12,13 +12,13 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from attempts import claim
-from pool_helpers import Backend, enqueue
 
 from jobpool import errors
 from jobpool.workers.attempt import Attempt, Requests
 from jobpool.workers.runtime import Runtime
 from jobpool.workers.watch import ADOPTED, LOST, _after_refusal
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue
 
 OURS, THEIRS = "boot-ours", "boot-theirs"
 

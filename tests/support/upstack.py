@@ -14,10 +14,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from polling import eventually
-from procs import children
-
 from jobpool.procid import identity_of, same_process_alive
+from tests.support.polling import eventually
+from tests.support.procs import children
 
 
 def descendants(pid: int) -> list[int]:
@@ -31,7 +30,7 @@ def descendants(pid: int) -> list[int]:
 
 #: The checkout these tests belong to: a test `up` runs in a temporary directory, where `python -m jobpool`
 #: would otherwise import whichever jobpool is installed, not the code under test.
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fast_env() -> dict[str, str]:

@@ -13,12 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from polling import eventually
-from procs import JobpoolProcess
-
 from jobpool import Job, JobState, Pool
+from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: A well-formed job id that no pool holds.
 UNKNOWN_ID = "0" * 32
 HUGE = "x" * 1_000_000

@@ -26,7 +26,8 @@ from pathlib import Path
 import docker
 import redis
 import requests
-from constants import IMAGE
+
+from tests.support.constants import IMAGE
 
 # The applets the tests use, as symlinks to /bin/busybox in the test image.
 BUSYBOX_APPLETS = "sh sleep true false echo cat ls date head seq touch kill".split()

@@ -1,6 +1,6 @@
 """What the unit tests share: Redis backends (fakeredis[lua] or a real server, each seen through a text and a
-bytes client) and short helpers over `Pool` and `Attempt`. The keyspace snapshot (tests/snapshot.py) and the
-claim helper (tests/attempts.py) are shared with the integration tests.
+bytes client) and short helpers over `Pool` and `Attempt`. The keyspace snapshot (tests/support/snapshot.py)
+and the claim helper (tests/support/attempts.py) are shared with the integration tests.
 
 Kept out of conftest.py so test modules can import these by name.
 """
@@ -11,13 +11,13 @@ from typing import Any
 
 import fakeredis
 import redis
-from attempts import claim
-from snapshot import Snapshot, keyspace
 
 from jobpool.api import Pool
 from jobpool.config import Settings
 from jobpool.models import Job, JobState
 from jobpool.workers.attempt import Attempt
+from tests.support.attempts import claim
+from tests.support.snapshot import Snapshot, keyspace
 
 
 class Backend:

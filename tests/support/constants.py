@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-#: The busybox image tests/servers.py imports into the test dockerd (`DockerDaemon.import_busybox_image`).
+#: The busybox image tests/support/servers.py imports into the test dockerd
+#: (`DockerDaemon.import_busybox_image`).
 IMAGE = "jobpool-test:busybox"
 
 #: True under CI: a missing service fails instead of skipping, and the state machine runs its long profile.

@@ -14,8 +14,9 @@ import tempfile
 from pathlib import Path
 
 import redis
-from polling import eventually
-from servers import RedisServer, _stop_process, _wait_until, free_port, redis_server_binary
+
+from tests.support.polling import eventually
+from tests.support.servers import RedisServer, _stop_process, _wait_until, free_port, redis_server_binary
 
 SERVICE = "jp"
 #: Short, so a SIGKILLed primary is failed over within seconds (Redis's default is 30 s).

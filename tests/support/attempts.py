@@ -3,10 +3,9 @@ unit and the integration tests."""
 
 from __future__ import annotations
 
-from servers import daemon_identity
-
 from jobpool.api import Pool
 from jobpool.workers.attempt import Attempt
+from tests.support.servers import daemon_identity
 
 
 def claim(pool: Pool, job_id: str, boot: str = "boot-a", docker_host: str | None = None) -> Attempt:

@@ -1,0 +1,1 @@
+"""Integration tests: real redis-server, dockerd and jobpool processes (tests/README.md)."""
