@@ -17,22 +17,11 @@ from jobpool import JobState, Pool, Settings
 from jobpool.dashboard import create_app
 from jobpool.dashboard.views import PAGE_SIZE
 from tests.support.constants import IMAGE, SUB
+from tests.support.dashboard import TOKEN, client_for, csrf_of, log_in
 from tests.support.polling import eventually
 
-TOKEN = "dashboard-token-for-tests-0123456789"
 SECRET = "s3cret-env-value-never-shown"
 XSS = "<script>alert('x')</script>"
-
-
-BASE = "http://localhost:8765"
-
-
-def client_for(pool: Pool, token: str = "", origin: str | None = BASE) -> TestClient:
-    """A client of a dashboard of `pool`, sending the Origin a browser sends with every POST (None: none)."""
-    dash = Pool(pool.client, pool.settings.replace(dashboard_token=token), actor="dashboard")
-    # "localhost" stands for the browser's origin; the TestClient's own default host is "testserver".
-    return TestClient(create_app(dash), base_url=BASE, headers={"origin": origin} if origin else None)
-
 
 @pytest.fixture
 def ro(pool: Pool) -> Iterator[TestClient]:
@@ -44,21 +33,6 @@ def ro(pool: Pool) -> Iterator[TestClient]:
 def rw(pool: Pool) -> Iterator[TestClient]:
     with client_for(pool, TOKEN) as c:
         yield c
-
-
-def csrf_of(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found, "no CSRF field on the page"
-    return found.group(1)
-
-
-def log_in(c: TestClient) -> str:
-    """Log in with the token; the session's CSRF token after it."""
-    page = c.get("/login?next=/")
-    r = c.post("/login", data={"token": TOKEN, "csrf": csrf_of(page.text), "next": "/"},
-               follow_redirects=False)
-    assert r.status_code == 303, r.text
-    return csrf_of(c.get("/").text)
 
 
 def test_pages_show_a_job_escaped_and_never_its_env_values(pool: Pool, ro: TestClient) -> None:

@@ -9,9 +9,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from jobpool import Pool
-from tests.integration.test_dashboard import client_for, log_in
+from tests.support.dashboard import TOKEN, client_for, log_in
 
-TOKEN = "dashboard-token-for-tests-0123456789"
 BAD_NUMBERS = ["²", "١٢", "9" * 5000, "", " 1", "1e3", "+1", "0x10"]
 
 

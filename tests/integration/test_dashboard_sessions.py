@@ -18,8 +18,8 @@ from jobpool import JobState, Pool
 from jobpool.dashboard import create_app
 from jobpool.dashboard.auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_SECS
 from jobpool.dashboard.ratelimit import GLOBAL_BURST, LOGIN_BURST
-from tests.integration.test_dashboard import BASE, TOKEN, client_for, csrf_of, log_in
 from tests.support.constants import IMAGE
+from tests.support.dashboard import BASE, TOKEN, client_for, csrf_of, log_in
 
 
 @pytest.fixture

@@ -25,9 +25,9 @@ from jobpool import JobState, Pool, gone_daemons
 from jobpool.exits import docker_time
 from jobpool.inventory import FORGET_MS
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
-from tests.integration.test_daemon_identity import Sampler, live_on, start_on
 from tests.support.bad_input import cli, one_line_error
 from tests.support.constants import IMAGE
+from tests.support.job_containers import Sampler, live_on, start_on
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess, children, other_boot
 from tests.support.servers import DockerDaemon, daemon_identity

@@ -22,9 +22,9 @@ import pytest
 
 from jobpool import JobState, Pool, daemonmark
 from jobpool.supervisor import ContainerProber, Supervisor
-from tests.integration.test_daemon_identity import Sampler, live_on
 from tests.support.bad_input import cli, one_line_error
 from tests.support.constants import IMAGE
+from tests.support.job_containers import Sampler, live_on
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
 from tests.support.servers import DockerDaemon, daemon_identity
