@@ -49,7 +49,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from jobpool import Pool, logtail, redispolicy, retention
 from jobpool.config import Settings
@@ -110,7 +110,7 @@ def runs_text(runs: list[float]) -> str:
     return ", ".join(f"{r:.0f}" for r in runs)
 
 
-def with_caps(pool: Pool, **caps: int) -> Pool:
+def with_caps(pool: Pool, **caps: Any) -> Pool:
     """The same pool (same client) under other retention caps."""
     return Pool(pool.client, dataclasses.replace(pool.settings, **caps), actor="bench")
 
@@ -175,7 +175,7 @@ def retained_cost(pool: Pool, n: int, shape: str, log: Any = None) -> dict[str, 
     sample, index = ids[-1], pool.keys.state_index("succeeded")
     row_mu = mu(pool, pool.keys.job(sample))
     encoding = pool.client.object("encoding", pool.keys.job(sample))
-    stored = pool.client.hget(pool.keys.job(sample), "log_tail") or ""
+    stored = cast("str | None", pool.client.hget(pool.keys.job(sample), "log_tail")) or ""
     index_per = mu(pool, index) / pool.client.zcard(index)
     per_row, removed = bytes_per_pruned_job(pool)
     assert removed == n - 1, removed
@@ -197,14 +197,14 @@ def field_costs(pool: Pool, key: str) -> tuple[list[tuple[str, int, int]], dict[
 
     A field's cost is measured on copies holding one spare empty field, so that taking one field away never
     halves the hash table's bucket array (which would charge that field for 8 B of every bucket)."""
-    row = pool.client.hgetall(key)
+    row = cast("dict[str, str]", pool.client.hgetall(key))
     tmp = key + ":bench-copy"
 
     def cost(mapping: dict[str, str] | None = None, text: str | None = None) -> int:
         if text is not None:
             pool.client.set(tmp, text)
         else:
-            pool.client.hset(tmp, mapping=mapping)
+            pool.client.hset(tmp, mapping=cast("dict[Any, Any]", mapping))
         try:
             return mu(pool, tmp)
         finally:
@@ -217,10 +217,10 @@ def field_costs(pool: Pool, key: str) -> tuple[list[tuple[str, int, int]], dict[
     lean = {k: v for k, v in row.items() if k not in REDUNDANT}
     whatif = {"as stored": mu(pool, key), f"without {' and '.join(REDUNDANT)}": cost(lean),
               "as one string (the row as JSON)": cost(text=json.dumps(row, separators=(",", ":")))}
-    old = pool.client.config_get("hash-max-listpack-value")["hash-max-listpack-value"]
+    old = cast(str, pool.client.config_get("hash-max-listpack-value")["hash-max-listpack-value"])
     pool.client.config_set("hash-max-listpack-value", 1 << 20)
     try:
-        pool.client.hset(tmp, mapping=row)
+        pool.client.hset(tmp, mapping=cast("dict[Any, Any]", row))
         assert pool.client.object("encoding", tmp) == "listpack"
         whatif["as a listpack (hash-max-listpack-value >= its longest value)"] = mu(pool, tmp)
     finally:
@@ -252,7 +252,7 @@ def part_row_cost(n: int) -> dict[str, Any]:
         # The same rows on a Redis configured as `jobpool up` and docker-compose.yml run it (a row stays a
         # listpack); rows written before the change stay hash tables, so only new rows are measured.
         setting, value = redispolicy.ROW_LISTPACK_SETTING, redispolicy.ROW_LISTPACK_VALUE
-        default_value = pool.client.config_get(setting)[setting]
+        default_value = cast(str, pool.client.config_get(setting)[setting])
         pool.client.config_set(setting, value)
         try:
             for name, shape, log in cases[0:1] + cases[2:3]:
@@ -270,7 +270,7 @@ def part_row_cost(n: int) -> dict[str, Any]:
                   f"{r['mu']:5d} B ({r['encoding']}); log stored {r['stored_log']} B "
                   f"(Attempt.finish stores the tail as given: packed here before the call)", flush=True)
         fields, whatif = field_costs(keep, keep.keys.job(kept))
-        row = keep.client.hgetall(keep.keys.job(kept))
+        row = cast("dict[str, str]", keep.client.hgetall(keep.keys.job(kept)))
         full = whatif["as stored"]
         encoding = keep.client.object("encoding", keep.keys.job(kept))
         limit = keep.client.config_get("hash-max-listpack-value")["hash-max-listpack-value"]
@@ -532,7 +532,8 @@ def script_mix(pool: Pool, n: int) -> None:
 
 def keys_of_jobs(pool: Pool) -> tuple[int, Counter[str]]:
     """How many finished jobs `pool` retains, and the keys they hold, by kind (keys.py `leftovers`)."""
-    ids = [j for state in ENDED for j in pool.client.zrange(pool.keys.state_index(state), 0, -1)]
+    ids = [j for state in ENDED
+           for j in cast("list[str]", pool.client.zrange(pool.keys.state_index(state), 0, -1))]
     kinds = ("job", "rq:job", "rq:results", "lease", "adopt")
     pipe = pool.client.pipeline(transaction=False)
     for job_id in ids:
@@ -548,7 +549,7 @@ def keys_of_jobs(pool: Pool) -> tuple[int, Counter[str]]:
 def per_state_mu(pool: Pool) -> dict[str, float]:
     out = {}
     for state in ENDED:
-        some = pool.client.zrange(pool.keys.state_index(state), 0, 199)
+        some = cast("list[str]", pool.client.zrange(pool.keys.state_index(state), 0, 199))
         if some:
             out[state] = statistics.mean(mu(pool, pool.keys.job(j)) for j in some)
     return out

@@ -94,9 +94,9 @@ def main() -> int:
     finally:
         for p in jp:
             p.stop(timeout=15)
-        for p in started:
-            p.kill()
-            p.wait(10)
+        for proc in started:
+            proc.kill()
+            proc.wait(10)
         daemon.close()
         redis_server.close()
     return 0

@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 import urllib.request
-from typing import Any
+from typing import Any, cast
 
 from jobpool import Pool
 from jobpool.config import Settings
@@ -56,14 +56,14 @@ def through_scripts(pool: Pool, n: int) -> list[str]:
 
 def bulk_rows(pool: Pool, templates: list[str], total: int) -> None:
     """Copies of the finished rows `templates` until the pool retains `total` finished jobs."""
-    rows = [(pool.client.hgetall(pool.keys.job(t))) for t in templates]
+    rows = [cast("dict[str, str]", pool.client.hgetall(pool.keys.job(t))) for t in templates]
     have = sum(pool.client.zcard(pool.keys.state_index(s)) for s in ("succeeded", "failed", "cancelled"))
     now = int(time.time() * 1000)
     n = 0
     while have + n < total:
         pipe = pool.client.pipeline(transaction=False)
         for _ in range(min(BULK, total - have - n)):
-            row = dict(rows[n % len(rows)])
+            row: dict[Any, Any] = dict(rows[n % len(rows)])
             job_id = f"bulk{n:08d}"
             row["id"] = job_id
             pipe.hset(pool.keys.job(job_id), mapping=row)

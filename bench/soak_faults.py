@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import docker
 from rq.registry import StartedJobRegistry
@@ -251,7 +251,7 @@ class Chaos:
             last = self.pool.client.xrevrange(self.pool.keys.events, count=1)
         except Exception:  # noqa: BLE001 - Redis away: try again later
             return None
-        mark = last[0][0] if last else "0-0"
+        mark = cast(str, last[0][0]) if last else "0-0"
         # Redis 7 keeps its AOF in a directory (base, increments, manifest); Redis 6 in one file.
         aof = self.redis_server.dir / "appendonlydir"
         if not aof.exists():
@@ -279,7 +279,7 @@ class Chaos:
             back = self.pool.client.xrevrange(self.pool.keys.events, count=1)
         except Exception:  # noqa: BLE001 - read again below if it fails; the count is a figure only
             back = []
-        restored = stream_id(back[0][0]) if back else (0, 0)
+        restored = stream_id(cast(str, back[0][0])) if back else (0, 0)
         lost = [e for e in written if stream_id(e["id"]) > restored]
         self.figures.rolled_back_events += len(lost)
         self.figures.rollbacks.append({"at": time.time(), "restored_to": back[0][0] if back else "",

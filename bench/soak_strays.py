@@ -14,7 +14,7 @@ daemons' workers publish as strays (a stray that ends on its own first is never 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -36,7 +36,7 @@ class StrayWatch(threading.Thread):
     def run(self) -> None:
         while not self.halt.wait(0.2):
             try:
-                daemons = self.client.zrange(self.keys.inventories, 0, -1)
+                daemons = cast("list[str]", self.client.zrange(self.keys.inventories, 0, -1))
                 pipe = self.client.pipeline(transaction=False)
                 for d in daemons:
                     pipe.hget(self.keys.inventory(d), "strays")

@@ -197,6 +197,8 @@ class SubChaos(Chaos):
     """bench/soak_faults.py's injectors of the faults this fleet meets; a worker is killed or drained only
     while its horse runs a job, a running job is the one cancelled or paused."""
 
+    fleet: SubFleet
+
     def __init__(self, rng: random.Random, fleet: SubFleet, pool: Pool, figures: SubFigures) -> None:
         # Not Chaos.__init__: that one opens a Docker client and the edge faults.
         self.rng, self.fleet, self.pool, self.figures = rng, fleet, pool, figures

@@ -48,7 +48,7 @@ POOL = "bench"
 class PerRowProber(ContainerProber):
     """The approach the batched probe replaces: one list-by-label call per row."""
 
-    def _probe(self, pool: str, job_attempts: Mapping[str, int],
+    def _probe(self, pool: str, job_attempts: Mapping[str, int | None],
                daemon_ids: Mapping[str, str]) -> dict[str, Probe]:
         client = self._connect()
         out: dict[str, Probe] = {}

@@ -37,7 +37,7 @@ def _connect_closing_on_error(self: docker.transport.unixconn.UnixHTTPConnection
 # docker 7.1.0 leaks the socket when connecting to a stopped daemon fails (docker/docker-py PR #3356, open).
 # Under filterwarnings=error the ResourceWarning fails whichever test the garbage collector happens to run
 # in, and "daemon unreachable" is a case we test on purpose, so the test process carries that PR's fix.
-docker.transport.unixconn.UnixHTTPConnection.connect = _connect_closing_on_error  # type: ignore[method-assign]
+docker.transport.unixconn.UnixHTTPConnection.connect = _connect_closing_on_error
 
 
 # The hypothesis tests (the state machine in tests/unit/test_state_machine.py; the spec's canonical JSON in

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -47,7 +47,8 @@ class Case:
     """One bad call: `call(pool, seeded_jobs)` must raise `expected` and write nothing."""
 
     name: str
-    call: Callable[[Pool, Jobs], Any]
+    #: The pool is `Any` to the type checker: the cases pass it wrong types on purpose.
+    call: Callable[[Any, Jobs], Any]
     expected: type[JobpoolError] | tuple[type[JobpoolError], ...]
 
 
@@ -68,11 +69,15 @@ def refusals(pool: Pool, seeded: Jobs, raw: redis.Redis, cases: list[Case]) -> d
     return problems
 
 
+def calling(call: Callable[[Pool, Any], Any], job_id: Any) -> Callable[[Any, Jobs], Any]:
+    return lambda p, j: call(p, job_id)
+
+
 @pytest.mark.parametrize("call", ID_CALLS)
 def test_a_garbage_job_id_is_not_found_and_writes_nothing(pool: Pool, seeded: Jobs, raw: redis.Redis,
                                                           call: str) -> None:
     ids = [i for i in GARBAGE_IDS if not (i is None and call in ("pause", "resume"))]  # None: the whole queue
-    cases = [Case(repr(i)[:30], lambda p, j, i=i: ID_CALLS[call](p, i), NotFound) for i in ids]
+    cases = [Case(repr(i)[:30], calling(ID_CALLS[call], i), NotFound) for i in ids]
     assert refusals(pool, seeded, raw, cases) == {}
 
 
@@ -185,7 +190,7 @@ def test_odd_but_valid_input_round_trips(pool: Pool, seeded: Jobs) -> None:
     assert again.id == job.id and again.coalesced
     got = pool.get(job.id)
     assert got.spec.command == ("echo", weird) and got.spec.env == {"A": weird}
-    assert all(k.startswith(("jobpool:{it}:", "rq:")) for k in pool.client.keys("*"))
+    assert all(k.startswith(("jobpool:{it}:", "rq:")) for k in cast("list[str]", pool.client.keys("*")))
 
 
 FROM_URL = [

@@ -86,7 +86,7 @@ def test_every_bad_jobpool_variable_is_one_line_exit_2_naming_it(redis_url: str,
         "JOBPOOL_REDIS_WAIT_REPLICAS", "JOBPOOL_REDIS_WAIT_TIMEOUT_SECS", "JOBPOOL_HOST_CHECK_SECS"}
     raw.set("canary", "1")
     before = keyspace(raw)
-    runs = [(("ls",), var, value) for var, value in first.items()]
+    runs: list[tuple[tuple[str, ...], str, str]] = [(("ls",), var, value) for var, value in first.items()]
     runs += [(("worker",), "JOBPOOL_EXECUTOR", "podman"), (("worker",), "JOBPOOL_LEASE_SECS", "1"),
              (("supervisor", "--once"), "JOBPOOL_SWEEP_INTERVAL_SECS", "0"),
              (("supervisor", "--once"), "JOBPOOL_PROBE_TIMEOUT_SECS", "601"),

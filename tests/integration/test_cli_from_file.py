@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -264,7 +264,7 @@ def test_a_file_longer_than_a_chunk_is_queued_whole_in_order(run: Any, pool: Poo
                                                              tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jobfile, "CHUNK", 7)
-    items = [{"image": "busybox", "command": ["echo", str(i)]} for i in range(20)]
+    items: list[dict[str, Any]] = [{"image": "busybox", "command": ["echo", str(i)]} for i in range(20)]
     items[0]["coalesce"] = True
     items[15] = {"image": "busybox", "command": ["seeded"], "env": {"TOKEN": SECRET}, "coalesce": True}
     items[16] = {"image": "busybox", "command": ["echo", "0"], "coalesce": True}  # equals line 1's job
@@ -273,7 +273,7 @@ def test_a_file_longer_than_a_chunk_is_queued_whole_in_order(run: Any, pool: Poo
     docs = json.loads(result.stdout)
     assert [d["spec"]["command"] for d in docs] == [list(i["command"]) for i in items]
     assert docs[15]["id"] == seeded.id and docs[16]["id"] == docs[0]["id"]
-    queued = pool.client.zrange(pool.keys.queued, 0, -1)
+    queued = cast("list[str]", pool.client.zrange(pool.keys.queued, 0, -1))
     assert queued == [seeded.id, *(d["id"] for i, d in enumerate(docs) if i not in (15, 16))]
     human = run("enqueue", "--from-file", "-", stdin=lines(*items[:9]))
     ids = human.stdout.split()
@@ -299,7 +299,7 @@ def test_redis_full_midway_says_how_much_of_the_file_is_queued(run: Any, pool: P
         result = run(*(["--json"] if as_json else []), "enqueue", "--from-file", path)
     finally:
         pool.client.config_set("maxmemory", "0")
-    queued = pool.client.zrange(pool.keys.queued, 0, -1)
+    queued = cast("list[str]", pool.client.zrange(pool.keys.queued, 0, -1))
     assert result.exit_code == 1 and 2 <= len(queued) < len(items), result.output
     printed = [d["id"] for d in json.loads(result.stdout)] if as_json else result.stdout.split()
     assert printed == queued and [pool.get(i).spec.command[1] for i in queued] == [str(i) for i in

@@ -18,7 +18,7 @@ import random
 import time
 import traceback
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from jobpool import Conflict, InvalidState, NotOwner, Pool
 from jobpool.workers.attempt import Attempt
@@ -36,10 +36,11 @@ DAEMON = "daemon"
 def _take_deliveries(pool: Pool, boot: str, rng: random.Random, stats: Counter[str]) -> bool:
     """Pop one delivery and run it as a worker on daemon DAEMON would, its daemon's own queue first (where a
     job handed back there waits: its checkpoint affinity), then the pool's; False when both were empty."""
-    job_id = pool.client.lpop(pool.keys.daemon_queue(DAEMON)) or pool.client.lpop(pool.keys.rq_queue)
+    job_id = cast("str | None", pool.client.lpop(pool.keys.daemon_queue(DAEMON))
+                  or pool.client.lpop(pool.keys.rq_queue))
     if job_id is None:
         return False
-    meta = pool.client.hget(pool.keys.rq_job(job_id), "meta")
+    meta = cast(str, pool.client.hget(pool.keys.rq_job(job_id), "meta"))
     attempt = json.loads(meta)["jobpool_attempt"]
     me = Attempt(pool, job_id, boot, attempt)
     try:

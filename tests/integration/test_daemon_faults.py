@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -58,7 +59,7 @@ def gpool(pool_env: dict[str, str], gate: Path, docker_host: str) -> Iterator[Po
     p.close()
 
 
-def enqueue(pool: Pool, gate: Path, command: list[str], **spec: object) -> str:
+def enqueue(pool: Pool, gate: Path, command: list[str], **spec: Any) -> str:
     return pool.enqueue(IMAGE, command, mounts=[f"{gate}:/gate"], **spec).id
 
 

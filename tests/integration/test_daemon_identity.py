@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from typing import cast
 
 import docker
 import pytest
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from jobpool import JobState, Pool, daemonid
+from jobpool import Job, JobState, Pool, daemonid
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
 from jobpool.supervisor.adoption import ADOPT_ENTRY_POINT
 from tests.support.constants import IMAGE
@@ -153,9 +154,9 @@ def test_a_worker_on_another_daemon_refuses_to_adopt(
         assert not any(e["reason"] == "adopted" for e in pool.events(job_id))
         # A worker on daemon 2 then takes it over and finishes it from the container's real exit code.
         spawn(DOCKER_HOST=d2)
-        done = eventually(lambda: (j := pool.get(job_id)).state is not JobState.RUNNING and j
-                          or (sup.sweep(job_ids=[job_id]) and None), timeout=40, interval=0.5,
-                          message="the job finished by an adopter on daemon 2")
+        done = cast(Job, eventually(lambda: (j := pool.get(job_id)).state is not JobState.RUNNING and j
+                                    or (sup.sweep(job_ids=[job_id]) and None), timeout=40, interval=0.5,
+                                    message="the job finished by an adopter on daemon 2"))
         assert (done.state, done.attempt) == (JobState.SUCCEEDED, 1)
     finally:
         sup.close()

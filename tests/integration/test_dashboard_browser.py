@@ -24,6 +24,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -32,6 +33,9 @@ from tests.support.constants import CHECKPOINTING, IMAGE, IN_CI
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
 from tests.support.servers import free_port
+
+if TYPE_CHECKING:
+    from selenium.webdriver import Chrome
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -45,7 +49,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+def browser(tmp_path: Path) -> Iterator[Chrome]:
     if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
         reason = "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
         if IN_CI:
@@ -98,7 +102,7 @@ def post(url: str, data: dict[str, str], cookie: str | None = None, origin: str 
         return int(exc.code)
 
 
-def text_of(driver: webdriver.Chrome, element_id: str) -> str:
+def text_of(driver: Chrome, element_id: str) -> str:
     try:
         return str(driver.find_element(By.ID, element_id).text)
     except Exception:  # noqa: BLE001 - replaced by the live refresh between find and read: not yet
@@ -106,7 +110,7 @@ def text_of(driver: webdriver.Chrome, element_id: str) -> str:
 
 
 def test_dashboard_in_a_real_browser(pool: Pool, spawn, docker_host: str, dashboard: str,
-                                     browser: webdriver.Chrome, tmp_path: Path) -> None:
+                                     browser: Chrome, tmp_path: Path) -> None:
     pool.set_slots(0)  # nothing starts until the test says so
     command = "echo '<script>window.__xss = 1</script>'; sleep 3; echo finished"
     job = pool.enqueue(IMAGE, ["sh", "-c", command], env={"API_KEY": SECRET})
@@ -234,11 +238,11 @@ def other_site() -> Iterator[OtherSite]:
     site.close()
 
 
-def logged_in(driver: webdriver.Chrome) -> bool:
+def logged_in(driver: Chrome) -> bool:
     return bool(driver.find_elements(By.ID, "pool-actions"))
 
 
-def log_in(driver: webdriver.Chrome, dashboard: str) -> str:
+def log_in(driver: Chrome, dashboard: str) -> str:
     """Log in through the login form; the session's CSRF token (from the overview's forms)."""
     driver.get(f"{dashboard}/login?next=/")
     driver.find_element(By.ID, "token").send_keys(TOKEN)
@@ -248,7 +252,7 @@ def log_in(driver: webdriver.Chrome, dashboard: str) -> str:
 
 
 def test_a_link_from_another_site_does_not_log_the_browser_out(
-        pool: Pool, dashboard: str, browser: webdriver.Chrome, other_site: OtherSite) -> None:
+        pool: Pool, dashboard: str, browser: Chrome, other_site: OtherSite) -> None:
     log_in(browser, dashboard)
     # The dashboard's own forms post with their real origin (Referrer-Policy: same-origin) and act.
     browser.find_element(By.CSS_SELECTOR, "form[action='/actions/queue/pause'] button").click()
@@ -270,7 +274,7 @@ def test_a_link_from_another_site_does_not_log_the_browser_out(
 
 
 def test_a_post_with_origin_null_and_the_csrf_token_is_refused_and_logout_ends_the_session(
-        pool: Pool, dashboard: str, browser: webdriver.Chrome, other_site: OtherSite) -> None:
+        pool: Pool, dashboard: str, browser: Chrome, other_site: OtherSite) -> None:
     csrf = log_in(browser, dashboard)
     # A form on another origin of the same site (127.0.0.1, another port), knowing the CSRF token: the
     # SameSite=Strict cookie goes along, and its no-referrer policy makes Chromium send `Origin: null`.

@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
+from typing import cast
 
 import httpx2 as httpx
 import pytest
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from jobpool import JobState, Pool
@@ -153,7 +155,7 @@ def test_a_new_token_ends_the_sessions_of_the_old(pool: Pool) -> None:
 
 def test_a_session_expires_on_the_server(pool: Pool, rw: TestClient) -> None:
     csrf = log_in(rw)
-    sessions = rw.app.state.dashboard.auth.sessions
+    sessions = cast(Starlette, rw.app).state.dashboard.auth.sessions
     now = sessions.clock()
     sessions.clock = lambda: now + SESSION_SECS + 1
     r = rw.post("/actions/queue/pause", data={"csrf": csrf}, follow_redirects=False)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobpool import JobState, Pool
+from jobpool.status import Worker
 from tests.support.constants import IMAGE
 from tests.support.mounts import bound
 from tests.support.polling import eventually
@@ -41,7 +42,13 @@ def handbacks(pool: Pool, job_id: str) -> list[dict[str, str]]:
 
 def held_by(pool: Pool, boot_id: str) -> str:
     """Why the worker holds its claims, as `status` shows it ('' when it does not)."""
-    return next((w.cannot_claim for w in pool.status().workers.boots if w.id == boot_id), "")
+    return next((w.cannot_claim for w in boots_of(pool) if w.id == boot_id), "")
+
+
+def boots_of(pool: Pool) -> tuple[Worker, ...]:
+    workers = pool.status().workers
+    assert workers is not None, "a pool's status counts its workers"
+    return workers.boots
 
 
 def test_a_read_only_checkpoint_root_hands_the_job_back_and_holds_the_worker_until_it_is_writable(
@@ -100,7 +107,7 @@ def test_a_worker_booted_on_a_read_only_checkpoint_root_claims_nothing_until_it_
         root.read_only()
         worker = spawn(JOBPOOL_CHECKPOINT_ROOT=str(root.path))
         job = pool.enqueue(IMAGE, ["sh", "-c", WRITES_ITS_CHECKPOINT])
-        boots = eventually(lambda: [w for w in pool.status().workers.boots if w.cannot_claim], timeout=15,
+        boots = eventually(lambda: [w for w in boots_of(pool) if w.cannot_claim], timeout=15,
                            message="status says the worker holds its claims")
         assert "Read-only file system" in boots[0].cannot_claim, boots
         until = time.monotonic() + HELD_SECS
@@ -155,7 +162,7 @@ def test_a_worker_whose_docker_daemon_does_not_answer_takes_no_job_until_it_does
     link = tmp_path / "docker.sock"  # nothing there yet: the connection is refused
     spawn(DOCKER_HOST=f"unix://{link}")
     job = pool.enqueue(IMAGE, ["echo", "ran"])
-    boots = eventually(lambda: [w for w in pool.status().workers.boots if w.cannot_claim], timeout=30,
+    boots = eventually(lambda: [w for w in boots_of(pool) if w.cannot_claim], timeout=30,
                        message="status says the worker holds its claims")
     assert "identity" in boots[0].cannot_claim, boots
     report = pool.status()
@@ -170,5 +177,5 @@ def test_a_worker_whose_docker_daemon_does_not_answer_takes_no_job_until_it_does
     done = pool.wait(job.id, timeout=60)
     assert (done.state, done.attempt, done.recovery_attempts) == (JobState.SUCCEEDED, 1, 0), done
     assert "ran" in pool.logs(job.id)
-    eventually(lambda: not [w for w in pool.status().workers.boots if w.cannot_claim], timeout=15,
+    eventually(lambda: not [w for w in boots_of(pool) if w.cannot_claim], timeout=15,
                message="status says it claims again")

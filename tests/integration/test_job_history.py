@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from jobpool import Pool
 from jobpool.api import MAX_TEXT_BYTES
@@ -68,8 +68,9 @@ def test_a_history_past_its_cap_says_what_it_dropped(redis_url: str) -> None:
         for i in range(40):
             pool.pause(job.id, reason=f"pause {i} " + "p" * (MAX_TEXT_BYTES - 10))
             pool.resume(job.id)
-        written = [{"id": i, **f} for i, f in pool.client.xrange(pool.keys.events) if f["job"] == job.id]
-        assert len(pool.client.hget(pool.keys.job(job.id), "history")) <= HISTORY_MAX_BYTES
+        entries = cast("list[tuple[str, dict[str, str]]]", pool.client.xrange(pool.keys.events))
+        written = [{"id": i, **f} for i, f in entries if f["job"] == job.id]
+        assert len(cast(str, pool.client.hget(pool.keys.job(job.id), "history"))) <= HISTORY_MAX_BYTES
     finally:
         pool.close()
     shown = cli_events(redis_url, job_id=job.id)

@@ -123,7 +123,7 @@ def test_a_lost_batch_reply_is_counted_from_what_redis_holds(redis_url: str, dro
     pool = Pool(client, Settings(redis_url=dropper.url, pool="it", max_concurrent_jobs=0))
     with contextlib.closing(pool):
         items = _items(500)
-        expected = [("echo", str(i)) for i in range(500)]
+        expected: list[tuple[str, ...]] = [("echo", str(i)) for i in range(500)]
         if first_coalesces:
             pool.enqueue("img", ["held"], coalesce_key="k")
             items[200]["coalesce_key"] = "k"

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import docker
 import pytest
@@ -24,7 +24,7 @@ import pytest
 from jobpool import JobState, Pool, gone_daemons
 from jobpool.exits import docker_time
 from jobpool.inventory import FORGET_MS
-from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
+from jobpool.supervisor import ContainerProber, Supervisor, SweepReport, stop_orphan
 from tests.support.bad_input import cli, one_line_error
 from tests.support.constants import IMAGE
 from tests.support.job_containers import Sampler, live_on, start_on
@@ -133,9 +133,10 @@ def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
                                  pool.now_ms()]),
                    timeout=5, message="publishing the new boot's inventory")
         spawn(DOCKER_HOST=d1)
-        report = eventually(lambda: (r := sup.sweep(job_ids=[job_id])).decisions
-                            and r.decisions[0].verdict.kind.value == "absent" and r, timeout=20, interval=0.3,
-                            message="judged absent by the boot rule")
+        report = cast(SweepReport, eventually(
+            lambda: (r := sup.sweep(job_ids=[job_id])).decisions
+            and r.decisions[0].verdict.kind.value == "absent" and r,
+            timeout=20, interval=0.3, message="judged absent by the boot rule"))
         assert "booted again" in report.decisions[0].verdict.evidence
         done = eventually(lambda: (j := pool.get(job_id)).attempt == 2 and live_on(d1, job_id) and j,
                           timeout=40, message="run again on daemon 1")

@@ -12,11 +12,12 @@ lands after the SIGTERM and before the exit, whatever the machine's speed.
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import docker
 import pytest
 
-from jobpool import JobState, Pool
+from jobpool import Job, JobState, Pool
 from tests.support.constants import IMAGE
 from tests.support.polling import eventually
 
@@ -65,6 +66,7 @@ def test_checkpointing_job_paused_then_resumed_before_it_exits_is_handed_back(
     pool.pause(job.id)
     live_container(client, pool, job.id, b"stopping")  # the watcher's SIGTERM arrived; it checkpointed
     resumed = pool.resume(job.id)
+    assert resumed is not None
     assert resumed.state == JobState.RUNNING and not resumed.pause_requested  # withdrawn, not yet stopped
     first.exec_run(["touch", "/tmp/go"])  # now it exits 75
     done = pool.wait(job.id, timeout=60)
@@ -83,7 +85,7 @@ def test_job_carrying_on_after_sigterm_is_not_killed_once_the_pause_is_withdrawn
     pool.pause(job.id)
     live_container(client, pool, job.id, b"term-ignored")  # the SIGTERM arrived; the SIGKILL is pending
     signalled = time.monotonic()
-    assert pool.resume(job.id).state == JobState.RUNNING
+    assert cast(Job, pool.resume(job.id)).state == JobState.RUNNING
     # Through the stop grace and well past it, the container keeps running: the SIGKILL was called off.
     while time.monotonic() < signalled + pool.settings.stop_grace_secs + 2.0:
         container.reload()

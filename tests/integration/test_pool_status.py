@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -71,8 +71,9 @@ def test_health_says_why_once_the_worker_and_the_supervisor_are_gone(sub_pool: P
                                                                      spawn: Callable[..., Any]) -> None:
     worker = spawn(**SUB)
     supervisor = spawn(module="jobpool.cli", args=("supervisor",), **SUB)
-    boot_id = eventually(lambda: (r := sub_pool.status()).healthy and r.workers and r.workers.boots[0].id,
-                         timeout=30, message="a healthy pool")
+    boot_id = cast(str, eventually(
+        lambda: (r := sub_pool.status()).healthy and r.workers and r.workers.boots[0].id, timeout=30,
+        message="a healthy pool"))
     worker.kill_with_children()  # idle: no job to leave behind; its boot record expires with its TTL
     supervisor.signal(signal.SIGKILL)
     supervisor.wait(10)

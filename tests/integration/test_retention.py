@@ -9,6 +9,7 @@ import math
 import subprocess
 import sys
 from collections import Counter
+from typing import cast
 
 import pytest
 import redis
@@ -158,7 +159,8 @@ def test_jobpool_prune_says_what_it_removed(pool: Pool, pool_env: dict[str, str]
     assert done.returncode == 0
     doc = json.loads(done.stdout)
     assert doc["total"] == 3 and set(doc["states"]["cancelled"]["ids"]) == listed
-    assert {i.decode() for i in raw.zrange(pool.keys.cancelled, 0, -1)} == set(ids) - listed
+    cancelled = cast("list[bytes]", raw.zrange(pool.keys.cancelled, 0, -1))
+    assert {i.decode() for i in cancelled} == set(ids) - listed
     again = cli("prune")
     assert again.returncode == 0 and "cancelled: removed 0" in again.stdout
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import docker
 import pytest
 
 from jobpool import JobState, Pool, daemonmark
+from jobpool.status import StatusReport
 from jobpool.supervisor import ContainerProber, Supervisor
 from tests.support.bad_input import cli, one_line_error
 from tests.support.constants import IMAGE
@@ -104,8 +106,8 @@ def test_two_daemons_with_one_copied_data_root_refuse_claims_and_judge_nothing(
         w1b = spawn(DOCKER_HOST=d1)
         eventually(lambda: named_both(w1b.log(), d1, d2), timeout=30,
                    message="the new daemon 1 worker naming both daemons")
-        status = eventually(lambda: (r := pool.status()).shared_daemons and r, timeout=10,
-                            message="status naming the shared identity")
+        status = cast(StatusReport, eventually(lambda: (r := pool.status()).shared_daemons and r, timeout=10,
+                                               message="status naming the shared identity"))
         assert not status.healthy
         assert any(named_both(reason, d1, d2) for reason in status.health.reasons), status.health.reasons
         assert list(status.shared_daemons) == [identity]
@@ -135,7 +137,7 @@ def test_two_daemons_with_one_copied_data_root_refuse_claims_and_judge_nothing(
     assert f"job {orphan} (attempt 1) kept: probe_unknown" in s2.log()
     assert "may not be one daemon" in s2.log() and "may not be one daemon" in s0.log()
     # The identity's inventory is the first daemon 1 worker's (before the clone came up), none of theirs.
-    publisher = pool.client.hget(pool.keys.inventory(identity), "publisher") or ""
+    publisher = cast("str | None", pool.client.hget(pool.keys.inventory(identity), "publisher")) or ""
     assert publisher and f"boot {publisher}" in w1.log()
 
 
@@ -187,7 +189,7 @@ def test_a_collision_holds_when_the_clones_processes_all_died_until_an_operator_
         assert any(named_both(r, d1, d2) and f"jobpool forget-collision {identity}" in r
                    for r in status.health.reasons), status.health.reasons
         # Nothing published of the identity since the collision: daemon 1's listing has no word on it.
-        publisher = pool.client.hget(pool.keys.inventory(identity), "publisher") or ""
+        publisher = cast("str | None", pool.client.hget(pool.keys.inventory(identity), "publisher")) or ""
         assert not publisher or f"boot {publisher}" in w2.log()
         # The operator fixes the clone (here: its container removed, as the clone goes away), then clears the
         # report. Bad input first: one line, exit 2, nothing written.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import cast
 
 import docker
 import pytest
@@ -50,8 +51,8 @@ class Sampler:
                 live = [c for c in self.containers() if c["State"] in LIVE]
                 self.max_live = max(self.max_live, len(live))
                 self.live_attempts |= {c["Labels"]["jobpool.attempt"] for c in live}
-                row = self.pool.client.hmget(self.pool.keys.job(self.job_id), "state", "attempt",
-                                             "owner_boot")
+                key = self.pool.keys.job(self.job_id)
+                row = cast("list[str | None]", self.pool.client.hmget(key, "state", "attempt", "owner_boot"))
                 slot = self.pool.client.zscore(self.pool.keys.running, self.job_id) is not None
                 self.rows.append((row[0] or "", int(row[1] or 0), row[2] or "", slot))
             except Exception as exc:  # noqa: BLE001 - reported by stop(), never lost in the thread

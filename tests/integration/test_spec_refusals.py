@@ -10,6 +10,7 @@ dockerd, real worker processes."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import docker
 import pytest
@@ -27,7 +28,7 @@ from tests.support.procs import JobpoolProcess
 ], ids=["unknown-network", "workdir-is-a-file", "unknown-user"])
 def test_a_spec_the_daemon_refuses_fails_at_once_as_the_jobs_own_error(
         pool: Pool, spawn: Callable[..., JobpoolProcess], dclient: docker.DockerClient,
-        spec: dict[str, str], words: str) -> None:
+        spec: dict[str, Any], words: str) -> None:
     spawn()
     job = pool.enqueue(IMAGE, ["true"], **spec)
     done = pool.wait(job.id, timeout=60)

@@ -13,6 +13,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from rq.suspension import resume, suspend
@@ -97,10 +98,10 @@ def test_rqs_record_of_the_worker_after_jobs_whose_horses_said_done_early(sub_po
     one_standby(worker.pid)
     for _ in range(3):
         assert sub_pool.wait(sub_pool.enqueue("ignored", ["true"]).id, timeout=30).state is JobState.SUCCEEDED
-    (key,) = [k for k in sub_pool.client.smembers(f"rq:workers:{sub_pool.keys.rq_queue_name}")]
+    (key,) = [cast(str, k) for k in sub_pool.client.smembers(f"rq:workers:{sub_pool.keys.rq_queue_name}")]
 
     def books() -> dict[str, str]:
-        return sub_pool.client.hgetall(f"rq:worker:{key.removeprefix('rq:worker:')}")
+        return cast("dict[str, str]", sub_pool.client.hgetall(f"rq:worker:{key.removeprefix('rq:worker:')}"))
 
     record = eventually(lambda: (b := books()).get("successful_job_count") == "3" and b, timeout=10,
                         message="RQ counted the three deliveries")
@@ -142,7 +143,7 @@ def test_rqs_record_of_an_ended_delivery_is_deleted(sub_pool: Pool, spawn) -> No
     def gone() -> bool:
         return (not c.exists(sub_pool.keys.rq_job(job.id), f"rq:executions:{job.id}")
                 and not list(c.scan_iter(match=f"rq:execution:{job.id}:*"))
-                and not [m for m in c.zrange(started, 0, -1) if m.startswith(job.id)])
+                and not [m for m in cast("list[str]", c.zrange(started, 0, -1)) if m.startswith(job.id)])
 
     eventually(gone, timeout=10, message="RQ's job hash, executions and started entry deleted")
 

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import docker
 
@@ -68,7 +69,7 @@ class Overlap(threading.Thread):
 
 
 def history(pool: Pool, job_id: str) -> list[list[str]]:
-    raw = pool.client.hget(pool.keys.job(job_id), "history") or ""
+    raw = cast("str | None", pool.client.hget(pool.keys.job(job_id), "history")) or ""
     return [json.loads(line) for line in raw.split("\n") if line]
 
 
@@ -196,7 +197,8 @@ def test_no_stray_is_found_among_containers_the_rows_account_for(
                           message="each job runs") for j in jobs]
     daemon = running[0].daemon_id
     eventually(lambda: pool.client.hget(pool.keys.inventory(daemon), "containers") and all(
-        r.container_id in pool.client.hget(pool.keys.inventory(daemon), "containers") for r in running),
+        r.container_id in cast(str, pool.client.hget(pool.keys.inventory(daemon), "containers"))
+        for r in running),
         timeout=10, message="the inventory lists both containers")
     for _ in range(5):  # five more publications: none of them finds a stray
         at = pool.client.hget(pool.keys.inventory(daemon), "at")

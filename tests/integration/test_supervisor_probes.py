@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import docker
 import pytest
@@ -50,7 +51,8 @@ def test_hung_daemon_times_out_as_unknown(silent_daemon: str) -> None:
     result = probe_containers("p", {"a": 1, "b": 2}, docker_host=silent_daemon, timeout=0.5)
     assert time.monotonic() - started < 5
     assert set(result) == {"a", "b"} and all(isinstance(r, Unknown) for r in result.values())
-    assert "could not be asked" in result["a"].reason and "timed out" in result["a"].reason.lower()
+    reason = cast(Unknown, result["a"]).reason
+    assert "could not be asked" in reason and "timed out" in reason.lower()
 
 
 def test_no_daemon_at_all_is_unknown(tmp_path: Path) -> None:

@@ -17,13 +17,14 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import docker
 import pytest
 import redis
 from rq import Queue
 from rq.job import Job as RQJob
+from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 
 from jobpool import Pool
@@ -229,11 +230,12 @@ def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dc
 
     # The request ran and failed (say no worker could attach): the next sweep asks again, with a new id.
     raw.lrem(RQ_QUEUE_PREFIX + adoption_queue(pool, job_id), 0, rq_id)
-    rq_job.set_status("failed")
+    rq_job.set_status(JobStatus.FAILED)
     assert sup.sweep().decisions[0].outcome == "adoption requested"
     again = raw.get(pool.keys.adoption(job_id)).decode()
     assert again != rq_id and adoption_requests(raw, pool, job_id) == [again]
-    assert Queue(adoption_queue(pool, job_id), connection=raw).fetch_job(again).get_status() == "queued"
+    request = cast(RQJob, Queue(adoption_queue(pool, job_id), connection=raw).fetch_job(again))
+    assert request.get_status() == "queued"
     assert not raw.exists(RQJob.key_for(rq_id)), "the ended request could still be run late"
     container.remove(force=True)
 

@@ -209,6 +209,7 @@ def test_a_second_up_refuses_while_any_process_of_the_first_lives(tmp_path: Path
     if second.proc.poll() is None:
         pytest.fail(f"a second up started a second stack while the first one's worker lives: {second.log()}")
     code = second.proc.returncode
+    assert second.proc.stderr is not None
     err = second.proc.stderr.read().strip()
     assert code != 0 and len(err.splitlines()) == 1, err
     assert "already running" in err and re.search(rf"\bworker-\d+ {stopped['pid']}\b", err), err

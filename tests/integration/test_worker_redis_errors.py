@@ -12,6 +12,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable
+from typing import cast
 
 import redis
 
@@ -77,8 +78,8 @@ def runs_a_job_then(env: dict[str, str], worker: JobpoolProcess) -> None:
         claimed_by = [e["actor"] for e in pool.events(job.id) if e["reason"] == "claimed"]
         assert claimed_by
         # The boot record may have expired during the fault; the boot's next heartbeat writes it again.
-        boot_pid = eventually(lambda: pool.client.hget(pool.keys.boot(claimed_by[0]), "pid"), timeout=5,
-                              message="the claiming boot's record")
+        boot_pid = cast(str, eventually(lambda: pool.client.hget(pool.keys.boot(claimed_by[0]), "pid"),
+                                        timeout=5, message="the claiming boot's record"))
         assert int(boot_pid) == worker.pid, "run by the worker that met the fault"
     finally:
         pool.client.close()
@@ -107,7 +108,7 @@ def test_worker_outlives_redis_out_of_memory(
         fill_memory(admin)  # every write: OOM
         # Full memory does not wake a blocked client; its dequeue timing out (every few minutes) does.
         blocked = [c["id"] for c in admin.client_list() if c["cmd"] == "blmove" and "b" in c["flags"]]
-        assert blocked and admin.client_unblock(blocked[0], error=False)
+        assert blocked and admin.client_unblock(int(blocked[0]), error=False)
         hold_fault(worker, admin, at_least=3)
         admin.config_set("maxmemory", "0")
     runs_a_job_then(env, worker)
@@ -149,7 +150,7 @@ def test_worker_still_dies_of_an_error_that_waiting_does_not_fix(
             eventually(lambda: blocked_in_dequeue(admin), timeout=15, message="worker idle in its dequeue")
             admin.set(pool.keys.rq_queue, "not a list")
             blocked = [c["id"] for c in admin.client_list() if c["cmd"] == "blmove" and "b" in c["flags"]]
-            assert blocked and admin.client_unblock(blocked[0], error=False)  # its dequeue timing out
+            assert blocked and admin.client_unblock(int(blocked[0]), error=False)  # its dequeue timing out
     finally:
         pool.client.close()
     assert worker.wait(15) == 1

@@ -121,6 +121,7 @@ def test_pause_during_drain_wins(pool: Pool, spawn, client) -> None:
     assert w.wait(15) == 0
     assert pool.get(job.id).state == JobState.PAUSED
     resumed = pool.resume(job.id)
+    assert resumed is not None
     assert resumed.state in (JobState.QUEUED, JobState.RUNNING)
     spawn()
     done = pool.wait(job.id, timeout=60)

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
+#: What a predicate returns for "not yet" besides a value of its own type: `eventually` returns only a truthy
+#: value, so its result is typed without these (`x and y` predicates give `Literal[''] | Y`, say).
+NotYet = None | Literal[False, 0, "", b""]
 
 
 def eventually(
-    predicate: Callable[[], T],
+    # `...`: a predicate written in a loop takes its loop variables as defaulted parameters (ruff's B023);
+    # it is always called with none.
+    predicate: Callable[..., T | NotYet],
     timeout: float = 10.0,
     interval: float = 0.05,
     message: str = "condition was not met",

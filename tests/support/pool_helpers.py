@@ -7,7 +7,7 @@ Kept out of conftest.py so test modules can import these by name.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import fakeredis
 import redis
@@ -45,8 +45,12 @@ def enqueue(pool: Pool, *command: str, **kw: Any) -> Job:
     return pool.enqueue(image="busybox", command=list(command) or ["true"], **kw)
 
 
+# redis-py types every reply as bytes or str whatever the client; `Pool`'s client decodes (api.connect), so
+# the reads below are cast to the text they are.
+
+
 def row(pool: Pool, job_id: str) -> dict[str, str]:
-    return pool.client.hgetall(pool.keys.job(job_id))
+    return cast("dict[str, str]", pool.client.hgetall(pool.keys.job(job_id)))
 
 
 def state_of(pool: Pool, job_id: str) -> str:
@@ -60,19 +64,19 @@ def index_of(pool: Pool, job_id: str) -> list[str]:
 
 
 def queued_ids(pool: Pool) -> list[str]:
-    return pool.client.zrange(pool.keys.queued, 0, -1)
+    return cast("list[str]", pool.client.zrange(pool.keys.queued, 0, -1))
 
 
 def running_ids(pool: Pool) -> set[str]:
-    return set(pool.client.zrange(pool.keys.running, 0, -1))
+    return set(cast("list[str]", pool.client.zrange(pool.keys.running, 0, -1)))
 
 
 def rq_list(pool: Pool) -> list[str]:
-    return pool.client.lrange(pool.keys.rq_queue, 0, -1)
+    return cast("list[str]", pool.client.lrange(pool.keys.rq_queue, 0, -1))
 
 
 def rq_hash(backend: Backend, pool: Pool, job_id: str) -> dict[bytes, bytes]:
-    return backend.raw.hgetall(pool.keys.rq_job(job_id))
+    return cast("dict[bytes, bytes]", backend.raw.hgetall(pool.keys.rq_job(job_id)))
 
 
 def events_of(pool: Pool, job_id: str | None = None) -> list[dict[str, str]]:
@@ -99,7 +103,7 @@ def paused_pool(backend: Backend, n: int, slots: int = 1, **kw: Any) -> tuple[Po
 
 
 def lease(pool: Pool, job_id: str) -> str | None:
-    return pool.client.get(pool.keys.lease(job_id))
+    return cast("str | None", pool.client.get(pool.keys.lease(job_id)))
 
 
 def reconcile(pool: Pool, job_id: str, verdict: str, reason: str = "orphan_reconciled_no_container",

@@ -366,7 +366,8 @@ class DockerLaunchHold(_Proxy):
 
     def serve(self, client: socket.socket, upstream: socket.socket) -> None:
         hold_next = threading.Event()
-        swallow = {"left": 0, "reply": b""}  # a refused create's body still to read, then its answer
+        # A refused create's body still to read, then its answer.
+        swallow: dict[str, Any] = {"left": 0, "reply": b""}
 
         def upward(data: bytes) -> bool:
             if swallow["left"] > 0:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 import redis
 
@@ -106,7 +107,7 @@ class SentinelGroup:
         for s in self.sentinels:
             with contextlib.closing(s.client()) as c:
                 try:
-                    master = c.sentinel_master(SERVICE)
+                    master = cast("dict[str, Any]", c.sentinel_master(SERVICE))
                 except redis.RedisError:
                     return False
                 if master.get("num-slaves") != 1 or master.get("num-other-sentinels") != 2:
@@ -118,7 +119,7 @@ class SentinelGroup:
         answers: list[int] = []
         for s in self.sentinels:
             with contextlib.closing(s.client()) as c, contextlib.suppress(redis.RedisError):
-                addr = c.sentinel_get_master_addr_by_name(SERVICE)
+                addr = cast("tuple[str, int] | None", c.sentinel_get_master_addr_by_name(SERVICE))
                 if addr:
                     answers.append(int(addr[1]))
         return max(set(answers), key=answers.count) if answers else None

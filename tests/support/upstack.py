@@ -56,6 +56,7 @@ class Up:
     def __init__(self, cwd: Path, name: str, args: tuple[str, ...], seen: list[dict[str, Any]],
                  tty: bool = False, env: dict[str, str] | None = None) -> None:
         self.cwd, self.seen = cwd, seen
+        self.proc: subprocess.Popen[Any]  # bytes on a terminal, text with its stderr piped
         self.log_path = cwd / f"{name}.log"
         self.state_file = cwd / ".jobpool" / "up.json"
         argv = [sys.executable, "-m", "jobpool.cli", "up", *args]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -89,7 +90,7 @@ def test_the_generated_block_holds_the_contract_values(backend: Backend) -> None
 def test_lua_slot_ceiling_is_the_contract_one(backend: Backend) -> None:
     pool = backend.pool()
     pool.run("set_slots", pool.candidates(0), [MAX_SLOTS, "test"])
-    assert int(pool.client.hget(pool.keys.config, "max_concurrent_jobs")) == MAX_SLOTS
+    assert int(cast(str, pool.client.hget(pool.keys.config, "max_concurrent_jobs"))) == MAX_SLOTS
     with pytest.raises(errors.InvalidArgument):
         pool.run("set_slots", pool.candidates(0), [MAX_SLOTS + 1, "test"])
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -41,7 +41,8 @@ def publish(pool: Pool, boot: str, containers: str = "[]", daemon: str = D1, com
 
 
 def read(pool: Pool, daemon: str = D1) -> Any:
-    return parse(dict(zip(FIELDS, pool.client.hmget(pool.keys.inventory(daemon), FIELDS), strict=True)))
+    fields = cast("list[str | None]", pool.client.hmget(pool.keys.inventory(daemon), FIELDS))
+    return parse(dict(zip(FIELDS, fields, strict=True)))
 
 
 def test_one_publisher_per_daemon_and_only_it_writes(backend: Backend) -> None:
@@ -277,7 +278,7 @@ D2 = "jpd1:" + "b" * 32 + "@boot-1"
 def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
     """Running containers of one daemon, each a case of jobpool/strays.py's rule, and their rows."""
     k = pool.keys
-    rows = {
+    rows: dict[str, dict[Any, Any]] = {  # hashes as written by hand
         "own": {"state": "running", "attempt": 2, "daemon_id": D1, "container_id": "c-own",
                 "owner_boot": "b1"},
         "unrecorded": {"state": "running", "attempt": 1, "daemon_id": D1, "owner_boot": "b1"},
@@ -321,14 +322,14 @@ def test_the_holder_stops_and_publishes_the_strays_of_its_daemon(backend: Backen
     daemon, publisher = stray_daemon(pool)
     settled(publisher)
     assert publisher.tick().startswith("published")
-    raw = pool.client.hget(pool.keys.inventory(D1), "strays")
+    raw = cast(str, pool.client.hget(pool.keys.inventory(D1), "strays"))
     published = {x.container_id: x for x in strays.decode(raw, D1)}
     assert sorted(published) == STRAYS
     assert "runs as container c-on-d2 on daemon " + D2 in published["c-elsewhere"].reason
     assert "not its job's current attempt (3)" in published["c-superseded"].reason
     assert "no row" in published["c-gone"].reason
     eventually(lambda: sorted(daemon.stopped) == STRAYS, timeout=5, message="every stray was stopped")
-    lines = pool.client.hget(pool.keys.job("elsewhere"), "history").split("\n")
+    lines = cast(str, pool.client.hget(pool.keys.job("elsewhere"), "history")).split("\n")
     history = [json.loads(line) for line in lines]
     assert history[-1][3] == "stray_stopped" and "c-elsewhere"[:12] in history[-1][4]
     assert pool.client.hget(pool.keys.job("own"), "history") is None
@@ -336,7 +337,7 @@ def test_the_holder_stops_and_publishes_the_strays_of_its_daemon(backend: Backen
     # Gone once stopped: the next listing shows them ended, and the inventory no stray.
     daemon.judged.update({cid: Present(False, 0, container_id=cid) for cid in STRAYS})
     assert publisher.tick().startswith("published")
-    assert strays.decode(pool.client.hget(pool.keys.inventory(D1), "strays"), D1) == []
+    assert strays.decode(cast(str, pool.client.hget(pool.keys.inventory(D1), "strays")), D1) == []
     assert pool.status().strays == ()
     publisher.strays.close()
 
@@ -347,6 +348,6 @@ def test_no_stray_is_judged_while_redis_settles(backend: Backend) -> None:
     daemon, publisher = stray_daemon(pool)
     publisher.trust.lost()
     assert publisher.tick().startswith("published")
-    assert strays.decode(pool.client.hget(pool.keys.inventory(D1), "strays"), D1) == []
+    assert strays.decode(cast("str | None", pool.client.hget(pool.keys.inventory(D1), "strays")), D1) == []
     assert daemon.stopped == [] and daemon.removed == []
     publisher.strays.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from importlib import resources
+from typing import cast
 
 import pytest
 
@@ -24,7 +25,8 @@ SCRIPTS = resources.files("jobpool") / "scripts"
 
 
 def fields(pool: Pool) -> dict[str, int]:
-    return {k: int(float(v)) for k, v in pool.client.hgetall(pool.keys.metrics).items()}
+    counters = cast("dict[str, str]", pool.client.hgetall(pool.keys.metrics))
+    return {k: int(float(v)) for k, v in counters.items()}
 
 
 def transitions(pool: Pool) -> dict[tuple[str, str], int]:

@@ -7,9 +7,11 @@ job back to its place (no recovery budget spent) with a reason that says so, and
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
-from jobpool.models import JobState
+from jobpool.models import Job, JobState
 from tests.support.attempts import claim
 from tests.support.pool_helpers import (
     Backend,
@@ -33,7 +35,7 @@ def withdrawn(backend: Backend):  # noqa: ANN201 - (pool, job, attempt, the job 
     att = claim(pool, job.id)
     pool.pause(job.id)
     assert att.heartbeat().pause  # the watcher sees it and sends SIGTERM
-    assert pool.resume(job.id).state is JobState.RUNNING
+    assert cast(Job, pool.resume(job.id)).state is JobState.RUNNING
     pool.pause(None)
     return pool, job, att, behind
 

@@ -6,7 +6,7 @@ prune given stale or wrong input removes nothing it should not.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -57,7 +57,7 @@ def adopt_request(backend: Backend, pool: Pool, job_id: str) -> str:
 def traces(backend: Backend, pool: Pool, job_id: str) -> list[str]:
     c = backend.client
     found = [k for k in pool.keys.leftovers(job_id) if c.exists(k)]
-    found += [k for k in c.keys(pool.keys.rq_job(f"{ADOPT_RQ_PREFIX}{job_id}-*"))]
+    found += cast("list[str]", c.keys(pool.keys.rq_job(f"{ADOPT_RQ_PREFIX}{job_id}-*")))
     found += [k for k in (pool.keys.rq_finished, pool.keys.rq_failed) if c.zscore(k, job_id) is not None]
     found += [s.value for s in JobState if c.zscore(pool.keys.state_index(s.value), job_id) is not None]
     return found

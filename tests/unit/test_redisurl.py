@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from importlib import metadata
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import redis
 from redis.backoff import NoBackoff
+from redis.connection import AbstractConnection
 from redis.retry import Retry
+from redis.sentinel import SentinelConnectionPool
 
 from jobpool import ConfigError, Settings, redisopts
 from jobpool.config import STATE_FILE
@@ -59,18 +62,28 @@ def test_a_password_is_never_shown() -> None:
 
 def test_wait_settings_are_bounded() -> None:
     assert Settings(redis_wait_replicas=2, redis_wait_timeout_secs=0.5).redis_wait_replicas == 2
-    for bad in ({"redis_wait_replicas": 17}, {"redis_wait_replicas": -1}, {"redis_wait_timeout_secs": 0}):
+    bads: list[dict[str, Any]] = [{"redis_wait_replicas": 17}, {"redis_wait_replicas": -1},
+                                  {"redis_wait_timeout_secs": 0}]
+    for bad in bads:
         with pytest.raises(ConfigError):
             Settings(**bad)
+
+
+def made(redis_client: redis.Redis) -> AbstractConnection:
+    """A connection of `redis_client`'s pool, made and not connected."""
+    return cast(AbstractConnection, redis_client.connection_pool.make_connection())
+
+
+def sentinels_of(redis_client: redis.Redis) -> list[redis.Redis]:
+    return cast(SentinelConnectionPool, redis_client.connection_pool).sentinel_manager.sentinels
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "redis+sentinel://127.0.0.1:1/mymaster/0"])
 def test_no_command_is_sent_again_by_redis_py(url: str) -> None:
     """A lost reply may have been applied: jobpool's clients are made without redis-py's retries, whatever
     the installed redis-py's default is (its connections are made, not connected)."""
-    assert client(url).connection_pool.make_connection().retry._retries == 0
-    given = client(url, retry=Retry(NoBackoff(), 2))
-    assert given.connection_pool.make_connection().retry._retries == 2
+    assert made(client(url)).retry._retries == 0
+    assert made(client(url, retry=Retry(NoBackoff(), 2))).retry._retries == 2
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "redis+sentinel://127.0.0.1:1/mymaster/0"])
@@ -78,8 +91,9 @@ def test_connections_share_the_client_info_made_once(url: str) -> None:
     """redis-py 8 builds its name and version for CLIENT SETINFO per connection, reading the installed
     packages' metadata each time; jobpool's clients pass the one made at import (redis-py's own values)."""
     pytest.importorskip("redis.driver_info")
-    first, second = (client(url).connection_pool.make_connection() for _ in range(2))
+    first, second = (made(client(url)) for _ in range(2))
     assert first.driver_info is second.driver_info
+    assert first.driver_info is not None
     assert first.driver_info.lib_version == metadata.version("redis")
     assert first.driver_info.formatted_name == "redis-py"
 
@@ -175,7 +189,7 @@ def test_a_bad_database_is_one_clear_refusal(url: str, said: str) -> None:
 ])
 def test_a_database_said_once_is_the_one_used(url: str, db: int) -> None:
     Settings(redis_url=url)
-    assert client(url).connection_pool.make_connection().db == db
+    assert made(client(url)).db == db
 
 
 @pytest.mark.parametrize(("url", "said"), [
@@ -210,9 +224,9 @@ def test_an_option_redis_py_does_not_take_is_refused_at_start(url: str, said: st
 ])
 def test_options_redis_py_takes_are_accepted_and_reach_its_connections(url: str) -> None:
     Settings(redis_url=url)
-    made = client(url).connection_pool.make_connection()  # made, not connected: redis-py takes every option
+    connection = made(client(url))  # made, not connected: redis-py takes every option
     if "socket_timeout=" in url.partition("sentinel_")[0]:
-        assert made.socket_timeout == float(url.partition("socket_timeout=")[2].partition("&")[0])
+        assert connection.socket_timeout == float(url.partition("socket_timeout=")[2].partition("&")[0])
 
 
 def test_a_misspelt_option_is_what_redis_py_fails_on_only_at_the_first_connection() -> None:
@@ -228,7 +242,7 @@ def test_the_options_are_read_from_redis_py_signatures() -> None:
     class NewerConnection(redis.connection.Connection):
         def __init__(self, tcp_user_timeout: float | None = None, tracer: object = None,
                      **kwargs: object) -> None:
-            super().__init__(**kwargs)  # type: ignore[arg-type]
+            super().__init__(**kwargs)
 
     names = redisopts._options(redis.ConnectionPool, NewerConnection)
     assert "tcp_user_timeout" in names and "tracer" not in names
@@ -242,13 +256,13 @@ def test_the_options_are_read_from_redis_py_signatures() -> None:
 def test_sentinel_options_go_to_the_sentinels_and_the_others_to_the_data_nodes() -> None:
     url = f"redis+sentinel://alice:{SECRET}@a:1/svc/2?socket_timeout=3&sentinel_password=s-pw"
     made = client(url)
-    sentinel = made.connection_pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs
+    sentinel = sentinels_of(made)[0].connection_pool.connection_kwargs
     assert sentinel["password"] == "s-pw" and sentinel["socket_timeout"] == 2.0  # jobpool's default
     data = made.connection_pool.connection_kwargs
     assert (data["username"], data["password"], data["db"]) == ("alice", SECRET, 2)
     assert data["socket_timeout"] == 3.0
     quick = client("redis+sentinel://a:1/svc?sentinel_socket_timeout=0.5")
-    assert quick.connection_pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs[
+    assert sentinels_of(quick)[0].connection_pool.connection_kwargs[
         "socket_timeout"] == 0.5
 
 

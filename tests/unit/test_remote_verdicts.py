@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from jobpool import errors, forget_daemon, gone_daemons, unforget_daemon
 from jobpool.api import Pool
 from jobpool.inventory import FORGET_MS, Entry, encode
+from jobpool.status import Daemons, StatusReport
 from jobpool.supervisor import remote
 from jobpool.supervisor.adoption import Adoptions
 from jobpool.supervisor.apply import Applier
@@ -174,7 +175,7 @@ def test_an_inventory_is_dated_by_when_its_listing_began(backend: Backend) -> No
                         [D1, "pub", "boot-1", 60_000, 600_000, "1", "[]", FORGET_MS, at])
 
     assert int(send(listed)[1]) == listed
-    assert int(pool.client.hget(k.inventory(D1), "at")) == listed
+    assert int(cast(str, pool.client.hget(k.inventory(D1), "at"))) == listed
     for bad in (pool.now_ms() + 60_000, pool.now_ms() - 120_000):  # from the future; older than the lead
         with pytest.raises(errors.InvalidArgument):
             send(bad)
@@ -335,11 +336,17 @@ def gone_now(pool: Pool, daemon: str = D1) -> None:
 
 
 def returned(pool: Pool) -> list[dict[str, Any]]:
-    return [json.loads(r) for r in pool.client.zrange(pool.keys.returned_daemons, 0, -1)]
+    return [json.loads(r) for r in cast("list[str]", pool.client.zrange(pool.keys.returned_daemons, 0, -1))]
+
+
+def daemons_of(report: StatusReport) -> Daemons:
+    assert report.daemons is not None, "a pool's status reports its daemons"
+    return report.daemons
 
 
 def pool_events(pool: Pool) -> list[dict[str, str]]:
-    return [fields for _, fields in pool.client.xrange(pool.keys.events)]
+    entries = cast("list[tuple[str, dict[str, str]]]", pool.client.xrange(pool.keys.events))
+    return [fields for _, fields in entries]
 
 
 def test_a_daemon_declared_gone_that_publishes_again_is_not_gone(backend: Backend) -> None:
@@ -440,10 +447,10 @@ def test_a_slot_waiting_on_an_affinity_to_a_daemon_silent_for_a_week_is_named_an
     pool.client.hset(pool.keys.job(job_id), mapping={"affinity": D1, "affinity_queue": queue})
     assert pool.client.zscore(pool.keys.running, job_id) is not None and pool.get(job_id).owner_boot == ""
     assert pool.client.zscore(pool.keys.inventories, D1) is None, "never in the index (or aged out of it)"
-    (held,) = pool.status().daemons.stale
+    (held,) = daemons_of(pool.status()).stale
     assert (held.daemon_id, held.jobs) == (D1, (job_id,))
     forget_daemon(pool, D1, note="the host of its checkpoints was destroyed")
-    assert pool.status().daemons.stale == () and pool.status().daemons.gone == (D1,)
+    assert daemons_of(pool.status()).stale == () and daemons_of(pool.status()).gone == (D1,)
 
 
 def test_only_a_running_row_makes_an_unpublished_daemon_forgettable(backend: Backend) -> None:
@@ -466,11 +473,11 @@ def test_status_names_the_daemons_holding_slots_on_stale_evidence_and_those_back
     live, _ = orphan_on(pool, D1)
     pool.client.set(pool.keys.lease(live), "someone:1")  # its worker lives: held on its lease, not stale
     at = publish(pool, D1, [Entry(job_id, attempt, "running", container_id="c1")])
-    assert pool.status().daemons.stale == (), "a fresh inventory: the sweep judges from it"
+    assert daemons_of(pool.status()).stale == (), "a fresh inventory: the sweep judges from it"
     gone_now(pool)
-    last = int(pool.client.hget(pool.keys.inventory(D1), "at"))
+    last = int(cast(str, pool.client.hget(pool.keys.inventory(D1), "at")))
     report = pool.status()
-    (held,) = report.daemons.stale
+    (held,) = daemons_of(report).stale
     assert (held.daemon_id, held.jobs, held.since_ms, held.last_published_ms) == (D1, (job_id,), last, last)
     assert any(f"jobpool forget-daemon {D1}" in w and job_id in w for w in report.health.warnings)
     assert report.to_dict()["daemons"]["stale"][0]["command"] == f"jobpool forget-daemon {D1}"
@@ -478,15 +485,15 @@ def test_status_names_the_daemons_holding_slots_on_stale_evidence_and_those_back
     pool.client.delete(pool.keys.inventory(D1))
     pool.client.zrem(pool.keys.inventories, D1)
     pool.client.hset(pool.keys.job(job_id), "heartbeat_at", at - 5)
-    (held,) = pool.status().daemons.stale
+    (held,) = daemons_of(pool.status()).stale
     assert (held.since_ms, held.last_published_ms) == (at - 5, None)
     forget_daemon(pool, D1)
     report = pool.status()
-    assert (report.daemons.stale, report.daemons.gone) == ((), (D1,))
+    assert (daemons_of(report).stale, daemons_of(report).gone) == ((), (D1,))
     publish(pool, D1, [])
     report = pool.status()
-    (back,) = report.daemons.returned
-    assert (back.daemon_id, back.how, report.daemons.gone) == (D1, "published", ())
+    (back,) = daemons_of(report).returned
+    assert (back.daemon_id, back.how, daemons_of(report).gone) == (D1, "published", ())
     assert any(f"daemon {D1} declared gone" in w and "came back" in w for w in report.health.warnings)
 
 

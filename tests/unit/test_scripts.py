@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from rq.job import Job as RQJob
@@ -608,7 +608,7 @@ def test_log_tail_keeps_the_last_64_kib(backend: Backend) -> None:
     job = enqueue(pool)
     tail = b"\xff\xfe" + b"a" * (LOG_TAIL_BYTES + 10) + b"END"
     claim(pool, job.id).finish("exit", 0, log_tail=tail)
-    stored = backend.raw.hget(pool.keys.job(job.id), "log_tail")
+    stored = cast(bytes, backend.raw.hget(pool.keys.job(job.id), "log_tail"))
     assert len(stored) < 2048  # 64 KiB of one letter, stored compressed (jobpool/logtail.py)
     assert pool.logs(job.id) == tail[-LOG_TAIL_BYTES:].decode()
 

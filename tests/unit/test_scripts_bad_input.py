@@ -4,7 +4,8 @@ compared before and after), and the read side (`list`, `stats`) follows the stat
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 
@@ -102,8 +103,10 @@ def test_unknown_or_garbage_id_is_not_found_and_writes_nothing(backend: Backend,
     enqueue(pool)
     enqueue(pool)
     before = backend.keyspace()
-    fn = {"get": pool.get, "cancel": pool.cancel, "pause": pool.pause, "resume": pool.resume,
-          "evict": lambda i: pool.evict(i, 1), "logs": pool.logs}[call]
+    calls: dict[str, Callable[[Any], object]] = {
+        "get": pool.get, "cancel": pool.cancel, "pause": pool.pause, "resume": pool.resume,
+        "evict": lambda i: pool.evict(i, 1), "logs": pool.logs}
+    fn = calls[call]
     with pytest.raises(errors.NotFound):
         fn(job_id)
     assert backend.keyspace() == before
@@ -157,5 +160,5 @@ def test_pools_are_isolated(backend: Backend) -> None:
         a.get(jb.id)
     assert rq_list(a) == [ja.id] and rq_list(b) == [jb.id]
     assert a.keys.rq_queue == "rq:queue:jobpool-alpha"
-    for key in backend.raw.keys("*"):
+    for key in cast("list[bytes]", backend.raw.keys("*")):
         assert key.startswith((b"jobpool:{alpha}:", b"jobpool:{beta}:", b"rq:")), key

@@ -8,6 +8,7 @@ and after.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -112,9 +113,10 @@ def test_illegal_pause_and_resume_are_invalid_state_and_write_nothing(backend: B
     paused = enqueue(pool)
     pool.pause(paused.id)
     before = backend.keyspace()
-    cases = [(pool.pause, done.id, "succeeded"), (pool.pause, paused.id, "paused"),
-             (pool.resume, running.id, "running"), (pool.resume, queued.id, "queued"),
-             (pool.resume, done.id, "succeeded")]
+    cases: list[tuple[Callable[[str], object], str, str]] = [
+        (pool.pause, done.id, "succeeded"), (pool.pause, paused.id, "paused"),
+        (pool.resume, running.id, "running"), (pool.resume, queued.id, "queued"),
+        (pool.resume, done.id, "succeeded")]
     for call, job_id, state in cases:
         with pytest.raises(errors.InvalidState) as info:
             call(job_id)

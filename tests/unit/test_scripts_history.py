@@ -9,6 +9,7 @@ checked against.
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from jobpool.api import MAX_TEXT_BYTES, Pool
 from jobpool.contract import (
@@ -18,7 +19,7 @@ from jobpool.contract import (
     REASON_HISTORY_TRIMMED,
 )
 from tests.support.attempts import claim
-from tests.support.pool_helpers import Backend, enqueue, events_of
+from tests.support.pool_helpers import Backend, enqueue, events_of, row
 
 CUT_MARK = re.compile(r"…\((\d+) bytes cut\)\Z")
 MARKER_EVIDENCE = re.compile(r"(\d+) events dropped to bound the history \(ids (\S+) to (\S+), "
@@ -27,8 +28,8 @@ MARKER_EVIDENCE = re.compile(r"(\d+) events dropped to bound the history \(ids (
 
 def stream_events(pool: Pool, job_id: str) -> list[dict[str, str]]:
     """Every event of `job_id` in the pool's stream, oldest first (filtered from the stream, not the row)."""
-    return [{"id": entry_id, **fields} for entry_id, fields in pool.client.xrange(pool.keys.events)
-            if fields.get("job") == job_id]
+    entries = cast("list[tuple[str, dict[str, str]]]", pool.client.xrange(pool.keys.events))
+    return [{"id": entry_id, **fields} for entry_id, fields in entries if fields.get("job") == job_id]
 
 
 def pause_and_resume(pool: Pool, job_id: str, times: int, reason: str) -> None:
@@ -91,7 +92,7 @@ def test_a_history_past_its_cap_keeps_its_head_its_newest_and_one_marker(backend
     pool.pause(job.id, reason="the last pause")
     written = stream_events(pool, job.id)
     history = events_of(pool, job.id)
-    assert len(pool.client.hget(pool.keys.job(job.id), "history").encode()) <= HISTORY_MAX_BYTES
+    assert len(row(pool, job.id)["history"].encode()) <= HISTORY_MAX_BYTES
 
     head, marker, newest = history[:HISTORY_HEAD_EVENTS], history[HISTORY_HEAD_EVENTS], \
         history[HISTORY_HEAD_EVENTS + 1:]
@@ -124,7 +125,7 @@ def test_texts_the_encoder_escapes_are_trimmed_the_same_way(backend: Backend) ->
     pool.resume(job.id)
     pause_and_resume(pool, job.id, 3, text)
     history, written = events_of(pool, job.id), stream_events(pool, job.id)
-    assert len(pool.client.hget(pool.keys.job(job.id), "history").encode()) <= HISTORY_MAX_BYTES
+    assert len(row(pool, job.id)["history"].encode()) <= HISTORY_MAX_BYTES
     assert history[:HISTORY_HEAD_EVENTS] == written[:HISTORY_HEAD_EVENTS]
     assert [e["reason"] for e in history[:HISTORY_HEAD_EVENTS]] == ["enqueued", "promoted", "claimed"]
     assert history[HISTORY_HEAD_EVENTS]["reason"] == REASON_HISTORY_TRIMMED

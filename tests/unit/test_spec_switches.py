@@ -6,6 +6,7 @@ release wrote it)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,8 @@ def test_must_be_a_bool(name: str, bad: object) -> None:
 @pytest.mark.parametrize("name, says", [("init", "no (the command runs as PID 1)"),
                                         ("checkpoint", "no (no JOBPOOL_CHECKPOINT_DIR, no affinity)")])
 def test_show_and_json_say_when_a_switch_is_off(pool: Pool, name: str, says: str) -> None:
-    job = pool.get(pool.enqueue("busybox", ["true"], **{name: False}).id)
+    switch: dict[str, Any] = {name: False}
+    job = pool.get(pool.enqueue("busybox", ["true"], **switch).id)
     assert job.to_dict()["spec"][name] is False
     assert says in job_details(job, 0)
     on = pool.get(pool.enqueue("busybox", ["true"]).id)

@@ -17,7 +17,7 @@ least `MACHINE_STEPS_CI` steps per backend, which the test checks it ran.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
@@ -34,7 +34,7 @@ from jobpool.models import JobState
 from jobpool.spec import build_spec
 from jobpool.workers.attempt import Attempt
 from tests.support.constants import IN_CI, MACHINE_STEPS_CI
-from tests.support.pool_helpers import Backend
+from tests.support.pool_helpers import Backend, queued_ids
 from tests.support.snapshot import keyspace
 
 #: The daemon identity every claim records (adoption compares it: scripts/adopt.lua).
@@ -71,7 +71,7 @@ class PoolMachine(RuleBasedStateMachine):
         return dict(zip(self.ids, pipe.execute(), strict=True))
 
     def row(self, job_id: str) -> dict[str, str]:
-        return self.pool.client.hgetall(self.pool.keys.job(job_id))
+        return cast("dict[str, str]", self.pool.client.hgetall(self.pool.keys.job(job_id)))
 
     def owners(self) -> dict[str, Attempt]:
         """The attempt that owns each claimed running row, read from Redis."""
@@ -119,7 +119,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule()
     def promote(self) -> None:
-        queued = self.pool.client.zrange(self.pool.keys.queued, 0, -1)
+        queued = queued_ids(self.pool)
         free = max(0, self.max_slots() - len(self.pool.client.zrange(self.pool.keys.running, 0, -1)))
         n = self.pool.promote()
         expected = 0 if self.queue_paused() else min(free, len(queued))
