@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import cast
+from typing import Any, cast
 
 import docker
 import pytest
@@ -42,7 +42,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def containers(self) -> list[dict]:
+    def containers(self) -> list[dict[str, Any]]:
         return self.dclient.api.containers(all=True, filters={"label": f"jobpool.job_id={self.job_id}"})
 
     def _run(self) -> None:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Any
 
 import docker
 import pytest
@@ -17,7 +18,7 @@ from tests.support.polling import eventually
 IGNORES_TERM = "trap '' TERM; echo started; while true; do sleep 0.1; done"
 
 
-def job_containers(client: docker.DockerClient, job_id: str, running_only: bool = True) -> list:
+def job_containers(client: docker.DockerClient, job_id: str, running_only: bool = True) -> list[Any]:
     return client.containers.list(all=not running_only, sparse=True,
                                   filters={"label": f"jobpool.job_id={job_id}"})
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from jobpool import JobState, Pool
 from jobpool.procid import identity_of, same_process_alive
@@ -84,7 +85,7 @@ def test_identity_from_another_namespace_is_unknown() -> None:
     """Seen from outside, a pid recorded inside another pid namespace proves nothing either way."""
     proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sleep", "30"])
     try:
-        def inner_identity() -> dict | None:
+        def inner_identity() -> dict[str, Any] | None:
             kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
             return identity_of(int(kids[0])) if kids else None
 

@@ -96,7 +96,7 @@ class SentinelGroup:
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
         return f"redis+sentinel://{hosts}/{SERVICE}"
 
-    def _info(self, server: RedisServer) -> dict:
+    def _info(self, server: RedisServer) -> dict[str, Any]:
         with contextlib.closing(direct_client(server)) as c:
             try:
                 return dict(c.info("replication"))

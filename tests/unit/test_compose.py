@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -12,7 +13,7 @@ from jobpool.redispolicy import NOEVICTION, ROW_LISTPACK_SETTING, ROW_LISTPACK_V
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _compose() -> dict:
+def _compose() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
@@ -61,7 +62,7 @@ def test_every_compose_setting_is_a_valid_jobpool_setting() -> None:
     assert s.drain_timeout_secs == int(env["JOBPOOL_DRAIN_TIMEOUT_SECS"])
 
 
-def _stack() -> dict:
+def _stack() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "docker-stack.yml").read_text())
 
 

@@ -4,6 +4,8 @@ and the daemon's own faults seen in soaks (bench/soak.py) must not read as the j
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from jobpool.spec import build_spec
@@ -21,7 +23,7 @@ def spec(**fields: object):
     ({}, 'OCI runtime create failed: exec: "app": executable file not found in $PATH'),
     ({"mounts": ["/srv/data:/data:ro"]}, "invalid mount config: bind source path does not exist: /srv/data"),
 ])
-def test_words_that_name_the_spec_refuse_it(fields: dict, words: str) -> None:
+def test_words_that_name_the_spec_refuse_it(fields: dict[str, Any], words: str) -> None:
     assert names_the_spec(words, spec(**fields))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from tests.support.pool_helpers import Backend, enqueue
 OURS, THEIRS = "boot-ours", "boot-theirs"
 
 
-def launched(container_id: str = "c-ours", identity: dict | None = None) -> SimpleNamespace:
+def launched(container_id: str = "c-ours", identity: dict[str, Any] | None = None) -> SimpleNamespace:
     return SimpleNamespace(container_id=container_id, daemon_id="d1", identity=identity)
 
 
