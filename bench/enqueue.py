@@ -47,8 +47,8 @@ from rq.serializers import JSONSerializer  # noqa: E402
 from servers import RedisServer  # noqa: E402
 
 from jobpool import Pool  # noqa: E402
-from jobpool.api import connect  # noqa: E402
 from jobpool.config import Settings  # noqa: E402
+from jobpool.store.redisurl import connect  # noqa: E402
 
 #: The RQ baseline's job function, by dotted path (RQ does not import it at enqueue time).
 TRIVIAL_FUNC = "os.getpid"

@@ -57,9 +57,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from procs import JobpoolProcess  # noqa: E402 - after the path set-up above
 from servers import RedisServer, redis_server_binary  # noqa: E402
 
-from jobpool import Pool, logtail, redispolicy, retention  # noqa: E402
+from jobpool import Pool, logtail, retention  # noqa: E402
 from jobpool.config import Settings  # noqa: E402
 from jobpool.procid import identity_of, kernel_boot_id  # noqa: E402
+from jobpool.store import redispolicy  # noqa: E402
 from jobpool.supervisor import ContainerProber, Supervisor  # noqa: E402
 from jobpool.workers.attempt import Attempt  # noqa: E402
 
@@ -293,7 +294,7 @@ def part_row_cost(n: int) -> dict[str, Any]:
 # ---- 2. lifetime ------------------------------------------------------------------------------------------
 
 ENDINGS = ["succeeded"] * 5 + ["failed"] * 3 + ["cancelled"] * 2
-#: The keys a job may leave (keys.py `leftovers`), by kind as `key_kinds` names them.
+#: The keys a job may leave (store/keys.py `leftovers`), by kind as `key_kinds` names them.
 PER_JOB_KINDS = ("jobpool:job", "jobpool:lease", "jobpool:adopt", "rq:job", "rq:results")
 
 
@@ -535,7 +536,7 @@ def script_mix(pool: Pool, n: int) -> None:
 
 
 def keys_of_jobs(pool: Pool) -> tuple[int, Counter[str]]:
-    """How many finished jobs `pool` retains, and the keys they hold, by kind (keys.py `leftovers`)."""
+    """How many finished jobs `pool` retains, and the keys they hold, by kind (store/keys.py `leftovers`)."""
     ids = [j for state in ENDED for j in pool.client.zrange(pool.keys.state_index(state), 0, -1)]
     kinds = ("job", "rq:job", "rq:results", "lease", "adopt")
     pipe = pool.client.pipeline(transaction=False)

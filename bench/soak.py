@@ -99,7 +99,7 @@ from soak_watch import TERMINAL, EventLog, Keyspace, keyspace_line  # noqa: E402
 
 from jobpool import JobState, Pool  # noqa: E402
 from jobpool.errors import JobpoolError  # noqa: E402
-from jobpool.keys import PoolKeys  # noqa: E402
+from jobpool.store.keys import PoolKeys  # noqa: E402
 
 TIMINGS = {
     "JOBPOOL_HEARTBEAT_SECS": "0.3",

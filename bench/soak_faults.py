@@ -31,7 +31,7 @@ from soak_fleet import POOL, Fleet, all_events, remove_path, stamp, stream_id
 from jobpool import Pool
 from jobpool.contract import LABEL_JOB, LABEL_POOL
 from jobpool.errors import JobpoolError
-from jobpool.registry import script_text
+from jobpool.store.runner import script_text
 
 #: Faults armed now and met later, when the moment they need comes. The others are injected at once.
 ARMED = ("shared_id_daemon", "slow_launch", "lost_reply", *EDGE_ARMED)

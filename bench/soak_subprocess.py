@@ -69,7 +69,7 @@ from soak_watch import TERMINAL, EventLog  # noqa: E402
 from jobpool import JobState, Pool, jobcgroup  # noqa: E402
 from jobpool.contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_POOL  # noqa: E402
 from jobpool.errors import JobpoolError  # noqa: E402
-from jobpool.keys import PoolKeys  # noqa: E402
+from jobpool.store.keys import PoolKeys  # noqa: E402
 
 POOL = "subsoak"
 FAULTS = ("worker_sigkill", "worker_sigterm", "supervisor_restart", "cancel", "pause_resume")

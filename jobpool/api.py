@@ -15,18 +15,19 @@ from typing import Any
 
 import redis
 
-from . import errors, logtail, redisurl, retention, submit
+from . import errors, logtail, retention, submit
 from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
 from .contract import EVENT_TEXT_MAX_BYTES, MAX_SLOTS
 from .digits import ascii_whole
-from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
-from .registry import Scripts, call_redis
 from .retention import PruneReport
 from .spec import utf8_size
 from .status import Health, StatusReport, read_status
+from .store.keys import PoolKeys
+from .store.redisurl import connect
+from .store.runner import Scripts, call_redis
 from .submit import BATCH_SIZE
 
 log = logging.getLogger("jobpool")
@@ -40,12 +41,6 @@ MAX_LIST = 1_000_000
 #: A reason or evidence text: stored in rows and events, so bounded; half of what the scripts keep of an
 #: event's text (contract.py), so what a caller gives is recorded whole.
 MAX_TEXT_BYTES = EVENT_TEXT_MAX_BYTES // 2
-
-
-def connect(url: str) -> redis.Redis:
-    """A client for jobpool's own keys: replies decoded as text (a log tail that is not UTF-8 is replaced)."""
-    return redisurl.client(url, decode_responses=True, encoding_errors="replace",
-                           socket_connect_timeout=5, health_check_interval=30)
 
 
 class Pool(Browsing):
@@ -234,7 +229,7 @@ class Pool(Browsing):
 
     def _limit(self, stored: str | None) -> int:
         """The limit the scripts use (scripts/_lib.lua max_slots): the stored one if it is a number, else
-        this pool's default, which every script is given (registry.Scripts)."""
+        this pool's default, which every script is given (runner.Scripts)."""
         try:
             value = float(stored) if stored is not None else math.nan
         except ValueError:

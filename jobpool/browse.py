@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import errors
-from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
-from .registry import call_redis
+from .store.keys import PoolKeys
+from .store.runner import call_redis
 
 #: The most jobs on one page, and the furthest offset a caller may ask for.
 MAX_PAGE = 1000

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from . import daemonid, procid
 from .contract import LABEL_POOL
 from .errors import InvalidArgument, JobpoolError
-from .registry import call_redis
+from .store.runner import call_redis
 
 if TYPE_CHECKING:
     from .api import Pool

@@ -26,7 +26,7 @@ from . import errors
 from .api import Pool
 from .daemonid import IDENTITY
 from .inventory import FORGET_MS
-from .registry import call_redis
+from .store.runner import call_redis
 
 #: A daemon's recorded running rows are read in batches of this many ids (`running` is bounded by the slots).
 _ROWS_BATCH = 500

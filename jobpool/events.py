@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import errors
-from .registry import call_redis, wrap_redis_error
+from .store.runner import call_redis, wrap_redis_error
 
 if TYPE_CHECKING:
     from .api import Pool

@@ -1,4 +1,4 @@
-"""The pool's counters: the `metrics` hash (jobpool/keys.py), what its fields mean, reading it, and the
+"""The pool's counters: the `metrics` hash (jobpool/store/keys.py), what its fields mean, reading it, and the
 supervisor's share of writing it.
 
 Counters live in Redis, not in a process, so they are the fleet's whichever process serves them and survive
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .contract import JOB_DURATION_BUCKETS, SWEEP_DURATION_BUCKETS_MS, TERMINAL
-from .registry import call_redis
+from .store.runner import call_redis
 
 if TYPE_CHECKING:
     from .api import Pool

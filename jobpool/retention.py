@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .contract import ADOPT_RQ_PREFIX, TERMINAL, JobState
-from .registry import call_redis
+from .store.runner import call_redis
 
 if TYPE_CHECKING:
     from .api import Pool

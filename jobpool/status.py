@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import daemonmark, errors, redispolicy, redisurl, strays
+from . import daemonmark, errors, strays
 from .daemonid import is_identity
 from .inventory import FORGET_MS
-from .redispolicy import PolicyCheck, Verdict
-from .registry import call_redis, wrap_redis_error
+from .store import redispolicy, redisurl
+from .store.redispolicy import PolicyCheck, Verdict
+from .store.runner import call_redis, wrap_redis_error
 from .strays import Stray
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def ago(ms: int | None, now_ms: int) -> str:
 
 
 def safe_url(url: str) -> str:
-    """The Redis URL with any password replaced, fit to print (jobpool/redisurl.py)."""
+    """The Redis URL with any password replaced, fit to print (jobpool/store/redisurl.py)."""
     return redisurl.safe(url)
 
 
@@ -304,7 +305,7 @@ class StatusReport:
     promotion: Promotion | None = None
     workers: Workers | None = None
     last_sweep: Sweep | None = None
-    #: Redis's `maxmemory-policy` and the verdict on it (jobpool/redispolicy.py).
+    #: Redis's `maxmemory-policy` and the verdict on it (jobpool/store/redispolicy.py).
     redis_policy: PolicyCheck | None = None
     #: Running containers no row accounts for, as their daemons' inventories list them while their workers
     #: stop them (jobpool/strays.py).

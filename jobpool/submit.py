@@ -13,8 +13,8 @@ The client does as little per job as it can, because enqueue is the call users m
 random bytes in hex (uuid4's format without its version bits, which nothing reads), the time and RQ's job
 hash (all but three fields the same for every job) are made by the script, and the script runs on a
 single-connection client held by the calling thread (`ThreadClients`) rather than checking a connection
-out of redis-py's pool for every call; jobpool/registry.py sends it on that connection directly. Each job's
-JobSpec and Job are made without their frozen dataclass __init__ (jobpool/assemble.py).
+out of redis-py's pool for every call; jobpool/store/runner.py sends it on that connection directly. Each
+job's JobSpec and Job are made without their frozen dataclass __init__ (jobpool/assemble.py).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import redis
 from . import errors
 from .assemble import Assembler
 from .models import Job, JobState
-from .registry import call_redis, reopen
 from .spec import JobSpec, build_spec, utf8_size
+from .store.runner import call_redis, reopen
 
 if TYPE_CHECKING:
     from .api import Pool
@@ -191,7 +191,7 @@ def _settled(pool: Pool, exc: errors.JobpoolError, batch: list[Prepared], start:
     """`exc`, raised by the script call of `batch` (the input's jobs from `start`), counted by what Redis
     holds. The script applies a batch whole or not at all. A refusal (a status reply: scripts/enqueue.lua
     checks everything before it writes) or a failure before the call was sent whole (on the thread's
-    single-connection client `meanwhile` runs once it is sent, registry.py `_held_call`; on a pooled one
+    single-connection client `meanwhile` runs once it is sent, store/runner.py `_held_call`; on a pooled one
     before, so there `sent` is always true) wrote nothing. A `RedisUnavailable` after it was sent (a lost
     reply, a dropped connection, a timeout, `NotReplicated`) may have been applied: Redis is asked, in one
     round trip, whether any of the batch's rows exists. Every id is looked for, not only the first, because

@@ -1,5 +1,5 @@
---[[ _lib.lua: shared helpers; each script is loaded with those it reaches (jobpool/luatext.py).
-KEYS: every script receives the pool's 14 common keys first, in this order (keys.py: PoolKeys.common()):
+--[[ _lib.lua: shared helpers; each script is loaded with those it reaches (jobpool/store/luatext.py).
+KEYS: every script receives the pool's 14 common keys first, in this order (store/keys.py: PoolKeys.common()):
   KEYS[1] config      hash   max_concurrent_jobs
   KEYS[2] paused      hash   present = promotion paused
   KEYS[3] queued      zset   id -> seq (FIFO)
@@ -26,7 +26,7 @@ Every script that may free a slot or promote replies in one shape: {0, result, p
 why_stopped is promote_candidates' (paused | full | empty | stale | batch), or 'none' when no slot was
 freed; on 'stale' or 'batch' the caller promotes again (Pool.after_release).
 
-Every script also gets two last ARGV, appended by jobpool/registry.py after the script's own (so a script
+Every script also gets two last ARGV, appended by jobpool/store/runner.py after the script's own (so a script
 reading "the rest of ARGV" stops at NARGV): the slot limit of a pool with none stored yet
 (Settings.max_concurrent_jobs), so Python reports the limit the scripts use and no default is written twice,
 and the event stream's cap (Settings.events_maxlen).
@@ -43,7 +43,7 @@ A row a script cannot read must not abort it (Redis keeps what a script wrote be
 from a row go through `whole`, and a head of the queue whose row is gone or unreadable is taken out of the
 queue with a `dropped_corrupt_row` event instead of wedging promotion for every job behind it.
 
-Error codes (negative first element of the reply; mapped to exceptions in jobpool/registry.py):
+Error codes (negative first element of the reply; mapped to exceptions in jobpool/store/runner.py):
   -1 not found   -2 invalid state   -3 not owner (fenced write refused)
   -4 conflict (compare-and-set evidence changed)   -5 already exists   -6 bad argument
 ]]

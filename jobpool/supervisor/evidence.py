@@ -23,7 +23,7 @@ from ..api import Pool
 from ..contract import RQ_QUEUE_PREFIX
 from ..daemonid import is_identity
 from ..redistrust import RedisTrust
-from ..registry import wrap_redis_error
+from ..store.runner import wrap_redis_error
 from . import remote
 from .probes import ContainerProber, Probe, Unknown, probe_process
 from .verdicts import EXECUTOR_SUBPROCESS, DispatchFacts, ProbeKind, RowSnapshot, is_stale, probe_needed

@@ -40,7 +40,7 @@ from ..api import Pool
 from ..daemonid import is_identity, uuid_of
 from ..exits import Ending
 from ..inventory import CREATED, EXITED, FIELDS, RUNNING, Entry, Inventory, parse
-from ..registry import wrap_redis_error
+from ..store.runner import wrap_redis_error
 from .probes import Absent, Present, Probe, Unknown
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL, TERMINAL
-from ..registry import call_redis
+from ..store.runner import call_redis
 
 log = logging.getLogger("jobpool.supervisor")
 

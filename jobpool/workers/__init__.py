@@ -14,7 +14,7 @@ from ..api import Pool
 from ..config import Settings
 from ..daemonmark import Marker
 from ..errors import JobpoolError
-from ..redispolicy import check_at_start
+from ..store.redispolicy import check_at_start
 from .boot import Boot, live_restore_of
 from .cleanup import Cleaner
 from .executors import make_executor
@@ -36,7 +36,8 @@ class WorkerDied(JobpoolError):
 def run_worker(settings: Settings, burst: bool = False) -> int:
     """Run one worker until it is stopped (or, with `burst`, until the queue is empty). Returns how many
     jobs it left running at a drain deadline; raises `WorkerDied` when the work loop ended on an error, and
-    `EvictingRedis` (jobpool/redispolicy.py) before anything is written on a Redis that may evict job rows."""
+    `EvictingRedis` (jobpool/store/redispolicy.py) before anything is written on a Redis that may evict job
+    rows."""
     pool = Pool.from_settings(settings)
     pool.actor = "worker"
     check_at_start(pool.client)

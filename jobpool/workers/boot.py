@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..api import Pool
-from ..keys import worker_name
 from ..procid import kernel_boot_id, pid_namespace
+from ..store.keys import worker_name
 from .outage import Outage, is_transient
 
 log = logging.getLogger("jobpool.worker")

@@ -39,7 +39,7 @@ from ..exits import OWN
 from ..inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, earlier_boots, encode
 from ..procid import kernel_boot_id
 from ..redistrust import RedisTrust
-from ..registry import call_redis
+from ..store.runner import call_redis
 from ..strays import encode as encode_strays
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown

@@ -21,9 +21,9 @@ from rq import Queue
 from rq.exceptions import DequeueTimeout, StopRequested
 from rq.serializers import JSONSerializer
 
-from .. import redisurl
 from ..errors import JobpoolError
-from ..keys import worker_name
+from ..store import redisurl
+from ..store.keys import worker_name
 from .boot import Boot
 from .outage import Backoff, OutageError, is_transient
 from .rqbooks import BooksWorker

@@ -22,7 +22,7 @@ from ..api import Pool
 from ..errors import JobpoolError, NotFound
 from ..inventory import RUNNING, Entry
 from ..redistrust import RedisTrust
-from ..registry import call_redis
+from ..store.runner import call_redis
 from ..strays import ROW_FIELDS, Stray, why_stray
 from ..supervisor.probes import ContainerProber
 

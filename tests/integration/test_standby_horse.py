@@ -23,8 +23,8 @@ from rq.suspension import resume, suspend
 from servers import RedisServer
 
 from jobpool import JobState, Pool
-from jobpool.registry import script_text
 from jobpool.status import StatusReport
+from jobpool.store.runner import script_text
 from jobpool.workers.standby import HANDOFF_ACK_SECS
 
 

@@ -15,7 +15,8 @@ import pytest
 import redis
 from pool_helpers import Backend, fake_backend
 
-from jobpool.api import Pool, connect
+from jobpool.api import Pool
+from jobpool.store.redisurl import connect
 
 
 @pytest.fixture(params=["fakeredis", "real"])

@@ -36,7 +36,7 @@ class Backend:
 
 def fake_backend() -> Backend:
     server = fakeredis.FakeServer()
-    # encoding_errors="replace" as in jobpool.api.connect: a log tail need not be UTF-8.
+    # encoding_errors="replace" as in jobpool.store.redisurl.connect: a log tail need not be UTF-8.
     client = fakeredis.FakeRedis(server=server, decode_responses=True, encoding_errors="replace")
     return Backend("fakeredis", client, fakeredis.FakeRedis(server=server))
 

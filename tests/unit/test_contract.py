@@ -17,9 +17,9 @@ from pool_helpers import Backend, enqueue, rq_hash
 import jobpool
 from jobpool import contract, errors
 from jobpool.contract import EXIT_TEMPFAIL, MAX_SLOTS, JobState
-from jobpool.keys import PoolKeys
-from jobpool.registry import SCRIPT_NAMES, script_text
 from jobpool.spec import build_spec
+from jobpool.store.keys import PoolKeys
+from jobpool.store.runner import SCRIPT_NAMES, script_text
 
 PACKAGE = Path(jobpool.__file__).parent
 SCRIPTS = resources.files("jobpool") / "scripts"
@@ -102,7 +102,8 @@ def test_promotion_writes_the_attempt_under_the_contract_meta_key(backend: Backe
 
 
 def test_state_names_agree_across_layers() -> None:
-    """Lua writes states through STATE_INDEX (set_state in _lib.lua); keys.py names an index for each."""
+    """Lua writes states through STATE_INDEX (set_state in _lib.lua); store/keys.py names an index for
+    each."""
     table = re.search(r"STATE_INDEX = \{([^}]*)\}", LIB)
     assert table
     assert set(re.findall(r"(\w+) = \d+", table.group(1))) == {s.value for s in JobState}

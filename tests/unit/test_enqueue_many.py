@@ -20,12 +20,14 @@ from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 from servers import free_port
 
-from jobpool import errors, registry, submit
-from jobpool.api import Pool, connect
+from jobpool import errors, submit
+from jobpool.api import Pool
 from jobpool.config import Settings
 from jobpool.models import Job, JobState
-from jobpool.registry import _held_call
 from jobpool.rqjob import ENTRY_POINT, after_delivery
+from jobpool.store import runner
+from jobpool.store.redisurl import connect
+from jobpool.store.runner import _held_call
 from jobpool.submit import MAX_BATCH_SIZE
 
 
@@ -331,12 +333,12 @@ def test_a_closed_pool_enqueues_again(backend: Backend) -> None:
 @pytest.mark.parametrize("packer", ["hiredis", "redis-py"])
 def test_the_held_connection_answers_as_execute_command_does(backend: Backend, packer: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The enqueue's call is sent on the held connection by jobpool/registry.py (`_held_call`), packed by
+    """The enqueue's call is sent on the held connection by jobpool/store/runner.py (`_held_call`), packed by
     hiredis (or by the connection, without hiredis): a reply, an error reply (the connection kept) and an
     argument no packer can send (DataError, as redis-py raises it; nothing sent) come back as
     `execute_command` gives them."""
     if packer == "redis-py":
-        monkeypatch.setattr(registry, "_hiredis_pack", None)
+        monkeypatch.setattr(runner, "_hiredis_pack", None)
     pool = backend.pool(max_concurrent_jobs=0)
     client = pool.thread_clients.get(pool.client)
     client.ping()

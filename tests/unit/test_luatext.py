@@ -1,5 +1,5 @@
-"""jobpool/luatext.py: each script is loaded with the shared definitions it reaches, and with nothing it needs
-left out."""
+"""jobpool/store/luatext.py: each script is loaded with the shared definitions it reaches, and with nothing it
+needs left out."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 import redis
 from pool_helpers import Backend
 
-from jobpool import contract, luatext
-from jobpool.registry import SCRIPT_NAMES, script_text
+from jobpool import contract
+from jobpool.store import luatext
+from jobpool.store.runner import SCRIPT_NAMES, script_text
 
 WORD = re.compile(r"[A-Za-z_]\w*")
 

@@ -16,8 +16,8 @@ from jobpool import contract, metrics
 from jobpool.api import Pool
 from jobpool.contract import JOB_DURATION_BUCKETS, METRIC_REASONS
 from jobpool.metrics import Histogram, read_counters, record_sweep
-from jobpool.registry import SCRIPT_NAMES
 from jobpool.retention import prune
+from jobpool.store.runner import SCRIPT_NAMES
 from jobpool.supervisor import verdicts
 
 SCRIPTS = resources.files("jobpool") / "scripts"

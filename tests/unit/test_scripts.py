@@ -39,9 +39,9 @@ from rq.queue import Queue as RQQueue
 from rq.serializers import JSONSerializer
 
 from jobpool import errors
-from jobpool.keys import RQ_QUEUES
 from jobpool.models import JobState
 from jobpool.rqjob import ENTRY_POINT
+from jobpool.store.keys import RQ_QUEUES
 from jobpool.workers.attempt import LOG_TAIL_BYTES, Attempt
 
 # ---- enqueue ------------------------------------------------------------------------------------------
