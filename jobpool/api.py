@@ -25,16 +25,13 @@ from .models import TERMINAL, Job, JobState
 from .retention import PruneReport
 from .spec import utf8_size
 from .status import Health, StatusReport, read_status
-from .store.keys import PoolKeys
+from .store.calls import Store
 from .store.redisurl import connect
-from .store.runner import Scripts, call_redis
+from .store.runner import call_redis
 from .submit import BATCH_SIZE
 
 log = logging.getLogger("jobpool")
 
-#: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
-CANDIDATES_ON_RELEASE = 4
-CANDIDATES_ON_PROMOTE = 32
 #: The most jobs a caller may ask for in one read: generous, but finite, so a huge number is a clear
 #: InvalidArgument and never a Redis overflow.
 MAX_LIST = 1_000_000
@@ -51,9 +48,9 @@ class Pool(Browsing):
         #: Who is recorded in events for this pool's actions ("api", "cli", "supervisor", ...).
         self.actor = actor
         self.client = client
-        self.keys = PoolKeys(self.settings.pool)
-        self.scripts = Scripts(client, self.settings.max_concurrent_jobs, self.settings.events_maxlen,
-                               self.settings.redis_wait_replicas, self.settings.redis_wait_timeout_secs)
+        #: The pool's Redis: its keys and one typed method per script (jobpool/store/calls.py).
+        self.store = Store(client, self.settings)
+        self.keys = self.store.keys
         #: The single-connection client each thread runs the enqueue script on (jobpool/submit.py).
         self.thread_clients = submit.ThreadClients()
 
@@ -77,22 +74,6 @@ class Pool(Browsing):
         self.client.close()
 
     # ---- plumbing shared by every call -------------------------------------------------------------
-
-    def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """Run script `op` with the pool's common keys first (see scripts/_lib.lua)."""
-        return self.scripts.run(op, self.keys.common() + list(keys), args)
-
-    def candidates(self, n: int) -> list[str]:
-        """Keys of the first `n` queued jobs, what a slot-freeing script may promote (checked there): row, RQ
-        job hash, and the RQ list the row routes it to (`affinity_queue`, else the pool's queue)."""
-        ids = call_redis(self.client.zrange, self.keys.queued, 0, n - 1)
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hget(self.keys.job(job_id), "affinity_queue")
-        routes = call_redis(pipe.execute, raise_on_error=False, what="candidates") if ids else []
-        return [key for job_id, route in zip(ids, routes, strict=True)  # a row not a hash: the script drops
-                for key in (self.keys.job(job_id), self.keys.rq_job(job_id),
-                            route if isinstance(route, str) and route else self.keys.rq_queue)]
 
     @staticmethod
     def _check_id(job_id: Any) -> str:
@@ -118,13 +99,6 @@ class Pool(Browsing):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
             raise errors.InvalidArgument(f"{name} must be a whole number from 1 to {high}, got {value!r}")
         return value
-
-    def after_release(self, reply: Sequence[Any]) -> None:
-        """After a script that may free a slot (its reply is {0, result, promoted, why_stopped, ...}, see
-        scripts/_lib.lua): when its candidates ran out or went stale, finish the promotion."""
-        why = reply[3]
-        if why in ("stale", "batch"):
-            self.promote()
 
     # ---- submission ---------------------------------------------------------------------------------
 
@@ -152,13 +126,7 @@ class Pool(Browsing):
 
     def promote(self) -> int:
         """Promote queued jobs into free slots now (the supervisor also does this every sweep)."""
-        total = 0
-        for _ in range(1000):  # bounded: each round promotes or stops
-            _, n, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [self.actor])
-            total += n
-            if why not in ("stale", "batch"):
-                break
-        return total
+        return self.store.promote_all(self.actor)
 
     # ---- reading ------------------------------------------------------------------------------------
 
@@ -229,7 +197,7 @@ class Pool(Browsing):
 
     def _limit(self, stored: str | None) -> int:
         """The limit the scripts use (scripts/_lib.lua max_slots): the stored one if it is a number, else
-        this pool's default, which every script is given (runner.Scripts)."""
+        this pool's default, which every script is given (store/runner.py Scripts)."""
         try:
             value = float(stored) if stored is not None else math.nan
         except ValueError:
@@ -343,9 +311,7 @@ class Pool(Browsing):
         `Job.cancel_requested`."""
         self._check_id(job_id)
         self._check_text("reason", reason)
-        reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
-                                    *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, self.actor])
-        self.after_release(reply)
+        self.store.finish_promotion(self.store.cancel(job_id, reason, self.actor), self.actor)
         return self.get(job_id)
 
     def pause(self, job_id: str | None = None, reason: str = "") -> Job | None:
@@ -354,12 +320,10 @@ class Pool(Browsing):
             self._check_id(job_id)
         self._check_text("reason", reason)
         if job_id is None:
-            self.run("pause_queue", [], [self.actor, reason])
+            self.store.pause_queue(self.actor, reason)
             return None
         self._check_id(job_id)
-        reply = self.run("pause_job", [self.keys.job(job_id), self.keys.lease(job_id),
-                                       *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, self.actor])
-        self.after_release(reply)
+        self.store.finish_promotion(self.store.pause_job(job_id, reason, self.actor), self.actor)
         return self.get(job_id)
 
     def resume(self, job_id: str | None = None, anywhere: bool = False) -> Job | None:
@@ -368,22 +332,19 @@ class Pool(Browsing):
         if not isinstance(anywhere, bool) or (job_id is None and anywhere):
             raise errors.InvalidArgument(f"anywhere must be True (with a job id) or False, got {anywhere!r}")
         if job_id is None:
-            reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [self.actor])
-            self.after_release(reply)
+            self.store.finish_promotion(self.store.resume_queue(self.actor), self.actor)
             return None
         self._check_id(job_id)
-        reply = self.run("resume_job", [self.keys.job(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
-                         [job_id, self.actor, "1" if anywhere else "0"])
-        self.after_release(reply)
+        self.store.finish_promotion(self.store.resume_job(job_id, self.actor, anywhere), self.actor)
         return self.get(job_id)
 
     def set_slots(self, n: int) -> int:
         """Set the fleet-wide limit; returns the old one. Lowering it stops nothing that runs."""
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SLOTS:
             raise errors.InvalidArgument(f"slots must be a whole number from 0 to {MAX_SLOTS}, got {n!r}")
-        reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, self.actor])
-        self.after_release(reply)
-        return int(reply[1])
+        done = self.store.set_slots(n, self.actor)
+        self.store.finish_promotion(done, self.actor)
+        return done.old
 
     def evict(self, job_id: str, attempt: int, reason: str = "evicted", evidence: str = "",
               actor: str = "operator", daemon_id: str = "") -> Job:
@@ -397,8 +358,6 @@ class Pool(Browsing):
         for name, text in (("reason", reason), ("evidence", evidence), ("actor", actor),
                            ("daemon_id", daemon_id)):
             self._check_text(name, text)
-        reply = self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
-                                   *self.candidates(CANDIDATES_ON_RELEASE)],
-                         [job_id, attempt, reason, evidence, actor, daemon_id])
-        self.after_release(reply)
+        self.store.finish_promotion(self.store.evict(job_id, attempt, reason, evidence, actor, daemon_id),
+                                    self.actor)
         return self.get(job_id)

@@ -198,12 +198,10 @@ def forget_collision(pool: Pool, identity: str, actor: str = "operator", note: s
     k = pool.keys
     ids = [str(i) for i in call_redis(pool.client.zrange, k.daemon_marks, 0, -1, what="reading daemon marks")]
     try:
-        reply = pool.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in ids)],
-                         [identity, actor, note])
+        return pool.store.forget_collision(identity, actor, note, ids).at
     except InvalidArgument:
         raise InvalidArgument(f"no collision stands on daemon identity {identity} in this pool (`jobpool "
                               "status` names the shared identities)") from None
-    return int(reply[1])
 
 
 @dataclass(frozen=True)
@@ -325,9 +323,8 @@ class Marker:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timeout + 1)
-        k = self.pool.keys
         try:
-            self.pool.run("daemon_unmark", [k.daemon_mark(self.id), k.daemon_marks], [self.id])
+            self.pool.store.daemon_unmark(self.id)
         except JobpoolError as exc:
             log.warning("could not remove this process's daemon mark record: %s", exc)
         if self.marked:
@@ -403,15 +400,12 @@ class Marker:
         return j.why
 
     def _register(self) -> None:
-        k = self.pool.keys
         values = {"role": self.role, "host": self.host, "pid": str(os.getpid()),
                   "docker_host": self.docker_host, "daemon_id": self.daemon_id, "mark": self.mark,
                   "verified": " ".join(sorted(self._verified)), "collision": self._collision,
                   "process": self._process}
-        args: list[Any] = [self.id, self.ttl_ms, 10 * self.ttl_ms]
-        for name in FIELDS:
-            args += [name, values[name]]
-        self.pool.run("daemon_mark", [k.daemon_mark(self.id), k.daemon_marks, k.shared_daemons], args)
+        self.pool.store.daemon_mark(self.id, self.ttl_ms, 10 * self.ttl_ms,
+                                    [(name, values[name]) for name in FIELDS])
 
     def _remove_gone(self, client: Any, listed: list[dict[str, Any]], peers: Mapping[str, Peer]) -> None:
         """Marks of this pool on this daemon whose process has had no record for GONE_SECS (never a live

@@ -41,13 +41,10 @@ def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str
     `Conflict` while one of its workers holds its inventory lead or its inventory is fresh. Writes nothing on
     either."""
     _check(daemon_id, actor, note)
-    k = pool.keys
     stale_ms = int(pool.settings.inventory_stale_secs * 1000)
-    rows = [k.job(job_id) for job_id in recorded_on(pool, daemon_id)[:_ROWS_PASSED]]
+    rows = recorded_on(pool, daemon_id)[:_ROWS_PASSED]
     try:
-        reply = pool.run("forget_daemon", [k.gone_daemons, k.inventory(daemon_id), k.commands(daemon_id),
-                                           k.inventory_lead(daemon_id), k.inventories, *rows],
-                         [daemon_id, stale_ms, actor, note])
+        at = pool.store.forget_daemon(daemon_id, stale_ms, actor, note, rows)
     except errors.Conflict:
         stale = pool.settings.inventory_stale_secs
         raise errors.Conflict(f"daemon {daemon_id} is not gone: a worker on it publishes its inventory (it "
@@ -57,7 +54,7 @@ def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str
         raise errors.InvalidArgument(f"no daemon {daemon_id} published an inventory in this pool within the "
                                      "last week, and no running job is recorded on it: check the id "
                                      "(`jobpool show JOB`, daemon_id)") from None
-    return int(reply[1])
+    return at
 
 
 def unforget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str = "") -> int:
@@ -66,14 +63,11 @@ def unforget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: s
     declaration meanwhile stays as it was. Raises `InvalidArgument` for anything but a daemon declared gone,
     writing nothing."""
     _check(daemon_id, actor, note)
-    k = pool.keys
     try:
-        reply = pool.run("unforget_daemon", [k.gone_daemons, k.returned_daemons],
-                         [daemon_id, actor, note, FORGET_MS])
+        return pool.store.unforget_daemon(daemon_id, actor, note, FORGET_MS)
     except errors.InvalidArgument:
         raise errors.InvalidArgument(f"daemon {daemon_id} is not declared gone in this pool (`jobpool status "
                                      "--json` lists the declarations under daemons.gone)") from None
-    return int(reply[1])
 
 
 def _check(daemon_id: Any, actor: Any, note: Any) -> None:

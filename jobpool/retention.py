@@ -138,9 +138,7 @@ def batch_keys(pool: Pool, ids: list[str]) -> list[str]:
 
 
 def _prune_batch(pool: Pool, cap: Cap, ids: list[str], cutoff_ms: int, actor: str) -> list[str]:
-    keys = [*pool.keys.common(), pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool, ids)]
-    reply = pool.scripts.run("prune", keys, [cap.state.value, cap.keep, cutoff_ms, actor, *ids])
-    return [str(i) for i in reply[2:]]
+    return pool.store.prune(cap.state.value, cap.keep, cutoff_ms, actor, ids, batch_keys(pool, ids))
 
 
 def _duration(secs: int) -> str:

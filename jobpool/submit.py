@@ -31,6 +31,8 @@ from . import errors
 from .assemble import Assembler
 from .models import Job, JobState
 from .spec import JobSpec, build_spec, utf8_size
+from .store.calls import EnqueueCall
+from .store.replies import Enqueued
 from .store.runner import call_redis, reopen
 
 if TYPE_CHECKING:
@@ -140,7 +142,7 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
     jobs = [prepare_item(item, roots, i) for i, item in enumerate(specs)]
     batches = [jobs[start:start + batch_size] for start in range(0, len(jobs), batch_size)]
     made: list[Job] = []
-    replied: list[tuple[list[Prepared], list[Any]]] = []  # batches sent whose Jobs are not made yet
+    replied: list[tuple[list[Prepared], Enqueued]] = []  # batches sent whose Jobs are not made yet
     failed: list[errors.JobpoolError] = []  # making them failed (a coalesced job's row unreadable)
 
     def catch_up() -> None:
@@ -148,10 +150,10 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
             made.extend(_resolved(pool, _made(*replied.pop(0))))
     call = _call_args(pool, batches[0]) if batches else None
     for k, batch in enumerate(batches):
-        following: list[tuple[list[str], list[Any]]] = []
+        following: list[EnqueueCall] = []
         sent: list[bool] = []  # set once the batch is sent (see `_settled`)
 
-        def meanwhile(k: int = k, following: list[tuple[list[str], list[Any]]] = following,
+        def meanwhile(k: int = k, following: list[EnqueueCall] = following,
                       sent: list[bool] = sent) -> None:
             # While the server runs batch k: the Jobs of the batch before, and the arguments of the next.
             # Batch k + 1 is still sent only once batch k succeeded, so what was enqueued is a prefix. A
@@ -175,7 +177,8 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
         try:
             if failed:
                 raise failed[0]
-            pool.after_release(reply)  # a promotion the script left undone; batch k stands either way
+            # A promotion the script left undone; batch k stands either way.
+            pool.store.finish_promotion(reply, pool.actor)
         except errors.JobpoolError as exc:
             raise _counted(exc, end, len(jobs)) from None
         call = following[0] if following else None
@@ -249,38 +252,31 @@ def _counted(exc: errors.JobpoolError, enqueued: int, total: int, unknown: Seque
 def send(pool: Pool, batch: list[Prepared]) -> list[Job]:
     """One enqueue script call for `batch`; its Jobs as the script left them, in order."""
     reply = _run(pool, _call_args(pool, batch))
-    pool.after_release(reply)
+    pool.store.finish_promotion(reply, pool.actor)
     return _resolved(pool, _made(batch, reply))
 
 
-def _call_args(pool: Pool, batch: list[Prepared]) -> tuple[list[str], list[Any]]:
-    """The enqueue script's keys and arguments for `batch` (scripts/enqueue.lua)."""
-    keys = pool.keys
-    key_list = keys.common()
-    args: list[Any] = [pool.actor]
-    for p in batch:
-        key_list += (keys.job(p.id), keys.rq_job(p.id))
-        args += (p.id, p.spec.to_json(), p.coalesce_key, p.spec.image)
-    return key_list, args
+def _call_args(pool: Pool, batch: list[Prepared]) -> EnqueueCall:
+    """The enqueue script's inputs for `batch` (scripts/enqueue.lua)."""
+    return pool.store.enqueue_call(pool.actor, [(p.id, p.spec.to_json(), p.coalesce_key, p.spec.image)
+                                                for p in batch])
 
 
-def _run(pool: Pool, call: tuple[list[str], list[Any]],
-         meanwhile: Callable[[], None] | None = None) -> list[Any]:
-    """The enqueue script, on this thread's single-connection client (its caller then runs
-    `pool.after_release`: a promotion the script left undone). Making that client connects at once, so a
+def _run(pool: Pool, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:
+    """The enqueue script, on this thread's single-connection client (its caller then finishes the
+    promotion the script left undone, `Store.finish_promotion`). Making that client connects at once, so a
     Redis that cannot be reached fails there, before anything is sent: typed like the call's own failures."""
     client = call_redis(pool.thread_clients.get, pool.client, what="enqueue")
-    return pool.scripts.run("enqueue", call[0], call[1], client=client, meanwhile=meanwhile)
+    return pool.store.enqueue(call, client=client, meanwhile=meanwhile)
 
 
-def _made(batch: list[Prepared], reply: list[Any]) -> list[Job | str]:
+def _made(batch: list[Prepared], reply: Enqueued) -> list[Job | str]:
     """The Jobs of `batch` as the enqueue script left them (`reply`), in order; a job that coalesced is the
     id of the queued job it coalesced into (`_resolved` reads those)."""
-    now = int(reply[4])
+    now = reply.now
     jobs: list[Job | str] = []
-    for i, p in enumerate(batch):
-        coalesced, job_id, seq, state = reply[5 + 4 * i: 9 + 4 * i]
-        if int(coalesced):
+    for p, (coalesced, job_id, seq, state) in zip(batch, reply.jobs(), strict=True):
+        if coalesced:
             jobs.append(job_id)
             continue
         running = state == JobState.RUNNING.value

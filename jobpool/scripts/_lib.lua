@@ -18,13 +18,13 @@ reasons the scripts write). Use those names; never write their values into a scr
 Scripts that may free a slot take "promotion candidates" last: triples of (job:<id>, rq:job:<id>, the RQ
 list to push it on) for the ids at the head of `queued`, read by the caller just before the call. The list
 is the pool's RQ queue, or for a row with an `affinity` (the daemon holding its checkpoint: note_affinity)
-that daemon's own queue, the row's `affinity_queue` (Pool.candidates reads it). A candidate is promoted only
+that daemon's own queue, the row's `affinity_queue` (Store.candidates reads it). A candidate is promoted only
 while it is still the head and its list is still the one its row names, so a stale read can delay a
 promotion (the caller retries) but never reorder or misroute one.
 Why candidates and not ids: every key a script touches must arrive in KEYS.
 Every script that may free a slot or promote replies in one shape: {0, result, promoted, why_stopped, ...}.
 why_stopped is promote_candidates' (paused | full | empty | stale | batch), or 'none' when no slot was
-freed; on 'stale' or 'batch' the caller promotes again (Pool.after_release).
+freed; on 'stale' or 'batch' the caller promotes again (Store.finish_promotion).
 
 Every script also gets two last ARGV, appended by jobpool/store/runner.py after the script's own (so a script
 reading "the rest of ARGV" stops at NARGV): the slot limit of a pool with none stored yet

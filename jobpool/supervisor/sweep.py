@@ -147,13 +147,12 @@ class Supervisor:
         if not waiting:
             return
         gone = {self.pool.keys.daemon_queue(d): d for d in daemons.gone_daemons(self.pool)}
-        k = self.pool.keys
         for job_id, queue in waiting.items():
             daemon = gone.get(queue)
             if daemon is None:
                 continue
             try:
-                self.pool.run("resume_job", [k.job(job_id)], [job_id, self.actor, "1", daemon])
+                self.pool.store.release_affinity(job_id, daemon, self.actor)
             except errors.JobpoolError as exc:  # it moved on meanwhile: judged again next sweep
                 log.info("job %s: affinity to daemon %s not released: %s", job_id, daemon, exc)
                 continue

@@ -144,33 +144,29 @@ class InventoryPublisher:
         if self.on_daemon is not None:
             self.on_daemon(daemon)
         self.find_earlier_boots(daemon)
-        k = self.pool.keys
         try:
-            reply = self.pool.run("inventory_lead", [k.inventory_lead(daemon)],
-                                  [daemon, self.boot_id, self.lead_ms])
+            lead = self.pool.store.inventory_lead(daemon, self.boot_id, self.lead_ms)
         except RedisUnavailable:
             self.trust.lost()
             raise
-        if not int(reply[1]):
+        if not lead.held:
             self.trust.settling()  # which server answers, seen each period: a follower may hold the lead next
-            return f"follower of {reply[2]}"
+            return f"follower of {lead.holder}"
         try:
             # Redis's time before the listing: the inventory is dated by it, so a container created while
             # this listing was taken and published is never read as absent from an inventory younger
             # than a lease (jobpool/supervisor/remote.py).
             listed_at = self.pool.now_ms()
-            entries = self.entries(self.prober.list_pool(k.pool))
+            entries = self.entries(self.prober.list_pool(self.pool.keys.pool))
         except Exception as exc:  # noqa: BLE001
             return f"not published: {self.prober.failed(exc)}"
         containers, complete = encode(entries)
         launched_by = {cid: labels[2] for cid, labels in self._labels.items()}
         found = self.strays.find(entries, daemon, listed_at, launched_by, lambda cid: runs(self.prober, cid))
         try:
-            self.pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
-                                                k.inventories, k.gone_daemons, k.returned_daemons],
-                          [daemon, self.boot_id, kernel_boot_id(), self.lead_ms, self.ttl_ms,
-                           "1" if complete else "0", containers, FORGET_MS, listed_at,
-                           encode_strays(found)])
+            self.pool.store.publish_inventory(daemon, self.boot_id, kernel_boot_id(), self.lead_ms,
+                                              self.ttl_ms, complete, containers, FORGET_MS, listed_at,
+                                              encode_strays(found))
         except JobpoolError as exc:
             if isinstance(exc, RedisUnavailable):
                 self.trust.lost()

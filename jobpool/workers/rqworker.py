@@ -251,12 +251,12 @@ class JobpoolWorker(BooksWorker):
         (scripts/give_back.lua), before anything of the delivery is written; kept as taken if Redis fails
         (the supervisor dispatches it again past the claim grace)."""
         try:
-            reply = self.runtime.pool.run("give_back", [queue.key, queue.intermediate_queue_key], [job.id])
+            given = self.runtime.pool.store.give_back(queue.key, queue.intermediate_queue_key, job.id)
         except JobpoolError as exc:
             log.warning("worker %s: job %s not given back (%s); the supervisor dispatches it again",
                         self.name, job.id, exc)
             return
-        if not int(reply[1]):
+        if not given:
             log.warning("worker %s: job %s was no longer in %s's intermediate list; the supervisor "
                         "dispatches it again past the claim grace", self.name, job.id, queue.name)
             return

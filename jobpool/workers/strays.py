@@ -144,8 +144,8 @@ class StrayKeeper:
                     f"killed after {self.grace:g}s)")
         if stray.container_id not in self._recorded:
             try:
-                self.pool.run("command_done", [self.pool.keys.job(stray.job_id)],
-                              [stray.job_id, "stray_stopped", evidence[:500], f"worker:{self.boot_id}"])
+                self.pool.store.command_done(stray.job_id, "stray_stopped", evidence[:500],
+                                             f"worker:{self.boot_id}")
             except NotFound:
                 pass  # no row to record it in: the container is stopped all the same
             except JobpoolError:

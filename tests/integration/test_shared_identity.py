@@ -249,7 +249,7 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
     args: list[object] = ["alive", 600_000, 6_000_000]
     for name in daemonmark.FIELDS:
         args += [name, fields.get(name, "")]
-    pool.run("daemon_mark", [k.daemon_mark("alive"), k.daemon_marks, k.shared_daemons], args)
+    pool.store.run("daemon_mark", [k.daemon_mark("alive"), k.daemon_marks, k.shared_daemons], args)
     with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=10)) as client:
         for owner, at in marks.items():
             client.api.create_volume(daemonmark.volume_name(owner), labels={
@@ -274,4 +274,4 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
         assert not any(p.mark in own for p in daemonmark.read_peers(pool).values()), "its record too"
         for owner in ("recent", "alive"):
             client.api.remove_volume(daemonmark.volume_name(owner))
-    pool.run("daemon_unmark", [k.daemon_mark("alive"), k.daemon_marks], ["alive"])
+    pool.store.run("daemon_unmark", [k.daemon_mark("alive"), k.daemon_marks], ["alive"])

@@ -109,11 +109,12 @@ def reconcile(pool: Pool, job_id: str, verdict: str, reason: str = "orphan_recon
     attempt = expect.get("attempt", r["attempt"])
     owner = expect.get("owner", r.get("owner_boot", ""))
     cid = expect.get("container_id", r.get("container_id", ""))
-    keys = [pool.keys.job(job_id), pool.keys.lease(job_id), pool.keys.rq_job(job_id), *pool.candidates(4)]
+    keys = [pool.keys.job(job_id), pool.keys.lease(job_id), pool.keys.rq_job(job_id),
+            *pool.store.candidates(4)]
     if verdict == "redispatch":  # promotes nothing: takes the RQ list the row routes to (reconcile_apply.lua)
         keys[3:] = [expect.get("route", r.get("affinity_queue") or pool.keys.rq_queue)]
     args = [job_id, attempt, owner, cid, verdict, reason, code, budget, "probe:absent", "supervisor"]
-    return pool.run("reconcile_apply", keys, args)
+    return pool.store.run("reconcile_apply", keys, args)
 
 
 def orphan(backend: Backend, pool: Pool, job_id: str, boot: str = "boot-a") -> Attempt:

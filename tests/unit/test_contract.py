@@ -88,10 +88,10 @@ def test_the_generated_block_holds_the_contract_values(backend: Backend) -> None
 
 def test_lua_slot_ceiling_is_the_contract_one(backend: Backend) -> None:
     pool = backend.pool()
-    pool.run("set_slots", pool.candidates(0), [MAX_SLOTS, "test"])
+    pool.store.run("set_slots", pool.store.candidates(0), [MAX_SLOTS, "test"])
     assert int(pool.client.hget(pool.keys.config, "max_concurrent_jobs")) == MAX_SLOTS
     with pytest.raises(errors.InvalidArgument):
-        pool.run("set_slots", pool.candidates(0), [MAX_SLOTS + 1, "test"])
+        pool.store.run("set_slots", pool.store.candidates(0), [MAX_SLOTS + 1, "test"])
 
 
 def test_promotion_writes_the_attempt_under_the_contract_meta_key(backend: Backend) -> None:

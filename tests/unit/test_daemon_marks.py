@@ -99,7 +99,7 @@ def mark(pool: Pool, pid: str, ttl_ms: int = 60_000, **fields: str) -> list[obje
     args: list[object] = [pid, ttl_ms, 10 * ttl_ms]
     for name in daemonmark.FIELDS:
         args += [name, fields.get(name, "")]
-    return pool.run("daemon_mark", [k.daemon_mark(pid), k.daemon_marks, k.shared_daemons], args)
+    return pool.store.run("daemon_mark", [k.daemon_mark(pid), k.daemon_marks, k.shared_daemons], args)
 
 
 def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
@@ -112,7 +112,7 @@ def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
     mark(pool, "p1", daemon_id=ID, mark="m1")  # written whole: the old `verified` goes
     assert daemonmark.read_peers(pool)["p1"].verified == frozenset()
     k = pool.keys
-    assert pool.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks], ["p2"])[1] == 1
+    assert pool.store.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks], ["p2"])[1] == 1
     assert set(daemonmark.read_peers(pool)) == {"p1"} and pool.client.zscore(k.daemon_marks, "p2") is None
 
 
@@ -121,9 +121,9 @@ def test_a_job_taken_while_refused_is_given_back_at_the_head(pool: Pool) -> None
     queue, taken = k.rq_queue, k.rq_queue + ":intermediate"
     pool.client.rpush(queue, "second")
     pool.client.rpush(taken, "first")
-    assert pool.run("give_back", [queue, taken], ["first"])[1] == 1
+    assert pool.store.run("give_back", [queue, taken], ["first"])[1] == 1
     assert pool.client.lrange(queue, 0, -1) == ["first", "second"] and not pool.client.exists(taken)
-    assert pool.run("give_back", [queue, taken], ["first"])[1] == 0, "not taken: nothing done"
+    assert pool.store.run("give_back", [queue, taken], ["first"])[1] == 0, "not taken: nothing done"
     assert pool.client.lrange(queue, 0, -1) == ["first", "second"]
 
 
@@ -149,7 +149,7 @@ def test_a_reported_collision_is_remembered_until_cleared(pool: Pool) -> None:
     # Both processes gone (their records with them): the collision stands.
     k = pool.keys
     for pid in ("p1", "p2"):
-        pool.run("daemon_unmark", [k.daemon_mark(pid), k.daemon_marks], [pid])
+        pool.store.run("daemon_unmark", [k.daemon_mark(pid), k.daemon_marks], [pid])
     assert daemonmark.read_peers(pool) == {}
     assert daemonmark.read_collisions(pool) == {ID: "shared, first"}
     assert [e["reason"] for e in pool.events() if e["reason"].startswith("daemon_collision")] == [

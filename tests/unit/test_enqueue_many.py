@@ -262,7 +262,7 @@ def _raw_batch(pool: Pool, ids: list[str]) -> list[Any]:
     for job_id in ids:
         keys += [pool.keys.job(job_id), pool.keys.rq_job(job_id)]
         args += [job_id, '{"image":"x","command":["y"]}', "", "x"]
-    return pool.run("enqueue", keys, args)
+    return pool.store.run("enqueue", keys, args)
 
 
 def test_an_id_that_exists_or_repeats_refuses_the_whole_call(backend: Backend) -> None:
@@ -281,11 +281,11 @@ def test_keys_and_arguments_that_disagree_are_refused(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=0)
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument, match="job keys for"):
-        pool.run("enqueue", [pool.keys.job("a"), pool.keys.rq_job("a")], ["t", "a", "{}", ""])
+        pool.store.run("enqueue", [pool.keys.job("a"), pool.keys.rq_job("a")], ["t", "a", "{}", ""])
     with pytest.raises(errors.InvalidArgument, match="job keys for"):
-        pool.run("enqueue", [pool.keys.job("a")], ["t", "a", "{}", "", "x"])
+        pool.store.run("enqueue", [pool.keys.job("a")], ["t", "a", "{}", "", "x"])
     with pytest.raises(errors.InvalidArgument, match="job keys for"):
-        pool.run("enqueue", [], ["t"])
+        pool.store.run("enqueue", [], ["t"])
     assert backend.keyspace() == before
 
 
@@ -385,14 +385,14 @@ def test_the_callers_work_runs_once_while_the_script_runs(backend: Backend) -> N
     client = pool.thread_clients.get(pool.client)
     ran: list[int] = []
     backend.raw.script_flush()
-    pool.scripts.run("set_slots", pool.keys.common(), [3, "t"], client=client,
-                     meanwhile=lambda: ran.append(1))
+    pool.store.scripts.run("set_slots", pool.keys.common(), [3, "t"], client=client,
+                           meanwhile=lambda: ran.append(1))
     assert ran == [1] and pool.slots()[1] == 3
 
     def fails() -> None:
         raise RuntimeError("the caller's own work failed")
     with pytest.raises(RuntimeError, match="own work failed"):
-        pool.scripts.run("set_slots", pool.keys.common(), [4, "t"], client=client, meanwhile=fails)
+        pool.store.scripts.run("set_slots", pool.keys.common(), [4, "t"], client=client, meanwhile=fails)
     client = pool.thread_clients.get(pool.client)
     assert enqueue(pool, "next").seq == 1  # its own reply, not set_slots'
     assert pool.slots()[1] in (3, 4)  # the call's outcome is unknown, as for a lost reply
@@ -433,16 +433,16 @@ def test_a_coalesced_job_is_read_back_after_its_batch(backend: Backend, monkeypa
 
 def test_a_failed_promotion_after_a_batch_counts_the_batch(backend: Backend,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The promotion a batch's script left undone (`Pool.after_release`) fails after the batch was applied:
-    the batch is counted, and nothing after it is sent."""
+    """The promotion a batch's script left undone (`Store.finish_promotion`) fails after the batch was
+    applied: the batch is counted, and nothing after it is sent."""
     pool = backend.pool(max_concurrent_jobs=0)
     calls: list[Any] = []
 
-    def after_release(reply: Any) -> None:
+    def finish_promotion(reply: Any, actor: str) -> None:
         calls.append(reply)
         if len(calls) == 2:
             raise errors.RedisUnavailable("redis unreachable: gone while promoting")
-    monkeypatch.setattr(pool, "after_release", after_release)
+    monkeypatch.setattr(pool.store, "finish_promotion", finish_promotion)
     with pytest.raises(errors.RedisUnavailable,
                        match=r"\(the first 4 of the 5 jobs were enqueued before it\)") as caught:
         pool.enqueue_many([spec("echo", str(i)) for i in range(5)], batch_size=2)

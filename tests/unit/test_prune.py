@@ -109,7 +109,7 @@ def test_a_dry_run_counts_and_lists_and_changes_nothing(backend: Backend) -> Non
 
 def _run_prune(pool: Pool, state: str, ids: list[str], keep: int = 0, cutoff: int = 0) -> list[Any]:
     keys = [pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool, ids)]
-    return pool.run("prune", keys, [state, keep, cutoff, "test", *ids])
+    return pool.store.run("prune", keys, [state, keep, cutoff, "test", *ids])
 
 
 def test_an_adoption_request_goes_only_while_the_pointer_still_names_it(backend: Backend) -> None:
@@ -118,7 +118,7 @@ def test_an_adoption_request_goes_only_while_the_pointer_still_names_it(backend:
     old = adopt_request(backend, pool, a)
     keys = [pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool, [a])]
     new = adopt_request(backend, pool, a)  # asked again between the read and the script
-    assert pool.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a]) == [0, 1, a]
+    assert pool.store.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a]) == [0, 1, a]
     assert backend.client.exists(pool.keys.rq_job(old)) == 1, "no longer named: not this prune's to judge"
     assert backend.client.exists(pool.keys.rq_job(new)) == 1
     # A pointer naming something that is not this job's adoption request is not followed.
@@ -136,7 +136,7 @@ def test_the_script_refuses_an_adoption_hash_that_is_not_the_jobs(backend: Backe
     keys = [pool.keys.rq_finished, pool.keys.rq_failed, *pool.keys.leftovers(a), pool.keys.rq_job(request)]
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument):
-        pool.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
+        pool.store.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
     assert backend.keyspace() == before
 
 
@@ -171,7 +171,7 @@ def test_the_script_refuses_keys_that_are_not_the_ids_own_and_writes_nothing(bac
     keys = [pool.keys.rq_finished, pool.keys.rq_failed, *pool.keys.leftovers(b), ""]
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument):
-        pool.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
+        pool.store.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
     with pytest.raises(errors.InvalidArgument):
         _run_prune(pool, "running", [a], keep=0, cutoff=pool.now_ms() + 1)
     assert backend.keyspace() == before

@@ -16,7 +16,8 @@ from attempts import claim
 from pool_helpers import Backend, enqueue
 
 from jobpool import errors
-from jobpool.workers.attempt import Attempt, Requests
+from jobpool.store.replies import Requests
+from jobpool.workers.attempt import Attempt
 from jobpool.workers.runtime import Runtime
 from jobpool.workers.watch import ADOPTED, LOST, _after_refusal
 
