@@ -105,7 +105,7 @@ def bytes_per_pruned_job(pool: Pool) -> tuple[float, int]:
     # Load the prune script first (a run with no ids): loading it mid-measure would be charged to the rows.
     pool.store.prune("succeeded", 1, 0, "bench", ids=[], job_keys=[])
     ev0, m1 = mu(pool, pool.keys.events), used_data(pool)
-    report = retention.prune(with_caps(pool, **{f"keep_{s}": 1 for s in ENDED}), actor="bench")
+    report = retention.prune(with_caps(pool, **{f"keep_{s}": 1 for s in ENDED}).store, actor="bench")
     ev1, m0 = mu(pool, pool.keys.events), used_data(pool)
     return (m1 - m0 - (ev0 - ev1)) / report.total, report.total
 
@@ -319,7 +319,7 @@ def part_lifetime(n: int, sample_every: int, caps: dict[str, int]) -> dict[str, 
             run_job(pool, shapes, boots[i % 4], "docker", ENDINGS[i % 10])
             if i % PRUNE_EVERY == 0:
                 t = time.perf_counter()
-                rep = retention.prune(pool, budget_secs=retention.SWEEP_BUDGET_SECS, actor="bench")
+                rep = retention.prune(pool.store, budget_secs=retention.SWEEP_BUDGET_SECS, actor="bench")
                 ms = (time.perf_counter() - t) * 1000
                 pruned_calls.append((ms, rep.total, rep.complete))
                 pruned_int += rep.total
@@ -463,7 +463,7 @@ def part_sweep_prune(rows: int, orphans: int, retained: int, cap: int, repeat: i
                   flush=True)
             pool.client.config_resetstat()
             t = time.perf_counter()
-            rest = retention.prune(default, actor="bench")
+            rest = retention.prune(default.store, actor="bench")
             secs = time.perf_counter() - t
             stats = pool.client.info("commandstats").get("cmdstat_evalsha", {})
             rate = rest.total / secs if rest.total else 0.0
@@ -472,7 +472,7 @@ def part_sweep_prune(rows: int, orphans: int, retained: int, cap: int, repeat: i
                   f"per batch script); left {pool.client.zcard(pool.keys.succeeded):,}", flush=True)
             if rest.total < 1000:  # the sweep took (almost) all of it: its own rate is the figure
                 rate = swept_rate
-            retention.prune(with_caps(pool, keep_succeeded=1), actor="bench")
+            retention.prune(with_caps(pool, keep_succeeded=1).store, actor="bench")
             sup.sweep()
             after, twin3 = timed_sweeps(sups, repeat)
             print(f"  none again (pruned):   {after.text()}\n    twin {twin3.median:.1f} ms "

@@ -20,7 +20,6 @@ from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
 from .contract import EVENT_TEXT_MAX_BYTES, MAX_SLOTS
-from .digits import ascii_whole
 from .models import TERMINAL, Job, JobState
 from .retention import PruneReport
 from .spec import utf8_size
@@ -28,7 +27,7 @@ from .status import Health, StatusReport, read_status
 from .store.calls import Store
 from .store.redisurl import connect
 from .store.runner import call_redis
-from .submit import BATCH_SIZE
+from .submit import BATCH_SIZE, MAX_BATCH_SIZE
 
 log = logging.getLogger("jobpool")
 
@@ -122,6 +121,7 @@ class Pool(Browsing):
         one batch coalesce into the first. If Redis fails midway, the input's first jobs stay enqueued: the
         error's `enqueued` says how many, a batch whose reply was lost included (`unknown`: see JobpoolError).
         """
+        self._check_count("batch_size", batch_size, MAX_BATCH_SIZE)
         return submit.enqueue_many(self, specs, batch_size)
 
     def promote(self) -> int:
@@ -189,62 +189,35 @@ class Pool(Browsing):
 
     def slots(self) -> tuple[int, int]:
         """(used, max) of the fleet-wide limit."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(self.keys.running)
-        pipe.hget(self.keys.config, "max_concurrent_jobs")
-        used, mx = call_redis(pipe.execute)
-        return int(used), self._limit(mx)
-
-    def _limit(self, stored: str | None) -> int:
-        """The limit the scripts use (scripts/_lib.lua max_slots): the stored one if it is a number, else
-        this pool's default, which every script is given (store/runner.py Scripts)."""
-        try:
-            value = float(stored) if stored is not None else math.nan
-        except ValueError:
-            value = math.nan
-        return int(value) if math.isfinite(value) else self.settings.max_concurrent_jobs
+        return self.store.slots()
 
     def stats(self) -> dict[str, Any]:
         """Counts per state, slots, and whether promotion is paused (by whom, why, since when)."""
-        pipe = self.client.pipeline(transaction=False)
-        for st in JobState:
-            pipe.zcard(self.keys.state_index(st.value))
-        pipe.hget(self.keys.config, "max_concurrent_jobs")
-        pipe.hgetall(self.keys.paused)
-        *counts, mx, paused = call_redis(pipe.execute)
-        return {
-            "pool": self.keys.pool,
-            "counts": {st.value: int(c) for st, c in zip(JobState, counts, strict=True)},
-            "slots": {"used": int(counts[1]), "max": self._limit(mx)},
-            "queue_paused": bool(paused),
-            "paused_by": paused.get("by") if paused else None,
-            "paused_reason": paused.get("reason") if paused else None,
-            "paused_since": ascii_whole(paused.get("since")) if paused else None,
-        }
+        return self.store.stats()
 
     def events(self, job_id: str | None = None, count: int = 1000,
                after: str = "-") -> builtins.list[dict[str, str]]:
         """Transitions in order, oldest first: the pool's capped stream, or one job's whole history (kept in
         its row, so found whatever else the stream holds). At most `count` (1 to events.MAX_EVENTS), from
         `after`: "-" for the start, or a stream id ("(" first: exclusive)."""
-        return event_stream.read(self, job_id, count, after)
+        return event_stream.read(self.store, job_id, count, after)
 
     def tail_events(self, job_id: str | None = None,
                     count: int = 20) -> tuple[builtins.list[dict[str, str]], str]:
         """The newest `count` events (of one job, if given), oldest first, and the stream id to give
         `follow_events` so that it goes on from them without a gap."""
-        return event_stream.tail(self, job_id, count)
+        return event_stream.tail(self.store, job_id, count)
 
     def follow_events(self, job_id: str | None = None, after: str | None = None,
                       block_secs: float = 1.0) -> Iterator[dict[str, str]]:
         """Events written after stream id `after` (default: from now on), as they come: an iterator that
         blocks and never ends by itself (stop iterating to stop)."""
-        return event_stream.follow(self, job_id, after, block_secs)
+        return event_stream.follow(self.store, job_id, after, block_secs)
 
     def prune(self, dry_run: bool = False) -> PruneReport:
         """Remove the finished jobs past retention (`Settings.keep_*`) with everything they left; with
         `dry_run`, count them and list the first. Never touches a queued, running or paused job."""
-        return retention.prune(self, dry_run=dry_run)
+        return retention.prune(self.store, dry_run=dry_run, actor=self.actor)
 
     def forget_collision(self, daemon_id: str, note: str = "") -> int:
         """Clear the standing report that two Docker daemons share identity `daemon_id`, once one of them has
@@ -256,8 +229,7 @@ class Pool(Browsing):
 
     def now_ms(self) -> int:
         """Now on the Redis server's clock: the clock every time in a row, an event or a record is on."""
-        secs, usecs = call_redis(self.client.time)
-        return int(secs) * 1000 + int(usecs) // 1000
+        return self.store.now_ms()
 
     def boot_is_live(self, boot_id: str) -> bool:
         """Whether a worker boot's record is still there: its process heartbeats it, a crash lets it expire
@@ -267,7 +239,7 @@ class Pool(Browsing):
     def status(self) -> StatusReport:
         """Slots, the queue, promotion, live workers, the last sweep and the health verdict, in one typed
         report (`to_dict()` for JSON). An unreachable Redis is an unhealthy report, not an exception."""
-        return read_status(self)
+        return read_status(self.store)
 
     def health(self) -> Health:
         """The health verdict of `status()`: `healthy`, with the reasons when not, and warnings."""

@@ -23,7 +23,7 @@ from .store.runner import call_redis, wrap_redis_error
 from .strays import Stray
 
 if TYPE_CHECKING:
-    from .api import Pool
+    from .store.calls import Store
 
 #: The supervisor counts as dead when its last sweep is older than this many sweep intervals.
 SWEEP_GRACE_INTERVALS = 3
@@ -438,24 +438,24 @@ def _daemon_notes(daemons: Daemons | None, now: int) -> list[str]:
     return notes
 
 
-def read_status(pool: Pool) -> StatusReport:
+def read_status(store: Store) -> StatusReport:
     """Read and judge the pool's status; an unreachable Redis is an unhealthy report, not an error."""
-    url = safe_url(pool.settings.redis_url)
+    url = safe_url(store.settings.redis_url)
     try:
-        report, warnings = _read(pool, url)
+        report, warnings = _read(store, url)
     except errors.RedisUnavailable as exc:
-        return StatusReport(pool=pool.keys.pool, redis_url=url, reachable=False, health=Health((str(exc),)))
-    return dataclasses.replace(report, health=judge(report, pool.settings.sweep_interval_secs, warnings))
+        return StatusReport(pool=store.keys.pool, redis_url=url, reachable=False, health=Health((str(exc),)))
+    return dataclasses.replace(report, health=judge(report, store.settings.sweep_interval_secs, warnings))
 
 
-def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
-    stats = pool.stats()
-    pipe = pool.client.pipeline(transaction=False)
+def _read(store: Store, url: str) -> tuple[StatusReport, tuple[str, ...]]:
+    stats = store.stats()
+    pipe = store.client.pipeline(transaction=False)
     pipe.time()
-    pipe.get(pool.keys.last_sweep)
-    pipe.zrevrange(pool.keys.boots, 0, MAX_BOOTS - 1, withscores=True)
-    pipe.zrange(pool.keys.running, 0, -1)
-    pipe.zrange(pool.keys.queued, 0, 0)
+    pipe.get(store.keys.last_sweep)
+    pipe.zrevrange(store.keys.boots, 0, MAX_BOOTS - 1, withscores=True)
+    pipe.zrange(store.keys.running, 0, -1)
+    pipe.zrange(store.keys.queued, 0, 0)
     pipe.config_get(redispolicy.SETTING)
     replies = call_redis(pipe.execute, raise_on_error=False, what="status")
     for i, reply in enumerate(replies[:-1]):
@@ -465,10 +465,10 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
     now = int(secs) * 1000 + int(usecs) // 1000
     warnings: list[str] = []
     sweep = _sweep(raw_sweep, now, warnings)
-    records, owners, created = _read_rows(pool, [b for b, _ in boots], running, head)
-    found = _strays(pool, now)
+    records, owners, created = _read_rows(store, [b for b, _ in boots], running, head)
+    found = _strays(store, now)
     report = StatusReport(
-        pool=pool.keys.pool, redis_url=url, reachable=True, health=Health(), now_ms=now,
+        pool=store.keys.pool, redis_url=url, reachable=True, health=Health(), now_ms=now,
         slots=Slots(**stats["slots"]), counts=stats["counts"],
         queue=Queue(depth=stats["counts"]["queued"], oldest_job=head[0] if head else None,
                     oldest_wait_ms=None if created is None else now - created),
@@ -476,33 +476,33 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
                             _int(stats["paused_since"])),
         workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep,
         redis_policy=redispolicy.from_reply(config),  # a CONFIG GET refused (an ACL) is a warning
-        strays=found, daemons=_daemons(pool, running, now), shared_daemons=daemonmark.read_collisions(pool))
+        strays=found, daemons=_daemons(store, running, now), shared_daemons=daemonmark.read_collisions(store))
     return report, tuple(warnings)
 
 
-def _strays(pool: Pool, now: int) -> tuple[Stray, ...]:
+def _strays(store: Store, now: int) -> tuple[Stray, ...]:
     """The strays the fresh inventories list (bounded: one read per daemon of the `inventories` index). A
     stale one's list is not news: its workers are not there to stop them, and `daemons` names it instead;
     an inventory that cannot be read lists none."""
-    daemons = call_redis(pool.client.zrange, pool.keys.inventories, 0, -1, what="status")
+    daemons = call_redis(store.client.zrange, store.keys.inventories, 0, -1, what="status")
     if not daemons:
         return ()
-    pipe = pool.client.pipeline(transaction=False)
+    pipe = store.client.pipeline(transaction=False)
     for daemon in daemons:
-        pipe.hmget(pool.keys.inventory(daemon), "at", "strays")
+        pipe.hmget(store.keys.inventory(daemon), "at", "strays")
     replies = call_redis(pipe.execute, raise_on_error=False, what="status")
-    stale_ms = pool.settings.inventory_stale_secs * 1000
+    stale_ms = store.settings.inventory_stale_secs * 1000
     return tuple(x for daemon, reply in zip(daemons, replies, strict=True)
                  if isinstance(reply, list) and (at := _int(reply[0])) is not None and now - at <= stale_ms
                  for x in strays.decode(reply[1], daemon))
 
 
-def _daemons(pool: Pool, running: list[str], now: int) -> Daemons:
+def _daemons(store: Store, running: list[str], now: int) -> Daemons:
     """Two round trips, O(running): each running row's daemon and lease, the declarations and the records of
     lifted ones; then the inventories of the daemons whose rows have no lease. A value that cannot be read
     counts as missing."""
-    k = pool.keys
-    pipe = pool.client.pipeline(transaction=False)
+    k = store.keys
+    pipe = store.client.pipeline(transaction=False)
     for job_id in running:
         pipe.hmget(k.job(job_id), "daemon_id", "owner_boot", "heartbeat_at", "affinity", "promoted_at")
         pipe.exists(k.lease(job_id))
@@ -520,13 +520,13 @@ def _daemons(pool: Pool, running: list[str], now: int) -> Daemons:
         elif not owner and affinity and is_identity(affinity) and affinity not in gone:
             # Promoted, waiting on the queue of the daemon holding its checkpoint: its workers take it.
             held.setdefault(affinity, []).append((job_id, _int(promoted)))
-    pipe = pool.client.pipeline(transaction=False)
+    pipe = store.client.pipeline(transaction=False)
     for daemon in held:
         pipe.hget(k.inventory(daemon), "at")
         pipe.zscore(k.inventories, daemon)
     inv = [None if isinstance(r, Exception) else r
            for r in call_redis(pipe.execute, raise_on_error=False, what="status")] if held else []
-    stale_ms = pool.settings.inventory_stale_secs * 1000
+    stale_ms = store.settings.inventory_stale_secs * 1000
     stale = []
     for i, (daemon, jobs) in enumerate(held.items()):
         at, last = _int(inv[2 * i]), _int(inv[2 * i + 1])
@@ -580,17 +580,17 @@ def _workers(boots: list[tuple[str, float]], records: list[dict[str, str]], owne
     return Workers(live=len(shown), draining=sum(w.draining for w in shown), stale=stale, boots=tuple(shown))
 
 
-def _read_rows(pool: Pool, boot_ids: list[str], running: list[str],
+def _read_rows(store: Store, boot_ids: list[str], running: list[str],
                head: list[str]) -> tuple[list[dict[str, str]], list[str | None], int | None]:
     """Boot records, the owner of each running row and when the head of the queue was enqueued, in one
     round trip; a key that cannot be read counts as missing (the report is about the pool, not one row)."""
-    pipe = pool.client.pipeline(transaction=False)
+    pipe = store.client.pipeline(transaction=False)
     for boot_id in boot_ids:
-        pipe.hgetall(pool.keys.boot(boot_id))
+        pipe.hgetall(store.keys.boot(boot_id))
     for job_id in running:
-        pipe.hget(pool.keys.job(job_id), "owner_boot")
+        pipe.hget(store.keys.job(job_id), "owner_boot")
     for job_id in head:
-        pipe.hget(pool.keys.job(job_id), "created_at")
+        pipe.hget(store.keys.job(job_id), "created_at")
     replies = [None if isinstance(r, Exception) else r
                for r in call_redis(pipe.execute, raise_on_error=False, what="status")]
     records = [r or {} for r in replies[:len(boot_ids)]]

@@ -23,20 +23,18 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 
 from . import errors
 from .assemble import Assembler
+from .config import Settings
 from .models import Job, JobState
 from .spec import JobSpec, build_spec, utf8_size
-from .store.calls import EnqueueCall
+from .store.calls import EnqueueCall, Store
 from .store.replies import Enqueued
 from .store.runner import call_redis, reopen
-
-if TYPE_CHECKING:
-    from .api import Pool
 
 #: Jobs per enqueue script call: large enough that a round trip costs well under a microsecond per job, small
 #: enough that one call holds Redis for a few milliseconds at most (bench/enqueue.py measures the server time
@@ -127,15 +125,28 @@ class ThreadClients:
             held[2].close()
 
 
-def enqueue(pool: Pool, spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any) -> Job:
+class Submitter(Protocol):
+    """What submitting needs of the pool it submits to (`Pool`): its settings, its store, who it acts as,
+    the per-thread clients the enqueue script runs on, and a job's row read back."""
+
+    settings: Settings
+    actor: str
+    store: Store
+    thread_clients: ThreadClients
+
+    def get(self, job_id: str, coalesced: bool = False) -> Job: ...
+
+
+def enqueue(pool: Submitter, spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any) -> Job:
     """`Pool.enqueue`: one job, a batch of one."""
     job = prepare(spec_fields, coalesce, coalesce_key, pool.settings.bind_roots)
     return send(pool, [job])[0]
 
 
-def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int = BATCH_SIZE) -> list[Job]:
-    """`Pool.enqueue_many`: every item validated, then `batch_size` jobs per script call, in order."""
-    pool._check_count("batch_size", batch_size, MAX_BATCH_SIZE)
+def enqueue_many(pool: Submitter, specs: Iterable[Mapping[str, Any]],
+                 batch_size: int = BATCH_SIZE) -> list[Job]:
+    """`Pool.enqueue_many`: every item validated, then `batch_size` jobs per script call, in order
+    (`batch_size` checked by the caller: 1 to MAX_BATCH_SIZE)."""
     if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
         raise errors.InvalidArgument("specs must be an iterable of mappings (one per job)")
     roots = tuple(pool.settings.bind_roots)
@@ -189,7 +200,7 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
     return made
 
 
-def _settled(pool: Pool, exc: errors.JobpoolError, batch: list[Prepared], start: int, total: int,
+def _settled(pool: Submitter, exc: errors.JobpoolError, batch: list[Prepared], start: int, total: int,
              sent: bool) -> errors.JobpoolError:
     """`exc`, raised by the script call of `batch` (the input's jobs from `start`), counted by what Redis
     holds. The script applies a batch whole or not at all. A refusal (a status reply: scripts/enqueue.lua
@@ -211,7 +222,7 @@ def _settled(pool: Pool, exc: errors.JobpoolError, batch: list[Prepared], start:
             "if any of its ids (the error's `unknown`) exists") + \
         f", the first {start + len(batch)} were enqueued, else the first {start}"
     try:
-        found = int(call_redis(pool.client.exists, *[pool.keys.job(p.id) for p in batch],
+        found = int(call_redis(pool.store.client.exists, *[pool.store.keys.job(p.id) for p in batch],
                                what="enqueue_many's look for its last batch"))
     except errors.JobpoolError as why:
         return _counted(exc, start, total, batch, f"Redis could not be asked ({why}). That batch was "
@@ -249,24 +260,24 @@ def _counted(exc: errors.JobpoolError, enqueued: int, total: int, unknown: Seque
     return exc
 
 
-def send(pool: Pool, batch: list[Prepared]) -> list[Job]:
+def send(pool: Submitter, batch: list[Prepared]) -> list[Job]:
     """One enqueue script call for `batch`; its Jobs as the script left them, in order."""
     reply = _run(pool, _call_args(pool, batch))
     pool.store.finish_promotion(reply, pool.actor)
     return _resolved(pool, _made(batch, reply))
 
 
-def _call_args(pool: Pool, batch: list[Prepared]) -> EnqueueCall:
+def _call_args(pool: Submitter, batch: list[Prepared]) -> EnqueueCall:
     """The enqueue script's inputs for `batch` (scripts/enqueue.lua)."""
     return pool.store.enqueue_call(pool.actor, [(p.id, p.spec.to_json(), p.coalesce_key, p.spec.image)
                                                 for p in batch])
 
 
-def _run(pool: Pool, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:
+def _run(pool: Submitter, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:
     """The enqueue script, on this thread's single-connection client (its caller then finishes the
     promotion the script left undone, `Store.finish_promotion`). Making that client connects at once, so a
     Redis that cannot be reached fails there, before anything is sent: typed like the call's own failures."""
-    client = call_redis(pool.thread_clients.get, pool.client, what="enqueue")
+    client = call_redis(pool.thread_clients.get, pool.store.client, what="enqueue")
     return pool.store.enqueue(call, client=client, meanwhile=meanwhile)
 
 
@@ -288,7 +299,7 @@ def _made(batch: list[Prepared], reply: Enqueued) -> list[Job | str]:
     return jobs
 
 
-def _resolved(pool: Pool, made: list[Job | str]) -> list[Job]:
+def _resolved(pool: Submitter, made: list[Job | str]) -> list[Job]:
     """`made` with each coalesced job's id replaced by that queued job, read back in one round trip."""
     twin_ids = sorted({j for j in made if isinstance(j, str)})
     if not twin_ids:
@@ -297,13 +308,13 @@ def _resolved(pool: Pool, made: list[Job | str]) -> list[Job]:
     return [found[j] if isinstance(j, str) else j for j in made]
 
 
-def _twins(pool: Pool, ids: list[str]) -> dict[str, Job]:
+def _twins(pool: Submitter, ids: list[str]) -> dict[str, Job]:
     """The queued jobs that new jobs coalesced into, read back (one round trip), as `coalesced`."""
     if len(ids) == 1:
         return {ids[0]: pool.get(ids[0], coalesced=True)}
-    pipe = pool.client.pipeline(transaction=False)
+    pipe = pool.store.client.pipeline(transaction=False)
     for job_id in ids:
-        pipe.hgetall(pool.keys.job(job_id))
+        pipe.hgetall(pool.store.keys.job(job_id))
     rows = call_redis(pipe.execute, raise_on_error=False)
     out = {}
     for job_id, row in zip(ids, rows, strict=True):

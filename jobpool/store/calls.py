@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
 from ..config import Settings
-from .keys import PoolKeys
+from .reads import Reads
 from .replies import (
     Adopted,
     Cancelled,
@@ -72,12 +72,18 @@ def _moved(reply: list[Any]) -> Moved:
     return Moved(state=str(reply[1]), promoted=int(reply[2]), why_stopped=reply[3])
 
 
-class Store:
+class HasStore(Protocol):
+    """What holds a pool's store: `Pool`, as the public functions outside api.py that take a pool see it."""
+
+    @property
+    def store(self) -> Store: ...
+
+
+class Store(Reads):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
-        self.client = client
-        self.keys = PoolKeys(settings.pool)
+        super().__init__(client, settings)
         self.scripts = Scripts(client, settings.max_concurrent_jobs, settings.events_maxlen,
                                settings.redis_wait_replicas, settings.redis_wait_timeout_secs)
 

@@ -63,7 +63,7 @@ def _mark_daemon(pool: Pool, prober: ContainerProber) -> daemonmark.Marker | Non
     daemon's identity has its mark there, no row on that identity is judged from this daemon's list."""
     if pool.settings.executor == "subprocess":
         return None
-    marker = daemonmark.Marker(pool, "supervisor", uuid.uuid4().hex, prober.docker_host,
+    marker = daemonmark.Marker(pool.store, "supervisor", uuid.uuid4().hex, prober.docker_host,
                                consequence="this supervisor judges no job recorded on that identity")
     marker.start()
     return marker

@@ -125,7 +125,7 @@ class Supervisor:
         to be one daemon's (its peers have not seen its mark yet, or a collision)."""
         if self.settings.executor == "subprocess":
             return {}
-        out = daemonmark.read_collisions(self.pool)
+        out = daemonmark.read_collisions(self.pool.store)
         why = self.marker.refusal() if self.marker is not None else ""
         if why:
             ours = self.marker.daemon_id if self.marker is not None else ""
@@ -181,7 +181,7 @@ class Supervisor:
         """A bounded share of retention each sweep (a backlog is worked off over several sweeps); a prune
         that fails on a bad entry is logged and left to the next sweep, never failing the sweep itself."""
         try:
-            done = retention.prune(self.pool, budget_secs=retention.SWEEP_BUDGET_SECS, actor=self.actor)
+            done = retention.prune(self.pool.store, budget_secs=retention.SWEEP_BUDGET_SECS, actor=self.actor)
         except errors.RedisUnavailable:
             raise
         except errors.JobpoolError as exc:

@@ -172,8 +172,9 @@ def mark_daemon(pool: Pool, boot: Boot) -> Marker | None:
     has its mark on this very daemon. None for the subprocess executor."""
     if pool.settings.executor != "docker":
         return None
-    marker = Marker(pool, "worker", boot.id, consequence="this worker takes no job while it lasts (a job it "
-                    "runs stays watched) and publishes no inventory of that identity")
+    marker = Marker(pool.store, "worker", boot.id,
+                    consequence="this worker takes no job while it lasts (a job it runs stays watched) and "
+                    "publishes no inventory of that identity")
     marker.start()
     return marker
 

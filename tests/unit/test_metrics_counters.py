@@ -134,7 +134,7 @@ def test_pruning_never_removes_the_counters(backend: Backend) -> None:
     for _ in range(3):
         ran(pool, 0)
     before = fields(pool)
-    assert prune(pool).counts["succeeded"] == 2
+    assert prune(pool.store, actor=pool.actor).counts["succeeded"] == 2
     after = fields(pool)
     assert after.pop("transitions:none:pruned") == 1  # one event for the batch
     assert after == before

@@ -1,0 +1,65 @@
+"""`Reads`: what is read from a pool's Redis outside the scripts, on the store's client: the counts, the
+limit and the clock every reader shares. `store.calls.Store` is these plus the scripts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import redis
+
+from ..config import Settings
+from ..contract import JobState
+from ..digits import ascii_whole
+from .keys import PoolKeys
+from .runner import call_redis
+
+
+class Reads:
+    """One pool's keys and settings on one Redis client (replies decoded: redisurl.connect)."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.keys = PoolKeys(settings.pool)
+
+    def now_ms(self) -> int:
+        """Now on the Redis server's clock: the clock every time in a row, an event or a record is on."""
+        secs, usecs = call_redis(self.client.time)
+        return int(secs) * 1000 + int(usecs) // 1000
+
+    def limit(self, stored: str | None) -> int:
+        """The limit the scripts use (scripts/_lib.lua max_slots): the stored one if it is a number, else
+        this pool's default, which every script is given (store/runner.py Scripts)."""
+        try:
+            value = float(stored) if stored is not None else math.nan
+        except ValueError:
+            value = math.nan
+        return int(value) if math.isfinite(value) else self.settings.max_concurrent_jobs
+
+    def slots(self) -> tuple[int, int]:
+        """(used, max) of the fleet-wide limit."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.keys.running)
+        pipe.hget(self.keys.config, "max_concurrent_jobs")
+        used, mx = call_redis(pipe.execute)
+        return int(used), self.limit(mx)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per state, slots, and whether promotion is paused (by whom, why, since when)."""
+        pipe = self.client.pipeline(transaction=False)
+        for st in JobState:
+            pipe.zcard(self.keys.state_index(st.value))
+        pipe.hget(self.keys.config, "max_concurrent_jobs")
+        pipe.hgetall(self.keys.paused)
+        *counts, mx, paused = call_redis(pipe.execute)
+        return {
+            "pool": self.keys.pool,
+            "counts": {st.value: int(c) for st, c in zip(JobState, counts, strict=True)},
+            "slots": {"used": int(counts[1]), "max": self.limit(mx)},
+            "queue_paused": bool(paused),
+            "paused_by": paused.get("by") if paused else None,
+            "paused_reason": paused.get("reason") if paused else None,
+            "paused_since": ascii_whole(paused.get("since")) if paused else None,
+        }
