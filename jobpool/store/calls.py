@@ -37,6 +37,7 @@ from .replies import (
     SlotsSet,
 )
 from .runner import Scripts, call_redis
+from .sweepreads import SweepReads
 
 #: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
 CANDIDATES_ON_RELEASE = 4
@@ -79,7 +80,7 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-class Store(Reads):
+class Store(Reads, SweepReads):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
