@@ -14,19 +14,19 @@ from typing import Any
 import redis
 
 from .keys import PoolKeys
-from .runner import wrap_redis_error
+from .runner import call_redis, wrap_redis_error
 
 #: Keys read per pipeline when whole rows are read.
 READ_CHUNK = 1000
 
 
-def run_pipeline(pipe: Any, raise_on_error: bool = True) -> list[Any]:
+def run_pipeline(pipe: Any, raise_on_error: bool = True, what: str = "sweep read") -> list[Any]:
     """Run a pipeline of sweep reads; with `raise_on_error` False, an error reply of one command is left in
     its place."""
     try:
         return list(pipe.execute(raise_on_error=raise_on_error))
     except redis.RedisError as exc:
-        raise wrap_redis_error(exc, "sweep read") from None
+        raise wrap_redis_error(exc, what) from None
 
 
 class SweepReads:
@@ -130,3 +130,42 @@ class SweepReads:
         held = {job_id: (positions[2 * i] is not None, positions[2 * i + 1] is not None)
                 for i, job_id in enumerate(queue_of)}
         return held, registries
+
+    # ---- daemons' inventories (jobpool/supervisor/remote.py) ---------------------------------------------
+
+    def inventory_index(self) -> tuple[dict[str, int], dict[str, str]]:
+        """When each daemon last published (ms), and the daemons declared gone for good (identity -> JSON);
+        either empty when it cannot be read."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(self.keys.inventories, 0, -1, withscores=True)
+        pipe.hgetall(self.keys.gone_daemons)
+        index, gone = run_pipeline(pipe, raise_on_error=False, what=_INVENTORIES)
+        return ({str(d): int(s) for d, s in index} if isinstance(index, list) else {},
+                {str(d): str(v) for d, v in gone.items()} if isinstance(gone, dict) else {})
+
+    def inventory_fields(self, daemons: Sequence[str], fields: Sequence[str]) -> dict[str, list[Any]]:
+        """Each daemon's inventory `fields`, for those whose inventory could be read."""
+        pipe = self.client.pipeline(transaction=False)
+        for name in daemons:
+            pipe.hmget(self.keys.inventory(name), fields)
+        replies = run_pipeline(pipe, raise_on_error=False, what=_INVENTORIES)
+        return {name: v for name, v in zip(daemons, replies, strict=True) if isinstance(v, list)}
+
+    # ---- leftovers of ended attempts (jobpool/supervisor/volumes.py) -------------------------------------
+
+    def states_and_attempts(self, ids: Sequence[str]) -> list[list[Any]]:
+        """Each row's state and attempt (None for a missing row); any error fails the read."""
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(self.keys.job(job_id), "state", "attempt")
+        return list(call_redis(pipe.execute, what="reading the rows of ended containers"))
+
+    def states(self, ids: Sequence[str]) -> list[str | None]:
+        """Each row's state (None for a missing row); any error fails the read."""
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(self.keys.job(job_id), "state")
+        return list(call_redis(pipe.execute, what="reading the states of checkpointed jobs"))
+
+
+_INVENTORIES = "sweep read of inventories"
