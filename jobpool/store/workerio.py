@@ -1,6 +1,6 @@
 """`WorkerIO`: what a worker process reads and writes outside the scripts: its boot record (the heartbeat
-every reader takes for a live worker: jobpool/workers/boot.py) and the rows of the containers it finds on its
-daemon (jobpool/workers/strays.py).
+every reader takes for a live worker: jobpool/workers/boot.py), the rows of the containers it finds on its
+daemon (jobpool/workers/strays.py, jobpool/workers/inventory.py) and its daemon's earlier boots.
 
 The boot record's writes raise redis-py's own errors: the heartbeat thread judges them as it judges every
 outage (jobpool/workers/outage.py).
@@ -54,3 +54,25 @@ class WorkerIO:
         replies = call_redis(pipe.execute, raise_on_error=False, what="reading running containers' rows")
         n = len(job_ids)
         return list(replies[:n]), [not isinstance(r, Exception) and r is not None for r in replies[n:]]
+
+    def rows_and_leases(self, job_ids: Sequence[str]) -> list[tuple[Any, Any]]:
+        """Each job's (state, attempt) and its lease's value, in one round trip; an error reply is left in
+        the place of what it was read for. redis-py's errors are raised as they are (the inventory thread
+        judges them)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hmget(k.job(job_id), ["state", "attempt"])
+            pipe.get(k.lease(job_id))
+        replies = pipe.execute(raise_on_error=False)
+        return [(replies[2 * i], replies[2 * i + 1]) for i in range(len(job_ids))]
+
+    def daemon_boots(self, daemon_id: str) -> tuple[dict[str, int], str | None, int]:
+        """When each daemon last published (ms), when `daemon_id` first published (None if never), and the
+        server's time (ms), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(self.keys.inventories, 0, -1, withscores=True)
+        pipe.hget(self.keys.inventory(daemon_id), "first_at")
+        pipe.time()
+        index, first, (secs, micros) = call_redis(pipe.execute, what="reading the daemons' boots")
+        return {str(d): int(at) for d, at in index}, first, int(secs) * 1000 + int(micros) // 1000

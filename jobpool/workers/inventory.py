@@ -39,7 +39,6 @@ from ..exits import OWN
 from ..inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, earlier_boots, encode
 from ..procid import kernel_boot_id
 from ..redistrust import RedisTrust
-from ..store.runner import call_redis
 from ..strays import encode as encode_strays
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
@@ -184,17 +183,11 @@ class InventoryPublisher:
         if self.on_earlier_boot is None or time.monotonic() - self._boots_at < EARLIER_BOOTS_EVERY_SECS:
             return
         self._boots_at = time.monotonic()
-        k = self.pool.keys
         try:
-            pipe = self.pool.client.pipeline(transaction=False)
-            pipe.zrange(k.inventories, 0, -1, withscores=True)
-            pipe.hget(k.inventory(daemon), "first_at")
-            pipe.time()
-            index, first, (secs, micros) = call_redis(pipe.execute, what="reading the daemons' boots")
+            index, first, now_ms = self.pool.store.daemon_boots(daemon)
             if not first:
                 return  # this boot has not published yet: nothing can be said to precede it
-            found = set(earlier_boots(daemon, {str(d): int(at) for d, at in index}, int(first),
-                                      int(secs) * 1000 + int(micros) // 1000,
+            found = set(earlier_boots(daemon, index, int(first), now_ms,
                                       int(self.settings.inventory_stale_secs * 1000)))
             for identity in sorted(found - self.earlier):
                 self.on_earlier_boot(identity)
@@ -257,16 +250,10 @@ class InventoryPublisher:
         todo = [e for e in entries if e.state in (CREATED, EXITED) and e.container_id]
         if not todo:
             return
-        k = self.pool.keys
-        pipe = self.pool.client.pipeline(transaction=False)
-        for e in todo:
-            pipe.hmget(k.job(e.job_id), ["state", "attempt"])
-            pipe.get(k.lease(e.job_id))
-        replies = pipe.execute(raise_on_error=False)
+        replies = self.pool.store.rows_and_leases([e.job_id for e in todo])
         if self.trust.settling():
             return  # what was read may be what a restart or a failover is about to contradict
-        for i, e in enumerate(todo):
-            row, lease = replies[2 * i], replies[2 * i + 1]
+        for e, (row, lease) in zip(todo, replies, strict=True):
             if isinstance(row, Exception) or isinstance(lease, Exception):
                 continue
             state, attempt = row
