@@ -131,6 +131,20 @@ class SweepReads:
                 for i, job_id in enumerate(queue_of)}
         return held, registries
 
+    # ---- the fleet's workers (jobpool/supervisor/adoption.py) ------------------------------------------
+
+    def fleet_boots(self) -> list[str]:
+        """Every worker boot in the `boots` index (the fleet's, records expired lately included)."""
+        return [str(b) for b in call_redis(self.client.zrange, self.keys.boots, 0, -1,
+                                           what="reading the fleet's boots")]
+
+    def boots_alive(self, boot_ids: Sequence[str]) -> list[bool]:
+        """Whether each boot's record is still there (its process heartbeats it; a crash lets it expire)."""
+        pipe = self.client.pipeline(transaction=False)
+        for boot in boot_ids:
+            pipe.exists(self.keys.boot(boot))
+        return [bool(alive) for alive in run_pipeline(pipe)]
+
     # ---- daemons' inventories (jobpool/supervisor/remote.py) ---------------------------------------------
 
     def inventory_index(self) -> tuple[dict[str, int], dict[str, str]]:

@@ -25,7 +25,7 @@ from ..api import Pool
 from ..contract import ADOPT_RQ_PREFIX
 from ..daemonid import is_identity
 from ..store.keys import worker_name
-from ..store.runner import call_redis, wrap_redis_error
+from ..store.runner import wrap_redis_error
 from ..store.sweepreads import run_pipeline
 from .verdicts import RowSnapshot
 
@@ -94,16 +94,12 @@ class Adoptions:
         key outlives a SIGKILLed worker by its worker_ttl (minutes); the boot record by one lease."""
         if not names:
             return set()
-        boots = [str(b) for b in call_redis(self.pool.client.zrange, self.pool.keys.boots, 0, -1,
-                                            what="reading the fleet's boots")]
-        by_name = {worker_name(self.pool.keys.pool, b): b for b in boots}
+        by_name = {worker_name(self.pool.keys.pool, b): b for b in self.pool.store.fleet_boots()}
         mine = {n: by_name[n] for n in names if n in by_name}
         if not mine:
             return set()
-        pipe = self.pool.client.pipeline(transaction=False)
-        for boot in mine.values():
-            pipe.exists(self.pool.keys.boot(boot))
-        return {n for n, alive in zip(mine, run_pipeline(pipe), strict=True) if alive}
+        alive = self.pool.store.boots_alive(list(mine.values()))
+        return {n for n, live in zip(mine, alive, strict=True) if live}
 
     def queue_for(self, row: RowSnapshot) -> str:
         """Where a request for this row goes: the queue only the workers on its daemon listen on
