@@ -37,7 +37,7 @@ from .replies import (
     SlotsSet,
 )
 from .runner import Scripts, call_redis
-from .sweepreads import SweepReads
+from .sweepio import SweepIO
 from .workerio import WorkerIO
 
 #: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
@@ -81,7 +81,7 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-class Store(Reads, SweepReads, WorkerIO):
+class Store(Reads, SweepIO, WorkerIO):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:

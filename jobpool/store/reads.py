@@ -29,6 +29,11 @@ class Reads:
         secs, usecs = call_redis(self.client.time)
         return int(secs) * 1000 + int(usecs) // 1000
 
+    def counters(self) -> dict[str, str]:
+        """The pool's `metrics` hash as stored (jobpool/metrics.py reads it): one read of one hash, a bounded
+        number of fields whatever the pool holds."""
+        return dict(call_redis(self.client.hgetall, self.keys.metrics, what="reading the counters"))
+
     def limit(self, stored: str | None) -> int:
         """The limit the scripts use (scripts/_lib.lua max_slots): the stored one if it is a number, else
         this pool's default, which every script is given (store/runner.py Scripts)."""

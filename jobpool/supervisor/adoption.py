@@ -26,7 +26,7 @@ from ..contract import ADOPT_RQ_PREFIX
 from ..daemonid import is_identity
 from ..store.keys import worker_name
 from ..store.runner import wrap_redis_error
-from ..store.sweepreads import run_pipeline
+from ..store.sweepio import run_pipeline
 from .verdicts import RowSnapshot
 
 log = logging.getLogger("jobpool.supervisor")

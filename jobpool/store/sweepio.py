@@ -1,6 +1,7 @@
-"""`SweepReads`: what a supervisor's sweep reads of Redis for its evidence (jobpool/supervisor/evidence.py
-judges it): the running rows and their leases, whole rows, owners' boot records, and what RQ holds of the
-unclaimed jobs. Reads only: every change a sweep makes is a script (store/calls.py).
+"""`SweepIO`: what a supervisor's sweep reads of Redis for its evidence (jobpool/supervisor/evidence.py
+judges it): the running rows and their leases, whole rows, owners' boot records, what RQ holds of the
+unclaimed jobs, daemons' inventories; and the sweep's record of itself (`record_sweep`). Every change a
+sweep makes to a job is a script (store/calls.py).
 
 An error reply of one command (a key of the wrong type) is left in that command's place, for the judge to
 call that row's problem and not the sweep's, except where said.
@@ -29,9 +30,9 @@ def run_pipeline(pipe: Any, raise_on_error: bool = True, what: str = "sweep read
         raise wrap_redis_error(exc, what) from None
 
 
-class SweepReads:
-    """A sweep's reads of one pool (a part of `store.calls.Store`). Keeps what it learnt of the server:
-    whether it has SORT_RO."""
+class SweepIO:
+    """A sweep's reads and record of one pool (a part of `store.calls.Store`). Keeps what it learnt of the
+    server: whether it has SORT_RO."""
 
     client: redis.Redis
     keys: PoolKeys
@@ -130,6 +131,16 @@ class SweepReads:
         held = {job_id: (positions[2 * i] is not None, positions[2 * i + 1] is not None)
                 for i, job_id in enumerate(queue_of)}
         return held, registries
+
+    def record_sweep(self, last_sweep: str, increments: Mapping[str, int], sum_ms: float) -> None:
+        """The sweep's last-sweep record and its counters (jobpool/metrics.py), in one MULTI, so a sweep is
+        counted exactly when it is recorded."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(self.keys.last_sweep, last_sweep)
+        for name, n in increments.items():
+            pipe.hincrby(self.keys.metrics, name, n)
+        pipe.hincrbyfloat(self.keys.metrics, "sweep_duration:sum_ms", round(sum_ms, 3))
+        call_redis(pipe.execute, what="recording the sweep")
 
     # ---- the fleet's workers (jobpool/supervisor/adoption.py) ------------------------------------------
 
