@@ -13,6 +13,7 @@ from ..config import Settings
 from ..contract import JobState
 from ..digits import ascii_whole
 from .keys import PoolKeys
+from .redispolicy import PolicyCheck, check_at_start
 from .runner import call_redis
 
 
@@ -28,6 +29,17 @@ class Reads:
         """Now on the Redis server's clock: the clock every time in a row, an event or a record is on."""
         secs, usecs = call_redis(self.client.time)
         return int(secs) * 1000 + int(usecs) // 1000
+
+    def ping(self) -> None:
+        """One round trip, for a process that wants its connection open before it needs it (redis-py's
+        errors raised as they are)."""
+        self.client.ping()
+
+    def check_policy(self) -> PolicyCheck:
+        """What every long-running process does before its first write (store/redispolicy.py
+        `check_at_start`): `EvictingRedis` for a Redis that may evict job rows, a warning for one that may
+        evict leases or whose policy cannot be read."""
+        return check_at_start(self.client)
 
     def counters(self) -> dict[str, str]:
         """The pool's `metrics` hash as stored (jobpool/metrics.py reads it): one read of one hash, a bounded

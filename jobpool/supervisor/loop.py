@@ -12,7 +12,7 @@ from typing import Any
 from .. import daemonmark, errors, exporter
 from ..api import Pool
 from ..config import Settings
-from ..store.redispolicy import EvictingRedis, check_at_start
+from ..store.redispolicy import EvictingRedis
 from ..store.redisurl import connect
 from .probes import ContainerProber
 from .report import SweepReport
@@ -49,7 +49,7 @@ def _check_redis(sup: Supervisor, once: bool) -> bool:
     for one that may evict job rows, `RedisUnavailable` when Redis is away (the loop then asks again). Then,
     unless `once`, the loop's mark on its daemon is made (its first write)."""
     pool = sup.pool
-    check_at_start(pool.client)
+    pool.store.check_policy()
     if not once and sup.marker is None:
         sup.marker = _mark_daemon(pool, sup.prober)
     if not once:
@@ -109,7 +109,7 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sup.close()
-        pool.client.close()
+        pool.close()
         if server is not None:
             server.close()
     log.info("supervisor for pool %s stopped", settings.pool)

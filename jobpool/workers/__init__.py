@@ -14,7 +14,6 @@ from ..api import Pool
 from ..config import Settings
 from ..daemonmark import Marker
 from ..errors import JobpoolError
-from ..store.redispolicy import check_at_start
 from .boot import Boot, live_restore_of
 from .cleanup import Cleaner
 from .executors import make_executor
@@ -40,7 +39,7 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     rows."""
     pool = Pool.from_settings(settings)
     pool.actor = "worker"
-    check_at_start(pool.client)
+    pool.store.check_policy()
     daemon_id, api_version, live_restore = establish_daemon(settings)
     boot = Boot(pool, settings.executor, daemon_id)
     boot.set_live_restore(live_restore)

@@ -390,7 +390,7 @@ class JobpoolWorker(BooksWorker):
 
     def warm_horse(self) -> None:
         super().warm_horse()
-        self.runtime.pool.client.ping()
+        self.runtime.pool.store.ping()
 
     def _still_ours(self, job_id: str) -> bool:
         try:
