@@ -26,7 +26,6 @@ from .spec import utf8_size
 from .status import Health, StatusReport, read_status
 from .store.calls import Store
 from .store.redisurl import connect
-from .store.runner import call_redis
 from .submit import BATCH_SIZE, MAX_BATCH_SIZE
 
 log = logging.getLogger("jobpool")
@@ -132,9 +131,9 @@ class Pool(Browsing):
 
     def get(self, job_id: str, coalesced: bool = False) -> Job:
         """The job's row; `CorruptRow` when it holds something that cannot be read."""
-        key = self.keys.job(self._check_id(job_id))
+        self._check_id(job_id)
         try:
-            row = call_redis(self.client.hgetall, key)
+            row = self.store.row(job_id)
         except errors.CorruptRow as exc:
             raise errors.CorruptRow(f"job {job_id}: its row is not a hash ({exc})", job_id) from None
         if not row:
@@ -144,10 +143,7 @@ class Pool(Browsing):
     def _rows(self, ids: Iterable[str]) -> list[Job]:
         """The rows of `ids` that can be read; a missing row is skipped, a corrupt one skipped and logged."""
         ids = builtins.list(ids)
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(self.keys.job(job_id))
-        rows = call_redis(pipe.execute, raise_on_error=False)
+        rows = self.store.rows(ids)
         jobs = []
         for job_id, row in zip(ids, rows, strict=True):
             if not row:
@@ -170,12 +166,7 @@ class Pool(Browsing):
             except ValueError:
                 states = ", ".join(s.value for s in JobState)
                 raise errors.InvalidArgument(f"unknown state {state!r} (one of {states})") from None
-            key = self.keys.state_index(st.value)
-            if st in TERMINAL:
-                ids = call_redis(self.client.zrevrange, key, 0, limit - 1)
-            else:
-                ids = call_redis(self.client.zrange, key, 0, limit - 1)
-            return self._rows(ids)
+            return self._rows(self.store.state_ids(st.value, limit, newest_first=st in TERMINAL))
         jobs: builtins.list[Job] = []
         for st in JobState:
             jobs += self.list(st, limit)
@@ -185,7 +176,7 @@ class Pool(Browsing):
     def logs(self, job_id: str) -> str:
         """The last 64 KiB of the job's output, kept after its container is gone."""
         self.get(job_id)
-        return logtail.decode(call_redis(self.client.hget, self.keys.job(job_id), "log_tail"))
+        return logtail.decode(self.store.log_tail(job_id))
 
     def slots(self) -> tuple[int, int]:
         """(used, max) of the fleet-wide limit."""
@@ -234,7 +225,7 @@ class Pool(Browsing):
     def boot_is_live(self, boot_id: str) -> bool:
         """Whether a worker boot's record is still there: its process heartbeats it, a crash lets it expire
         (workers/boot.py). False for an empty id (a row no worker has claimed)."""
-        return bool(boot_id) and bool(call_redis(self.client.exists, self.keys.boot(boot_id)))
+        return bool(boot_id) and self.store.boot_exists(boot_id)
 
     def status(self) -> StatusReport:
         """Slots, the queue, promotion, live workers, the last sweep and the health verdict, in one typed

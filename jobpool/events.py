@@ -20,10 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from . import errors
-from .store.runner import call_redis, wrap_redis_error
 
 if TYPE_CHECKING:
     from .store.calls import Store
@@ -76,15 +73,7 @@ def history(store: Store, job_id: str) -> tuple[list[Event] | None, str]:
     transaction so a follow from it has no gap and no repeat. None instead of the transitions when there is no
     row that keeps them: a row written before rows did, or none at all (a job pruned, dropped as a ghost or a
     corrupt row, or never there), whose traces only the stream may still hold."""
-    key = store.keys.job(job_id)
-    pipe = store.client.pipeline(transaction=True)
-    pipe.hget(key, "history")
-    pipe.xrevrange(store.keys.events, "+", "-", 1)
-    found, newest = call_redis(pipe.execute, raise_on_error=False, what="history")
-    if isinstance(newest, redis.RedisError):
-        raise wrap_redis_error(newest, "history")
-    if isinstance(found, redis.ResponseError):  # the job's key holds no hash: not a row that keeps one
-        found = None
+    found, newest = store.history_and_newest(job_id)
     newest_id = newest[0][0] if newest else "0-0"
     if found is None:
         return None, newest_id
@@ -118,7 +107,7 @@ def read(store: Store, job_id: str | None, count: int, after: str) -> list[Event
                    if _id_key(e["id"]) > bound or (not after.startswith("(") and _id_key(e["id"]) == bound)]
         return own[:count]
     return [_entry(entry_id, fields)
-            for entry_id, fields in call_redis(store.client.xrange, store.keys.events, after, "+", count)
+            for entry_id, fields in store.events_after(after, count)
             if job_id is None or fields.get("job") == job_id]
 
 
@@ -133,7 +122,7 @@ def tail(store: Store, job_id: str | None, count: int) -> tuple[list[Event], str
     newest, upper = "0-0", "+"
     found: list[Event] = []
     while len(found) < count:
-        page = call_redis(store.client.xrevrange, store.keys.events, upper, "-", PAGE)
+        page = store.events_before(upper, PAGE)
         if not page:
             break
         if newest == "0-0":
@@ -151,7 +140,7 @@ def tail(store: Store, job_id: str | None, count: int) -> tuple[list[Event], str
 
 
 def _newest(store: Store) -> str:
-    page = call_redis(store.client.xrevrange, store.keys.events, "+", "-", 1)
+    page = store.events_before("+", 1)
     return page[0][0] if page else "0-0"
 
 
@@ -169,7 +158,7 @@ def follow(store: Store, job_id: str | None, after: str | None, block_secs: floa
 
 def _follow(store: Store, job_id: str | None, after: str, block_ms: int) -> Iterator[Event]:
     while True:
-        reply = call_redis(store.client.xread, {store.keys.events: after}, count=PAGE, block=block_ms)
+        reply = store.events_following(after, PAGE, block_ms)
         for _key, entries in reply or []:
             for entry_id, fields in entries:
                 after = entry_id  # a concrete id, never "$": nothing written between two reads is missed

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import redis
 
 from ..config import Settings
+from .eventreads import EventReads
 from .reads import Reads
 from .replies import (
     Adopted,
@@ -81,7 +82,7 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-class Store(Reads, SweepIO, WorkerIO):
+class Store(Reads, EventReads, SweepIO, WorkerIO):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:

@@ -5,6 +5,7 @@ limit and the clock every reader shares. `store.calls.Store` is these plus the s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -24,6 +25,44 @@ class Reads:
         self.client = client
         self.settings = settings
         self.keys = PoolKeys(settings.pool)
+
+    def row(self, job_id: str) -> dict[str, str]:
+        """A job's row as stored ({} for none; `CorruptRow` when its key is not a hash)."""
+        return dict(call_redis(self.client.hgetall, self.keys.job(job_id)))
+
+    def rows(self, ids: Sequence[str]) -> list[Any]:
+        """Each job's row as stored ({} for none), or the error its read met, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.keys.job(job_id))
+        return list(call_redis(pipe.execute, raise_on_error=False))
+
+    def state_ids(self, state: str, limit: int, newest_first: bool) -> list[str]:
+        """The first `limit` ids of a state's index, oldest first or newest first."""
+        key = self.keys.state_index(state)
+        read = self.client.zrevrange if newest_first else self.client.zrange
+        return list(call_redis(read, key, 0, limit - 1))
+
+    def state_page(self, state: str, offset: int, limit: int, newest_first: bool) -> tuple[int, list[str]]:
+        """How many ids a state's index holds, and ids `offset` to `offset + limit` of it, from one moment
+        (one MULTI)."""
+        key = self.keys.state_index(state)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zcard(key)
+        if newest_first:
+            pipe.zrevrange(key, offset, offset + limit - 1)
+        else:
+            pipe.zrange(key, offset, offset + limit - 1)
+        total, ids = call_redis(pipe.execute, what="page")
+        return int(total), list(ids)
+
+    def log_tail(self, job_id: str) -> str | None:
+        """The log tail field of a job's row as stored (jobpool/logtail.py decodes it)."""
+        return call_redis(self.client.hget, self.keys.job(job_id), "log_tail")
+
+    def boot_exists(self, boot_id: str) -> bool:
+        """Whether a worker boot's record is there (its process heartbeats it; a crash lets it expire)."""
+        return bool(call_redis(self.client.exists, self.keys.boot(boot_id)))
 
     def now_ms(self) -> int:
         """Now on the Redis server's clock: the clock every time in a row, an event or a record is on."""
