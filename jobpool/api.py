@@ -49,8 +49,6 @@ class Pool(Browsing):
         #: The pool's Redis: its keys and one typed method per script (jobpool/store/calls.py).
         self.store = Store(client, self.settings)
         self.keys = self.store.keys
-        #: The single-connection client each thread runs the enqueue script on (jobpool/submit.py).
-        self.thread_clients = submit.ThreadClients()
 
     @classmethod
     def from_url(cls, url: str, name: str = "default", **settings: Any) -> Pool:
@@ -68,8 +66,7 @@ class Pool(Browsing):
 
     def close(self) -> None:
         """Close the Redis connections (the pool may be used again: redis-py reconnects)."""
-        self.thread_clients.close()
-        self.client.close()
+        self.store.close()
 
     # ---- plumbing shared by every call -------------------------------------------------------------
 

@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any
 from . import daemonid, procid
 from .contract import LABEL_POOL
 from .errors import InvalidArgument, JobpoolError
-from .store.runner import call_redis
 
 if TYPE_CHECKING:
     from .store.calls import HasStore, Store
@@ -120,15 +119,10 @@ def describe(role: str, pid: Any, host: str, docker_host: str) -> str:
 
 def read_peers(store: Store) -> dict[str, Peer]:
     """Every live process's record (one read of the index, one pipelined read of the records)."""
-    k = store.keys
-    ids = [str(i) for i in call_redis(store.client.zrange, k.daemon_marks, 0, -1,
-                                      what="reading daemon marks")]
+    ids = store.daemon_mark_ids()
     if not ids:
         return {}
-    pipe = store.client.pipeline(transaction=False)
-    for process_id in ids:
-        pipe.hgetall(k.daemon_mark(process_id))
-    replies = call_redis(pipe.execute, raise_on_error=False, what="reading daemon marks")
+    replies = store.daemon_mark_records(ids)
     return {i: Peer.from_record(i, r) for i, r in zip(ids, replies, strict=True) if isinstance(r, dict) and r}
 
 
@@ -172,12 +166,10 @@ class Standing:
 
 def read_standing(store: Store, identity: str | None = None) -> dict[str, Standing]:
     """The standing collisions (identity -> its report); only `identity`'s when given (one HGET)."""
-    k = store.keys
     if identity is not None:
-        text = call_redis(store.client.hget, k.shared_daemons, identity, what="reading shared daemons")
-        return {identity: Standing.parse(str(text))} if text else {}
-    raw = call_redis(store.client.hgetall, k.shared_daemons, what="reading shared daemons")
-    return {str(i): Standing.parse(str(t)) for i, t in raw.items()}
+        text = store.standing_collision(identity)
+        return {identity: Standing.parse(text)} if text else {}
+    return {i: Standing.parse(t) for i, t in store.standing_collisions().items()}
 
 
 def clear_command(identity: str) -> str:
@@ -197,11 +189,8 @@ def forget_collision(pool: HasStore, identity: str, actor: str = "operator", not
         if not isinstance(text, str) or len(text) > 1000:
             raise InvalidArgument(f"{name} must be text of at most 1000 characters")
     store = pool.store
-    k = store.keys
-    ids = [str(i) for i in call_redis(store.client.zrange, k.daemon_marks, 0, -1,
-                                      what="reading daemon marks")]
     try:
-        return store.forget_collision(identity, actor, note, ids).at
+        return store.forget_collision(identity, actor, note, store.daemon_mark_ids()).at
     except InvalidArgument:
         raise InvalidArgument(f"no collision stands on daemon identity {identity} in this pool (`jobpool "
                               "status` names the shared identities)") from None
@@ -425,7 +414,7 @@ class Marker:
                 continue
             if owner in peers or now - at < GONE_SECS:
                 continue
-            if call_redis(self.store.client.exists, self.store.keys.daemon_mark(owner), what="a gone mark"):
+            if self.store.daemon_mark_exists(owner):
                 continue  # registered since the read above
             try:
                 client.api.remove_volume(str(v.get("Name")))

@@ -26,7 +26,6 @@ from . import errors
 from .api import Pool
 from .daemonid import IDENTITY
 from .inventory import FORGET_MS
-from .store.runner import call_redis
 
 #: A daemon's recorded running rows are read in batches of this many ids (`running` is bounded by the slots).
 _ROWS_BATCH = 500
@@ -82,15 +81,11 @@ def _check(daemon_id: Any, actor: Any, note: Any) -> None:
 def recorded_on(pool: Pool, daemon_id: str) -> list[str]:
     """The running jobs whose rows record `daemon_id`, or wait promoted for it (a checkpoint affinity to it)
     (O(slots): `running` holds at most the slot limit)."""
-    k = pool.keys
-    running = call_redis(pool.client.zrange, k.running, 0, -1, what="reading the running jobs")
+    running = pool.store.running_ids()
     found: list[str] = []
     for start in range(0, len(running), _ROWS_BATCH):
         batch = running[start:start + _ROWS_BATCH]
-        pipe = pool.client.pipeline(transaction=False)
-        for job_id in batch:
-            pipe.hmget(k.job(job_id), "daemon_id", "affinity")
-        daemons = call_redis(pipe.execute, raise_on_error=False, what="reading the running jobs' daemons")
+        daemons = pool.store.daemons_of(batch)
         found += [job_id for job_id, d in zip(batch, daemons, strict=True)
                   if isinstance(d, list) and daemon_id in d]
     return found
@@ -99,8 +94,7 @@ def recorded_on(pool: Pool, daemon_id: str) -> list[str]:
 def gone_daemons(pool: Pool) -> dict[str, dict[str, Any]]:
     """The daemons declared gone: identity -> {at, actor, note} (an unreadable entry reads as {})."""
     out: dict[str, dict[str, Any]] = {}
-    raw = call_redis(lambda: pool.client.hgetall(pool.keys.gone_daemons), what="reading the gone daemons")
-    for daemon, text in raw.items():
+    for daemon, text in pool.store.gone_daemon_records().items():
         try:
             doc = json.loads(text)
         except ValueError:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .contract import ADOPT_RQ_PREFIX, TERMINAL, JobState
-from .store.runner import call_redis
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -82,15 +81,10 @@ class PruneReport:
 def past_caps(store: Store, cap: Cap, now_ms: int, limit: int) -> tuple[list[str], int]:
     """The oldest at most `limit` ids of `cap.state` that are past a cap now (oldest first), and how many
     are past a cap in all. Read only: scripts/prune.lua judges each again before it removes anything."""
-    index = store.keys.state_index(cap.state.value)
     cutoff = cap.cutoff_ms(now_ms)
-    pipe = store.client.pipeline(transaction=True)
-    pipe.zcard(index)
-    pipe.zcount(index, "-inf", f"({cutoff}" if cutoff else "-inf")
-    pipe.zrange(index, 0, max(limit, 1) - 1)
-    card, old, head = call_redis(pipe.execute, what="reading the retention index")
-    over = max(int(card) - cap.keep, 0) if cap.keep else 0
-    total = max(over, int(old) if cutoff else 0)
+    card, old, head = store.retention_index(cap.state.value, cutoff, limit)
+    over = max(card - cap.keep, 0) if cap.keep else 0
+    total = max(over, old if cutoff else 0)
     return list(head[:min(total, limit)]), total
 
 
@@ -129,8 +123,7 @@ def batch_keys(store: Store, ids: list[str]) -> list[str]:
     RQ hash of the adoption request its pointer names, which the script cannot name alone (it is read here
     and compared again there); '' when there is none."""
     keys: list[str] = []
-    requests = call_redis(store.client.mget, [store.keys.adoption(job_id) for job_id in ids],
-                          what="reading adoption requests") if ids else []
+    requests = store.adoption_requests(ids)
     for job_id, request in zip(ids, requests, strict=True):
         ours = isinstance(request, str) and request.startswith(f"{ADOPT_RQ_PREFIX}{job_id}-")
         keys += [*store.keys.leftovers(job_id), store.keys.rq_job(request) if ours else ""]

@@ -12,7 +12,7 @@ runs the current one (`Scripts.run`'s `meanwhile`).
 The client does as little per job as it can, because enqueue is the call users make in bulk: the id is 16
 random bytes in hex (uuid4's format without its version bits, which nothing reads), the time and RQ's job
 hash (all but three fields the same for every job) are made by the script, and the script runs on a
-single-connection client held by the calling thread (`ThreadClients`) rather than checking a connection
+single-connection client held by the calling thread (store/threadclients.py) rather than checking a connection
 out of redis-py's pool for every call; jobpool/store/runner.py sends it on that connection directly. Each
 job's JobSpec and Job are made without their frozen dataclass __init__ (jobpool/assemble.py).
 """
@@ -20,12 +20,9 @@ job's JobSpec and Job are made without their frozen dataclass __init__ (jobpool/
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-import redis
 
 from . import errors
 from .assemble import Assembler
@@ -34,7 +31,6 @@ from .models import Job, JobState
 from .spec import JobSpec, build_spec, utf8_size
 from .store.calls import EnqueueCall, Store
 from .store.replies import Enqueued
-from .store.runner import call_redis, reopen
 
 #: Jobs per enqueue script call: large enough that a round trip costs well under a microsecond per job, small
 #: enough that one call holds Redis for a few milliseconds at most (bench/enqueue.py measures the server time
@@ -88,51 +84,13 @@ def prepare_item(item: Any, bind_roots: Sequence[str], index: int) -> Prepared:
     return prepare(fields, item.get("coalesce", False), item.get("coalesce_key"), bind_roots, index)
 
 
-class ThreadClients:
-    """One single-connection client per thread (and process), made with redis-py's public `Redis.client()`
-    over the pool's own connection pool: a script call on it skips the pool's checkout and release (a lock,
-    a health check and a pid check each way), about a third of an enqueue's client time. A thread's client
-    holds one connection for as long as the thread lives (it goes back to the pool when the client is
-    collected) and is made again after a fork or when the pool's client is replaced."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def get(self, base: redis.Redis) -> redis.Redis:
-        held = getattr(self._local, "held", None)
-        if held is None or held[0] is not base or held[1] != os.getpid():
-            held = (base, os.getpid(), base.client())
-            self._local.held = held
-        client: redis.Redis = held[2]
-        conn = client.connection
-        # What the pool checks at each checkout, kept: a connection with something to read before anything
-        # was sent was closed by the server (a restart; Sentinel drops every client at a failover), so it
-        # is reopened now, rather than failing the next call with a reply that cannot be told from a lost one.
-        if conn is not None:
-            try:
-                stale = conn.can_read(timeout=0)
-            except redis.ConnectionError:  # it read the end of the connection
-                stale = True
-            if stale:
-                reopen(conn)
-        return client
-
-    def close(self) -> None:
-        """Give this thread's connection back (`Pool.close`); a later call makes a new client."""
-        held = getattr(self._local, "held", None)
-        self._local.held = None
-        if held is not None and held[1] == os.getpid():
-            held[2].close()
-
-
 class Submitter(Protocol):
     """What submitting needs of the pool it submits to (`Pool`): its settings, its store, who it acts as,
-    the per-thread clients the enqueue script runs on, and a job's row read back."""
+    and a job's row read back."""
 
     settings: Settings
     actor: str
     store: Store
-    thread_clients: ThreadClients
 
     def get(self, job_id: str, coalesced: bool = False) -> Job: ...
 
@@ -222,8 +180,7 @@ def _settled(pool: Submitter, exc: errors.JobpoolError, batch: list[Prepared], s
             "if any of its ids (the error's `unknown`) exists") + \
         f", the first {start + len(batch)} were enqueued, else the first {start}"
     try:
-        found = int(call_redis(pool.store.client.exists, *[pool.store.keys.job(p.id) for p in batch],
-                               what="enqueue_many's look for its last batch"))
+        found = pool.store.rows_found([p.id for p in batch], what="enqueue_many's look for its last batch")
     except errors.JobpoolError as why:
         return _counted(exc, start, total, batch, f"Redis could not be asked ({why}). That batch was "
                         f"applied whole or not at all: {look}")
@@ -274,11 +231,9 @@ def _call_args(pool: Submitter, batch: list[Prepared]) -> EnqueueCall:
 
 
 def _run(pool: Submitter, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:
-    """The enqueue script, on this thread's single-connection client (its caller then finishes the
-    promotion the script left undone, `Store.finish_promotion`). Making that client connects at once, so a
-    Redis that cannot be reached fails there, before anything is sent: typed like the call's own failures."""
-    client = call_redis(pool.thread_clients.get, pool.store.client, what="enqueue")
-    return pool.store.enqueue(call, client=client, meanwhile=meanwhile)
+    """The enqueue script, on this thread's single-connection client (`Store.enqueue`; its caller then
+    finishes the promotion the script left undone, `Store.finish_promotion`)."""
+    return pool.store.enqueue(call, meanwhile=meanwhile)
 
 
 def _made(batch: list[Prepared], reply: Enqueued) -> list[Job | str]:
@@ -312,10 +267,7 @@ def _twins(pool: Submitter, ids: list[str]) -> dict[str, Job]:
     """The queued jobs that new jobs coalesced into, read back (one round trip), as `coalesced`."""
     if len(ids) == 1:
         return {ids[0]: pool.get(ids[0], coalesced=True)}
-    pipe = pool.store.client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hgetall(pool.store.keys.job(job_id))
-    rows = call_redis(pipe.execute, raise_on_error=False)
+    rows = pool.store.rows(ids)
     out = {}
     for job_id, row in zip(ids, rows, strict=True):
         if isinstance(row, Exception):

@@ -21,6 +21,7 @@ import redis
 
 from ..config import Settings
 from .eventreads import EventReads
+from .fleetreads import FleetReads
 from .reads import Reads
 from .replies import (
     Adopted,
@@ -39,6 +40,7 @@ from .replies import (
 )
 from .runner import Scripts, call_redis
 from .sweepio import SweepIO
+from .threadclients import ThreadClients
 from .workerio import WorkerIO
 
 #: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
@@ -82,13 +84,20 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-class Store(Reads, EventReads, SweepIO, WorkerIO):
+class Store(Reads, EventReads, FleetReads, SweepIO, WorkerIO):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         super().__init__(client, settings)
+        #: The single-connection client each thread runs the enqueue script on.
+        self.thread_clients = ThreadClients()
         self.scripts = Scripts(client, settings.max_concurrent_jobs, settings.events_maxlen,
                                settings.redis_wait_replicas, settings.redis_wait_timeout_secs)
+
+    def close(self) -> None:
+        """Close the Redis connections (the store may be used again: redis-py reconnects)."""
+        self.thread_clients.close()
+        self.client.close()
 
     # ---- plumbing ------------------------------------------------------------------------------------
 
@@ -136,10 +145,12 @@ class Store(Reads, EventReads, SweepIO, WorkerIO):
             args += job
         return EnqueueCall(key_list, args)
 
-    def enqueue(self, call: EnqueueCall, client: redis.Redis | None = None,
-                meanwhile: Callable[[], None] | None = None) -> Enqueued:
-        """scripts/enqueue.lua for one batch, on `client` (a thread's single-connection client,
-        jobpool/submit.py) with `meanwhile` run while the server works (runner.Scripts.run)."""
+    def enqueue(self, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:
+        """scripts/enqueue.lua for one batch, on this thread's single-connection client (`thread_clients`),
+        with `meanwhile` run while the server works (runner.Scripts.run). Making that client connects at
+        once, so a Redis that cannot be reached fails there, before anything is sent: typed like the call's
+        own failures."""
+        client = call_redis(self.thread_clients.get, self.client, what="enqueue")
         reply = self.scripts.run("enqueue", call.keys, call.args, client=client, meanwhile=meanwhile)
         return Enqueued(promoted=int(reply[2]), why_stopped=reply[3], created=int(reply[1]),
                         now=int(reply[4]), entries=tuple(reply[5:]))

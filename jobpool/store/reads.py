@@ -37,6 +37,10 @@ class Reads:
             pipe.hgetall(self.keys.job(job_id))
         return list(call_redis(pipe.execute, raise_on_error=False))
 
+    def rows_found(self, job_ids: Sequence[str], what: str) -> int:
+        """How many of these jobs have a row (one EXISTS); `what` names the read in an error."""
+        return int(call_redis(self.client.exists, *[self.keys.job(job_id) for job_id in job_ids], what=what))
+
     def state_ids(self, state: str, limit: int, newest_first: bool) -> list[str]:
         """The first `limit` ids of a state's index, oldest first or newest first."""
         key = self.keys.state_index(state)
@@ -55,6 +59,24 @@ class Reads:
             pipe.zrange(key, offset, offset + limit - 1)
         total, ids = call_redis(pipe.execute, what="page")
         return int(total), list(ids)
+
+    def retention_index(self, state: str, cutoff_ms: int, limit: int) -> tuple[int, int, list[str]]:
+        """Of a finished state's index, from one moment (one MULTI): how many ids it holds, how many finished
+        before `cutoff_ms` (none asked when it is 0), and its oldest `limit` ids (at least one)."""
+        index = self.keys.state_index(state)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zcard(index)
+        pipe.zcount(index, "-inf", f"({cutoff_ms}" if cutoff_ms else "-inf")
+        pipe.zrange(index, 0, max(limit, 1) - 1)
+        card, old, head = call_redis(pipe.execute, what="reading the retention index")
+        return int(card), int(old), list(head)
+
+    def adoption_requests(self, job_ids: Sequence[str]) -> list[Any]:
+        """The RQ job id of each job's latest adoption request (None for none)."""
+        if not job_ids:
+            return []
+        return list(call_redis(self.client.mget, [self.keys.adoption(job_id) for job_id in job_ids],
+                               what="reading adoption requests"))
 
     def log_tail(self, job_id: str) -> str | None:
         """The log tail field of a job's row as stored (jobpool/logtail.py decodes it)."""

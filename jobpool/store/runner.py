@@ -126,7 +126,7 @@ except ImportError:  # redis-py packs in Python then, and so does `_held_call`
 
 def _held_call(conn: Any, command: tuple[Any, ...], meanwhile: Callable[[], None] | None = None) -> Any:
     """`command` on the connection `conn` of a single-connection client that one thread alone uses
-    (submit.ThreadClients), sent and read with the Connection's own public methods: what `execute_command`
+    (store/threadclients.py), sent and read with the Connection's own public methods: what `execute_command`
     does for it less its layers (the retry wrapper, the argument filtering, the response callbacks, none of
     which applies to EVALSHA; its lock, which guards a client shared by threads): about 8 us of the ~130 us
     of client CPU an enqueue costs (bench/enqueue.py).

@@ -307,7 +307,7 @@ def test_threads_enqueue_at_once_each_on_its_own_connection(backend: Backend) ->
 
     def work(n: int) -> None:
         out[n] = [enqueue(pool, f"t{n}", str(i)) for i in range(20)]
-        clients[n] = id(pool.thread_clients.get(pool.client))
+        clients[n] = id(pool.store.thread_clients.get(pool.client))
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
     for t in threads:
@@ -340,7 +340,7 @@ def test_the_held_connection_answers_as_execute_command_does(backend: Backend, p
     if packer == "redis-py":
         monkeypatch.setattr(runner, "_hiredis_pack", None)
     pool = backend.pool(max_concurrent_jobs=0)
-    client = pool.thread_clients.get(pool.client)
+    client = pool.store.thread_clients.get(pool.client)
     client.ping()
     conn = client.connection
     assert _held_call(conn, ("ECHO", "héllo")) == client.execute_command("ECHO", "héllo") == "héllo"
@@ -382,7 +382,7 @@ def test_the_callers_work_runs_once_while_the_script_runs(backend: Backend) -> N
     """`Scripts.run`'s `meanwhile`: run once, also when the call is sent again after NOSCRIPT; a meanwhile
     that raises drops the held connection (its reply unread), and the next call reads its own reply."""
     pool = backend.pool(max_concurrent_jobs=0)
-    client = pool.thread_clients.get(pool.client)
+    client = pool.store.thread_clients.get(pool.client)
     ran: list[int] = []
     backend.raw.script_flush()
     pool.store.scripts.run("set_slots", pool.keys.common(), [3, "t"], client=client,
@@ -393,7 +393,7 @@ def test_the_callers_work_runs_once_while_the_script_runs(backend: Backend) -> N
         raise RuntimeError("the caller's own work failed")
     with pytest.raises(RuntimeError, match="own work failed"):
         pool.store.scripts.run("set_slots", pool.keys.common(), [4, "t"], client=client, meanwhile=fails)
-    client = pool.thread_clients.get(pool.client)
+    client = pool.store.thread_clients.get(pool.client)
     assert enqueue(pool, "next").seq == 1  # its own reply, not set_slots'
     assert pool.slots()[1] in (3, 4)  # the call's outcome is unknown, as for a lost reply
 
