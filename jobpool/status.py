@@ -19,7 +19,6 @@ from .daemonid import is_identity
 from .inventory import FORGET_MS
 from .store import redispolicy, redisurl
 from .store.redispolicy import PolicyCheck, Verdict
-from .store.runner import call_redis, wrap_redis_error
 from .strays import Stray
 
 if TYPE_CHECKING:
@@ -450,19 +449,7 @@ def read_status(store: Store) -> StatusReport:
 
 def _read(store: Store, url: str) -> tuple[StatusReport, tuple[str, ...]]:
     stats = store.stats()
-    pipe = store.client.pipeline(transaction=False)
-    pipe.time()
-    pipe.get(store.keys.last_sweep)
-    pipe.zrevrange(store.keys.boots, 0, MAX_BOOTS - 1, withscores=True)
-    pipe.zrange(store.keys.running, 0, -1)
-    pipe.zrange(store.keys.queued, 0, 0)
-    pipe.config_get(redispolicy.SETTING)
-    replies = call_redis(pipe.execute, raise_on_error=False, what="status")
-    for i, reply in enumerate(replies[:-1]):
-        if isinstance(reply, Exception) and i != 1:  # the last-sweep record alone may be unreadable
-            raise wrap_redis_error(reply, "status")  # type: ignore[arg-type]
-    (secs, usecs), raw_sweep, boots, running, head, config = replies
-    now = int(secs) * 1000 + int(usecs) // 1000
+    now, raw_sweep, boots, running, head, config = store.status_head(MAX_BOOTS)
     warnings: list[str] = []
     sweep = _sweep(raw_sweep, now, warnings)
     records, owners, created = _read_rows(store, [b for b, _ in boots], running, head)
@@ -484,15 +471,8 @@ def _strays(store: Store, now: int) -> tuple[Stray, ...]:
     """The strays the fresh inventories list (bounded: one read per daemon of the `inventories` index). A
     stale one's list is not news: its workers are not there to stop them, and `daemons` names it instead;
     an inventory that cannot be read lists none."""
-    daemons = call_redis(store.client.zrange, store.keys.inventories, 0, -1, what="status")
-    if not daemons:
-        return ()
-    pipe = store.client.pipeline(transaction=False)
-    for daemon in daemons:
-        pipe.hmget(store.keys.inventory(daemon), "at", "strays")
-    replies = call_redis(pipe.execute, raise_on_error=False, what="status")
     stale_ms = store.settings.inventory_stale_secs * 1000
-    return tuple(x for daemon, reply in zip(daemons, replies, strict=True)
+    return tuple(x for daemon, reply in store.inventory_strays()
                  if isinstance(reply, list) and (at := _int(reply[0])) is not None and now - at <= stale_ms
                  for x in strays.decode(reply[1], daemon))
 
@@ -501,35 +481,21 @@ def _daemons(store: Store, running: list[str], now: int) -> Daemons:
     """Two round trips, O(running): each running row's daemon and lease, the declarations and the records of
     lifted ones; then the inventories of the daemons whose rows have no lease. A value that cannot be read
     counts as missing."""
-    k = store.keys
-    pipe = store.client.pipeline(transaction=False)
-    for job_id in running:
-        pipe.hmget(k.job(job_id), "daemon_id", "owner_boot", "heartbeat_at", "affinity", "promoted_at")
-        pipe.exists(k.lease(job_id))
-    pipe.hkeys(k.gone_daemons)
-    pipe.zrangebyscore(k.returned_daemons, now - FORGET_MS, "+inf")
-    replies = [None if isinstance(r, Exception) else r
-               for r in call_redis(pipe.execute, raise_on_error=False, what="status")]
-    gone = sorted(str(d) for d in replies[-2] or ())
+    rows, gone_keys, returned = store.running_daemons(running, now - FORGET_MS)
+    gone = sorted(str(d) for d in gone_keys or ())
     held: dict[str, list[tuple[str, int | None]]] = {}
-    for i, job_id in enumerate(running):
-        fields, lease = replies[2 * i], replies[2 * i + 1]
+    for job_id, (fields, lease) in zip(running, rows, strict=True):
         daemon, owner, beat, affinity, promoted = fields if isinstance(fields, list) else (None,) * 5
         if daemon and is_identity(daemon) and owner and not lease and daemon not in gone:
             held.setdefault(daemon, []).append((job_id, _int(beat)))
         elif not owner and affinity and is_identity(affinity) and affinity not in gone:
             # Promoted, waiting on the queue of the daemon holding its checkpoint: its workers take it.
             held.setdefault(affinity, []).append((job_id, _int(promoted)))
-    pipe = store.client.pipeline(transaction=False)
-    for daemon in held:
-        pipe.hget(k.inventory(daemon), "at")
-        pipe.zscore(k.inventories, daemon)
-    inv = [None if isinstance(r, Exception) else r
-           for r in call_redis(pipe.execute, raise_on_error=False, what="status")] if held else []
+    inv = store.inventory_ats(list(held))
     stale_ms = store.settings.inventory_stale_secs * 1000
     stale = []
-    for i, (daemon, jobs) in enumerate(held.items()):
-        at, last = _int(inv[2 * i]), _int(inv[2 * i + 1])
+    for (daemon, jobs), (raw_at, raw_last) in zip(held.items(), inv, strict=True):
+        at, last = _int(raw_at), _int(raw_last)
         if at is not None and now - at <= stale_ms:
             continue  # fresh: the sweep judges its jobs from it
         last = at if at is not None else last
@@ -537,7 +503,7 @@ def _daemons(store: Store, running: list[str], now: int) -> Daemons:
         stale.append(StaleDaemon(daemon, tuple(j for j, _ in jobs),
                                  last if last is not None else max(beats, default=None), last))
     return Daemons(tuple(sorted(stale, key=lambda d: d.daemon_id)), tuple(gone),
-                   tuple(_returned(r) for r in replies[-1] or ()))
+                   tuple(_returned(r) for r in returned or ()))
 
 
 def _returned(raw: str) -> ReturnedDaemon:
@@ -584,16 +550,5 @@ def _read_rows(store: Store, boot_ids: list[str], running: list[str],
                head: list[str]) -> tuple[list[dict[str, str]], list[str | None], int | None]:
     """Boot records, the owner of each running row and when the head of the queue was enqueued, in one
     round trip; a key that cannot be read counts as missing (the report is about the pool, not one row)."""
-    pipe = store.client.pipeline(transaction=False)
-    for boot_id in boot_ids:
-        pipe.hgetall(store.keys.boot(boot_id))
-    for job_id in running:
-        pipe.hget(store.keys.job(job_id), "owner_boot")
-    for job_id in head:
-        pipe.hget(store.keys.job(job_id), "created_at")
-    replies = [None if isinstance(r, Exception) else r
-               for r in call_redis(pipe.execute, raise_on_error=False, what="status")]
-    records = [r or {} for r in replies[:len(boot_ids)]]
-    owners = replies[len(boot_ids):len(boot_ids) + len(running)]
-    created = _int(replies[-1]) if head else None
-    return records, owners, created
+    records, owners, created = store.status_rows(boot_ids, running, head)
+    return records, owners, _int(created) if head else None

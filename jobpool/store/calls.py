@@ -39,6 +39,7 @@ from .replies import (
     SlotsSet,
 )
 from .runner import Scripts, call_redis
+from .statusreads import StatusReads
 from .sweepio import SweepIO
 from .threadclients import ThreadClients
 from .workerio import WorkerIO
@@ -84,7 +85,7 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-class Store(Reads, EventReads, FleetReads, SweepIO, WorkerIO):
+class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
