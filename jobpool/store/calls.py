@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis
+from rq.connections import parse_connection
 
 from ..config import Settings
 from .eventreads import EventReads
@@ -99,6 +100,14 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         """Close the Redis connections (the store may be used again: redis-py reconnects)."""
         self.thread_clients.close()
         self.client.close()
+
+    def rq_client(self) -> redis.Redis:
+        """A new client of the same server for RQ's own calls: RQ needs one that does not decode replies;
+        built the way RQ rebuilds connections (rq.connections.parse_connection)."""
+        cls, conn_cls, kwargs = parse_connection(self.client)
+        kwargs = {**kwargs, "decode_responses": False}
+        client: redis.Redis = cls(connection_pool=redis.ConnectionPool(connection_class=conn_cls, **kwargs))
+        return client
 
     # ---- plumbing ------------------------------------------------------------------------------------
 

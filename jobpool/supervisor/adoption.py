@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 import redis
 from rq import Queue
-from rq.connections import parse_connection
 from rq.exceptions import DuplicateJobError
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
@@ -62,9 +61,7 @@ class Adoptions:
     def rq_client(self) -> redis.Redis:
         """RQ needs a client that does not decode replies; built the way RQ rebuilds connections."""
         if self._rq_client is None:
-            cls, conn_cls, kwargs = parse_connection(self.pool.client)
-            kwargs = {**kwargs, "decode_responses": False}
-            self._rq_client = cls(connection_pool=redis.ConnectionPool(connection_class=conn_cls, **kwargs))
+            self._rq_client = self.pool.store.rq_client()
         return self._rq_client
 
     def pending(self, rows: Sequence[RowSnapshot]) -> set[str]:
