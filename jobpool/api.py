@@ -1,7 +1,9 @@
-"""`Pool`: the Python API over one pool's registry in Redis.
+"""`Pool`: the public Python API over one pool's registry in Redis.
 
-Every state change is one Lua script (see scripts/); this module validates input, passes keys and
-arguments, and turns replies into `Job` snapshots. Nothing here does check-then-act across round trips.
+Every state change is one Lua script (see scripts/), called through the pool's store (jobpool/store/calls.py
+`Store`, one typed method per script); this module validates the caller's input, says who acts, and turns
+what the store returns into `Job` snapshots. Nothing here does check-then-act across round trips, and
+nothing here touches Redis but through the store.
 """
 
 from __future__ import annotations
