@@ -85,12 +85,11 @@ class Enqueued(Release):
     #: The reply's per-job part, four values a job (scripts/enqueue.lua); read through `jobs`.
     entries: tuple[Any, ...]
 
-    def jobs(self) -> Iterator[tuple[bool, str, str, str]]:
-        """Per job: whether it coalesced, the id (of the queued job it equals, when it did), its seq and its
-        state ('' both when it coalesced)."""
+    def jobs(self) -> Iterator[tuple[int, str, str, str]]:
+        """Per job: whether it coalesced (1 or 0), the id (of the queued job it equals, when it did), its seq
+        and its state ('' both when it coalesced)."""
         e = self.entries
-        for coalesced, job_id, seq, state in zip(e[0::4], e[1::4], e[2::4], e[3::4], strict=True):
-            yield bool(int(coalesced)), job_id, seq, state
+        return zip(e[0::4], e[1::4], e[2::4], e[3::4], strict=True)
 
 
 @dataclass(frozen=True)
