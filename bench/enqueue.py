@@ -43,8 +43,8 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from jobpool import Pool
-from jobpool.api import connect
 from jobpool.config import Settings
+from jobpool.store.redisurl import connect
 from tests.support.servers import RedisServer
 
 #: The RQ baseline's job function, by dotted path (RQ does not import it at enqueue time).

@@ -51,9 +51,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from jobpool import Pool, logtail, redispolicy, retention
+from jobpool import Pool, logtail, retention
 from jobpool.config import Settings
 from jobpool.procid import identity_of, kernel_boot_id
+from jobpool.store import redispolicy
 from jobpool.supervisor import ContainerProber, Supervisor
 from jobpool.workers.attempt import Attempt
 from tests.support.procs import JobpoolProcess
@@ -98,10 +99,9 @@ def bytes_per_pruned_job(pool: Pool) -> tuple[float, int]:
     """Prune every finished job of `pool` but the newest of each state; (used_memory freed per job, less what
     the event stream changed by, and how many went)."""
     # Load the prune script first (a run with no ids): loading it mid-measure would be charged to the rows.
-    pool.scripts.run("prune", [*pool.keys.common(), pool.keys.rq_finished, pool.keys.rq_failed],
-                     ["succeeded", 1, 0, "bench"])
+    pool.store.prune("succeeded", 1, 0, "bench", ids=[], job_keys=[])
     ev0, m1 = mu(pool, pool.keys.events), used_data(pool)
-    report = retention.prune(with_caps(pool, **{f"keep_{s}": 1 for s in ENDED}), actor="bench")
+    report = retention.prune(with_caps(pool, **{f"keep_{s}": 1 for s in ENDED}).store, actor="bench")
     ev1, m0 = mu(pool, pool.keys.events), used_data(pool)
     return (m1 - m0 - (ev0 - ev1)) / report.total, report.total
 
@@ -289,7 +289,7 @@ def part_row_cost(n: int) -> dict[str, Any]:
 # ---- 2. lifetime ------------------------------------------------------------------------------------------
 
 ENDINGS = ["succeeded"] * 5 + ["failed"] * 3 + ["cancelled"] * 2
-#: The keys a job may leave (keys.py `leftovers`), by kind as `key_kinds` names them.
+#: The keys a job may leave (store/keys.py `leftovers`), by kind as `key_kinds` names them.
 PER_JOB_KINDS = ("jobpool:job", "jobpool:lease", "jobpool:adopt", "rq:job", "rq:results")
 
 
@@ -315,7 +315,7 @@ def part_lifetime(n: int, sample_every: int, caps: dict[str, int]) -> dict[str, 
             run_job(pool, shapes, boots[i % 4], "docker", ENDINGS[i % 10])
             if i % PRUNE_EVERY == 0:
                 t = time.perf_counter()
-                rep = retention.prune(pool, budget_secs=retention.SWEEP_BUDGET_SECS, actor="bench")
+                rep = retention.prune(pool.store, budget_secs=retention.SWEEP_BUDGET_SECS, actor="bench")
                 ms = (time.perf_counter() - t) * 1000
                 pruned_calls.append((ms, rep.total, rep.complete))
                 pruned_int += rep.total
@@ -459,7 +459,7 @@ def part_sweep_prune(rows: int, orphans: int, retained: int, cap: int, repeat: i
                   flush=True)
             pool.client.config_resetstat()
             t = time.perf_counter()
-            rest = retention.prune(default, actor="bench")
+            rest = retention.prune(default.store, actor="bench")
             secs = time.perf_counter() - t
             stats = pool.client.info("commandstats").get("cmdstat_evalsha", {})
             rate = rest.total / secs if rest.total else 0.0
@@ -468,7 +468,7 @@ def part_sweep_prune(rows: int, orphans: int, retained: int, cap: int, repeat: i
                   f"per batch script); left {pool.client.zcard(pool.keys.succeeded):,}", flush=True)
             if rest.total < 1000:  # the sweep took (almost) all of it: its own rate is the figure
                 rate = swept_rate
-            retention.prune(with_caps(pool, keep_succeeded=1), actor="bench")
+            retention.prune(with_caps(pool, keep_succeeded=1).store, actor="bench")
             sup.sweep()
             after, twin3 = timed_sweeps(sups, repeat)
             print(f"  none again (pruned):   {after.text()}\n    twin {twin3.median:.1f} ms "
@@ -531,7 +531,7 @@ def script_mix(pool: Pool, n: int) -> None:
 
 
 def keys_of_jobs(pool: Pool) -> tuple[int, Counter[str]]:
-    """How many finished jobs `pool` retains, and the keys they hold, by kind (keys.py `leftovers`)."""
+    """How many finished jobs `pool` retains, and the keys they hold, by kind (store/keys.py `leftovers`)."""
     ids = [j for state in ENDED
            for j in cast("list[str]", pool.client.zrange(pool.keys.state_index(state), 0, -1))]
     kinds = ("job", "rq:job", "rq:results", "lease", "adopt")

@@ -93,7 +93,7 @@ from bench.soak_strays import StrayWatch, excuse_strays
 from bench.soak_watch import TERMINAL, EventLog, Keyspace, keyspace_line
 from jobpool import JobState, Pool
 from jobpool.errors import JobpoolError
-from jobpool.keys import PoolKeys
+from jobpool.store.keys import PoolKeys
 from tests.support.mounts import bound
 from tests.support.servers import DockerDaemon, RedisServer
 

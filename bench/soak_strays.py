@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import redis
 
-from jobpool.keys import PoolKeys
+from jobpool.store.keys import PoolKeys
 from jobpool.strays import decode
 
 

@@ -64,7 +64,7 @@ from bench.soak_watch import TERMINAL, EventLog
 from jobpool import JobState, Pool, jobcgroup
 from jobpool.contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_POOL
 from jobpool.errors import JobpoolError
-from jobpool.keys import PoolKeys
+from jobpool.store.keys import PoolKeys
 from tests.support.procs import children
 from tests.support.servers import RedisServer
 

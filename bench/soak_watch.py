@@ -29,7 +29,7 @@ import redis
 
 from bench.soak_fleet import stream_id
 from jobpool import Pool
-from jobpool.keys import PoolKeys
+from jobpool.store.keys import PoolKeys
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 #: Entries per read of the stream.
@@ -225,12 +225,12 @@ def kind(key: str) -> str:
 
 
 def shared(key: str, keys: PoolKeys) -> bool:
-    """One of the keys with a fixed name: the pool's own (jobpool/keys.py `PoolKeys`), RQ's for the pool's
-    queue and for each daemon's own queue (its list, registries, workers) and RQ's global ones. A fixed set
-    (one per daemon at most): they cannot grow with jobs."""
+    """One of the keys with a fixed name: the pool's own (jobpool/store/keys.py `PoolKeys`), RQ's for the
+    pool's queue and for each daemon's own queue (its list, registries, workers) and RQ's global ones. A fixed
+    set (one per daemon at most): they cannot grow with jobs."""
     fixed = {v for v in vars(keys).values() if isinstance(v, str) and v.startswith(keys.prefix)}
     queue = keys.rq_queue_name
-    # The queues only one daemon's workers listen on (keys.py `daemon_queue_name`): one per daemon.
+    # The queues only one daemon's workers listen on (store/keys.py `daemon_queue_name`): one per daemon.
     daemon_queue = re.fullmatch(rf"rq:\w+:{re.escape(queue)}\.d-[0-9a-f]{{16}}(:intermediate)?", key)
     return (key in fixed or key in ("rq:queues", "rq:workers") or key == keys.rq_intermediate
             or (key.startswith("rq:") and key.endswith(":" + queue) and key.count(":") == 2)

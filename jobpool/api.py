@@ -1,7 +1,9 @@
-"""`Pool`: the Python API over one pool's registry in Redis.
+"""`Pool`: the public Python API over one pool's registry in Redis.
 
-Every state change is one Lua script (see scripts/); this module validates input, passes keys and
-arguments, and turns replies into `Job` snapshots. Nothing here does check-then-act across round trips.
+Every state change is one Lua script (see scripts/), called through the pool's store (jobpool/store/calls.py
+`Store`, one typed method per script); this module validates the caller's input, says who acts, and turns
+what the store returns into `Job` snapshots. Nothing here does check-then-act across round trips, and
+nothing here touches Redis but through the store.
 """
 
 from __future__ import annotations
@@ -15,37 +17,27 @@ from typing import Any
 
 import redis
 
-from . import errors, logtail, redisurl, retention, submit
+from . import errors, logtail, retention, submit
 from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
 from .contract import EVENT_TEXT_MAX_BYTES, MAX_SLOTS
-from .digits import ascii_whole
-from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
-from .registry import Scripts, call_redis
 from .retention import PruneReport
 from .spec import utf8_size
 from .status import Health, StatusReport, read_status
-from .submit import BATCH_SIZE
+from .store.calls import Store
+from .store.redisurl import connect
+from .submit import BATCH_SIZE, MAX_BATCH_SIZE
 
 log = logging.getLogger("jobpool")
 
-#: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
-CANDIDATES_ON_RELEASE = 4
-CANDIDATES_ON_PROMOTE = 32
 #: The most jobs a caller may ask for in one read: generous, but finite, so a huge number is a clear
 #: InvalidArgument and never a Redis overflow.
 MAX_LIST = 1_000_000
 #: A reason or evidence text: stored in rows and events, so bounded; half of what the scripts keep of an
 #: event's text (contract.py), so what a caller gives is recorded whole.
 MAX_TEXT_BYTES = EVENT_TEXT_MAX_BYTES // 2
-
-
-def connect(url: str) -> redis.Redis:
-    """A client for jobpool's own keys: replies decoded as text (a log tail that is not UTF-8 is replaced)."""
-    return redisurl.client(url, decode_responses=True, encoding_errors="replace",
-                           socket_connect_timeout=5, health_check_interval=30)
 
 
 class Pool(Browsing):
@@ -56,11 +48,9 @@ class Pool(Browsing):
         #: Who is recorded in events for this pool's actions ("api", "cli", "supervisor", ...).
         self.actor = actor
         self.client = client
-        self.keys = PoolKeys(self.settings.pool)
-        self.scripts = Scripts(client, self.settings.max_concurrent_jobs, self.settings.events_maxlen,
-                               self.settings.redis_wait_replicas, self.settings.redis_wait_timeout_secs)
-        #: The single-connection client each thread runs the enqueue script on (jobpool/submit.py).
-        self.thread_clients = submit.ThreadClients()
+        #: The pool's Redis: its keys and one typed method per script (jobpool/store/calls.py).
+        self.store = Store(client, self.settings)
+        self.keys = self.store.keys
 
     @classmethod
     def from_url(cls, url: str, name: str = "default", **settings: Any) -> Pool:
@@ -78,26 +68,9 @@ class Pool(Browsing):
 
     def close(self) -> None:
         """Close the Redis connections (the pool may be used again: redis-py reconnects)."""
-        self.thread_clients.close()
-        self.client.close()
+        self.store.close()
 
     # ---- plumbing shared by every call -------------------------------------------------------------
-
-    def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """Run script `op` with the pool's common keys first (see scripts/_lib.lua)."""
-        return self.scripts.run(op, self.keys.common() + list(keys), args)
-
-    def candidates(self, n: int) -> list[str]:
-        """Keys of the first `n` queued jobs, what a slot-freeing script may promote (checked there): row, RQ
-        job hash, and the RQ list the row routes it to (`affinity_queue`, else the pool's queue)."""
-        ids = call_redis(self.client.zrange, self.keys.queued, 0, n - 1)
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hget(self.keys.job(job_id), "affinity_queue")
-        routes = call_redis(pipe.execute, raise_on_error=False, what="candidates") if ids else []
-        return [key for job_id, route in zip(ids, routes, strict=True)  # a row not a hash: the script drops
-                for key in (self.keys.job(job_id), self.keys.rq_job(job_id),
-                            route if isinstance(route, str) and route else self.keys.rq_queue)]
 
     @staticmethod
     def _check_id(job_id: Any) -> str:
@@ -124,13 +97,6 @@ class Pool(Browsing):
             raise errors.InvalidArgument(f"{name} must be a whole number from 1 to {high}, got {value!r}")
         return value
 
-    def after_release(self, reply: Sequence[Any]) -> None:
-        """After a script that may free a slot (its reply is {0, result, promoted, why_stopped, ...}, see
-        scripts/_lib.lua): when its candidates ran out or went stale, finish the promotion."""
-        why = reply[3]
-        if why in ("stale", "batch"):
-            self.promote()
-
     # ---- submission ---------------------------------------------------------------------------------
 
     def enqueue(self, image: str, command: Sequence[str], env: dict[str, str] | None = None,
@@ -153,25 +119,20 @@ class Pool(Browsing):
         one batch coalesce into the first. If Redis fails midway, the input's first jobs stay enqueued: the
         error's `enqueued` says how many, a batch whose reply was lost included (`unknown`: see JobpoolError).
         """
+        self._check_count("batch_size", batch_size, MAX_BATCH_SIZE)
         return submit.enqueue_many(self, specs, batch_size)
 
     def promote(self) -> int:
         """Promote queued jobs into free slots now (the supervisor also does this every sweep)."""
-        total = 0
-        for _ in range(1000):  # bounded: each round promotes or stops
-            _, n, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [self.actor])
-            total += n
-            if why not in ("stale", "batch"):
-                break
-        return total
+        return self.store.promote_all(self.actor)
 
     # ---- reading ------------------------------------------------------------------------------------
 
     def get(self, job_id: str, coalesced: bool = False) -> Job:
         """The job's row; `CorruptRow` when it holds something that cannot be read."""
-        key = self.keys.job(self._check_id(job_id))
+        self._check_id(job_id)
         try:
-            row = call_redis(self.client.hgetall, key)
+            row = self.store.row(job_id)
         except errors.CorruptRow as exc:
             raise errors.CorruptRow(f"job {job_id}: its row is not a hash ({exc})", job_id) from None
         if not row:
@@ -181,10 +142,7 @@ class Pool(Browsing):
     def _rows(self, ids: Iterable[str]) -> list[Job]:
         """The rows of `ids` that can be read; a missing row is skipped, a corrupt one skipped and logged."""
         ids = builtins.list(ids)
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(self.keys.job(job_id))
-        rows = call_redis(pipe.execute, raise_on_error=False)
+        rows = self.store.rows(ids)
         jobs = []
         for job_id, row in zip(ids, rows, strict=True):
             if not row:
@@ -207,12 +165,7 @@ class Pool(Browsing):
             except ValueError:
                 states = ", ".join(s.value for s in JobState)
                 raise errors.InvalidArgument(f"unknown state {state!r} (one of {states})") from None
-            key = self.keys.state_index(st.value)
-            if st in TERMINAL:
-                ids = call_redis(self.client.zrevrange, key, 0, limit - 1)
-            else:
-                ids = call_redis(self.client.zrange, key, 0, limit - 1)
-            return self._rows(ids)
+            return self._rows(self.store.state_ids(st.value, limit, newest_first=st in TERMINAL))
         jobs: builtins.list[Job] = []
         for st in JobState:
             jobs += self.list(st, limit)
@@ -222,66 +175,39 @@ class Pool(Browsing):
     def logs(self, job_id: str) -> str:
         """The last 64 KiB of the job's output, kept after its container is gone."""
         self.get(job_id)
-        return logtail.decode(call_redis(self.client.hget, self.keys.job(job_id), "log_tail"))
+        return logtail.decode(self.store.log_tail(job_id))
 
     def slots(self) -> tuple[int, int]:
         """(used, max) of the fleet-wide limit."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(self.keys.running)
-        pipe.hget(self.keys.config, "max_concurrent_jobs")
-        used, mx = call_redis(pipe.execute)
-        return int(used), self._limit(mx)
-
-    def _limit(self, stored: str | None) -> int:
-        """The limit the scripts use (scripts/_lib.lua max_slots): the stored one if it is a number, else
-        this pool's default, which every script is given (registry.Scripts)."""
-        try:
-            value = float(stored) if stored is not None else math.nan
-        except ValueError:
-            value = math.nan
-        return int(value) if math.isfinite(value) else self.settings.max_concurrent_jobs
+        return self.store.slots()
 
     def stats(self) -> dict[str, Any]:
         """Counts per state, slots, and whether promotion is paused (by whom, why, since when)."""
-        pipe = self.client.pipeline(transaction=False)
-        for st in JobState:
-            pipe.zcard(self.keys.state_index(st.value))
-        pipe.hget(self.keys.config, "max_concurrent_jobs")
-        pipe.hgetall(self.keys.paused)
-        *counts, mx, paused = call_redis(pipe.execute)
-        return {
-            "pool": self.keys.pool,
-            "counts": {st.value: int(c) for st, c in zip(JobState, counts, strict=True)},
-            "slots": {"used": int(counts[1]), "max": self._limit(mx)},
-            "queue_paused": bool(paused),
-            "paused_by": paused.get("by") if paused else None,
-            "paused_reason": paused.get("reason") if paused else None,
-            "paused_since": ascii_whole(paused.get("since")) if paused else None,
-        }
+        return self.store.stats()
 
     def events(self, job_id: str | None = None, count: int = 1000,
                after: str = "-") -> builtins.list[dict[str, str]]:
         """Transitions in order, oldest first: the pool's capped stream, or one job's whole history (kept in
         its row, so found whatever else the stream holds). At most `count` (1 to events.MAX_EVENTS), from
         `after`: "-" for the start, or a stream id ("(" first: exclusive)."""
-        return event_stream.read(self, job_id, count, after)
+        return event_stream.read(self.store, job_id, count, after)
 
     def tail_events(self, job_id: str | None = None,
                     count: int = 20) -> tuple[builtins.list[dict[str, str]], str]:
         """The newest `count` events (of one job, if given), oldest first, and the stream id to give
         `follow_events` so that it goes on from them without a gap."""
-        return event_stream.tail(self, job_id, count)
+        return event_stream.tail(self.store, job_id, count)
 
     def follow_events(self, job_id: str | None = None, after: str | None = None,
                       block_secs: float = 1.0) -> Iterator[dict[str, str]]:
         """Events written after stream id `after` (default: from now on), as they come: an iterator that
         blocks and never ends by itself (stop iterating to stop)."""
-        return event_stream.follow(self, job_id, after, block_secs)
+        return event_stream.follow(self.store, job_id, after, block_secs)
 
     def prune(self, dry_run: bool = False) -> PruneReport:
         """Remove the finished jobs past retention (`Settings.keep_*`) with everything they left; with
         `dry_run`, count them and list the first. Never touches a queued, running or paused job."""
-        return retention.prune(self, dry_run=dry_run)
+        return retention.prune(self.store, dry_run=dry_run, actor=self.actor)
 
     def forget_collision(self, daemon_id: str, note: str = "") -> int:
         """Clear the standing report that two Docker daemons share identity `daemon_id`, once one of them has
@@ -293,18 +219,17 @@ class Pool(Browsing):
 
     def now_ms(self) -> int:
         """Now on the Redis server's clock: the clock every time in a row, an event or a record is on."""
-        secs, usecs = call_redis(self.client.time)
-        return int(secs) * 1000 + int(usecs) // 1000
+        return self.store.now_ms()
 
     def boot_is_live(self, boot_id: str) -> bool:
         """Whether a worker boot's record is still there: its process heartbeats it, a crash lets it expire
         (workers/boot.py). False for an empty id (a row no worker has claimed)."""
-        return bool(boot_id) and bool(call_redis(self.client.exists, self.keys.boot(boot_id)))
+        return bool(boot_id) and self.store.boot_exists(boot_id)
 
     def status(self) -> StatusReport:
         """Slots, the queue, promotion, live workers, the last sweep and the health verdict, in one typed
         report (`to_dict()` for JSON). An unreachable Redis is an unhealthy report, not an exception."""
-        return read_status(self)
+        return read_status(self.store)
 
     def health(self) -> Health:
         """The health verdict of `status()`: `healthy`, with the reasons when not, and warnings."""
@@ -348,9 +273,7 @@ class Pool(Browsing):
         `Job.cancel_requested`."""
         self._check_id(job_id)
         self._check_text("reason", reason)
-        reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
-                                    *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, self.actor])
-        self.after_release(reply)
+        self.store.finish_promotion(self.store.cancel(job_id, reason, self.actor), self.actor)
         return self.get(job_id)
 
     def pause(self, job_id: str | None = None, reason: str = "") -> Job | None:
@@ -359,12 +282,10 @@ class Pool(Browsing):
             self._check_id(job_id)
         self._check_text("reason", reason)
         if job_id is None:
-            self.run("pause_queue", [], [self.actor, reason])
+            self.store.pause_queue(self.actor, reason)
             return None
         self._check_id(job_id)
-        reply = self.run("pause_job", [self.keys.job(job_id), self.keys.lease(job_id),
-                                       *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, self.actor])
-        self.after_release(reply)
+        self.store.finish_promotion(self.store.pause_job(job_id, reason, self.actor), self.actor)
         return self.get(job_id)
 
     def resume(self, job_id: str | None = None, anywhere: bool = False) -> Job | None:
@@ -373,22 +294,19 @@ class Pool(Browsing):
         if not isinstance(anywhere, bool) or (job_id is None and anywhere):
             raise errors.InvalidArgument(f"anywhere must be True (with a job id) or False, got {anywhere!r}")
         if job_id is None:
-            reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [self.actor])
-            self.after_release(reply)
+            self.store.finish_promotion(self.store.resume_queue(self.actor), self.actor)
             return None
         self._check_id(job_id)
-        reply = self.run("resume_job", [self.keys.job(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
-                         [job_id, self.actor, "1" if anywhere else "0"])
-        self.after_release(reply)
+        self.store.finish_promotion(self.store.resume_job(job_id, self.actor, anywhere), self.actor)
         return self.get(job_id)
 
     def set_slots(self, n: int) -> int:
         """Set the fleet-wide limit; returns the old one. Lowering it stops nothing that runs."""
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SLOTS:
             raise errors.InvalidArgument(f"slots must be a whole number from 0 to {MAX_SLOTS}, got {n!r}")
-        reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, self.actor])
-        self.after_release(reply)
-        return int(reply[1])
+        done = self.store.set_slots(n, self.actor)
+        self.store.finish_promotion(done, self.actor)
+        return done.old
 
     def evict(self, job_id: str, attempt: int, reason: str = "evicted", evidence: str = "",
               actor: str = "operator", daemon_id: str = "") -> Job:
@@ -402,8 +320,6 @@ class Pool(Browsing):
         for name, text in (("reason", reason), ("evidence", evidence), ("actor", actor),
                            ("daemon_id", daemon_id)):
             self._check_text(name, text)
-        reply = self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
-                                   *self.candidates(CANDIDATES_ON_RELEASE)],
-                         [job_id, attempt, reason, evidence, actor, daemon_id])
-        self.after_release(reply)
+        self.store.finish_promotion(self.store.evict(job_id, attempt, reason, evidence, actor, daemon_id),
+                                    self.actor)
         return self.get(job_id)

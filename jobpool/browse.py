@@ -12,12 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from . import errors
-from .keys import PoolKeys
 from .models import TERMINAL, Job, JobState
-from .registry import call_redis
+from .store.calls import Store
 
 #: The most jobs on one page, and the furthest offset a caller may ask for.
 MAX_PAGE = 1000
@@ -56,8 +53,7 @@ def _whole(name: str, value: Any, low: int, high: int) -> int:
 class Browsing:
     """`Pool.page`; the attributes below are Pool's."""
 
-    client: redis.Redis
-    keys: PoolKeys
+    store: Store
 
     if TYPE_CHECKING:
         def _rows(self, ids: Iterable[str]) -> list[Job]: ...
@@ -71,12 +67,5 @@ class Browsing:
             raise errors.InvalidArgument(f"unknown state {state!r} (one of {names})") from None
         _whole("offset", offset, 0, MAX_OFFSET)
         _whole("limit", limit, 1, MAX_PAGE)
-        key = self.keys.state_index(st.value)
-        pipe = self.client.pipeline(transaction=True)  # the count and the page from one moment
-        pipe.zcard(key)
-        if st in TERMINAL:
-            pipe.zrevrange(key, offset, offset + limit - 1)
-        else:
-            pipe.zrange(key, offset, offset + limit - 1)
-        total, ids = call_redis(pipe.execute, what="page")
-        return JobPage(st, tuple(self._rows(ids)), int(total), offset, limit)
+        total, ids = self.store.state_page(st.value, offset, limit, newest_first=st in TERMINAL)
+        return JobPage(st, tuple(self._rows(ids)), total, offset, limit)

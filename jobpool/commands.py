@@ -66,23 +66,17 @@ def route_stop(pool: Pool, daemon_id: str, command: StopCommand) -> int:
     when the job is no longer running that attempt (nothing is queued)."""
     if not routable(daemon_id):
         raise errors.InvalidArgument(f"cannot route a command to daemon {daemon_id!r}: not an identity")
-    k = pool.keys
     evidence = f"stop of attempt {command.attempt} routed to the workers on daemon {daemon_id}" + (
         ", then eviction" if command.evict else "")
-    reply = pool.run("push_command", [k.job(command.job_id), k.commands(daemon_id)],
-                     [command.job_id, command.attempt, daemon_id, command.encode(), COMMAND_TTL_MS, evidence,
-                      command.actor])
-    return int(reply[1])
+    return pool.store.push_command(command.job_id, command.attempt, daemon_id, command.encode(),
+                                   COMMAND_TTL_MS, evidence, command.actor)
 
 
 def take(pool: Pool, daemon_id: str, boot_id: str) -> list[StopCommand]:
     """The commands waiting for this daemon, taken by the holder of its inventory lead (NotOwner else)."""
-    k = pool.keys
-    reply = pool.run("take_commands", [k.commands(daemon_id), k.inventory_lead(daemon_id)],
-                     [boot_id, TAKE_PER_PERIOD])
     out = []
-    for text in reply[1:]:
-        cmd = StopCommand.decode(str(text))
+    for text in pool.store.take_commands(daemon_id, boot_id, TAKE_PER_PERIOD):
+        cmd = StopCommand.decode(text)
         if cmd is None:
             log.error("dropped a command routed to daemon %s that cannot be read: %r", daemon_id,
                       str(text)[:200])
@@ -103,7 +97,7 @@ def execute(pool: Pool, prober: Any, daemon_id: str, cmd: StopCommand, actor: st
         evidence = (f"stopped {len(stopped)} running container(s) of attempt {cmd.attempt} by label on "
                     f"daemon {daemon_id}: {', '.join(c[:12] for c in stopped) or 'none running'}")
     try:
-        pool.run("command_done", [pool.keys.job(cmd.job_id)], [cmd.job_id, reason, evidence, actor])
+        pool.store.command_done(cmd.job_id, reason, evidence, actor)
     except errors.NotFound:
         return reason
     log.warning("job %s: %s", cmd.job_id, evidence)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import redisurl
 from .contract import EVENTS_MAXLEN, MAX_SLOTS
 from .errors import ConfigError
-from .keys import validate_pool_name
+from .store import redisurl
+from .store.keys import validate_pool_name
 
 EXECUTORS = ("docker", "subprocess")
 #: Written by `jobpool up` in its state directory: how other shells find its Redis with no flags.
@@ -53,7 +53,7 @@ _NUMERIC: dict[str, _Bound] = {
     "keep_succeeded_secs": _Bound("JOBPOOL_KEEP_SUCCEEDED_SECS", int, 0, 100 * 365 * 86400),
     "keep_failed_secs": _Bound("JOBPOOL_KEEP_FAILED_SECS", int, 0, 100 * 365 * 86400),
     "keep_cancelled_secs": _Bound("JOBPOOL_KEEP_CANCELLED_SECS", int, 0, 100 * 365 * 86400),
-    # Durability across a failover (jobpool/registry.py): 0 replicas = do not wait.
+    # Durability across a failover (jobpool/store/runner.py): 0 replicas = do not wait.
     "redis_wait_replicas": _Bound("JOBPOOL_REDIS_WAIT_REPLICAS", int, 0, 16),
     "redis_wait_timeout_secs": _Bound("JOBPOOL_REDIS_WAIT_TIMEOUT_SECS", float, 0.01, 60),
     # Per-daemon inventories (jobpool/workers/inventory.py): how often; 0 turns publishing off.
@@ -235,7 +235,7 @@ def _check_redis_url(url: Any) -> None:
     """Refuse a URL no client could be made from (bad port, broken host, an option redis-py does not take, a
     malformed redis+sentinel:// URL) or that redis-py would read as another database than it says, now, by
     name, rather than as a TypeError at the first connection or writes to the wrong database. The message
-    shows the URL with every credential hidden (jobpool/redisurl.py `safe`)."""
+    shows the URL with every credential hidden (jobpool/store/redisurl.py `safe`)."""
     try:
         redisurl.check(url)
     except ValueError as exc:

@@ -6,7 +6,7 @@ the state names), and jobs rely on them (docs/architecture.md, 'The container co
 ways on two sides fails silently: a label renamed on the worker side makes every probe answer "absent", the
 one mistake that could hand a slot to a second writer. So each is defined here once and imported; the Lua
 scripts, which cannot import, get the values they use prepended as generated constants (`lua_constants`,
-loaded by jobpool/registry.py).
+loaded by jobpool/store/runner.py).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ RQ_META_ATTEMPT = "jobpool_attempt"
 #: How the RQ job id of an adoption request begins, before `<job id>-` (jobpool/supervisor/adoption.py);
 #: the prune script checks a request's hash is the job's by it (scripts/prune.lua).
 ADOPT_RQ_PREFIX = "jobpool-adopt-"
-#: RQ's key of a job hash, before the RQ job id (RQ's own naming; jobpool/keys.py).
+#: RQ's key of a job hash, before the RQ job id (RQ's own naming; jobpool/store/keys.py).
 RQ_JOB_PREFIX = "rq:job:"
 #: RQ's prefix of a queue's list key (RQ's name): a job's `origin` is its queue's key less this.
 RQ_QUEUE_PREFIX = "rq:queue:"
@@ -94,7 +94,8 @@ REASON_HOST_REBOOTED = "host_rebooted"
 
 
 class JobState(str, enum.Enum):
-    """A job's state as stored in its row's `state` field and named by its state index (jobpool/keys.py)."""
+    """A job's state as stored in its row's `state` field and named by its state index
+    (jobpool/store/keys.py)."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -113,7 +114,7 @@ class JobState(str, enum.Enum):
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
-# ---- the pool's counters (the `metrics` hash, jobpool/keys.py; served by jobpool/metrics.py) ------------
+# ---- the pool's counters (the `metrics` hash, jobpool/store/keys.py; served by jobpool/metrics.py) -------
 
 #: The reasons a transition is counted under (`jobpool_transitions_total{reason}`): every reason jobpool
 #: itself writes. A label value must come from a bounded set, so scripts/_lib.lua counts `exit_code_<N>` as
@@ -141,7 +142,8 @@ SWEEP_DURATION_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 100
 
 # ---- what the Lua scripts get of this --------------------------------------------------------------------
 
-#: Lua name -> value, each given to the scripts that name it as ``local NAME = value`` (jobpool/luatext.py).
+#: Lua name -> value, each given to the scripts that name it as ``local NAME = value``
+#: (jobpool/store/luatext.py).
 LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "EXIT_TEMPFAIL": EXIT_TEMPFAIL,
     "MAX_SLOTS": MAX_SLOTS,
@@ -175,8 +177,8 @@ def _lua_literal(value: int | str | tuple[int | str, ...]) -> str:
 
 
 def lua_constants() -> str:
-    """The Lua block of `LUA_CONSTANTS`, before scripts/_lib.lua in the shared text jobpool/luatext.py selects
-    each script's definitions from."""
+    """The Lua block of `LUA_CONSTANTS`, before scripts/_lib.lua in the shared text jobpool/store/luatext.py
+    selects each script's definitions from."""
     lines = ["-- Generated from jobpool/contract.py (LUA_CONSTANTS) when the scripts are loaded."]
     lines += [f"local {name} = {_lua_literal(value)}" for name, value in LUA_CONSTANTS.items()]
     return "\n".join(lines) + "\n"

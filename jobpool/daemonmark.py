@@ -46,10 +46,9 @@ from typing import TYPE_CHECKING, Any
 from . import daemonid, procid
 from .contract import LABEL_POOL
 from .errors import InvalidArgument, JobpoolError
-from .registry import call_redis
 
 if TYPE_CHECKING:
-    from .api import Pool
+    from .store.calls import HasStore, Store
 
 log = logging.getLogger("jobpool.daemonmark")
 
@@ -118,16 +117,12 @@ def describe(role: str, pid: Any, host: str, docker_host: str) -> str:
     return f"{role or 'process'} pid {pid} on host {host} at DOCKER_HOST {docker_host}"
 
 
-def read_peers(pool: Pool) -> dict[str, Peer]:
+def read_peers(store: Store) -> dict[str, Peer]:
     """Every live process's record (one read of the index, one pipelined read of the records)."""
-    k = pool.keys
-    ids = [str(i) for i in call_redis(pool.client.zrange, k.daemon_marks, 0, -1, what="reading daemon marks")]
+    ids = store.daemon_mark_ids()
     if not ids:
         return {}
-    pipe = pool.client.pipeline(transaction=False)
-    for process_id in ids:
-        pipe.hgetall(k.daemon_mark(process_id))
-    replies = call_redis(pipe.execute, raise_on_error=False, what="reading daemon marks")
+    replies = store.daemon_mark_records(ids)
     return {i: Peer.from_record(i, r) for i, r in zip(ids, replies, strict=True) if isinstance(r, dict) and r}
 
 
@@ -142,9 +137,9 @@ def collisions(peers: Mapping[str, Peer], standing: Mapping[str, str] | None = N
     return out
 
 
-def read_collisions(pool: Pool) -> dict[str, str]:
+def read_collisions(store: Store) -> dict[str, str]:
     """Every identity no row may be judged on because two daemons share it (standing or reported)."""
-    return collisions(read_peers(pool), {i: s.line for i, s in read_standing(pool).items()})
+    return collisions(read_peers(store), {i: s.line for i, s in read_standing(store).items()})
 
 
 @dataclass(frozen=True)
@@ -169,21 +164,19 @@ class Standing:
                    int(at) if isinstance(at, (int, float)) else 0, str(doc.get("by") or ""))
 
 
-def read_standing(pool: Pool, identity: str | None = None) -> dict[str, Standing]:
+def read_standing(store: Store, identity: str | None = None) -> dict[str, Standing]:
     """The standing collisions (identity -> its report); only `identity`'s when given (one HGET)."""
-    k = pool.keys
     if identity is not None:
-        text = call_redis(pool.client.hget, k.shared_daemons, identity, what="reading shared daemons")
-        return {identity: Standing.parse(str(text))} if text else {}
-    raw = call_redis(pool.client.hgetall, k.shared_daemons, what="reading shared daemons")
-    return {str(i): Standing.parse(str(t)) for i, t in raw.items()}
+        text = store.standing_collision(identity)
+        return {identity: Standing.parse(text)} if text else {}
+    return {i: Standing.parse(t) for i, t in store.standing_collisions().items()}
 
 
 def clear_command(identity: str) -> str:
     return f"jobpool forget-collision {identity}"
 
 
-def forget_collision(pool: Pool, identity: str, actor: str = "operator", note: str = "") -> int:
+def forget_collision(pool: HasStore, identity: str, actor: str = "operator", note: str = "") -> int:
     """Clear the standing collision on `identity` (scripts/forget_collision.lua), once one of the two daemons
     that shared it has an identity of its own (its `jobpool-daemon-identity` volume removed while no job ran
     there, its jobpool processes restarted). Returns when (ms, Redis's clock). Raises `InvalidArgument` for
@@ -195,15 +188,12 @@ def forget_collision(pool: Pool, identity: str, actor: str = "operator", note: s
     for name, text in (("actor", actor), ("note", note)):
         if not isinstance(text, str) or len(text) > 1000:
             raise InvalidArgument(f"{name} must be text of at most 1000 characters")
-    k = pool.keys
-    ids = [str(i) for i in call_redis(pool.client.zrange, k.daemon_marks, 0, -1, what="reading daemon marks")]
+    store = pool.store
     try:
-        reply = pool.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in ids)],
-                         [identity, actor, note])
+        return store.forget_collision(identity, actor, note, store.daemon_mark_ids()).at
     except InvalidArgument:
         raise InvalidArgument(f"no collision stands on daemon identity {identity} in this pool (`jobpool "
                               "status` names the shared identities)") from None
-    return int(reply[1])
 
 
 @dataclass(frozen=True)
@@ -266,16 +256,16 @@ class Marker:
     `start()` marks and registers before anything else, then compares once; a thread compares every period
     until `stop()`, which removes the record and the mark."""
 
-    def __init__(self, pool: Pool, role: str, process_id: str, docker_host: str | None = None,
+    def __init__(self, store: Store, role: str, process_id: str, docker_host: str | None = None,
                  consequence: str = "") -> None:
-        self.pool = pool
+        self.store = store
         self.role = role
         self.id = process_id
         self.mark = volume_name(process_id)
         self.docker_host = daemonid.effective_docker_host(docker_host)
         self._given_host = docker_host
         self.consequence = consequence
-        settings = pool.settings
+        settings = store.settings
         self.period = max(settings.heartbeat_secs, MIN_PERIOD_SECS)
         self.ttl_ms = int(max(settings.lease_secs, 4 * self.period) * 1000)
         self.timeout = settings.probe_timeout_secs
@@ -325,9 +315,8 @@ class Marker:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timeout + 1)
-        k = self.pool.keys
         try:
-            self.pool.run("daemon_unmark", [k.daemon_mark(self.id), k.daemon_marks], [self.id])
+            self.store.daemon_unmark(self.id)
         except JobpoolError as exc:
             log.warning("could not remove this process's daemon mark record: %s", exc)
         if self.marked:
@@ -374,7 +363,7 @@ class Marker:
                 log.warning("%s: its mark %s was removed from its daemon (a volume prune?); made again",
                             self.where, self.mark)
             client.api.create_volume(self.mark, labels={
-                LABEL_ROLE: ROLE_MARK, LABEL_POOL: self.pool.keys.pool, LABEL_OWNER: self.id,
+                LABEL_ROLE: ROLE_MARK, LABEL_POOL: self.store.keys.pool, LABEL_OWNER: self.id,
                 LABEL_AT: str(int(time.time()))})
             here.add(self.mark)
         self.marked = True
@@ -383,10 +372,10 @@ class Marker:
         if not self.registered:
             self._register()  # marked first: no peer reads this record while the mark is not there
             self.registered = True
-        peers = read_peers(self.pool)
+        peers = read_peers(self.store)
         # Seen dead from here: not waited for. A collision stands whatever becomes of the processes.
         gone = frozenset(i for i, p in peers.items() if i != self.id and p.daemon_id == ours and p.gone())
-        standing = read_standing(self.pool, ours).get(ours)
+        standing = read_standing(self.store, ours).get(ours)
         if self.id not in peers:  # lost (Redis restarted, the record expired): back, and judged next period
             self._register()
             self.registered = False
@@ -403,15 +392,12 @@ class Marker:
         return j.why
 
     def _register(self) -> None:
-        k = self.pool.keys
         values = {"role": self.role, "host": self.host, "pid": str(os.getpid()),
                   "docker_host": self.docker_host, "daemon_id": self.daemon_id, "mark": self.mark,
                   "verified": " ".join(sorted(self._verified)), "collision": self._collision,
                   "process": self._process}
-        args: list[Any] = [self.id, self.ttl_ms, 10 * self.ttl_ms]
-        for name in FIELDS:
-            args += [name, values[name]]
-        self.pool.run("daemon_mark", [k.daemon_mark(self.id), k.daemon_marks, k.shared_daemons], args)
+        self.store.daemon_mark(self.id, self.ttl_ms, 10 * self.ttl_ms,
+                                    [(name, values[name]) for name in FIELDS])
 
     def _remove_gone(self, client: Any, listed: list[dict[str, Any]], peers: Mapping[str, Peer]) -> None:
         """Marks of this pool on this daemon whose process has had no record for GONE_SECS (never a live
@@ -424,11 +410,11 @@ class Marker:
                 at = float(labels.get(LABEL_AT, ""))
             except ValueError:
                 continue
-            if labels.get(LABEL_POOL) != self.pool.keys.pool or not owner or owner == self.id:
+            if labels.get(LABEL_POOL) != self.store.keys.pool or not owner or owner == self.id:
                 continue
             if owner in peers or now - at < GONE_SECS:
                 continue
-            if call_redis(self.pool.client.exists, self.pool.keys.daemon_mark(owner), what="a gone mark"):
+            if self.store.daemon_mark_exists(owner):
                 continue  # registered since the read above
             try:
                 client.api.remove_volume(str(v.get("Name")))

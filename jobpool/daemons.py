@@ -26,7 +26,6 @@ from . import errors
 from .api import Pool
 from .daemonid import IDENTITY
 from .inventory import FORGET_MS
-from .registry import call_redis
 
 #: A daemon's recorded running rows are read in batches of this many ids (`running` is bounded by the slots).
 _ROWS_BATCH = 500
@@ -41,13 +40,10 @@ def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str
     `Conflict` while one of its workers holds its inventory lead or its inventory is fresh. Writes nothing on
     either."""
     _check(daemon_id, actor, note)
-    k = pool.keys
     stale_ms = int(pool.settings.inventory_stale_secs * 1000)
-    rows = [k.job(job_id) for job_id in recorded_on(pool, daemon_id)[:_ROWS_PASSED]]
+    rows = recorded_on(pool, daemon_id)[:_ROWS_PASSED]
     try:
-        reply = pool.run("forget_daemon", [k.gone_daemons, k.inventory(daemon_id), k.commands(daemon_id),
-                                           k.inventory_lead(daemon_id), k.inventories, *rows],
-                         [daemon_id, stale_ms, actor, note])
+        at = pool.store.forget_daemon(daemon_id, stale_ms, actor, note, rows)
     except errors.Conflict:
         stale = pool.settings.inventory_stale_secs
         raise errors.Conflict(f"daemon {daemon_id} is not gone: a worker on it publishes its inventory (it "
@@ -57,7 +53,7 @@ def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str
         raise errors.InvalidArgument(f"no daemon {daemon_id} published an inventory in this pool within the "
                                      "last week, and no running job is recorded on it: check the id "
                                      "(`jobpool show JOB`, daemon_id)") from None
-    return int(reply[1])
+    return at
 
 
 def unforget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str = "") -> int:
@@ -66,14 +62,11 @@ def unforget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: s
     declaration meanwhile stays as it was. Raises `InvalidArgument` for anything but a daemon declared gone,
     writing nothing."""
     _check(daemon_id, actor, note)
-    k = pool.keys
     try:
-        reply = pool.run("unforget_daemon", [k.gone_daemons, k.returned_daemons],
-                         [daemon_id, actor, note, FORGET_MS])
+        return pool.store.unforget_daemon(daemon_id, actor, note, FORGET_MS)
     except errors.InvalidArgument:
         raise errors.InvalidArgument(f"daemon {daemon_id} is not declared gone in this pool (`jobpool status "
                                      "--json` lists the declarations under daemons.gone)") from None
-    return int(reply[1])
 
 
 def _check(daemon_id: Any, actor: Any, note: Any) -> None:
@@ -88,15 +81,11 @@ def _check(daemon_id: Any, actor: Any, note: Any) -> None:
 def recorded_on(pool: Pool, daemon_id: str) -> list[str]:
     """The running jobs whose rows record `daemon_id`, or wait promoted for it (a checkpoint affinity to it)
     (O(slots): `running` holds at most the slot limit)."""
-    k = pool.keys
-    running = call_redis(pool.client.zrange, k.running, 0, -1, what="reading the running jobs")
+    running = pool.store.running_ids()
     found: list[str] = []
     for start in range(0, len(running), _ROWS_BATCH):
         batch = running[start:start + _ROWS_BATCH]
-        pipe = pool.client.pipeline(transaction=False)
-        for job_id in batch:
-            pipe.hmget(k.job(job_id), "daemon_id", "affinity")
-        daemons = call_redis(pipe.execute, raise_on_error=False, what="reading the running jobs' daemons")
+        daemons = pool.store.daemons_of(batch)
         found += [job_id for job_id, d in zip(batch, daemons, strict=True)
                   if isinstance(d, list) and daemon_id in d]
     return found
@@ -105,8 +94,7 @@ def recorded_on(pool: Pool, daemon_id: str) -> list[str]:
 def gone_daemons(pool: Pool) -> dict[str, dict[str, Any]]:
     """The daemons declared gone: identity -> {at, actor, note} (an unreadable entry reads as {})."""
     out: dict[str, dict[str, Any]] = {}
-    raw = call_redis(lambda: pool.client.hgetall(pool.keys.gone_daemons), what="reading the gone daemons")
-    for daemon, text in raw.items():
+    for daemon, text in pool.store.gone_daemon_records().items():
         try:
             doc = json.loads(text)
         except ValueError:

@@ -20,13 +20,10 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from . import errors
-from .registry import call_redis, wrap_redis_error
 
 if TYPE_CHECKING:
-    from .api import Pool
+    from .store.calls import Store
 
 #: Bounds of what a caller may ask for in one read: generous (the stream keeps about EVENTS_MAXLEN entries,
 #: contract.py), but finite, so a huge number is a clear InvalidArgument and never a Redis overflow.
@@ -71,20 +68,12 @@ def _id_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def history(pool: Pool, job_id: str) -> tuple[list[Event] | None, str]:
+def history(store: Store, job_id: str) -> tuple[list[Event] | None, str]:
     """A job's transitions from its row, oldest first, and the newest id in the stream then, read in one
     transaction so a follow from it has no gap and no repeat. None instead of the transitions when there is no
     row that keeps them: a row written before rows did, or none at all (a job pruned, dropped as a ghost or a
     corrupt row, or never there), whose traces only the stream may still hold."""
-    key = pool.keys.job(job_id)
-    pipe = pool.client.pipeline(transaction=True)
-    pipe.hget(key, "history")
-    pipe.xrevrange(pool.keys.events, "+", "-", 1)
-    found, newest = call_redis(pipe.execute, raise_on_error=False, what="history")
-    if isinstance(newest, redis.RedisError):
-        raise wrap_redis_error(newest, "history")
-    if isinstance(found, redis.ResponseError):  # the job's key holds no hash: not a row that keeps one
-        found = None
+    found, newest = store.history_and_newest(job_id)
     newest_id = newest[0][0] if newest else "0-0"
     if found is None:
         return None, newest_id
@@ -102,7 +91,7 @@ def history(pool: Pool, job_id: str) -> tuple[list[Event] | None, str]:
     return entries, newest_id
 
 
-def read(pool: Pool, job_id: str | None, count: int, after: str) -> list[Event]:
+def read(store: Store, job_id: str | None, count: int, after: str) -> list[Event]:
     """`count` entries from `after` ("-" or a stream id, "(" first: exclusive), oldest first; those of
     `job_id` alone when it is given."""
     _check_job(job_id)
@@ -110,7 +99,7 @@ def read(pool: Pool, job_id: str | None, count: int, after: str) -> list[Event]:
     if after != "-" and not _is_stream_id(after, exclusive_ok=True):
         raise errors.InvalidArgument(f"after must be '-' or a stream id like '1700000000000-0', "
                                      f"got {after!r}")
-    own = history(pool, job_id)[0] if job_id is not None else None
+    own = history(store, job_id)[0] if job_id is not None else None
     if own is not None:
         if after != "-":
             bound = _id_key(after)
@@ -118,22 +107,22 @@ def read(pool: Pool, job_id: str | None, count: int, after: str) -> list[Event]:
                    if _id_key(e["id"]) > bound or (not after.startswith("(") and _id_key(e["id"]) == bound)]
         return own[:count]
     return [_entry(entry_id, fields)
-            for entry_id, fields in call_redis(pool.client.xrange, pool.keys.events, after, "+", count)
+            for entry_id, fields in store.events_after(after, count)
             if job_id is None or fields.get("job") == job_id]
 
 
-def tail(pool: Pool, job_id: str | None, count: int) -> tuple[list[Event], str]:
+def tail(store: Store, job_id: str | None, count: int) -> tuple[list[Event], str]:
     """The newest `count` entries (of `job_id`, if given), oldest first, and the id of the newest entry in
     the stream ("0-0" when it is empty): where a follow goes on without a gap or a repeat."""
     _check_job(job_id)
     _check_count(count, 0)
-    own, newest_now = history(pool, job_id) if job_id is not None else (None, "0-0")
+    own, newest_now = history(store, job_id) if job_id is not None else (None, "0-0")
     if own is not None:
         return (own[len(own) - count:] if count else []), newest_now
     newest, upper = "0-0", "+"
     found: list[Event] = []
     while len(found) < count:
-        page = call_redis(pool.client.xrevrange, pool.keys.events, upper, "-", PAGE)
+        page = store.events_before(upper, PAGE)
         if not page:
             break
         if newest == "0-0":
@@ -145,17 +134,17 @@ def tail(pool: Pool, job_id: str | None, count: int) -> tuple[list[Event], str]:
                     break
         upper = "(" + page[-1][0]
     if count == 0:
-        newest = _newest(pool)
+        newest = _newest(store)
     found.reverse()
     return found, newest
 
 
-def _newest(pool: Pool) -> str:
-    page = call_redis(pool.client.xrevrange, pool.keys.events, "+", "-", 1)
+def _newest(store: Store) -> str:
+    page = store.events_before("+", 1)
     return page[0][0] if page else "0-0"
 
 
-def follow(pool: Pool, job_id: str | None, after: str | None, block_secs: float) -> Iterator[Event]:
+def follow(store: Store, job_id: str | None, after: str | None, block_secs: float) -> Iterator[Event]:
     """Entries written after stream id `after` (None: after the newest now), as they come; each wait for
     new ones blocks at most `block_secs` on the server. Checked at once; the iterator never ends by itself."""
     _check_job(job_id)
@@ -164,12 +153,12 @@ def follow(pool: Pool, job_id: str | None, after: str | None, block_secs: float)
     if (isinstance(block_secs, bool) or not isinstance(block_secs, (int, float)) or math.isnan(block_secs)
             or not 0.001 <= block_secs <= 3600):
         raise errors.InvalidArgument(f"block_secs must be from 0.001 to 3600 seconds, got {block_secs!r}")
-    return _follow(pool, job_id, after if after is not None else _newest(pool), int(block_secs * 1000))
+    return _follow(store, job_id, after if after is not None else _newest(store), int(block_secs * 1000))
 
 
-def _follow(pool: Pool, job_id: str | None, after: str, block_ms: int) -> Iterator[Event]:
+def _follow(store: Store, job_id: str | None, after: str, block_ms: int) -> Iterator[Event]:
     while True:
-        reply = call_redis(pool.client.xread, {pool.keys.events: after}, count=PAGE, block=block_ms)
+        reply = store.events_following(after, PAGE, block_ms)
         for _key, entries in reply or []:
             for entry_id, fields in entries:
                 after = entry_id  # a concrete id, never "$": nothing written between two reads is missed

@@ -29,9 +29,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import errors
-from .api import Pool, connect
+from .api import Pool
 from .contract import JobState
 from .metrics import TERMINAL_STATES, Counters, Histogram, ServedCounters, read_counters
+from .store.redisurl import connect
 
 if TYPE_CHECKING:
     from .config import Settings

@@ -3,7 +3,8 @@ judge that daemon's containers without asking it (docs/architecture.md, "Many ho
 
 The format is shared by the publisher (jobpool/workers/inventory.py, in every worker process, one of them
 elected per daemon) and the judge (jobpool/supervisor/remote.py), so it is defined here once. One inventory
-is one hash `inventory:<daemon identity>` (jobpool/keys.py), written whole by scripts/publish_inventory.lua:
+is one hash `inventory:<daemon identity>` (jobpool/store/keys.py), written whole by
+scripts/publish_inventory.lua:
 
 | field | holds |
 |---|---|

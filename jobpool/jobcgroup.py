@@ -196,7 +196,7 @@ class JobCgroup:
 
 def job_cgroup_name(pool: str, job_id: str, attempt: int) -> str:
     """A name of its own for each launch (a random tail: an attempt launched again after Redis lost its claim
-    must not find its first launch's cgroup); pool names and job ids are short (jobpool/keys.py)."""
+    must not find its first launch's cgroup); pool names and job ids are short (jobpool/store/keys.py)."""
     return f"jobpool-{pool}-{job_id}-a{attempt}-{secrets.token_hex(4)}"[:200]
 
 

@@ -1,4 +1,4 @@
-"""The pool's counters: the `metrics` hash (jobpool/keys.py), what its fields mean, reading it, and the
+"""The pool's counters: the `metrics` hash (jobpool/store/keys.py), what its fields mean, reading it, and the
 supervisor's share of writing it.
 
 Counters live in Redis, not in a process, so they are the fleet's whichever process serves them and survive
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .contract import JOB_DURATION_BUCKETS, SWEEP_DURATION_BUCKETS_MS, TERMINAL
-from .registry import call_redis
 
 if TYPE_CHECKING:
     from .api import Pool
@@ -141,7 +140,7 @@ def parse(fields: Mapping[str, str]) -> Counters:
 
 def read_counters(pool: Pool) -> Counters:
     """The pool's counters, in one read of one hash (a bounded number of fields, whatever the pool holds)."""
-    return parse(call_redis(pool.client.hgetall, pool.keys.metrics, what="reading the counters"))
+    return parse(pool.store.counters())
 
 
 class ServedCounters:
@@ -215,9 +214,4 @@ def record_sweep(pool: Pool, last_sweep: str, duration_ms: float, probes: Mappin
     """The supervisor's write after a sweep: its last-sweep record and its counters, in one MULTI (so a
     sweep is counted exactly when it is recorded)."""
     incr, sum_ms = sweep_increments(duration_ms, probes)
-    pipe = pool.client.pipeline(transaction=True)
-    pipe.set(pool.keys.last_sweep, last_sweep)
-    for name, n in incr.items():
-        pipe.hincrby(pool.keys.metrics, name, n)
-    pipe.hincrbyfloat(pool.keys.metrics, "sweep_duration:sum_ms", round(sum_ms, 3))
-    call_redis(pipe.execute, what="recording the sweep")
+    pool.store.record_sweep(last_sweep, incr, sum_ms)

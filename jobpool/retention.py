@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .contract import ADOPT_RQ_PREFIX, TERMINAL, JobState
-from .registry import call_redis
 
 if TYPE_CHECKING:
-    from .api import Pool
     from .config import Settings
+    from .store.calls import Store
 
 #: Rows removed by one script: big enough that pruning keeps up with any pool, small enough that one script
 #: holds Redis for a few milliseconds.
@@ -79,44 +78,39 @@ class PruneReport:
                                "kept": self.caps.get(s, "")} for s in self.caps}}
 
 
-def past_caps(pool: Pool, cap: Cap, now_ms: int, limit: int) -> tuple[list[str], int]:
+def past_caps(store: Store, cap: Cap, now_ms: int, limit: int) -> tuple[list[str], int]:
     """The oldest at most `limit` ids of `cap.state` that are past a cap now (oldest first), and how many
     are past a cap in all. Read only: scripts/prune.lua judges each again before it removes anything."""
-    index = pool.keys.state_index(cap.state.value)
     cutoff = cap.cutoff_ms(now_ms)
-    pipe = pool.client.pipeline(transaction=True)
-    pipe.zcard(index)
-    pipe.zcount(index, "-inf", f"({cutoff}" if cutoff else "-inf")
-    pipe.zrange(index, 0, max(limit, 1) - 1)
-    card, old, head = call_redis(pipe.execute, what="reading the retention index")
-    over = max(int(card) - cap.keep, 0) if cap.keep else 0
-    total = max(over, int(old) if cutoff else 0)
+    card, old, head = store.retention_index(cap.state.value, cutoff, limit)
+    over = max(card - cap.keep, 0) if cap.keep else 0
+    total = max(over, old if cutoff else 0)
     return list(head[:min(total, limit)]), total
 
 
-def prune(pool: Pool, dry_run: bool = False, budget_secs: float | None = None, batch: int = BATCH,
-          actor: str | None = None) -> PruneReport:
+def prune(store: Store, dry_run: bool = False, budget_secs: float | None = None, batch: int = BATCH, *,
+          actor: str) -> PruneReport:
     """Remove every finished job past its state's caps (at most `budget_secs` of work, when given), or with
     `dry_run` say how many would go and list the first of them."""
     report = PruneReport(dry_run=dry_run)
     deadline = None if budget_secs is None else time.monotonic() + budget_secs
-    for cap in caps(pool.settings):
+    for cap in caps(store.settings):
         state = cap.state.value
         report.caps[state] = cap.describe()
         report.counts[state], report.ids[state] = 0, []
         if dry_run:
-            ids, total = past_caps(pool, cap, pool.now_ms(), DRY_RUN_IDS)
+            ids, total = past_caps(store, cap, store.now_ms(), DRY_RUN_IDS)
             report.counts[state], report.ids[state] = total, ids
             continue
         while True:
             if deadline is not None and time.monotonic() > deadline:
                 report.complete = False
                 return report
-            now = pool.now_ms()
-            ids, _ = past_caps(pool, cap, now, batch)
+            now = store.now_ms()
+            ids, _ = past_caps(store, cap, now, batch)
             if not ids:
                 break
-            removed = _prune_batch(pool, cap, ids, cap.cutoff_ms(now), actor or pool.actor)
+            removed = _prune_batch(store, cap, ids, cap.cutoff_ms(now), actor)
             report.counts[state] += len(removed)
             report.ids[state] += removed
             if not removed:  # every candidate changed under us (a concurrent prune): read again next time
@@ -124,23 +118,20 @@ def prune(pool: Pool, dry_run: bool = False, budget_secs: float | None = None, b
     return report
 
 
-def batch_keys(pool: Pool, ids: list[str]) -> list[str]:
+def batch_keys(store: Store, ids: list[str]) -> list[str]:
     """The prune script's per-job keys for `ids` (scripts/prune.lua): what each job may have left, and the
     RQ hash of the adoption request its pointer names, which the script cannot name alone (it is read here
     and compared again there); '' when there is none."""
     keys: list[str] = []
-    requests = call_redis(pool.client.mget, [pool.keys.adoption(job_id) for job_id in ids],
-                          what="reading adoption requests") if ids else []
+    requests = store.adoption_requests(ids)
     for job_id, request in zip(ids, requests, strict=True):
         ours = isinstance(request, str) and request.startswith(f"{ADOPT_RQ_PREFIX}{job_id}-")
-        keys += [*pool.keys.leftovers(job_id), pool.keys.rq_job(request) if ours else ""]
+        keys += [*store.keys.leftovers(job_id), store.keys.rq_job(request) if ours else ""]
     return keys
 
 
-def _prune_batch(pool: Pool, cap: Cap, ids: list[str], cutoff_ms: int, actor: str) -> list[str]:
-    keys = [*pool.keys.common(), pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool, ids)]
-    reply = pool.scripts.run("prune", keys, [cap.state.value, cap.keep, cutoff_ms, actor, *ids])
-    return [str(i) for i in reply[2:]]
+def _prune_batch(store: Store, cap: Cap, ids: list[str], cutoff_ms: int, actor: str) -> list[str]:
+    return store.prune(cap.state.value, cap.keep, cutoff_ms, actor, ids, batch_keys(store, ids))
 
 
 def _duration(secs: int) -> str:

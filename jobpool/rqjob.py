@@ -23,7 +23,7 @@ from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from .contract import TERMINAL
-from .keys import RQ_QUEUE_NAME_PREFIX, PoolKeys
+from .store.keys import RQ_QUEUE_NAME_PREFIX, PoolKeys
 
 log = logging.getLogger("jobpool")
 
@@ -84,7 +84,7 @@ def _lua_string(value: bytes | str | int) -> str:
 
 
 def lua_template() -> str:
-    """The Lua block jobpool/luatext.py adds to the shared text of the scripts that write RQ's job hash
+    """The Lua block jobpool/store/luatext.py adds to the shared text of the scripts that write RQ's job hash
     (enqueue, reconcile_apply): `RQ_JOB_FIELDS`, the flat field/value list of `rq_hash_template`, generated
     once when the script is loaded. The script adds the
     per-job fields (`PER_JOB_FIELDS`: the origin is its RQ queue key less `RQ_QUEUE_KEY_PREFIX`, from

@@ -14,15 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import daemonmark, errors, redispolicy, redisurl, strays
+from . import daemonmark, errors, strays
 from .daemonid import is_identity
 from .inventory import FORGET_MS
-from .redispolicy import PolicyCheck, Verdict
-from .registry import call_redis, wrap_redis_error
+from .store import redispolicy, redisurl
+from .store.redispolicy import PolicyCheck, Verdict
 from .strays import Stray
 
 if TYPE_CHECKING:
-    from .api import Pool
+    from .store.calls import Store
 
 #: The supervisor counts as dead when its last sweep is older than this many sweep intervals.
 SWEEP_GRACE_INTERVALS = 3
@@ -48,7 +48,7 @@ def ago(ms: int | None, now_ms: int) -> str:
 
 
 def safe_url(url: str) -> str:
-    """The Redis URL with any password replaced, fit to print (jobpool/redisurl.py)."""
+    """The Redis URL with any password replaced, fit to print (jobpool/store/redisurl.py)."""
     return redisurl.safe(url)
 
 
@@ -304,7 +304,7 @@ class StatusReport:
     promotion: Promotion | None = None
     workers: Workers | None = None
     last_sweep: Sweep | None = None
-    #: Redis's `maxmemory-policy` and the verdict on it (jobpool/redispolicy.py).
+    #: Redis's `maxmemory-policy` and the verdict on it (jobpool/store/redispolicy.py).
     redis_policy: PolicyCheck | None = None
     #: Running containers no row accounts for, as their daemons' inventories list them while their workers
     #: stop them (jobpool/strays.py).
@@ -437,37 +437,25 @@ def _daemon_notes(daemons: Daemons | None, now: int) -> list[str]:
     return notes
 
 
-def read_status(pool: Pool) -> StatusReport:
+def read_status(store: Store) -> StatusReport:
     """Read and judge the pool's status; an unreachable Redis is an unhealthy report, not an error."""
-    url = safe_url(pool.settings.redis_url)
+    url = safe_url(store.settings.redis_url)
     try:
-        report, warnings = _read(pool, url)
+        report, warnings = _read(store, url)
     except errors.RedisUnavailable as exc:
-        return StatusReport(pool=pool.keys.pool, redis_url=url, reachable=False, health=Health((str(exc),)))
-    return dataclasses.replace(report, health=judge(report, pool.settings.sweep_interval_secs, warnings))
+        return StatusReport(pool=store.keys.pool, redis_url=url, reachable=False, health=Health((str(exc),)))
+    return dataclasses.replace(report, health=judge(report, store.settings.sweep_interval_secs, warnings))
 
 
-def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
-    stats = pool.stats()
-    pipe = pool.client.pipeline(transaction=False)
-    pipe.time()
-    pipe.get(pool.keys.last_sweep)
-    pipe.zrevrange(pool.keys.boots, 0, MAX_BOOTS - 1, withscores=True)
-    pipe.zrange(pool.keys.running, 0, -1)
-    pipe.zrange(pool.keys.queued, 0, 0)
-    pipe.config_get(redispolicy.SETTING)
-    replies = call_redis(pipe.execute, raise_on_error=False, what="status")
-    for i, reply in enumerate(replies[:-1]):
-        if isinstance(reply, Exception) and i != 1:  # the last-sweep record alone may be unreadable
-            raise wrap_redis_error(reply, "status")  # type: ignore[arg-type]
-    (secs, usecs), raw_sweep, boots, running, head, config = replies
-    now = int(secs) * 1000 + int(usecs) // 1000
+def _read(store: Store, url: str) -> tuple[StatusReport, tuple[str, ...]]:
+    stats = store.stats()
+    now, raw_sweep, boots, running, head, config = store.status_head(MAX_BOOTS)
     warnings: list[str] = []
     sweep = _sweep(raw_sweep, now, warnings)
-    records, owners, created = _read_rows(pool, [b for b, _ in boots], running, head)
-    found = _strays(pool, now)
+    records, owners, created = _read_rows(store, [b for b, _ in boots], running, head)
+    found = _strays(store, now)
     report = StatusReport(
-        pool=pool.keys.pool, redis_url=url, reachable=True, health=Health(), now_ms=now,
+        pool=store.keys.pool, redis_url=url, reachable=True, health=Health(), now_ms=now,
         slots=Slots(**stats["slots"]), counts=stats["counts"],
         queue=Queue(depth=stats["counts"]["queued"], oldest_job=head[0] if head else None,
                     oldest_wait_ms=None if created is None else now - created),
@@ -475,60 +463,39 @@ def _read(pool: Pool, url: str) -> tuple[StatusReport, tuple[str, ...]]:
                             _int(stats["paused_since"])),
         workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep,
         redis_policy=redispolicy.from_reply(config),  # a CONFIG GET refused (an ACL) is a warning
-        strays=found, daemons=_daemons(pool, running, now), shared_daemons=daemonmark.read_collisions(pool))
+        strays=found, daemons=_daemons(store, running, now), shared_daemons=daemonmark.read_collisions(store))
     return report, tuple(warnings)
 
 
-def _strays(pool: Pool, now: int) -> tuple[Stray, ...]:
+def _strays(store: Store, now: int) -> tuple[Stray, ...]:
     """The strays the fresh inventories list (bounded: one read per daemon of the `inventories` index). A
     stale one's list is not news: its workers are not there to stop them, and `daemons` names it instead;
     an inventory that cannot be read lists none."""
-    daemons = call_redis(pool.client.zrange, pool.keys.inventories, 0, -1, what="status")
-    if not daemons:
-        return ()
-    pipe = pool.client.pipeline(transaction=False)
-    for daemon in daemons:
-        pipe.hmget(pool.keys.inventory(daemon), "at", "strays")
-    replies = call_redis(pipe.execute, raise_on_error=False, what="status")
-    stale_ms = pool.settings.inventory_stale_secs * 1000
-    return tuple(x for daemon, reply in zip(daemons, replies, strict=True)
+    stale_ms = store.settings.inventory_stale_secs * 1000
+    return tuple(x for daemon, reply in store.inventory_strays()
                  if isinstance(reply, list) and (at := _int(reply[0])) is not None and now - at <= stale_ms
                  for x in strays.decode(reply[1], daemon))
 
 
-def _daemons(pool: Pool, running: list[str], now: int) -> Daemons:
+def _daemons(store: Store, running: list[str], now: int) -> Daemons:
     """Two round trips, O(running): each running row's daemon and lease, the declarations and the records of
     lifted ones; then the inventories of the daemons whose rows have no lease. A value that cannot be read
     counts as missing."""
-    k = pool.keys
-    pipe = pool.client.pipeline(transaction=False)
-    for job_id in running:
-        pipe.hmget(k.job(job_id), "daemon_id", "owner_boot", "heartbeat_at", "affinity", "promoted_at")
-        pipe.exists(k.lease(job_id))
-    pipe.hkeys(k.gone_daemons)
-    pipe.zrangebyscore(k.returned_daemons, now - FORGET_MS, "+inf")
-    replies = [None if isinstance(r, Exception) else r
-               for r in call_redis(pipe.execute, raise_on_error=False, what="status")]
-    gone = sorted(str(d) for d in replies[-2] or ())
+    rows, gone_keys, returned = store.running_daemons(running, now - FORGET_MS)
+    gone = sorted(str(d) for d in gone_keys or ())
     held: dict[str, list[tuple[str, int | None]]] = {}
-    for i, job_id in enumerate(running):
-        fields, lease = replies[2 * i], replies[2 * i + 1]
+    for job_id, (fields, lease) in zip(running, rows, strict=True):
         daemon, owner, beat, affinity, promoted = fields if isinstance(fields, list) else (None,) * 5
         if daemon and is_identity(daemon) and owner and not lease and daemon not in gone:
             held.setdefault(daemon, []).append((job_id, _int(beat)))
         elif not owner and affinity and is_identity(affinity) and affinity not in gone:
             # Promoted, waiting on the queue of the daemon holding its checkpoint: its workers take it.
             held.setdefault(affinity, []).append((job_id, _int(promoted)))
-    pipe = pool.client.pipeline(transaction=False)
-    for daemon in held:
-        pipe.hget(k.inventory(daemon), "at")
-        pipe.zscore(k.inventories, daemon)
-    inv = [None if isinstance(r, Exception) else r
-           for r in call_redis(pipe.execute, raise_on_error=False, what="status")] if held else []
-    stale_ms = pool.settings.inventory_stale_secs * 1000
+    inv = store.inventory_ats(list(held))
+    stale_ms = store.settings.inventory_stale_secs * 1000
     stale = []
-    for i, (daemon, jobs) in enumerate(held.items()):
-        at, last = _int(inv[2 * i]), _int(inv[2 * i + 1])
+    for (daemon, jobs), (raw_at, raw_last) in zip(held.items(), inv, strict=True):
+        at, last = _int(raw_at), _int(raw_last)
         if at is not None and now - at <= stale_ms:
             continue  # fresh: the sweep judges its jobs from it
         last = at if at is not None else last
@@ -536,7 +503,7 @@ def _daemons(pool: Pool, running: list[str], now: int) -> Daemons:
         stale.append(StaleDaemon(daemon, tuple(j for j, _ in jobs),
                                  last if last is not None else max(beats, default=None), last))
     return Daemons(tuple(sorted(stale, key=lambda d: d.daemon_id)), tuple(gone),
-                   tuple(_returned(r) for r in replies[-1] or ()))
+                   tuple(_returned(r) for r in returned or ()))
 
 
 def _returned(raw: str) -> ReturnedDaemon:
@@ -579,20 +546,9 @@ def _workers(boots: list[tuple[str, float]], records: list[dict[str, str]], owne
     return Workers(live=len(shown), draining=sum(w.draining for w in shown), stale=stale, boots=tuple(shown))
 
 
-def _read_rows(pool: Pool, boot_ids: list[str], running: list[str],
+def _read_rows(store: Store, boot_ids: list[str], running: list[str],
                head: list[str]) -> tuple[list[dict[str, str]], list[str | None], int | None]:
     """Boot records, the owner of each running row and when the head of the queue was enqueued, in one
     round trip; a key that cannot be read counts as missing (the report is about the pool, not one row)."""
-    pipe = pool.client.pipeline(transaction=False)
-    for boot_id in boot_ids:
-        pipe.hgetall(pool.keys.boot(boot_id))
-    for job_id in running:
-        pipe.hget(pool.keys.job(job_id), "owner_boot")
-    for job_id in head:
-        pipe.hget(pool.keys.job(job_id), "created_at")
-    replies = [None if isinstance(r, Exception) else r
-               for r in call_redis(pipe.execute, raise_on_error=False, what="status")]
-    records = [r or {} for r in replies[:len(boot_ids)]]
-    owners = replies[len(boot_ids):len(boot_ids) + len(running)]
-    created = _int(replies[-1]) if head else None
-    return records, owners, created
+    records, owners, created = store.status_rows(boot_ids, running, head)
+    return records, owners, _int(created) if head else None

@@ -12,29 +12,25 @@ runs the current one (`Scripts.run`'s `meanwhile`).
 The client does as little per job as it can, because enqueue is the call users make in bulk: the id is 16
 random bytes in hex (uuid4's format without its version bits, which nothing reads), the time and RQ's job
 hash (all but three fields the same for every job) are made by the script, and the script runs on a
-single-connection client held by the calling thread (`ThreadClients`) rather than checking a connection
-out of redis-py's pool for every call; jobpool/registry.py sends it on that connection directly. Each job's
-JobSpec and Job are made without their frozen dataclass __init__ (jobpool/assemble.py).
+single-connection client held by the calling thread (store/threadclients.py) rather than checking a connection
+out of redis-py's pool for every call; jobpool/store/runner.py sends it on that connection directly. Each
+job's JobSpec and Job are made without their frozen dataclass __init__ (jobpool/assemble.py).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import redis
+from typing import Any, Protocol
 
 from . import errors
 from .assemble import Assembler
+from .config import Settings
 from .models import Job, JobState
-from .registry import call_redis, reopen
 from .spec import JobSpec, build_spec, utf8_size
-
-if TYPE_CHECKING:
-    from .api import Pool
+from .store.calls import EnqueueCall, Store
+from .store.replies import Enqueued
 
 #: Jobs per enqueue script call: large enough that a round trip costs well under a microsecond per job, small
 #: enough that one call holds Redis for a few milliseconds at most (bench/enqueue.py measures the server time
@@ -88,59 +84,34 @@ def prepare_item(item: Any, bind_roots: Sequence[str], index: int) -> Prepared:
     return prepare(fields, item.get("coalesce", False), item.get("coalesce_key"), bind_roots, index)
 
 
-class ThreadClients:
-    """One single-connection client per thread (and process), made with redis-py's public `Redis.client()`
-    over the pool's own connection pool: a script call on it skips the pool's checkout and release (a lock,
-    a health check and a pid check each way), about a third of an enqueue's client time. A thread's client
-    holds one connection for as long as the thread lives (it goes back to the pool when the client is
-    collected) and is made again after a fork or when the pool's client is replaced."""
+class Submitter(Protocol):
+    """What submitting needs of the pool it submits to (`Pool`): its settings, its store, who it acts as,
+    and a job's row read back."""
 
-    def __init__(self) -> None:
-        self._local = threading.local()
+    settings: Settings
+    actor: str
+    store: Store
 
-    def get(self, base: redis.Redis) -> redis.Redis:
-        held = getattr(self._local, "held", None)
-        if held is None or held[0] is not base or held[1] != os.getpid():
-            held = (base, os.getpid(), base.client())
-            self._local.held = held
-        client: redis.Redis = held[2]
-        conn = client.connection
-        # What the pool checks at each checkout, kept: a connection with something to read before anything
-        # was sent was closed by the server (a restart; Sentinel drops every client at a failover), so it
-        # is reopened now, rather than failing the next call with a reply that cannot be told from a lost one.
-        if conn is not None:
-            try:
-                stale = conn.can_read(timeout=0)
-            except redis.ConnectionError:  # it read the end of the connection
-                stale = True
-            if stale:
-                reopen(conn)
-        return client
-
-    def close(self) -> None:
-        """Give this thread's connection back (`Pool.close`); a later call makes a new client."""
-        held = getattr(self._local, "held", None)
-        self._local.held = None
-        if held is not None and held[1] == os.getpid():
-            held[2].close()
+    def get(self, job_id: str, coalesced: bool = False) -> Job: ...
 
 
-def enqueue(pool: Pool, spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any) -> Job:
+def enqueue(pool: Submitter, spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any) -> Job:
     """`Pool.enqueue`: one job, a batch of one."""
     job = prepare(spec_fields, coalesce, coalesce_key, pool.settings.bind_roots)
     return send(pool, [job])[0]
 
 
-def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int = BATCH_SIZE) -> list[Job]:
-    """`Pool.enqueue_many`: every item validated, then `batch_size` jobs per script call, in order."""
-    pool._check_count("batch_size", batch_size, MAX_BATCH_SIZE)
+def enqueue_many(pool: Submitter, specs: Iterable[Mapping[str, Any]],
+                 batch_size: int = BATCH_SIZE) -> list[Job]:
+    """`Pool.enqueue_many`: every item validated, then `batch_size` jobs per script call, in order
+    (`batch_size` checked by the caller: 1 to MAX_BATCH_SIZE)."""
     if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
         raise errors.InvalidArgument("specs must be an iterable of mappings (one per job)")
     roots = tuple(pool.settings.bind_roots)
     jobs = [prepare_item(item, roots, i) for i, item in enumerate(specs)]
     batches = [jobs[start:start + batch_size] for start in range(0, len(jobs), batch_size)]
     made: list[Job] = []
-    replied: list[tuple[list[Prepared], list[Any]]] = []  # batches sent whose Jobs are not made yet
+    replied: list[tuple[list[Prepared], Enqueued]] = []  # batches sent whose Jobs are not made yet
     failed: list[errors.JobpoolError] = []  # making them failed (a coalesced job's row unreadable)
 
     def catch_up() -> None:
@@ -148,10 +119,10 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
             made.extend(_resolved(pool, _made(*replied.pop(0))))
     call = _call_args(pool, batches[0]) if batches else None
     for k, batch in enumerate(batches):
-        following: list[tuple[list[str], list[Any]]] = []
+        following: list[EnqueueCall] = []
         sent: list[bool] = []  # set once the batch is sent (see `_settled`)
 
-        def meanwhile(k: int = k, following: list[tuple[list[str], list[Any]]] = following,
+        def meanwhile(k: int = k, following: list[EnqueueCall] = following,
                       sent: list[bool] = sent) -> None:
             # While the server runs batch k: the Jobs of the batch before, and the arguments of the next.
             # Batch k + 1 is still sent only once batch k succeeded, so what was enqueued is a prefix. A
@@ -175,7 +146,8 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
         try:
             if failed:
                 raise failed[0]
-            pool.after_release(reply)  # a promotion the script left undone; batch k stands either way
+            # A promotion the script left undone; batch k stands either way.
+            pool.store.finish_promotion(reply, pool.actor)
         except errors.JobpoolError as exc:
             raise _counted(exc, end, len(jobs)) from None
         call = following[0] if following else None
@@ -186,12 +158,12 @@ def enqueue_many(pool: Pool, specs: Iterable[Mapping[str, Any]], batch_size: int
     return made
 
 
-def _settled(pool: Pool, exc: errors.JobpoolError, batch: list[Prepared], start: int, total: int,
+def _settled(pool: Submitter, exc: errors.JobpoolError, batch: list[Prepared], start: int, total: int,
              sent: bool) -> errors.JobpoolError:
     """`exc`, raised by the script call of `batch` (the input's jobs from `start`), counted by what Redis
     holds. The script applies a batch whole or not at all. A refusal (a status reply: scripts/enqueue.lua
     checks everything before it writes) or a failure before the call was sent whole (on the thread's
-    single-connection client `meanwhile` runs once it is sent, registry.py `_held_call`; on a pooled one
+    single-connection client `meanwhile` runs once it is sent, store/runner.py `_held_call`; on a pooled one
     before, so there `sent` is always true) wrote nothing. A `RedisUnavailable` after it was sent (a lost
     reply, a dropped connection, a timeout, `NotReplicated`) may have been applied: Redis is asked, in one
     round trip, whether any of the batch's rows exists. Every id is looked for, not only the first, because
@@ -208,8 +180,7 @@ def _settled(pool: Pool, exc: errors.JobpoolError, batch: list[Prepared], start:
             "if any of its ids (the error's `unknown`) exists") + \
         f", the first {start + len(batch)} were enqueued, else the first {start}"
     try:
-        found = int(call_redis(pool.client.exists, *[pool.keys.job(p.id) for p in batch],
-                               what="enqueue_many's look for its last batch"))
+        found = pool.store.rows_found([p.id for p in batch], what="enqueue_many's look for its last batch")
     except errors.JobpoolError as why:
         return _counted(exc, start, total, batch, f"Redis could not be asked ({why}). That batch was "
                         f"applied whole or not at all: {look}")
@@ -246,41 +217,32 @@ def _counted(exc: errors.JobpoolError, enqueued: int, total: int, unknown: Seque
     return exc
 
 
-def send(pool: Pool, batch: list[Prepared]) -> list[Job]:
+def send(pool: Submitter, batch: list[Prepared]) -> list[Job]:
     """One enqueue script call for `batch`; its Jobs as the script left them, in order."""
     reply = _run(pool, _call_args(pool, batch))
-    pool.after_release(reply)
+    pool.store.finish_promotion(reply, pool.actor)
     return _resolved(pool, _made(batch, reply))
 
 
-def _call_args(pool: Pool, batch: list[Prepared]) -> tuple[list[str], list[Any]]:
-    """The enqueue script's keys and arguments for `batch` (scripts/enqueue.lua)."""
-    keys = pool.keys
-    key_list = keys.common()
-    args: list[Any] = [pool.actor]
-    for p in batch:
-        key_list += (keys.job(p.id), keys.rq_job(p.id))
-        args += (p.id, p.spec.to_json(), p.coalesce_key, p.spec.image)
-    return key_list, args
+def _call_args(pool: Submitter, batch: list[Prepared]) -> EnqueueCall:
+    """The enqueue script's inputs for `batch` (scripts/enqueue.lua)."""
+    return pool.store.enqueue_call(pool.actor, [(p.id, p.spec.to_json(), p.coalesce_key, p.spec.image)
+                                                for p in batch])
 
 
-def _run(pool: Pool, call: tuple[list[str], list[Any]],
-         meanwhile: Callable[[], None] | None = None) -> list[Any]:
-    """The enqueue script, on this thread's single-connection client (its caller then runs
-    `pool.after_release`: a promotion the script left undone). Making that client connects at once, so a
-    Redis that cannot be reached fails there, before anything is sent: typed like the call's own failures."""
-    client = call_redis(pool.thread_clients.get, pool.client, what="enqueue")
-    return pool.scripts.run("enqueue", call[0], call[1], client=client, meanwhile=meanwhile)
+def _run(pool: Submitter, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:
+    """The enqueue script, on this thread's single-connection client (`Store.enqueue`; its caller then
+    finishes the promotion the script left undone, `Store.finish_promotion`)."""
+    return pool.store.enqueue(call, meanwhile=meanwhile)
 
 
-def _made(batch: list[Prepared], reply: list[Any]) -> list[Job | str]:
+def _made(batch: list[Prepared], reply: Enqueued) -> list[Job | str]:
     """The Jobs of `batch` as the enqueue script left them (`reply`), in order; a job that coalesced is the
     id of the queued job it coalesced into (`_resolved` reads those)."""
-    now = int(reply[4])
+    now = reply.now
     jobs: list[Job | str] = []
-    for i, p in enumerate(batch):
-        coalesced, job_id, seq, state = reply[5 + 4 * i: 9 + 4 * i]
-        if int(coalesced):
+    for p, (coalesced, job_id, seq, state) in zip(batch, reply.jobs(), strict=True):
+        if coalesced:
             jobs.append(job_id)
             continue
         running = state == JobState.RUNNING.value
@@ -292,7 +254,7 @@ def _made(batch: list[Prepared], reply: list[Any]) -> list[Job | str]:
     return jobs
 
 
-def _resolved(pool: Pool, made: list[Job | str]) -> list[Job]:
+def _resolved(pool: Submitter, made: list[Job | str]) -> list[Job]:
     """`made` with each coalesced job's id replaced by that queued job, read back in one round trip."""
     twin_ids = sorted({j for j in made if isinstance(j, str)})
     if not twin_ids:
@@ -301,14 +263,11 @@ def _resolved(pool: Pool, made: list[Job | str]) -> list[Job]:
     return [found[j] if isinstance(j, str) else j for j in made]
 
 
-def _twins(pool: Pool, ids: list[str]) -> dict[str, Job]:
+def _twins(pool: Submitter, ids: list[str]) -> dict[str, Job]:
     """The queued jobs that new jobs coalesced into, read back (one round trip), as `coalesced`."""
     if len(ids) == 1:
         return {ids[0]: pool.get(ids[0], coalesced=True)}
-    pipe = pool.client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hgetall(pool.keys.job(job_id))
-    rows = call_redis(pipe.execute, raise_on_error=False)
+    rows = pool.store.rows(ids)
     out = {}
     for job_id, row in zip(ids, rows, strict=True):
         if isinstance(row, Exception):

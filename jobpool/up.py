@@ -35,13 +35,14 @@ from typing import Any
 import click
 import redis
 
-from . import errors, redispolicy, upstate
+from . import errors, upstate
 from .api import Pool
 from .config import STATE_FILE, Settings
 from .exporter import metrics_url
 from .jobcgroup import promise_unkept
-from .keys import PoolKeys
-from .registry import call_redis
+from .store import redispolicy
+from .store.keys import PoolKeys
+from .store.runner import call_redis
 from .upfind import choose_executor, find_redis_server, free_port
 from .uplisten import listens_on, taken
 from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders

@@ -21,10 +21,10 @@ from typing import Any
 
 import redis
 
-from . import redisurl
 from .errors import ConfigError
-from .keys import PoolKeys
 from .procid import same_process_alive
+from .store import redisurl
+from .store.keys import PoolKeys
 
 #: How long the check waits for the Redis named in the file (a local one: it answers at once or not at all).
 CHECK_TIMEOUT_SECS = 2.0

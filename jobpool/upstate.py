@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import redisurl
 from .config import STATE_FILE
 from .procid import identity_of, same_process_alive
+from .store import redisurl
 
 STACK_LOCK = "up.lock"
 WORKERS_LOCK = "up-workers.lock"

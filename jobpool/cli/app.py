@@ -18,7 +18,7 @@ import redis
 from .. import errors
 from ..api import Pool
 from ..config import Settings
-from ..registry import wrap_redis_error
+from ..store.runner import wrap_redis_error
 
 #: Bad input: refused before anything was written, so a usage error (exit 2), not a failure (exit 1).
 USAGE_ERRORS = (errors.ConfigError, errors.InvalidSpec, errors.InvalidArgument)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import copy
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from .. import errors
@@ -26,8 +26,18 @@ from ..digits import parse_whole
 from ..models import Job, JobState
 from . import auth
 
-if TYPE_CHECKING:
-    from .app import Dashboard
+
+class Dashboard(Protocol):
+    """What the actions need of the dashboard they belong to (jobpool/dashboard/app.py `Dashboard`): its pool,
+    its sessions, and its pages to answer with."""
+
+    pool: Pool
+    auth: auth.Auth
+
+    def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse: ...
+
+    def error(self, request: Request, status: int, message: str) -> HTMLResponse: ...
+
 
 #: Who the events of the dashboard's actions name (with the client's address).
 ACTOR = "dashboard"

@@ -1,5 +1,5 @@
---[[ _lib.lua: shared helpers; each script is loaded with those it reaches (jobpool/luatext.py).
-KEYS: every script receives the pool's 14 common keys first, in this order (keys.py: PoolKeys.common()):
+--[[ _lib.lua: shared helpers; each script is loaded with those it reaches (jobpool/store/luatext.py).
+KEYS: every script receives the pool's 14 common keys first, in this order (store/keys.py: PoolKeys.common()):
   KEYS[1] config      hash   max_concurrent_jobs
   KEYS[2] paused      hash   present = promotion paused
   KEYS[3] queued      zset   id -> seq (FIFO)
@@ -18,15 +18,15 @@ reasons the scripts write). Use those names; never write their values into a scr
 Scripts that may free a slot take "promotion candidates" last: triples of (job:<id>, rq:job:<id>, the RQ
 list to push it on) for the ids at the head of `queued`, read by the caller just before the call. The list
 is the pool's RQ queue, or for a row with an `affinity` (the daemon holding its checkpoint: note_affinity)
-that daemon's own queue, the row's `affinity_queue` (Pool.candidates reads it). A candidate is promoted only
+that daemon's own queue, the row's `affinity_queue` (Store.candidates reads it). A candidate is promoted only
 while it is still the head and its list is still the one its row names, so a stale read can delay a
 promotion (the caller retries) but never reorder or misroute one.
 Why candidates and not ids: every key a script touches must arrive in KEYS.
 Every script that may free a slot or promote replies in one shape: {0, result, promoted, why_stopped, ...}.
 why_stopped is promote_candidates' (paused | full | empty | stale | batch), or 'none' when no slot was
-freed; on 'stale' or 'batch' the caller promotes again (Pool.after_release).
+freed; on 'stale' or 'batch' the caller promotes again (Store.finish_promotion).
 
-Every script also gets two last ARGV, appended by jobpool/registry.py after the script's own (so a script
+Every script also gets two last ARGV, appended by jobpool/store/runner.py after the script's own (so a script
 reading "the rest of ARGV" stops at NARGV): the slot limit of a pool with none stored yet
 (Settings.max_concurrent_jobs), so Python reports the limit the scripts use and no default is written twice,
 and the event stream's cap (Settings.events_maxlen).
@@ -43,7 +43,7 @@ A row a script cannot read must not abort it (Redis keeps what a script wrote be
 from a row go through `whole`, and a head of the queue whose row is gone or unreadable is taken out of the
 queue with a `dropped_corrupt_row` event instead of wedging promotion for every job behind it.
 
-Error codes (negative first element of the reply; mapped to exceptions in jobpool/registry.py):
+Error codes (negative first element of the reply; mapped to exceptions in jobpool/store/runner.py):
   -1 not found   -2 invalid state   -3 not owner (fenced write refused)
   -4 conflict (compare-and-set evidence changed)   -5 already exists   -6 bad argument
 ]]

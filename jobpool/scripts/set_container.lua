@@ -2,7 +2,8 @@
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     job:<id>      KEYS[16] lease:<id>
 ARGV[1] boot id   ARGV[2] attempt   ARGV[3] container id   ARGV[4] daemon id   ARGV[5] identity JSON
-ARGV[6] lease ms   ARGV[7] the RQ list key of the daemon's own queue (keys.py: PoolKeys.daemon_queue; optional)
+ARGV[6] lease ms   ARGV[7] the RQ list key of the daemon's own queue (store/keys.py: PoolKeys.daemon_queue;
+        optional)
 Returns {0, pause_requested, cancel_requested}; -1; -3.
 Record what was launched for this attempt (container id and daemon id, or the
 subprocess identity), so the supervisor can find it by ground truth later. Fenced on (boot, attempt).

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 import redis
 from rq import Queue
-from rq.connections import parse_connection
 from rq.exceptions import DuplicateJobError
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
@@ -24,9 +23,9 @@ from rq.serializers import JSONSerializer
 from ..api import Pool
 from ..contract import ADOPT_RQ_PREFIX
 from ..daemonid import is_identity
-from ..keys import worker_name
-from ..registry import call_redis, wrap_redis_error
-from .evidence import run_pipeline
+from ..store.keys import worker_name
+from ..store.runner import wrap_redis_error
+from ..store.sweepio import run_pipeline
 from .verdicts import RowSnapshot
 
 log = logging.getLogger("jobpool.supervisor")
@@ -62,9 +61,7 @@ class Adoptions:
     def rq_client(self) -> redis.Redis:
         """RQ needs a client that does not decode replies; built the way RQ rebuilds connections."""
         if self._rq_client is None:
-            cls, conn_cls, kwargs = parse_connection(self.pool.client)
-            kwargs = {**kwargs, "decode_responses": False}
-            self._rq_client = cls(connection_pool=redis.ConnectionPool(connection_class=conn_cls, **kwargs))
+            self._rq_client = self.pool.store.rq_client()
         return self._rq_client
 
     def pending(self, rows: Sequence[RowSnapshot]) -> set[str]:
@@ -94,16 +91,12 @@ class Adoptions:
         key outlives a SIGKILLed worker by its worker_ttl (minutes); the boot record by one lease."""
         if not names:
             return set()
-        boots = [str(b) for b in call_redis(self.pool.client.zrange, self.pool.keys.boots, 0, -1,
-                                            what="reading the fleet's boots")]
-        by_name = {worker_name(self.pool.keys.pool, b): b for b in boots}
+        by_name = {worker_name(self.pool.keys.pool, b): b for b in self.pool.store.fleet_boots()}
         mine = {n: by_name[n] for n in names if n in by_name}
         if not mine:
             return set()
-        pipe = self.pool.client.pipeline(transaction=False)
-        for boot in mine.values():
-            pipe.exists(self.pool.keys.boot(boot))
-        return {n for n, alive in zip(mine, run_pipeline(pipe), strict=True) if alive}
+        alive = self.pool.store.boots_alive(list(mine.values()))
+        return {n for n, live in zip(mine, alive, strict=True) if live}
 
     def queue_for(self, row: RowSnapshot) -> str:
         """Where a request for this row goes: the queue only the workers on its daemon listen on

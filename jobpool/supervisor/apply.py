@@ -13,7 +13,8 @@ import logging
 from collections.abc import Callable, Mapping
 
 from .. import commands, errors
-from ..api import CANDIDATES_ON_RELEASE, Pool
+from ..api import Pool
+from ..store.calls import InventoryFence
 from . import remote
 from .adoption import Adoptions
 from .probes import Absent, ContainerProber, Probe
@@ -72,40 +73,36 @@ class Applier:
             log.warning("job %s attempt %d kept: its created container %s could not be removed (started "
                         "meanwhile?)", row.id, row.attempt, probe.container_id[:12])  # type: ignore[union-attr]
             return "kept"
-        k = self.pool.keys
-        fence = getattr(probe, "inventory", None)  # evidence from a daemon's inventory: fenced on it too
-        keys = [k.job(row.id), k.lease(row.id), k.rq_job(row.id),
-                *([k.inventory(fence[0])] if fence else []), *self.pool.candidates(CANDIDATES_ON_RELEASE)]
-        if verdict.kind is Kind.REDISPATCH:  # promotes nothing: the list its row routes it to instead
-            keys[3:] = [row.affinity_queue or k.rq_queue]
-        args = [row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
-                "" if verdict.exit_code is None else verdict.exit_code, self.settings.recovery_budget,
-                verdict.evidence, self.actor,
-                *([fence[1], remote.max_age_ms(probe, row.daemon_id, self.settings.inventory_stale_secs,
-                                               self.settings.lease_secs)] if fence and probe else [])]
+        inventory = getattr(probe, "inventory", None)  # evidence from a daemon's inventory: fenced on it too
+        fence = None
+        if inventory and probe:
+            fence = InventoryFence(inventory[0], inventory[1], remote.max_age_ms(
+                probe, row.daemon_id, self.settings.inventory_stale_secs, self.settings.lease_secs))
+        # A redispatch promotes nothing: it takes the list its row routes it to instead.
+        route = (row.affinity_queue or self.pool.keys.rq_queue) if verdict.kind is Kind.REDISPATCH else None
         try:
-            reply = self.pool.run("reconcile_apply", keys, args)
+            done = self.pool.store.reconcile_apply(
+                row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
+                verdict.exit_code, self.settings.recovery_budget, verdict.evidence, self.actor, route=route,
+                fence=fence)
         except errors.Conflict:
             log.debug("job %s moved on since its evidence was taken; %s not applied", row.id, verdict.kind)
             return "conflict"
         except errors.NotFound:
             return "conflict"
-        state = str(reply[1])
+        state = done.state
         log.info("job %s attempt %d: %s -> %s (%s)", row.id, row.attempt, verdict.kind, state,
                  verdict.evidence)
         # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
         # dead watcher would have.
-        if verdict.kind in EXIT_KINDS and verdict.container_id and not fence:  # else its publisher does
+        if verdict.kind in EXIT_KINDS and verdict.container_id and not inventory:  # else its publisher does
             self.prober.remove(verdict.container_id)
         return state
 
     def drop_ghost(self, job_id: str, verdict: Verdict) -> str:
         """Free the slot of a running id with no readable row (`drop_ghost.lua`); returns the outcome."""
-        k = self.pool.keys
         try:
-            reply = self.pool.run("drop_ghost", [k.job(job_id), k.lease(job_id),
-                                                 *self.pool.candidates(CANDIDATES_ON_RELEASE)],
-                                  [job_id, verdict.evidence, self.actor])
+            done = self.pool.store.drop_ghost(job_id, verdict.evidence, self.actor)
         except errors.Conflict:
             return "conflict"
         except errors.RedisUnavailable:
@@ -113,7 +110,7 @@ class Applier:
         except errors.JobpoolError as exc:
             log.error("running id %s: dropping it failed: %s", job_id, exc)
             return f"error: {exc}"
-        if not reply[1]:
+        if not done.dropped:
             return "conflict"  # it left `running` meanwhile
         log.warning("running id %s had no readable row and no work left: dropped, slot freed (%s)", job_id,
                     verdict.evidence)

@@ -12,43 +12,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import redis
 from rq.registry import StartedJobRegistry
 
 from ..api import Pool
 from ..contract import RQ_QUEUE_PREFIX
 from ..daemonid import is_identity
 from ..redistrust import RedisTrust
-from ..registry import wrap_redis_error
 from . import remote
 from .probes import ContainerProber, Probe, Unknown, probe_process
 from .verdicts import EXECUTOR_SUBPROCESS, DispatchFacts, ProbeKind, RowSnapshot, is_stale, probe_needed
 
 log = logging.getLogger("jobpool.supervisor")
 
-_READ_CHUNK = 1000
 #: What the first read pass takes of every running row: enough to judge a row whose owner holds its lease.
 #: (Its state needs no reading: the scripts keep `running` and the state field in step, and drop the lease
 #: when a row leaves running; every other row is read whole, state included, in the second pass.)
 _BRIEF = ("owner_boot", "attempt", "claimed_at")
-
-
-def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
-    for start in range(0, len(ids), _READ_CHUNK):
-        yield ids[start:start + _READ_CHUNK]
-
-
-def run_pipeline(pipe: Any, raise_on_error: bool = True) -> list[Any]:
-    """Run a pipeline of sweep reads; with `raise_on_error` False, an error reply of one command is left in
-    its place (a key of the wrong type is that row's problem, not the sweep's)."""
-    try:
-        return list(pipe.execute(raise_on_error=raise_on_error))
-    except redis.RedisError as exc:
-        raise wrap_redis_error(exc, "sweep read") from None
 
 
 @dataclass
@@ -73,7 +55,6 @@ class Evidence:
         self.pool = pool
         self.settings = pool.settings
         self._started_key = StartedJobRegistry.key_template.format(pool.keys.rq_queue_name)
-        self._sort_ro = True  # until the server says it has no SORT_RO (Redis < 7)
         #: When this reader last lost and found Redis again, and which server answers (jobpool/redistrust.py).
         self.trust = RedisTrust(pool.client, self.settings.lease_secs)
         #: Unclaimed (id, attempt)s RQ holds as taken (intermediate list, started registry): since when this
@@ -89,10 +70,10 @@ class Evidence:
         Two passes keep a healthy pool cheap: every row's owner, attempt and times with its lease first, then
         the whole row only where a decision needs more (lease gone, never claimed, or an eviction to do).
         """
-        replies = self._read_running(job_ids is None)
-        secs, micros = replies[0]
-        now_ms = int(secs) * 1000 + int(micros) // 1000
-        found = replies[1] if job_ids is None else self._brief_of(list(job_ids))
+        store = self.pool.store
+        now_ms, found = store.running_brief(_BRIEF, job_ids is None)
+        if job_ids is not None:
+            found = store.brief_of(list(job_ids), _BRIEF)
         brief: dict[str, dict[str, str | None]] = {}
         leases: dict[str, bool] = {}
         for member, owner, attempt, claimed_at, lease in found:
@@ -121,7 +102,7 @@ class Evidence:
         unclaimed = {r.id: (r.affinity_queue, r.attempt) for r in rows_out if not r.claimed}
         dispatch = self._dispatch_facts(unclaimed, now_ms)
         return Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch, ghosts,
-                        self._live_leases(list(ghosts)))
+                        store.live_leases(list(ghosts)))
 
     def probe(self, snap: Snapshot, prober: ContainerProber,
               untrusted: Callable[[], Mapping[str, str]] | None = None) -> dict[str, Probe]:
@@ -186,95 +167,32 @@ class Evidence:
 
     # ---- the reads ----------------------------------------------------------------------------------------
 
-    def _read_running(self, all_rows: bool) -> list[Any]:
-        """The server's time and, with `all_rows`, every running row's brief fields and lease, as tuples.
-
-        One command reads them all: SORT_RO ... BY nosort GET reads each member's hash fields and lease (the
-        patterns carry the pool's hash tag, so they stay in the key's cluster slot). SORT_RO, not SORT: SORT
-        counts as a write (it can STORE), so a replica or a server at its memory limit refuses it, and the
-        sweep must read there too. Redis 6.2 has no SORT_RO; there plain SORT is used."""
-        k = self.pool.keys
-        get = ["#", *(f"{k.job('*')}->{f}" for f in _BRIEF), k.lease("*")]
-        pipe = self.pool.client.pipeline(transaction=False)
-        pipe.time()
-        if all_rows:
-            # By hand: redis-py's `sort_ro()` (8.1) sends a plain SORT.
-            args = [k.running, "BY", "nosort", *(a for g in get for a in ("GET", g))]
-            pipe.execute_command("SORT_RO" if self._sort_ro else "SORT", *args)
-        try:
-            replies = list(pipe.execute())
-        except redis.ResponseError as exc:
-            if self._sort_ro and "unknown command" in str(exc).lower():
-                self._sort_ro = False
-                return self._read_running(all_rows)
-            raise wrap_redis_error(exc, "sweep read") from None
-        except redis.RedisError as exc:
-            raise wrap_redis_error(exc, "sweep read") from None
-        if all_rows:
-            flat, width = replies[1], len(get)
-            replies[1] = [tuple(flat[i:i + width]) for i in range(0, len(flat), width)]
-        return replies
-
-    def _brief_of(self, ids: Sequence[str]) -> list[tuple[str | None, ...]]:
-        """The SORT reply's shape for given ids (an operator's one-job call)."""
-        if not ids:
-            return []
-        pipe = self.pool.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hmget(self.pool.keys.job(job_id), _BRIEF)
-        pipe.mget([self.pool.keys.lease(job_id) for job_id in ids])
-        *rows, leases = run_pipeline(pipe, raise_on_error=False)
-        if isinstance(leases, Exception):
-            leases = [None] * len(ids)
-        return [(job_id, *(row if isinstance(row, list) else [None] * len(_BRIEF)), lease)
-                for job_id, row, lease in zip(ids, rows, leases, strict=True)]
-
     def _full_rows(self, ids: Sequence[str]) -> tuple[dict[str, dict[str, str | None]], dict[str, str]]:
         """The whole rows of `ids` still running, and the ghosts among them: ids whose key is missing or
         not a hash (judged by `decide_ghost`). A row that cannot be read otherwise is skipped and logged:
         one bad row must not stop the sweep of the others."""
         out: dict[str, dict[str, str | None]] = {}
         ghosts: dict[str, str] = {}
-        for chunk in _chunks(ids):
-            pipe = self.pool.client.pipeline(transaction=False)
-            for job_id in chunk:
-                pipe.hmget(self.pool.keys.job(job_id), RowSnapshot.FIELDS)
-            for job_id, values in zip(chunk, run_pipeline(pipe, raise_on_error=False), strict=True):
-                if isinstance(values, Exception):
-                    if str(values).startswith("WRONGTYPE"):
-                        ghosts[job_id] = "its row key is not a hash"
-                    else:
-                        log.error("job %s: its row could not be read (%s); not judged", job_id, values)
-                    continue
-                row = dict(zip(RowSnapshot.FIELDS, values, strict=True))
-                if all(v is None for v in values):
-                    ghosts[job_id] = "its row is missing"
-                elif row.get("id") != job_id:
-                    log.error("job %s: its row names job %r; not judged", job_id, row.get("id"))
-                elif row.get("state") == "running":
-                    out[job_id] = row
+        for job_id, values in self.pool.store.row_fields(ids, RowSnapshot.FIELDS):
+            if isinstance(values, Exception):
+                if str(values).startswith("WRONGTYPE"):
+                    ghosts[job_id] = "its row key is not a hash"
+                else:
+                    log.error("job %s: its row could not be read (%s); not judged", job_id, values)
+                continue
+            row = dict(zip(RowSnapshot.FIELDS, values, strict=True))
+            if all(v is None for v in values):
+                ghosts[job_id] = "its row is missing"
+            elif row.get("id") != job_id:
+                log.error("job %s: its row names job %r; not judged", job_id, row.get("id"))
+            elif row.get("state") == "running":
+                out[job_id] = row
         return out, ghosts
-
-    def _live_leases(self, ids: Sequence[str]) -> dict[str, bool]:
-        """Whether each id's lease key still has a TTL (any value: a ghost has no owner to compare with)."""
-        if not ids:
-            return {}
-        pipe = self.pool.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.pttl(self.pool.keys.lease(job_id))
-        replies = run_pipeline(pipe, raise_on_error=False)
-        return {job_id: isinstance(ttl, int) and ttl > 0 for job_id, ttl in zip(ids, replies, strict=True)}
 
     def _boot_facts(self, rows: Sequence[Mapping[str, str | None]]) -> dict[str, dict[str, str | None]]:
         owners = sorted({str(r["owner_boot"]) for r in rows})
-        if not owners:
-            return {}
-        pipe = self.pool.client.pipeline(transaction=False)
-        for boot in owners:
-            pipe.hmget(self.pool.keys.boot(boot), ["executor", "daemon_id"])
-        replies = run_pipeline(pipe, raise_on_error=False)
-        return {boot: {"executor": v[0], "daemon_id": v[1]} for boot, v in zip(owners, replies, strict=True)
-                if isinstance(v, list)}
+        return {boot: {"executor": v[0], "daemon_id": v[1]}
+                for boot, v in self.pool.store.boot_fields(owners, ["executor", "daemon_id"]).items()}
 
     def _dispatch_facts(self, routes: Mapping[str, tuple[str, int]], now_ms: int) -> dict[str, DispatchFacts]:
         """Whether RQ still holds each unclaimed id (`routes`: id -> the RQ list its row was pushed on, ''
@@ -290,19 +208,12 @@ class Evidence:
         queue_of = {job_id: q or k.rq_queue for job_id, (q, _) in routes.items()}
         started_keys = sorted({self._started_key, *(StartedJobRegistry.key_template.format(
             q[len(RQ_QUEUE_PREFIX):]) for q in queue_of.values() if q != k.rq_queue)})
-        pipe = self.pool.client.pipeline(transaction=False)
-        for job_id, q in queue_of.items():
-            pipe.lpos(q, job_id)
-            pipe.lpos(q + ":intermediate", job_id)
-        for key in started_keys:
-            pipe.zrange(key, 0, -1, withscores=True)
-        replies = run_pipeline(pipe)
-        positions, registries = replies[:2 * len(queue_of)], replies[2 * len(queue_of):]
+        held, registries = self.pool.store.rq_holds(queue_of, started_keys)
         live = {str(entry).split(":", 1)[0] for started in registries for entry, expires in started
                 if expires * 1000 >= now_ms}
         facts = {}
-        for i, job_id in enumerate(queue_of):
-            f = DispatchFacts(positions[2 * i] is not None, positions[2 * i + 1] is not None, job_id in live)
+        for job_id, (queued, taken) in held.items():
+            f = DispatchFacts(queued, taken, job_id in live)
             if f.taken:
                 since = self._taken_since.setdefault((job_id, routes[job_id][1]), time.monotonic())
                 f = dataclasses.replace(f, taken_secs=time.monotonic() - since)

@@ -10,9 +10,10 @@ import uuid
 from typing import Any
 
 from .. import daemonmark, errors, exporter
-from ..api import Pool, connect
+from ..api import Pool
 from ..config import Settings
-from ..redispolicy import EvictingRedis, check_at_start
+from ..store.redispolicy import EvictingRedis
+from ..store.redisurl import connect
 from .probes import ContainerProber
 from .report import SweepReport
 from .sweep import Supervisor, actor_name
@@ -44,11 +45,11 @@ def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
 
 
 def _check_redis(sup: Supervisor, once: bool) -> bool:
-    """The start-up check of Redis's eviction policy (jobpool/redispolicy.py); raises `EvictingRedis` for
-    one that may evict job rows, `RedisUnavailable` when Redis is away (the loop then asks again). Then,
+    """The start-up check of Redis's eviction policy (jobpool/store/redispolicy.py); raises `EvictingRedis`
+    for one that may evict job rows, `RedisUnavailable` when Redis is away (the loop then asks again). Then,
     unless `once`, the loop's mark on its daemon is made (its first write)."""
     pool = sup.pool
-    check_at_start(pool.client)
+    pool.store.check_policy()
     if not once and sup.marker is None:
         sup.marker = _mark_daemon(pool, sup.prober)
     if not once:
@@ -62,7 +63,7 @@ def _mark_daemon(pool: Pool, prober: ContainerProber) -> daemonmark.Marker | Non
     daemon's identity has its mark there, no row on that identity is judged from this daemon's list."""
     if pool.settings.executor == "subprocess":
         return None
-    marker = daemonmark.Marker(pool, "supervisor", uuid.uuid4().hex, prober.docker_host,
+    marker = daemonmark.Marker(pool.store, "supervisor", uuid.uuid4().hex, prober.docker_host,
                                consequence="this supervisor judges no job recorded on that identity")
     marker.start()
     return marker
@@ -72,7 +73,7 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
                    prober: ContainerProber | None = None) -> SweepReport | None:
     """The supervisor loop: a sweep at start-up (rows left by a previous run are judged at once), then one
     every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A Redis whose `maxmemory-policy` may
-    evict job rows is refused before the first sweep (`EvictingRedis`, jobpool/redispolicy.py). A failed
+    evict job rows is refused before the first sweep (`EvictingRedis`, jobpool/store/redispolicy.py). A failed
     sweep (Redis away) is logged and the loop goes on; with `once`, it is raised, so a cron job or health
     check sees it. Unless `once`, `/metrics` is served while the loop runs when `settings.metrics_port` is set
     (jobpool/exporter.py). Returns the last sweep's report."""
@@ -108,7 +109,7 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sup.close()
-        pool.client.close()
+        pool.close()
         if server is not None:
             server.close()
     log.info("supervisor for pool %s stopped", settings.pool)

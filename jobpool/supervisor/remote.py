@@ -32,15 +32,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import redis
 
 from ..api import Pool
 from ..daemonid import is_identity, uuid_of
 from ..exits import Ending
 from ..inventory import CREATED, EXITED, FIELDS, RUNNING, Entry, Inventory, parse
-from ..registry import wrap_redis_error
 from .probes import Absent, Present, Probe, Unknown
 
 
@@ -61,32 +57,15 @@ def read(pool: Pool, daemons: Iterable[str], now_ms: int) -> Inventories:
     wanted = sorted({d for d in daemons if is_identity(d)})
     if not wanted:
         return Inventories(now_ms)
-    k = pool.keys
-    pipe = pool.client.pipeline(transaction=False)
-    pipe.zrange(k.inventories, 0, -1, withscores=True)
-    pipe.hgetall(k.gone_daemons)
-    index, gone = run_pipeline(pipe)
-    last_at = {str(d): int(s) for d, s in index} if isinstance(index, list) else {}
-    gone = {str(d): str(v) for d, v in gone.items()} if isinstance(gone, dict) else {}
+    last_at, gone = pool.store.inventory_index()
     uuids = {uuid_of(d) for d in wanted}
     names = sorted(set(wanted) | {d for d in last_at if uuid_of(d) in uuids})
-    pipe = pool.client.pipeline(transaction=False)
-    for name in names:
-        pipe.hmget(k.inventory(name), FIELDS)
     found: dict[str, Inventory] = {}
-    for name, values in zip(names, run_pipeline(pipe), strict=True):
-        if isinstance(values, list):
-            inv = parse(dict(zip(FIELDS, values, strict=True)))
-            if inv is not None and inv.daemon_id == name:
-                found[name] = inv
+    for name, values in pool.store.inventory_fields(names, FIELDS).items():
+        inv = parse(dict(zip(FIELDS, values, strict=True)))
+        if inv is not None and inv.daemon_id == name:
+            found[name] = inv
     return Inventories(now_ms, found, last_at, gone)
-
-
-def run_pipeline(pipe: Any) -> list[Any]:
-    try:
-        return list(pipe.execute(raise_on_error=False))
-    except redis.RedisError as exc:
-        raise wrap_redis_error(exc, "sweep read of inventories") from None
 
 
 def _age(secs: float) -> str:

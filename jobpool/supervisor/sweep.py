@@ -125,7 +125,7 @@ class Supervisor:
         to be one daemon's (its peers have not seen its mark yet, or a collision)."""
         if self.settings.executor == "subprocess":
             return {}
-        out = daemonmark.read_collisions(self.pool)
+        out = daemonmark.read_collisions(self.pool.store)
         why = self.marker.refusal() if self.marker is not None else ""
         if why:
             ours = self.marker.daemon_id if self.marker is not None else ""
@@ -147,13 +147,12 @@ class Supervisor:
         if not waiting:
             return
         gone = {self.pool.keys.daemon_queue(d): d for d in daemons.gone_daemons(self.pool)}
-        k = self.pool.keys
         for job_id, queue in waiting.items():
             daemon = gone.get(queue)
             if daemon is None:
                 continue
             try:
-                self.pool.run("resume_job", [k.job(job_id)], [job_id, self.actor, "1", daemon])
+                self.pool.store.release_affinity(job_id, daemon, self.actor)
             except errors.JobpoolError as exc:  # it moved on meanwhile: judged again next sweep
                 log.info("job %s: affinity to daemon %s not released: %s", job_id, daemon, exc)
                 continue
@@ -182,7 +181,7 @@ class Supervisor:
         """A bounded share of retention each sweep (a backlog is worked off over several sweeps); a prune
         that fails on a bad entry is logged and left to the next sweep, never failing the sweep itself."""
         try:
-            done = retention.prune(self.pool, budget_secs=retention.SWEEP_BUDGET_SECS, actor=self.actor)
+            done = retention.prune(self.pool.store, budget_secs=retention.SWEEP_BUDGET_SECS, actor=self.actor)
         except errors.RedisUnavailable:
             raise
         except errors.JobpoolError as exc:

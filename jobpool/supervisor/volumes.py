@@ -23,7 +23,6 @@ from typing import Any
 
 from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL, TERMINAL
-from ..registry import call_redis
 
 log = logging.getLogger("jobpool.supervisor")
 
@@ -62,10 +61,7 @@ def remove_leftover_containers(pool: Pool, client: Any) -> list[str]:
              if labels.get(LABEL_JOB) and labels.get(LABEL_ATTEMPT)]
     if not named:
         return []
-    pipe = pool.client.pipeline(transaction=False)
-    for _, job_id, _ in named:
-        pipe.hmget(pool.keys.job(job_id), "state", "attempt")
-    rows = call_redis(pipe.execute, what="reading the rows of ended containers")
+    rows = pool.store.states_and_attempts([job_id for _, job_id, _ in named])
     removed = []
     for (cid, job_id, attempt), row in zip(named, rows, strict=True):
         if not _attempt_over(row, attempt):
@@ -93,10 +89,7 @@ def remove_leftover_checkpoints(pool: Pool, client: Any) -> list[str]:
     named = [(name, job_id) for name, job_id in named if job_id]
     if not named:
         return []
-    pipe = pool.client.pipeline(transaction=False)
-    for _, job_id in named:
-        pipe.hget(pool.keys.job(job_id), "state")
-    states = call_redis(pipe.execute, what="reading the states of checkpointed jobs")
+    states = pool.store.states([job_id for _, job_id in named])
     removed = []
     for (name, job_id), state in zip(named, states, strict=True):
         if state is not None and state not in _ENDED:

@@ -14,7 +14,6 @@ from ..api import Pool
 from ..config import Settings
 from ..daemonmark import Marker
 from ..errors import JobpoolError
-from ..redispolicy import check_at_start
 from .boot import Boot, live_restore_of
 from .cleanup import Cleaner
 from .executors import make_executor
@@ -36,10 +35,11 @@ class WorkerDied(JobpoolError):
 def run_worker(settings: Settings, burst: bool = False) -> int:
     """Run one worker until it is stopped (or, with `burst`, until the queue is empty). Returns how many
     jobs it left running at a drain deadline; raises `WorkerDied` when the work loop ended on an error, and
-    `EvictingRedis` (jobpool/redispolicy.py) before anything is written on a Redis that may evict job rows."""
+    `EvictingRedis` (jobpool/store/redispolicy.py) before anything is written on a Redis that may evict job
+    rows."""
     pool = Pool.from_settings(settings)
     pool.actor = "worker"
-    check_at_start(pool.client)
+    pool.store.check_policy()
     daemon_id, api_version, live_restore = establish_daemon(settings)
     boot = Boot(pool, settings.executor, daemon_id)
     boot.set_live_restore(live_restore)
@@ -171,8 +171,9 @@ def mark_daemon(pool: Pool, boot: Boot) -> Marker | None:
     has its mark on this very daemon. None for the subprocess executor."""
     if pool.settings.executor != "docker":
         return None
-    marker = Marker(pool, "worker", boot.id, consequence="this worker takes no job while it lasts (a job it "
-                    "runs stays watched) and publishes no inventory of that identity")
+    marker = Marker(pool.store, "worker", boot.id,
+                    consequence="this worker takes no job while it lasts (a job it runs stays watched) and "
+                    "publishes no inventory of that identity")
     marker.start()
     return marker
 

@@ -2,7 +2,7 @@
 
 Exit status: 0 after a stop (or an emptied queue with --burst), 1 when the worker dies of an error, 2 for a
 bad setting (one line naming the variable, as the CLI prints it) or a Redis that may evict job rows (one line
-naming its `maxmemory-policy`, checked before the worker writes anything: jobpool/redispolicy.py).
+naming its `maxmemory-policy`, checked before the worker writes anything: jobpool/store/redispolicy.py).
 """
 
 from __future__ import annotations

@@ -7,26 +7,17 @@ boot) gets `NotOwner` from its next write and must stop without writing anything
 
 from __future__ import annotations
 
-import json
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from .. import logtail
-from ..api import CANDIDATES_ON_RELEASE, Pool
+from ..api import Pool
 from ..errors import CorruptRow, InvalidSpec
 from ..spec import JobSpec
+from ..store.replies import Requests
 
 #: Log tails kept with the job row, so logs outlive the container.
 LOG_TAIL_BYTES = logtail.LOG_TAIL_BYTES
-
-
-@dataclass(frozen=True)
-class Requests:
-    """Persisted user intent read back with each heartbeat."""
-
-    pause: bool
-    cancel: bool
 
 
 class Attempt:
@@ -44,9 +35,6 @@ class Attempt:
         #: one, no daemon holds anything of it, so a handback gets no affinity and nothing is removed.
         self.checkpoint = True
 
-    def _keys(self) -> list[str]:
-        return [self.pool.keys.job(self.job_id), self.pool.keys.lease(self.job_id)]
-
     def claim(self, executor: str = "", daemon_id: str = "") -> tuple[JobSpec, Requests]:
         """Take the promoted row for this boot; first claim of an attempt wins (`NotOwner`/`Conflict`/
         `InvalidState` otherwise). The executor and daemon are recorded before anything is launched.
@@ -55,17 +43,16 @@ class Attempt:
         A spec that cannot be read (edited in Redis) can never be launched: the attempt is finished at once
         (failed, reason ``bad_spec: ...``, slot freed) and `CorruptRow` raised, rather than leaving a
         claimed row with nothing running to hold its slot for ever."""
-        reply = self.pool.run("claim", self._keys(),
-                              [self.job_id, self.boot_id, self.attempt, self._lease_ms, executor, daemon_id,
-                               self._claim_token])
+        claimed = self.pool.store.claim(self.job_id, self.boot_id, self.attempt, self._lease_ms, executor,
+                                        daemon_id, self._claim_token)
         try:
-            spec = JobSpec.from_json(reply[1])
+            spec = JobSpec.from_json(claimed.spec_json)
         except InvalidSpec as exc:
             self.finish("error", reason=f"bad_spec: {exc}")
             raise CorruptRow(f"job {self.job_id}: its spec cannot be read ({exc}); the attempt ended failed",
                              self.job_id, "spec") from None
         self.checkpoint = spec.checkpoint
-        return spec, Requests(reply[2] == "1", reply[3] == "1")
+        return spec, claimed.requests
 
     @classmethod
     def adopt(cls, pool: Pool, job_id: str, old_owner: str, attempt: int, boot_id: str,
@@ -73,26 +60,21 @@ class Attempt:
         """Take over a running job whose owner's lease is gone and whose container still runs; refused
         (`Conflict`) unless the row's recorded daemon identity is `daemon_id`, the adopter's own."""
         me = cls(pool, job_id, boot_id, attempt)
-        reply = pool.run("adopt", me._keys(),
-                         [job_id, old_owner, attempt, boot_id, me._lease_ms, evidence, daemon_id])
-        spec = JobSpec.from_json(reply[1])
+        adopted = pool.store.adopt(job_id, old_owner, attempt, boot_id, me._lease_ms, evidence, daemon_id)
+        spec = JobSpec.from_json(adopted.spec_json)
         me.checkpoint = spec.checkpoint
-        return me, spec, reply[2], Requests(reply[3] == "1", reply[4] == "1")
+        return me, spec, adopted.container_id, adopted.requests
 
     def heartbeat(self) -> Requests:
-        reply = self.pool.run("heartbeat", self._keys(), [self.boot_id, self.attempt, self._lease_ms])
-        return Requests(reply[1] == "1", reply[2] == "1")
+        return self.pool.store.heartbeat(self.job_id, self.boot_id, self.attempt, self._lease_ms)
 
     def set_container(self, container_id: str = "", daemon_id: str = "",
                       identity: dict[str, Any] | None = None) -> Requests:
         """Record what was launched. Fenced, and it renews the lease and reads the requests back as
         `heartbeat` does, so a Docker launch makes it its fence between create and start (one round trip
         where a heartbeat and then this would be two: workers/watch.py, `launch_and_watch`)."""
-        reply = self.pool.run("set_container", self._keys(),
-                              [self.boot_id, self.attempt, container_id, daemon_id,
-                               json.dumps(identity, sort_keys=True) if identity else "", self._lease_ms,
-                               self._affinity_queue(daemon_id)])
-        return Requests(reply[1] == "1", reply[2] == "1")
+        return self.pool.store.set_container(self.job_id, self.boot_id, self.attempt, container_id, daemon_id,
+                                             identity, self._lease_ms, self._affinity_queue(daemon_id))
 
     def _affinity_queue(self, daemon_id: str) -> str:
         """The daemon's queue, where a handback of this job goes next (its checkpoint is on that daemon);
@@ -112,10 +94,7 @@ class Attempt:
         if isinstance(log_tail, str):
             log_tail = log_tail.encode(errors="replace")
         tail = logtail.encode(log_tail)  # the last LOG_TAIL_BYTES, compressed when that pays
-        reply = self.pool.run(
-            "finish", [*self._keys(), *self.pool.candidates(CANDIDATES_ON_RELEASE)],
-            [self.job_id, self.boot_id, self.attempt, kind, "" if exit_code is None else exit_code, reason,
-             tail, self.pool.settings.recovery_budget, evidence],
-        )
-        self.pool.after_release(reply)
-        return str(reply[1])
+        done = self.pool.store.finish(self.job_id, self.boot_id, self.attempt, kind, exit_code, reason, tail,
+                                      self.pool.settings.recovery_budget, evidence)
+        self.pool.store.finish_promotion(done, self.pool.actor)
+        return done.state

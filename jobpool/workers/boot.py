@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..api import Pool
-from ..keys import worker_name
 from ..procid import kernel_boot_id, pid_namespace
+from ..store.keys import worker_name
 from .outage import Outage, is_transient
 
 log = logging.getLogger("jobpool.worker")
@@ -65,15 +65,8 @@ class Boot:
 
     def beat(self) -> None:
         now = int(time.time() * 1000)
-        pipe = self.pool.client.pipeline(transaction=True)
-        record: dict[Any, str | int] = {**self.fields, "heartbeat_at": now,  # redis-py: invariant keys
-                                        "stuck": self.stuck() if self.stuck is not None else ""}
-        pipe.hset(self.key, mapping=record)
-        pipe.pexpire(self.key, self.ttl_ms)
-        pipe.zadd(self.pool.keys.boots, {self.id: now})
-        # Forget boots whose records expired long ago, so the index stays the size of the fleet.
-        pipe.zremrangebyscore(self.pool.keys.boots, 0, now - 10 * self.ttl_ms)
-        pipe.execute()
+        record = {**self.fields, "heartbeat_at": now, "stuck": self.stuck() if self.stuck is not None else ""}
+        self.pool.store.beat_boot(self.id, record, self.ttl_ms, now)
 
     def set_draining(self) -> None:
         self.fields["draining"] = 1
@@ -118,10 +111,7 @@ class Boot:
         """A clean exit removes the record at once; a crash lets it expire."""
         self._stop.set()
         try:
-            pipe = self.pool.client.pipeline(transaction=True)
-            pipe.delete(self.key)
-            pipe.zrem(self.pool.keys.boots, self.id)
-            pipe.execute()
+            self.pool.store.remove_boot(self.id)
         except Exception as exc:  # noqa: BLE001
             log.warning("could not remove boot record: %s", exc)
 

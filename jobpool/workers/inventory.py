@@ -39,7 +39,6 @@ from ..exits import OWN
 from ..inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, earlier_boots, encode
 from ..procid import kernel_boot_id
 from ..redistrust import RedisTrust
-from ..registry import call_redis
 from ..strays import encode as encode_strays
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
@@ -144,33 +143,29 @@ class InventoryPublisher:
         if self.on_daemon is not None:
             self.on_daemon(daemon)
         self.find_earlier_boots(daemon)
-        k = self.pool.keys
         try:
-            reply = self.pool.run("inventory_lead", [k.inventory_lead(daemon)],
-                                  [daemon, self.boot_id, self.lead_ms])
+            lead = self.pool.store.inventory_lead(daemon, self.boot_id, self.lead_ms)
         except RedisUnavailable:
             self.trust.lost()
             raise
-        if not int(reply[1]):
+        if not lead.held:
             self.trust.settling()  # which server answers, seen each period: a follower may hold the lead next
-            return f"follower of {reply[2]}"
+            return f"follower of {lead.holder}"
         try:
             # Redis's time before the listing: the inventory is dated by it, so a container created while
             # this listing was taken and published is never read as absent from an inventory younger
             # than a lease (jobpool/supervisor/remote.py).
             listed_at = self.pool.now_ms()
-            entries = self.entries(self.prober.list_pool(k.pool))
+            entries = self.entries(self.prober.list_pool(self.pool.keys.pool))
         except Exception as exc:  # noqa: BLE001
             return f"not published: {self.prober.failed(exc)}"
         containers, complete = encode(entries)
         launched_by = {cid: labels[2] for cid, labels in self._labels.items()}
         found = self.strays.find(entries, daemon, listed_at, launched_by, lambda cid: runs(self.prober, cid))
         try:
-            self.pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
-                                                k.inventories, k.gone_daemons, k.returned_daemons],
-                          [daemon, self.boot_id, kernel_boot_id(), self.lead_ms, self.ttl_ms,
-                           "1" if complete else "0", containers, FORGET_MS, listed_at,
-                           encode_strays(found)])
+            self.pool.store.publish_inventory(daemon, self.boot_id, kernel_boot_id(), self.lead_ms,
+                                              self.ttl_ms, complete, containers, FORGET_MS, listed_at,
+                                              encode_strays(found))
         except JobpoolError as exc:
             if isinstance(exc, RedisUnavailable):
                 self.trust.lost()
@@ -188,17 +183,11 @@ class InventoryPublisher:
         if self.on_earlier_boot is None or time.monotonic() - self._boots_at < EARLIER_BOOTS_EVERY_SECS:
             return
         self._boots_at = time.monotonic()
-        k = self.pool.keys
         try:
-            pipe = self.pool.client.pipeline(transaction=False)
-            pipe.zrange(k.inventories, 0, -1, withscores=True)
-            pipe.hget(k.inventory(daemon), "first_at")
-            pipe.time()
-            index, first, (secs, micros) = call_redis(pipe.execute, what="reading the daemons' boots")
+            index, first, now_ms = self.pool.store.daemon_boots(daemon)
             if not first:
                 return  # this boot has not published yet: nothing can be said to precede it
-            found = set(earlier_boots(daemon, {str(d): int(at) for d, at in index}, int(first),
-                                      int(secs) * 1000 + int(micros) // 1000,
+            found = set(earlier_boots(daemon, index, int(first), now_ms,
                                       int(self.settings.inventory_stale_secs * 1000)))
             for identity in sorted(found - self.earlier):
                 self.on_earlier_boot(identity)
@@ -261,16 +250,10 @@ class InventoryPublisher:
         todo = [e for e in entries if e.state in (CREATED, EXITED) and e.container_id]
         if not todo:
             return
-        k = self.pool.keys
-        pipe = self.pool.client.pipeline(transaction=False)
-        for e in todo:
-            pipe.hmget(k.job(e.job_id), ["state", "attempt"])
-            pipe.get(k.lease(e.job_id))
-        replies = pipe.execute(raise_on_error=False)
+        replies = self.pool.store.rows_and_leases([e.job_id for e in todo])
         if self.trust.settling():
             return  # what was read may be what a restart or a failover is about to contradict
-        for i, e in enumerate(todo):
-            row, lease = replies[2 * i], replies[2 * i + 1]
+        for e, (row, lease) in zip(todo, replies, strict=True):
             if isinstance(row, Exception) or isinstance(lease, Exception):
                 continue
             state, attempt = row

@@ -16,7 +16,7 @@ import time
 import redis
 
 from ..errors import RedisUnavailable
-from ..registry import wrap_redis_error
+from ..store.runner import wrap_redis_error
 
 log = logging.getLogger("jobpool.worker")
 

@@ -21,9 +21,9 @@ from rq import Queue
 from rq.exceptions import DequeueTimeout, StopRequested
 from rq.serializers import JSONSerializer
 
-from .. import redisurl
 from ..errors import JobpoolError
-from ..keys import worker_name
+from ..store import redisurl
+from ..store.keys import worker_name
 from .boot import Boot
 from .outage import Backoff, OutageError, is_transient
 from .rqbooks import BooksWorker
@@ -251,12 +251,12 @@ class JobpoolWorker(BooksWorker):
         (scripts/give_back.lua), before anything of the delivery is written; kept as taken if Redis fails
         (the supervisor dispatches it again past the claim grace)."""
         try:
-            reply = self.runtime.pool.run("give_back", [queue.key, queue.intermediate_queue_key], [job.id])
+            given = self.runtime.pool.store.give_back(queue.key, queue.intermediate_queue_key, job.id)
         except JobpoolError as exc:
             log.warning("worker %s: job %s not given back (%s); the supervisor dispatches it again",
                         self.name, job.id, exc)
             return
-        if not int(reply[1]):
+        if not given:
             log.warning("worker %s: job %s was no longer in %s's intermediate list; the supervisor "
                         "dispatches it again past the claim grace", self.name, job.id, queue.name)
             return
@@ -390,7 +390,7 @@ class JobpoolWorker(BooksWorker):
 
     def warm_horse(self) -> None:
         super().warm_horse()
-        self.runtime.pool.client.ping()
+        self.runtime.pool.store.ping()
 
     def _still_ours(self, job_id: str) -> bool:
         try:

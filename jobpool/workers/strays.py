@@ -22,7 +22,6 @@ from ..api import Pool
 from ..errors import JobpoolError, NotFound
 from ..inventory import RUNNING, Entry
 from ..redistrust import RedisTrust
-from ..registry import call_redis
 from ..strays import ROW_FIELDS, Stray, why_stray
 from ..supervisor.probes import ContainerProber
 
@@ -84,15 +83,7 @@ class StrayKeeper:
     def _read(self, job_ids: Sequence[str], boots: Sequence[str]) -> tuple[list[Any], list[bool]]:
         """Each job's `ROW_FIELDS` (all None for no row) or the error its read met, and whether each launching
         boot is one this pool's Redis knows (in its `boots` index), in one round trip."""
-        k = self.pool.keys
-        pipe = self.pool.client.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.hmget(k.job(job_id), ROW_FIELDS)
-        for boot in boots:
-            pipe.zscore(k.boots, boot or "-")
-        replies = call_redis(pipe.execute, raise_on_error=False, what="reading running containers' rows")
-        n = len(job_ids)
-        return list(replies[:n]), [not isinstance(r, Exception) and r is not None for r in replies[n:]]
+        return self.pool.store.rows_and_boots(job_ids, ROW_FIELDS, boots)
 
     def _submit(self, stray: Stray, ours: bool) -> None:
         with self._lock:
@@ -144,8 +135,8 @@ class StrayKeeper:
                     f"killed after {self.grace:g}s)")
         if stray.container_id not in self._recorded:
             try:
-                self.pool.run("command_done", [self.pool.keys.job(stray.job_id)],
-                              [stray.job_id, "stray_stopped", evidence[:500], f"worker:{self.boot_id}"])
+                self.pool.store.command_done(stray.job_id, "stray_stopped", evidence[:500],
+                                             f"worker:{self.boot_id}")
             except NotFound:
                 pass  # no row to record it in: the container is stopped all the same
             except JobpoolError:

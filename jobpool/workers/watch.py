@@ -18,8 +18,9 @@ import redis
 from ..errors import Conflict, InvalidState, JobpoolError, NotFound, NotOwner, RedisUnavailable
 from ..exits import CRASHED, OOM, Ending
 from ..models import Job
-from ..registry import call_redis
-from .attempt import LOG_TAIL_BYTES, Attempt, Requests
+from ..store.replies import Requests
+from ..store.runner import call_redis
+from .attempt import LOG_TAIL_BYTES, Attempt
 from .executors import Executor, Handle, LaunchError, LaunchUnknown
 from .executors.base import HostFault, NotLaunched
 from .launchlease import LaunchLease

@@ -1,4 +1,4 @@
-"""Redis errors reach a CLI user one way: the API's mapping (jobpool/registry.py `wrap_redis_error`), one
+"""Redis errors reach a CLI user one way: the API's mapping (jobpool/store/runner.py `wrap_redis_error`), one
 line on stderr, exit 1, whichever command met them and whether or not it went through `Pool`."""
 
 from __future__ import annotations

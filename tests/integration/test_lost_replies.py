@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from jobpool import JobState, Pool, RedisUnavailable, Settings
-from jobpool.registry import script_text
+from jobpool.store.runner import script_text
 from tests.support.constants import SUB
 from tests.support.polling import eventually
 from tests.support.proxies import RedisReplyDropper
@@ -80,7 +80,7 @@ def test_a_lost_reply_is_retried_and_the_job_runs_once(pool_env: dict[str, str],
 def test_a_lost_enqueue_reply_is_raised_typed_and_never_sent_again(redis_url: str, dropper: RedisReplyDropper,
                                                                   retries: int) -> None:
     """Enqueue runs on the thread's held connection (jobpool/submit.py), sent by jobpool itself rather than
-    by redis-py's `execute_command` (jobpool/registry.py, `_held_call`). A reply lost there is
+    by redis-py's `execute_command` (jobpool/store/runner.py, `_held_call`). A reply lost there is
     `RedisUnavailable`, the connection is opened again for the next call, and the script is never sent a
     second time, not even by a client whose Retry would resend a command (it would meet the job it made and
     answer AlreadyExists): the lost call may have been applied, and it was."""

@@ -125,10 +125,10 @@ def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
         # slot is kept, the old boot's inventory being fresh and the only word yet.
         assert verdict.kind.value in ("warn", "adopt"), verdict
         new_id = d2_id.rsplit("@", 1)[0] + "@rebooted-" + "0" * 8
-        k = pool.keys
-        eventually(lambda: pool.run("inventory_lead", [k.inventory_lead(new_id)], [new_id, "new", 60_000])[1]
-                   and pool.run("publish_inventory", [k.inventory(new_id), k.inventory_lead(new_id),
-                                                      k.inventories, k.gone_daemons, k.returned_daemons],
+        k, run = pool.keys, pool.store.run
+        eventually(lambda: run("inventory_lead", [k.inventory_lead(new_id)], [new_id, "new", 60_000])[1]
+                   and run("publish_inventory", [k.inventory(new_id), k.inventory_lead(new_id),
+                                                 k.inventories, k.gone_daemons, k.returned_daemons],
                                 [new_id, "new", "rebooted", 60_000, 600_000, "1", "[]", FORGET_MS,
                                  pool.now_ms()]),
                    timeout=5, message="publishing the new boot's inventory")

@@ -4,9 +4,9 @@ At its memory limit Redis either evicts keys (`allkeys-*`: job rows vanish with 
 leases and boot records, whose loss makes live work look dead) or refuses writes (`noeviction`, OOM), as a
 replica refuses them (READONLY). Workers, the supervisor and `jobpool up` refuse to start on an evicting
 Redis with one line and write nothing; `volatile-*` and a policy that cannot be read are one warning;
-`noeviction` is silent; `jobpool status` is unhealthy on an evicting Redis (jobpool/redispolicy.py). Under
-OOM or READONLY an API call is a typed error that leaves the keyspace as it was, and a worker keeps its job
-until its finish lands. Every case runs against a real redis-server of its own.
+`noeviction` is silent; `jobpool status` is unhealthy on an evicting Redis (jobpool/store/redispolicy.py).
+Under OOM or READONLY an API call is a typed error that leaves the keyspace as it was, and a worker keeps its
+job until its finish lands. Every case runs against a real redis-server of its own.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 import redis
 
 from jobpool import JobState, Pool, RedisUnavailable
-from jobpool.redispolicy import FIX, ROW_LISTPACK_SETTING, ROW_LISTPACK_VALUE, SETTING
+from jobpool.store.redispolicy import FIX, ROW_LISTPACK_SETTING, ROW_LISTPACK_VALUE, SETTING
 from tests.support.constants import SUB
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess

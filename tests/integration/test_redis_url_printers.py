@@ -2,7 +2,7 @@
 (and an ACL user) the URL carries, reached over TCP, its unix socket and a real Sentinel that requires one
 too: `jobpool status` and `status --json`, a `jobpool dashboard` fetched over HTTP (the overview, its
 fragments, /api/status and the other pages), and the logs of `supervisor --once` and of a worker. In each, the
-secret appears nowhere, and the URL is shown with the rest of it readable (jobpool/redisurl.py `safe`).
+secret appears nowhere, and the URL is shown with the rest of it readable (jobpool/store/redisurl.py `safe`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobpool.keys import PoolKeys
+from jobpool.store.keys import PoolKeys
 from tests.support.bad_input import cli
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
@@ -43,7 +43,7 @@ class Secured:
 
     def forms(self) -> list[tuple[str, str]]:
         """(URL, how every printer must show it): each credential form, each one that really logs in; the
-        query's password first (the form printed in full before jobpool/redisurl.py hid it)."""
+        query's password first (the form printed in full before jobpool/store/redisurl.py hid it)."""
         tcp, sock, sent = f"127.0.0.1:{self.port}", str(self.sock), f"127.0.0.1:{self.sentinel.port}"
         return [
             (f"unix://{sock}?password={SECRET}", f"unix://{sock}?password=***"),

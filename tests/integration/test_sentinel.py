@@ -1,7 +1,7 @@
-"""A pool on a Redis watched by Sentinel (redis+sentinel:// URLs, jobpool/redisurl.py), through the faults a
-highly available Redis has: a forced failover (`SENTINEL FAILOVER`), a SIGKILLed primary, and a replica that
-fell behind when the primary died. One primary, one replica and three sentinels, all real redis-server
-processes (tests/support/sentinels.py).
+"""A pool on a Redis watched by Sentinel (redis+sentinel:// URLs, jobpool/store/redisurl.py), through the
+faults a highly available Redis has: a forced failover (`SENTINEL FAILOVER`), a SIGKILLed primary, and a
+replica that fell behind when the primary died. One primary, one replica and three sentinels, all real
+redis-server processes (tests/support/sentinels.py).
 
 What must hold: a state change sent to a demoted primary is refused whole (READONLY) and sent again to the new
 one; while there is no primary a call fails typed (`RedisUnavailable`) and writes nothing; a fleet of real

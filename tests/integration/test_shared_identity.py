@@ -229,7 +229,8 @@ def test_a_normal_fleet_sees_no_collision(
     eventually(lambda: all(live_on(da, j) or live_on(db, j) for j in jobs), timeout=60,
                message="three jobs running")
     assert sorted(live_on(da, j) for j in jobs) == [False, True, True], "two on daemon a, one on daemon b"
-    peers = {i: p for i, p in daemonmark.read_peers(pool).items() if p.pid in {str(q.pid) for q in procs}}
+    pids = {str(q.pid) for q in procs}
+    peers = {i: p for i, p in daemonmark.read_peers(pool.store).items() if p.pid in pids}
     assert len(peers) == 4 and not daemonmark.collisions(peers)
     on_a = [p for p in peers.values() if p.docker_host == da]
     assert all(set(q.id for q in on_a) - {p.id} <= p.verified for p in on_a), "each saw the others' marks"
@@ -251,7 +252,7 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
     args: list[object] = ["alive", 600_000, 6_000_000]
     for name in daemonmark.FIELDS:
         args += [name, fields.get(name, "")]
-    pool.run("daemon_mark", [k.daemon_mark("alive"), k.daemon_marks, k.shared_daemons], args)
+    pool.store.run("daemon_mark", [k.daemon_mark("alive"), k.daemon_marks, k.shared_daemons], args)
     with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=10)) as client:
         for owner, at in marks.items():
             client.api.create_volume(daemonmark.volume_name(owner), labels={
@@ -273,7 +274,7 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
         eventually(lambda: "executor docker" in worker.log(), timeout=20, message="the worker up")
         worker.stop()
         assert not set(own) & names(), "the worker's own mark outlived it"
-        assert not any(p.mark in own for p in daemonmark.read_peers(pool).values()), "its record too"
+        assert not any(p.mark in own for p in daemonmark.read_peers(pool.store).values()), "its record too"
         for owner in ("recent", "alive"):
             client.api.remove_volume(daemonmark.volume_name(owner))
-    pool.run("daemon_unmark", [k.daemon_mark("alive"), k.daemon_marks], ["alive"])
+    pool.store.run("daemon_unmark", [k.daemon_mark("alive"), k.daemon_marks], ["alive"])

@@ -19,8 +19,8 @@ import pytest
 from rq.suspension import resume, suspend
 
 from jobpool import JobState, Pool
-from jobpool.registry import script_text
 from jobpool.status import StatusReport
+from jobpool.store.runner import script_text
 from jobpool.workers.standby import HANDOFF_ACK_SECS
 from tests.support.constants import IMAGE, SUB
 from tests.support.polling import eventually

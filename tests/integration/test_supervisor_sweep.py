@@ -28,7 +28,7 @@ from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 
 from jobpool import Pool
-from jobpool.keys import RQ_QUEUE_PREFIX, worker_name
+from jobpool.store.keys import RQ_QUEUE_PREFIX, worker_name
 from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
 from jobpool.workers.attempt import Attempt
 from tests.support.attempts import claim

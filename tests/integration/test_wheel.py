@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from jobpool.registry import SCRIPT_NAMES
+from jobpool.store.runner import SCRIPT_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ import os, sys
 import jobpool
 from jobpool import Pool
 from importlib import resources
-from jobpool.registry import script_text, SCRIPT_NAMES
+from jobpool.store.runner import script_text, SCRIPT_NAMES
 for name in SCRIPT_NAMES:
     own = (resources.files('jobpool') / 'scripts' / f'{name}.lua').read_text()
     assert script_text(name).endswith(own), name  # after the shared definitions it reaches, if any

@@ -36,7 +36,7 @@ class Backend:
 
 def fake_backend() -> Backend:
     server = fakeredis.FakeServer()
-    # encoding_errors="replace" as in jobpool.api.connect: a log tail need not be UTF-8.
+    # encoding_errors="replace" as in jobpool.store.redisurl.connect: a log tail need not be UTF-8.
     client = fakeredis.FakeRedis(server=server, decode_responses=True, encoding_errors="replace")
     return Backend("fakeredis", client, fakeredis.FakeRedis(server=server))
 
@@ -113,11 +113,12 @@ def reconcile(pool: Pool, job_id: str, verdict: str, reason: str = "orphan_recon
     attempt = expect.get("attempt", r["attempt"])
     owner = expect.get("owner", r.get("owner_boot", ""))
     cid = expect.get("container_id", r.get("container_id", ""))
-    keys = [pool.keys.job(job_id), pool.keys.lease(job_id), pool.keys.rq_job(job_id), *pool.candidates(4)]
+    keys = [pool.keys.job(job_id), pool.keys.lease(job_id), pool.keys.rq_job(job_id),
+            *pool.store.candidates(4)]
     if verdict == "redispatch":  # promotes nothing: takes the RQ list the row routes to (reconcile_apply.lua)
         keys[3:] = [expect.get("route", r.get("affinity_queue") or pool.keys.rq_queue)]
     args = [job_id, attempt, owner, cid, verdict, reason, code, budget, "probe:absent", "supervisor"]
-    return pool.run("reconcile_apply", keys, args)
+    return pool.store.run("reconcile_apply", keys, args)
 
 
 def orphan(backend: Backend, pool: Pool, job_id: str, boot: str = "boot-a") -> Attempt:

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from jobpool.api import Pool, connect
+from jobpool.api import Pool
+from jobpool.store.redisurl import connect
 from tests.support.pool_helpers import Backend, fake_backend
 
 

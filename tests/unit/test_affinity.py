@@ -174,17 +174,18 @@ def test_a_candidate_naming_another_list_than_its_rows_is_stale_and_writes_nothi
     wrong = pool.keys.rq_queue if affinity else pool.keys.daemon_queue("daemon-1")
     before = backend.keyspace()
     keys = [pool.keys.job(job_id), pool.keys.rq_job(job_id), wrong]
-    assert pool.run("promote", keys, ["t"]) == [0, 0, "stale"]
+    assert pool.store.run("promote", keys, ["t"]) == [0, 0, "stale"]
     assert backend.keyspace() == before
-    assert pool.run("promote", pool.candidates(4), ["t"]) == [0, 1, "empty"]  # read again: routed right
+    # read again: routed right
+    assert pool.store.run("promote", pool.store.candidates(4), ["t"]) == [0, 1, "empty"]
 
 
 def test_set_container_records_only_a_daemon_queue_of_this_pool(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=1)
     job = enqueue(pool)
     att = claim(pool, job.id)
-    pool.run("set_container", att._keys(), [att.boot_id, att.attempt, "c-1", "daemon-1", "", 60_000,
-                                            "rq:queue:somewhere-else"])
+    pool.store.run("set_container", [pool.keys.job(att.job_id), pool.keys.lease(att.job_id)],
+                   [att.boot_id, att.attempt, "c-1", "daemon-1", "", 60_000, "rq:queue:somewhere-else"])
     assert row(pool, job.id)["daemon_queue"] == ""
     pool.pause(None)
     assert att.finish("interrupted", EXIT_TEMPFAIL) == "queued"
@@ -261,10 +262,10 @@ def test_a_sweep_releases_an_affinity_to_a_daemon_declared_gone_and_dispatches_i
     gone = "jpd1:" + "c" * 32 + "@boot-1"
     pool, job_id = waiting_on_daemon(backend, gone)
     k = pool.keys
-    pool.run("inventory_lead", [k.inventory_lead(gone)], [gone, "pub", 300_000])
-    pool.run("publish_inventory", [k.inventory(gone), k.inventory_lead(gone), k.inventories,
-                                   k.gone_daemons, k.returned_daemons],
-             [gone, "pub", "boot-1", 300_000, 600_000, "1", "[]", FORGET_MS, pool.now_ms() - 120_000])
+    pool.store.run("inventory_lead", [k.inventory_lead(gone)], [gone, "pub", 300_000])
+    pool.store.run("publish_inventory", [k.inventory(gone), k.inventory_lead(gone), k.inventories,
+                                         k.gone_daemons, k.returned_daemons],
+                   [gone, "pub", "boot-1", 300_000, 600_000, "1", "[]", FORGET_MS, pool.now_ms() - 120_000])
     backend.client.delete(k.inventory_lead(gone))
     sup = Supervisor(pool, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))
     try:
@@ -272,7 +273,8 @@ def test_a_sweep_releases_an_affinity_to_a_daemon_declared_gone_and_dispatches_i
         assert pool.get(job_id).affinity == gone, "not declared gone: kept"
         forget_daemon(pool, gone)
         with pytest.raises(errors.Conflict):  # the compare-and-set on the affinity
-            pool.run("resume_job", [k.job(job_id)], [job_id, "supervisor", "1", "jpd1:" + "d" * 32 + "@b"])
+            pool.store.run("resume_job", [k.job(job_id)],
+                           [job_id, "supervisor", "1", "jpd1:" + "d" * 32 + "@b"])
         sup.sweep(job_ids=[job_id])
         job = pool.get(job_id)
         assert (job.state.value, job.affinity, job.attempt) == ("running", "", 2), "released, nothing else"

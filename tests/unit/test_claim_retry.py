@@ -73,9 +73,9 @@ def test_any_other_claim_of_an_owned_attempt_is_refused_and_writes_nothing(backe
         if who == "same_boot_new_claim":  # a duplicate delivery to the same boot: a new Attempt, a new token
             Attempt(pool, job.id, "boot-a", 1).claim()
         elif who == "other_boot_same_token":
-            pool.run("claim", keys, [job.id, "boot-b", 1, 30000, "", "", att._claim_token])
+            pool.store.run("claim", keys, [job.id, "boot-b", 1, 30000, "", "", att._claim_token])
         else:  # a caller that sends no token is never taken for a retry
-            pool.run("claim", keys, [job.id, "boot-a", 1, 30000, "", ""])
+            pool.store.run("claim", keys, [job.id, "boot-a", 1, 30000, "", ""])
     assert backend.keyspace() == before
 
 
@@ -98,6 +98,6 @@ def test_a_claim_without_a_token_still_takes_a_promoted_row(backend: Backend) ->
     """Callers of the script that predate the token (six arguments) keep working for a first claim."""
     pool = backend.pool()
     job = enqueue(pool)
-    reply = pool.run("claim", [pool.keys.job(job.id), pool.keys.lease(job.id)],
-                     [job.id, "boot-a", 1, 30000, "", ""])
+    reply = pool.store.run("claim", [pool.keys.job(job.id), pool.keys.lease(job.id)],
+                           [job.id, "boot-a", 1, 30000, "", ""])
     assert reply[0] == 0 and lease(pool, job.id) == "boot-a:1"

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from jobpool.redispolicy import NOEVICTION, ROW_LISTPACK_SETTING, ROW_LISTPACK_VALUE
+from jobpool.store.redispolicy import NOEVICTION, ROW_LISTPACK_SETTING, ROW_LISTPACK_VALUE
 
 ROOT = Path(__file__).resolve().parents[2]
 

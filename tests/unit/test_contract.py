@@ -17,9 +17,9 @@ import pytest
 import jobpool
 from jobpool import contract, errors
 from jobpool.contract import EXIT_TEMPFAIL, MAX_SLOTS, JobState
-from jobpool.keys import PoolKeys
-from jobpool.registry import SCRIPT_NAMES, script_text
 from jobpool.spec import build_spec
+from jobpool.store.keys import PoolKeys
+from jobpool.store.runner import SCRIPT_NAMES, script_text
 from tests.support.pool_helpers import Backend, enqueue, rq_hash
 
 PACKAGE = Path(jobpool.__file__).parent
@@ -89,10 +89,10 @@ def test_the_generated_block_holds_the_contract_values(backend: Backend) -> None
 
 def test_lua_slot_ceiling_is_the_contract_one(backend: Backend) -> None:
     pool = backend.pool()
-    pool.run("set_slots", pool.candidates(0), [MAX_SLOTS, "test"])
+    pool.store.run("set_slots", pool.store.candidates(0), [MAX_SLOTS, "test"])
     assert int(cast(str, pool.client.hget(pool.keys.config, "max_concurrent_jobs"))) == MAX_SLOTS
     with pytest.raises(errors.InvalidArgument):
-        pool.run("set_slots", pool.candidates(0), [MAX_SLOTS + 1, "test"])
+        pool.store.run("set_slots", pool.store.candidates(0), [MAX_SLOTS + 1, "test"])
 
 
 def test_promotion_writes_the_attempt_under_the_contract_meta_key(backend: Backend) -> None:
@@ -103,7 +103,8 @@ def test_promotion_writes_the_attempt_under_the_contract_meta_key(backend: Backe
 
 
 def test_state_names_agree_across_layers() -> None:
-    """Lua writes states through STATE_INDEX (set_state in _lib.lua); keys.py names an index for each."""
+    """Lua writes states through STATE_INDEX (set_state in _lib.lua); store/keys.py names an index for
+    each."""
     table = re.search(r"STATE_INDEX = \{([^}]*)\}", LIB)
     assert table
     assert set(re.findall(r"(\w+) = \d+", table.group(1))) == {s.value for s in JobState}

@@ -99,21 +99,22 @@ def mark(pool: Pool, pid: str, ttl_ms: int = 60_000, **fields: str) -> list[obje
     args: list[object] = [pid, ttl_ms, 10 * ttl_ms]
     for name in daemonmark.FIELDS:
         args += [name, fields.get(name, "")]
-    return pool.run("daemon_mark", [k.daemon_mark(pid), k.daemon_marks, k.shared_daemons], args)
+    return pool.store.run("daemon_mark", [k.daemon_mark(pid), k.daemon_marks, k.shared_daemons], args)
 
 
 def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
     mark(pool, "p1", daemon_id=ID, mark="m1", verified="p2 p3", collision="")
     mark(pool, "p2", daemon_id=ID, mark="m2", collision="shared")
     assert 0 < pool.client.pttl(pool.keys.daemon_mark("p1")) <= 60_000
-    peers = daemonmark.read_peers(pool)
+    peers = daemonmark.read_peers(pool.store)
     assert peers["p1"].verified == frozenset({"p2", "p3"}) and peers["p1"].mark == "m1"
-    assert daemonmark.read_collisions(pool) == {ID: "shared"}
+    assert daemonmark.read_collisions(pool.store) == {ID: "shared"}
     mark(pool, "p1", daemon_id=ID, mark="m1")  # written whole: the old `verified` goes
-    assert daemonmark.read_peers(pool)["p1"].verified == frozenset()
+    assert daemonmark.read_peers(pool.store)["p1"].verified == frozenset()
     k = pool.keys
-    assert pool.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks], ["p2"])[1] == 1
-    assert set(daemonmark.read_peers(pool)) == {"p1"} and pool.client.zscore(k.daemon_marks, "p2") is None
+    assert pool.store.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks], ["p2"])[1] == 1
+    assert set(daemonmark.read_peers(pool.store)) == {"p1"}
+    assert pool.client.zscore(k.daemon_marks, "p2") is None
 
 
 def test_a_job_taken_while_refused_is_given_back_at_the_head(pool: Pool) -> None:
@@ -121,9 +122,9 @@ def test_a_job_taken_while_refused_is_given_back_at_the_head(pool: Pool) -> None
     queue, taken = k.rq_queue, k.rq_queue + ":intermediate"
     pool.client.rpush(queue, "second")
     pool.client.rpush(taken, "first")
-    assert pool.run("give_back", [queue, taken], ["first"])[1] == 1
+    assert pool.store.run("give_back", [queue, taken], ["first"])[1] == 1
     assert pool.client.lrange(queue, 0, -1) == ["first", "second"] and not pool.client.exists(taken)
-    assert pool.run("give_back", [queue, taken], ["first"])[1] == 0, "not taken: nothing done"
+    assert pool.store.run("give_back", [queue, taken], ["first"])[1] == 0, "not taken: nothing done"
     assert pool.client.lrange(queue, 0, -1) == ["first", "second"]
 
 
@@ -140,18 +141,18 @@ def test_a_peer_seen_dead_from_here_is_gone_and_nothing_else_is() -> None:
 
 def test_a_reported_collision_is_remembered_until_cleared(pool: Pool) -> None:
     assert mark(pool, "p1", daemon_id=ID, mark="m1")[2] == 0
-    assert daemonmark.read_standing(pool) == {}
+    assert daemonmark.read_standing(pool.store) == {}
     assert mark(pool, "p2", daemon_id=ID, mark="m2", collision="shared, first")[2] == 1
     assert mark(pool, "p1", daemon_id=ID, mark="m1", collision="shared, second")[2] == 0, "the first kept"
-    standing = daemonmark.read_standing(pool)
+    standing = daemonmark.read_standing(pool.store)
     assert set(standing) == {ID} and standing[ID].line == "shared, first" and standing[ID].by == "p2"
-    assert standing[ID].at > 0 and daemonmark.read_standing(pool, ID) == standing
+    assert standing[ID].at > 0 and daemonmark.read_standing(pool.store, ID) == standing
     # Both processes gone (their records with them): the collision stands.
     k = pool.keys
     for pid in ("p1", "p2"):
-        pool.run("daemon_unmark", [k.daemon_mark(pid), k.daemon_marks], [pid])
-    assert daemonmark.read_peers(pool) == {}
-    assert daemonmark.read_collisions(pool) == {ID: "shared, first"}
+        pool.store.run("daemon_unmark", [k.daemon_mark(pid), k.daemon_marks], [pid])
+    assert daemonmark.read_peers(pool.store) == {}
+    assert daemonmark.read_collisions(pool.store) == {ID: "shared, first"}
     assert [e["reason"] for e in pool.events() if e["reason"].startswith("daemon_collision")] == [
         "daemon_collision"]
 
@@ -171,10 +172,10 @@ def test_clearing_a_collision(pool: Pool) -> None:
         daemonmark.forget_collision(pool, none_here)
     assert pool.client.hgetall(pool.keys.shared_daemons) == before, "written on a refusal"
     assert pool.forget_collision(ID, note="clone re-identified") > 0
-    assert set(daemonmark.read_standing(pool)) == {OTHER}
-    peers = daemonmark.read_peers(pool)
+    assert set(daemonmark.read_standing(pool.store)) == {OTHER}
+    peers = daemonmark.read_peers(pool.store)
     assert peers["p1"].collision == "" and peers["p2"].collision == "shared other", "only that identity's"
-    assert daemonmark.read_collisions(pool) == {OTHER: "shared other"}
+    assert daemonmark.read_collisions(pool.store) == {OTHER: "shared other"}
     cleared = [e for e in pool.events() if e["reason"] == "daemon_collision_cleared"]
     assert len(cleared) == 1 and ID in cleared[0]["evidence"]
     assert "clone re-identified" in cleared[0]["evidence"]
@@ -182,4 +183,4 @@ def test_clearing_a_collision(pool: Pool) -> None:
         daemonmark.forget_collision(pool, ID)
     # Still there: the next report records it again.
     mark(pool, "p1", daemon_id=ID, mark="m1", collision="shared again")
-    assert daemonmark.read_standing(pool)[ID].line == "shared again"
+    assert daemonmark.read_standing(pool.store)[ID].line == "shared again"

@@ -18,12 +18,14 @@ from rq.job import Callback, JobStatus
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
-from jobpool import errors, registry, submit
-from jobpool.api import Pool, connect
+from jobpool import errors, submit
+from jobpool.api import Pool
 from jobpool.config import Settings
 from jobpool.models import Job, JobState
-from jobpool.registry import _held_call
 from jobpool.rqjob import ENTRY_POINT, after_delivery
+from jobpool.store import runner
+from jobpool.store.redisurl import connect
+from jobpool.store.runner import _held_call
 from jobpool.submit import MAX_BATCH_SIZE
 from tests.support.pool_helpers import Backend, enqueue, events_of, queued_ids, rq_hash, rq_list, running_ids
 from tests.support.servers import free_port
@@ -260,7 +262,7 @@ def _raw_batch(pool: Pool, ids: list[str]) -> list[Any]:
     for job_id in ids:
         keys += [pool.keys.job(job_id), pool.keys.rq_job(job_id)]
         args += [job_id, '{"image":"x","command":["y"]}', "", "x"]
-    return pool.run("enqueue", keys, args)
+    return pool.store.run("enqueue", keys, args)
 
 
 def test_an_id_that_exists_or_repeats_refuses_the_whole_call(backend: Backend) -> None:
@@ -279,11 +281,11 @@ def test_keys_and_arguments_that_disagree_are_refused(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=0)
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument, match="job keys for"):
-        pool.run("enqueue", [pool.keys.job("a"), pool.keys.rq_job("a")], ["t", "a", "{}", ""])
+        pool.store.run("enqueue", [pool.keys.job("a"), pool.keys.rq_job("a")], ["t", "a", "{}", ""])
     with pytest.raises(errors.InvalidArgument, match="job keys for"):
-        pool.run("enqueue", [pool.keys.job("a")], ["t", "a", "{}", "", "x"])
+        pool.store.run("enqueue", [pool.keys.job("a")], ["t", "a", "{}", "", "x"])
     with pytest.raises(errors.InvalidArgument, match="job keys for"):
-        pool.run("enqueue", [], ["t"])
+        pool.store.run("enqueue", [], ["t"])
     assert backend.keyspace() == before
 
 
@@ -305,7 +307,7 @@ def test_threads_enqueue_at_once_each_on_its_own_connection(backend: Backend) ->
 
     def work(n: int) -> None:
         out[n] = [enqueue(pool, f"t{n}", str(i)) for i in range(20)]
-        clients[n] = id(pool.thread_clients.get(pool.client))
+        clients[n] = id(pool.store.thread_clients.get(pool.client))
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
     for t in threads:
@@ -331,14 +333,14 @@ def test_a_closed_pool_enqueues_again(backend: Backend) -> None:
 @pytest.mark.parametrize("packer", ["hiredis", "redis-py"])
 def test_the_held_connection_answers_as_execute_command_does(backend: Backend, packer: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The enqueue's call is sent on the held connection by jobpool/registry.py (`_held_call`), packed by
+    """The enqueue's call is sent on the held connection by jobpool/store/runner.py (`_held_call`), packed by
     hiredis (or by the connection, without hiredis): a reply, an error reply (the connection kept) and an
     argument no packer can send (DataError, as redis-py raises it; nothing sent) come back as
     `execute_command` gives them."""
     if packer == "redis-py":
-        monkeypatch.setattr(registry, "_hiredis_pack", None)
+        monkeypatch.setattr(runner, "_hiredis_pack", None)
     pool = backend.pool(max_concurrent_jobs=0)
-    client = pool.thread_clients.get(pool.client)
+    client = pool.store.thread_clients.get(pool.client)
     client.ping()
     conn = client.connection
     assert _held_call(conn, ("ECHO", "héllo")) == client.execute_command("ECHO", "héllo") == "héllo"
@@ -380,18 +382,18 @@ def test_the_callers_work_runs_once_while_the_script_runs(backend: Backend) -> N
     """`Scripts.run`'s `meanwhile`: run once, also when the call is sent again after NOSCRIPT; a meanwhile
     that raises drops the held connection (its reply unread), and the next call reads its own reply."""
     pool = backend.pool(max_concurrent_jobs=0)
-    client = pool.thread_clients.get(pool.client)
+    client = pool.store.thread_clients.get(pool.client)
     ran: list[int] = []
     backend.raw.script_flush()
-    pool.scripts.run("set_slots", pool.keys.common(), [3, "t"], client=client,
-                     meanwhile=lambda: ran.append(1))
+    pool.store.scripts.run("set_slots", pool.keys.common(), [3, "t"], client=client,
+                           meanwhile=lambda: ran.append(1))
     assert ran == [1] and pool.slots()[1] == 3
 
     def fails() -> None:
         raise RuntimeError("the caller's own work failed")
     with pytest.raises(RuntimeError, match="own work failed"):
-        pool.scripts.run("set_slots", pool.keys.common(), [4, "t"], client=client, meanwhile=fails)
-    client = pool.thread_clients.get(pool.client)
+        pool.store.scripts.run("set_slots", pool.keys.common(), [4, "t"], client=client, meanwhile=fails)
+    client = pool.store.thread_clients.get(pool.client)
     assert enqueue(pool, "next").seq == 1  # its own reply, not set_slots'
     assert pool.slots()[1] in (3, 4)  # the call's outcome is unknown, as for a lost reply
 
@@ -431,16 +433,16 @@ def test_a_coalesced_job_is_read_back_after_its_batch(backend: Backend, monkeypa
 
 def test_a_failed_promotion_after_a_batch_counts_the_batch(backend: Backend,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The promotion a batch's script left undone (`Pool.after_release`) fails after the batch was applied:
-    the batch is counted, and nothing after it is sent."""
+    """The promotion a batch's script left undone (`Store.finish_promotion`) fails after the batch was
+    applied: the batch is counted, and nothing after it is sent."""
     pool = backend.pool(max_concurrent_jobs=0)
     calls: list[Any] = []
 
-    def after_release(reply: Any) -> None:
+    def finish_promotion(reply: Any, actor: str) -> None:
         calls.append(reply)
         if len(calls) == 2:
             raise errors.RedisUnavailable("redis unreachable: gone while promoting")
-    monkeypatch.setattr(pool, "after_release", after_release)
+    monkeypatch.setattr(pool.store, "finish_promotion", finish_promotion)
     with pytest.raises(errors.RedisUnavailable,
                        match=r"\(the first 4 of the 5 jobs were enqueued before it\)") as caught:
         pool.enqueue_many([spec("echo", str(i)) for i in range(5)], batch_size=2)

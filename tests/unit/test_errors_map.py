@@ -1,4 +1,5 @@
-"""Every status code a script can return maps to one exception, in one table (jobpool.registry.ERROR_CODES).
+"""Every status code a script can return maps to one exception, in one table
+(jobpool.store.runner.ERROR_CODES).
 
 The codes are read from the scripts' text, not copied by hand: the `local E_... = -1, ...` line of _lib.lua
 names them, and every `.lua` file is scanned for the names it returns (directly, or through `fence`) and for
@@ -13,7 +14,7 @@ from importlib import resources
 import pytest
 
 from jobpool import errors
-from jobpool.registry import _MESSAGES, ERROR_CODES, SCRIPT_NAMES, raise_for_code
+from jobpool.store.runner import _MESSAGES, ERROR_CODES, SCRIPT_NAMES, raise_for_code
 
 SCRIPTS = resources.files("jobpool") / "scripts"
 
@@ -90,7 +91,7 @@ def test_every_code_a_script_can_return_is_mapped() -> None:
     assert used == set(table), f"defined but never returned: {set(table) - used}"
     for code_name in used:
         code = table[code_name]
-        assert code in ERROR_CODES, f"{code_name} ({code}) has no exception in registry.ERROR_CODES"
+        assert code in ERROR_CODES, f"{code_name} ({code}) has no exception in runner.ERROR_CODES"
         assert code in _MESSAGES, f"{code_name} ({code}) has no message in registry._MESSAGES"
     assert set(ERROR_CODES) == set(table.values()), "ERROR_CODES maps a code no script defines"
 

@@ -226,10 +226,11 @@ def test_a_crash_finish_sent_again_after_a_lost_reply_gets_the_same_answer(backe
 def test_a_finish_with_only_the_seven_old_arguments_still_reads_right(backend: Backend) -> None:
     """A caller from before ARGV[8..9] (budget, evidence): the two values the registry appends are not taken
     for them."""
-    from jobpool.api import CANDIDATES_ON_RELEASE
+    from jobpool.store.calls import CANDIDATES_ON_RELEASE
 
     pool, job_id, att = started(backend)
-    pool.run("finish", [*att._keys(), *pool.candidates(CANDIDATES_ON_RELEASE)],
+    pool.store.run("finish", [pool.keys.job(att.job_id), pool.keys.lease(att.job_id),
+                              *pool.store.candidates(CANDIDATES_ON_RELEASE)],
              [job_id, att.boot_id, att.attempt, "exit", 3, "", ""])
     assert events_of(pool, job_id)[-1]["evidence"] == "exit_code=3"
 
@@ -272,5 +273,5 @@ def test_reconcile_refuses_a_crash_without_a_reason(backend: Backend) -> None:
     args = [job_id, snap.attempt, snap.owner_boot, snap.container_id, "crashed", "", EXIT_UNKNOWN, 1,
             "seen", "sup"]
     with pytest.raises(errors.JobpoolError):
-        pool.run("reconcile_apply", keys, args)
+        pool.store.run("reconcile_apply", keys, args)
     assert state_of(pool, job_id) == "running"

@@ -28,16 +28,16 @@ D1 = "jpd1:" + "a" * 32 + "@boot-1"
 
 def lead(pool: Pool, boot: str, daemon: str = D1, ms: int = 60_000) -> list[Any]:
     k = pool.keys
-    return pool.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, boot, ms])
+    return pool.store.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, boot, ms])
 
 
 def publish(pool: Pool, boot: str, containers: str = "[]", daemon: str = D1, complete: str = "1",
             ttl_ms: int = 600_000) -> list[Any]:
     k = pool.keys
-    return pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
-                                          k.inventories, k.gone_daemons, k.returned_daemons],
-                    [daemon, boot, daemon.split("@")[1], 15_000, ttl_ms, complete, containers, FORGET_MS,
-                     pool.now_ms()])
+    return pool.store.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon),
+                                                k.inventories, k.gone_daemons, k.returned_daemons],
+                          [daemon, boot, daemon.split("@")[1], 15_000, ttl_ms, complete, containers,
+                           FORGET_MS, pool.now_ms()])
 
 
 def read(pool: Pool, daemon: str = D1) -> Any:

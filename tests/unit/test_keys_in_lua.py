@@ -17,8 +17,8 @@ from importlib import resources
 
 import pytest
 
-from jobpool.keys import PoolKeys
-from jobpool.registry import SCRIPT_NAMES
+from jobpool.store.keys import PoolKeys
+from jobpool.store.runner import SCRIPT_NAMES
 
 SCRIPTS = resources.files("jobpool") / "scripts"
 LIB = (SCRIPTS / "_lib.lua").read_text()

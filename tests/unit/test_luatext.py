@@ -1,5 +1,5 @@
-"""jobpool/luatext.py: each script is loaded with the shared definitions it reaches, and with nothing it needs
-left out."""
+"""jobpool/store/luatext.py: each script is loaded with the shared definitions it reaches, and with nothing it
+needs left out."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import re
 import pytest
 import redis
 
-from jobpool import contract, luatext
-from jobpool.registry import SCRIPT_NAMES, script_text
+from jobpool import contract
+from jobpool.store import luatext
+from jobpool.store.runner import SCRIPT_NAMES, script_text
 from tests.support.pool_helpers import Backend
 
 WORD = re.compile(r"[A-Za-z_]\w*")

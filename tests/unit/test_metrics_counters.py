@@ -16,8 +16,8 @@ from jobpool import contract, metrics
 from jobpool.api import Pool
 from jobpool.contract import JOB_DURATION_BUCKETS, METRIC_REASONS
 from jobpool.metrics import Histogram, read_counters, record_sweep
-from jobpool.registry import SCRIPT_NAMES
 from jobpool.retention import prune
+from jobpool.store.runner import SCRIPT_NAMES
 from jobpool.supervisor import verdicts
 from tests.support.pool_helpers import Backend, claim, enqueue, orphan, paused_pool, reconcile, row
 
@@ -136,7 +136,7 @@ def test_pruning_never_removes_the_counters(backend: Backend) -> None:
     for _ in range(3):
         ran(pool, 0)
     before = fields(pool)
-    assert prune(pool).counts["succeeded"] == 2
+    assert prune(pool.store, actor=pool.actor).counts["succeeded"] == 2
     after = fields(pool)
     assert after.pop("transitions:none:pruned") == 1  # one event for the batch
     assert after == before

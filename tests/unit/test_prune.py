@@ -68,7 +68,7 @@ def test_the_count_cap_keeps_the_newest_and_removes_everything_the_rest_left(bac
     ids = finished_jobs(pool, 5)
     for job_id in ids:
         leave_rq_traces(backend, pool, job_id)
-    report = prune(pool)
+    report = prune(pool.store, actor=pool.actor)
     assert report.counts["succeeded"] == 3 and sorted(report.ids["succeeded"]) == sorted(ids[:3])
     for job_id in ids[:3]:
         assert traces(backend, pool, job_id) == []
@@ -76,7 +76,7 @@ def test_the_count_cap_keeps_the_newest_and_removes_everything_the_rest_left(bac
             pool.get(job_id)
     for job_id in ids[3:]:
         assert state_of(pool, job_id) == "succeeded" and "succeeded" in traces(backend, pool, job_id)
-    assert prune(pool).total == 0  # nothing left past the caps
+    assert prune(pool.store, actor=pool.actor).total == 0  # nothing left past the caps
 
 
 def test_the_age_cap_removes_what_finished_before_it(backend: Backend) -> None:
@@ -84,8 +84,8 @@ def test_the_age_cap_removes_what_finished_before_it(backend: Backend) -> None:
     old, new = finished_jobs(pool, 2, code=3)
     index = pool.keys.state_index("failed")
     backend.client.zadd(index, {old: pool.now_ms() - 3601 * 1000}, xx=True)  # it finished over an hour ago
-    assert prune(pool, dry_run=True).ids["failed"] == [old]
-    report = prune(pool)
+    assert prune(pool.store, dry_run=True, actor=pool.actor).ids["failed"] == [old]
+    report = prune(pool.store, actor=pool.actor)
     assert report.ids["failed"] == [old]
     assert traces(backend, pool, old) == [] and state_of(pool, new) == "failed"
 
@@ -95,36 +95,37 @@ def test_caps_of_zero_keep_everything(backend: Backend) -> None:
                         keep_cancelled=0, keep_cancelled_secs=0)
     ids = finished_jobs(pool, 3)
     backend.client.zadd(pool.keys.state_index("succeeded"), {ids[0]: 1}, xx=True)
-    assert prune(pool).total == 0 and all(state_of(pool, i) == "succeeded" for i in ids)
+    assert prune(pool.store, actor=pool.actor).total == 0
+    assert all(state_of(pool, i) == "succeeded" for i in ids)
 
 
 def test_a_dry_run_counts_and_lists_and_changes_nothing(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=1, keep_succeeded=1, keep_succeeded_secs=0)
     ids = finished_jobs(pool, 4)
     before = backend.keyspace()
-    report = prune(pool, dry_run=True)
+    report = prune(pool.store, dry_run=True, actor=pool.actor)
     assert report.dry_run and report.counts["succeeded"] == 3 and report.ids["succeeded"] == ids[:3]
     assert backend.keyspace() == before
 
 
 def _run_prune(pool: Pool, state: str, ids: list[str], keep: int = 0, cutoff: int = 0) -> list[Any]:
-    keys = [pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool, ids)]
-    return pool.run("prune", keys, [state, keep, cutoff, "test", *ids])
+    keys = [pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool.store, ids)]
+    return pool.store.run("prune", keys, [state, keep, cutoff, "test", *ids])
 
 
 def test_an_adoption_request_goes_only_while_the_pointer_still_names_it(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=1)
     a, b = finished_jobs(pool, 2)
     old = adopt_request(backend, pool, a)
-    keys = [pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool, [a])]
+    keys = [pool.keys.rq_finished, pool.keys.rq_failed, *batch_keys(pool.store, [a])]
     new = adopt_request(backend, pool, a)  # asked again between the read and the script
-    assert pool.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a]) == [0, 1, a]
+    assert pool.store.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a]) == [0, 1, a]
     assert backend.client.exists(pool.keys.rq_job(old)) == 1, "no longer named: not this prune's to judge"
     assert backend.client.exists(pool.keys.rq_job(new)) == 1
     # A pointer naming something that is not this job's adoption request is not followed.
     other = adopt_request(backend, pool, a)
     backend.client.set(pool.keys.adoption(b), other)
-    assert batch_keys(pool, [b])[-1] == ""
+    assert batch_keys(pool.store, [b])[-1] == ""
     assert _run_prune(pool, "succeeded", [b], cutoff=pool.now_ms() + 1) == [0, 1, b]
     assert backend.client.exists(pool.keys.rq_job(other)) == 1
 
@@ -136,7 +137,7 @@ def test_the_script_refuses_an_adoption_hash_that_is_not_the_jobs(backend: Backe
     keys = [pool.keys.rq_finished, pool.keys.rq_failed, *pool.keys.leftovers(a), pool.keys.rq_job(request)]
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument):
-        pool.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
+        pool.store.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
     assert backend.keyspace() == before
 
 
@@ -171,7 +172,7 @@ def test_the_script_refuses_keys_that_are_not_the_ids_own_and_writes_nothing(bac
     keys = [pool.keys.rq_finished, pool.keys.rq_failed, *pool.keys.leftovers(b), ""]
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument):
-        pool.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
+        pool.store.run("prune", keys, ["succeeded", 0, pool.now_ms() + 1, "test", a])
     with pytest.raises(errors.InvalidArgument):
         _run_prune(pool, "running", [a], keep=0, cutoff=pool.now_ms() + 1)
     assert backend.keyspace() == before
@@ -181,7 +182,7 @@ def test_an_index_entry_whose_row_is_gone_is_pruned_too(backend: Backend) -> Non
     pool = backend.pool(max_concurrent_jobs=1, keep_succeeded=1, keep_succeeded_secs=0)
     ids = finished_jobs(pool, 3)
     backend.client.delete(pool.keys.job(ids[0]))
-    assert sorted(prune(pool).ids["succeeded"]) == sorted(ids[:2])
+    assert sorted(prune(pool.store, actor=pool.actor).ids["succeeded"]) == sorted(ids[:2])
 
 
 def test_past_caps_reads_a_prefix_and_counts_the_union_of_both_caps(backend: Backend) -> None:
@@ -192,8 +193,8 @@ def test_past_caps_reads_a_prefix_and_counts_the_union_of_both_caps(backend: Bac
     # Distinct finish times (jobs finished in one millisecond tie, and ties go by id).
     backend.client.zadd(index, {ids[0]: now - 10_000, ids[1]: now - 9_000, ids[2]: now - 3, ids[3]: now - 2,
                                 ids[4]: now - 1}, xx=True)
-    assert past_caps(pool, Cap(JobState.SUCCEEDED, 4, 5), now, 10) == (ids[:2], 2)  # age: 2, count: 1
-    assert past_caps(pool, Cap(JobState.SUCCEEDED, 1, 5), now, 3) == (ids[:3], 4)  # count: 4, age: 2
+    assert past_caps(pool.store, Cap(JobState.SUCCEEDED, 4, 5), now, 10) == (ids[:2], 2)  # age: 2, count: 1
+    assert past_caps(pool.store, Cap(JobState.SUCCEEDED, 1, 5), now, 3) == (ids[:3], 4)  # count: 4, age: 2
 
 
 def test_caps_come_from_the_settings(backend: Backend) -> None:

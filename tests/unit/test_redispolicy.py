@@ -1,5 +1,6 @@
 """The verdict on each `maxmemory-policy` Redis has, and on a CONFIG GET that did not answer
-(jobpool/redispolicy.py). The processes that act on them are tested in tests/integration/test_redis_policy.py.
+(jobpool/store/redispolicy.py). The processes that act on them are tested in
+tests/integration/test_redis_policy.py.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import pytest
 import redis
 
 from jobpool import errors
-from jobpool.redispolicy import FIX, SETTING, Verdict, from_reply, judge
+from jobpool.store.redispolicy import FIX, SETTING, Verdict, from_reply, judge
 
 #: Every policy Redis 6.2 and 7 accept, and what jobpool makes of it.
 POLICIES = {

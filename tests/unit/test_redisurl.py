@@ -1,5 +1,5 @@
-"""JOBPOOL_REDIS_URL's schemes (jobpool/redisurl.py): redis-py's own, and redis+sentinel:// parsed here, with
-one clear refusal for a malformed URL and its password never shown."""
+"""JOBPOOL_REDIS_URL's schemes (jobpool/store/redisurl.py): redis-py's own, and redis+sentinel:// parsed here,
+with one clear refusal for a malformed URL and its password never shown."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from redis.connection import AbstractConnection
 from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
-from jobpool import ConfigError, Settings, redisopts
+from jobpool import ConfigError, Settings
 from jobpool.config import STATE_FILE
-from jobpool.redisurl import SentinelURL, check, client, parse_sentinel, safe
 from jobpool.status import safe_url
+from jobpool.store import redisopts
+from jobpool.store.redisurl import SentinelURL, check, client, parse_sentinel, safe
 from jobpool.upstate import refusal
 
 

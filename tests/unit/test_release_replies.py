@@ -8,15 +8,16 @@ from typing import Any
 
 import pytest
 
-from jobpool.api import CANDIDATES_ON_RELEASE, Pool
+from jobpool.api import Pool
+from jobpool.store.calls import CANDIDATES_ON_RELEASE
 from tests.support.pool_helpers import Backend, claim, enqueue, orphan, reconcile
 
 WHY = {"paused", "full", "empty", "stale", "batch", "none"}
 
 
 def _release(pool: Pool, script: str, job_id: str, *args: Any) -> list[Any]:
-    keys = [pool.keys.job(job_id), pool.keys.lease(job_id), *pool.candidates(CANDIDATES_ON_RELEASE)]
-    return pool.run(script, keys, [job_id, *args])
+    keys = [pool.keys.job(job_id), pool.keys.lease(job_id), *pool.store.candidates(CANDIDATES_ON_RELEASE)]
+    return pool.store.run(script, keys, [job_id, *args])
 
 
 CASES: dict[str, Callable[[Backend, Pool, str], list[Any]]] = {
@@ -24,8 +25,8 @@ CASES: dict[str, Callable[[Backend, Pool, str], list[Any]]] = {
     "pause_job": lambda b, p, j: _release(p, "pause_job", j, "r", "t"),
     "evict": lambda b, p, j: (claim(p, j), _release(p, "evict", j, 1, "r", "e", "t"))[1],
     "reconcile_apply": lambda b, p, j: (orphan(b, p, j), reconcile(p, j, "absent"))[1],
-    "finish": lambda b, p, j: (att := claim(p, j)).pool.run(
-        "finish", [*att._keys(), *p.candidates(CANDIDATES_ON_RELEASE)],
+    "finish": lambda b, p, j: (att := claim(p, j)).pool.store.run(
+        "finish", [p.keys.job(j), p.keys.lease(j), *p.store.candidates(CANDIDATES_ON_RELEASE)],
         [j, att.boot_id, 1, "exit", 0, "", ""]),
 }
 

@@ -38,12 +38,12 @@ STALE = 30.0
 def publish(pool: Pool, daemon: str, entries: list[Entry], boot: str = "pub", complete: bool = True) -> int:
     k = pool.keys
     pool.client.delete(k.inventory_lead(daemon))
-    pool.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, boot, 60_000])
+    pool.store.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, boot, 60_000])
     text, _ = encode(entries)
-    reply = pool.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories,
-                                           k.gone_daemons, k.returned_daemons],
-                     [daemon, boot, daemon.split("@")[1], 60_000, 600_000, "1" if complete else "0", text,
-                      FORGET_MS, pool.now_ms()])
+    reply = pool.store.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories,
+                                                 k.gone_daemons, k.returned_daemons],
+                           [daemon, boot, daemon.split("@")[1], 60_000, 600_000, "1" if complete else "0",
+                            text, FORGET_MS, pool.now_ms()])
     return int(reply[1])
 
 
@@ -166,13 +166,13 @@ def test_an_inventory_is_dated_by_when_its_listing_began(backend: Backend) -> No
     # must not look younger than the listing (the lease rule for "not listed" counts from it).
     pool = backend.pool()
     k = pool.keys
-    pool.run("inventory_lead", [k.inventory_lead(D1)], [D1, "pub", 60_000])
+    pool.store.run("inventory_lead", [k.inventory_lead(D1)], [D1, "pub", 60_000])
     listed = pool.now_ms() - 5_000
 
     def send(at: int) -> list[Any]:
-        return pool.run("publish_inventory", [k.inventory(D1), k.inventory_lead(D1), k.inventories,
-                                              k.gone_daemons, k.returned_daemons],
-                        [D1, "pub", "boot-1", 60_000, 600_000, "1", "[]", FORGET_MS, at])
+        return pool.store.run("publish_inventory", [k.inventory(D1), k.inventory_lead(D1), k.inventories,
+                                                    k.gone_daemons, k.returned_daemons],
+                              [D1, "pub", "boot-1", 60_000, 600_000, "1", "[]", FORGET_MS, at])
 
     assert int(send(listed)[1]) == listed
     assert int(cast(str, pool.client.hget(k.inventory(D1), "at"))) == listed
@@ -521,7 +521,7 @@ def test_a_stop_routed_to_a_daemon_is_taken_once_by_its_lead_and_recorded(backen
     assert commands.route_stop(pool, D1, commands.StopCommand(job_id, attempt, actor="operator:x")) == 1
     with pytest.raises(errors.Conflict):  # not that attempt: nothing queued
         commands.route_stop(pool, D1, commands.StopCommand(job_id, attempt + 1))
-    pool.run("inventory_lead", [pool.keys.inventory_lead(D1)], [D1, "pub", 60_000])
+    pool.store.run("inventory_lead", [pool.keys.inventory_lead(D1)], [D1, "pub", 60_000])
     with pytest.raises(errors.NotOwner):
         commands.take(pool, D1, "another-boot")
     taken = commands.take(pool, D1, "pub")

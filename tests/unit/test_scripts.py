@@ -22,9 +22,9 @@ from rq.queue import Queue as RQQueue
 from rq.serializers import JSONSerializer
 
 from jobpool import errors
-from jobpool.keys import RQ_QUEUES
 from jobpool.models import JobState
 from jobpool.rqjob import ENTRY_POINT
+from jobpool.store.keys import RQ_QUEUES
 from jobpool.workers.attempt import LOG_TAIL_BYTES, Attempt
 from tests.support.attempts import claim
 from tests.support.pool_helpers import (
@@ -105,8 +105,8 @@ def test_enqueue_with_an_existing_id_is_refused_and_writes_nothing(backend: Back
     job = enqueue(pool)
     before = backend.keyspace()
     with pytest.raises(errors.AlreadyExists):
-        pool.run("enqueue", [pool.keys.job(job.id), pool.keys.rq_job(job.id)],
-                 ["t", job.id, '{"image":"x","command":["y"]}', "", "x"])
+        pool.store.run("enqueue", [pool.keys.job(job.id), pool.keys.rq_job(job.id)],
+                       ["t", job.id, '{"image":"x","command":["y"]}', "", "x"])
     assert backend.keyspace() == before
 
 
@@ -260,13 +260,13 @@ def test_promote_holds_while_the_queue_is_paused(backend: Backend) -> None:
     before = backend.keyspace()
     assert pool.promote() == 0
     assert backend.keyspace() == before
-    reply = pool.run("promote", pool.candidates(2), ["t"])
+    reply = pool.store.run("promote", pool.store.candidates(2), ["t"])
     assert reply == [0, 0, "paused"]
 
 
 def test_promote_is_bounded_per_call(backend: Backend) -> None:
     pool, jobs = paused_pool(backend, 100, slots=1000)
-    reply = pool.run("promote", pool.candidates(100), ["t"])
+    reply = pool.store.run("promote", pool.store.candidates(100), ["t"])
     assert reply == [0, 64, "batch"]  # PROMOTE_BATCH_LIMIT in _lib.lua
     assert running_ids(pool) == {j.id for j in jobs[:64]}
     assert pool.promote() == 36  # Pool.promote loops over batches
@@ -275,9 +275,9 @@ def test_promote_is_bounded_per_call(backend: Backend) -> None:
 
 def test_promote_reports_why_it_stopped(backend: Backend) -> None:
     pool, jobs = paused_pool(backend, 3, slots=1)
-    assert pool.run("promote", pool.candidates(3), ["t"]) == [0, 1, "full"]
+    assert pool.store.run("promote", pool.store.candidates(3), ["t"]) == [0, 1, "full"]
     pool.set_slots(10)
-    assert pool.run("promote", pool.candidates(3), ["t"]) == [0, 0, "empty"]
+    assert pool.store.run("promote", pool.store.candidates(3), ["t"]) == [0, 0, "empty"]
 
 
 def test_promote_never_takes_a_candidate_that_is_not_the_head(backend: Backend) -> None:
@@ -285,9 +285,10 @@ def test_promote_never_takes_a_candidate_that_is_not_the_head(backend: Backend) 
     before = backend.keyspace()
     # A stale read: the caller names the second job as the first candidate.
     stale = [pool.keys.job(jobs[1].id), pool.keys.rq_job(jobs[1].id), pool.keys.rq_queue]
-    assert pool.run("promote", stale, ["t"]) == [0, 0, "stale"]
+    assert pool.store.run("promote", stale, ["t"]) == [0, 0, "stale"]
     assert backend.keyspace() == before
-    assert pool.run("promote", [], ["t"]) == [0, 0, "batch"]  # no candidates: the caller must retry with some
+    # no candidates: the caller must retry with some
+    assert pool.store.run("promote", [], ["t"]) == [0, 0, "batch"]
 
 
 def test_attempt_counts_promotions(backend: Backend) -> None:
@@ -579,8 +580,9 @@ def test_finish_promotes_the_next_job_in_the_same_call(backend: Backend) -> None
     job = enqueue(pool)
     nxt = enqueue(pool)
     att = claim(pool, job.id)
-    reply = pool.run("finish", [pool.keys.job(job.id), pool.keys.lease(job.id), *pool.candidates(4)],
-                     [job.id, "boot-a", att.attempt, "exit", 0, "", ""])
+    reply = pool.store.run("finish",
+                           [pool.keys.job(job.id), pool.keys.lease(job.id), *pool.store.candidates(4)],
+                           [job.id, "boot-a", att.attempt, "exit", 0, "", ""])
     assert reply[:3] == [0, "succeeded", 1]
     assert state_of(pool, nxt.id) == "running" and rq_list(pool) == [nxt.id]
     assert_event(last_event(pool, nxt.id), nxt.id, "queued", "running", "promoted", actor="boot-a")
@@ -592,8 +594,9 @@ def test_finish_promotes_even_when_its_candidates_went_stale(backend: Backend) -
     pool = backend.pool(max_concurrent_jobs=1)
     job = enqueue(pool)
     nxt = enqueue(pool)
-    reply = pool.run("finish", [pool.keys.job(job.id), pool.keys.lease(job.id), *pool.candidates(4)],
-                     [job.id, claim(pool, job.id).boot_id, 1, "interrupted", 75, "", ""])
+    reply = pool.store.run("finish",
+                           [pool.keys.job(job.id), pool.keys.lease(job.id), *pool.store.candidates(4)],
+                           [job.id, claim(pool, job.id).boot_id, 1, "interrupted", 75, "", ""])
     assert reply == [0, "queued", 0, "stale"]
     assert pool.slots() == (0, 1) and queued_ids(pool) == [job.id, nxt.id]  # the gap the caller must close
     assert pool.promote() == 1 and state_of(pool, job.id) == "running" and pool.get(job.id).attempt == 2

@@ -204,7 +204,7 @@ def test_pause_queue_holds_promotion_and_resume_promotes(backend: Backend) -> No
     assert [state_of(pool, j.id) for j in waiting] == ["running", "running", "queued"]
     assert not pool.client.exists(pool.keys.paused)
     assert [e["reason"] for e in events_of(pool) if e["job"] == ""] == ["queue_paused", "queue_resumed"]
-    reply = pool.run("resume_queue", [], ["t"])  # not paused: nothing to resume, no event
+    reply = pool.store.run("resume_queue", [], ["t"])  # not paused: nothing to resume, no event
     assert reply[1] == 0
     assert [e["reason"] for e in events_of(pool) if e["job"] == ""] == ["queue_paused", "queue_resumed"]
 
@@ -264,7 +264,7 @@ def test_set_slots_script_rejects_a_bad_limit(backend: Backend, bad: str) -> Non
     enqueue(pool)
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument, match="bad argument"):
-        pool.run("set_slots", [], [bad, "t"])
+        pool.store.run("set_slots", [], [bad, "t"])
     assert backend.keyspace() == before
 
 
@@ -460,8 +460,8 @@ def test_reconcile_unknown_job_is_not_found(backend: Backend) -> None:
     pool = backend.pool()
     before = backend.keyspace()
     with pytest.raises(errors.NotFound):
-        pool.run("reconcile_apply", [pool.keys.job("x"), pool.keys.lease("x"), pool.keys.rq_job("x")],
-                 ["x", "1", "", "", "absent", "r", "", 0, "", "t"])
+        pool.store.run("reconcile_apply", [pool.keys.job("x"), pool.keys.lease("x"), pool.keys.rq_job("x")],
+                       ["x", "1", "", "", "absent", "r", "", 0, "", "t"])
     assert backend.keyspace() == before
 
 
@@ -645,8 +645,9 @@ def test_reconcile_counts_a_garbage_recovery_budget_as_zero_spent(backend: Backe
 
 
 def drop_ghost(pool: Pool, job_id: str) -> list[Any]:
-    return pool.run("drop_ghost", [pool.keys.job(job_id), pool.keys.lease(job_id), *pool.candidates(4)],
-                    [job_id, "probe: no container", "supervisor"])
+    return pool.store.run("drop_ghost",
+                          [pool.keys.job(job_id), pool.keys.lease(job_id), *pool.store.candidates(4)],
+                          [job_id, "probe: no container", "supervisor"])
 
 
 def test_drop_ghost_frees_the_slot_of_a_running_id_without_a_row(backend: Backend) -> None:

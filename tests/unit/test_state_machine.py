@@ -187,10 +187,10 @@ class PoolMachine(RuleBasedStateMachine):
             self.seen_attempts.append(new)
             return
         k = self.pool.keys
-        keys = [k.job(me.job_id), k.lease(me.job_id), k.rq_job(me.job_id), *self.pool.candidates(4)]
+        keys = [k.job(me.job_id), k.lease(me.job_id), k.rq_job(me.job_id), *self.pool.store.candidates(4)]
         args = [me.job_id, me.attempt, me.boot_id, r.get("container_id", ""), "absent", "orphan", "", 1,
                 "probe: absent", "supervisor"]
-        reply = self.pool.run("reconcile_apply", keys, args)
+        reply = self.pool.store.run("reconcile_apply", keys, args)
         if r["cancel_requested"] == "1":
             assert reply[1] == "cancelled"
         elif r["pause_requested"] == "1":

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from jobpool import errors
-from jobpool.workers.attempt import Attempt, Requests
+from jobpool.store.replies import Requests
+from jobpool.workers.attempt import Attempt
 from jobpool.workers.runtime import Runtime
 from jobpool.workers.watch import ADOPTED, LOST, _after_refusal
 from tests.support.attempts import claim

@@ -15,7 +15,7 @@ goes to the sentinels, the others to the data nodes. The Python API, the CLI, wo
 and the supervisor all come here (docs/architecture.md, "Redis high availability").
 
 A URL is checked whole before anything connects (`check`): every query option is one redis-py takes
-(jobpool/redisopts.py), given once; the database is one number, said once. redis-py itself would read
+(jobpool/store/redisopts.py), given once; the database is one number, said once. redis-py itself would read
 `/abc` as database 0, `/1/5` as 15, and fail on a misspelt option only at the first connection.
 """
 
@@ -107,8 +107,8 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 def _query_pairs(scheme: str, query: str) -> list[tuple[str, str]]:
-    """The query's (name, value) pairs, decoded as redis-py decodes them (jobpool/redisopts.py says which
-    names it takes); ValueError for an unknown, repeated or valueless option.
+    """The query's (name, value) pairs, decoded as redis-py decodes them (jobpool/store/redisopts.py says
+    which names it takes); ValueError for an unknown, repeated or valueless option.
 
     No message here quotes a part of the URL other than an option's name: it follows the URL as `safe`
     shows it, and a password holding an unescaped '/', '?' or '@' is split by any parser into parts that
@@ -206,7 +206,7 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
     connection (decode_responses, timeouts); the URL's options win over them, as with redis-py's URLs.
 
     No command is sent again by redis-py after a dropped connection (`retry`, unless given): a script whose
-    reply was lost may have been applied, and only its caller knows how to find out (registry.Scripts.run,
+    reply was lost may have been applied, and only its caller knows how to find out (runner.Scripts.run,
     the fenced retries of jobpool/workers/watch.py). redis-py's default has changed between releases, so it
     is set here rather than left to the installed version."""
     kwargs.setdefault("retry", Retry(NoBackoff(), 0))
@@ -222,6 +222,12 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
     return sentinel.master_for(parsed.service, redis_class=redis.Redis,
                                **{**kwargs, **parsed.options, "db": parsed.db, "username": parsed.username,
                                   "password": parsed.password})
+
+
+def connect(url: str) -> redis.Redis:
+    """A client for jobpool's own keys: replies decoded as text (a log tail that is not UTF-8 is replaced)."""
+    return client(url, decode_responses=True, encoding_errors="replace",
+                  socket_connect_timeout=5, health_check_interval=30)
 
 
 def safe(url: Any) -> str:

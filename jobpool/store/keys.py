@@ -12,8 +12,8 @@ import re
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.results import get_key as rq_results_key
 
-from .contract import RQ_JOB_PREFIX, RQ_QUEUE_PREFIX
-from .errors import ConfigError
+from ..contract import RQ_JOB_PREFIX, RQ_QUEUE_PREFIX
+from ..errors import ConfigError
 
 #: Matched whole (`fullmatch`): with `match`, a `$` would let a trailing newline through.
 POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

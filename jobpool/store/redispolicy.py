@@ -1,11 +1,11 @@
 """Whether the coordinating Redis may drop jobpool's keys on its own: its `maxmemory-policy`, judged here.
 
 At its memory limit Redis either refuses writes or evicts keys to make room, as `maxmemory-policy` says.
-`noeviction` refuses: a caller gets a typed error and nothing is written (jobpool/registry.py), and a worker
-waits the refusal out, its running job kept (jobpool/workers/outage.py). An `allkeys-*` policy evicts any
-key, job rows, queue indexes and the slot count included: jobs vanish with no event and no error, and "a slot
-is freed only on evidence" no longer holds, so workers, the supervisor and `jobpool up` refuse to start on
-such a Redis, and `jobpool status` calls the pool unhealthy (jobpool/status.py). A `volatile-*` policy
+`noeviction` refuses: a caller gets a typed error and nothing is written (jobpool/store/runner.py), and a
+worker waits the refusal out, its running job kept (jobpool/workers/outage.py). An `allkeys-*` policy evicts
+any key, job rows, queue indexes and the slot count included: jobs vanish with no event and no error, and "a
+slot is freed only on evidence" no longer holds, so workers, the supervisor and `jobpool up` refuse to start
+on such a Redis, and `jobpool status` calls the pool unhealthy (jobpool/status.py). A `volatile-*` policy
 evicts only keys with a TTL. Job rows have none, but leases and worker boot records do: an evicted lease
 makes a live job look orphaned to the supervisor, an evicted boot record hides a live worker, so that is a
 warning. A Redis that will not answer CONFIG GET (a managed Redis with CONFIG renamed, an ACL) is not
@@ -25,8 +25,8 @@ from typing import Any
 
 import redis
 
-from . import errors
-from .registry import wrap_redis_error
+from .. import errors
+from .runner import wrap_redis_error
 
 log = logging.getLogger("jobpool")
 

@@ -3,8 +3,8 @@
 redis-py turns every `?name=value` of a URL into a keyword argument of the connection pool, which passes what
 it does not take itself to each connection it makes. A misspelt name (`socket_timout`) is only refused there,
 as a TypeError at the first connection, so jobpool checks the names when it reads its settings
-(jobpool/redisurl.py). The names are read here, at import, from the `__init__` parameters of the classes the
-URL's scheme leads to (following `**kwargs` up to the base classes they are passed on to), so a redis-py
+(jobpool/store/redisurl.py). The names are read here, at import, from the `__init__` parameters of the classes
+the URL's scheme leads to (following `**kwargs` up to the base classes they are passed on to), so a redis-py
 upgrade that adds or drops an option is followed without a list to keep.
 
 A URL gives every value as text. redis-py converts the options in `URL_QUERY_ARGUMENT_PARSERS` and passes the

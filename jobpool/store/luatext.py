@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
-from . import contract, rqjob
+from .. import contract, rqjob
 
 #: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
 SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,

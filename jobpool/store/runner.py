@@ -3,7 +3,7 @@
 Each ``scripts/<op>.lua`` is one atomic operation. Before it, at load time and never at call time, come the
 definitions it uses of the shared helpers (``scripts/_lib.lua``) and of the constants the scripts share with
 Python (`contract.lua_constants`, from jobpool/contract.py; RQ's constant job hash fields,
-`rqjob.lua_template`, for the scripts that write RQ's hash): jobpool/luatext.py makes that text, so a
+`rqjob.lua_template`, for the scripts that write RQ's hash): jobpool/store/luatext.py makes that text, so a
 script's text, and so its SHA, is fixed for the life of the process.
 A script is called by its SHA (EVALSHA); one that meets NOSCRIPT (a restarted or flushed server, a new
 primary) is loaded through the same client and run again, so a Redis restart needs no special handling. On a
@@ -21,7 +21,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from . import contract, errors
+from .. import contract, errors
 from .luatext import script_text
 
 log = logging.getLogger("jobpool")
@@ -111,7 +111,7 @@ def call_redis(fn: Callable[..., Any], /, *args: Any, what: str | None = None, *
     """``fn(*args, **kwargs)``, a redis-py call, with any error it raises mapped by `wrap_redis_error`: how
     the API, the status report and the CLI read Redis, so a caller handles `JobpoolError` alone. `what`
     names the operation in the message (default: the method's name). The reply is `Any`: redis-py types
-    replies as bytes or str whatever the client, and jobpool's clients decode them (api.connect)."""
+    replies as bytes or str whatever the client, and jobpool's clients decode them (redisurl.connect)."""
     try:
         return fn(*args, **kwargs)
     except redis.RedisError as exc:
@@ -126,16 +126,16 @@ except ImportError:  # redis-py packs in Python then, and so does `_held_call`
 
 def _held_call(conn: Any, command: tuple[Any, ...], meanwhile: Callable[[], None] | None = None) -> Any:
     """`command` on the connection `conn` of a single-connection client that one thread alone uses
-    (submit.ThreadClients), sent and read with the Connection's own public methods: what `execute_command`
+    (store/threadclients.py), sent and read with the Connection's own public methods: what `execute_command`
     does for it less its layers (the retry wrapper, the argument filtering, the response callbacks, none of
     which applies to EVALSHA; its lock, which guards a client shared by threads): about 8 us of the ~130 us
     of client CPU an enqueue costs (bench/enqueue.py).
 
-    A failure does what `execute_command` does with the Retry jobpool's clients have (api.connect: redis-py's
-    default, no retries): a ConnectionError or TimeoutError drops the connection (the next call connects
-    again; a Sentinel-managed one asks the sentinels) and is raised; an error reply is raised and keeps it.
-    The command is never sent again here, whatever Retry a caller's client was given: the reply that was
-    lost may have been applied (Scripts.run).
+    A failure does what `execute_command` does with the Retry jobpool's clients have (redisurl.connect:
+    redis-py's default, no retries): a ConnectionError or TimeoutError drops the connection (the next call
+    connects again; a Sentinel-managed one asks the sentinels) and is raised; an error reply is raised and
+    keeps it. The command is never sent again here, whatever Retry a caller's client was given: the reply
+    that was lost may have been applied (Scripts.run).
 
     The command is packed by hiredis itself when it is installed (jobpool's dependency `redis[hiredis]`):
     the bytes redis-py's own packer makes then (its HiredisRespSerializer calls the same function), without

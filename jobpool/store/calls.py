@@ -1,0 +1,364 @@
+"""`Store`: one pool's Redis, and one typed method per Lua script.
+
+Each method takes the script's inputs by name, builds the KEYS and ARGV that script's header declares (in
+jobpool/scripts/), runs it (jobpool/store/runner.py: by SHA, codes mapped to exceptions) and reads its reply
+into a value of jobpool/store/replies.py. Callers never see KEYS, ARGV or a reply's positions: a script's
+layout changes here and in its Lua file only.
+
+The scripts that may free a slot take the head of the queue as promotion candidates (`candidates`, read
+just before the call); when the candidates ran out or went stale the reply says so, and a caller that
+promotes (`finish_promotion`) finishes the promotion with fresh ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis
+from rq.connections import parse_connection
+
+from ..config import Settings
+from .eventreads import EventReads
+from .fleetreads import FleetReads
+from .reads import Reads
+from .replies import (
+    Adopted,
+    Cancelled,
+    Claimed,
+    CollisionCleared,
+    Enqueued,
+    GhostDropped,
+    Lead,
+    Marked,
+    Moved,
+    QueueResumed,
+    Release,
+    Requests,
+    SlotsSet,
+)
+from .runner import Scripts, call_redis
+from .statusreads import StatusReads
+from .sweepio import SweepIO
+from .threadclients import ThreadClients
+from .workerio import WorkerIO
+
+#: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
+CANDIDATES_ON_RELEASE = 4
+CANDIDATES_ON_PROMOTE = 32
+#: A promotion finished by `promote_all` is bounded: each round promotes or stops.
+PROMOTE_ROUNDS = 1000
+
+
+@dataclass(frozen=True)
+class EnqueueCall:
+    """The enqueue script's KEYS and ARGV for one batch, made ahead of the call (jobpool/submit.py makes the
+    next batch's while the server runs the current one)."""
+
+    keys: list[str]
+    args: list[Any]
+
+
+@dataclass(frozen=True)
+class InventoryFence:
+    """Evidence read from a daemon's inventory (jobpool/supervisor/remote.py): reconcile_apply is applied only
+    while that inventory is the very one judged (same `at`) and no older than `max_age_ms`."""
+
+    daemon_id: str
+    at: int
+    max_age_ms: int
+
+
+def _requests(pause: Any, cancel: Any) -> Requests:
+    return Requests(pause == "1", cancel == "1")
+
+
+def _moved(reply: list[Any]) -> Moved:
+    return Moved(state=str(reply[1]), promoted=int(reply[2]), why_stopped=reply[3])
+
+
+class HasStore(Protocol):
+    """What holds a pool's store: `Pool`, as the public functions outside api.py that take a pool see it."""
+
+    @property
+    def store(self) -> Store: ...
+
+
+class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
+    """One pool's keys and scripts on one Redis client."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        super().__init__(client, settings)
+        #: The single-connection client each thread runs the enqueue script on.
+        self.thread_clients = ThreadClients()
+        self.scripts = Scripts(client, settings.max_concurrent_jobs, settings.events_maxlen,
+                               settings.redis_wait_replicas, settings.redis_wait_timeout_secs)
+
+    def close(self) -> None:
+        """Close the Redis connections (the store may be used again: redis-py reconnects)."""
+        self.thread_clients.close()
+        self.client.close()
+
+    def rq_client(self) -> redis.Redis:
+        """A new client of the same server for RQ's own calls: RQ needs one that does not decode replies;
+        built the way RQ rebuilds connections (rq.connections.parse_connection)."""
+        cls, conn_cls, kwargs = parse_connection(self.client)
+        kwargs = {**kwargs, "decode_responses": False}
+        client: redis.Redis = cls(connection_pool=redis.ConnectionPool(connection_class=conn_cls, **kwargs))
+        return client
+
+    # ---- plumbing ------------------------------------------------------------------------------------
+
+    def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        """Script `op` with the pool's common keys first (scripts/_lib.lua), its reply as a list: what the
+        typed methods below use, and what the scripts' own tests call to reach a script's raw contract."""
+        return self.scripts.run(op, self.keys.common() + list(keys), args)
+
+    def candidates(self, n: int) -> list[str]:
+        """Keys of the first `n` queued jobs, what a slot-freeing script may promote (checked there): row, RQ
+        job hash, and the RQ list the row routes it to (`affinity_queue`, else the pool's queue)."""
+        ids = call_redis(self.client.zrange, self.keys.queued, 0, n - 1)
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(self.keys.job(job_id), "affinity_queue")
+        routes = call_redis(pipe.execute, raise_on_error=False, what="candidates") if ids else []
+        return [key for job_id, route in zip(ids, routes, strict=True)  # a row not a hash: the script drops
+                for key in (self.keys.job(job_id), self.keys.rq_job(job_id),
+                            route if isinstance(route, str) and route else self.keys.rq_queue)]
+
+    def promote_all(self, actor: str) -> int:
+        """Promote queued jobs into free slots until the queue, the slots or promotion stop it."""
+        total = 0
+        for _ in range(PROMOTE_ROUNDS):
+            done = self.promote(actor)
+            total += done.promoted
+            if not done.promote_again:
+                break
+        return total
+
+    def finish_promotion(self, release: Release, actor: str) -> None:
+        """After a script that may free a slot: when its candidates ran out or went stale, promote again."""
+        if release.promote_again:
+            self.promote_all(actor)
+
+    # ---- the queue and the API's changes of a job -----------------------------------------------------
+
+    def enqueue_call(self, actor: str, jobs: Iterable[tuple[str, str, str, str]]) -> EnqueueCall:
+        """The enqueue script's inputs for `jobs`, each (id, spec JSON, coalesce key or '', image)."""
+        keys = self.keys
+        key_list = keys.common()
+        args: list[Any] = [actor]
+        for job in jobs:
+            key_list += (keys.job(job[0]), keys.rq_job(job[0]))
+            args += job
+        return EnqueueCall(key_list, args)
+
+    def enqueue(self, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:
+        """scripts/enqueue.lua for one batch, on this thread's single-connection client (`thread_clients`),
+        with `meanwhile` run while the server works (runner.Scripts.run). Making that client connects at
+        once, so a Redis that cannot be reached fails there, before anything is sent: typed like the call's
+        own failures."""
+        client = call_redis(self.thread_clients.get, self.client, what="enqueue")
+        reply = self.scripts.run("enqueue", call.keys, call.args, client=client, meanwhile=meanwhile)
+        # Positional: this is every enqueue's path (bench/enqueue.py), and keywords cost it more.
+        return Enqueued(reply[2], reply[3], reply[1], reply[4], tuple(reply[5:]))
+
+    def promote(self, actor: str) -> Release:
+        """One round of scripts/promote.lua with the queue's head as candidates."""
+        _, promoted, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [actor])
+        return Release(promoted=int(promoted), why_stopped=why)
+
+    def cancel(self, job_id: str, reason: str, actor: str) -> Cancelled:
+        reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
+                                    *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, actor])
+        return Cancelled(state=str(reply[1]), promoted=int(reply[2]), why_stopped=reply[3],
+                         owner_boot=reply[4] or "", attempt="" if reply[5] is None else str(reply[5]))
+
+    def pause_job(self, job_id: str, reason: str, actor: str) -> Moved:
+        keys = [self.keys.job(job_id), self.keys.lease(job_id), *self.candidates(CANDIDATES_ON_RELEASE)]
+        return _moved(self.run("pause_job", keys, [job_id, reason, actor]))
+
+    def resume_job(self, job_id: str, actor: str, anywhere: bool = False) -> Moved:
+        """Resume a paused job, withdraw a pause requested of a running one; `anywhere` first releases its
+        affinity (scripts/resume_job.lua)."""
+        keys = [self.keys.job(job_id), *self.candidates(CANDIDATES_ON_RELEASE)]
+        return _moved(self.run("resume_job", keys, [job_id, actor, "1" if anywhere else "0"]))
+
+    def release_affinity(self, job_id: str, daemon_id: str, actor: str) -> Moved:
+        """Only release the job's affinity to `daemon_id`, if its row still names it (scripts/resume_job.lua
+        with an expected affinity: nothing else is resumed; `Conflict` when the row names another)."""
+        return _moved(self.run("resume_job", [self.keys.job(job_id)], [job_id, actor, "1", daemon_id]))
+
+    def pause_queue(self, actor: str, reason: str) -> bool:
+        """Hold promotion; True when it was not held before."""
+        return bool(int(self.run("pause_queue", [], [actor, reason])[1]))
+
+    def resume_queue(self, actor: str) -> QueueResumed:
+        reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [actor])
+        return QueueResumed(was_paused=bool(int(reply[1])), promoted=int(reply[2]), why_stopped=reply[3])
+
+    def set_slots(self, n: int, actor: str) -> SlotsSet:
+        reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, actor])
+        return SlotsSet(old=int(reply[1]), promoted=int(reply[2]), why_stopped=reply[3])
+
+    def evict(self, job_id: str, attempt: int, reason: str, evidence: str, actor: str,
+              daemon_id: str = "") -> Moved:
+        """Fail a running job if it is still at `attempt` (and on `daemon_id`, when given)."""
+        return _moved(self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
+                                         *self.candidates(CANDIDATES_ON_RELEASE)],
+                               [job_id, attempt, reason, evidence, actor, daemon_id]))
+
+    def prune(self, state: str, keep: int, cutoff_ms: int, actor: str, ids: Sequence[str],
+              job_keys: Sequence[str]) -> list[str]:
+        """Remove the finished jobs `ids` still past retention; returns the ids removed. `job_keys` are the
+        six keys per job scripts/prune.lua takes (jobpool/retention.py `batch_keys`)."""
+        keys = [*self.keys.common(), self.keys.rq_finished, self.keys.rq_failed, *job_keys]
+        reply = self.scripts.run("prune", keys, [state, keep, cutoff_ms, actor, *ids])
+        return [str(i) for i in reply[2:]]
+
+    # ---- the supervisor's verdicts -------------------------------------------------------------------
+
+    def reconcile_apply(self, job_id: str, attempt: int, owner_boot: str, container_id: str, verdict: str,
+                        reason: str, exit_code: int | None, recovery_budget: int, evidence: str, actor: str,
+                        route: str | None = None, fence: InventoryFence | None = None) -> Moved:
+        """Apply a verdict on a row whose owner is gone, only while the row is as the evidence found it
+        (scripts/reconcile_apply.lua). `route`: for a redispatch, the RQ list the row routes it to (it
+        promotes nothing); `fence`: evidence from a daemon's inventory."""
+        k = self.keys
+        keys = [k.job(job_id), k.lease(job_id), k.rq_job(job_id)]
+        if route is not None:
+            keys.append(route)
+        else:
+            if fence is not None:
+                keys.append(k.inventory(fence.daemon_id))
+            keys += self.candidates(CANDIDATES_ON_RELEASE)
+        args = [job_id, attempt, owner_boot, container_id, verdict, reason,
+                "" if exit_code is None else exit_code, recovery_budget, evidence, actor,
+                *([fence.at, fence.max_age_ms] if fence else [])]
+        return _moved(self.run("reconcile_apply", keys, args))
+
+    def drop_ghost(self, job_id: str, evidence: str, actor: str) -> GhostDropped:
+        reply = self.run("drop_ghost", [self.keys.job(job_id), self.keys.lease(job_id),
+                                        *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, evidence, actor])
+        return GhostDropped(dropped=bool(int(reply[1])), promoted=int(reply[2]), why_stopped=reply[3])
+
+    # ---- one attempt, fenced on (boot, attempt) -------------------------------------------------------
+
+    def _attempt_keys(self, job_id: str) -> list[str]:
+        return [self.keys.job(job_id), self.keys.lease(job_id)]
+
+    def claim(self, job_id: str, boot_id: str, attempt: int, lease_ms: int, executor: str, daemon_id: str,
+              token: str) -> Claimed:
+        reply = self.run("claim", self._attempt_keys(job_id),
+                         [job_id, boot_id, attempt, lease_ms, executor, daemon_id, token])
+        return Claimed(spec_json=reply[1], requests=_requests(reply[2], reply[3]))
+
+    def adopt(self, job_id: str, old_owner: str, attempt: int, boot_id: str, lease_ms: int, evidence: str,
+              daemon_id: str) -> Adopted:
+        reply = self.run("adopt", self._attempt_keys(job_id),
+                         [job_id, old_owner, attempt, boot_id, lease_ms, evidence, daemon_id])
+        return Adopted(spec_json=reply[1], container_id=reply[2], requests=_requests(reply[3], reply[4]))
+
+    def heartbeat(self, job_id: str, boot_id: str, attempt: int, lease_ms: int) -> Requests:
+        reply = self.run("heartbeat", self._attempt_keys(job_id), [boot_id, attempt, lease_ms])
+        return _requests(reply[1], reply[2])
+
+    def set_container(self, job_id: str, boot_id: str, attempt: int, container_id: str, daemon_id: str,
+                      identity: dict[str, Any] | None, lease_ms: int, daemon_queue: str) -> Requests:
+        """Record what was launched (renewing the lease, reading the requests back); `daemon_queue` is the
+        daemon's own RQ list for a handback with its checkpoint ('' for none)."""
+        reply = self.run("set_container", self._attempt_keys(job_id),
+                         [boot_id, attempt, container_id, daemon_id,
+                          json.dumps(identity, sort_keys=True) if identity else "", lease_ms, daemon_queue])
+        return _requests(reply[1], reply[2])
+
+    def finish(self, job_id: str, boot_id: str, attempt: int, kind: str, exit_code: int | None, reason: str,
+               log_tail: bytes | str, recovery_budget: int, evidence: str) -> Moved:
+        """Report how an attempt ended (scripts/finish.lua, `kind`), releasing its slot; `log_tail` as the row
+        stores it (jobpool/logtail.py)."""
+        return _moved(self.run(
+            "finish", [*self._attempt_keys(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
+            [job_id, boot_id, attempt, kind, "" if exit_code is None else exit_code, reason, log_tail,
+             recovery_budget, evidence]))
+
+    def give_back(self, queue_key: str, intermediate_key: str, rq_job_id: str) -> bool:
+        """Put a job a worker just took back at the head of its RQ queue; False when it was not taken."""
+        return bool(int(self.run("give_back", [queue_key, intermediate_key], [rq_job_id])[1]))
+
+    # ---- the fleet: inventories, routed commands, daemons ---------------------------------------------
+
+    def inventory_lead(self, daemon_id: str, boot_id: str, lead_ms: int) -> Lead:
+        reply = self.run("inventory_lead", [self.keys.inventory_lead(daemon_id)],
+                         [daemon_id, boot_id, lead_ms])
+        return Lead(held=bool(int(reply[1])), holder=str(reply[2]))
+
+    def publish_inventory(self, daemon_id: str, boot_id: str, kernel_boot_id: str, lead_ms: int,
+                          ttl_ms: int, complete: bool, containers: str, forget_ms: int, listed_at: int,
+                          strays: str) -> int:
+        """Write a daemon's inventory whole (by the holder of its lead); returns its `at` (ms)."""
+        k = self.keys
+        reply = self.run("publish_inventory", [k.inventory(daemon_id), k.inventory_lead(daemon_id),
+                                               k.inventories, k.gone_daemons, k.returned_daemons],
+                         [daemon_id, boot_id, kernel_boot_id, lead_ms, ttl_ms, "1" if complete else "0",
+                          containers, forget_ms, listed_at, strays])
+        return int(reply[1])
+
+    def push_command(self, job_id: str, attempt: int, daemon_id: str, command: str, ttl_ms: int,
+                     evidence: str, actor: str) -> int:
+        """Route a command to the workers on `daemon_id`; returns how many wait there."""
+        reply = self.run("push_command", [self.keys.job(job_id), self.keys.commands(daemon_id)],
+                         [job_id, attempt, daemon_id, command, ttl_ms, evidence, actor])
+        return int(reply[1])
+
+    def take_commands(self, daemon_id: str, boot_id: str, most: int) -> list[str]:
+        """The commands routed to `daemon_id`, oldest first, taken by the holder of its lead."""
+        k = self.keys
+        reply = self.run("take_commands", [k.commands(daemon_id), k.inventory_lead(daemon_id)],
+                         [boot_id, most])
+        return [str(text) for text in reply[1:]]
+
+    def command_done(self, job_id: str, reason: str, evidence: str, actor: str) -> str:
+        """Record in a job's events what a worker did on its daemon; returns the job's state."""
+        return str(self.run("command_done", [self.keys.job(job_id)], [job_id, reason, evidence, actor])[1])
+
+    def forget_daemon(self, daemon_id: str, stale_ms: int, actor: str, note: str,
+                      rows: Sequence[str]) -> int:
+        """Declare a daemon gone for good; `rows` are the ids of the running jobs read as on it. Returns when
+        (ms)."""
+        k = self.keys
+        reply = self.run("forget_daemon", [k.gone_daemons, k.inventory(daemon_id), k.commands(daemon_id),
+                                           k.inventory_lead(daemon_id), k.inventories,
+                                           *(k.job(job_id) for job_id in rows)],
+                         [daemon_id, stale_ms, actor, note])
+        return int(reply[1])
+
+    def unforget_daemon(self, daemon_id: str, actor: str, note: str, keep_ms: int) -> int:
+        reply = self.run("unforget_daemon", [self.keys.gone_daemons, self.keys.returned_daemons],
+                         [daemon_id, actor, note, keep_ms])
+        return int(reply[1])
+
+    def daemon_mark(self, process_id: str, ttl_ms: int, forget_ms: int,
+                    fields: Iterable[tuple[str, str]]) -> Marked:
+        """Register (or refresh) one process that marked its Docker daemon, its record's `fields` in order."""
+        k = self.keys
+        args: list[Any] = [process_id, ttl_ms, forget_ms]
+        for name, value in fields:
+            args += [name, value]
+        reply = self.run("daemon_mark", [k.daemon_mark(process_id), k.daemon_marks, k.shared_daemons], args)
+        return Marked(at=int(reply[1]), recorded=bool(int(reply[2])))
+
+    def daemon_unmark(self, process_id: str) -> bool:
+        """Remove a process's mark record; True when it was there."""
+        k = self.keys
+        reply = self.run("daemon_unmark", [k.daemon_mark(process_id), k.daemon_marks], [process_id])
+        return bool(int(reply[1]))
+
+    def forget_collision(self, daemon_id: str, actor: str, note: str,
+                         process_ids: Iterable[str]) -> CollisionCleared:
+        """Clear the standing collision on `daemon_id`, and the reports in the records of `process_ids`."""
+        k = self.keys
+        reply = self.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in process_ids)],
+                         [daemon_id, actor, note])
+        return CollisionCleared(at=int(reply[1]), cleared=int(reply[2]))

@@ -1,0 +1,102 @@
+"""`StatusReads`: the reads the status report is made of (jobpool/status.py judges them), each a bounded
+number of round trips whatever the pool holds. What cannot be read of one key is left as None (or as its
+error, where said), never failing the report: the report is about the pool, not one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from .keys import PoolKeys
+from .redispolicy import SETTING
+from .runner import call_redis, wrap_redis_error
+
+_WHAT = "status"
+
+
+def _or_none(replies: list[Any]) -> list[Any]:
+    return [None if isinstance(r, Exception) else r for r in replies]
+
+
+class StatusReads:
+    """The status report's reads of one pool (a part of `store.calls.Store`)."""
+
+    client: redis.Redis
+    keys: PoolKeys
+
+    def status_head(self, most_boots: int) -> tuple[int, Any, list[Any], list[str], list[str], Any]:
+        """In one round trip: the server's time (ms); the last-sweep record (or the error its read met: it
+        alone may be unreadable); the newest `most_boots` boots with their last heartbeats; the running ids;
+        the head of the queue; and the reply to CONFIG GET of the eviction policy (or its error)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.get(k.last_sweep)
+        pipe.zrevrange(k.boots, 0, most_boots - 1, withscores=True)
+        pipe.zrange(k.running, 0, -1)
+        pipe.zrange(k.queued, 0, 0)
+        pipe.config_get(SETTING)
+        replies = call_redis(pipe.execute, raise_on_error=False, what=_WHAT)
+        for i, reply in enumerate(replies[:-1]):
+            if isinstance(reply, Exception) and i != 1:
+                raise wrap_redis_error(reply, _WHAT)  # type: ignore[arg-type]
+        (secs, usecs), raw_sweep, boots, running, head, config = replies
+        return int(secs) * 1000 + int(usecs) // 1000, raw_sweep, boots, running, head, config
+
+    def inventory_strays(self) -> list[tuple[str, Any]]:
+        """Each daemon of the `inventories` index with its inventory's `at` and `strays` (a list, or the error
+        its read met)."""
+        daemons = call_redis(self.client.zrange, self.keys.inventories, 0, -1, what=_WHAT)
+        if not daemons:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for daemon in daemons:
+            pipe.hmget(self.keys.inventory(daemon), "at", "strays")
+        replies = call_redis(pipe.execute, raise_on_error=False, what=_WHAT)
+        return list(zip(daemons, replies, strict=True))
+
+    def running_daemons(self, running: Sequence[str],
+                        returned_since_ms: int) -> tuple[list[tuple[Any, Any]], Any, Any]:
+        """In one round trip: each running row's daemon_id, owner_boot, heartbeat_at, affinity and
+        promoted_at with whether its lease exists; the daemons declared gone; the records of declarations
+        lifted since `returned_since_ms`."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in running:
+            pipe.hmget(k.job(job_id), "daemon_id", "owner_boot", "heartbeat_at", "affinity", "promoted_at")
+            pipe.exists(k.lease(job_id))
+        pipe.hkeys(k.gone_daemons)
+        pipe.zrangebyscore(k.returned_daemons, returned_since_ms, "+inf")
+        replies = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
+        rows = [(replies[2 * i], replies[2 * i + 1]) for i in range(len(running))]
+        return rows, replies[-2], replies[-1]
+
+    def inventory_ats(self, daemons: Sequence[str]) -> list[tuple[Any, Any]]:
+        """Each daemon's inventory `at` and its last publication in the `inventories` index."""
+        if not daemons:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for daemon in daemons:
+            pipe.hget(self.keys.inventory(daemon), "at")
+            pipe.zscore(self.keys.inventories, daemon)
+        inv = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
+        return [(inv[2 * i], inv[2 * i + 1]) for i in range(len(daemons))]
+
+    def status_rows(self, boot_ids: Sequence[str], running: Sequence[str],
+                    head: Sequence[str]) -> tuple[list[dict[str, str]], list[str | None], Any]:
+        """In one round trip: the boot records ({} for none), the owner of each running row, and the
+        `created_at` of the head of the queue (None when there is none)."""
+        pipe = self.client.pipeline(transaction=False)
+        for boot_id in boot_ids:
+            pipe.hgetall(self.keys.boot(boot_id))
+        for job_id in running:
+            pipe.hget(self.keys.job(job_id), "owner_boot")
+        for job_id in head:
+            pipe.hget(self.keys.job(job_id), "created_at")
+        replies = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
+        records = [r or {} for r in replies[:len(boot_ids)]]
+        owners = replies[len(boot_ids):len(boot_ids) + len(running)]
+        return records, owners, replies[-1] if head else None

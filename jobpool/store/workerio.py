@@ -1,0 +1,78 @@
+"""`WorkerIO`: what a worker process reads and writes outside the scripts: its boot record (the heartbeat
+every reader takes for a live worker: jobpool/workers/boot.py), the rows of the containers it finds on its
+daemon (jobpool/workers/strays.py, jobpool/workers/inventory.py) and its daemon's earlier boots.
+
+The boot record's writes raise redis-py's own errors: the heartbeat thread judges them as it judges every
+outage (jobpool/workers/outage.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+
+from .keys import PoolKeys
+from .runner import call_redis
+
+
+class WorkerIO:
+    """A worker's reads and writes of one pool (a part of `store.calls.Store`)."""
+
+    client: redis.Redis
+    keys: PoolKeys
+
+    def beat_boot(self, boot_id: str, record: Mapping[Any, str | int], ttl_ms: int, now_ms: int) -> None:
+        """Write a boot's record whole with a TTL of `ttl_ms`, and its place in the `boots` index; forget
+        boots whose records expired long ago, so the index stays the size of the fleet. One MULTI."""
+        key = self.keys.boot(boot_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(key, mapping=dict(record))
+        pipe.pexpire(key, ttl_ms)
+        pipe.zadd(self.keys.boots, {boot_id: now_ms})
+        pipe.zremrangebyscore(self.keys.boots, 0, now_ms - 10 * ttl_ms)
+        pipe.execute()
+
+    def remove_boot(self, boot_id: str) -> None:
+        """A clean exit's removal of a boot's record and index entry (a crash lets the record expire)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.keys.boot(boot_id))
+        pipe.zrem(self.keys.boots, boot_id)
+        pipe.execute()
+
+    def rows_and_boots(self, job_ids: Sequence[str], fields: Sequence[str],
+                       boots: Sequence[str]) -> tuple[list[Any], list[bool]]:
+        """Each job's `fields` (all None for no row) or the error its read met, and whether each boot is one
+        this pool's `boots` index knows, in one round trip."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hmget(k.job(job_id), fields)
+        for boot in boots:
+            pipe.zscore(k.boots, boot or "-")
+        replies = call_redis(pipe.execute, raise_on_error=False, what="reading running containers' rows")
+        n = len(job_ids)
+        return list(replies[:n]), [not isinstance(r, Exception) and r is not None for r in replies[n:]]
+
+    def rows_and_leases(self, job_ids: Sequence[str]) -> list[tuple[Any, Any]]:
+        """Each job's (state, attempt) and its lease's value, in one round trip; an error reply is left in
+        the place of what it was read for. redis-py's errors are raised as they are (the inventory thread
+        judges them)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hmget(k.job(job_id), ["state", "attempt"])
+            pipe.get(k.lease(job_id))
+        replies = pipe.execute(raise_on_error=False)
+        return [(replies[2 * i], replies[2 * i + 1]) for i in range(len(job_ids))]
+
+    def daemon_boots(self, daemon_id: str) -> tuple[dict[str, int], str | None, int]:
+        """When each daemon last published (ms), when `daemon_id` first published (None if never), and the
+        server's time (ms), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(self.keys.inventories, 0, -1, withscores=True)
+        pipe.hget(self.keys.inventory(daemon_id), "first_at")
+        pipe.time()
+        index, first, (secs, micros) = call_redis(pipe.execute, what="reading the daemons' boots")
+        return {str(d): int(at) for d, at in index}, first, int(secs) * 1000 + int(micros) // 1000
