@@ -72,8 +72,9 @@ class PoolKeys:
         #: Declarations lifted, by a daemon that published again or by hand (scripts/unforget_daemon.lua):
         #: JSON records scored by when (ms), kept a week (jobpool/daemons.py), shown by `status`.
         self.returned_daemons = p + "returned_daemons"
-        #: The random id of the `jobpool up` stack that started this Redis (jobpool/up.py), also in its state
-        #: file: how another shell tells that Redis from another one on the same port (jobpool/upfollow.py).
+        #: The random id of the `jobpool up` stack that started this Redis (jobpool/up/stack.py), also in its
+        #: state file: how another shell tells that Redis from another one on the same port
+        #: (jobpool/up/follow.py).
         self.up_stack = p + "up_stack"
         #: Every process that marked its Docker daemon (jobpool/daemonmark.py): process id -> its last
         #: refresh (ms, Redis time). Bounded by the fleet (entries long expired are trimmed by the script).

@@ -16,7 +16,7 @@ from jobpool import ConfigError, Settings, redisopts
 from jobpool.config import STATE_FILE
 from jobpool.redisurl import SentinelURL, check, client, parse_sentinel, safe
 from jobpool.status import safe_url
-from jobpool.upstate import refusal
+from jobpool.up.state import refusal
 
 
 @pytest.mark.parametrize(("url", "parsed"), [
