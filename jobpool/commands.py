@@ -20,7 +20,7 @@ from typing import Any
 
 from . import errors
 from .api import Pool
-from .daemonid import is_identity
+from .fleet.daemonid import is_identity
 
 log = logging.getLogger("jobpool.commands")
 
@@ -57,7 +57,7 @@ class StopCommand:
 
 
 def routable(daemon_id: str) -> bool:
-    """Whether a command can be routed to this daemon: only by an identity (jobpool/daemonid.py)."""
+    """Whether a command can be routed to this daemon: only by an identity (jobpool/fleet/daemonid.py)."""
     return is_identity(daemon_id)
 
 

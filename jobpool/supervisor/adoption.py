@@ -23,7 +23,7 @@ from rq.serializers import JSONSerializer
 
 from ..api import Pool
 from ..contract import ADOPT_RQ_PREFIX
-from ..daemonid import is_identity
+from ..fleet.daemonid import is_identity
 from ..keys import worker_name
 from ..registry import call_redis, wrap_redis_error
 from .evidence import run_pipeline

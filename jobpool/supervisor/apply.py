@@ -31,7 +31,7 @@ class Applier:
         self.prober = prober
         self.adoptions = adoptions
         self.actor = actor
-        #: Daemon identities two daemons may share (identity -> why; jobpool/daemonmark.py), set by the
+        #: Daemon identities two daemons may share (identity -> why; jobpool/fleet/daemonmark.py), set by the
         #: Supervisor: no eviction of a job recorded on one, since stopping it "by label" may miss it.
         self.untrusted: Callable[[], Mapping[str, str]] | None = None
 

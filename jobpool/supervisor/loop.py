@@ -9,9 +9,10 @@ import time
 import uuid
 from typing import Any
 
-from .. import daemonmark, errors, exporter
+from .. import errors, exporter
 from ..api import Pool, connect
 from ..config import Settings
+from ..fleet import daemonmark
 from ..redispolicy import EvictingRedis, check_at_start
 from .probes import ContainerProber
 from .report import SweepReport
@@ -58,7 +59,7 @@ def _check_redis(sup: Supervisor, once: bool) -> bool:
 
 
 def _mark_daemon(pool: Pool, prober: ContainerProber) -> daemonmark.Marker | None:
-    """The loop's mark on its Docker daemon (jobpool/daemonmark.py): until every process claiming the
+    """The loop's mark on its Docker daemon (jobpool/fleet/daemonmark.py): until every process claiming the
     daemon's identity has its mark there, no row on that identity is judged from this daemon's list."""
     if pool.settings.executor == "subprocess":
         return None

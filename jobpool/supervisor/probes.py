@@ -23,9 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import daemonid, jobcgroup, procid
+from .. import jobcgroup, procid
 from ..contract import EXIT_UNKNOWN, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from ..exits import Ending, Outages, ending, oom_event
+from ..fleet import daemonid
 
 #: Container states whose process may still write (a paused container resumes where it was).
 LIVE_STATES = frozenset({"running", "paused", "restarting"})
@@ -176,8 +177,8 @@ class ContainerProber:
         return self._connect()
 
     def daemon_id(self) -> str:
-        """The daemon's identity (jobpool/daemonid.py), established once per client; '' when it cannot be
-        (the reason is kept in `identity_problem`). SDK errors asking the daemon propagate."""
+        """The daemon's identity (jobpool/fleet/daemonid.py), established once per client; '' when it cannot
+        be (the reason is kept in `identity_problem`). SDK errors asking the daemon propagate."""
         if self._daemon_id is None:
             try:
                 self._daemon_id = daemonid.establish(self._connect(), self.docker_host)

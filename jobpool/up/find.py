@@ -16,7 +16,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..daemonid import effective_docker_host
+from ..fleet.daemonid import effective_docker_host
 
 
 @dataclass(frozen=True)

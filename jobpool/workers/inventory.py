@@ -1,5 +1,5 @@
 """The inventory publisher: a thread of the worker's main process that publishes its Docker daemon's
-inventory (jobpool/inventory.py) every `JOBPOOL_INVENTORY_SECS` (docs/architecture.md, "Many hosts").
+inventory (jobpool/fleet/inventory.py) every `JOBPOOL_INVENTORY_SECS` (docs/architecture.md, "Many hosts").
 
 A supervisor can ask only its own daemon; what it knows of any other daemon comes from here. The workers on
 one daemon elect one publisher through Redis (scripts/inventory_lead.lua: the first to ask holds the lead,
@@ -17,7 +17,7 @@ now and then the checkpoint volumes of ended jobs (jobpool/supervisor/volumes.py
 here and ended on another daemon leaves its volume here).
 
 Every worker (holder or not) also looks, now and then, for earlier boots of its own daemon that are over
-(jobpool/inventory.py, `earlier_boots`) and tells its worker, which then listens on their queues too.
+(jobpool/fleet/inventory.py, `earlier_boots`) and tells its worker, which then listens on their queues too.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB
 from ..errors import JobpoolError, RedisUnavailable
 from ..exits import OWN
-from ..inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, earlier_boots, encode
+from ..fleet.inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, earlier_boots, encode
+from ..fleet.strays import encode as encode_strays
 from ..procid import kernel_boot_id
 from ..redistrust import RedisTrust
 from ..registry import call_redis
-from ..strays import encode as encode_strays
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
 from .strays import StrayKeeper, runs
@@ -85,7 +85,7 @@ class InventoryPublisher:
         self._last_problem = ""
         self.published = 0
         #: Why this process's daemon is not trusted to be the only one with its identity ('' when it is:
-        #: jobpool/daemonmark.py): while it is not, nothing is published, cleaned up or stopped.
+        #: jobpool/fleet/daemonmark.py): while it is not, nothing is published, cleaned up or stopped.
         self.refusal: Callable[[], str] | None = None
         #: Told the daemon's identity once it is established (the worker then listens on its queue too).
         self.on_daemon: Callable[[str], None] | None = None

@@ -34,8 +34,8 @@ log = logging.getLogger("jobpool.worker")
 #: How long a worker listening on its daemon's queue too blocks on the pool's queue before looking again.
 ROUTED_POLL_SECS = 1
 
-#: How often a worker that may take no job (its daemon's identity not trusted: jobpool/daemonmark.py) asks
-#: again.
+#: How often a worker that may take no job (its daemon's identity not trusted: jobpool/fleet/daemonmark.py)
+#: asks again.
 REFUSED_POLL_SECS = 0.2
 
 #: Extra time the worker gives its horse past the drain timeout to record the outcome before killing it.
@@ -81,8 +81,9 @@ class _Queue(Queue):
             # a second at a time, so it sees one added.
             now = list(queues)
             if cls.refusal():
-                # Nothing is taken while this worker's daemon may be another's clone (jobpool/daemonmark.py):
-                # a job taken here could run beside its own attempt elsewhere, or be judged by another list.
+                # Nothing is taken while this worker's daemon may be another's clone
+                # (jobpool/fleet/daemonmark.py): a job taken here could run beside its own attempt elsewhere,
+                # or be judged by another list.
                 if deadline is None:
                     if cls.refused_for_good():
                         return None  # a burst run: nothing it may take
@@ -117,7 +118,8 @@ class JobpoolWorker(BooksWorker):
         # The daemon's own queue first (routed adoption requests: supervisor/adoption.py), the pool's last.
         daemon_queue = [pool.keys.daemon_queue_name(runtime.daemon_id)] if runtime.daemon_id else []
         #: Why this worker may take no job now ('' when it may): its daemon's identity not trusted to be one
-        #: daemon's (jobpool/daemonmark.py `Marker.refusal`, set by run_worker); read before each dequeue.
+        #: daemon's (jobpool/fleet/daemonmark.py `Marker.refusal`, set by run_worker); read before each
+        #: dequeue.
         self.claim_refusal: Callable[[], str] | None = None
         self.claim_refused_for_good: Callable[[], bool] | None = None
         queue_class = type("_WorkerQueue", (_Queue,), {
@@ -270,9 +272,9 @@ class JobpoolWorker(BooksWorker):
                        why=f"its docker daemon's queue ({identity})")
 
     def listen_on_earlier_boot(self, identity: str) -> None:
-        """Listen on the queue of an earlier boot of this worker's daemon that is over (jobpool/inventory.py,
-        `earlier_boots`; called by the inventory thread): jobs with a checkpoint affinity to it are pushed
-        there, and their checkpoints are on this daemon."""
+        """Listen on the queue of an earlier boot of this worker's daemon that is over
+        (jobpool/fleet/inventory.py, `earlier_boots`; called by the inventory thread): jobs with a checkpoint
+        affinity to it are pushed there, and their checkpoints are on this daemon."""
         self.add_queue(self.runtime.pool.keys.daemon_queue_name(identity), first=False,
                        why=f"the queue of an earlier boot of its docker daemon ({identity})")
 

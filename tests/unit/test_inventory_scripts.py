@@ -16,10 +16,11 @@ import pytest
 from polling import eventually
 from pool_helpers import Backend
 
-from jobpool import errors, strays
+from jobpool import errors
 from jobpool.api import Pool
 from jobpool.contract import INVENTORY_MAX_BYTES
-from jobpool.inventory import FIELDS, FORGET_MS, Entry, earlier_boots, encode, parse
+from jobpool.fleet import strays
+from jobpool.fleet.inventory import FIELDS, FORGET_MS, Entry, earlier_boots, encode, parse
 from jobpool.supervisor.probes import Absent, Present, Probe, Unknown
 from jobpool.workers.inventory import InventoryPublisher, entry_of
 
@@ -275,7 +276,7 @@ D2 = "jpd1:" + "b" * 32 + "@boot-1"
 
 
 def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
-    """Running containers of one daemon, each a case of jobpool/strays.py's rule, and their rows."""
+    """Running containers of one daemon, each a case of jobpool/fleet/strays.py's rule, and their rows."""
     k = pool.keys
     rows = {
         "own": {"state": "running", "attempt": 2, "daemon_id": D1, "container_id": "c-own",

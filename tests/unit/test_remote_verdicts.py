@@ -19,7 +19,7 @@ from pool_helpers import Backend, claim, enqueue, row, state_of
 
 from jobpool import errors, forget_daemon, gone_daemons, unforget_daemon
 from jobpool.api import Pool
-from jobpool.inventory import FORGET_MS, Entry, encode
+from jobpool.fleet.inventory import FORGET_MS, Entry, encode
 from jobpool.supervisor import remote
 from jobpool.supervisor.adoption import Adoptions
 from jobpool.supervisor.apply import Applier
@@ -261,7 +261,7 @@ def test_a_supervisor_attached_to_no_daemon_sweeps_from_inventories(backend: Bac
         sup.close()
 
 
-# ---- daemons declared gone for good (jobpool/daemons.py) ------------------------------------------------
+# ---- daemons declared gone for good (jobpool/fleet/gone.py) --------------------------------------------
 
 
 def test_a_daemon_declared_gone_frees_its_jobs_and_only_once_it_stopped_publishing(backend: Backend) -> None:

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import errors
-from .api import Pool
+from .. import errors
+from ..api import Pool
+from ..registry import call_redis
 from .daemonid import IDENTITY
 from .inventory import FORGET_MS
-from .registry import call_redis
 
 #: A daemon's recorded running rows are read in batches of this many ids (`running` is bounded by the slots).
 _ROWS_BATCH = 500
