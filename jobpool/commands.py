@@ -91,11 +91,12 @@ def take(pool: Pool, daemon_id: str, boot_id: str) -> list[StopCommand]:
     return out
 
 
-def execute(pool: Pool, prober: Any, daemon_id: str, cmd: StopCommand, actor: str) -> str:
-    """Do one command on this daemon (`prober`: a supervisor/probes.py ContainerProber attached to it) and
+def execute(pool: Pool, stopper: Any, daemon_id: str, cmd: StopCommand, actor: str) -> str:
+    """Do one command on this daemon (`stopper`: a supervisor/stopper.py ContainerStopper attached to it) and
     record what was done in the job's events; returns the reason recorded."""
     try:
-        stopped = prober.stop_by_label(pool.keys.pool, cmd.job_id, cmd.attempt, pool.settings.stop_grace_secs)
+        stopped = stopper.stop_by_label(pool.keys.pool, cmd.job_id, cmd.attempt,
+                                        pool.settings.stop_grace_secs)
     except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped
         reason, evidence = "remote_stop_failed", f"daemon {daemon_id} could not stop it: {exc}"[:500]
     else:

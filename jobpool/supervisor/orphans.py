@@ -14,6 +14,7 @@ from .. import commands
 from ..api import Pool
 from ..models import Job
 from .probes import ContainerProber
+from .stopper import ContainerStopper
 from .sweep import Supervisor, actor_name
 from .verdicts import EXECUTOR_SUBPROCESS
 
@@ -33,7 +34,7 @@ class OrphanStop:
 
 
 def same_daemon_or_none(sup: Supervisor, recorded: str) -> tuple[bool, str]:
-    """`ContainerProber.same_daemon`, with "this process has no daemon" (nothing answers) as a mismatch."""
+    """`DaemonClient.same_daemon`, with "this process has no daemon" (nothing answers) as a mismatch."""
     try:
         return sup.prober.same_daemon(recorded)
     except Exception as exc:  # noqa: BLE001 - no daemon here: the container cannot be stopped from here
@@ -84,7 +85,8 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
             log.error("job %s: its container cannot be stopped from here: %s", job_id, why)
             return OrphanStop(job_id, "unknown", detail=why, state="running")
         try:
-            stopped = sup.prober.stop_by_label(pool.keys.pool, job_id, None, pool.settings.stop_grace_secs)
+            stopped = ContainerStopper(sup.prober).stop_by_label(pool.keys.pool, job_id, None,
+                                                             pool.settings.stop_grace_secs)
         except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped
             log.error("job %s: its container could not be stopped: %s", job_id, exc)
             return OrphanStop(job_id, "unknown", detail=str(exc), state="running")

@@ -43,6 +43,7 @@ from ..redistrust import RedisTrust
 from ..registry import call_redis
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
+from ..supervisor.stopper import ContainerStopper
 from .strays import StrayKeeper, runs
 
 #: How often a worker looks for earlier boots of its daemon (two reads).
@@ -68,11 +69,14 @@ def entry_of(job_id: str, attempt: int, probe: Probe) -> Entry:
 class InventoryPublisher:
     """Publishes one daemon's inventory for the pool; one per worker process, one holder per daemon."""
 
-    def __init__(self, pool: Pool, boot_id: str, prober: ContainerProber | None = None) -> None:
+    def __init__(self, pool: Pool, boot_id: str, prober: ContainerProber | None = None,
+                 stopper: ContainerStopper | None = None) -> None:
         self.pool = pool
         self.settings = pool.settings
         self.boot_id = boot_id
         self.prober = prober or ContainerProber(None, timeout=self.settings.probe_timeout_secs)
+        #: What this publisher does to its daemon's containers, over the prober's client.
+        self.stopper = stopper or ContainerStopper(self.prober)
         self.period = self.settings.inventory_secs
         self.lead_ms = int(max(3 * self.period, 1.0) * 1000)
         # Kept well past the stale limit, so a stale inventory still says how old it is.
@@ -229,7 +233,7 @@ class InventoryPublisher:
             log.info("commands routed to this daemon not taken: %s", exc)
             return
         for cmd in todo:
-            commands.execute(self.pool, self.prober, daemon, cmd, f"worker:{self.boot_id}")
+            commands.execute(self.pool, self.stopper, daemon, cmd, f"worker:{self.boot_id}")
 
     def entries(self, listed: Sequence[dict[str, Any]]) -> list[Entry]:
         out = []
@@ -281,6 +285,6 @@ class InventoryPublisher:
                 boot = self._labels.get(e.container_id, ("", 0, ""))[2]
                 if not boot or lease == f"{boot}:{e.attempt}":
                     continue  # its launcher holds the lease: it may still start it
-            if self.prober.remove(e.container_id):
+            if self.stopper.remove(e.container_id):
                 log.info("job %s attempt %d: removed its %s container %s on this daemon", e.job_id,
                          e.attempt, e.state, e.container_id[:12])

@@ -25,6 +25,7 @@ from ..fleet.strays import ROW_FIELDS, Stray, why_stray
 from ..redistrust import RedisTrust
 from ..registry import call_redis
 from ..supervisor.probes import ContainerProber
+from ..supervisor.stopper import ContainerStopper
 
 log = logging.getLogger("jobpool.worker")
 
@@ -154,7 +155,7 @@ class StrayKeeper:
             with self._lock:
                 self._recorded.add(stray.container_id)
             log.warning("job %s: stray %s", stray.job_id, evidence)
-        prober.stop(stray.container_id, self.grace)
+        ContainerStopper(prober).stop(stray.container_id, self.grace)
         return True
 
 

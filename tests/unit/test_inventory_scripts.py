@@ -170,8 +170,9 @@ def test_every_worker_learns_the_earlier_boots_of_its_daemon_once(backend: Backe
 
 
 class FakeDaemon:
-    """Stands in for the Docker daemon's answers (the prober's list and judgement); the scripts and the
-    publisher's round are what is under test."""
+    """Stands in for the Docker daemon's answers (the prober's list and judgement) and for its client's stops
+    and removals (what jobpool/supervisor/stopper.py asks of `client().api`); the scripts and the publisher's
+    round are what is under test."""
 
     #: Where the publisher's stray stopper would connect (jobpool/workers/strays.py): nowhere.
     docker_host = "unix:///nonexistent/jobpool-fake-daemon.sock"
@@ -193,11 +194,17 @@ class FakeDaemon:
     def judge(self, summary: dict[str, Any]) -> Probe:
         return self.judged[summary["Id"]]
 
-    def remove(self, cid: str) -> bool:
-        self.removed.append(cid)
-        return True
+    def client(self) -> FakeDaemon:
+        return self
 
-    def stop(self, cid: str, grace_secs: float) -> None:
+    @property
+    def api(self) -> FakeDaemon:
+        return self
+
+    def remove_container(self, cid: str, v: bool = False, force: bool = False) -> None:
+        self.removed.append(cid)
+
+    def stop(self, cid: str, timeout: int) -> None:
         self.stopped.append(cid)
 
     def close(self) -> None:
