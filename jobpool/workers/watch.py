@@ -18,7 +18,6 @@ import redis
 from ..errors import Conflict, InvalidState, JobpoolError, NotFound, NotOwner, RedisUnavailable
 from ..exits import CRASHED, OOM, Ending
 from ..models import Job
-from ..registry import call_redis
 from .attempt import LOG_TAIL_BYTES, Attempt, Requests
 from .executors import Executor, Handle, LaunchError, LaunchUnknown
 from .executors.base import HostFault, NotLaunched
@@ -186,8 +185,7 @@ def _adoption_proven(rt: Runtime, attempt: Attempt, handle: Handle, row: Job) ->
         return False
     if row.owner_boot in ("", attempt.boot_id) or not _names_ours(row, handle):
         return False
-    return bool(call_redis(rt.pool.client.exists, rt.pool.keys.boot(row.owner_boot),
-                           what=f"reading the boot record of {row.owner_boot}"))
+    return rt.pool.boot_is_live(row.owner_boot)
 
 
 def _names_ours(row: Job, handle: Handle) -> bool:
