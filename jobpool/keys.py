@@ -124,7 +124,7 @@ class PoolKeys:
         return f"{self.prefix}inventory_lead:{daemon_id}"
 
     def commands(self, daemon_id: str) -> str:
-        """Commands routed to one Docker daemon's workers (list + TTL; jobpool/commands.py)."""
+        """Commands routed to one Docker daemon's workers (list + TTL; jobpool/daemoncommands.py)."""
         return f"{self.prefix}commands:{daemon_id}"
 
     def daemon_queue_name(self, daemon_id: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from .. import commands, errors
+from .. import daemoncommands, errors
 from ..api import CANDIDATES_ON_RELEASE, Pool
 from . import remote
 from .adoption import Adoptions
@@ -139,9 +139,9 @@ class Applier:
                 ok, why = self.daemon.same_daemon(row.daemon_id)
             except Exception as exc:  # noqa: BLE001 - no daemon here
                 ok, why = False, self.daemon.failed(exc)
-            if not ok and self.settings.inventory_secs and commands.routable(row.daemon_id):
-                # Stopped, then failed, by a worker on its own daemon (jobpool/commands.py).
-                commands.route_stop(self.pool, row.daemon_id, commands.StopCommand(
+            if not ok and self.settings.inventory_secs and daemoncommands.routable(row.daemon_id):
+                # Stopped, then failed, by a worker on its own daemon (jobpool/daemoncommands.py).
+                daemoncommands.route_stop(self.pool, row.daemon_id, daemoncommands.StopCommand(
                     row.id, row.attempt, evict=True, reason=verdict.reason, evidence=verdict.evidence,
                     actor=self.actor))
                 log.warning("job %s: eviction routed to the workers on daemon %s (%s)", row.id, row.daemon_id,

@@ -31,7 +31,7 @@ from typing import Any
 
 import redis
 
-from .. import commands
+from .. import daemoncommands
 from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB
 from ..errors import JobpoolError, RedisUnavailable
@@ -226,14 +226,14 @@ class InventoryPublisher:
             log.info("could not look for leftover checkpoint volumes (asked again later): %s", exc)
 
     def run_commands(self, daemon: str) -> None:
-        """The commands routed to this daemon (jobpool/commands.py), done by the lead's holder."""
+        """The commands routed to this daemon (jobpool/daemoncommands.py), done by the lead's holder."""
         try:
-            todo = commands.take(self.pool, daemon, self.boot_id)
+            todo = daemoncommands.take(self.pool, daemon, self.boot_id)
         except JobpoolError as exc:
             log.info("commands routed to this daemon not taken: %s", exc)
             return
         for cmd in todo:
-            commands.execute(self.pool, self.stopper, daemon, cmd, f"worker:{self.boot_id}")
+            daemoncommands.execute(self.pool, self.stopper, daemon, cmd, f"worker:{self.boot_id}")
 
     def entries(self, listed: Sequence[dict[str, Any]]) -> list[Entry]:
         out = []

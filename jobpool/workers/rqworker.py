@@ -26,7 +26,7 @@ from ..errors import JobpoolError
 from ..keys import worker_name
 from .boot import Boot
 from .outage import Backoff, OutageError, is_transient
-from .rqbooks import BooksWorker
+from .rqbookkeeping import BooksWorker
 from .runtime import DRAIN_SIGNAL, Runtime
 
 log = logging.getLogger("jobpool.worker")
