@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 from rq import Queue
-from rq.exceptions import DequeueTimeout, StopRequested
+from rq.exceptions import DequeueTimeout
 from rq.serializers import JSONSerializer
 
 from .. import redisurl
@@ -330,24 +330,6 @@ class JobpoolWorker(BooksWorker):
         self.outage.failed("the worker's command channel", exc)
         time.sleep(2.0)
 
-    def check_for_suspension(self, burst: bool) -> None:
-        """RQ's check (a read, between jobs), retried while Redis cannot serve it. Sent with the worker's
-        idle state, which RQ would write in a round trip of its own as its dequeue begins."""
-        backoff = Backoff()
-        while True:
-            try:
-                if self._stop_requested or not self._idle_and_suspended():
-                    return None
-                return super().check_for_suspension(burst)
-            except StopRequested:
-                self.suspended_in_burst = burst and not self.stop_asked
-                raise
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                self.outage.failed("the worker's suspension check", exc)
-                backoff.sleep()
-
     def ended_normally(self, burst: bool) -> bool:
         """Whether `work()` returned because it was asked to (a stop signal, an empty queue or `rq suspend`
         in burst mode), not because its loop died of an exception. `work()` returns the same way in both
@@ -355,7 +337,7 @@ class JobpoolWorker(BooksWorker):
         return self.stop_asked or bool(self._stop_requested) or (
             burst and (self.found_empty or self.suspended_in_burst))
 
-    # -- bookkeeping ----------------------------------------------------------------------------------------
+    # -- a job's execution ---------------------------------------------------------------------------------
 
     def execute_job(self, job: Any, queue: Any) -> None:
         """RQ's execute_job (prepare, fork, monitor, idle), with the Redis writes RQ's parent makes around a
