@@ -41,7 +41,7 @@ from servers import DockerDaemon, RedisServer  # noqa: E402
 
 from jobpool import Pool  # noqa: E402
 from jobpool.contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL  # noqa: E402
-from jobpool.daemonmark import LABEL_ROLE, ROLE_MARK  # noqa: E402
+from jobpool.fleet.daemonmark import LABEL_ROLE, ROLE_MARK  # noqa: E402
 
 IMAGE = "jobpool-test:busybox"
 POOL = "soak"
@@ -182,7 +182,7 @@ class Fleet:
                         found += [f"d{n} container {(c.get('Labels') or {}).get(LABEL_JOB, '')} {c['State']}"
                                   for c in client.api.containers(all=True, filters=label)
                                   if c["State"] != "running"]
-                        # A live process's mark of its daemon (jobpool/daemonmark.py) is no leftover.
+                        # A live process's mark of its daemon (jobpool/fleet/daemonmark.py) is no leftover.
                         found += [f"d{n} volume {(v.get('Labels') or {}).get(LABEL_JOB, '')}"
                                   for v in client.api.volumes(filters=label).get("Volumes") or []
                                   if (v.get("Labels") or {}).get(LABEL_ROLE) != ROLE_MARK]

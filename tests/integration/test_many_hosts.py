@@ -29,7 +29,7 @@ from test_daemon_identity import Sampler, live_on, start_on
 
 from jobpool import JobState, Pool, gone_daemons
 from jobpool.exits import docker_time
-from jobpool.inventory import FORGET_MS
+from jobpool.fleet.inventory import FORGET_MS
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
 
 NOWHERE = "unix:///nonexistent/jobpool-no-daemon.sock"

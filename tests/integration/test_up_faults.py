@@ -32,7 +32,7 @@ from upstack import Stacks, Up, descendants, fast_env, get_json, redis_servers_i
 from jobpool import JobState, Pool
 from jobpool.errors import JobTimeout
 from jobpool.procid import identity_of, same_process_alive
-from jobpool.uplisten import listens_on
+from jobpool.up.listen import listens_on
 
 IMAGE = "jobpool-test:busybox"
 
