@@ -13,9 +13,9 @@ injectors of bench/soak_faults.py:
   the lapsed lease as proof and remove the created container (jobpool/redistrust.py).
 - `cloned_data_root`: a daemon's data root is copied (it is stopped meanwhile, as for a backup) onto a new
   daemon on this kernel, which so carries its identity, and a worker starts there: the two must be told
-  apart (their workers' marks, jobpool/daemonmark.py), both refuse claims and `status` names them; the report
-  stands after the clone's worker stops and the clone is gone, until the soak, as the operator, clears it
-  (`forget_collision`); then the first daemon's workers claim again.
+  apart (their workers' marks, jobpool/fleet/daemonmark.py), both refuse claims and `status` names them; the
+  report stands after the clone's worker stops and the clone is gone, until the soak, as the operator, clears
+  it (`forget_collision`); then the first daemon's workers claim again.
 - `worker_without_daemon`: a worker whose DOCKER_HOST names a socket nothing serves runs for a few
   seconds beside the fleet: it must take no delivery (one it took would be dropped before its claim); the
   deliveries it dequeued are counted (`swallowed`, a zero).
@@ -38,7 +38,8 @@ import time
 from typing import Any
 
 from bench.soak_fleet import all_events
-from jobpool import daemonmark, errors, forget_collision, forget_daemon
+from jobpool import errors, forget_collision, forget_daemon
+from jobpool.fleet import daemonmark
 from tests.support.procs import children, other_boot
 from tests.support.servers import DockerDaemon
 

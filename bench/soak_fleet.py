@@ -34,7 +34,7 @@ import docker
 
 from jobpool import Pool
 from jobpool.contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
-from jobpool.daemonmark import LABEL_ROLE, ROLE_MARK
+from jobpool.fleet.daemonmark import LABEL_ROLE, ROLE_MARK
 from tests.support.procs import JobpoolProcess, other_boot
 from tests.support.proxies import DockerLaunchHold, RedisReplyDropper
 from tests.support.servers import DockerDaemon, RedisServer
@@ -178,7 +178,7 @@ class Fleet:
                         found += [f"d{n} container {(c.get('Labels') or {}).get(LABEL_JOB, '')} {c['State']}"
                                   for c in client.api.containers(all=True, filters=label)
                                   if c["State"] != "running"]
-                        # A live process's mark of its daemon (jobpool/daemonmark.py) is no leftover.
+                        # A live process's mark of its daemon (jobpool/fleet/daemonmark.py) is no leftover.
                         found += [f"d{n} volume {(v.get('Labels') or {}).get(LABEL_JOB, '')}"
                                   for v in client.api.volumes(filters=label).get("Volumes") or []
                                   if (v.get("Labels") or {}).get(LABEL_ROLE) != ROLE_MARK]

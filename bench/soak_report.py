@@ -38,7 +38,7 @@ def check_transitions(events: list[dict[str, str]], job_ids: list[str]) -> int:
             continue
         frm, to = e["from"], e["to"]
         if frm == to and e["reason"] == "stray_stopped" and state.get(job, "") == frm:
-            continue  # a note in the job's history (jobpool/strays.py), not a transition
+            continue  # a note in the job's history (jobpool/fleet/strays.py), not a transition
         if (frm, to) not in LEGAL or state.get(job, "") != frm:
             bad += 1
             print(f"soak: illegal transition for {job}: {state.get(job, '')!r} then {frm!r}->{to!r} "

@@ -18,8 +18,8 @@ from typing import Any, cast
 
 import redis
 
+from jobpool.fleet.strays import decode
 from jobpool.store.keys import PoolKeys
-from jobpool.strays import decode
 
 
 class StrayWatch(threading.Thread):

@@ -5,8 +5,6 @@ The one import surface: everything a user needs is importable from here.
 
 from .api import Pool
 from .config import Settings
-from .daemonmark import forget_collision
-from .daemons import forget_daemon, gone_daemons, unforget_daemon
 from .errors import (
     AlreadyExists,
     ConfigError,
@@ -22,6 +20,8 @@ from .errors import (
     NotReplicated,
     RedisUnavailable,
 )
+from .fleet.daemonmark import forget_collision
+from .fleet.gone import forget_daemon, gone_daemons, unforget_daemon
 from .models import Job, JobState
 from .spec import JobSpec
 

@@ -162,7 +162,7 @@ class Settings:
         """Read ``JOBPOOL_*`` variables; keyword overrides (from flags) win; None overrides are ignored.
         With no Redis URL given, that of the `jobpool up` running from the state directory, unless
         `follow_up` is off (`up` itself); its state file naming a stack that is gone raises
-        `upfollow.StackGone` (a `ConfigError`)."""
+        `up.follow.StackGone` (a `ConfigError`)."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         if "JOBPOOL_REDIS_URL" in env:
@@ -278,7 +278,7 @@ def _check_metrics(port: Any, host: Any) -> None:
 
 def _url_from_up_state(state_dir: str) -> str | None:
     """The Redis URL of a `jobpool up` running from this state directory, if any, and only while the stack
-    its state file names is alive (jobpool/upfollow.py)."""
-    from .upfollow import live_url  # here: it reads process identities and may ask that Redis
+    its state file names is alive (jobpool/up/follow.py)."""
+    from .up.follow import live_url  # here: it reads process identities and may ask that Redis
 
     return live_url(Path(state_dir).absolute() / STATE_FILE)

@@ -68,10 +68,11 @@ RQ_JOB_PREFIX = "rq:job:"
 #: RQ's prefix of a queue's list key (RQ's name): a job's `origin` is its queue's key less this.
 RQ_QUEUE_PREFIX = "rq:queue:"
 #: The largest inventory of one Docker daemon a publisher may write (its containers as JSON;
-#: jobpool/inventory.py, scripts/publish_inventory.lua): a publisher with more leaves entries out and says the
-#: inventory is incomplete.
+#: jobpool/fleet/inventory.py, scripts/publish_inventory.lua): a publisher with more leaves entries out and
+#: says the inventory is incomplete.
 INVENTORY_MAX_BYTES = 1_000_000
-#: The most commands routed to one daemon that wait for its workers (jobpool/commands.py); the oldest go.
+#: The most commands routed to one daemon that wait for its workers (jobpool/daemoncommands.py); the oldest
+#: go.
 COMMANDS_MAX = 512
 
 # ---- how an attempt ended when its own process did not end it (jobpool/exits.py) -------------------

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .assemble import Assembler
 from .contract import LABEL_PREFIX
 from .errors import InvalidSpec
+from .fastinit import Assembler
 
 MAX_ARGS = 1024
 MAX_ARG_BYTES = 64 * 1024
@@ -99,7 +99,7 @@ class JobSpec:
 
 
 _FIELDS = {f for f in JobSpec.__dataclass_fields__}
-#: `build_spec` makes every spec through this, every field given (jobpool/assemble.py: why).
+#: `build_spec` makes every spec through this, every field given (jobpool/fastinit.py: why).
 _assemble = Assembler(JobSpec)
 
 

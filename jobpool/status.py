@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import daemonmark, errors, strays
-from .daemonid import is_identity
-from .inventory import FORGET_MS
+from . import errors
+from .fleet import daemonmark, strays
+from .fleet.daemonid import is_identity
+from .fleet.inventory import FORGET_MS
+from .fleet.strays import Stray
 from .store import redispolicy, redisurl
 from .store.redispolicy import PolicyCheck, Verdict
-from .strays import Stray
 
 if TYPE_CHECKING:
     from .store.calls import Store
@@ -225,7 +226,7 @@ class StaleDaemon:
     on its queue for a checkpoint affinity to it) and the daemon's inventory is stale or missing, so the
     sweep keeps them for as long as that lasts (supervisor/remote.py). `since_ms` is its last publication,
     else (aged out of the index after a week, or never published) the last heartbeat (or promotion) its jobs
-    recorded. If its host is gone for good, `command` frees them (jobpool/daemons.py)."""
+    recorded. If its host is gone for good, `command` frees them (jobpool/fleet/gone.py)."""
 
     daemon_id: str
     jobs: tuple[str, ...]
@@ -243,7 +244,7 @@ class StaleDaemon:
 
 @dataclass(frozen=True)
 class ReturnedDaemon:
-    """A daemon declared gone whose declaration was lifted within a week (jobpool/daemons.py): `how` is
+    """A daemon declared gone whose declaration was lifted within a week (jobpool/fleet/gone.py): `how` is
     'published' (it came back: its workers publish again) or 'withdrawn' (by hand), `by` who, `at` when.
     Jobs judged absent on the declaration meanwhile may have run twice."""
 
@@ -307,11 +308,11 @@ class StatusReport:
     #: Redis's `maxmemory-policy` and the verdict on it (jobpool/store/redispolicy.py).
     redis_policy: PolicyCheck | None = None
     #: Running containers no row accounts for, as their daemons' inventories list them while their workers
-    #: stop them (jobpool/strays.py).
+    #: stop them (jobpool/fleet/strays.py).
     strays: tuple[Stray, ...] = ()
     daemons: Daemons | None = None
     #: Daemon identity -> why two Docker daemons share it: its standing collision, which holds until an
-    #: operator clears it (`jobpool forget-collision`), or a process's report (jobpool/daemonmark.py).
+    #: operator clears it (`jobpool forget-collision`), or a process's report (jobpool/fleet/daemonmark.py).
     shared_daemons: Mapping[str, str] = field(default_factory=dict)
 
     @property

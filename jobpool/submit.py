@@ -14,7 +14,7 @@ random bytes in hex (uuid4's format without its version bits, which nothing read
 hash (all but three fields the same for every job) are made by the script, and the script runs on a
 single-connection client held by the calling thread (store/threadclients.py) rather than checking a connection
 out of redis-py's pool for every call; jobpool/store/runner.py sends it on that connection directly. Each
-job's JobSpec and Job are made without their frozen dataclass __init__ (jobpool/assemble.py).
+job's JobSpec and Job are made without their frozen dataclass __init__ (jobpool/fastinit.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import errors
-from .assemble import Assembler
 from .config import Settings
+from .fastinit import Assembler
 from .models import Job, JobState
 from .spec import JobSpec, build_spec, utf8_size
 from .store.calls import EnqueueCall, Store
@@ -41,7 +41,7 @@ MAX_BATCH_SIZE = 1000
 MAX_COALESCE_KEY_BYTES = 1024
 #: The keys of an enqueue_many item besides the spec's own fields: `Pool.enqueue`'s other arguments.
 SUBMIT_OPTIONS = ("coalesce", "coalesce_key")
-#: How `send` makes each new job's `Job`: its other fields keep their defaults (jobpool/assemble.py: why).
+#: How `send` makes each new job's `Job`: its other fields keep their defaults (jobpool/fastinit.py: why).
 _new_job = Assembler(Job)
 
 

@@ -8,6 +8,7 @@ from typing import Any, BinaryIO
 import click
 
 from ..api import Pool
+from ..cancel import stop_if_orphaned
 from ..contract import ENV_CHECKPOINT_DIR
 from ..models import Job, JobState
 from ..spec import ENV_NAME, build_spec
@@ -159,19 +160,15 @@ def _job_outcome(pool: Pool, job: Job, verb: str, done_state: JobState, requeste
 
 
 def _stop_orphan(pool: Pool, job: Job) -> dict[str, Any] | None:
-    """A cancelled running job whose owner boot is gone has nobody to stop it: stop it by container label
-    (the supervisor's `stop_orphan`, which never signals a pid: docs/architecture.md, "Rules the verdicts
-    encode, and why"). None when there was nothing to do."""
-    if not (job.state is JobState.RUNNING and job.cancel_requested and job.owner_boot):
-        return None
-    if pool.boot_is_live(job.owner_boot):
-        return None
+    """What was done to the container of a cancelled job whose worker is gone (jobpool/cancel.py); None when
+    there was nothing to do."""
     try:
-        from jobpool.supervisor import stop_orphan
+        done = stop_if_orphaned(pool, job)
     except ImportError as exc:
         return {"action": "unavailable", "containers": [],
                 "detail": f"the supervisor is not in this build ({exc})"}
-    done = stop_orphan(pool, job)
+    if done is None:
+        return None
     return {"action": done.action, "containers": list(done.containers), "detail": done.detail}
 
 

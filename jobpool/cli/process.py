@@ -80,7 +80,7 @@ def up(state: CliState, workers: int, slots: int | None, state_dir: str | None, 
     that exits (with back-off); Ctrl-C drains and stops them. Metrics are served on JOBPOOL_METRICS_PORT (in
     use by another process: `up` stops), else on a free port. Other shells in this directory find it through
     the state file while it runs."""
-    run = load("jobpool.up", "run_up", "`jobpool up`")
+    run = load("jobpool.up.stack", "run_up", "`jobpool up`")
     # Not from the state file: `up` starts its own Redis, and a file an earlier `up` left must not stop it.
     settings = Settings.from_env(redis_url=state.redis_url, pool=state.pool_name, follow_up=False)
     _finish(run(settings, workers=workers, slots=slots, state_dir=state_dir, executor=executor,

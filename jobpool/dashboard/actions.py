@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from .. import errors
 from ..api import Pool
+from ..cancel import stop_if_orphaned
 from ..contract import MAX_SLOTS
 from ..digits import parse_whole
 from ..models import Job, JobState
@@ -73,10 +74,8 @@ def _job_line(job: Job, verb: str, done: JobState, requested: bool) -> str:
 def _cancel(pool: Pool, job_id: str, reason: str) -> str:
     job = pool.cancel(job_id, reason=reason)
     line = _job_line(job, "cancel", JobState.CANCELLED, job.cancel_requested)
-    if job.state is JobState.RUNNING and job.cancel_requested and job.owner_boot \
-            and not pool.boot_is_live(job.owner_boot):
-        # Its worker is gone: stop it by container label, as `jobpool cancel` does (supervisor/orphans.py).
-        stop = importlib.import_module("jobpool.supervisor").stop_orphan(pool, job)
+    stop = stop_if_orphaned(pool, job)  # its worker gone: stopped by label, as `jobpool cancel` does
+    if stop is not None:
         line += f"; its worker is gone: {stop.action}" + (f" ({stop.detail})" if stop.detail else "")
     return line
 

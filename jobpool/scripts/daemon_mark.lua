@@ -2,10 +2,10 @@
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     daemon_mark:<process id>   KEYS[16] daemon_marks   KEYS[17] shared_daemons
 ARGV[1] process id   ARGV[2] record ttl ms   ARGV[3] forget ms (index entries older than this are trimmed)
-ARGV[4..NARGV] field, value, field, value, ... (jobpool/daemonmark.py FIELDS)
+ARGV[4..NARGV] field, value, field, value, ... (jobpool/fleet/daemonmark.py FIELDS)
 Returns {0, at, recorded} (at: ms, the server's time; recorded: 1 when this call recorded a new collision);
 -6 bad arguments.
-Register (or refresh) one process that marked its Docker daemon (jobpool/daemonmark.py): its record, written
+Register (or refresh) one process that marked its Docker daemon (jobpool/fleet/daemonmark.py): its record, written
 whole, lives ARGV[2] ms unless refreshed, so a process that dies drops out on its own; the index says when
 each was last refreshed, for the readers (every process comparing marks, `status`).
 A record whose `collision` is not empty (this process concluded that two daemons share its `daemon_id`) is

@@ -7,7 +7,7 @@ ARGV[6] expected daemon id (optional; '' = any): the daemon whose containers of 
 Returns {0, 'failed', promoted, why_stopped}; -1; -2 not running; -4 the attempt (or its daemon) changed.
 An operator frees the slot of a running job (after its container was stopped by label).
 Compare-and-set on the attempt the operator looked at, and on the daemon the stop was done on when given (a
-routed eviction, jobpool/commands.py: after a Redis rollback the same attempt number may run elsewhere, and a
+routed eviction, jobpool/daemoncommands.py: after a Redis rollback the same attempt number may run elsewhere, and a
 stop on the old daemon proves nothing there); the old owner's next fenced write is refused.
 ]]
 local jkey, lkey = KEYS[15], KEYS[16]

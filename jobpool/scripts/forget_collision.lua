@@ -5,7 +5,7 @@ daemon_marks index: any of them on this identity has its `collision` emptied)
 ARGV[1] daemon identity   ARGV[2] actor   ARGV[3] note
 Returns {0, at, cleared} (cleared: the records whose report was emptied); -6 'no collision' for an identity
 with no standing report, -6 bad arguments.
-An operator clears a collision (two Docker daemons that shared one identity: jobpool/daemonmark.py) once
+An operator clears a collision (two Docker daemons that shared one identity: jobpool/fleet/daemonmark.py) once
 one of the daemons has an identity of its own: the standing report goes, with a pool-wide
 `daemon_collision_cleared` event, and so do the reports in the records of that identity (a process that
 still finds the two daemons' marks apart reports it again within a period, which records it again).

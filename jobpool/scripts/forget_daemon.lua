@@ -10,7 +10,7 @@ the lead lapses three of the publisher's periods after its holder stops), -4 'pu
 inventory is younger than ARGV[2]; -6 'unknown' for a daemon neither in the `inventories` index (published
 within a week) nor named by a running row among KEYS[20..] (a typo), -6 bad arguments.
 An operator's word that a Docker daemon is gone for good (its host destroyed, its disks wiped): none of its
-containers will run again, so a supervisor judges the attempts recorded on it absent (jobpool/daemons.py,
+containers will run again, so a supervisor judges the attempts recorded on it absent (jobpool/fleet/gone.py,
 jobpool/supervisor/remote.py). Refused while the daemon still publishes its inventory: a daemon whose workers
 speak for it is not gone. A daemon that aged out of the index (silent for a week) stays forgettable for as
 long as a running row holds a slot on it (recorded on it, or waiting promoted on its queue for a checkpoint

@@ -4,7 +4,7 @@ KEYS[15]     the RQ list a worker took the job from (RQ's own key)   KEYS[16] th
 ARGV[1] RQ job id
 Returns {0, 1} when the job was given back; {0, 0} when it was not in the intermediate list (nothing done).
 A worker that took a job off its queue just as it found it may not claim (its daemon's identity is shared:
-jobpool/daemonmark.py) puts it back at the head, as untaken, before RQ's worker has written anything of it.
+jobpool/fleet/daemonmark.py) puts it back at the head, as untaken, before RQ's worker has written anything of it.
 ]]
 local queue, taken = KEYS[15], KEYS[16]
 if redis.call('LREM', taken, 1, ARGV[1]) == 0 then return {0, 0} end

@@ -3,10 +3,10 @@ KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     inventory:<daemon id>   KEYS[16] inventory_lead:<daemon id>   KEYS[17] inventories
 KEYS[18]     gone_daemons   KEYS[19] returned_daemons
 ARGV[1] daemon id   ARGV[2] boot id (the publisher)   ARGV[3] kernel boot id   ARGV[4] lead ms
-ARGV[5] inventory ttl ms   ARGV[6] complete ('1' or '0')   ARGV[7] containers (JSON array, jobpool/inventory.py)
+ARGV[5] inventory ttl ms   ARGV[6] complete ('1' or '0')   ARGV[7] containers (JSON array, jobpool/fleet/inventory.py)
 ARGV[8] forget ms (index entries, and records of lifted declarations, older than this are trimmed)
 ARGV[9] listed at: the server's time (ms) the publisher read just before it listed the containers
-ARGV[10] strays (JSON array, jobpool/strays.py: running containers no row accounts for; '' or absent = none)
+ARGV[10] strays (JSON array, jobpool/fleet/strays.py: running containers no row accounts for; '' or absent = none)
 Returns {0, at} (ms, the server's time); -3 this boot does not hold the daemon's lead; -6 bad arguments or
 containers over INVENTORY_MAX_BYTES.
 Write one daemon's inventory whole, only by the holder of its lead (inventory_lead.lua), and renew the lead.

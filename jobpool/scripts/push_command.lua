@@ -1,7 +1,7 @@
 --[[ push_command
 KEYS[1..14]  common keys (see _lib.lua)
 KEYS[15]     job:<id>      KEYS[16] commands:<daemon id>
-ARGV[1] id   ARGV[2] expected attempt   ARGV[3] daemon id   ARGV[4] command (JSON, jobpool/commands.py)
+ARGV[1] id   ARGV[2] expected attempt   ARGV[3] daemon id   ARGV[4] command (JSON, jobpool/daemoncommands.py)
 ARGV[5] ttl ms   ARGV[6] evidence   ARGV[7] actor
 Returns {0, commands waiting}; -1 unknown id; -4 the row is not running that attempt; -6 bad arguments.
 Route a command about a running job to the workers on the Docker daemon its container runs on (a supervisor

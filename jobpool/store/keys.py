@@ -70,17 +70,18 @@ class PoolKeys:
         #: (scripts/forget_daemon.lua). Grows only by such declarations.
         self.gone_daemons = p + "gone_daemons"
         #: Declarations lifted, by a daemon that published again or by hand (scripts/unforget_daemon.lua):
-        #: JSON records scored by when (ms), kept a week (jobpool/daemons.py), shown by `status`.
+        #: JSON records scored by when (ms), kept a week (jobpool/fleet/gone.py), shown by `status`.
         self.returned_daemons = p + "returned_daemons"
-        #: The random id of the `jobpool up` stack that started this Redis (jobpool/up.py), also in its state
-        #: file: how another shell tells that Redis from another one on the same port (jobpool/upfollow.py).
+        #: The random id of the `jobpool up` stack that started this Redis (jobpool/up/stack.py), also in its
+        #: state file: how another shell tells that Redis from another one on the same port
+        #: (jobpool/up/follow.py).
         self.up_stack = p + "up_stack"
-        #: Every process that marked its Docker daemon (jobpool/daemonmark.py): process id -> its last
+        #: Every process that marked its Docker daemon (jobpool/fleet/daemonmark.py): process id -> its last
         #: refresh (ms, Redis time). Bounded by the fleet (entries long expired are trimmed by the script).
         self.daemon_marks = p + "daemon_marks"
-        #: Daemon identities two Docker daemons were found to share (jobpool/daemonmark.py): identity -> JSON
-        #: {line, at, by}, written by scripts/daemon_mark.lua when a process concludes a collision, removed
-        #: only by an operator (scripts/forget_collision.lua). Bounded by the fleet's identities.
+        #: Daemon identities two Docker daemons were found to share (jobpool/fleet/daemonmark.py): identity ->
+        #: JSON {line, at, by}, written by scripts/daemon_mark.lua when a process concludes a collision,
+        #: removed only by an operator (scripts/forget_collision.lua). Bounded by the fleet's identities.
         self.shared_daemons = p + "shared_daemons"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
@@ -115,7 +116,7 @@ class PoolKeys:
         return f"{self.prefix}adopt:{job_id}"
 
     def inventory(self, daemon_id: str) -> str:
-        """One Docker daemon's latest inventory (hash + TTL; jobpool/inventory.py)."""
+        """One Docker daemon's latest inventory (hash + TTL; jobpool/fleet/inventory.py)."""
         return f"{self.prefix}inventory:{daemon_id}"
 
     def inventory_lead(self, daemon_id: str) -> str:
@@ -123,7 +124,7 @@ class PoolKeys:
         return f"{self.prefix}inventory_lead:{daemon_id}"
 
     def commands(self, daemon_id: str) -> str:
-        """Commands routed to one Docker daemon's workers (list + TTL; jobpool/commands.py)."""
+        """Commands routed to one Docker daemon's workers (list + TTL; jobpool/daemoncommands.py)."""
         return f"{self.prefix}commands:{daemon_id}"
 
     def daemon_queue_name(self, daemon_id: str) -> str:
@@ -138,7 +139,7 @@ class PoolKeys:
         return RQ_QUEUE_PREFIX + self.daemon_queue_name(daemon_id)
 
     def daemon_mark(self, process_id: str) -> str:
-        """One process that marked its Docker daemon (hash + TTL; jobpool/daemonmark.py)."""
+        """One process that marked its Docker daemon (hash + TTL; jobpool/fleet/daemonmark.py)."""
         return f"{self.prefix}daemon_mark:{process_id}"
 
     def boot(self, boot_id: str) -> str:

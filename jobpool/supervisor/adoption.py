@@ -22,7 +22,7 @@ from rq.serializers import JSONSerializer
 
 from ..api import Pool
 from ..contract import ADOPT_RQ_PREFIX
-from ..daemonid import is_identity
+from ..fleet.daemonid import is_identity
 from ..store.keys import worker_name
 from ..store.runner import wrap_redis_error
 from ..store.sweepio import run_pipeline

@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from .. import commands, errors
+from .. import daemoncommands, errors
 from ..api import Pool
 from ..store.calls import InventoryFence
 from . import remote
 from .adoption import Adoptions
-from .probes import Absent, ContainerProber, Probe
+from .daemon import DaemonClient
+from .probes import Absent, Probe
+from .stopper import ContainerStopper
 from .verdicts import APPLIED_KINDS, EXECUTOR_SUBPROCESS, EXIT_KINDS, Kind, RowSnapshot, Verdict
 
 log = logging.getLogger("jobpool.supervisor")
@@ -26,13 +28,14 @@ log = logging.getLogger("jobpool.supervisor")
 class Applier:
     """Applies the verdicts of one pool's sweeps in the name of `actor` (recorded in each event)."""
 
-    def __init__(self, pool: Pool, prober: ContainerProber, adoptions: Adoptions, actor: str) -> None:
+    def __init__(self, pool: Pool, daemon: DaemonClient, adoptions: Adoptions, actor: str) -> None:
         self.pool = pool
         self.settings = pool.settings
-        self.prober = prober
+        self.daemon = daemon
+        self.stopper = ContainerStopper(daemon)
         self.adoptions = adoptions
         self.actor = actor
-        #: Daemon identities two daemons may share (identity -> why; jobpool/daemonmark.py), set by the
+        #: Daemon identities two daemons may share (identity -> why; jobpool/fleet/daemonmark.py), set by the
         #: Supervisor: no eviction of a job recorded on one, since stopping it "by label" may miss it.
         self.untrusted: Callable[[], Mapping[str, str]] | None = None
 
@@ -65,7 +68,7 @@ class Applier:
     def reconcile_apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None) -> str:
         """End, requeue or redispatch a row whose owner is gone (`reconcile_apply.lua`); returns its state."""
         never_started = isinstance(probe, Absent) and probe.never_started and bool(probe.container_id)
-        if never_started and not self.prober.remove(probe.container_id):  # type: ignore[union-attr]
+        if never_started and not self.stopper.remove(probe.container_id):  # type: ignore[union-attr]
             # A launcher that stalled between create and start may still start it: "never started" holds
             # only once the container can no longer be started, so it goes first. Not forced: Docker orders
             # the remove and a start in flight, and a container started meanwhile refuses a plain remove;
@@ -96,7 +99,7 @@ class Applier:
         # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
         # dead watcher would have.
         if verdict.kind in EXIT_KINDS and verdict.container_id and not inventory:  # else its publisher does
-            self.prober.remove(verdict.container_id)
+            self.stopper.remove(verdict.container_id)
         return state
 
     def drop_ghost(self, job_id: str, verdict: Verdict) -> str:
@@ -130,12 +133,12 @@ class Applier:
                           doubt)
                 return f"error: not evicted: daemon {row.daemon_id} may not be one daemon"
             try:
-                ok, why = self.prober.same_daemon(row.daemon_id)
+                ok, why = self.daemon.same_daemon(row.daemon_id)
             except Exception as exc:  # noqa: BLE001 - no daemon here
-                ok, why = False, self.prober.failed(exc)
-            if not ok and self.settings.inventory_secs and commands.routable(row.daemon_id):
-                # Stopped, then failed, by a worker on its own daemon (jobpool/commands.py).
-                commands.route_stop(self.pool, row.daemon_id, commands.StopCommand(
+                ok, why = False, self.daemon.failed(exc)
+            if not ok and self.settings.inventory_secs and daemoncommands.routable(row.daemon_id):
+                # Stopped, then failed, by a worker on its own daemon (jobpool/daemoncommands.py).
+                daemoncommands.route_stop(self.pool, row.daemon_id, daemoncommands.StopCommand(
                     row.id, row.attempt, evict=True, reason=verdict.reason, evidence=verdict.evidence,
                     actor=self.actor))
                 log.warning("job %s: eviction routed to the workers on daemon %s (%s)", row.id, row.daemon_id,
@@ -147,7 +150,7 @@ class Applier:
                 log.error("job %s: not evicted: its container cannot be stopped from here: %s", row.id, why)
                 return f"error: not evicted: {why}"
             try:
-                stopped = self.prober.stop_by_label(self.pool.keys.pool, row.id, row.attempt,
+                stopped = self.stopper.stop_by_label(self.pool.keys.pool, row.id, row.attempt,
                                                     self.settings.stop_grace_secs)
             except Exception as exc:  # noqa: BLE001 - not stopped means not evicted: the slot stays
                 log.error("job %s: not evicted: its container could not be stopped: %s", row.id, exc)

@@ -19,7 +19,7 @@ from rq.registry import StartedJobRegistry
 
 from ..api import Pool
 from ..contract import RQ_QUEUE_PREFIX
-from ..daemonid import is_identity
+from ..fleet.daemonid import is_identity
 from ..redistrust import RedisTrust
 from . import remote
 from .probes import ContainerProber, Probe, Unknown, probe_process
@@ -108,9 +108,9 @@ class Evidence:
               untrusted: Callable[[], Mapping[str, str]] | None = None) -> dict[str, Probe]:
         """The probes the rows of `snap` need: one container list for all container rows (and the ghosts with
         no lease, by label, any attempt), /proc for subprocess rows. A row recorded on a daemon identity that
-        `untrusted` names (identity -> why: two daemons may share it, jobpool/daemonmark.py; asked only when
-        some row needs a container probe) is unknown, judged neither from this supervisor's daemon nor from
-        an inventory."""
+        `untrusted` names (identity -> why: two daemons may share it, jobpool/fleet/daemonmark.py; asked only
+        when some row needs a container probe) is unknown, judged neither from this supervisor's daemon nor
+        from an inventory."""
         containers: dict[str, int] = {}
         daemons: dict[str, str] = {}
         out: dict[str, Probe] = {}

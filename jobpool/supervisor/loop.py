@@ -9,9 +9,10 @@ import time
 import uuid
 from typing import Any
 
-from .. import daemonmark, errors, exporter
+from .. import errors, exporter
 from ..api import Pool
 from ..config import Settings
+from ..fleet import daemonmark
 from ..store.redispolicy import EvictingRedis
 from ..store.redisurl import connect
 from .probes import ContainerProber
@@ -59,7 +60,7 @@ def _check_redis(sup: Supervisor, once: bool) -> bool:
 
 
 def _mark_daemon(pool: Pool, prober: ContainerProber) -> daemonmark.Marker | None:
-    """The loop's mark on its Docker daemon (jobpool/daemonmark.py): until every process claiming the
+    """The loop's mark on its Docker daemon (jobpool/fleet/daemonmark.py): until every process claiming the
     daemon's identity has its mark there, no row on that identity is judged from this daemon's list."""
     if pool.settings.executor == "subprocess":
         return None

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .. import commands
+from .. import daemoncommands
 from ..api import Pool
 from ..models import Job
 from .probes import ContainerProber
+from .stopper import ContainerStopper
 from .sweep import Supervisor, actor_name
 from .verdicts import EXECUTOR_SUBPROCESS
 
@@ -23,7 +24,7 @@ log = logging.getLogger("jobpool.supervisor")
 @dataclass(frozen=True)
 class OrphanStop:
     """What `stop_orphan` did: `action` is one of not_running, owner_alive, stopped, routed (to the workers on
-    its daemon: jobpool/commands.py), manual_stop_needed, unknown."""
+    its daemon: jobpool/daemoncommands.py), manual_stop_needed, unknown."""
 
     job_id: str
     action: str
@@ -33,7 +34,7 @@ class OrphanStop:
 
 
 def same_daemon_or_none(sup: Supervisor, recorded: str) -> tuple[bool, str]:
-    """`ContainerProber.same_daemon`, with "this process has no daemon" (nothing answers) as a mismatch."""
+    """`DaemonClient.same_daemon`, with "this process has no daemon" (nothing answers) as a mismatch."""
     try:
         return sup.prober.same_daemon(recorded)
     except Exception as exc:  # noqa: BLE001 - no daemon here: the container cannot be stopped from here
@@ -69,10 +70,10 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
             return OrphanStop(job_id, "manual_stop_needed", detail=row.identity,
                               state=report.decisions[0].outcome if report.decisions else "")
         ok, why = same_daemon_or_none(sup, row.daemon_id)
-        if not ok and pool.settings.inventory_secs and commands.routable(row.daemon_id):
+        if not ok and pool.settings.inventory_secs and daemoncommands.routable(row.daemon_id):
             # Stopped by the workers on its own daemon; the persisted cancel then ends it
             # (docs/architecture.md, "Many hosts").
-            waiting = commands.route_stop(pool, row.daemon_id, commands.StopCommand(
+            waiting = daemoncommands.route_stop(pool, row.daemon_id, daemoncommands.StopCommand(
                 job_id, row.attempt, actor=sup.actor))
             log.warning("job %s: its container runs on daemon %s (%s): stop routed to that daemon's workers "
                         "(%d waiting)", job_id, row.daemon_id, why, waiting)
@@ -84,7 +85,8 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
             log.error("job %s: its container cannot be stopped from here: %s", job_id, why)
             return OrphanStop(job_id, "unknown", detail=why, state="running")
         try:
-            stopped = sup.prober.stop_by_label(pool.keys.pool, job_id, None, pool.settings.stop_grace_secs)
+            stopped = ContainerStopper(sup.prober).stop_by_label(pool.keys.pool, job_id, None,
+                                                             pool.settings.stop_grace_secs)
         except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped
             log.error("job %s: its container could not be stopped: %s", job_id, exc)
             return OrphanStop(job_id, "unknown", detail=str(exc), state="running")

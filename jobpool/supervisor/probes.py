@@ -23,9 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import daemonid, jobcgroup, procid
+from .. import jobcgroup, procid
 from ..contract import EXIT_UNKNOWN, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
-from ..exits import Ending, Outages, ending, oom_event
+from ..exits import Ending, ending, oom_event
+from .daemon import DaemonClient
 
 #: Container states whose process may still write (a paused container resumes where it was).
 LIVE_STATES = frozenset({"running", "paused", "restarting"})
@@ -106,25 +107,6 @@ def _summary_result(summary: Mapping[str, Any]) -> Probe | None:
     return Unknown(f"container {cid[:12]} in unexpected state {state!r} ({status!r})")
 
 
-def _no_answer(exc: BaseException) -> bool:
-    """The daemon is not there to answer (refused, reset mid-answer, a 5xx): only such a failure starts an
-    outage window (jobpool/exits.py). A timeout is not one: a slow daemon is still the same daemon."""
-    import docker.errors
-    import requests.exceptions
-    import urllib3.exceptions
-
-    if isinstance(exc, docker.errors.APIError):
-        return exc.is_server_error()
-    if isinstance(exc, requests.exceptions.Timeout) or any(
-            isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in getattr(exc, "args", ())):
-        return False
-    if isinstance(exc, (requests.exceptions.RequestException, OSError)):
-        return True
-    # A new client asks the daemon's API version first; the SDK wraps that failure in a DockerException.
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and _no_answer(cause)
-
-
 def _rank(p: Probe) -> int:
     """When one attempt somehow has several containers, the most alive one decides."""
     if isinstance(p, Present):
@@ -134,80 +116,13 @@ def _rank(p: Probe) -> int:
     return 0
 
 
-class ContainerProber:
-    """Lists a pool's containers on one Docker daemon; keeps one client (and the daemon's ID) across sweeps.
-
-    The client is created lazily and dropped after any failure, so a daemon that comes back is found again.
-    `api_calls` counts HTTP requests answered by the daemon (for the benchmark and for tests). `outages`
-    keeps when this prober found its daemon not answering and answering again: the evidence that a
-    container's end was recorded by a restart of its daemon (jobpool/exits.py).
-    """
+class ContainerProber(DaemonClient):
+    """Lists a pool's containers on one Docker daemon and judges each: evidence only (what is done to them is
+    jobpool/supervisor/stopper.py's). Its client and the daemon's identity are `DaemonClient`'s."""
 
     def __init__(self, docker_host: str | None = None, timeout: float = 10.0) -> None:
-        self.docker_host = docker_host
-        self.timeout = timeout
-        self.api_calls = 0
+        super().__init__(docker_host, timeout)
         self.list_calls = 0
-        self._client: Any = None
-        self._daemon_id: str | None = None
-        self.identity_problem = ""
-        self.outages = Outages()
-
-    # ---- the client ---------------------------------------------------------------------------------
-
-    def _connect(self) -> Any:
-        if self._client is None:
-            import docker  # imported here: a subprocess-only deployment never needs the SDK loaded
-
-            if self.docker_host:
-                # A float timeout works (requests takes one); the SDK says int.
-                client = docker.DockerClient(base_url=self.docker_host, timeout=self.timeout)
-            else:
-                client = docker.from_env(timeout=self.timeout)
-            client.api.hooks["response"].append(self._count)
-            self._client = client
-        return self._client
-
-    def _count(self, response: Any, *args: Any, **kwargs: Any) -> None:
-        self.api_calls += 1
-
-    def client(self) -> Any:
-        """The Docker client of this prober's daemon (for the supervisor's other asks of it, volumes.py)."""
-        return self._connect()
-
-    def daemon_id(self) -> str:
-        """The daemon's identity (jobpool/daemonid.py), established once per client; '' when it cannot be
-        (the reason is kept in `identity_problem`). SDK errors asking the daemon propagate."""
-        if self._daemon_id is None:
-            try:
-                self._daemon_id = daemonid.establish(self._connect(), self.docker_host)
-                self.identity_problem = ""
-            except daemonid.IdentityUnavailable as exc:
-                self._daemon_id = ""
-                self.identity_problem = str(exc)
-        return self._daemon_id
-
-    def same_daemon(self, recorded: str) -> tuple[bool, str]:
-        """Whether this prober's daemon is the one an attempt was recorded on (daemonid.same_daemon)."""
-        ok, why = daemonid.same_daemon(recorded, self.daemon_id())
-        if not ok and self.identity_problem:
-            why = f"{why}: {self.identity_problem}"
-        return ok, why
-
-    def close(self) -> None:
-        if self._client is not None:
-            try:
-                self._client.close()
-            finally:
-                self._client = None
-                self._daemon_id = None
-
-    def _failure_reason(self, exc: BaseException) -> str:
-        where = self.docker_host or "DOCKER_HOST/default socket"
-        text = " ".join(str(exc).split())[:300]
-        return f"docker daemon at {where} could not be asked ({type(exc).__name__}: {text})"
-
-    # ---- probing ------------------------------------------------------------------------------------
 
     def probe(self, pool: str, job_attempts: Mapping[str, int | None],
               daemon_ids: Mapping[str, str] | None = None) -> dict[str, Probe]:
@@ -274,13 +189,6 @@ class ContainerProber:
             result = self._inspect(self._connect(), str(summary.get("Id", "")))
         return result
 
-    def failed(self, exc: BaseException) -> str:
-        """After a failed ask: drop the client, note an outage if the daemon did not answer; says why."""
-        self.close()
-        if _no_answer(exc):
-            self.outages.unanswered(time.time())
-        return self._failure_reason(exc)
-
     def _may_be_infrastructure(self, result: Probe, created: Any = None) -> bool:
         """Whether an ended container's exit code is one its infrastructure may have caused, so what ended it
         (OOMKilled, when: only in an inspect) is worth one more call: 137, the SIGKILL an OOM kill leaves
@@ -322,48 +230,6 @@ class ContainerProber:
         return Present(running=False, exit_code=code, container_id=container_id,
                        detail=f"{detail} ({end.evidence})" if end.evidence else detail,
                        ending=end if end.cause else None)
-
-    # ---- operator actions ---------------------------------------------------------------------------
-
-    def stop_by_label(self, pool: str, job_id: str, attempt: int | None, grace_secs: float) -> list[str]:
-        """Stop the running containers of a job (of one attempt, if given); returns their ids.
-
-        Raises the SDK's exception when the daemon cannot be asked: a caller must not act as if stopped.
-        """
-        client = self._connect()
-        labels = [f"{LABEL_POOL}={pool}", f"{LABEL_JOB}={job_id}"]
-        if attempt is not None:
-            labels.append(f"{LABEL_ATTEMPT}={attempt}")
-        stopped = []
-        try:
-            for summary in client.api.containers(all=False, filters={"label": labels}):
-                cid = str(summary["Id"])
-                client.api.stop(cid, timeout=max(0, int(round(grace_secs))))  # the SDK adds it to its timeout
-                stopped.append(cid)
-        except Exception:
-            self.close()
-            raise
-        return stopped
-
-    def stop(self, container_id: str, grace_secs: float) -> None:
-        """Stop one container: its stop signal, then killed after `grace_secs` (Docker's stop). Raises the
-        SDK's exception when the daemon cannot be asked."""
-        self._connect().api.stop(container_id, timeout=max(0, int(round(grace_secs))))
-
-    def remove(self, container_id: str) -> bool:
-        """Remove a container that is not running: an ended one whose result has been recorded, or a created
-        one that must never start. True once it is gone (or was already); False otherwise (a running
-        container is never removed)."""
-        import docker
-
-        try:
-            self._connect().api.remove_container(container_id, v=False, force=False)
-            return True
-        except docker.errors.NotFound:
-            return True
-        except Exception:  # noqa: BLE001 - a leftover container is harmless; the next attempt has its own
-            return False
-
 
 def probe_containers(pool_name: str, job_attempts: Mapping[str, int], docker_host: str | None = None,
                      timeout: float = 10.0, daemon_ids: Mapping[str, str] | None = None) -> dict[str, Probe]:

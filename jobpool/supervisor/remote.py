@@ -1,5 +1,6 @@
 """Evidence about containers on a Docker daemon the supervisor cannot ask: that daemon's inventory, published
-by a worker on it (jobpool/inventory.py, jobpool/workers/inventory.py; docs/architecture.md, "Many hosts").
+by a worker on it (jobpool/fleet/inventory.py, jobpool/workers/inventory.py; docs/architecture.md, "Many
+hosts").
 
 A fresh inventory answers as the daemon would have: present (running), exited with its code (and, when the
 publisher inspected it, what ended it: jobpool/exits.py), or absent when the inventory is complete and lists
@@ -7,18 +8,18 @@ no container of that attempt. Anything else keeps the slot:
 
 - an inventory older than `JOBPOOL_INVENTORY_STALE_SECS`, expired or never published is `Unknown`, with a
   reason naming the daemon and the inventory's age (no worker on it publishes: all dead, or Redis out of
-  their reach), unless an operator declared the daemon gone for good (jobpool/daemons.py): then `Absent`
+  their reach), unless an operator declared the daemon gone for good (jobpool/fleet/gone.py): then `Absent`
   (a declaration stands only while the daemon stays silent: its next publication lifts it);
 - a created, never started container is `Unknown`: only its own daemon can remove it, which its publisher
   does once the attempt's lease is gone; the next inventory then lists nothing;
 - an incomplete inventory (too many containers) proves nothing by what it leaves out.
 
-**The boot rule.** A daemon's identity ends with its host's kernel boot id (jobpool/daemonid.py), so after a
-reboot the same daemon (the same identity volume) publishes under a new identity. When the attempt's own
-inventory is stale and a fresh inventory of the same daemon uuid under another boot id was *first* published
-after the old boot's *last* publication (both Redis's clock), the old boot is over and its containers went
-with it: `Absent` if the new boot's inventory does not list the attempt's container, its end if it lists it
-ended (the daemon keeps the old boot's containers, ended; the publisher reads a reboot's end as
+**The boot rule.** A daemon's identity ends with its host's kernel boot id (jobpool/fleet/daemonid.py), so
+after a reboot the same daemon (the same identity volume) publishes under a new identity. When the attempt's
+own inventory is stale and a fresh inventory of the same daemon uuid under another boot id was *first*
+published after the old boot's *last* publication (both Redis's clock), the old boot is over and its
+containers went with it: `Absent` if the new boot's inventory does not list the attempt's container, its end
+if it lists it ended (the daemon keeps the old boot's containers, ended; the publisher reads a reboot's end as
 `host_rebooted`, jobpool/exits.py). A clone of the data root on another host booted while the old one was
 still publishing does not qualify (its first publication is earlier than the old one's last), so a live host
 is never judged by its clone; what is left is a host silent from before its clone first published: see "Many
@@ -34,9 +35,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..api import Pool
-from ..daemonid import is_identity, uuid_of
 from ..exits import Ending
-from ..inventory import CREATED, EXITED, FIELDS, RUNNING, Entry, Inventory, parse
+from ..fleet.daemonid import is_identity, uuid_of
+from ..fleet.inventory import CREATED, EXITED, FIELDS, RUNNING, Entry, Inventory, parse
 from .probes import Absent, Present, Probe, Unknown
 
 
@@ -47,7 +48,7 @@ class Inventories:
     now_ms: int
     by_daemon: dict[str, Inventory] = field(default_factory=dict)
     last_at: dict[str, int] = field(default_factory=dict)
-    #: Daemons an operator declared gone for good (jobpool/daemons.py): identity -> the declaration.
+    #: Daemons an operator declared gone for good (jobpool/fleet/gone.py): identity -> the declaration.
     gone: dict[str, str] = field(default_factory=dict)
 
 
@@ -180,8 +181,8 @@ def _rebooted(recorded: str, invs: Inventories, stale_secs: float, job_id: str, 
 
 def _declared_gone(recorded: str, invs: Inventories, inv: Inventory | None, job_id: str,
                    attempt: int) -> Probe:
-    """An attempt on a daemon the operator declared gone for good (jobpool/daemons.py): its end, if the last
-    inventory the daemon published lists its container ended (an ended container never runs again), else
+    """An attempt on a daemon the operator declared gone for good (jobpool/fleet/gone.py): its end, if the
+    last inventory the daemon published lists its container ended (an ended container never runs again), else
     absent. Not fenced on an inventory (that last one is stale by now), only on the row: the row's lease,
     which a worker of a daemon that comes back renews, is the compare-and-set (reconcile_apply.lua)."""
     declared = f"daemon {recorded} was declared gone for good by the operator ({invs.gone[recorded][:300]})"

@@ -18,9 +18,11 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from .. import daemonmark, daemons, errors, metrics, retention
+from .. import errors, metrics, retention
 from ..api import Pool
 from ..config import Settings
+from ..fleet import daemonmark
+from ..fleet.gone import gone_daemons
 from . import volumes
 from .adoption import Adoptions
 from .apply import Applier
@@ -53,7 +55,8 @@ class Supervisor:
         self.applier = Applier(pool, self.prober, self.adoptions, self.actor)
         self.applier.untrusted = self.untrusted_daemons
         self._volumes_at = -math.inf
-        #: This supervisor's mark on its daemon (jobpool/daemonmark.py; the loop's: run_supervisor), or None.
+        #: This supervisor's mark on its daemon (jobpool/fleet/daemonmark.py; the loop's: run_supervisor), or
+        #: None.
         self.marker = marker
 
     def close(self) -> None:
@@ -120,9 +123,9 @@ class Supervisor:
         return report
 
     def untrusted_daemons(self) -> dict[str, str]:
-        """Daemon identities no row may be judged on (identity -> why; jobpool/daemonmark.py): those a live
-        process reports two daemons share, and this supervisor's own while its mark says it is not trusted
-        to be one daemon's (its peers have not seen its mark yet, or a collision)."""
+        """Daemon identities no row may be judged on (identity -> why; jobpool/fleet/daemonmark.py): those a
+        live process reports two daemons share, and this supervisor's own while its mark says it is not
+        trusted to be one daemon's (its peers have not seen its mark yet, or a collision)."""
         if self.settings.executor == "subprocess":
             return {}
         out = daemonmark.read_collisions(self.pool.store)
@@ -138,15 +141,15 @@ class Supervisor:
         return out
 
     def _release_gone_affinities(self, snap: Snapshot) -> None:
-        """A promoted job waiting on the queue of a daemon declared gone for good (jobpool/daemons.py) would
-        wait there for ever, holding its slot: its affinity is released (as `resume --anywhere` does,
+        """A promoted job waiting on the queue of a daemon declared gone for good (jobpool/fleet/gone.py)
+        would wait there for ever, holding its slot: its affinity is released (as `resume --anywhere` does,
         compare-and-set on the affinity), and past the claim grace it is dispatched again on the pool's queue
         (`decide_unclaimed`). Its checkpoint went with the daemon. One read, only when a row waits on a
         daemon's queue."""
         waiting = {r.id: r.affinity_queue for r in snap.rows if not r.claimed and r.affinity_queue}
         if not waiting:
             return
-        gone = {self.pool.keys.daemon_queue(d): d for d in daemons.gone_daemons(self.pool)}
+        gone = {self.pool.keys.daemon_queue(d): d for d in gone_daemons(self.pool)}
         for job_id, queue in waiting.items():
             daemon = gone.get(queue)
             if daemon is None:

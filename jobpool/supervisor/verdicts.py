@@ -341,7 +341,7 @@ def decide_ghost(why: str, lease_live: bool, probe: Probe | None, executor: str,
         return Verdict(Kind.WARN, WARN_GHOST, f"{why}; {probe.detail}; slot kept until it stops",
                        container_id=probe.container_id)
     # Without its row, nothing says which daemon the job ran on: "none here" proves nothing about another
-    # daemon of the fleet (jobpool/daemonid.py). Only the operator, who can look, frees such a slot.
+    # daemon of the fleet (jobpool/fleet/daemonid.py). Only the operator, who can look, frees such a slot.
     if not evict_stale:
         return Verdict(Kind.WARN, WARN_GHOST, f"{why}; no lease; {probe.detail}, but a job without its row "
                                               "may run on another daemon: only `reconcile --evict-stale` "

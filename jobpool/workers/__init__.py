@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..api import Pool
 from ..config import Settings
-from ..daemonmark import Marker
 from ..errors import JobpoolError
+from ..fleet.daemonmark import Marker
 from .boot import Boot, live_restore_of
 from .cleanup import Cleaner
 from .executors import make_executor
@@ -167,8 +167,8 @@ LIVE_RESTORE_RECHECK_SECS = 60.0
 
 def mark_daemon(pool: Pool, boot: Boot) -> Marker | None:
     """The worker's mark on its Docker daemon, made and registered before anything else of this boot is
-    (jobpool/daemonmark.py): no claim and no inventory until every process claiming the daemon's identity
-    has its mark on this very daemon. None for the subprocess executor."""
+    (jobpool/fleet/daemonmark.py): no claim and no inventory until every process claiming the daemon's
+    identity has its mark on this very daemon. None for the subprocess executor."""
     if pool.settings.executor != "docker":
         return None
     marker = Marker(pool.store, "worker", boot.id,

@@ -11,8 +11,8 @@ import logging
 from rq import get_current_job
 
 from ..contract import ENV_ATTEMPT, ENV_JOB_ID, ENV_POOL, RQ_META_ATTEMPT
-from ..daemonid import same_daemon
 from ..errors import CorruptRow, JobpoolError
+from ..fleet.daemonid import same_daemon
 from .attempt import Attempt
 from .executors import Launch, make_executor
 from .executors.base import DOCKER, HostFault
@@ -64,7 +64,7 @@ def run_job() -> str:
 
 
 def daemon_identity(rt: Runtime) -> str:
-    """The identity of this worker's Docker daemon (jobpool/daemonid.py), established once per boot; ''
+    """The identity of this worker's Docker daemon (jobpool/fleet/daemonid.py), established once per boot; ''
     for the subprocess executor. Raises when it cannot be established: a Docker attempt is claimed only with
     the identity of the daemon it will run on, or the supervisor could never find it again."""
     if rt.pool.settings.executor != "docker" or rt.daemon_id:

@@ -60,7 +60,7 @@ that took the job says it is done there, not once RQ's record is deleted too: th
 worker already takes its next job. Only for a job that ended: its RQ records are its own and it is never
 delivered again, so nothing the worker writes for its next job meets them, except RQ's "current job" field
 of the worker's hash, which this horse then leaves alone (the worker clears it as it goes idle:
-jobpool/workers/rqbooks.py). A horse whose record of the delivery fails after saying so deletes it as a
+jobpool/workers/rqbookkeeping.py). A horse whose record of the delivery fails after saying so deletes it as a
 success would (`handle_job_failure`: RQ's failure record would keep it for ever); one killed then leaves it
 for the pruning of the job's row (scripts/prune.lua).
 

@@ -100,7 +100,7 @@ class HostCheck:
                  ping: Callable[[], object] | None, publish: Callable[[str], None],
                  identify: Callable[[], object] | None = None,
                  recheck: Callable[[], object] | None = None) -> None:
-        """`identify`: establishes the Docker daemon's identity (jobpool/daemonid.py) when it was not at
+        """`identify`: establishes the Docker daemon's identity (jobpool/fleet/daemonid.py) when it was not at
         boot; until it does, no job is taken (a job's horse could only drop it, holding its slot a claim grace
         each time). `recheck`: called once a round after the probes, on this thread, for what the boot
         record says of the daemon but no claim waits on (its live-restore setting: workers/__init__.py);

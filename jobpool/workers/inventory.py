@@ -1,5 +1,5 @@
 """The inventory publisher: a thread of the worker's main process that publishes its Docker daemon's
-inventory (jobpool/inventory.py) every `JOBPOOL_INVENTORY_SECS` (docs/architecture.md, "Many hosts").
+inventory (jobpool/fleet/inventory.py) every `JOBPOOL_INVENTORY_SECS` (docs/architecture.md, "Many hosts").
 
 A supervisor can ask only its own daemon; what it knows of any other daemon comes from here. The workers on
 one daemon elect one publisher through Redis (scripts/inventory_lead.lua: the first to ask holds the lead,
@@ -17,7 +17,7 @@ now and then the checkpoint volumes of ended jobs (jobpool/supervisor/volumes.py
 here and ended on another daemon leaves its volume here).
 
 Every worker (holder or not) also looks, now and then, for earlier boots of its own daemon that are over
-(jobpool/inventory.py, `earlier_boots`) and tells its worker, which then listens on their queues too.
+(jobpool/fleet/inventory.py, `earlier_boots`) and tells its worker, which then listens on their queues too.
 """
 
 from __future__ import annotations
@@ -31,17 +31,18 @@ from typing import Any
 
 import redis
 
-from .. import commands
+from .. import daemoncommands
 from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB
 from ..errors import JobpoolError, RedisUnavailable
 from ..exits import OWN
-from ..inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, earlier_boots, encode
+from ..fleet.inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entry, earlier_boots, encode
+from ..fleet.strays import encode as encode_strays
 from ..procid import kernel_boot_id
 from ..redistrust import RedisTrust
-from ..strays import encode as encode_strays
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
+from ..supervisor.stopper import ContainerStopper
 from .strays import StrayKeeper, runs
 
 #: How often a worker looks for earlier boots of its daemon (two reads).
@@ -67,11 +68,14 @@ def entry_of(job_id: str, attempt: int, probe: Probe) -> Entry:
 class InventoryPublisher:
     """Publishes one daemon's inventory for the pool; one per worker process, one holder per daemon."""
 
-    def __init__(self, pool: Pool, boot_id: str, prober: ContainerProber | None = None) -> None:
+    def __init__(self, pool: Pool, boot_id: str, prober: ContainerProber | None = None,
+                 stopper: ContainerStopper | None = None) -> None:
         self.pool = pool
         self.settings = pool.settings
         self.boot_id = boot_id
         self.prober = prober or ContainerProber(None, timeout=self.settings.probe_timeout_secs)
+        #: What this publisher does to its daemon's containers, over the prober's client.
+        self.stopper = stopper or ContainerStopper(self.prober)
         self.period = self.settings.inventory_secs
         self.lead_ms = int(max(3 * self.period, 1.0) * 1000)
         # Kept well past the stale limit, so a stale inventory still says how old it is.
@@ -84,7 +88,7 @@ class InventoryPublisher:
         self._last_problem = ""
         self.published = 0
         #: Why this process's daemon is not trusted to be the only one with its identity ('' when it is:
-        #: jobpool/daemonmark.py): while it is not, nothing is published, cleaned up or stopped.
+        #: jobpool/fleet/daemonmark.py): while it is not, nothing is published, cleaned up or stopped.
         self.refusal: Callable[[], str] | None = None
         #: Told the daemon's identity once it is established (the worker then listens on its queue too).
         self.on_daemon: Callable[[str], None] | None = None
@@ -211,14 +215,14 @@ class InventoryPublisher:
             log.info("could not look for leftover checkpoint volumes (asked again later): %s", exc)
 
     def run_commands(self, daemon: str) -> None:
-        """The commands routed to this daemon (jobpool/commands.py), done by the lead's holder."""
+        """The commands routed to this daemon (jobpool/daemoncommands.py), done by the lead's holder."""
         try:
-            todo = commands.take(self.pool, daemon, self.boot_id)
+            todo = daemoncommands.take(self.pool, daemon, self.boot_id)
         except JobpoolError as exc:
             log.info("commands routed to this daemon not taken: %s", exc)
             return
         for cmd in todo:
-            commands.execute(self.pool, self.prober, daemon, cmd, f"worker:{self.boot_id}")
+            daemoncommands.execute(self.pool, self.stopper, daemon, cmd, f"worker:{self.boot_id}")
 
     def entries(self, listed: Sequence[dict[str, Any]]) -> list[Entry]:
         out = []
@@ -264,6 +268,6 @@ class InventoryPublisher:
                 boot = self._labels.get(e.container_id, ("", 0, ""))[2]
                 if not boot or lease == f"{boot}:{e.attempt}":
                     continue  # its launcher holds the lease: it may still start it
-            if self.prober.remove(e.container_id):
+            if self.stopper.remove(e.container_id):
                 log.info("job %s attempt %d: removed its %s container %s on this daemon", e.job_id,
                          e.attempt, e.state, e.container_id[:12])

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 from rq import Queue
-from rq.exceptions import DequeueTimeout, StopRequested
+from rq.exceptions import DequeueTimeout
 from rq.serializers import JSONSerializer
 
 from ..errors import JobpoolError
@@ -26,7 +26,7 @@ from ..store import redisurl
 from ..store.keys import worker_name
 from .boot import Boot
 from .outage import Backoff, OutageError, is_transient
-from .rqbooks import BooksWorker
+from .rqbookkeeping import BooksWorker
 from .runtime import DRAIN_SIGNAL, Runtime
 
 log = logging.getLogger("jobpool.worker")
@@ -34,8 +34,8 @@ log = logging.getLogger("jobpool.worker")
 #: How long a worker listening on its daemon's queue too blocks on the pool's queue before looking again.
 ROUTED_POLL_SECS = 1
 
-#: How often a worker that may take no job (its daemon's identity not trusted: jobpool/daemonmark.py) asks
-#: again.
+#: How often a worker that may take no job (its daemon's identity not trusted: jobpool/fleet/daemonmark.py)
+#: asks again.
 REFUSED_POLL_SECS = 0.2
 
 #: Extra time the worker gives its horse past the drain timeout to record the outcome before killing it.
@@ -81,8 +81,9 @@ class _Queue(Queue):
             # a second at a time, so it sees one added.
             now = list(queues)
             if cls.refusal():
-                # Nothing is taken while this worker's daemon may be another's clone (jobpool/daemonmark.py):
-                # a job taken here could run beside its own attempt elsewhere, or be judged by another list.
+                # Nothing is taken while this worker's daemon may be another's clone
+                # (jobpool/fleet/daemonmark.py): a job taken here could run beside its own attempt elsewhere,
+                # or be judged by another list.
                 if deadline is None:
                     if cls.refused_for_good():
                         return None  # a burst run: nothing it may take
@@ -117,7 +118,8 @@ class JobpoolWorker(BooksWorker):
         # The daemon's own queue first (routed adoption requests: supervisor/adoption.py), the pool's last.
         daemon_queue = [pool.keys.daemon_queue_name(runtime.daemon_id)] if runtime.daemon_id else []
         #: Why this worker may take no job now ('' when it may): its daemon's identity not trusted to be one
-        #: daemon's (jobpool/daemonmark.py `Marker.refusal`, set by run_worker); read before each dequeue.
+        #: daemon's (jobpool/fleet/daemonmark.py `Marker.refusal`, set by run_worker); read before each
+        #: dequeue.
         self.claim_refusal: Callable[[], str] | None = None
         self.claim_refused_for_good: Callable[[], bool] | None = None
         queue_class = type("_WorkerQueue", (_Queue,), {
@@ -270,9 +272,9 @@ class JobpoolWorker(BooksWorker):
                        why=f"its docker daemon's queue ({identity})")
 
     def listen_on_earlier_boot(self, identity: str) -> None:
-        """Listen on the queue of an earlier boot of this worker's daemon that is over (jobpool/inventory.py,
-        `earlier_boots`; called by the inventory thread): jobs with a checkpoint affinity to it are pushed
-        there, and their checkpoints are on this daemon."""
+        """Listen on the queue of an earlier boot of this worker's daemon that is over
+        (jobpool/fleet/inventory.py, `earlier_boots`; called by the inventory thread): jobs with a checkpoint
+        affinity to it are pushed there, and their checkpoints are on this daemon."""
         self.add_queue(self.runtime.pool.keys.daemon_queue_name(identity), first=False,
                        why=f"the queue of an earlier boot of its docker daemon ({identity})")
 
@@ -328,24 +330,6 @@ class JobpoolWorker(BooksWorker):
         self.outage.failed("the worker's command channel", exc)
         time.sleep(2.0)
 
-    def check_for_suspension(self, burst: bool) -> None:
-        """RQ's check (a read, between jobs), retried while Redis cannot serve it. Sent with the worker's
-        idle state, which RQ would write in a round trip of its own as its dequeue begins."""
-        backoff = Backoff()
-        while True:
-            try:
-                if self._stop_requested or not self._idle_and_suspended():
-                    return None
-                return super().check_for_suspension(burst)
-            except StopRequested:
-                self.suspended_in_burst = burst and not self.stop_asked
-                raise
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                self.outage.failed("the worker's suspension check", exc)
-                backoff.sleep()
-
     def ended_normally(self, burst: bool) -> bool:
         """Whether `work()` returned because it was asked to (a stop signal, an empty queue or `rq suspend`
         in burst mode), not because its loop died of an exception. `work()` returns the same way in both
@@ -353,7 +337,7 @@ class JobpoolWorker(BooksWorker):
         return self.stop_asked or bool(self._stop_requested) or (
             burst and (self.found_empty or self.suspended_in_burst))
 
-    # -- bookkeeping ----------------------------------------------------------------------------------------
+    # -- a job's execution ---------------------------------------------------------------------------------
 
     def execute_job(self, job: Any, queue: Any) -> None:
         """RQ's execute_job (prepare, fork, monitor, idle), with the Redis writes RQ's parent makes around a

@@ -25,7 +25,7 @@ from .hostcheck import HostCheck
 class Runtime:
     pool: Pool
     boot_id: str
-    #: The Docker daemon's identity (jobpool/daemonid.py), established at boot or, if the daemon did not
+    #: The Docker daemon's identity (jobpool/fleet/daemonid.py), established at boot or, if the daemon did not
     #: answer then, before the first claim (workers/entry.py); '' for the subprocess executor.
     daemon_id: str = ""
     #: The Docker API version negotiated once at boot, so each job's client skips the negotiation.

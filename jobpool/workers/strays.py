@@ -1,4 +1,4 @@
-"""Finding and stopping the stray containers of this worker's daemon (jobpool/strays.py has the rule;
+"""Finding and stopping the stray containers of this worker's daemon (jobpool/fleet/strays.py has the rule;
 docs/architecture.md, "Strays").
 
 Run by the holder of the daemon's inventory lead, once per period, on the containers it just listed. The rows
@@ -20,10 +20,11 @@ from typing import Any
 
 from ..api import Pool
 from ..errors import JobpoolError, NotFound
-from ..inventory import RUNNING, Entry
+from ..fleet.inventory import RUNNING, Entry
+from ..fleet.strays import ROW_FIELDS, Stray, why_stray
 from ..redistrust import RedisTrust
-from ..strays import ROW_FIELDS, Stray, why_stray
 from ..supervisor.probes import ContainerProber
+from ..supervisor.stopper import ContainerStopper
 
 log = logging.getLogger("jobpool.worker")
 
@@ -145,7 +146,7 @@ class StrayKeeper:
             with self._lock:
                 self._recorded.add(stray.container_id)
             log.warning("job %s: stray %s", stray.job_id, evidence)
-        prober.stop(stray.container_id, self.grace)
+        ContainerStopper(prober).stop(stray.container_id, self.grace)
         return True
 
 

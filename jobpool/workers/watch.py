@@ -19,7 +19,6 @@ from ..errors import Conflict, InvalidState, JobpoolError, NotFound, NotOwner, R
 from ..exits import CRASHED, OOM, Ending
 from ..models import Job
 from ..store.replies import Requests
-from ..store.runner import call_redis
 from .attempt import LOG_TAIL_BYTES, Attempt
 from .executors import Executor, Handle, LaunchError, LaunchUnknown
 from .executors.base import HostFault, NotLaunched
@@ -187,8 +186,7 @@ def _adoption_proven(rt: Runtime, attempt: Attempt, handle: Handle, row: Job) ->
         return False
     if row.owner_boot in ("", attempt.boot_id) or not _names_ours(row, handle):
         return False
-    return bool(call_redis(rt.pool.client.exists, rt.pool.keys.boot(row.owner_boot),
-                           what=f"reading the boot record of {row.owner_boot}"))
+    return rt.pool.boot_is_live(row.owner_boot)
 
 
 def _names_ours(row: Job, handle: Handle) -> bool:

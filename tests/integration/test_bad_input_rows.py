@@ -247,7 +247,7 @@ def test_a_sweep_frees_the_slot_of_a_dead_job_whatever_its_row_holds(pool_env: d
         sweep_once(pool)
         if kind == "hash deleted":
             # Without its row nothing says which daemon it ran on: an unattended sweep keeps the slot
-            # (jobpool/daemonid.py); the operator's sweep frees it.
+            # (jobpool/fleet/daemonid.py); the operator's sweep frees it.
             assert pool.client.zscore(pool.keys.running, dead) is not None
             reconcile(pool, evict_stale=True)
         assert pool.client.zscore(pool.keys.running, dead) is None, "the dead job still holds its slot"

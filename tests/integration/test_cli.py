@@ -613,7 +613,7 @@ def test_redis_unreachable_is_one_line_exit_1(run: Run) -> None:
     (["worker"], "jobpool.workers", "the worker"),
     (["supervisor", "--once"], "jobpool.supervisor", "the supervisor"),
     (["reconcile", "--dry-run"], "jobpool.supervisor", "reconcile"),
-    (["up"], "jobpool.up", "`jobpool up`"),
+    (["up"], "jobpool.up.stack", "`jobpool up`"),
 ])
 def test_process_commands_say_when_not_in_this_build(run: Run, monkeypatch: pytest.MonkeyPatch,
                                                      args: list[str], module: str, what: str) -> None:
@@ -647,7 +647,7 @@ def test_process_commands_pass_settings_and_options(run: Run, monkeypatch: pytes
                                    line=lambda: "sweep pool=clitest: rows=1")
     _fake_module(monkeypatch, "jobpool.supervisor", run_supervisor=record("supervisor"),
                  reconcile=record("reconcile", rv=report))
-    _fake_module(monkeypatch, "jobpool.up", run_up=record("up", rv=4))
+    _fake_module(monkeypatch, "jobpool.up.stack", run_up=record("up", rv=4))
     _fake_module(monkeypatch, "jobpool.dashboard", run_dashboard=record("dashboard", rv=0))
 
     assert run("worker", "--burst").exit_code == 0  # its return value is a count of jobs left running

@@ -1,6 +1,7 @@
 """Two real dockerd daemons that report the same Docker ID, as daemons reading one /etc/docker/key.json (or
 VMs cloned from one image) do. Evidence from a daemon speaks for an attempt only when that daemon is the one
-the attempt was recorded on (jobpool/daemonid.py): "not found on the daemon I asked" is otherwise unknown.
+the attempt was recorded on (jobpool/fleet/daemonid.py): "not found on the daemon I asked" is otherwise
+unknown.
 
 Workers and the supervisor are real processes; both daemons are sampled throughout, and a job must never
 have two live containers across them.
@@ -18,7 +19,8 @@ import pytest
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from jobpool import Job, JobState, Pool, daemonid
+from jobpool import Job, JobState, Pool
+from jobpool.fleet import daemonid
 from jobpool.supervisor import ContainerProber, Supervisor, stop_orphan
 from jobpool.supervisor.adoption import ADOPT_ENTRY_POINT
 from tests.support.constants import IMAGE

@@ -23,7 +23,7 @@ import pytest
 
 from jobpool import JobState, Pool, gone_daemons
 from jobpool.exits import docker_time
-from jobpool.inventory import FORGET_MS
+from jobpool.fleet.inventory import FORGET_MS
 from jobpool.supervisor import ContainerProber, Supervisor, SweepReport, stop_orphan
 from tests.support.bad_input import cli, one_line_error
 from tests.support.constants import IMAGE

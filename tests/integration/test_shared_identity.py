@@ -1,9 +1,9 @@
 """Two real dockerd on this kernel, the second started from a copy of the first's data root (a backup restored
 onto a second daemon, Docker-in-Docker built with its data): both carry the same `jobpool-daemon-identity`
 volume and the same kernel boot id, so their identities are equal and neither's listing may speak for the
-other. Each process marks its own daemon (jobpool/daemonmark.py); a live process whose mark is missing from a
-daemon that claims its identity is a collision: no claim on either daemon, no verdict on that identity, and
-`status` says so, naming both daemons (docs/architecture.md, "The daemon's identity"). The collision is
+other. Each process marks its own daemon (jobpool/fleet/daemonmark.py); a live process whose mark is missing
+from a daemon that claims its identity is a collision: no claim on either daemon, no verdict on that identity,
+and `status` says so, naming both daemons (docs/architecture.md, "The daemon's identity"). The collision is
 remembered in Redis: it holds when every jobpool process on one side has died (its containers run on), until
 an operator clears it with `jobpool forget-collision`.
 
@@ -21,7 +21,8 @@ from typing import cast
 import docker
 import pytest
 
-from jobpool import JobState, Pool, daemonmark
+from jobpool import JobState, Pool
+from jobpool.fleet import daemonmark
 from jobpool.status import StatusReport
 from jobpool.supervisor import ContainerProber, Supervisor
 from tests.support.bad_input import cli, one_line_error

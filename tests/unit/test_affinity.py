@@ -256,7 +256,7 @@ def test_a_sweep_releases_an_affinity_to_a_daemon_declared_gone_and_dispatches_i
     sweep releases its affinity (compare-and-set on it) and, past the claim grace, dispatches it again on the
     pool's queue."""
     from jobpool import forget_daemon
-    from jobpool.inventory import FORGET_MS
+    from jobpool.fleet.inventory import FORGET_MS
     from jobpool.supervisor import ContainerProber, Supervisor
 
     gone = "jpd1:" + "c" * 32 + "@boot-1"

@@ -1,4 +1,4 @@
-"""`Assembler` (jobpool/assemble.py) makes the JobSpec of `build_spec` and the Job of `Pool.enqueue` without
+"""`Assembler` (jobpool/fastinit.py) makes the JobSpec of `build_spec` and the Job of `Pool.enqueue` without
 their dataclass `__init__`: what it makes must be what `__init__` makes from the same values, in every way a
 caller can tell (equality, repr, frozen fields, the stored JSON; neither is hashable: a spec holds dicts)."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobpool.assemble import Assembler
+from jobpool.fastinit import Assembler
 from jobpool.models import Job
 from jobpool.spec import JobSpec, build_spec
 from tests.support.pool_helpers import Backend

@@ -1,6 +1,6 @@
-"""Daemon marks (jobpool/daemonmark.py): the comparison that tells two daemons sharing one identity apart,
-as a pure function, and its scripts (daemon_mark.lua, daemon_unmark.lua, give_back.lua) on fakeredis[lua]
-and a real redis-server."""
+"""Daemon marks (jobpool/fleet/daemonmark.py): the comparison that tells two daemons sharing one identity
+apart, as a pure function, and its scripts (daemon_mark.lua, daemon_unmark.lua, give_back.lua) on
+fakeredis[lua] and a real redis-server."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from jobpool import daemonmark, errors, procid
+from jobpool import errors, procid
 from jobpool.api import Pool
-from jobpool.daemonmark import Peer, judge
+from jobpool.fleet import daemonmark
+from jobpool.fleet.daemonmark import Peer, judge
 
 ID = "jpd1:" + "a" * 32 + "@boot-1"
 OTHER = "jpd1:" + "b" * 32 + "@boot-1"

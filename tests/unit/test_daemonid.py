@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from jobpool.daemonid import IdentityUnavailable, effective_docker_host, establish, is_identity, same_daemon
+from jobpool.fleet.daemonid import (
+    IdentityUnavailable,
+    effective_docker_host,
+    establish,
+    is_identity,
+    same_daemon,
+)
 
 OURS = "jpd1:aaaa@boot-1"
 

@@ -14,10 +14,11 @@ from typing import Any, cast
 
 import pytest
 
-from jobpool import errors, strays
+from jobpool import errors
 from jobpool.api import Pool
 from jobpool.contract import INVENTORY_MAX_BYTES
-from jobpool.inventory import FIELDS, FORGET_MS, Entry, earlier_boots, encode, parse
+from jobpool.fleet import strays
+from jobpool.fleet.inventory import FIELDS, FORGET_MS, Entry, earlier_boots, encode, parse
 from jobpool.supervisor.probes import Absent, Present, Probe, Unknown
 from jobpool.workers.inventory import InventoryPublisher, entry_of
 from tests.support.polling import eventually
@@ -170,8 +171,9 @@ def test_every_worker_learns_the_earlier_boots_of_its_daemon_once(backend: Backe
 
 
 class FakeDaemon:
-    """Stands in for the Docker daemon's answers (the prober's list and judgement); the scripts and the
-    publisher's round are what is under test."""
+    """Stands in for the Docker daemon's answers (the prober's list and judgement) and for its client's stops
+    and removals (what jobpool/supervisor/stopper.py asks of `client().api`); the scripts and the publisher's
+    round are what is under test."""
 
     #: Where the publisher's stray stopper would connect (jobpool/workers/strays.py): nowhere.
     docker_host = "unix:///nonexistent/jobpool-fake-daemon.sock"
@@ -193,11 +195,17 @@ class FakeDaemon:
     def judge(self, summary: dict[str, Any]) -> Probe:
         return self.judged[summary["Id"]]
 
-    def remove(self, cid: str) -> bool:
-        self.removed.append(cid)
-        return True
+    def client(self) -> FakeDaemon:
+        return self
 
-    def stop(self, cid: str, grace_secs: float) -> None:
+    @property
+    def api(self) -> FakeDaemon:
+        return self
+
+    def remove_container(self, cid: str, v: bool = False, force: bool = False) -> None:
+        self.removed.append(cid)
+
+    def stop(self, cid: str, timeout: int) -> None:
         self.stopped.append(cid)
 
     def close(self) -> None:
@@ -276,7 +284,7 @@ D2 = "jpd1:" + "b" * 32 + "@boot-1"
 
 
 def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
-    """Running containers of one daemon, each a case of jobpool/strays.py's rule, and their rows."""
+    """Running containers of one daemon, each a case of jobpool/fleet/strays.py's rule, and their rows."""
     k = pool.keys
     rows: dict[str, dict[Any, Any]] = {  # hashes as written by hand
         "own": {"state": "running", "attempt": 2, "daemon_id": D1, "container_id": "c-own",

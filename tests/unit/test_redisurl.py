@@ -20,7 +20,7 @@ from jobpool.config import STATE_FILE
 from jobpool.status import safe_url
 from jobpool.store import redisopts
 from jobpool.store.redisurl import SentinelURL, check, client, parse_sentinel, safe
-from jobpool.upstate import refusal
+from jobpool.up.state import refusal
 
 
 @pytest.mark.parametrize(("url", "parsed"), [

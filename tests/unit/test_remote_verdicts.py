@@ -18,7 +18,7 @@ import pytest
 
 from jobpool import errors, forget_daemon, gone_daemons, unforget_daemon
 from jobpool.api import Pool
-from jobpool.inventory import FORGET_MS, Entry, encode
+from jobpool.fleet.inventory import FORGET_MS, Entry, encode
 from jobpool.status import Daemons, StatusReport
 from jobpool.supervisor import remote
 from jobpool.supervisor.adoption import Adoptions
@@ -262,7 +262,7 @@ def test_a_supervisor_attached_to_no_daemon_sweeps_from_inventories(backend: Bac
         sup.close()
 
 
-# ---- daemons declared gone for good (jobpool/daemons.py) ------------------------------------------------
+# ---- daemons declared gone for good (jobpool/fleet/gone.py) --------------------------------------------
 
 
 def test_a_daemon_declared_gone_frees_its_jobs_and_only_once_it_stopped_publishing(backend: Backend) -> None:
@@ -497,7 +497,7 @@ def test_status_names_the_daemons_holding_slots_on_stale_evidence_and_those_back
     assert any(f"daemon {D1} declared gone" in w and "came back" in w for w in report.health.warnings)
 
 
-# ---- commands routed to a daemon (jobpool/commands.py) ----------------------------------------------------
+# ---- commands routed to a daemon (jobpool/daemoncommands.py) ----------------------------------------------
 
 
 class Stopper:
@@ -514,56 +514,58 @@ class Stopper:
 
 
 def test_a_stop_routed_to_a_daemon_is_taken_once_by_its_lead_and_recorded(backend: Backend) -> None:
-    from jobpool import commands, errors
+    from jobpool import daemoncommands, errors
 
     pool = backend.pool(max_concurrent_jobs=2)
     job_id, attempt = orphan_on(pool, D1)
-    assert commands.route_stop(pool, D1, commands.StopCommand(job_id, attempt, actor="operator:x")) == 1
+    first = daemoncommands.StopCommand(job_id, attempt, actor="operator:x")
+    assert daemoncommands.route_stop(pool, D1, first) == 1
     with pytest.raises(errors.Conflict):  # not that attempt: nothing queued
-        commands.route_stop(pool, D1, commands.StopCommand(job_id, attempt + 1))
+        daemoncommands.route_stop(pool, D1, daemoncommands.StopCommand(job_id, attempt + 1))
     pool.store.run("inventory_lead", [pool.keys.inventory_lead(D1)], [D1, "pub", 60_000])
     with pytest.raises(errors.NotOwner):
-        commands.take(pool, D1, "another-boot")
-    taken = commands.take(pool, D1, "pub")
-    assert taken == [commands.StopCommand(job_id, attempt, actor="operator:x")]
-    assert commands.take(pool, D1, "pub") == [], "taken once"
+        daemoncommands.take(pool, D1, "another-boot")
+    taken = daemoncommands.take(pool, D1, "pub")
+    assert taken == [daemoncommands.StopCommand(job_id, attempt, actor="operator:x")]
+    assert daemoncommands.take(pool, D1, "pub") == [], "taken once"
     stopper = Stopper()
-    assert commands.execute(pool, stopper, D1, taken[0], "worker:pub") == "remote_stopped"
+    assert daemoncommands.execute(pool, stopper, D1, taken[0], "worker:pub") == "remote_stopped"
     assert stopper.asked == [(job_id, attempt)]
     reasons = [e["reason"] for e in pool.events(job_id)]
     assert reasons[-2:] == ["stop_routed", "remote_stopped"]
     assert state_of(pool, job_id) == "running", "a stop alone changes no state: the exit does"
-    assert commands.execute(pool, Stopper(fail=True), D1, taken[0], "worker:pub") == "remote_stop_failed"
+    failed = daemoncommands.execute(pool, Stopper(fail=True), D1, taken[0], "worker:pub")
+    assert failed == "remote_stop_failed"
 
 
 def test_a_routed_eviction_fails_the_job_once_stopped(backend: Backend) -> None:
-    from jobpool import commands
+    from jobpool import daemoncommands
 
     pool = backend.pool(max_concurrent_jobs=2)
     job_id, attempt = orphan_on(pool, D1)
-    cmd = commands.StopCommand(job_id, attempt, evict=True, reason="stale_evicted", actor="operator:x")
-    commands.route_stop(pool, D1, cmd)
-    assert commands.execute(pool, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
+    cmd = daemoncommands.StopCommand(job_id, attempt, evict=True, reason="stale_evicted", actor="operator:x")
+    daemoncommands.route_stop(pool, D1, cmd)
+    assert daemoncommands.execute(pool, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
     assert row(pool, job_id)["state"] == "failed" and row(pool, job_id)["error_reason"] == "stale_evicted"
     # A stop that failed evicts nothing.
     other, att = orphan_on(pool, D1)
-    cmd = commands.StopCommand(other, att, evict=True, reason="stale_evicted")
-    assert commands.execute(pool, Stopper(fail=True), D1, cmd, "worker:pub") == "remote_stop_failed"
+    cmd = daemoncommands.StopCommand(other, att, evict=True, reason="stale_evicted")
+    assert daemoncommands.execute(pool, Stopper(fail=True), D1, cmd, "worker:pub") == "remote_stop_failed"
     assert state_of(pool, other) == "running"
     # The same attempt now recorded on another daemon (a Redis rollback lost the first claim, and the attempt
     # ran again elsewhere): a stop on the first daemon proves nothing there, so nothing is evicted.
     moved, att = orphan_on(pool, D2)
-    cmd = commands.StopCommand(moved, att, evict=True, reason="stale_evicted")
-    assert commands.execute(pool, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
+    cmd = daemoncommands.StopCommand(moved, att, evict=True, reason="stale_evicted")
+    assert daemoncommands.execute(pool, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
     assert state_of(pool, moved) == "running"
 
 
 def test_a_command_cannot_be_routed_to_no_identity(backend: Backend) -> None:
-    from jobpool import commands, errors
+    from jobpool import daemoncommands, errors
 
     pool = backend.pool()
     job_id, attempt = orphan_on(pool, D1)
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument):
-        commands.route_stop(pool, "ABCD:EF", commands.StopCommand(job_id, attempt))
+        daemoncommands.route_stop(pool, "ABCD:EF", daemoncommands.StopCommand(job_id, attempt))
     assert backend.keyspace() == before

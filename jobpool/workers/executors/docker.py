@@ -26,9 +26,10 @@ import docker.errors
 import requests.exceptions
 import urllib3.exceptions
 
-from ... import daemonid, dockerclient
+from ... import dockerclient
 from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from ...exits import EXIT_SIGKILL, OOM_EVENT_GRACE_SECS, Ending, Outages, container_events, ending
+from ...fleet import daemonid
 from .base import (
     CHECKPOINT_ROOT,
     CONTAINER_CHECKPOINT_DIR,
@@ -331,8 +332,8 @@ class DockerExecutor:
         return str(self.client.api.api_version)
 
     def daemon_id(self) -> str:
-        """The daemon's identity (jobpool/daemonid.py), recorded at claim; raises `IdentityUnavailable` (or
-        the SDK's error) when it cannot be established, so nothing is launched without it."""
+        """The daemon's identity (jobpool/fleet/daemonid.py), recorded at claim; raises `IdentityUnavailable`
+        (or the SDK's error) when it cannot be established, so nothing is launched without it."""
         if self._daemon_id is None:
             self._daemon_id = daemonid.establish(self.client)
         return self._daemon_id

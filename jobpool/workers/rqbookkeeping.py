@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rq.exceptions import StopRequested
 from rq.suspension import WORKERS_SUSPENDED
 from rq.worker import WorkerStatus
 
 from .horses import HorseWorker
-from .outage import Outage, is_transient
+from .outage import Backoff, Outage, is_transient
 
 #: The least time between two of RQ's worker heartbeats sent on their own (see `BooksWorker.heartbeat`).
 HEARTBEAT_GAP_SECS = 1.0
@@ -29,6 +30,10 @@ class BooksWorker(HorseWorker):
     (jobpool/workers/rqworker.py) sets `outage` before its work loop starts."""
 
     outage: Outage
+    #: Set by the first stop signal (jobpool/workers/rqworker.py, the drain).
+    stop_asked: bool
+    #: Set when a --burst run stopped because RQ's workers are suspended (`rq suspend`): a normal end too.
+    suspended_in_burst: bool
     _last_beat = float("-inf")
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
@@ -64,6 +69,24 @@ class BooksWorker(HorseWorker):
             self._idle(pipe)
             pipe.exists(WORKERS_SUSPENDED)
             return bool(pipe.execute()[-1])
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """RQ's check (a read, between jobs), retried while Redis cannot serve it. Sent with the worker's
+        idle state, which RQ would write in a round trip of its own as its dequeue begins."""
+        backoff = Backoff()
+        while True:
+            try:
+                if self._stop_requested or not self._idle_and_suspended():
+                    return None
+                return super().check_for_suspension(burst)
+            except StopRequested:
+                self.suspended_in_burst = burst and not self.stop_asked
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.outage.failed("the worker's suspension check", exc)
+                backoff.sleep()
 
     def _pipelined(self, write: Any, *args: Any) -> None:
         """`write(*args, pipeline=...)` sent as one round trip (RQ sends each command on its own)."""

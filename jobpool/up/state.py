@@ -8,7 +8,7 @@ is gone. A second `up` that cannot take the lock refuses, naming the processes t
 file (every process it names gone, the lock free) blocks nothing.
 
 `up-workers.lock` is held the same way by the workers (and their horses) only, so the process that stops
-Redis (jobpool/upguard.py) can wait until no worker is left that may still write through it.
+Redis (jobpool/up/guard.py) can wait until no worker is left that may still write through it.
 
 Children die with their parent through the kernel's parent-death signal (`dying_with_parent`), so a `up`
 killed with SIGKILL still takes its stack with it.
@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import STATE_FILE
-from .procid import identity_of, same_process_alive
-from .store import redisurl
+from ..config import STATE_FILE
+from ..procid import identity_of, same_process_alive
+from ..store import redisurl
 
 STACK_LOCK = "up.lock"
 WORKERS_LOCK = "up-workers.lock"

@@ -1,7 +1,7 @@
 """Whether this process's Docker daemon is the only one with its identity: marks, compared through Redis.
 
-A daemon's identity (jobpool/daemonid.py) is `jpd1:<uuid>@<kernel boot id>`, the uuid kept in a volume on the
-daemon. Two daemons share it when one's data root is a copy of the other's and both run on one kernel
+A daemon's identity (jobpool/fleet/daemonid.py) is `jpd1:<uuid>@<kernel boot id>`, the uuid kept in a volume
+on the daemon. Two daemons share it when one's data root is a copy of the other's and both run on one kernel
 (several dockerd on a host, Docker-in-Docker, a backup restored onto a second daemon): then one daemon's
 listing would speak for the other's containers. Nothing the daemons say tells them apart, so each process that
 uses a daemon (a worker, a supervisor's loop) **marks** it with something only that daemon holds: a volume
@@ -43,12 +43,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import daemonid, procid
-from .contract import LABEL_POOL
-from .errors import InvalidArgument, JobpoolError
+from .. import procid
+from ..contract import LABEL_POOL
+from ..errors import InvalidArgument, JobpoolError
+from . import daemonid
 
 if TYPE_CHECKING:
-    from .store.calls import HasStore, Store
+    from ..store.calls import HasStore, Store
 
 log = logging.getLogger("jobpool.daemonmark")
 

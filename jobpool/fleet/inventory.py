@@ -8,14 +8,14 @@ scripts/publish_inventory.lua:
 
 | field | holds |
 |---|---|
-| `daemon_id` | the daemon's identity (jobpool/daemonid.py) the listing came from |
+| `daemon_id` | the daemon's identity (jobpool/fleet/daemonid.py) the listing came from |
 | `kernel_boot_id` | the boot id of the host's kernel (the part after '@' of the identity) |
 | `at` | when it was written (ms, Redis's clock: no host's clock is compared with another's) |
 | `first_at` | when this daemon identity was first published (ms): the boot rule compares it |
 | `publisher` | the worker boot that wrote it |
 | `complete` | 1 when every container of the pool is listed; 0 when some were left out (too many) |
 | `containers` | a JSON array of entries `[job id, attempt, state, exit code, container id, cause, reason]` |
-| `strays` | a JSON array of the running containers no row accounts for, being stopped (jobpool/strays.py) |
+| `strays` | a JSON array of the running containers no row accounts for, being stopped (fleet/strays.py) |
 
 An entry's state is `running` (running, paused or restarting), `exited` (with its exit code and, when the
 publisher inspected it, what ended it: jobpool/exits.py), `created` (never started) or `unknown` (a state the
@@ -28,7 +28,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .contract import INVENTORY_MAX_BYTES
+from ..contract import INVENTORY_MAX_BYTES
 from .daemonid import uuid_of
 
 RUNNING, EXITED, CREATED, UNKNOWN = "running", "exited", "created", "unknown"

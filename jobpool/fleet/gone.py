@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import errors
-from .api import Pool
+from .. import errors
+from ..api import Pool
 from .daemonid import IDENTITY
 from .inventory import FORGET_MS
 

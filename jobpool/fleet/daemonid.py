@@ -18,9 +18,9 @@ The identity jobpool records instead is `jpd1:<uuid>@<kernel boot id>`:
 
 Two daemons on one kernel whose data roots are copies (several dockerd on a host, Docker-in-Docker built with
 its data, a restored backup) do share the identity. That is checked, not assumed away:
-jobpool/daemonmark.py marks each process's daemon and compares the marks through Redis; once two daemons are
-found to share an identity, no claim is made and no row on it is judged until an operator clears the report
-(`jobpool forget-collision`), whatever becomes of either side's processes.
+jobpool/fleet/daemonmark.py marks each process's daemon and compares the marks through Redis; once two daemons
+are found to share an identity, no claim is made and no row on it is judged until an operator clears the
+report (`jobpool forget-collision`), whatever becomes of either side's processes.
 
 The boot id is read from `/proc` of the process that asks, so it is the daemon's only when the daemon is
 reached through a local unix socket (the one-host set-up and the compose file's mounted `docker.sock`; a
@@ -41,7 +41,7 @@ import re
 import uuid
 from typing import Any
 
-from .procid import kernel_boot_id
+from ..procid import kernel_boot_id
 
 PREFIX = "jpd1:"
 VOLUME = "jobpool-daemon-identity"
@@ -54,7 +54,7 @@ class IdentityUnavailable(Exception):
 
 
 #: An identity as `establish` makes it, exactly: the prefix, the identity volume's uuid (hex), '@', the
-#: host's kernel boot id. What an operator types for one (jobpool/daemons.py) must match it whole.
+#: host's kernel boot id. What an operator types for one (jobpool/fleet/gone.py) must match it whole.
 IDENTITY = re.compile(re.escape(PREFIX) + r"[0-9a-f]{32}@[0-9A-Za-z-]{1,64}")
 
 

@@ -4,11 +4,11 @@
 `up` itself dies at once (SIGKILL), every child gets the kernel's parent-death signal at the same moment;
 a redis-server child of `up` would then stop while the workers still drain, and their hand-backs would
 find no Redis. So Redis is this process's child instead: on SIGTERM (from `up`, or the parent-death signal
-when `up` died) it waits until the workers' lock (jobpool/upstate.py, WORKERS_LOCK) is free, bounded by
+when `up` died) it waits until the workers' lock (jobpool/up/state.py, WORKERS_LOCK) is free, bounded by
 --wait seconds, then stops Redis (SIGTERM, then SIGKILL after --stop seconds). If Redis exits by itself,
 this process exits with its code. Should this process be SIGKILLed, Redis gets SIGTERM from the kernel.
 
-Usage: python -m jobpool.upguard --workers-lock PATH --keep-fd N --wait SECS --stop SECS -- redis-server ...
+Usage: python -m jobpool.up.guard --workers-lock PATH --keep-fd N --wait SECS --stop SECS -- redis-server ...
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from .upstate import dying_with_parent, lock_is_free
+from .state import dying_with_parent, lock_is_free
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="jobpool.upguard")
+    parser = argparse.ArgumentParser(prog="jobpool.up.guard")
     parser.add_argument("--workers-lock", type=Path, required=True)
     parser.add_argument("--keep-fd", type=int, action="append", default=[])
     parser.add_argument("--wait", type=float, required=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import errors
 from .api import Pool
-from .daemonid import is_identity
+from .fleet.daemonid import is_identity
 
 log = logging.getLogger("jobpool.commands")
 
@@ -57,7 +57,7 @@ class StopCommand:
 
 
 def routable(daemon_id: str) -> bool:
-    """Whether a command can be routed to this daemon: only by an identity (jobpool/daemonid.py)."""
+    """Whether a command can be routed to this daemon: only by an identity (jobpool/fleet/daemonid.py)."""
     return is_identity(daemon_id)
 
 
@@ -85,11 +85,12 @@ def take(pool: Pool, daemon_id: str, boot_id: str) -> list[StopCommand]:
     return out
 
 
-def execute(pool: Pool, prober: Any, daemon_id: str, cmd: StopCommand, actor: str) -> str:
-    """Do one command on this daemon (`prober`: a supervisor/probes.py ContainerProber attached to it) and
+def execute(pool: Pool, stopper: Any, daemon_id: str, cmd: StopCommand, actor: str) -> str:
+    """Do one command on this daemon (`stopper`: a supervisor/stopper.py ContainerStopper attached to it) and
     record what was done in the job's events; returns the reason recorded."""
     try:
-        stopped = prober.stop_by_label(pool.keys.pool, cmd.job_id, cmd.attempt, pool.settings.stop_grace_secs)
+        stopped = stopper.stop_by_label(pool.keys.pool, cmd.job_id, cmd.attempt,
+                                        pool.settings.stop_grace_secs)
     except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped
         reason, evidence = "remote_stop_failed", f"daemon {daemon_id} could not stop it: {exc}"[:500]
     else:
