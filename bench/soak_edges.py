@@ -211,7 +211,7 @@ class EdgeFaults:
         quiet_since = None
         while time.monotonic() < deadline and not chaos._ending.is_set():
             try:
-                for identity in daemonmark.read_standing(chaos.pool):
+                for identity in daemonmark.read_standing(chaos.pool.store):
                     forget_collision(chaos.pool, identity, actor="soak", note="clone removed")
                     chaos.note("cloned_data_root", f"collision on {identity} cleared by the operator")
                 shared = chaos.pool.status().shared_daemons
