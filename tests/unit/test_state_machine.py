@@ -358,7 +358,12 @@ def replay_running(events: list[tuple[str, dict[str, str]]]) -> set[str]:
 
 def test_the_registry_invariants_hold_after_every_step(backend: Backend) -> None:
     steps = [0]
-    run_state_machine_as_test(lambda: PoolMachine(backend, steps), settings=settings(
+
+    class OnThisBackend(PoolMachine):  # a class, as hypothesis's signature asks, not a factory function
+        def __init__(self) -> None:
+            super().__init__(backend, steps)
+
+    run_state_machine_as_test(OnThisBackend, settings=settings(
         deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     if IN_CI:
         assert steps[0] >= MACHINE_STEPS_CI, f"only {steps[0]} steps ran on {backend.name}"
