@@ -13,10 +13,8 @@ from typing import Any
 import docker.api.container as dac
 from rq.worker import Worker
 
-import jobpool.api as api
-import jobpool.workers.attempt as attempt
-import jobpool.workers.entry as entry
-import jobpool.workers.rqworker as rqworker
+from jobpool import api
+from jobpool.workers import attempt, entry, rqworker
 from jobpool.workers.__main__ import main
 
 TRACE_DIR = os.environ["JP_TRACE_DIR"]

@@ -29,7 +29,7 @@ from tests.support.servers import DockerDaemon, RedisServer
 IMAGE = "jobpool-test:busybox"
 
 
-def _wait(pred, timeout: float, what: str):  # noqa: ANN001, ANN202
+def _wait(pred, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = pred()

@@ -255,8 +255,8 @@ def part_row_cost(n: int) -> dict[str, Any]:
         default_value = cast(str, pool.client.config_get(setting)[setting])
         pool.client.config_set(setting, value)
         try:
-            for name, shape, log in cases[0:1] + cases[2:3]:
-                name = f"{name}, {setting} {value} (as `jobpool up` runs Redis)"
+            for case, shape, log in cases[0:1] + cases[2:3]:
+                name = f"{case}, {setting} {value} (as `jobpool up` runs Redis)"
                 results[name] = r = retained_cost(pool, n, shape, log)
                 print(f"  {name:52s} {r['per_row']:7.0f} B/row (used_memory); MEMORY USAGE of one row "
                       f"{r['mu']:5d} B ({r['encoding']}); index entry {r['index_per']:.0f} B", flush=True)
@@ -686,7 +686,7 @@ def main() -> int:
 
 def redis_version() -> str:
     out = subprocess.run([redis_server_binary() or "redis-server", "--version"], capture_output=True,
-                         text=True)
+                         text=True, check=False)
     return out.stdout.split()[2].removeprefix("v=") if out.returncode == 0 else "?"
 
 

@@ -39,7 +39,7 @@ def pss_mib(pid: int) -> float:
     raise RuntimeError(f"no Pss for {pid}")
 
 
-def settle(check, timeout: float = 60.0) -> None:  # noqa: ANN001
+def settle(check, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
@@ -65,10 +65,9 @@ def main() -> int:
             Attempt(pool, job.id, "bench-boot", 1).claim()
         pool.client.delete(pool.keys.rq_queue)  # claimed already: nothing for the worker, which stays idle
         bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        rq_log = open(root / "rq.log", "wb")
-        rq = subprocess.Popen(["rq", "worker", "--url", redis_server.url, "rq-baseline"],
-                              stdout=rq_log, stderr=subprocess.STDOUT)
-        rq_log.close()
+        with open(root / "rq.log", "wb") as rq_log:
+            rq = subprocess.Popen(["rq", "worker", "--url", redis_server.url, "rq-baseline"],
+                                  stdout=rq_log, stderr=subprocess.STDOUT)
         started += [bare, rq]
         sup = JobpoolProcess("jobpool.cli", env, root / "supervisor.log", ("supervisor",))
         wrk = JobpoolProcess("jobpool.cli", env, root / "worker.log", ("worker",))

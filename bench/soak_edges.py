@@ -30,6 +30,7 @@ injectors of bench/soak_faults.py:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -330,7 +331,5 @@ class EdgeFaults:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -63,10 +63,9 @@ class EventLog(threading.Thread):
 
     def read(self) -> None:
         """Everything written since the last read (nothing while Redis does not answer)."""
-        with self._lock:
-            with contextlib.suppress(redis.RedisError):
-                while self._page() == PAGE:
-                    pass
+        with self._lock, contextlib.suppress(redis.RedisError):
+            while self._page() == PAGE:
+                pass
 
     def _page(self) -> int:
         pipe = self.client.pipeline(transaction=True)

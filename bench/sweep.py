@@ -166,7 +166,7 @@ def run(pool: Pool, dd: DockerDaemon, ids: list[str], cids: list[str], repeat: i
     # Every owner gone: all rows need ground truth.
     pool.client.delete(*[pool.keys.lease(j) for j in ids])
     before = calls(batched)
-    dry, dry_runs, _ = timed(lambda: sup.sweep(dry_run=True), repeat)
+    dry, _dry_runs, _ = timed(lambda: sup.sweep(dry_run=True), repeat)
     api_b = (calls(batched)[0] - before[0]) / repeat
     verdicts = dict(sup.sweep(dry_run=True).verdicts)
 
@@ -174,7 +174,7 @@ def run(pool: Pool, dd: DockerDaemon, ids: list[str], cids: list[str], repeat: i
     sup_row = Supervisor(pool, per_row)
     sup_row.sweep(dry_run=True)  # warm-up
     before = calls(per_row)
-    dry_row, dry_row_runs, _ = timed(lambda: sup_row.sweep(dry_run=True), max(1, repeat // 2))
+    dry_row, _dry_row_runs, _ = timed(lambda: sup_row.sweep(dry_run=True), max(1, repeat // 2))
     api_r = (calls(per_row)[0] - before[0]) / max(1, repeat // 2)
     print(f"all-orphans sweep ({n} rows probed: {m} running, {n - m} absent), dry run: batched median "
           f"{dry:.1f} ms ({api_b:g} daemon calls), per-row median {dry_row:.1f} ms ({api_r:g} daemon calls): "

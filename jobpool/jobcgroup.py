@@ -21,6 +21,7 @@ whether a process of the job still lives after its worker died (`still_populated
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -139,10 +140,8 @@ class JobCgroup:
         """The processes in it and in any cgroup the job made below it."""
         pids: list[int] = []
         for where, _dirs, _files in os.walk(self.directory):
-            try:
+            with contextlib.suppress(FileNotFoundError, ValueError):
                 pids += [int(p) for p in Path(where, "cgroup.procs").read_text().split()]
-            except (FileNotFoundError, ValueError):
-                pass
         return pids
 
     def populated(self) -> bool:
@@ -174,10 +173,8 @@ class JobCgroup:
 
     def kill(self) -> None:
         """SIGKILL every process in it (and below it) at once."""
-        try:
+        with contextlib.suppress(FileNotFoundError):  # removed: it was empty
             (self.directory / "cgroup.kill").write_text("1")
-        except FileNotFoundError:
-            pass  # removed: it was empty
 
     def remove(self) -> bool:
         """Remove it (and any cgroup the job made below it) once empty; True once it is gone. A cgroup that

@@ -116,7 +116,7 @@ def docker_daemon() -> Iterator[DockerDaemon]:
     try:
         daemon.start()
         daemon.import_busybox_image()
-    except Exception as exc:  # any start failure becomes a skip (a failure under CI) with its reason
+    except Exception as exc:  # noqa: BLE001 - any start failure becomes a skip (a failure under CI) with its reason
         daemon.close()
         _unavailable(f"dockerd could not start: {exc}")
     yield daemon

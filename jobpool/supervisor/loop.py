@@ -99,7 +99,7 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
                 if once or isinstance(exc, EvictingRedis):  # refused: one line, said by whoever started it
                     raise
                 log.error("sweep of pool %s failed: %s", settings.pool, exc)
-            except Exception:  # noqa: BLE001 - a dead supervisor wedges the queue; log and sweep again
+            except Exception:  # a dead supervisor wedges the queue; log and sweep again
                 if once:
                     raise
                 log.exception("sweep of pool %s failed", settings.pool)

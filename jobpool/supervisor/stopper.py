@@ -30,7 +30,7 @@ class ContainerStopper:
         try:
             for summary in client.api.containers(all=False, filters={"label": labels}):
                 cid = str(summary["Id"])
-                client.api.stop(cid, timeout=max(0, int(round(grace_secs))))  # the SDK adds it to its timeout
+                client.api.stop(cid, timeout=max(0, round(grace_secs)))  # the SDK adds it to its timeout
                 stopped.append(cid)
         except Exception:
             self.daemon.close()
@@ -40,7 +40,7 @@ class ContainerStopper:
     def stop(self, container_id: str, grace_secs: float) -> None:
         """Stop one container: its stop signal, then killed after `grace_secs` (Docker's stop). Raises the
         SDK's exception when the daemon cannot be asked."""
-        self.daemon.client().api.stop(container_id, timeout=max(0, int(round(grace_secs))))
+        self.daemon.client().api.stop(container_id, timeout=max(0, round(grace_secs)))
 
     def remove(self, container_id: str) -> bool:
         """Remove a container that is not running: an ended one whose result has been recorded, or a created

@@ -49,7 +49,7 @@ def redis_version(path: str) -> str:
     """`redis-server --version` says "Redis server v=7.0.15 sha=..."; the version, or "(version unknown)"."""
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10,
-                             stdin=subprocess.DEVNULL).stdout
+                             stdin=subprocess.DEVNULL, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return "(version unknown)"
     match = re.search(r"\bv=(\S+)", out)

@@ -22,6 +22,7 @@ lets other shells tell that Redis from another one on the same port (jobpool/up/
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -67,10 +68,8 @@ REDIS_START_SECS = 15.0
 
 def _say(message: str, err: bool = False) -> None:
     """Print, unless the terminal is gone (a SIGHUP'd `up` must still drain, not die of a write error)."""
-    try:
+    with contextlib.suppress(OSError):
         click.echo(message, err=err)
-    except OSError:
-        pass
 
 
 @dataclass
@@ -206,10 +205,8 @@ class Stack:
         named += [(c.name, c.proc.pid) for c in self.owned() if c.proc]
         processes = []
         for name, pid in named:
-            try:
+            with contextlib.suppress(OSError):  # already gone
                 processes.append(upstate.record(name, pid))
-            except OSError:
-                pass  # already gone
         upstate.write_state(self.state_dir, {**self.state, "processes": processes})
 
 

@@ -89,7 +89,7 @@ class Cleaner:
         try:
             container_id, pool, job_id = line.decode().split("\t")
             self._remove(container_id, pool, job_id)
-        except Exception:  # noqa: BLE001 - the thread must outlive any one removal; the supervisor retries
+        except Exception:  # the thread must outlive any one removal; the supervisor retries
             log.exception("removing a finished container failed (left to the supervisor)")
 
     def stop(self, timeout: float = STOP_WAIT_SECS) -> None:

@@ -27,6 +27,7 @@ worker as not ready (jobpool/status.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -154,10 +155,9 @@ class HostCheck:
             return ""
         try:
             os.makedirs(self.directory, exist_ok=True)
-            try:
+            # A marker left by a probe of this boot cut short: it was made once, and goes now.
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(self.marker)
-            except FileExistsError:
-                pass  # left by a probe of this boot cut short: it was made once, and goes now
             os.rmdir(self.marker)
         except OSError as exc:
             return f"{self.what} {self.directory} is unusable: {exc}"

@@ -44,7 +44,7 @@ class LaunchLease:
                 return
             except RedisUnavailable as exc:
                 log.warning("%s: lease renewal during the launch failed (%s); will retry", what, exc)
-            except Exception:  # noqa: BLE001 - a dead renewal thread would let the lease lapse silently
+            except Exception:  # a dead renewal thread would let the lease lapse silently
                 log.exception("%s: lease renewal during the launch failed", what)
 
     def __enter__(self) -> LaunchLease:

@@ -8,6 +8,7 @@ horse itself hang, the worker kills it a few seconds later. A second signal exit
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -175,10 +176,8 @@ class JobpoolWorker(BooksWorker):
 
     def _signal_horse(self) -> None:
         if self.horse_pid:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.horse_pid, DRAIN_SIGNAL)
-            except ProcessLookupError:
-                pass
 
     def maintain_heartbeats(self, job: Any) -> None:
         # RQ's heartbeats for the running job; missed ones during an outage only age keys that live a minute.

@@ -71,7 +71,7 @@ _current: Runtime | None = None
 
 
 def install(runtime: Runtime) -> None:
-    global _current
+    global _current  # noqa: PLW0603 - one runtime per worker process, installed once at its start
     _current = runtime
 
 

@@ -80,7 +80,7 @@ class Standby:
                     # (EPIPE) raises here: the job is not taken.
                     os.write(done_write, TOOK)
                     become_horse(message, done_write)
-            except BaseException:  # noqa: BLE001 - said here, or the worker would only read an exit code
+            except BaseException:  # said here, or the worker would only read an exit code
                 log.exception("standby horse %s: could not take its job (the supervisor dispatches it again)",
                               os.getpid())
             finally:

@@ -138,7 +138,7 @@ def _beat(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests) -> 
     return None
 
 
-def _retrying(call, within: float | None = None, what: str = "a write"):  # noqa: ANN001, ANN202 - local
+def _retrying(call, within: float | None = None, what: str = "a write"):
     """Send a write until Redis answers it. A lost reply (a connection reset after the script ran) and an
     outage both read as `RedisUnavailable`, and every worker write is safe to send again: a heartbeat or
     set_container sent twice writes the same, a finish sent again gets the answer it had (finished_by),

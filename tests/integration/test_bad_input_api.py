@@ -255,8 +255,8 @@ def test_redis_down_is_redis_unavailable_everywhere(redis_server_factory: Callab
         "get": lambda: pool.get(job.id), "list": pool.list, "list state": lambda: pool.list("queued"),
         "logs": lambda: pool.logs(job.id), "slots": pool.slots, "stats": pool.stats, "events": pool.events,
         "wait": lambda: pool.wait(job.id, timeout=0.01), "cancel": lambda: pool.cancel(job.id),
-        "pause job": lambda: pool.pause(job.id), "pause queue": lambda: pool.pause(),
-        "resume job": lambda: pool.resume(job.id), "resume queue": lambda: pool.resume(),
+        "pause job": lambda: pool.pause(job.id), "pause queue": pool.pause,
+        "resume job": lambda: pool.resume(job.id), "resume queue": pool.resume,
         "set_slots": lambda: pool.set_slots(2), "evict": lambda: pool.evict(job.id, 1),
         "sweep_once": lambda: sweep_once(pool),
     }

@@ -38,7 +38,7 @@ def test_the_readme_gives_the_line_for_each_shell() -> None:
 def test_jobpool_prints_a_completion_script(shell: str) -> None:
     assert (SCRIPTS / "jobpool").exists(), f"jobpool is not installed for this interpreter ({SCRIPTS})"
     out = subprocess.run(["jobpool"], env=_env(_JOBPOOL_COMPLETE=f"{shell}_source"), capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert REGISTERS[shell] in out.stdout, out.stdout
 
@@ -51,6 +51,7 @@ def test_bash_completes_commands_and_options() -> None:
         COMPREPLY=(); COMP_WORDS=(jobpool enqueue --coal); COMP_CWORD=2; _jobpool_completion jobpool
         echo "${COMPREPLY[*]}"
     """
-    out = subprocess.run(["bash", "-c", script], env=_env(), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["bash", "-c", script], env=_env(), capture_output=True, text=True, timeout=60,
+                         check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["enqueue", "--coalesce --coalesce-key"], out.stdout

@@ -156,7 +156,7 @@ def test_a_worker_on_another_daemon_refuses_to_adopt(
         assert not any(e["reason"] == "adopted" for e in pool.events(job_id))
         # A worker on daemon 2 then takes it over and finishes it from the container's real exit code.
         spawn(DOCKER_HOST=d2)
-        done = cast(Job, eventually(lambda: (j := pool.get(job_id)).state is not JobState.RUNNING and j
+        done = cast(Job, eventually(lambda: ((j := pool.get(job_id)).state is not JobState.RUNNING and j)
                                     or (sup.sweep(job_ids=[job_id]) and None), timeout=40, interval=0.5,
                                     message="the job finished by an adopter on daemon 2"))
         assert (done.state, done.attempt) == (JobState.SUCCEEDED, 1)
@@ -168,9 +168,9 @@ def test_processes_racing_to_make_the_identity_agree_on_one(two_daemons: tuple[s
     """The first to ask creates the identity volume; a racing create of the same name returns the same
     volume, and every process reads the label back from the daemon."""
     _, d2 = two_daemons
-    with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
-        with contextlib.suppress(docker.errors.NotFound):
-            client.api.remove_volume(daemonid.VOLUME)
+    with (contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client,
+          contextlib.suppress(docker.errors.NotFound)):
+        client.api.remove_volume(daemonid.VOLUME)
     seen: list[str] = []
 
     def establish() -> None:

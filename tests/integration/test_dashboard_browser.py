@@ -206,7 +206,7 @@ class OtherSite:
         pages = self.pages
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+            def do_GET(self) -> None:  # the name http.server calls
                 body = pages.get(self.path, "no such page").encode()
                 self.send_response(200 if self.path in pages else 404)
                 self.send_header("content-type", "text/html; charset=utf-8")
@@ -214,7 +214,7 @@ class OtherSite:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's name
+            def log_message(self, format: str, *args: object) -> None:  # http.server's name
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -32,12 +32,13 @@ def test_a_bad_offset_is_a_clear_400_on_pages_fragments_and_json(pool: Pool, raw
             assert "Traceback" not in r.text and len(r.text) < 20_000, path
 
 
-@pytest.mark.parametrize("raw", ["²", "9" * 5000, "١"], ids=["superscript", "5000-digits", "arabic-indic"])
+@pytest.mark.parametrize("raw", ["²", "9" * 5000, "\u0661"],
+                         ids=["superscript", "5000-digits", "arabic-indic"])
 def test_a_bad_slots_number_in_the_form_is_refused_and_changes_nothing(pool: Pool, raw: str) -> None:
     pool.set_slots(2)
-    with client_for(pool, TOKEN) as c:
-        c = TestClient(c.app, base_url="http://localhost:8765", raise_server_exceptions=False,
-                       cookies=c.cookies, headers={"origin": "http://localhost:8765"})
+    with client_for(pool, TOKEN) as base:
+        c = TestClient(base.app, base_url="http://localhost:8765", raise_server_exceptions=False,
+                       cookies=base.cookies, headers={"origin": "http://localhost:8765"})
         csrf = log_in(c)
         r = c.post("/actions/slots", data={"csrf": csrf, "slots": raw},
                    headers={"origin": "http://localhost:8765"}, follow_redirects=False)

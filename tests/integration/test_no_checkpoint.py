@@ -51,11 +51,12 @@ def test_no_variable_no_volume_and_no_affinity(pool: Pool, spawn, dclient: docke
         pool.cancel(job.id)
 
 
-@pytest.mark.parametrize("flags, checkpoint", [((), True), (("--no-checkpoint",), False)])
+@pytest.mark.parametrize(('flags', 'checkpoint'), [((), True), (("--no-checkpoint",), False)])
 def test_the_cli_enqueues_with_a_checkpoint_unless_told_not_to(
         pool: Pool, pool_env: dict[str, str], flags: tuple[str, ...], checkpoint: bool) -> None:
     enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "enqueue", *flags, IMAGE, "--", "true"],
-                         env={**os.environ, **pool_env}, capture_output=True, text=True, timeout=30)
+                         env={**os.environ, **pool_env}, capture_output=True, text=True, timeout=30,
+                         check=False)
     assert enq.returncode == 0, enq.stderr
     assert pool.get(enq.stdout.strip()).spec.checkpoint is checkpoint
 

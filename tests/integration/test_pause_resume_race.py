@@ -44,7 +44,7 @@ def client(docker_host: str):
 
 def live_container(client: docker.DockerClient, pool: Pool, job_id: str, text: bytes):
     """The job's recorded container once its output holds `text`."""
-    def ready():  # noqa: ANN202
+    def ready():
         cid = pool.get(job_id).container_id
         if not cid:
             return None

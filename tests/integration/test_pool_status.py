@@ -151,7 +151,8 @@ def test_tail_then_follow_misses_nothing_and_repeats_nothing(pool: Pool) -> None
     only_a = pool.follow_events(a.id, block_secs=0.2)  # from now on, one job
     pool.enqueue("busybox", ["true"])
     pool.resume(a.id)
-    assert (lambda e: (e["job"], e["to"]))(next(only_a)) == (a.id, "queued")
+    e = next(only_a)
+    assert (e["job"], e["to"]) == (a.id, "queued")
 
 
 @pytest.mark.parametrize(("call", "message"), [

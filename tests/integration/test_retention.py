@@ -4,6 +4,7 @@ whatever else the event stream holds. Real redis-server, real worker and supervi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import subprocess
@@ -40,10 +41,8 @@ def run_jobs(pool: Pool, n: int) -> list[str]:
     for i in range(n):
         job = pool.enqueue(IMAGE, ["sh", "-c", "echo out" if i % 3 else "exit 3"])
         if i % 5 == 4:
-            try:
+            with contextlib.suppress(errors.InvalidState):  # it finished first
                 pool.cancel(job.id)
-            except errors.InvalidState:
-                pass  # it finished first
         ids.append(job.id)
     def ended() -> bool:  # finished, or finished and pruned already
         pipe = pool.client.pipeline(transaction=False)
@@ -149,7 +148,7 @@ def test_jobpool_prune_says_what_it_removed(pool: Pool, pool_env: dict[str, str]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "jobpool.cli", *args], env=env, capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=60, check=False)
 
     dry = cli("prune", "--dry-run")
     assert dry.returncode == 0 and "cancelled: would remove 3 (keeping newest 2" in dry.stdout
@@ -198,10 +197,8 @@ def test_checkpoint_volumes_of_ended_or_pruned_jobs_go_and_those_in_use_stay(
     finally:
         sup.close()
         for name in names.values():
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 client.volumes.get(name).remove(force=True)
-            except docker.errors.NotFound:
-                pass
         client.close()
 
 
@@ -250,12 +247,8 @@ def test_containers_of_ended_attempts_go_and_the_volumes_they_held_with_them(
     finally:
         sup.close()
         for c in made.values():
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 c.remove(force=True)
-            except docker.errors.NotFound:
-                pass
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             volume.remove(force=True)
-        except docker.errors.NotFound:
-            pass
         client.close()

@@ -70,7 +70,7 @@ def test_a_background_process_ends_with_its_job_before_the_next_job_starts(
     """`sh -c 'writer & exit 0'`: the job succeeds, and its writer is gone before the next job takes the only
     slot; the next job itself sees no writer and a file that does not grow."""
     sub_pool.set_slots(1)
-    env, out, pidfile = writer_env(tmp_path, "bg")
+    env, _out, pidfile = writer_env(tmp_path, "bg")
     first = sub_pool.enqueue("ignored", ["sh", "-c", BACKGROUND], env=env)
     verdict = tmp_path / "verdict"
     # The next job looks at the writer as it starts: its process state, and the file's size twice 0.3 s
@@ -188,7 +188,7 @@ def background_job_in_its_group(executor: SubprocessExecutor, tmp_path: Path, na
                                 writers: list[int]) -> None:
     """Run a job leaving a background writer, launched with no cgroup (its process group stands in): the
     writer is gone once the job has ended."""
-    env, out, pidfile = writer_env(tmp_path, name)
+    env, _out, pidfile = writer_env(tmp_path, name)
     spec = JobSpec("ignored", ("sh", "-c", BACKGROUND), env=env, checkpoint=False)
     handle = executor.launch(Launch("t", job_id, 1, "boot", spec))
     assert handle.identity is not None and "cgroup" not in handle.identity
@@ -213,7 +213,7 @@ def test_a_worker_and_up_say_when_a_job_gets_no_cgroup(sub_pool: Pool, spawn, tm
     promise, and so does `jobpool up` when it picks this executor; a background process that stayed in the
     job's process group still ends with the job."""
     worker = spawn(prefix=NO_CGROUP, **SUB)
-    env, out, pidfile = writer_env(tmp_path, "nocg")
+    env, _out, pidfile = writer_env(tmp_path, "nocg")
     job = sub_pool.enqueue("ignored", ["sh", "-c", BACKGROUND], env=env)
     done = sub_pool.wait(job.id, timeout=30)
     writers.append(writer_pid(pidfile))
@@ -223,7 +223,7 @@ def test_a_worker_and_up_say_when_a_job_gets_no_cgroup(sub_pool: Pool, spawn, tm
     state = tmp_path / "up"
     up = spawn(module="jobpool.cli", prefix=NO_CGROUP, args=(
         "up", "--executor", "subprocess", "--workers", "1", "--no-dashboard", "--state-dir", str(state)))
-    eventually(lambda: (state / STATE_FILE).exists(), timeout=60, message="up is up")
+    eventually((state / STATE_FILE).exists, timeout=60, message="up is up")
     first = up.log().splitlines()[:3]
     assert first[1].startswith("  executor: subprocess"), first
     assert first[2].startswith("  warning: no cgroup") and "setsid" in first[2], first

@@ -50,7 +50,7 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
     env = {**os.environ, "JOBPOOL_SWEEP_INTERVAL_SECS": "1", "JOBPOOL_HEARTBEAT_SECS": "0.5",
            "JOBPOOL_LEASE_SECS": "2", "PYTHONPATH": fast_env()["PYTHONPATH"]}  # this checkout's jobpool
     env.pop("JOBPOOL_REDIS_URL", None)
-    log = open(tmp_path / "up.log", "wb")
+    log = open(tmp_path / "up.log", "wb")  # noqa: SIM115 - the stack writes to it until the finally below
     up = subprocess.Popen([sys.executable, "-m", "jobpool.cli", "up", "--workers", "2", "--slots", "1",
                            "--executor", executor], cwd=tmp_path, env=env, stdout=log,
                           stderr=subprocess.STDOUT)
@@ -75,7 +75,7 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         # Another shell in the same directory finds it with no flags.
         enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "--json", "enqueue", IMAGE, "--",
                               "sh", "-c", "echo hello from up"], cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=30)
+                             text=True, timeout=30, check=False)
         assert enq.returncode == 0, enq.stderr
         job_id = json.loads(enq.stdout)["id"]
         pool = Pool.from_url(state["redis_url"])
@@ -85,13 +85,13 @@ def test_up_runs_a_job_and_ctrl_c_leaves_nothing(tmp_path: Path, docker_host: st
         # (Both workers once each has registered: `up` does not wait for that before it says it is up.)
         def rq_info() -> subprocess.CompletedProcess[str]:
             return subprocess.run(["rq", "info", "--url", state["redis_url"]], capture_output=True, text=True,
-                                  timeout=30)
+                                  timeout=30, check=False)
         info = eventually(lambda: (i := rq_info()).returncode == 0 and "2 workers" in
                           i.stdout.replace("\n", " ") and i, timeout=30, message="rq info sees both workers")
         assert "jobpool-default" in info.stdout
         # A second `up` on the same state directory refuses.
         again = subprocess.run([sys.executable, "-m", "jobpool.cli", "up"], cwd=tmp_path, env=env,
-                               capture_output=True, text=True, timeout=30)
+                               capture_output=True, text=True, timeout=30, check=False)
         assert again.returncode == 1 and "already running" in again.stderr
         started = descendants(up.pid)
         assert len(started) >= 5, "redis, supervisor, dashboard and two workers"
@@ -135,7 +135,7 @@ def _workers(up: Up) -> list[dict[str, Any]]:
 def _running_job(cwd: Path, state: dict[str, Any]) -> str:
     enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "--json", "enqueue", IMAGE, "--",
                           "sleep", "300"], cwd=cwd, env=fast_env(), capture_output=True, text=True,
-                         timeout=30)
+                         timeout=30, check=False)
     assert enq.returncode == 0, enq.stderr
     job_id = json.loads(enq.stdout)["id"]
     pool = Pool.from_url(state["redis_url"])
@@ -252,7 +252,7 @@ def test_up_on_a_machine_with_neither_redis_server_nor_docker(tmp_path: Path,
         assert state["executor"] == "subprocess"
         enq = subprocess.run([sys.executable, "-m", "jobpool.cli", "enqueue", "busybox", "--", "sh", "-c",
                               "echo hello from the first minute"], cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=30)
+                             text=True, timeout=30, check=False)
         assert enq.returncode == 0, enq.stderr
         job_id = enq.stdout.strip()
         pool = Pool.from_url(state["redis_url"])

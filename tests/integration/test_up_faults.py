@@ -63,7 +63,7 @@ def _child(up: Up, command: str) -> dict[str, Any] | None:
 
 def _cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "jobpool.cli", *args], cwd=cwd, env=env or fast_env(),
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def _enqueue(cwd: Path, *command: str) -> str:
@@ -198,7 +198,7 @@ def test_a_state_file_whose_stack_is_gone_is_not_followed(
     eventually(lambda: _gone(stack), timeout=45, message="every process of the stack is gone")
     assert up.state_file.exists()
     foreign = redis_server_factory()
-    foreign._port = port  # noqa: SLF001 - the port the dead stack's file names (RedisServer keeps a restart's)
+    foreign._port = port  # the port the dead stack's file names (RedisServer keeps a restart's)
     foreign.start()
     with contextlib.closing(redis.Redis.from_url(foreign.url)) as other:
         for args in (("enqueue", IMAGE, "--", "true"), ("status",), ("pause",), ("ls",)):
@@ -247,7 +247,7 @@ def test_two_ups_given_the_same_metrics_port(tmp_path: Path, start_up: Callable[
 class _OtherPool(http.server.BaseHTTPRequestHandler):
     """Another process on the dashboard's port: what a URL to it would show."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         body = json.dumps({"pool": "another stack's"}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))

@@ -160,7 +160,7 @@ def test_worker_still_dies_of_an_error_that_waiting_does_not_fix(
 
 def test_worker_stopped_during_an_outage_exits_0(
         private_redis: RedisServer, pool_env: dict[str, str], spawn) -> None:
-    env, worker = idle_worker(private_redis, pool_env, spawn)
+    _env, worker = idle_worker(private_redis, pool_env, spawn)
     private_redis.stop()
     eventually(lambda: OUTAGE_WARNING in worker.log(), timeout=10, message="the worker saw the outage")
     worker.signal(signal.SIGTERM)

@@ -37,7 +37,7 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
     full = {k: v for k, v in os.environ.items() if not k.startswith("JOBPOOL_")}
     full.update({"PYTHONPATH": str(REPO), **(env or {})})
     return subprocess.run([sys.executable, "-m", module, *args], env=full, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -87,10 +88,8 @@ class JobpoolProcess:
         kids = children(self.proc.pid)
         self.signal(signal.SIGKILL)
         for kid in kids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(kid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(10)
 
     def wait(self, timeout: float) -> int:

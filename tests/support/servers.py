@@ -30,7 +30,9 @@ import requests
 from tests.support.constants import IMAGE
 
 # The applets the tests use, as symlinks to /bin/busybox in the test image.
-BUSYBOX_APPLETS = "sh sleep true false echo cat ls date head seq touch kill".split()
+BUSYBOX_APPLETS = [
+    "sh", "sleep", "true", "false", "echo", "cat", "ls", "date", "head", "seq", "touch", "kill",
+]
 
 
 def redis_server_binary() -> str | None:

@@ -43,11 +43,12 @@ def keyspace(raw: redis.Redis) -> Snapshot:
     `raw` must return bytes (no decode_responses), so an RQ hash (zlib data) compares byte for byte.
     """
     out: Snapshot = {}
-    for key, kind, value, has_ttl in raw.eval(_SNAPSHOT_LUA, 0):
+    for key, kind, stored, has_ttl in raw.eval(_SNAPSHOT_LUA, 0):
+        value = stored
         if kind in (b"hash", b"zset"):  # field order is not part of the value
-            value = sorted(zip(value[::2], value[1::2], strict=True))
+            value = sorted(zip(stored[::2], stored[1::2], strict=True))
         elif kind == b"set":
-            value = sorted(value)
+            value = sorted(stored)
         out[key] = (kind, _freeze(value), bool(has_ttl))
     return dict(sorted(out.items()))
 

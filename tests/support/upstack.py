@@ -3,6 +3,7 @@ watched through its state file, and torn down by pid and identity, whatever a fa
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -104,10 +105,8 @@ class Up:
         jobs), remembered for teardown."""
         found = []
         for pid in descendants(self.proc.pid):
-            try:
+            with contextlib.suppress(OSError):  # gone meanwhile
                 found.append(identity_of(pid))
-            except OSError:
-                pass  # gone meanwhile
         self.seen.extend(found)
         return found
 

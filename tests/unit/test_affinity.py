@@ -22,7 +22,7 @@ from tests.support.pool_helpers import (
 )
 
 
-def running_on(backend: Backend, daemon: str = "daemon-1"):  # noqa: ANN201 - (pool, job id, attempt)
+def running_on(backend: Backend, daemon: str = "daemon-1"):  # returns (pool, job id, attempt)
     pool = backend.pool(max_concurrent_jobs=1, recovery_budget=1)
     job = enqueue(pool)
     att = claim(pool, job.id)
@@ -133,7 +133,7 @@ def test_a_row_without_the_field_reads_as_no_affinity() -> None:
 # ---- promotion routes an affinity to its daemon's queue ----------------------------------------------------
 
 
-def handed_back(backend: Backend, daemon: str = "daemon-1"):  # noqa: ANN201 - (pool, job id)
+def handed_back(backend: Backend, daemon: str = "daemon-1"):  # returns (pool, job id)
     """A job handed back by `daemon`, queued with promotion paused (so nothing is promoted yet)."""
     pool, job_id, att = running_on(backend, daemon)
     pool.pause(None)
@@ -207,7 +207,7 @@ def test_a_second_handback_on_another_daemon_moves_the_affinity(backend: Backend
 # ---- the supervisor: reconcile_apply.lua ---------------------------------------------------------------
 
 
-def waiting_on_daemon(backend: Backend, daemon: str = "daemon-1"):  # noqa: ANN201 - (pool, job id)
+def waiting_on_daemon(backend: Backend, daemon: str = "daemon-1"):  # returns (pool, job id)
     """A job with an affinity, promoted onto its daemon's queue and not claimed."""
     pool, job_id = handed_back(backend, daemon)
     pool.resume(None)
@@ -243,7 +243,7 @@ def test_released_while_waiting_on_its_daemon_it_is_redispatched_on_the_pools_qu
 
 
 def test_an_exit_75_the_supervisor_hands_back_names_the_daemon(backend: Backend) -> None:
-    pool, job_id, att = running_on(backend, "daemon-1")
+    pool, job_id, _att = running_on(backend, "daemon-1")
     backend.client.delete(pool.keys.lease(job_id))  # its worker died
     pool.pause(None)
     assert reconcile(pool, job_id, "exited", code=str(EXIT_TEMPFAIL))[1] == "queued"

@@ -16,7 +16,7 @@ from jobpool.workers.attempt import Attempt
 from tests.support.pool_helpers import Backend, enqueue, events_of, lease, row
 
 
-def claims(pool, job_id: str) -> int:  # noqa: ANN001 - a Pool
+def claims(pool, job_id: str) -> int:  # pool: a Pool
     return [e["reason"] for e in events_of(pool, job_id)].count("claimed")
 
 
@@ -69,7 +69,7 @@ def test_any_other_claim_of_an_owned_attempt_is_refused_and_writes_nothing(backe
     att.claim()
     before = backend.keyspace()
     keys = [pool.keys.job(job.id), pool.keys.lease(job.id)]
-    with pytest.raises(errors.NotOwner):
+    with pytest.raises(errors.NotOwner):  # noqa: PT012 - one call, chosen by the parameter
         if who == "same_boot_new_claim":  # a duplicate delivery to the same boot: a new Attempt, a new token
             Attempt(pool, job.id, "boot-a", 1).claim()
         elif who == "other_boot_same_token":

@@ -417,7 +417,7 @@ def test_a_coalesced_job_is_read_back_after_its_batch(backend: Backend, monkeypa
     items = [spec("job0", coalesce_key="k"), spec("job1"), spec("job2")]
     if not gone_before_read:
         jobs = pool.enqueue_many(items, batch_size=1)
-        assert [j.id for j in jobs][0] == twin.id and jobs[0].coalesced and jobs[0].state is JobState.QUEUED
+        assert jobs[0].id == twin.id and jobs[0].coalesced and jobs[0].state is JobState.QUEUED
         assert [j.spec.command for j in jobs[1:]] == [("job1",), ("job2",)]
         return
     with pytest.raises(errors.NotFound,

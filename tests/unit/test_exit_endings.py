@@ -162,7 +162,7 @@ def test_an_older_window_still_counts_for_a_container_judged_later() -> None:
 # ---- the worker: finish.lua ----------------------------------------------------------------------------
 
 
-def started(backend: Backend, budget: int = 1, recovered: int = 0):  # noqa: ANN201 - (pool, job id, attempt)
+def started(backend: Backend, budget: int = 1, recovered: int = 0):  # returns (pool, job id, attempt)
     pool = backend.pool(max_concurrent_jobs=1, recovery_budget=budget)
     job = enqueue(pool)
     pool.client.hset(pool.keys.job(job.id), "recovery_attempts", recovered)
@@ -238,7 +238,7 @@ def test_a_finish_with_only_the_seven_old_arguments_still_reads_right(backend: B
 # ---- the supervisor: reconcile_apply.lua ---------------------------------------------------------------
 
 
-def orphan(pool, job_id: str) -> RowSnapshot:  # noqa: ANN001
+def orphan(pool, job_id: str) -> RowSnapshot:
     pool.client.delete(pool.keys.lease(job_id))
     return RowSnapshot.from_row(row(pool, job_id))
 

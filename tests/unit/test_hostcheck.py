@@ -17,7 +17,7 @@ from jobpool.workers.hostcheck import HostCheck
 from tests.support.polling import eventually
 
 
-def check(directory: str, published: list[str], ping=None) -> HostCheck:  # noqa: ANN001 - a callable
+def check(directory: str, published: list[str], ping=None) -> HostCheck:  # ping: a callable
     c = HostCheck(directory, CHECKPOINT_ROOT, "boot1", every=3600, ping=ping, publish=published.append)
     c.start()
     return c

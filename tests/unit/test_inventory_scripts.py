@@ -75,7 +75,7 @@ def test_an_inventory_is_written_whole_with_the_servers_time(backend: Backend) -
     lead(pool, "boot-a")
     entries = [Entry("j1", 1, "running", container_id="c1"), Entry("j2", 3, "exited", 137, "c2", "oom",
                                                                       "oom_killed")]
-    text, complete = encode(entries)
+    text, _complete = encode(entries)
     at = int(publish(pool, "boot-a", text)[1])
     secs, micros = pool.client.time()
     assert abs(secs * 1000 + micros // 1000 - at) < 5000

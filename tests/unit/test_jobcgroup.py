@@ -23,7 +23,7 @@ ESCAPED = "35 24 0:30 / /mnt/cg\\040two rw - cgroup2 cgroup2 rw\n"
 
 
 @pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - a setter
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # returns a setter
     def set_host(mounts: str, cgroup: str = "0::/system.slice/worker.service\n") -> None:
         (tmp_path / "mountinfo").write_text(mounts)
         (tmp_path / "cgroup").write_text(cgroup)

@@ -26,7 +26,7 @@ from tests.support.pool_helpers import (
 )
 
 
-def withdrawn(backend: Backend):  # noqa: ANN201 - (pool, job, attempt, the job queued behind it)
+def withdrawn(backend: Backend):  # returns (pool, job, attempt, the job queued behind it)
     """A running claimed job whose pause was requested, then withdrawn by a resume; promotion paused so a
     handback stays visible in `queued`."""
     pool = backend.pool(max_concurrent_jobs=1)

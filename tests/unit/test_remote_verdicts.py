@@ -456,7 +456,7 @@ def test_a_slot_waiting_on_an_affinity_to_a_daemon_silent_for_a_week_is_named_an
 def test_only_a_running_row_makes_an_unpublished_daemon_forgettable(backend: Backend) -> None:
     """A row that names the daemon but no longer runs (finished, or a stale read of the caller's) does not."""
     pool = backend.pool(max_concurrent_jobs=2)
-    job_id, attempt = orphan_on(pool, D1)
+    job_id, _attempt = orphan_on(pool, D1)
     pool.client.zrem(pool.keys.running, job_id)  # as if it ended between the caller's read and the script
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument, match="check the id"):

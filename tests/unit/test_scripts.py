@@ -255,7 +255,7 @@ return out"""
 
 
 def test_promote_holds_while_the_queue_is_paused(backend: Backend) -> None:
-    pool, jobs = paused_pool(backend, 2, slots=2)
+    pool, _jobs = paused_pool(backend, 2, slots=2)
     pool.pause(None, reason="maintenance")
     before = backend.keyspace()
     assert pool.promote() == 0
@@ -274,7 +274,7 @@ def test_promote_is_bounded_per_call(backend: Backend) -> None:
 
 
 def test_promote_reports_why_it_stopped(backend: Backend) -> None:
-    pool, jobs = paused_pool(backend, 3, slots=1)
+    pool, _jobs = paused_pool(backend, 3, slots=1)
     assert pool.store.run("promote", pool.store.candidates(3), ["t"]) == [0, 1, "full"]
     pool.set_slots(10)
     assert pool.store.run("promote", pool.store.candidates(3), ["t"]) == [0, 0, "empty"]

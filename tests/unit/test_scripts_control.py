@@ -231,7 +231,7 @@ def test_raising_slots_promotes_at_once(backend: Backend) -> None:
 
 
 def test_raising_slots_beyond_one_batch_promotes_everything(backend: Backend) -> None:
-    pool, jobs = paused_pool(backend, 80, slots=0)
+    pool, _jobs = paused_pool(backend, 80, slots=0)
     pool.set_slots(100)
     assert len(running_ids(pool)) == 80 and queued_ids(pool) == []
 

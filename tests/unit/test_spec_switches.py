@@ -54,7 +54,7 @@ def test_must_be_a_bool(name: str, bad: object) -> None:
         build_spec({**BASE, name: bad})
 
 
-@pytest.mark.parametrize("name, says", [("init", "no (the command runs as PID 1)"),
+@pytest.mark.parametrize(("name", "says"), [("init", "no (the command runs as PID 1)"),
                                         ("checkpoint", "no (no JOBPOOL_CHECKPOINT_DIR, no affinity)")])
 def test_show_and_json_say_when_a_switch_is_off(pool: Pool, name: str, says: str) -> None:
     switch: dict[str, Any] = {name: False}

@@ -29,7 +29,7 @@ def launched(container_id: str = "c-ours", identity: dict[str, Any] | None = Non
     return SimpleNamespace(container_id=container_id, daemon_id="d1", identity=identity)
 
 
-def running(backend: Backend, handle: SimpleNamespace):  # noqa: ANN201 - (pool, runtime, our attempt)
+def running(backend: Backend, handle: SimpleNamespace):  # returns (pool, runtime, our attempt)
     pool = backend.pool()
     job = enqueue(pool)
     ours = claim(pool, job.id, OURS)
@@ -37,7 +37,7 @@ def running(backend: Backend, handle: SimpleNamespace):  # noqa: ANN201 - (pool,
     return pool, Runtime(pool, OURS), ours
 
 
-def taken_by(pool, job_id: str, boot: str, container_id: str, live: bool, identity: str = "") -> None:  # noqa: ANN001
+def taken_by(pool, job_id: str, boot: str, container_id: str, live: bool, identity: str = "") -> None:
     pool.client.hset(pool.keys.job(job_id), mapping={"owner_boot": boot, "container_id": container_id,
                                                      "identity": identity})
     if live:

@@ -13,6 +13,7 @@ main process or, recorded with the row, anything in the job's cgroup lives (supe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -106,10 +107,8 @@ class ProcessHandle:
         else:
             log.warning("pid %s: processes of its job still live %.0fs after SIGKILL; left",
                         self._proc.pid, REMOVE_WAIT_SECS)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self._log_path.unlink()
-        except FileNotFoundError:
-            pass
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
