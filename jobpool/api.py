@@ -38,6 +38,10 @@ MAX_LIST = 1_000_000
 #: A reason or evidence text: stored in rows and events, so bounded; half of what the scripts keep of an
 #: event's text (contract.py), so what a caller gives is recorded whole.
 MAX_TEXT_BYTES = EVENT_TEXT_MAX_BYTES // 2
+#: The longest job id a lookup takes; a longer one is not found.
+MAX_JOB_ID_CHARS = 128
+#: `wait` polls at least once a day.
+MAX_WAIT_INTERVAL_SECS = 86400
 
 
 class Pool(Browsing):
@@ -74,7 +78,7 @@ class Pool(Browsing):
 
     @staticmethod
     def _check_id(job_id: Any) -> str:
-        if (not isinstance(job_id, str) or not job_id or len(job_id) > 128
+        if (not isinstance(job_id, str) or not job_id or len(job_id) > MAX_JOB_ID_CHARS
                 or any(c in job_id for c in " {}:\n")):
             raise errors.NotFound(errors.no_job(repr(job_id)))
         return job_id
@@ -242,7 +246,8 @@ class Pool(Browsing):
         wanted = self._states(states)
         for name, value, low_ok in (("timeout", timeout, True), ("interval", interval, False)):
             if (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
-                    or value < 0 or (value == 0 and not low_ok) or (name == "interval" and value > 86400)):
+                    or value < 0 or (value == 0 and not low_ok)
+                    or (name == "interval" and value > MAX_WAIT_INTERVAL_SECS)):
                 raise errors.InvalidArgument(f"{name} must be a number of seconds above "
                                              f"{'or at ' if low_ok else ''}0, got {value!r}")
         deadline = time.monotonic() + timeout

@@ -23,6 +23,8 @@ from .store.keys import validate_pool_name
 EXECUTORS = ("docker", "subprocess")
 #: Written by `jobpool up` in its state directory: how other shells find its Redis with no flags.
 STATE_FILE = "up.json"
+#: Publishing inventories more often than this is a mistake, not a setting (0 turns them off).
+MIN_INVENTORY_SECS = 0.05
 
 
 @dataclass(frozen=True)
@@ -139,9 +141,9 @@ class Settings:
                 f"JOBPOOL_LEASE_SECS: {self.lease_secs:g} must be at least twice JOBPOOL_HEARTBEAT_SECS "
                 f"({self.heartbeat_secs:g}), or one late heartbeat would look like a dead worker"
             )
-        if self.inventory_secs and self.inventory_secs < 0.05:
-            raise ConfigError(f"JOBPOOL_INVENTORY_SECS: {self.inventory_secs:g} is below 0.05 "
-                              "(0 turns inventories off)")
+        if self.inventory_secs and self.inventory_secs < MIN_INVENTORY_SECS:
+            raise ConfigError(f"JOBPOOL_INVENTORY_SECS: {self.inventory_secs:g} is below "
+                              f"{MIN_INVENTORY_SECS:g} (0 turns inventories off)")
         if self.inventory_secs and self.inventory_stale_secs < 2 * self.inventory_secs:
             raise ConfigError(
                 f"JOBPOOL_INVENTORY_STALE_SECS: {self.inventory_stale_secs:g} must be at least twice "
@@ -246,7 +248,7 @@ def _check_redis_url(url: Any) -> None:
 #: A host name (RFC 1123 labels) or an IPv4 address; IPv6 addresses are checked by `ipaddress`.
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
-_PORT_RANGE = "a port number (1 to 65535)"
+_PORT_RANGE = f"a port number (1 to {redisurl.MAX_PORT})"
 
 
 def _metrics_from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -265,7 +267,8 @@ def _metrics_from_env(env: Mapping[str, str]) -> dict[str, Any]:
 
 def _check_metrics(port: Any, host: Any) -> None:
     """Refuse a metrics port or address that could not be served, by name, before anything starts."""
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                             or not 1 <= port <= redisurl.MAX_PORT):
         raise ConfigError(f"JOBPOOL_METRICS_PORT: {port!r} is not {_PORT_RANGE}")
     if not isinstance(host, str):
         raise ConfigError(f"JOBPOOL_METRICS_HOST: {host!r} is not a host name or address")

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 MAX_EVENTS = 10_000_000
 #: Entries per round trip when paging back through the stream or following it.
 PAGE = 1000
+#: How long one wait of `follow` may block on the server, at least and at most.
+MIN_BLOCK_SECS, MAX_BLOCK_SECS = 0.001, 3600
 #: A stream entry id: "<ms>[-<seq>]"; `read` also takes "-" (the start) and "(" first (exclusive).
 _STREAM_ID = re.compile(r"\(?([0-9]{1,20})(?:-([0-9]{1,20}))?")
 #: The largest number Redis takes in a stream id or a counter.
@@ -151,8 +153,9 @@ def follow(store: Store, job_id: str | None, after: str | None, block_secs: floa
     if after is not None and not _is_stream_id(after, exclusive_ok=False):
         raise errors.InvalidArgument(f"after must be a stream id like '1700000000000-0', got {after!r}")
     if (isinstance(block_secs, bool) or not isinstance(block_secs, (int, float)) or math.isnan(block_secs)
-            or not 0.001 <= block_secs <= 3600):
-        raise errors.InvalidArgument(f"block_secs must be from 0.001 to 3600 seconds, got {block_secs!r}")
+            or not MIN_BLOCK_SECS <= block_secs <= MAX_BLOCK_SECS):
+        raise errors.InvalidArgument(f"block_secs must be from {MIN_BLOCK_SECS} to {MAX_BLOCK_SECS} seconds, "
+                                     f"got {block_secs!r}")
     return _follow(store, job_id, after if after is not None else _newest(store), int(block_secs * 1000))
 
 

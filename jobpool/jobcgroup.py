@@ -33,6 +33,8 @@ from typing import Any
 MOUNTINFO = "/proc/self/mountinfo"
 OWN_CGROUP = "/proc/self/cgroup"
 CGROUP_NS = "/proc/self/ns/cgroup"
+#: The fields of a mountinfo line (proc(5)) read here: the root within its filesystem, the mount point.
+_ROOT, _MOUNT_POINT = 3, 4
 
 
 class Unavailable(Exception):
@@ -51,8 +53,8 @@ def hierarchy() -> tuple[Path, str]:
             for line in f:
                 left, _, right = line.partition(" - ")
                 fields = left.split()
-                if right.split(" ", 1)[0] == "cgroup2" and len(fields) >= 5:
-                    return Path(_unescape(fields[4])), _unescape(fields[3])
+                if right.split(" ", 1)[0] == "cgroup2" and len(fields) > _MOUNT_POINT:
+                    return Path(_unescape(fields[_MOUNT_POINT])), _unescape(fields[_ROOT])
     except OSError as exc:
         raise Unavailable(f"cannot read {MOUNTINFO}: {exc.strerror}") from None
     raise Unavailable("no cgroup2 hierarchy is mounted (a cgroup v1-only host)")

@@ -115,19 +115,19 @@ def parse(fields: Mapping[str, str]) -> Counters:
     sums: dict[str, float] = {}  # histogram name -> sum_ms
     recoveries = 0
     for name, raw in fields.items():
-        parts = name.split(":")
-        if parts[0] == "transitions" and len(parts) == 3:
-            transitions[(parts[1], parts[2])] = _int(raw)
-        elif name == "recoveries":
-            recoveries = _int(raw)
-        elif parts[0] == "probes" and len(parts) == 2 and parts[1] in probes:
-            probes[parts[1]] = _int(raw)
-        elif parts[0] in ("job_duration", "sweep_duration") and 2 <= len(parts) <= 3:
-            family, bucket = ":".join(parts[:-1]), parts[-1]
-            if bucket == "sum_ms":
-                sums[family] = _float(raw) or 0.0
-            elif bucket != "count":
-                own.setdefault(family, {})[bucket] = _int(raw)
+        match name.split(":"):
+            case ["transitions", source, target]:
+                transitions[(source, target)] = _int(raw)
+            case ["recoveries"]:
+                recoveries = _int(raw)
+            case ["probes", result] if result in probes:
+                probes[result] = _int(raw)
+            case ["job_duration" | "sweep_duration", bucket] | ["job_duration" | "sweep_duration", _, bucket]:
+                family = name.rpartition(":")[0]
+                if bucket == "sum_ms":
+                    sums[family] = _float(raw) or 0.0
+                elif bucket != "count":
+                    own.setdefault(family, {})[bucket] = _int(raw)
 
     def hist(name: str, bounds: Iterable[float], unit_secs: float) -> Histogram:
         return Histogram.from_fields(own.get(name, {}), bounds, unit_secs, sums.get(name, 0.0))

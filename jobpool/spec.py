@@ -22,6 +22,7 @@ from .fastinit import Assembler
 MAX_ARGS = 1024
 MAX_ARG_BYTES = 64 * 1024
 MAX_ENV = 512
+MAX_CPUS = 1024
 MAX_SPEC_BYTES = 256 * 1024
 #: Matched whole (`fullmatch`): with `match`, a `$` would let a trailing newline through.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -156,7 +157,7 @@ def _check_mounts(mounts: Any, bind_roots: Sequence[str], check_roots: bool = Tr
     roots = [os.path.realpath(r) for r in bind_roots]
     for m in mounts:
         parts = _need_str("mount", m).split(":")
-        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        if len(parts) not in (2, 3) or parts[2:] not in ([], ["ro"], ["rw"]):
             raise InvalidSpec(f"mount {m!r} is not 'HOST:CONTAINER[:ro]'")
         host, target = parts[0], parts[1]
         if not os.path.isabs(host) or not os.path.isabs(target):
@@ -189,8 +190,8 @@ def _check_command(command: Any) -> tuple[str, ...]:
 
 def _check_limits(cpus: Any, memory: Any) -> tuple[float | None, str | None]:
     if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float))
-                             or not 0 < cpus <= 1024):
-        raise InvalidSpec(f"cpus must be a number above 0 and at most 1024, got {cpus!r}")
+                             or not 0 < cpus <= MAX_CPUS):
+        raise InvalidSpec(f"cpus must be a number above 0 and at most {MAX_CPUS}, got {cpus!r}")
     if memory is not None and (not isinstance(memory, str) or not MEMORY.fullmatch(memory)):
         raise InvalidSpec(f"memory must look like '512m' or '2g', got {memory!r}")
     return (float(cpus) if cpus is not None else None), memory

@@ -31,6 +31,8 @@ SWEEP_GRACE_INTERVALS = 3
 #: (workers/boot.py).
 MAX_BOOTS = 1000
 TRUTHY = ("1", "true", "yes")
+#: How many workers, daemons or jobs one note names before it says '...' (and how many more).
+_NAMED, _NAMED_WORKERS = 5, 3
 
 
 def ago(ms: int | None, now_ms: int) -> str:
@@ -376,12 +378,12 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
             [f"{len(stuck)} stuck on its horse"] if stuck else [])
         why = f" ({'; '.join(whys)})" if whys else ""
         reasons.append(f"fewer live workers than slots: {ready} ready for {mx} slot{'s' * (mx != 1)}{why}")
-    notes += [f"worker {w.id} on {w.host or '?'} is not claiming: {w.cannot_claim}" for w in held[:5]]
-    if len(held) > 5:
-        notes.append(f"... and {len(held) - 5} more workers not claiming")
+    notes += [f"worker {w.id} on {w.host or '?'} is not claiming: {w.cannot_claim}" for w in held[:_NAMED]]
+    if len(held) > _NAMED:
+        notes.append(f"... and {len(held) - _NAMED} more workers not claiming")
     # A worker stuck on its horse holds work it cannot do (the job it was handed, or runs): unhealthy whatever
     # the other workers can take.
-    reasons += [f"worker {w.id} on {w.host or '?'} cannot take work: {w.stuck}" for w in stuck[:5]]
+    reasons += [f"worker {w.id} on {w.host or '?'} cannot take work: {w.stuck}" for w in stuck[:_NAMED]]
     if report.strays:
         daemons = sorted({x.daemon_id for x in report.strays})
         reasons.append(f"{len(report.strays)} stray container(s) run outside any slot on daemon(s) "
@@ -411,9 +413,9 @@ def _live_restore_notes(workers: Workers | None) -> list[str]:
     if not without:
         return []
     named = [f"{daemon} (host {', '.join(sorted({w.host or '?' for w in ws}))}: worker "
-             f"{', '.join(w.id for w in ws[:3])}{' ...' if len(ws) > 3 else ''})"
-             for daemon, ws in sorted(without.items())[:5]]
-    more = f"; ... and {len(without) - 5} more" if len(without) > 5 else ""
+             f"{', '.join(w.id for w in ws[:_NAMED_WORKERS])}{' ...' if len(ws) > _NAMED_WORKERS else ''})"
+             for daemon, ws in sorted(without.items())[:_NAMED]]
+    more = f"; ... and {len(without) - _NAMED} more" if len(without) > _NAMED else ""
     return [f"{len(without)} Docker daemon(s) run without live-restore, so restarting one stops the jobs "
             f"running on it: {'; '.join(named)}{more}. Turn it on: \"live-restore\": true in "
             "/etc/docker/daemon.json, then reload dockerd"]
@@ -427,8 +429,9 @@ def _daemon_notes(daemons: Daemons | None, now: int) -> list[str]:
         last = (f"last published {ago(d.last_published_ms, now)}" if d.last_published_ms is not None
                 else "not published within a week")
         notes.append(f"daemon {d.daemon_id} holds {len(d.jobs)} slot(s) on stale evidence since "
-                     f"{ago(d.since_ms, now)} (its inventory {last}; jobs {', '.join(d.jobs[:5])}"
-                     f"{' ...' if len(d.jobs) > 5 else ''}): if its host is gone for good, `{d.command}`")
+                     f"{ago(d.since_ms, now)} (its inventory {last}; jobs {', '.join(d.jobs[:_NAMED])}"
+                     f"{' ...' if len(d.jobs) > _NAMED else ''}): "
+                     f"if its host is gone for good, `{d.command}`")
     for r in daemons.returned if daemons else ():
         what = ("it came back, publishing again" if r.how == "published"
                 else f"the declaration was withdrawn by {r.by or '?'}")

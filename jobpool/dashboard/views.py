@@ -34,14 +34,17 @@ def clock(ms: Any) -> str:
         return "-"
 
 
+MS_PER_SEC = 1000
+
+
 def duration(ms: Any) -> str:
     """'1 h 4 min', '12 s', '350 ms' for a span in milliseconds; '-' for none."""
     if ms is None:
         return "-"
     ms = max(int(ms), 0)  # a time a little in the future: another clock than the Redis server's
-    if ms < 1000:
+    if ms < MS_PER_SEC:
         return f"{ms} ms"
-    secs = ms // 1000
+    secs = ms // MS_PER_SEC
     for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1)):
         if secs >= size:
             rest = (secs % size) // subsize

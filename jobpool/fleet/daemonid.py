@@ -47,6 +47,8 @@ PREFIX = "jpd1:"
 VOLUME = "jobpool-daemon-identity"
 LABEL_UUID = "jobpool.daemon_uuid"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+#: The most characters of an operator's actor or note kept with a declaration about a daemon.
+NOTE_MAX_CHARS = 1000
 
 
 class IdentityUnavailable(Exception):

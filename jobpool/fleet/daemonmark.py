@@ -187,8 +187,8 @@ def forget_collision(pool: HasStore, identity: str, actor: str = "operator", not
         raise InvalidArgument(f"not a daemon identity: {identity!r} (as `jobpool status` names a shared one, "
                               "jpd1:<uuid>@<boot id>)")
     for name, text in (("actor", actor), ("note", note)):
-        if not isinstance(text, str) or len(text) > 1000:
-            raise InvalidArgument(f"{name} must be text of at most 1000 characters")
+        if not isinstance(text, str) or len(text) > daemonid.NOTE_MAX_CHARS:
+            raise InvalidArgument(f"{name} must be text of at most {daemonid.NOTE_MAX_CHARS} characters")
     store = pool.store
     try:
         return store.forget_collision(identity, actor, note, store.daemon_mark_ids()).at

@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import errors
 from ..api import Pool
-from .daemonid import IDENTITY
+from .daemonid import IDENTITY, NOTE_MAX_CHARS
 from .inventory import FORGET_MS
 
 #: A daemon's recorded running rows are read in batches of this many ids (`running` is bounded by the slots).
@@ -74,8 +74,8 @@ def _check(daemon_id: Any, actor: Any, note: Any) -> None:
         raise errors.InvalidArgument(f"not a daemon identity: {daemon_id!r} (as `jobpool show JOB` prints a "
                                      "job's daemon_id, jpd1:<uuid>@<boot id>)")
     for name, text in (("actor", actor), ("note", note)):
-        if not isinstance(text, str) or len(text) > 1000:
-            raise errors.InvalidArgument(f"{name} must be text of at most 1000 characters")
+        if not isinstance(text, str) or len(text) > NOTE_MAX_CHARS:
+            raise errors.InvalidArgument(f"{name} must be text of at most {NOTE_MAX_CHARS} characters")
 
 
 def recorded_on(pool: Pool, daemon_id: str) -> list[str]:

@@ -36,6 +36,8 @@ STATES = frozenset({RUNNING, EXITED, CREATED, UNKNOWN})
 #: Entries of the `inventories` index older than this are forgotten (the boot rule needs the last
 #: publication of a daemon that went away; a week covers any reboot).
 FORGET_MS = 7 * 86400 * 1000
+#: The items of an encoded `Entry` (its `encode`).
+_ENCODED_LEN = 7
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class Entry:
     @classmethod
     def decode(cls, raw: object) -> Entry | None:
         """An entry as written, or None for anything malformed (it is then simply not evidence)."""
-        if not isinstance(raw, list) or len(raw) != 7:
+        if not isinstance(raw, list) or len(raw) != _ENCODED_LEN:
             return None
         job_id, attempt, state, code, cid, cause, reason = raw
         if not isinstance(job_id, str) or not isinstance(attempt, int) or state not in STATES:

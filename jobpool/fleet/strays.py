@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 #: The row fields the rule reads (HMGET), in this order.
 ROW_FIELDS = ("state", "attempt", "daemon_id", "container_id", "owner_boot")
+#: The items of an encoded `Stray` (its `encode`).
+_ENCODED_LEN = 5
 
 
 def why_stray(row: Sequence[str | None] | None, attempt: int, container_id: str, known_launcher: bool) -> str:
@@ -82,6 +84,7 @@ def decode(raw: str | None, daemon_id: str) -> list[Stray]:
         return []
     out = []
     for item in items if isinstance(items, list) else []:
-        if isinstance(item, list) and len(item) == 5 and all(isinstance(item[i], int) for i in (1, 4)):
+        if (isinstance(item, list) and len(item) == _ENCODED_LEN
+                and all(isinstance(item[i], int) for i in (1, 4))):
             out.append(Stray(str(item[0]), item[1], str(item[2]), str(item[3]), item[4], daemon_id))
     return out

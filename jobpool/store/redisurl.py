@@ -50,6 +50,8 @@ SCHEMES = ("redis://", "rediss://", "unix://", SENTINEL_SCHEME)
 SENTINEL_TIMEOUT_SECS = 2.0
 #: What a hidden credential is shown as.
 HIDDEN = "***"
+#: The highest TCP port.
+MAX_PORT = 65535
 _DB = re.compile(r"[0-9]+")
 
 
@@ -84,10 +86,10 @@ def parse_sentinel(url: str) -> SentinelURL:
         username, password = unquote(user) or None, unquote(secret)
     sentinels = tuple(_host_port(part) for part in hosts.split(","))
     parts = path.split("/") if path else []
-    if not parts or not parts[0] or len(parts) > 2:
+    if not parts or not parts[0] or parts[2:]:
         raise ValueError("the path must be /service_name or /service_name/db")
     pairs = _query_pairs("redis+sentinel", query)
-    db = _one_db(_path_db(parts[1]) if len(parts) == 2 else None, pairs)
+    db = _one_db(_path_db(parts[1]) if parts[1:] else None, pairs)
     options = _converted([(k, v) for k, v in pairs
                           if k != "db" and not k.startswith(redisopts.SENTINEL_PREFIX)])
     to_sentinels = _converted([(k.removeprefix(redisopts.SENTINEL_PREFIX), v) for k, v in pairs
@@ -99,8 +101,8 @@ def parse_sentinel(url: str) -> SentinelURL:
 
 def _host_port(text: str) -> tuple[str, int]:
     host, colon, port = text.rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError("names a sentinel that is not host:port (port 1 to 65535)")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) <= MAX_PORT:
+        raise ValueError(f"names a sentinel that is not host:port (port 1 to {MAX_PORT})")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # an IPv6 address
     return host, int(port)
@@ -178,7 +180,8 @@ def _check_redis_py_url(url: str) -> None:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (read for its ValueError, which would quote what may be a password)
     except ValueError:
-        raise ValueError("has a host or port that cannot be read (a port is a number, 1 to 65535)") from None
+        raise ValueError("has a host or port that cannot be read "
+                         f"(a port is a number, 1 to {MAX_PORT})") from None
     pairs = _query_pairs(scheme, parts.query)
     in_path = None
     if scheme != "unix" and parts.path not in ("", "/"):  # a unix:// path is the socket's

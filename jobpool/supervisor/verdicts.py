@@ -53,6 +53,7 @@ WARN_RECOVERING = "redis_recovering"
 REASON_GHOST = "dropped_ghost"
 
 EXECUTOR_DOCKER = "docker"
+_HOUR_SECS = 3600
 EXECUTOR_SUBPROCESS = "subprocess"
 
 
@@ -223,8 +224,8 @@ def is_stale(row: RowSnapshot, now_ms: int, settings: Settings) -> bool:
 def _fmt_age(secs: float | None) -> str:
     if secs is None:
         return "?"
-    if secs >= 3600:
-        return f"{secs / 3600:.1f}h"
+    if secs >= _HOUR_SECS:
+        return f"{secs / _HOUR_SECS:.1f}h"
     return f"{secs:.1f}s"
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 #: /proc/net/tcp's state column for a listening socket.
 _LISTEN = "0A"
+#: Its column of the socket's inode.
+_INODE = 9
 
 
 def _listening_inodes(port: int) -> set[str]:
@@ -28,8 +30,8 @@ def _listening_inodes(port: int) -> set[str]:
         for line in lines:
             fields = line.split()
             # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
-            if len(fields) > 9 and fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                found.add(fields[9])
+            if len(fields) > _INODE and fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(fields[_INODE])
     return found
 
 

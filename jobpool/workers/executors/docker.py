@@ -19,6 +19,7 @@ import shutil
 import struct
 import time
 from collections.abc import Iterator
+from http import HTTPStatus
 from typing import Any
 
 import docker
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 #: The first pause before asking again a daemon that did not answer; it doubles up to the watcher's slice
 #: (`wait`'s timeout), so the lease is renewed on time and a restart is noticed within one slice.
 NO_ANSWER_FIRST_DELAY = 0.05
+#: A log stream frame's header: stream type, three zero bytes, a big-endian uint32 length.
+_FRAME_HEADER = 8
 
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
 
@@ -220,10 +223,10 @@ def read_logs(api: Any, container_id: str, tail: int, max_bytes: int | None = No
             view, at = memoryview(chunk), 0
             while at < len(view):
                 if not left:  # a frame's header, perhaps split across chunks
-                    take = min(8 - len(head), len(view) - at)
+                    take = min(_FRAME_HEADER - len(head), len(view) - at)
                     head += view[at:at + take]
                     at += take
-                    if len(head) == 8:
+                    if len(head) == _FRAME_HEADER:
                         left = struct.unpack(">I", head[4:8])[0]
                         head.clear()
                     continue
@@ -254,7 +257,7 @@ def remove_container(api: Any, container_id: str) -> bool:
     except docker.errors.NotFound:
         pass
     except docker.errors.APIError as exc:
-        if exc.status_code == 409 and "in progress" in str(exc.explanation or exc):
+        if exc.status_code == HTTPStatus.CONFLICT and "in progress" in str(exc.explanation or exc):
             return _gone_within(api, container_id, REMOVAL_IN_PROGRESS_WAIT_SECS)
         log.warning("could not remove container %s: %s", container_id[:12], exc)
         return False
@@ -295,12 +298,12 @@ def names_the_spec(words: str, spec: Any) -> bool:
         values += m.split(":")[:2]
     # Whole values only: `sh` (a command) is not read in "shim", nor `/run` (a mount) in "/run/containerd".
     return any(re.search(rf"(?<![\w./-]){re.escape(v)}(?![\w/-])", words) for v in values
-               if v and len(v) >= 2 and v not in ("none", "bridge", "host"))
+               if v and len(v) > 1 and v not in ("none", "bridge", "host"))
 
 
 def _create_refused(exc: docker.errors.APIError, spec: Any) -> Exception:
     """What a create the daemon answered with an error means for the attempt."""
-    if exc.status_code == 409:
+    if exc.status_code == HTTPStatus.CONFLICT:
         # The name is taken: a container of this very attempt exists already (launched before a Redis
         # rollback, or by a duplicate delivery). It may be running: not ours to remove or to fail.
         return LaunchUnknown(f"a container of this attempt exists already: {_words(exc)}")
