@@ -102,7 +102,7 @@ class InventoryPublisher:
         #: The rule every clean-up and stop below waits on after Redis restarted or failed over
         #: (jobpool/redistrust.py).
         self.trust = RedisTrust(pool.client, self.settings.lease_secs, fresh=True)
-        self.strays = StrayKeeper(pool, boot_id, lambda: self.new_prober(), self.trust)  # noqa: PLW0108 - read at each call
+        self.strays = StrayKeeper(pool, boot_id, lambda: self.new_prober(), self.trust)  # noqa: PLW0108 - looked up at each call
 
     def new_prober(self) -> ContainerProber:
         """Another client of this publisher's daemon (the stray stopper's: jobpool/workers/strays.py)."""
