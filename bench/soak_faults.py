@@ -29,7 +29,7 @@ from bench.soak_fleet import POOL, Fleet, all_events, remove_path, stamp, stream
 from jobpool import Pool
 from jobpool.contract import LABEL_JOB, LABEL_POOL
 from jobpool.errors import JobpoolError
-from jobpool.store.runner import script_text
+from jobpool.store.luatext import script_text
 from tests.support.procs import children
 from tests.support.servers import RedisServer
 

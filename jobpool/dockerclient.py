@@ -17,7 +17,7 @@ from docker.transport import UnixHTTPAdapter
 _UNIX_MOUNT = "http+docker://"
 
 
-class _OnePool(UnixHTTPAdapter):
+class _OnePool(UnixHTTPAdapter):  # type: ignore[misc]  # docker-py ships no types: its adapter is Any
     """docker-py's unix-socket adapter with one connection pool for the socket, whatever the URL."""
 
     def get_connection(self, url: Any, proxies: Any = None) -> Any:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .contract import TERMINAL as TERMINAL  # re-exported: the API's default wait states
-from .contract import JobState
+from .contract import JobState as JobState  # re-exported with the Job it describes
 from .errors import CorruptRow, InvalidSpec
 from .spec import JobSpec
 

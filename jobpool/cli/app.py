@@ -154,6 +154,7 @@ def load(module: str, name: str, what: str) -> Callable[..., Any]:
     """`module.name`, imported when a command needs it: the worker, supervisor and `up` packages stay out of
     the admin commands' start-up, and a build without one says so in one line."""
     try:
-        return getattr(importlib.import_module(module), name)
+        found: Callable[..., Any] = getattr(importlib.import_module(module), name)
+        return found
     except (ImportError, AttributeError) as exc:
         raise Failure(f"{what} is not available in this build ({exc})") from None

@@ -80,7 +80,8 @@ class Reads:
 
     def log_tail(self, job_id: str) -> str | None:
         """The log tail field of a job's row as stored (jobpool/logtail.py decodes it)."""
-        return call_redis(self.client.hget, self.keys.job(job_id), "log_tail")
+        tail: str | None = call_redis(self.client.hget, self.keys.job(job_id), "log_tail")
+        return tail
 
     def boot_exists(self, boot_id: str) -> bool:
         """Whether a worker boot's record is there (its process heartbeats it; a crash lets it expire)."""

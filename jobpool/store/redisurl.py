@@ -143,7 +143,8 @@ def _converted(pairs: list[tuple[str, str]]) -> dict[str, Any]:
 def _parsed(url: str) -> dict[str, Any]:
     """redis-py's reading of a URL, whose ValueErrors name only the option with a bad value."""
     try:
-        return parse_url(url)
+        parsed: dict[str, Any] = parse_url(url)
+        return parsed
     except ValueError as exc:
         raise ValueError(f"has a bad value: {exc}") from None
 
@@ -222,9 +223,10 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
                         sentinel_kwargs={"socket_timeout": SENTINEL_TIMEOUT_SECS,
                                          "socket_connect_timeout": SENTINEL_TIMEOUT_SECS,
                                          **parsed.sentinel_options})
-    return sentinel.master_for(parsed.service, redis_class=redis.Redis,
+    client: redis.Redis = sentinel.master_for(parsed.service, redis_class=redis.Redis,
                                **{**kwargs, **parsed.options, "db": parsed.db, "username": parsed.username,
                                   "password": parsed.password})
+    return client
 
 
 def connect(url: str) -> redis.Redis:

@@ -258,9 +258,9 @@ class Scripts:
                 single = getattr(conn, "connection", None)  # a single-connection client (jobpool/submit.py)
                 if single is not None:
                     reopen(single)
-        reply = _decode(reply)
-        raise_for_code(op, reply)
-        return reply
+        decoded: list[Any] = _decode(reply)
+        raise_for_code(op, decoded)
+        return decoded
 
     def _call(self, script: Script, conn: redis.Redis, keys: Sequence[str], args: Sequence[Any],
               meanwhile: Callable[[], None] | None = None) -> Any:
@@ -275,7 +275,8 @@ class Scripts:
         # What redis-py's `Script.__call__` does, without its per-call tuple copies and import: EVALSHA, and
         # on NOSCRIPT (a restarted or flushed server, a new primary) load the script through the same client
         # and run it again (`meanwhile` has done its work by then).
-        send = conn.execute_command if single is None else (lambda *cmd: _held_call(single, cmd, meanwhile))
+        send: Callable[..., Any] = (conn.execute_command if single is None
+                                    else (lambda *cmd: _held_call(single, cmd, meanwhile)))
         try:
             return send("EVALSHA", script.sha, len(keys), *keys, *full)
         except redis.exceptions.NoScriptError:

@@ -23,7 +23,7 @@ def _no_answer(exc: BaseException) -> bool:
     import urllib3.exceptions
 
     if isinstance(exc, docker.errors.APIError):
-        return exc.is_server_error()
+        return bool(exc.is_server_error())
     if isinstance(exc, requests.exceptions.Timeout) or any(
             isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in getattr(exc, "args", ())):
         return False

@@ -393,7 +393,7 @@ def expected_state(row: RowSnapshot, verdict: Verdict, settings: Settings) -> st
         if row.pause_requested:
             return JobState.PAUSED.value
         budget_left = row.recovery_attempts < settings.recovery_budget
-        return (JobState.QUEUED if budget_left else JobState.FAILED).value
+        return JobState.QUEUED.value if budget_left else JobState.FAILED.value
     if verdict.kind is Kind.EVICT:
         return JobState.FAILED.value
     if verdict.kind is Kind.DROP:

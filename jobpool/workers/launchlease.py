@@ -14,7 +14,8 @@ import logging
 import threading
 
 from ..errors import NotFound, NotOwner, RedisUnavailable
-from .attempt import Attempt, Requests
+from ..store.replies import Requests
+from .attempt import Attempt
 
 log = logging.getLogger("jobpool.worker")
 

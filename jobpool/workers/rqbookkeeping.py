@@ -38,7 +38,8 @@ class BooksWorker(HorseWorker):
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         if pipeline is not None:  # only queued: the caller's execute() meets any error
-            return super().heartbeat(timeout, pipeline)
+            super().heartbeat(timeout, pipeline)
+            return
         # RQ beats after each job and again as its dequeue begins, both between a slot's release and the
         # next launch; its worker key lives `worker_ttl` + 60 s, and a dequeue blocks for less than
         # `worker_ttl`, so one beat a second keeps it as well (and the suspension check beats each round).
@@ -49,7 +50,8 @@ class BooksWorker(HorseWorker):
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
         if pipeline is not None:
-            return super().set_state(state, pipeline)
+            super().set_state(state, pipeline)
+            return
         if state != WorkerStatus.IDLE:
             self._best_effort("the worker's RQ state", super().set_state, state)
         elif self.get_state() != WorkerStatus.IDLE:  # else the suspension check has just written it
@@ -78,7 +80,8 @@ class BooksWorker(HorseWorker):
             try:
                 if self._stop_requested or not self._idle_and_suspended():
                     return None
-                return super().check_for_suspension(burst)
+                super().check_for_suspension(burst)
+                return None
             except StopRequested:
                 self.suspended_in_burst = burst and not self.stop_asked
                 raise
@@ -96,7 +99,8 @@ class BooksWorker(HorseWorker):
 
     def set_current_job_working_time(self, working_time: float, pipeline: Any = None) -> None:
         if pipeline is not None:
-            return super().set_current_job_working_time(working_time, pipeline)
+            super().set_current_job_working_time(working_time, pipeline)
+            return
         if not working_time:
             return  # RQ's reset as its horse ends: the next horse's preparation resets it in its own pipeline
         self._best_effort("the worker's RQ job time", super().set_current_job_working_time, working_time)

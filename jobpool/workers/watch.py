@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import redis
 
@@ -21,7 +23,7 @@ from ..models import Job
 from ..store.replies import Requests
 from .attempt import LOG_TAIL_BYTES, Attempt
 from .executors import Executor, Handle, LaunchError, LaunchUnknown
-from .executors.base import HostFault, NotLaunched
+from .executors.base import Fence, HostFault, NotLaunched
 from .launchlease import LaunchLease
 from .runtime import Runtime
 
@@ -138,7 +140,10 @@ def _beat(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests) -> 
     return None
 
 
-def _retrying(call, within: float | None = None, what: str = "a write"):
+T = TypeVar("T")
+
+
+def _retrying(call: Callable[[], T], within: float | None = None, what: str = "a write") -> T:
     """Send a write until Redis answers it. A lost reply (a connection reset after the script ran) and an
     outage both read as `RedisUnavailable`, and every worker write is safe to send again: a heartbeat or
     set_container sent twice writes the same, a finish sent again gets the answer it had (finished_by),
@@ -196,7 +201,8 @@ def _names_ours(row: Job, handle: Handle) -> bool:
     if not handle.identity or not row.identity:
         return False
     try:
-        return json.loads(row.identity) == handle.identity
+        recorded: object = json.loads(row.identity)
+        return recorded == handle.identity
     except ValueError:
         return False
 
@@ -299,7 +305,8 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, e
         rt.job_ended()
 
 
-def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor, launch_fn) -> None:
+def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor,
+                     launch_fn: Callable[[Fence], Handle]) -> None:
     """Launch through `launch_fn(fence)`, record what was launched, then watch it.
 
     A launch may outlast the lease, so the lease is renewed all through it (`LaunchLease`), and `fence`, a

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from jobpool import JobState, Pool, RedisUnavailable, Settings
-from jobpool.store.runner import script_text
+from jobpool.store.luatext import script_text
 from tests.support.constants import SUB
 from tests.support.polling import eventually
 from tests.support.proxies import RedisReplyDropper

@@ -20,7 +20,7 @@ from rq.suspension import resume, suspend
 
 from jobpool import JobState, Pool
 from jobpool.status import StatusReport
-from jobpool.store.runner import script_text
+from jobpool.store.luatext import script_text
 from jobpool.workers.standby import HANDOFF_ACK_SECS
 from tests.support.constants import IMAGE, SUB
 from tests.support.polling import eventually

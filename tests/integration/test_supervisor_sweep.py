@@ -28,7 +28,8 @@ from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 
 from jobpool import Pool
-from jobpool.store.keys import RQ_QUEUE_PREFIX, worker_name
+from jobpool.contract import RQ_QUEUE_PREFIX
+from jobpool.store.keys import worker_name
 from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
 from jobpool.workers.attempt import Attempt
 from tests.support.attempts import claim

@@ -30,7 +30,8 @@ import os, sys
 import jobpool
 from jobpool import Pool
 from importlib import resources
-from jobpool.store.runner import script_text, SCRIPT_NAMES
+from jobpool.store.luatext import script_text
+from jobpool.store.runner import SCRIPT_NAMES
 for name in SCRIPT_NAMES:
     own = (resources.files('jobpool') / 'scripts' / f'{name}.lua').read_text()
     assert script_text(name).endswith(own), name  # after the shared definitions it reaches, if any

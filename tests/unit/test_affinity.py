@@ -9,9 +9,9 @@ import pytest
 from jobpool import errors
 from jobpool.contract import EXIT_TEMPFAIL, REASON_RESTART_LOST_EXIT
 from jobpool.models import Job
+from tests.support.attempts import claim
 from tests.support.pool_helpers import (
     Backend,
-    claim,
     enqueue,
     events_of,
     reconcile,

@@ -19,7 +19,8 @@ from jobpool import contract, errors
 from jobpool.contract import EXIT_TEMPFAIL, MAX_SLOTS, JobState
 from jobpool.spec import build_spec
 from jobpool.store.keys import PoolKeys
-from jobpool.store.runner import SCRIPT_NAMES, script_text
+from jobpool.store.luatext import script_text
+from jobpool.store.runner import SCRIPT_NAMES
 from tests.support.pool_helpers import Backend, enqueue, rq_hash
 
 PACKAGE = Path(jobpool.__file__).parent

@@ -25,9 +25,9 @@ from jobpool.exits import CRASHED, OOM, OWN, Ending, Outages, docker_time, endin
 from jobpool.supervisor.apply import Applier
 from jobpool.supervisor.probes import Present
 from jobpool.supervisor.verdicts import Kind, RowSnapshot, decide
+from tests.support.attempts import claim
 from tests.support.pool_helpers import (
     Backend,
-    claim,
     enqueue,
     events_of,
     queued_ids,

@@ -30,7 +30,8 @@ from jobpool.supervisor.verdicts import (
 )
 from jobpool.workers.attempt import Attempt
 from jobpool.workers.watch import finish_kind
-from tests.support.pool_helpers import Backend, claim, enqueue, row, state_of
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue, row, state_of
 
 CODES = [0, EXIT_TEMPFAIL, 1, 143, EXIT_UNKNOWN]
 #: What ended the container besides its own process, with the error_reason the rules give it.

@@ -10,7 +10,8 @@ import redis
 
 from jobpool import contract
 from jobpool.store import luatext
-from jobpool.store.runner import SCRIPT_NAMES, script_text
+from jobpool.store.luatext import script_text
+from jobpool.store.runner import SCRIPT_NAMES
 from tests.support.pool_helpers import Backend
 
 WORD = re.compile(r"[A-Za-z_]\w*")

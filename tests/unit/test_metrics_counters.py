@@ -19,7 +19,8 @@ from jobpool.metrics import Histogram, read_counters, record_sweep
 from jobpool.retention import prune
 from jobpool.store.runner import SCRIPT_NAMES
 from jobpool.supervisor import verdicts
-from tests.support.pool_helpers import Backend, claim, enqueue, orphan, paused_pool, reconcile, row
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue, orphan, paused_pool, reconcile, row
 
 SCRIPTS = resources.files("jobpool") / "scripts"
 

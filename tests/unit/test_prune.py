@@ -15,7 +15,8 @@ from jobpool.api import Pool
 from jobpool.contract import ADOPT_RQ_PREFIX, JobState
 from jobpool.retention import Cap, batch_keys, caps, past_caps, prune
 from jobpool.supervisor.adoption import adopt_rq_job_id
-from tests.support.pool_helpers import Backend, claim, enqueue, row, state_of
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue, row, state_of
 
 
 def finish(pool: Pool, job_id: str, code: int = 0) -> None:

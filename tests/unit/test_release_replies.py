@@ -10,7 +10,8 @@ import pytest
 
 from jobpool.api import Pool
 from jobpool.store.calls import CANDIDATES_ON_RELEASE
-from tests.support.pool_helpers import Backend, claim, enqueue, orphan, reconcile
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue, orphan, reconcile
 
 WHY = {"paused", "full", "empty", "stale", "batch", "none"}
 

@@ -26,7 +26,8 @@ from jobpool.supervisor.apply import Applier
 from jobpool.supervisor.evidence import Evidence
 from jobpool.supervisor.probes import Absent, ContainerProber, Present, Unknown
 from jobpool.supervisor.verdicts import Kind, decide
-from tests.support.pool_helpers import Backend, claim, enqueue, row, state_of
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue, row, state_of
 
 UUID = "jpd1:" + "c" * 32
 D1 = UUID + "@boot-1"
