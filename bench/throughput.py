@@ -21,6 +21,7 @@ import threading
 import time
 
 from bench._common import IMAGE, bed, cpu_secs, loadavg
+from jobpool import Pool
 
 GOAL = 0.90
 LANES = 2
@@ -76,7 +77,7 @@ def start_jobpool(b, workers: int, spec: dict):
     return pool
 
 
-def jobpool_run(pool, n: int, spec: dict) -> tuple[float, float]:
+def jobpool_run(pool: Pool, n: int, spec: dict) -> tuple[float, float]:
     """(wall from first enqueue to all succeeded, time spent enqueueing)."""
     base = pool.stats()["counts"]["succeeded"]
     t0 = time.monotonic()

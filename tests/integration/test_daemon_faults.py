@@ -127,7 +127,8 @@ def last_transition(pool: Pool, job_id: str, to: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("ends", ["after the daemon is back", "while the daemon is down"])
 def test_worker_keeps_watching_through_a_dockerd_sigkill_and_reads_the_real_exit(
-        gpool: Pool, gate: Path, spawn, docker_daemon: DockerDaemon, dclient, ends: str) -> None:
+        gpool: Pool, gate: Path, spawn: Callable[..., JobpoolProcess], docker_daemon: DockerDaemon,
+        dclient: docker.DockerClient, ends: str) -> None:
     job_id = enqueue(gpool, gate, gated("exit 3"))
     worker = spawn(JOBPOOL_BIND_ROOTS=str(gate))
     eventually(lambda: started(docker_daemon.host, job_id), timeout=30, message="the job started")
@@ -168,7 +169,8 @@ def in_cgroup(container_id: str) -> bool:
 
 
 def test_an_exit_a_daemon_restart_lost_is_recovered_as_a_crash_and_runs_again(
-        gpool: Pool, gate: Path, spawn, docker_daemon: DockerDaemon, dclient) -> None:
+        gpool: Pool, gate: Path, spawn: Callable[..., JobpoolProcess], docker_daemon: DockerDaemon,
+        dclient: docker.DockerClient) -> None:
     """dockerd and its containerd SIGKILLed, then the container's shim (a host or containerd crash): the
     restarted daemon cannot read the exit and records 255, after the worker last found it gone."""
     job_id = enqueue(gpool, gate, ["sh", "-c", ONCE + "echo started; sleep 1000"])
@@ -192,7 +194,7 @@ def test_an_exit_a_daemon_restart_lost_is_recovered_as_a_crash_and_runs_again(
 
 
 def test_a_daemon_without_live_restore_that_stops_a_job_as_it_restarts_is_a_crash(
-        pool_env: dict[str, str], gate: Path, spawn) -> None:
+        pool_env: dict[str, str], gate: Path, spawn: Callable[..., JobpoolProcess]) -> None:
     with DockerDaemon(live_restore=False) as daemon, \
             contextlib.closing(Pool.from_env(env={**pool_env, "JOBPOOL_BIND_ROOTS": str(gate)})) as pool:
         daemon.start()
@@ -214,7 +216,8 @@ def test_a_daemon_without_live_restore_that_stops_a_job_as_it_restarts_is_a_cras
         assert crash["evidence"].startswith("exit_code=143; ")  # the daemon's stop signal, through tini
 
 
-def test_an_oom_killed_job_fails_oom_killed(gpool: Pool, gate: Path, spawn) -> None:
+def test_an_oom_killed_job_fails_oom_killed(gpool: Pool, gate: Path,
+                                            spawn: Callable[..., JobpoolProcess]) -> None:
     job_id = enqueue(gpool, gate, gated(ALLOCATE), memory="16m")
     spawn(JOBPOOL_BIND_ROOTS=str(gate))
     (gate / "open").touch()
@@ -223,7 +226,8 @@ def test_an_oom_killed_job_fails_oom_killed(gpool: Pool, gate: Path, spawn) -> N
     assert done.recovery_attempts == 0
 
 
-def test_a_jobs_own_exit_255_is_its_failure(gpool: Pool, gate: Path, spawn) -> None:
+def test_a_jobs_own_exit_255_is_its_failure(gpool: Pool, gate: Path,
+                                            spawn: Callable[..., JobpoolProcess]) -> None:
     job_id = enqueue(gpool, gate, gated(f"exit {EXIT_UNKNOWN}"))
     spawn(JOBPOOL_BIND_ROOTS=str(gate))
     (gate / "open").touch()
@@ -235,7 +239,8 @@ def test_a_jobs_own_exit_255_is_its_failure(gpool: Pool, gate: Path, spawn) -> N
 
 
 @pytest.fixture
-def orphaned(gpool: Pool, gate: Path, spawn, dclient, docker_host: str) -> Callable[..., tuple[str, str]]:
+def orphaned(gpool: Pool, gate: Path, spawn: Callable[..., JobpoolProcess], dclient: docker.DockerClient,
+             docker_host: str) -> Callable[..., tuple[str, str]]:
     """Start a job on a worker, then SIGKILL the worker and its work horse: (job id, container id) of a
     job whose container runs on with nobody watching; its lease has lapsed."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from starlette.testclient import TestClient
@@ -19,6 +19,7 @@ from jobpool.dashboard.views import PAGE_SIZE
 from tests.support.constants import IMAGE, SUB
 from tests.support.dashboard import TOKEN, client_for, csrf_of, log_in
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 SECRET = "s3cret-env-value-never-shown"
 XSS = "<script>alert('x')</script>"
@@ -60,7 +61,8 @@ def test_pages_show_a_job_escaped_and_never_its_env_values(pool: Pool, ro: TestC
     assert "script-src 'self'" in bodies["/"].headers["content-security-policy"]
 
 
-def test_a_log_with_a_script_is_shown_as_text(sub_pool: Pool, spawn, ro: TestClient) -> None:
+def test_a_log_with_a_script_is_shown_as_text(sub_pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                              ro: TestClient) -> None:
     job = sub_pool.enqueue("ignored", ["sh", "-c", f"echo \"{XSS}\"; echo done"])
     spawn(**SUB)
     assert sub_pool.wait(job.id, timeout=60).state is JobState.SUCCEEDED

@@ -109,8 +109,8 @@ def text_of(driver: Chrome, element_id: str) -> str:
         return ""
 
 
-def test_dashboard_in_a_real_browser(pool: Pool, spawn, docker_host: str, dashboard: str,
-                                     browser: Chrome, tmp_path: Path) -> None:
+def test_dashboard_in_a_real_browser(pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str,
+                                     dashboard: str, browser: Chrome, tmp_path: Path) -> None:
     pool.set_slots(0)  # nothing starts until the test says so
     command = "echo '<script>window.__xss = 1</script>'; sleep 3; echo finished"
     job = pool.enqueue(IMAGE, ["sh", "-c", command], env={"API_KEY": SECRET})

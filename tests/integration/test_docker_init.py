@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import docker
@@ -18,6 +18,7 @@ import pytest
 from jobpool import JobState, Pool
 from tests.support.constants import IMAGE
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 SLEEPER = ["sh", "-c", "sleep 30"]
 
@@ -36,7 +37,9 @@ def _running_container(client: docker.DockerClient, job_id: str) -> Any:
     return eventually(found, timeout=30, message="the job's container runs")
 
 
-def test_a_paused_job_stops_of_its_sigterm_within_the_stop_grace(pool: Pool, spawn, client) -> None:
+def test_a_paused_job_stops_of_its_sigterm_within_the_stop_grace(pool: Pool,
+                                                                 spawn: Callable[..., JobpoolProcess],
+                                                                 client) -> None:
     spawn(JOBPOOL_STOP_GRACE_SECS="60")  # a SIGKILL would come long after the job's own end
     job = pool.enqueue(IMAGE, SLEEPER)
     container = _running_container(client, job.id)
@@ -49,7 +52,9 @@ def test_a_paused_job_stops_of_its_sigterm_within_the_stop_grace(pool: Pool, spa
     assert time.monotonic() - asked < 20
 
 
-def test_without_init_the_command_is_pid_1_and_ignores_sigterm(pool: Pool, spawn, client) -> None:
+def test_without_init_the_command_is_pid_1_and_ignores_sigterm(pool: Pool,
+                                                               spawn: Callable[..., JobpoolProcess],
+                                                               client) -> None:
     spawn(JOBPOOL_STOP_GRACE_SECS="2")
     job = pool.enqueue(IMAGE, SLEEPER, init=False)
     container = _running_container(client, job.id)

@@ -17,7 +17,7 @@ from pathlib import Path
 from jobpool import JobState, Pool
 from tests.support.constants import SUB
 from tests.support.polling import eventually
-from tests.support.procs import children
+from tests.support.procs import JobpoolProcess, children
 from tests.support.servers import RedisServer
 
 #: How long a worker used to keep an exit code through an outage before dropping it (the fixed window in
@@ -26,8 +26,8 @@ OLD_WINDOW_SECS = 20.0
 
 
 def test_an_exit_during_a_long_redis_outage_is_recorded_when_redis_returns(
-        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str], spawn,
-        tmp_path: Path) -> None:
+        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str],
+        spawn: Callable[..., JobpoolProcess], tmp_path: Path) -> None:
     server = redis_server_factory()
     server.start(appendonly=True)  # the outage is a restart: what was written before it must survive it
     env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": server.url}
@@ -56,8 +56,8 @@ def test_an_exit_during_a_long_redis_outage_is_recorded_when_redis_returns(
 
 
 def test_a_supervisor_does_not_judge_leases_that_lapsed_in_the_outage(
-        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str], spawn,
-        tmp_path: Path) -> None:
+        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str],
+        spawn: Callable[..., JobpoolProcess], tmp_path: Path) -> None:
     """Every lease lapses while Redis is away; a supervisor sweeping the moment it is back would find the
     job's pid gone and re-run a job whose worker is about to record its success. For one lease it waits."""
     server = redis_server_factory()

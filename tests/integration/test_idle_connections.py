@@ -16,12 +16,13 @@ import select
 import socket
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from jobpool import Pool
 from jobpool.httplimits import REQUEST_TIMEOUT_SECS
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 from tests.support.servers import free_port
 
 #: The descriptor limit the dashboard runs under, and more idle connections than it.
@@ -105,7 +106,8 @@ def threads(pid: int) -> int:
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
 
 
-def test_idle_connections_beyond_the_descriptor_limit_do_not_stop_the_dashboard(spawn) -> None:
+def test_idle_connections_beyond_the_descriptor_limit_do_not_stop_the_dashboard(
+        spawn: Callable[..., JobpoolProcess]) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/api/status"
     dash = spawn("jobpool.cli", ("dashboard", "--port", str(port)), prefix=("prlimit", f"--nofile={NOFILE}"))
@@ -132,8 +134,8 @@ def test_idle_connections_beyond_the_descriptor_limit_do_not_stop_the_dashboard(
             assert get(url) == 200
 
 
-def test_idle_and_slow_scrapers_cost_the_supervisor_nothing_and_never_stop_its_sweep(pool: Pool,
-                                                                                     spawn) -> None:
+def test_idle_and_slow_scrapers_cost_the_supervisor_nothing_and_never_stop_its_sweep(
+        pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     sup = spawn("jobpool.cli", ("supervisor",), JOBPOOL_METRICS_PORT=str(port))

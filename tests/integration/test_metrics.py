@@ -24,7 +24,7 @@ from tests.support.bad_input import cli, one_line_error
 from tests.support.constants import IMAGE, SUB
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
-from tests.support.servers import free_port
+from tests.support.servers import RedisServer, free_port
 from tests.support.snapshot import keyspace
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -69,7 +69,8 @@ def start_supervisor(spawn: Callable[..., JobpoolProcess], port: int, **env: str
     return sup
 
 
-def test_a_fleet_in_a_known_state_is_what_metrics_says(pool: Pool, spawn, docker_host: str) -> None:
+def test_a_fleet_in_a_known_state_is_what_metrics_says(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                                       docker_host: str) -> None:
     """Two succeeded, one failed, one cancelled, one running, one queued behind a paused queue, two slots,
     two live workers; then a second supervisor (the first stopped) serves the same counters."""
     pool.set_slots(2)
@@ -129,7 +130,8 @@ def test_a_fleet_in_a_known_state_is_what_metrics_says(pool: Pool, spawn, docker
     assert value(s2, "jobpool_jobs", state="queued") == 1 and pool.get(waiting.id).state == JobState.QUEUED
 
 
-def test_probe_results_recoveries_and_unknown_slots(pool_env: dict[str, str], spawn) -> None:
+def test_probe_results_recoveries_and_unknown_slots(pool_env: dict[str, str],
+                                                    spawn: Callable[..., JobpoolProcess]) -> None:
     """Subprocess rows whose workers are gone: one whose process is dead (absent: recovered, budget 1), one
     recorded in another pid namespace (unknown: slot kept and counted as unknown)."""
     env = {**pool_env, **SUB, "JOBPOOL_RECOVERY_BUDGET": "1"}
@@ -183,7 +185,8 @@ def test_a_port_already_taken_is_one_line_and_nothing_written(redis_url: str, ra
     assert keyspace(raw) == before
 
 
-def test_a_scrape_while_redis_is_away_says_so(private_redis, spawn) -> None:
+def test_a_scrape_while_redis_is_away_says_so(private_redis: RedisServer,
+                                              spawn: Callable[..., JobpoolProcess]) -> None:
     port = free_port()
     start_supervisor(spawn, port, JOBPOOL_REDIS_URL=private_redis.url)
     private_redis.stop()
@@ -196,8 +199,9 @@ def counter_samples(samples: Samples) -> Samples:
     return {k: v for k, v in samples.items() if k[0].endswith(("_total", "_bucket", "_count", "_sum"))}
 
 
-def test_no_counter_goes_back_when_redis_loses_its_last_writes(redis_server_factory, pool_env: dict[str, str],
-                                                               spawn) -> None:
+def test_no_counter_goes_back_when_redis_loses_its_last_writes(
+        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str],
+        spawn: Callable[..., JobpoolProcess]) -> None:
     """Redis comes back from an RDB saved before the last transitions (a crash without AOF): the supervisor
     serving `/metrics` the whole time serves no counter, bucket, count or sum lower than before, and counts
     what happens after the rollback on top of what it served."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import docker
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from jobpool import JobState, Pool
 from tests.support.constants import IMAGE, SUB
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 SAYS_DIR = 'echo "dir=${JOBPOOL_CHECKPOINT_DIR:-none}"; echo started; while true; do sleep 0.1; done'
 
@@ -29,7 +32,8 @@ def volumes_of(dclient: docker.DockerClient, job_id: str) -> list[str]:
     return [v.name for v in dclient.volumes.list() if job_id in (v.name or "")]
 
 
-def test_no_variable_no_volume_and_no_affinity(pool: Pool, spawn, dclient: docker.DockerClient) -> None:
+def test_no_variable_no_volume_and_no_affinity(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                               dclient: docker.DockerClient) -> None:
     pool.set_slots(2)
     bare = pool.enqueue(IMAGE, ["sh", "-c", SAYS_DIR], checkpoint=False)
     kept = pool.enqueue(IMAGE, ["sh", "-c", SAYS_DIR])
@@ -61,8 +65,8 @@ def test_the_cli_enqueues_with_a_checkpoint_unless_told_not_to(
     assert pool.get(enq.stdout.strip()).spec.checkpoint is checkpoint
 
 
-def test_a_subprocess_job_without_one_runs_in_a_scratch_directory_of_its_own(sub_pool: Pool, spawn,
-                                                                          tmp_path) -> None:
+def test_a_subprocess_job_without_one_runs_in_a_scratch_directory_of_its_own(
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path) -> None:
     state = tmp_path / "state"
     spawn(**{**SUB, "JOBPOOL_STATE_DIR": str(state)})
     says = 'echo "dir=${JOBPOOL_CHECKPOINT_DIR:-none} cwd=$(pwd) files=$(ls -A | wc -l)"'

@@ -12,6 +12,7 @@ lands after the SIGTERM and before the exit, whatever the machine's speed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import cast
 
 import docker
@@ -20,6 +21,7 @@ import pytest
 from jobpool import Job, JobState, Pool
 from tests.support.constants import IMAGE
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 #: Checkpoints on SIGTERM and exits 75 once /tmp/go exists; a run that finds the checkpoint exits 0.
 CHECKPOINTS_ON_GO = r"""
@@ -59,7 +61,7 @@ def failed_events(pool: Pool, job_id: str) -> list[dict[str, str]]:
 
 
 def test_checkpointing_job_paused_then_resumed_before_it_exits_is_handed_back(
-        pool: Pool, spawn, client) -> None:
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", CHECKPOINTS_ON_GO])
     spawn()
     first = live_container(client, pool, job.id, b"started")
@@ -78,7 +80,7 @@ def test_checkpointing_job_paused_then_resumed_before_it_exits_is_handed_back(
 
 
 def test_job_carrying_on_after_sigterm_is_not_killed_once_the_pause_is_withdrawn(
-        pool: Pool, spawn, client) -> None:
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", CARRIES_ON])
     spawn()
     container = live_container(client, pool, job.id, b"started")

@@ -77,9 +77,11 @@ DOORS = [
 
 
 @pytest.mark.parametrize(("module", "args"), DOORS)
-def test_an_evicting_redis_is_refused_in_one_line_and_nothing_is_written(
-        private_redis: RedisServer, pool_env: dict[str, str], spawn, module: str,
-        args: tuple[str, ...]) -> None:
+def test_an_evicting_redis_is_refused_in_one_line_and_nothing_is_written(private_redis: RedisServer,
+                                                                         pool_env: dict[str, str],
+                                                                         spawn: Callable[..., JobpoolProcess],
+                                                                         module: str,
+                                                                         args: tuple[str, ...]) -> None:
     env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
     seed(env)
     set_policy(private_redis, "allkeys-lru")
@@ -109,8 +111,10 @@ def run_a_job(env: dict[str, str], supervisor: JobpoolProcess) -> None:
 
 
 @pytest.mark.parametrize("policy", ["volatile-lru", "volatile-ttl", "noeviction"])
-def test_volatile_policies_are_one_warning_and_noeviction_is_silent(
-        private_redis: RedisServer, pool_env: dict[str, str], spawn, policy: str) -> None:
+def test_volatile_policies_are_one_warning_and_noeviction_is_silent(private_redis: RedisServer,
+                                                                    pool_env: dict[str, str],
+                                                                    spawn: Callable[..., JobpoolProcess],
+                                                                    policy: str) -> None:
     env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
     set_policy(private_redis, policy)
     worker = spawn(**env)
@@ -126,7 +130,7 @@ def test_volatile_policies_are_one_warning_and_noeviction_is_silent(
 
 
 def test_a_policy_that_cannot_be_read_is_one_warning_not_a_refusal(
-        private_redis: RedisServer, pool_env: dict[str, str], spawn) -> None:
+        private_redis: RedisServer, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess]) -> None:
     """A managed Redis may rename CONFIG away or deny it by ACL: jobpool then cannot tell, says so once,
     and runs (refusing would make it unusable there)."""
     with admin_of(private_redis) as admin:
@@ -348,7 +352,8 @@ def test_on_a_replica_every_api_call_is_refused_and_nothing_is_written(
 
 
 def test_a_job_that_ends_under_oom_is_kept_by_its_worker_until_its_finish_lands(
-        private_redis: RedisServer, pool_env: dict[str, str], spawn, tmp_path: Path) -> None:
+        private_redis: RedisServer, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess],
+        tmp_path: Path) -> None:
     """The job ends while every write is refused: its lease cannot be renewed and its finish cannot be
     recorded. The worker keeps the exit code and retries; the supervisor, sweeping all along, must not take
     the lapsed lease and the gone process for a crash. Once memory is freed the finish lands: succeeded,

@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -25,6 +26,7 @@ from jobpool import JobState, Pool
 from tests.support.constants import IMAGE
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess, children
+from tests.support.servers import RedisServer
 
 
 class Sampler(threading.Thread):
@@ -75,7 +77,8 @@ def client(docker_host: str):
 
 
 def test_claim_lost_by_redis_rollback_never_leaves_two_or_an_unwatched_container(
-        redis_server_factory, pool_env: dict[str, str], client, tmp_path: Path) -> None:
+        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str], client,
+        tmp_path: Path) -> None:
     server = redis_server_factory()
     server.start()  # no AOF, no automatic saves: only the explicit SAVE below survives a SIGKILL
     env = {**pool_env, "JOBPOOL_REDIS_URL": server.url}  # the fast test timings, on this private server
@@ -131,7 +134,9 @@ def test_claim_lost_by_redis_rollback_never_leaves_two_or_an_unwatched_container
         worker.stop()
 
 
-def test_a_stalled_watcher_leaves_a_proven_adoption_to_its_adopter(pool: Pool, spawn, client) -> None:
+def test_a_stalled_watcher_leaves_a_proven_adoption_to_its_adopter(pool: Pool,
+                                                                   spawn: Callable[..., JobpoolProcess],
+                                                                   client) -> None:
     """The other side of the proof: a worker stalled past its lease (SIGSTOP) whose container a live worker
     really re-attached to must leave that container running when it wakes, not stop it."""
     from jobpool.supervisor import Supervisor

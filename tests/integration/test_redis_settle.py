@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -22,6 +23,8 @@ from jobpool.redistrust import RedisTrust
 from tests.support.constants import IMAGE
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
+from tests.support.proxies import DockerLaunchHold
+from tests.support.servers import RedisServer
 
 WAIT_FOR_GO = ["sh", "-c", "echo started; while [ ! -f /tmp/go ]; do sleep 0.1; done; echo finished"]
 
@@ -32,8 +35,8 @@ def boot_of(process: JobpoolProcess) -> str:
 
 
 def test_a_restart_of_redis_during_a_launch_does_not_cost_the_job_its_container(
-        redis_server_factory, pool_env: dict[str, str], docker_host: str, proxy, dclient: docker.DockerClient,
-        tmp_path: Path) -> None:
+        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str], docker_host: str,
+        proxy: DockerLaunchHold, dclient: docker.DockerClient, tmp_path: Path) -> None:
     server = redis_server_factory()
     server.start(appendonly=True)  # every write kept: only the leases' time runs out while it is down
     env = {**pool_env, "JOBPOOL_REDIS_URL": server.url, "JOBPOOL_INVENTORY_SECS": "0.2",
@@ -89,7 +92,8 @@ def test_a_restart_of_redis_during_a_launch_does_not_cost_the_job_its_container(
         pool.close()
 
 
-def test_a_restarted_or_another_redis_server_settles_for_a_lease(redis_server_factory) -> None:
+def test_a_restarted_or_another_redis_server_settles_for_a_lease(
+        redis_server_factory: Callable[[], RedisServer]) -> None:
     """The rule itself on real redis-servers: a fresh server, one reached again after an outage, and another
     server answering where the last one did (a failover, as a Sentinel client meets it) each settle."""
     servers = [redis_server_factory(), redis_server_factory()]

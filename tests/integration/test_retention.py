@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from typing import cast
 
 import pytest
@@ -18,6 +19,7 @@ import redis
 from jobpool import JobState, Pool, errors
 from tests.support.constants import IMAGE, SUB
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 CAPS = {"JOBPOOL_KEEP_SUCCEEDED": "4", "JOBPOOL_KEEP_FAILED": "2", "JOBPOOL_KEEP_CANCELLED": "1",
         "JOBPOOL_SWEEP_INTERVAL_SECS": "0.2"}
@@ -65,7 +67,7 @@ def retained(pool: Pool) -> dict[str, int]:
 
 
 def test_the_supervisor_prunes_past_the_caps_and_the_keyspace_stays_flat(
-        pool: Pool, raw: redis.Redis, spawn) -> None:
+        pool: Pool, raw: redis.Redis, spawn: Callable[..., JobpoolProcess]) -> None:
     pool.set_slots(2)
     spawn(**SUB, **CAPS)
     spawn(**SUB, **CAPS)
@@ -97,7 +99,8 @@ def test_the_supervisor_prunes_past_the_caps_and_the_keyspace_stays_flat(
     assert pruned and all(e["actor"].startswith("supervisor:") for e in pruned)
 
 
-def test_rq_keeps_no_record_of_a_job_that_ended(pool: Pool, raw: redis.Redis, spawn) -> None:
+def test_rq_keeps_no_record_of_a_job_that_ended(pool: Pool, raw: redis.Redis,
+                                                spawn: Callable[..., JobpoolProcess]) -> None:
     spawn(**SUB)
     job = pool.enqueue(IMAGE, ["sh", "-c", "echo hi"])
     assert pool.wait(job.id, timeout=30).state == JobState.SUCCEEDED

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,14 +24,16 @@ import redis
 from jobpool import JobState, NotReplicated, Pool, RedisUnavailable
 from tests.support.constants import SUB
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 from tests.support.sentinels import SentinelGroup, direct_client
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.timeout(300)
 
 
+# redis_server: skip (or fail in CI) without redis
 @pytest.fixture
-def group(redis_server) -> Iterator[SentinelGroup]:  # redis_server: skip (or fail in CI) without redis
+def group(redis_server: RedisServer) -> Iterator[SentinelGroup]:
     with SentinelGroup() as g:
         g.start()
         yield g
@@ -136,8 +138,9 @@ def overlaps(lines: list[str]) -> tuple[int, int]:
     return most, most_copies
 
 
-def test_a_fleet_runs_through_a_forced_failover_and_a_killed_primary(
-        group: SentinelGroup, tmp_path: Path, spawn, pool_env: dict[str, str]) -> None:
+def test_a_fleet_runs_through_a_forced_failover_and_a_killed_primary(group: SentinelGroup, tmp_path: Path,
+                                                                     spawn: Callable[..., JobpoolProcess],
+                                                                     pool_env: dict[str, str]) -> None:
     log = tmp_path / "runs.log"
     env = {**SUB, "JOBPOOL_REDIS_URL": group.url, "JOBPOOL_LEASE_SECS": "5"}
     slots, n = 2, 12
@@ -175,7 +178,8 @@ def test_a_fleet_runs_through_a_forced_failover_and_a_killed_primary(
           file=sys.stderr)
 
 
-def test_a_script_refused_readonly_is_sent_again_once_the_server_is_primary(redis_server_factory) -> None:
+def test_a_script_refused_readonly_is_sent_again_once_the_server_is_primary(
+        redis_server_factory: Callable[[], RedisServer]) -> None:
     # No sentinel here: a client that reached a replica (as one does whose primary was demoted under it).
     primary = redis_server_factory()
     primary.start()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 import docker
@@ -25,6 +26,7 @@ import pytest
 from jobpool import JobState, Pool
 from tests.support.constants import IMAGE
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 from tests.support.proxies import DockerLaunchHold
 
 LIVE = ("running", "paused", "restarting")
@@ -96,7 +98,10 @@ def hold_create(pool: Pool, proxy: DockerLaunchHold, dclient: docker.DockerClien
         message="the daemon created the container")
 
 
-def test_the_lease_is_kept_through_a_create_slower_than_the_lease(pool: Pool, spawn, proxy, dclient) -> None:
+def test_the_lease_is_kept_through_a_create_slower_than_the_lease(pool: Pool,
+                                                                  spawn: Callable[..., JobpoolProcess],
+                                                                  proxy: DockerLaunchHold,
+                                                                  dclient: docker.DockerClient) -> None:
     sweeps_after.seen = set()  # type: ignore[attr-defined]
     proxy.hold()
     job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 1; exit 0"])
@@ -119,7 +124,10 @@ def test_the_lease_is_kept_through_a_create_slower_than_the_lease(pool: Pool, sp
     assert not [e for e in pool.events(job.id) if e["reason"].startswith("orphan_reconciled")]
 
 
-def test_a_launch_whose_row_was_lost_during_create_never_starts(pool: Pool, spawn, proxy, dclient) -> None:
+def test_a_launch_whose_row_was_lost_during_create_never_starts(pool: Pool,
+                                                                spawn: Callable[..., JobpoolProcess],
+                                                                proxy: DockerLaunchHold,
+                                                                dclient: docker.DockerClient) -> None:
     """The fence between create and start: the operator evicted the attempt while its create hung, so the
     worker removes the created container instead of starting it."""
     proxy.hold()
@@ -140,7 +148,8 @@ def test_a_launch_whose_row_was_lost_during_create_never_starts(pool: Pool, spaw
 
 @pytest.mark.parametrize("removed", ["while-create-is-held", "before-start"])
 def test_a_start_that_finds_its_container_gone_runs_nothing_and_writes_nothing(
-        pool: Pool, spawn, proxy, dclient, removed: str) -> None:
+        pool: Pool, spawn: Callable[..., JobpoolProcess], proxy: DockerLaunchHold,
+        dclient: docker.DockerClient, removed: str) -> None:
     """The supervisor removes a never-started container before its verdict; the worker's late start then
     finds nothing (a 404 on the SDK's read-back after the create, or on the start). Nothing runs, so the
     worker leaves the row to the supervisor's verdict, which ends the attempt from what it sees (no
@@ -165,7 +174,9 @@ def test_a_start_that_finds_its_container_gone_runs_nothing_and_writes_nothing(
     assert not [r for r in reasons if r.startswith("launch_failed")], reasons
 
 
-def test_a_daemon_error_on_create_does_not_fail_the_job_for_good(pool: Pool, spawn, proxy) -> None:
+def test_a_daemon_error_on_create_does_not_fail_the_job_for_good(pool: Pool,
+                                                                 spawn: Callable[..., JobpoolProcess],
+                                                                 proxy: DockerLaunchHold) -> None:
     """A daemon shutting down answers a create with a server error ("database not open"). That says nothing
     about the job, and maybe not even that nothing was created: the outcome is unknown, the slot is kept,
     and the sweep recovers the attempt from ground truth. It used to fail the job on the spot."""
@@ -179,8 +190,10 @@ def test_a_daemon_error_on_create_does_not_fail_the_job_for_good(pool: Pool, spa
     assert done.recovery_attempts == 1, "recovered by the sweep (absent: nothing was created)"
 
 
-def test_a_start_that_returns_after_the_row_was_lost_is_stopped_at_once(pool: Pool, spawn, proxy,
-                                                                       dclient) -> None:
+def test_a_start_that_returns_after_the_row_was_lost_is_stopped_at_once(pool: Pool,
+                                                                        spawn: Callable[..., JobpoolProcess],
+                                                                        proxy: DockerLaunchHold,
+                                                                        dclient: docker.DockerClient) -> None:
     """The start is held after the fence passed, and meanwhile the row stops being this attempt's (here an
     eviction; in bench/soak.py, a Redis rollback that took back the claim, after which the slot went to
     another job). Docker starts the container when the start is let through, and nothing can recall it: the

@@ -15,6 +15,7 @@ from bench.soak_faults import HOST_FAULTS
 from bench.soak_subprocess import FAULTS as SUBPROCESS_FAULTS
 from bench.soak_subprocess import run_soak as run_subprocess_soak
 from jobpool.jobcgroup import unavailable
+from tests.support.servers import DockerDaemon, RedisServer
 
 
 def assert_the_zeros(figures: Figures, jobs: int) -> None:
@@ -32,7 +33,8 @@ def assert_the_zeros(figures: Figures, jobs: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_soak_keeps_every_promise_under_faults(redis_server, docker_daemon) -> None:
+def test_soak_keeps_every_promise_under_faults(redis_server: RedisServer,
+                                               docker_daemon: DockerDaemon) -> None:
     # The fixtures are asked for only so a machine without the servers skips (CI fails) the same way; the soak
     # starts private ones of its own, because it kills and restarts them.
     figures = run_soak(jobs=20, slots=2, workers=4, seed=7, max_minutes=7, fault_every=(2.0, 3.5), rounds=2,
@@ -53,7 +55,8 @@ def test_soak_keeps_every_promise_under_faults(redis_server, docker_daemon) -> N
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_soak_over_three_daemons_keeps_every_promise_under_host_faults(redis_server, docker_daemon) -> None:
+def test_soak_over_three_daemons_keeps_every_promise_under_host_faults(redis_server: RedisServer,
+                                                                       docker_daemon: DockerDaemon) -> None:
     """The fleet over three daemons (one supervisor attached to daemon 1, one to none), meeting the faults of
     whole hosts twice each: all workers of a daemon killed until its inventory is stale, a daemon's
     containers removed under its live workers, a host rebooted (bench/soak_faults.py, HOST_FAULTS); and those
@@ -71,7 +74,8 @@ def test_soak_over_three_daemons_keeps_every_promise_under_host_faults(redis_ser
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(bool(unavailable()), reason=f"no job cgroup here: {unavailable()}")
-def test_subprocess_soak_ends_every_process_of_a_job_before_its_slot_is_freed(redis_server) -> None:
+def test_subprocess_soak_ends_every_process_of_a_job_before_its_slot_is_freed(
+        redis_server: RedisServer) -> None:
     """The subprocess executor's soak (bench/soak_subprocess.py): jobs that leave background children (some
     in a session of their own, some deaf to SIGTERM) under worker SIGKILL and SIGTERM, supervisor restarts,
     cancels and pauses, each met twice. No process of a job lives once its row is terminal or its slot was
@@ -97,7 +101,7 @@ def test_subprocess_soak_ends_every_process_of_a_job_before_its_slot_is_freed(re
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(bool(unavailable()), reason=f"no job cgroup here: {unavailable()}")
-def test_subprocess_soak_sees_a_process_that_outlives_its_job(redis_server) -> None:
+def test_subprocess_soak_sees_a_process_that_outlives_its_job(redis_server: RedisServer) -> None:
     """The check of the check: a job whose child moves itself out of the job's cgroup (a job running as root
     can) outlives its job, and the soak says its zeros broke."""
     figures = run_subprocess_soak(jobs=2, slots=1, workers=2, seed=2, max_minutes=2,

@@ -11,10 +11,11 @@ import contextlib
 import hashlib
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
+import docker
 import pytest
 from rq.suspension import resume, suspend
 
@@ -24,7 +25,7 @@ from jobpool.store.luatext import script_text
 from jobpool.workers.standby import HANDOFF_ACK_SECS
 from tests.support.constants import IMAGE, SUB
 from tests.support.polling import eventually
-from tests.support.procs import children, state_of
+from tests.support.procs import JobpoolProcess, children, state_of
 from tests.support.proxies import DockerLaunchHold, RedisReplyDropper
 from tests.support.servers import RedisServer
 
@@ -49,7 +50,7 @@ def gated(pool: Pool, tmp_path: Path) -> tuple[str, Path]:
 
 
 def test_the_job_runs_in_the_standby_and_the_next_standby_is_forked_meanwhile(
-        sub_pool: Pool, spawn, tmp_path: Path) -> None:
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path) -> None:
     worker = spawn(**SUB)
     standby = one_standby(worker.pid)
     job_id, go = gated(sub_pool, tmp_path)
@@ -70,8 +71,9 @@ def test_the_job_runs_in_the_standby_and_the_next_standby_is_forked_meanwhile(
     assert exited(standby)
 
 
-def test_the_next_standby_is_forked_only_once_the_job_runs(pool: Pool, spawn, proxy: DockerLaunchHold,
-                                                             dclient) -> None:
+def test_the_next_standby_is_forked_only_once_the_job_runs(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                                           proxy: DockerLaunchHold,
+                                                           dclient: docker.DockerClient) -> None:
     """Forking it (and removing the last container) while the horse claims and creates would take CPU from
     that launch: the horse says when its job runs, and only then is the next standby forked."""
     worker = spawn(DOCKER_HOST=proxy.host)
@@ -91,7 +93,8 @@ def test_the_next_standby_is_forked_only_once_the_job_runs(pool: Pool, spawn, pr
     assert pool.wait(job.id, timeout=30).state is JobState.SUCCEEDED
 
 
-def test_rqs_record_of_the_worker_after_jobs_whose_horses_said_done_early(sub_pool: Pool, spawn) -> None:
+def test_rqs_record_of_the_worker_after_jobs_whose_horses_said_done_early(
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     """A horse whose job ended tells its worker before it deletes RQ's record of the delivery, and leaves the
     worker's current-job field to the worker: cleared as it goes idle, counted all the same."""
     worker = spawn(**SUB)
@@ -109,7 +112,8 @@ def test_rqs_record_of_the_worker_after_jobs_whose_horses_said_done_early(sub_po
     assert "current_job" not in record, record
 
 
-def test_a_suspended_worker_takes_no_job_until_resumed(sub_pool: Pool, spawn, tmp_path: Path) -> None:
+def test_a_suspended_worker_takes_no_job_until_resumed(sub_pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                                       tmp_path: Path) -> None:
     """RQ's suspension (`rq suspend`) is checked between two jobs, in the round trip that sets the worker
     idle: the worker that finished a job takes no other until RQ's workers are resumed."""
     sub_pool.set_slots(2)
@@ -133,7 +137,8 @@ def test_a_suspended_worker_takes_no_job_until_resumed(sub_pool: Pool, spawn, tm
     assert worker.proc.poll() is None
 
 
-def test_rqs_record_of_an_ended_delivery_is_deleted(sub_pool: Pool, spawn) -> None:
+def test_rqs_record_of_an_ended_delivery_is_deleted(sub_pool: Pool,
+                                                    spawn: Callable[..., JobpoolProcess]) -> None:
     job = sub_pool.enqueue("ignored", ["true"])
     spawn(**SUB)
     assert sub_pool.wait(job.id, timeout=30).state is JobState.SUCCEEDED
@@ -148,7 +153,7 @@ def test_rqs_record_of_an_ended_delivery_is_deleted(sub_pool: Pool, spawn) -> No
     eventually(gone, timeout=10, message="RQ's job hash, executions and started entry deleted")
 
 
-def test_a_stopped_worker_leaves_no_standby(sub_pool: Pool, spawn) -> None:
+def test_a_stopped_worker_leaves_no_standby(sub_pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     worker = spawn(**SUB)
     standby = one_standby(worker.pid)
     worker.signal(signal.SIGTERM)
@@ -156,7 +161,8 @@ def test_a_stopped_worker_leaves_no_standby(sub_pool: Pool, spawn) -> None:
     assert state_of(standby) == "", "the worker waited for its standby (reaped, not left a zombie)"
 
 
-def test_a_sigkilled_workers_standby_exits_by_itself(sub_pool: Pool, spawn) -> None:
+def test_a_sigkilled_workers_standby_exits_by_itself(sub_pool: Pool,
+                                                     spawn: Callable[..., JobpoolProcess]) -> None:
     worker = spawn(**SUB)
     standby = one_standby(worker.pid)
     worker.signal(signal.SIGKILL)
@@ -164,7 +170,8 @@ def test_a_sigkilled_workers_standby_exits_by_itself(sub_pool: Pool, spawn) -> N
     eventually(lambda: exited(standby), timeout=10, message="the standby read the end of its pipe and exited")
 
 
-def test_a_dead_standby_is_replaced_by_rqs_fork(sub_pool: Pool, spawn, tmp_path: Path) -> None:
+def test_a_dead_standby_is_replaced_by_rqs_fork(sub_pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                                tmp_path: Path) -> None:
     worker = spawn(**SUB)
     standby = one_standby(worker.pid)
     os.kill(standby, signal.SIGKILL)
@@ -179,7 +186,7 @@ def test_a_dead_standby_is_replaced_by_rqs_fork(sub_pool: Pool, spawn, tmp_path:
 
 
 def test_a_horse_killed_mid_job_is_read_from_its_exit_and_the_worker_goes_on(
-        sub_pool: Pool, spawn, tmp_path: Path) -> None:
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path) -> None:
     sub_pool.set_slots(2)
     worker = spawn(**SUB)
     horse = one_standby(worker.pid)
@@ -209,8 +216,8 @@ def claims(pool: Pool, job_id: str) -> int:
     return [e["reason"] for e in pool.events(job_id)].count("claimed")
 
 
-def test_a_stopped_idle_standby_is_killed_and_its_job_runs_once_in_a_fresh_horse(pool: Pool, spawn,
-                                                                                  docker_host: str) -> None:
+def test_a_stopped_idle_standby_is_killed_and_its_job_runs_once_in_a_fresh_horse(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str) -> None:
     """A standby stopped while it waits never reads the job written to its pipe. The worker takes the hand-off
     only on the standby's word that it took the job: without one within the deadline, it kills and reaps the
     standby (which did nothing with the job: it says so first) and hands the same delivery to RQ's own fork at
@@ -235,8 +242,8 @@ def test_a_stopped_idle_standby_is_killed_and_its_job_runs_once_in_a_fresh_horse
     assert worker.proc.poll() is None
 
 
-def test_a_stopped_running_horse_makes_its_worker_stuck_until_killed_past_the_lease(pool: Pool, spawn,
-                                                                                    docker_host: str) -> None:
+def test_a_stopped_running_horse_makes_its_worker_stuck_until_killed_past_the_lease(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str) -> None:
     """A horse stopped while its job runs renews its lease no more. Its worker is stuck meanwhile, and
     `status` counts it so (a one-worker pool: unhealthy). Once the horse has been stopped for the lease, the
     worker kills it and takes work again: first the supervisor's request to adopt that very job's container
@@ -277,7 +284,9 @@ def dropper(redis_server: RedisServer, redis_url: str) -> Iterator[RedisReplyDro
     proxy.close()
 
 
-def test_a_standby_stopped_after_taking_its_job_before_its_claim(sub_pool: Pool, spawn, tmp_path: Path,
+def test_a_standby_stopped_after_taking_its_job_before_its_claim(sub_pool: Pool,
+                                                                 spawn: Callable[..., JobpoolProcess],
+                                                                 tmp_path: Path,
                                                                  dropper: RedisReplyDropper) -> None:
     """Stopped once it said it took the job, its claim sent but never run (a proxy in front of Redis keeps
     it): it is its worker's horse, killed once stopped for the lease as any horse. Nothing was claimed, so the
@@ -304,8 +313,8 @@ def test_a_standby_stopped_after_taking_its_job_before_its_claim(sub_pool: Pool,
     assert worker.proc.poll() is None
 
 
-def test_a_worker_whose_running_horse_is_stopped_still_drains_within_its_bound(sub_pool: Pool, spawn,
-                                                                               tmp_path: Path) -> None:
+def test_a_worker_whose_running_horse_is_stopped_still_drains_within_its_bound(
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path) -> None:
     """The drain's bound holds for a stopped horse (its lease long here, so the drain, not the stop, ends
     it): killed past the drain timeout and its margin, reaped, and the worker exits; the job is left
     running (its process, in a session of its own, outlives its horse)."""

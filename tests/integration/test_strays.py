@@ -28,7 +28,7 @@ from tests.support.constants import IMAGE
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
 from tests.support.sentinels import SentinelGroup
-from tests.support.servers import DockerDaemon
+from tests.support.servers import DockerDaemon, RedisServer
 
 #: Inventories every 0.3 s: the bound below is dominated by the lease and the stop grace.
 FLEET = {"JOBPOOL_INVENTORY_SECS": "0.3", "JOBPOOL_INVENTORY_STALE_SECS": "2"}
@@ -74,8 +74,8 @@ def history(pool: Pool, job_id: str) -> list[list[str]]:
 
 
 def test_a_container_left_running_after_redis_lost_its_claim_is_stopped_as_a_stray(
-        redis_server_factory, pool_env: dict[str, str], docker_host: str, second_daemon: DockerDaemon,
-        tmp_path: Path) -> None:
+        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str], docker_host: str,
+        second_daemon: DockerDaemon, tmp_path: Path) -> None:
     """Redis restarted from an RDB saved before the claim."""
     server = redis_server_factory()
     server.start()  # no AOF, no automatic saves: only the SAVE below survives its SIGKILL
@@ -92,7 +92,7 @@ def test_a_container_left_running_after_redis_lost_its_claim_is_stopped_as_a_str
 
 
 def test_a_container_left_running_after_a_failover_to_a_lagging_replica_is_stopped_as_a_stray(
-        redis_server, pool_env: dict[str, str], docker_host: str, second_daemon: DockerDaemon,
+        redis_server: RedisServer, pool_env: dict[str, str], docker_host: str, second_daemon: DockerDaemon,
         tmp_path: Path) -> None:
     """The adversarial run's own fault: Sentinel promotes a replica cut off before the claim."""
     with SentinelGroup() as group:

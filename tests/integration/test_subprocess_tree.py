@@ -11,7 +11,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from jobpool.workers.executors.base import Launch
 from jobpool.workers.executors.subprocess import SubprocessExecutor
 from tests.support.constants import SUB
 from tests.support.polling import eventually
-from tests.support.procs import state_of
+from tests.support.procs import JobpoolProcess, state_of
 
 #: A command prefix under which a process finds no cgroup2 hierarchy where its mount table says (an empty
 #: tmpfs over /sys/fs/cgroup, in a mount namespace of its own): a host that offers a job no cgroup.
@@ -66,7 +66,7 @@ def writer_pid(pidfile: Path) -> int:
 
 
 def test_a_background_process_ends_with_its_job_before_the_next_job_starts(
-        sub_pool: Pool, spawn, tmp_path: Path, writers: list[int]) -> None:
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path, writers: list[int]) -> None:
     """`sh -c 'writer & exit 0'`: the job succeeds, and its writer is gone before the next job takes the only
     slot; the next job itself sees no writer and a file that does not grow."""
     sub_pool.set_slots(1)
@@ -93,7 +93,7 @@ def test_a_background_process_ends_with_its_job_before_the_next_job_starts(
 
 
 def test_a_cancelled_job_leaves_nothing_running_not_even_a_new_session(
-        sub_pool: Pool, spawn, tmp_path: Path, writers: list[int]) -> None:
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path, writers: list[int]) -> None:
     """A child that called setsid has left the job's process group and session; cancelling the job ends it
     all the same, before the job is recorded cancelled."""
     env, out, pidfile = writer_env(tmp_path, "setsid")
@@ -145,7 +145,7 @@ def test_the_supervisor_keeps_the_slot_while_a_process_of_the_job_lives(tmp_path
 
 @pytest.mark.skipif(bool(unavailable()), reason=f"no job cgroup here: {unavailable()}")
 def test_a_dead_workers_job_holds_its_slot_while_a_process_it_started_lives(
-        sub_pool: Pool, spawn, tmp_path: Path, writers: list[int]) -> None:
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path, writers: list[int]) -> None:
     """The worker dies (SIGKILL, with its work horse) while its job runs, and the job's main process then
     exits, leaving a setsid writer that nobody is left to end. The supervisor keeps the slot while the writer
     lives, and frees it (a crash: recovery budget) once it is gone."""
@@ -207,8 +207,8 @@ def test_without_a_cgroup_the_process_group_ends_with_its_job(tmp_path: Path, wr
     background_job_in_its_group(executor, tmp_path, "group", "j1", writers)
 
 
-def test_a_worker_and_up_say_when_a_job_gets_no_cgroup(sub_pool: Pool, spawn, tmp_path: Path,
-                                                       writers: list[int]) -> None:
+def test_a_worker_and_up_say_when_a_job_gets_no_cgroup(sub_pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                                       tmp_path: Path, writers: list[int]) -> None:
     """On a host where no cgroup can be made, the worker says at start that the executor cannot keep its
     promise, and so does `jobpool up` when it picks this executor; a background process that stayed in the
     job's process group still ends with the job."""

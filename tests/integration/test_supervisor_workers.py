@@ -8,7 +8,7 @@ next job run).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import docker
 import pytest
@@ -17,6 +17,7 @@ from jobpool import JobState, Pool
 from jobpool.supervisor import Supervisor
 from tests.support.constants import IMAGE
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 
 @pytest.fixture
@@ -34,7 +35,9 @@ def started(dclient: docker.DockerClient, job_id: str) -> bool:
     return any(b"started" in c.logs() for c in containers(dclient, job_id))
 
 
-def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(pool_env, spawn, dclient) -> None:
+def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(pool_env: dict[str, str],
+                                                                      spawn: Callable[..., JobpoolProcess],
+                                                                      dclient: docker.DockerClient) -> None:
     pool = Pool.from_env(env={**pool_env, "JOBPOOL_RECOVERY_BUDGET": "0"})
     sup = Supervisor(pool)
     try:
@@ -61,7 +64,8 @@ def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(pool_env, 
 
 
 def test_killed_worker_live_container_is_adopted_and_finished_from_its_exit_code(
-        pool: Pool, spawn, dclient, sup: Supervisor) -> None:
+        pool: Pool, spawn: Callable[..., JobpoolProcess], dclient: docker.DockerClient,
+        sup: Supervisor) -> None:
     a = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 8; exit 0"])
     b = pool.enqueue(IMAGE, ["sh", "-c", "exit 0"])
     w = spawn()

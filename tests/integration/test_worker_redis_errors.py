@@ -12,6 +12,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import cast
 
 import redis
@@ -88,7 +89,7 @@ def runs_a_job_then(env: dict[str, str], worker: JobpoolProcess) -> None:
 
 def test_worker_outlives_its_primary_turned_replica(
         private_redis: RedisServer, redis_server_factory: Callable[[], RedisServer],
-        pool_env: dict[str, str], spawn) -> None:
+        pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess]) -> None:
     other = redis_server_factory()
     other.start()
     env, worker = idle_worker(private_redis, pool_env, spawn)
@@ -102,7 +103,7 @@ def test_worker_outlives_its_primary_turned_replica(
 
 
 def test_worker_outlives_redis_out_of_memory(
-        private_redis: RedisServer, pool_env: dict[str, str], spawn) -> None:
+        private_redis: RedisServer, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess]) -> None:
     env, worker = idle_worker(private_redis, pool_env, spawn)
     with admin_of(private_redis) as admin:
         fill_memory(admin)  # every write: OOM
@@ -114,7 +115,8 @@ def test_worker_outlives_redis_out_of_memory(
     runs_a_job_then(env, worker)
 
 
-def test_worker_outlives_a_redis_restart(private_redis: RedisServer, pool_env: dict[str, str], spawn) -> None:
+def test_worker_outlives_a_redis_restart(private_redis: RedisServer, pool_env: dict[str, str],
+                                         spawn: Callable[..., JobpoolProcess]) -> None:
     """RQ retried a dropped connection on its own, but logged every retry at ERROR and waited up to a
     minute between them; the worker now logs the outage once and resumes within seconds."""
     env, worker = idle_worker(private_redis, pool_env, spawn)
@@ -129,7 +131,7 @@ def test_worker_outlives_a_redis_restart(private_redis: RedisServer, pool_env: d
     assert " ERROR " not in worker.log(), worker.log()[-3000:]
 
 
-def test_idle_worker_stopped_exits_0(spawn, redis_url: str) -> None:
+def test_idle_worker_stopped_exits_0(spawn: Callable[..., JobpoolProcess], redis_url: str) -> None:
     worker = spawn(**SUB)
     with contextlib.closing(redis.Redis.from_url(redis_url, decode_responses=True)) as admin:
         eventually(lambda: blocked_in_dequeue(admin), timeout=15, message="worker idle in its dequeue")
@@ -139,7 +141,7 @@ def test_idle_worker_stopped_exits_0(spawn, redis_url: str) -> None:
 
 
 def test_worker_still_dies_of_an_error_that_waiting_does_not_fix(
-        private_redis: RedisServer, pool_env: dict[str, str], spawn) -> None:
+        private_redis: RedisServer, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess]) -> None:
     """The queue key holding a string (WRONGTYPE on every dequeue) is not an outage: the loop ends, and the
     worker says so and exits 1 rather than retrying for ever."""
     env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
@@ -159,7 +161,7 @@ def test_worker_still_dies_of_an_error_that_waiting_does_not_fix(
 
 
 def test_worker_stopped_during_an_outage_exits_0(
-        private_redis: RedisServer, pool_env: dict[str, str], spawn) -> None:
+        private_redis: RedisServer, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess]) -> None:
     _env, worker = idle_worker(private_redis, pool_env, spawn)
     private_redis.stop()
     eventually(lambda: OUTAGE_WARNING in worker.log(), timeout=10, message="the worker saw the outage")
@@ -168,8 +170,10 @@ def test_worker_stopped_during_an_outage_exits_0(
     assert "logged above" not in worker.log() and "Traceback" not in worker.log()
 
 
-def test_worker_outlives_redis_out_of_memory_during_a_job(
-        private_redis: RedisServer, pool_env: dict[str, str], spawn, tmp_path) -> None:
+def test_worker_outlives_redis_out_of_memory_during_a_job(private_redis: RedisServer,
+                                                          pool_env: dict[str, str],
+                                                          spawn: Callable[..., JobpoolProcess],
+                                                          tmp_path: Path) -> None:
     """RQ's job heartbeats (every second while a job runs) met OOM and ended the work loop mid-job."""
     env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
     worker = spawn(**env)

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -14,6 +15,7 @@ import pytest
 from jobpool import JobState, Pool
 from tests.support.constants import CHECKPOINTING, IMAGE
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 IGNORES_TERM = "trap '' TERM; echo started; while true; do sleep 0.1; done"
 
@@ -34,7 +36,8 @@ def client(docker_host: str) -> docker.DockerClient:
     c.close()
 
 
-def test_slot_limit_holds_across_three_workers(pool: Pool, spawn, client) -> None:
+def test_slot_limit_holds_across_three_workers(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                               client) -> None:
     pool.set_slots(2)
     jobs = [pool.enqueue(IMAGE, ["sh", "-c", f"echo job {i}; sleep 0.3"]) for i in range(8)]
     failing = pool.enqueue(IMAGE, ["sh", "-c", "echo about to fail; echo oops >&2; exit 7"])
@@ -69,7 +72,8 @@ def test_slot_limit_holds_across_three_workers(pool: Pool, spawn, client) -> Non
                message="finished containers are removed")
 
 
-def test_labels_env_and_checkpoint_volume(pool: Pool, spawn, client, docker_host: str) -> None:
+def test_labels_env_and_checkpoint_volume(pool: Pool, spawn: Callable[..., JobpoolProcess], client,
+                                          docker_host: str) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", 'echo "$JOBPOOL_JOB_ID $JOBPOOL_ATTEMPT $JOBPOOL_CHECKPOINT_DIR"; '
                                            "echo started; sleep 30"])
     spawn()
@@ -91,7 +95,7 @@ def test_labels_env_and_checkpoint_volume(pool: Pool, spawn, client, docker_host
                message="checkpoint volume removed once the job is terminal")
 
 
-def test_drain_hands_back_with_checkpoint(pool: Pool, spawn, client) -> None:
+def test_drain_hands_back_with_checkpoint(pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", CHECKPOINTING])
     w = spawn()
     eventually(lambda: started(client, job.id), timeout=30, message="job started")
@@ -110,7 +114,7 @@ def test_drain_hands_back_with_checkpoint(pool: Pool, spawn, client) -> None:
     assert "0 jobs left running" in w.log()
 
 
-def test_pause_during_drain_wins(pool: Pool, spawn, client) -> None:
+def test_pause_during_drain_wins(pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
     # The job stops slowly, so the pause lands while the drain is in flight.
     slow = CHECKPOINTING.replace("exit 75' TERM", "sleep 1; exit 75' TERM")
     job = pool.enqueue(IMAGE, ["sh", "-c", slow])
@@ -129,7 +133,8 @@ def test_pause_during_drain_wins(pool: Pool, spawn, client) -> None:
     assert done.state == JobState.SUCCEEDED and "resumed with step" in pool.logs(job.id)
 
 
-def test_job_ignoring_term_is_left_running_at_the_deadline(pool: Pool, spawn, client) -> None:
+def test_job_ignoring_term_is_left_running_at_the_deadline(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                                           client) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", IGNORES_TERM])
     w = spawn()
     eventually(lambda: started(client, job.id), timeout=30, message="job started")
@@ -143,7 +148,8 @@ def test_job_ignoring_term_is_left_running_at_the_deadline(pool: Pool, spawn, cl
     assert len(job_containers(client, job.id)) == 1, "its container keeps running"
 
 
-def test_sigkill_mid_job_leaves_container_and_row_running(pool: Pool, spawn, client) -> None:
+def test_sigkill_mid_job_leaves_container_and_row_running(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                                          client) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"])
     w = spawn()
     eventually(lambda: started(client, job.id), timeout=30, message="job started")
@@ -157,7 +163,8 @@ def test_sigkill_mid_job_leaves_container_and_row_running(pool: Pool, spawn, cli
 
 
 @pytest.mark.parametrize("action", ["cancel", "pause"])
-def test_cancel_and_pause_of_a_running_job(pool: Pool, spawn, client, action: str) -> None:
+def test_cancel_and_pause_of_a_running_job(pool: Pool, spawn: Callable[..., JobpoolProcess], client,
+                                           action: str) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", IGNORES_TERM])  # forces the SIGKILL after the grace period
     nxt = pool.enqueue(IMAGE, ["sh", "-c", "echo next"])
     spawn()
@@ -172,7 +179,7 @@ def test_cancel_and_pause_of_a_running_job(pool: Pool, spawn, client, action: st
         assert any(v for v in client.volumes.list() if job.id in v.name), "a paused job keeps its checkpoint"
 
 
-def test_fenced_after_operator_eviction(pool: Pool, spawn, client) -> None:
+def test_fenced_after_operator_eviction(pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"])
     w = spawn()
     eventually(lambda: started(client, job.id), timeout=30, message="job started")
@@ -211,7 +218,9 @@ def test_log_tail_reads_what_the_sdk_reads(client) -> None:
         c.remove(force=True)
 
 
-def test_containers_removed_under_live_workers_are_recovered_not_failed(pool: Pool, spawn, client) -> None:
+def test_containers_removed_under_live_workers_are_recovered_not_failed(pool: Pool,
+                                                                        spawn: Callable[..., JobpoolProcess],
+                                                                        client) -> None:
     """`docker rm -f` kills, then destroys: a worker that reads the exit 137 in between must not record it as
     the job's own (it sees the `destroy` event and leaves the row to the supervisor, which finds the
     container absent and runs the job again)."""

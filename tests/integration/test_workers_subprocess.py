@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,10 @@ from jobpool import JobState, Pool
 from jobpool.procid import identity_of, same_process_alive
 from tests.support.constants import CHECKPOINTING, SUB
 from tests.support.polling import eventually
+from tests.support.procs import JobpoolProcess
 
 
-def test_success_failure_and_env(sub_pool: Pool, spawn) -> None:
+def test_success_failure_and_env(sub_pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     env_check = 'echo "$JOBPOOL_JOB_ID $JOBPOOL_ATTEMPT"; test -d "$JOBPOOL_CHECKPOINT_DIR"'
     ok = sub_pool.enqueue("ignored", ["sh", "-c", env_check])
     bad = sub_pool.enqueue("ignored", ["sh", "-c", "echo nope; exit 4"])
@@ -29,7 +31,7 @@ def test_success_failure_and_env(sub_pool: Pool, spawn) -> None:
     assert identity["executor"] == "subprocess" and identity["pid"] > 0 and identity["start_time"] > 0
 
 
-def test_missing_program_fails_at_launch(sub_pool: Pool, spawn) -> None:
+def test_missing_program_fails_at_launch(sub_pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     job = sub_pool.enqueue("ignored", ["/nonexistent/program"])
     spawn(**SUB)
     done = sub_pool.wait(job.id, timeout=30)
@@ -37,7 +39,7 @@ def test_missing_program_fails_at_launch(sub_pool: Pool, spawn) -> None:
     assert sub_pool.slots()[0] == 0
 
 
-def test_drain_hands_back_and_resumes(sub_pool: Pool, spawn) -> None:
+def test_drain_hands_back_and_resumes(sub_pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     job = sub_pool.enqueue("ignored", ["sh", "-c", CHECKPOINTING])
     w = spawn(**SUB)
     eventually(lambda: "started" in sub_pool_log(sub_pool, job.id), timeout=20, message="job started")
@@ -106,7 +108,9 @@ def test_dead_process_is_dead() -> None:
     eventually(lambda: same_process_alive(ident) is False, timeout=5, message="a reaped process is dead")
 
 
-def test_jobs_enqueued_in_bulk_run_to_success_in_fifo_order(sub_pool: Pool, spawn, tmp_path: Path) -> None:
+def test_jobs_enqueued_in_bulk_run_to_success_in_fifo_order(sub_pool: Pool,
+                                                            spawn: Callable[..., JobpoolProcess],
+                                                            tmp_path: Path) -> None:
     """`enqueue_many` across batch boundaries, with a twin that coalesces: real workers run every job, one
     slot at a time, in input order."""
     sub_pool.set_slots(1)

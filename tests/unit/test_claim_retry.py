@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from jobpool import errors
+from jobpool import Pool, errors
 from jobpool.workers.attempt import Attempt
 from tests.support.pool_helpers import Backend, enqueue, events_of, lease, row
 
 
-def claims(pool, job_id: str) -> int:  # pool: a Pool
+def claims(pool: Pool, job_id: str) -> int:
     return [e["reason"] for e in events_of(pool, job_id)].count("claimed")
 
 

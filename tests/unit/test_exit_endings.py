@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobpool import errors
+from jobpool import Pool, errors
 from jobpool.contract import (
     EXIT_TEMPFAIL,
     EXIT_UNKNOWN,
@@ -238,7 +238,7 @@ def test_a_finish_with_only_the_seven_old_arguments_still_reads_right(backend: B
 # ---- the supervisor: reconcile_apply.lua ---------------------------------------------------------------
 
 
-def orphan(pool, job_id: str) -> RowSnapshot:
+def orphan(pool: Pool, job_id: str) -> RowSnapshot:
     pool.client.delete(pool.keys.lease(job_id))
     return RowSnapshot.from_row(row(pool, job_id))
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from jobpool import errors
+from jobpool import Pool, errors
 from jobpool.store.replies import Requests
 from jobpool.workers.attempt import Attempt
 from jobpool.workers.runtime import Runtime
@@ -37,7 +37,8 @@ def running(backend: Backend, handle: SimpleNamespace):  # returns (pool, runtim
     return pool, Runtime(pool, OURS), ours
 
 
-def taken_by(pool, job_id: str, boot: str, container_id: str, live: bool, identity: str = "") -> None:
+def taken_by(pool: Pool, job_id: str, boot: str, container_id: str, live: bool,
+             identity: str = "") -> None:
     pool.client.hset(pool.keys.job(job_id), mapping={"owner_boot": boot, "container_id": container_id,
                                                      "identity": identity})
     if live:
