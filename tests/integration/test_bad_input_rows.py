@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from jobpool import JobpoolError, JobState, Pool
+from jobpool import Job, JobpoolError, JobState, Pool
 from jobpool.supervisor import reconcile, sweep_once
 from jobpool.workers.attempt import Attempt
 from tests.support.attempts import claim
@@ -78,9 +78,11 @@ def test_a_garbage_row_is_a_typed_error_for_get_and_skipped_by_list(
         except Exception as exc:  # noqa: BLE001 - judged here
             if not isinstance(exc, JobpoolError):
                 problems[kind] = f"get raised a bare {type(exc).__name__}: {exc}"
-    for name, call, want in (("list()", pool.list, sorted(good)),
-                             ("list(queued)", lambda: pool.list("queued"), [seeded["queued"].id]),
-                             ("list(PAUSED)", lambda: pool.list(JobState.PAUSED), [seeded["paused"].id])):
+    lists: tuple[tuple[str, Callable[[], list[Job]], list[str]], ...] = (
+        ("list()", pool.list, sorted(good)),
+        ("list(queued)", lambda: pool.list("queued"), [seeded["queued"].id]),
+        ("list(PAUSED)", lambda: pool.list(JobState.PAUSED), [seeded["paused"].id]))
+    for name, call, want in lists:
         try:
             got = sorted(j.id for j in call())
         except Exception as exc:  # noqa: BLE001 - judged here
@@ -172,7 +174,7 @@ def test_a_sweep_survives_garbage_running_rows_and_leaves_the_others_alone(
     pool.pause(paused)
     good = [live, done, paused]
     # The garbage: running rows of a gone boot, spoilt in one way each.
-    spoil = {
+    spoil: dict[str, Callable[[str, str], object]] = {
         "lease garbage": lambda key, lease: raw.set(lease, "garbage"),
         "lease not a string": lambda key, lease: (raw.delete(lease), raw.hset(lease, "a", "b")),
         "hash deleted": lambda key, lease: raw.delete(key),
@@ -267,7 +269,8 @@ def test_a_worker_ends_a_job_whose_spec_is_garbage_and_runs_the_next(
     good = pool.enqueue("ignored", ["sh", "-c", "echo good"])
     procs = (spawn(**SUB), spawn(module="jobpool.cli", args=("supervisor",), **SUB))
     pool.set_slots(1)
-    state = lambda: raw.hget(pool.keys.job(bad.id), "state")  # noqa: E731 - get() cannot read this row
+    # get() cannot read this row
+    state: Callable[[], object] = lambda: raw.hget(pool.keys.job(bad.id), "state")  # noqa: E731
     eventually(lambda: alive(*procs) and state() != b"queued", timeout=10,
                message="the bad job was promoted")
     runs_to_success(pool, good.id, procs, 10)

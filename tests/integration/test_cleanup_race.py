@@ -32,10 +32,10 @@ def finished_container(client: docker.DockerClient, job_id: str) -> str:
     return str(container.id)
 
 
-def removing(api, container_id: str) -> bool | None:
+def removing(api: docker.APIClient, container_id: str) -> bool | None:
     """True while the daemon is removing it, None once it is gone, False before."""
     try:
-        return api.inspect_container(container_id)["State"]["Status"] == "removing"
+        return bool(api.inspect_container(container_id)["State"]["Status"] == "removing")
     except docker.errors.NotFound:
         return None
 

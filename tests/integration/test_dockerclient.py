@@ -4,6 +4,8 @@ and still get the daemon's answers, errors included."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import docker
 import pytest
 
@@ -22,7 +24,7 @@ def requests_naming_containers(client: docker.DockerClient, n: int) -> list[str]
     return ids
 
 
-def unix_adapter(client: docker.DockerClient):
+def unix_adapter(client: docker.DockerClient) -> Any:  # docker-py ships no types
     return client.api.adapters["http+docker://"]
 
 

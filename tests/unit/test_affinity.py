@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from jobpool import errors
+from jobpool import Pool, errors
 from jobpool.contract import EXIT_TEMPFAIL, REASON_RESTART_LOST_EXIT
 from jobpool.models import Job
+from jobpool.workers.attempt import Attempt
 from tests.support.attempts import claim
 from tests.support.pool_helpers import (
     Backend,
@@ -22,7 +23,7 @@ from tests.support.pool_helpers import (
 )
 
 
-def running_on(backend: Backend, daemon: str = "daemon-1"):  # returns (pool, job id, attempt)
+def running_on(backend: Backend, daemon: str = "daemon-1") -> tuple[Pool, str, Attempt]:
     pool = backend.pool(max_concurrent_jobs=1, recovery_budget=1)
     job = enqueue(pool)
     att = claim(pool, job.id)
@@ -133,7 +134,7 @@ def test_a_row_without_the_field_reads_as_no_affinity() -> None:
 # ---- promotion routes an affinity to its daemon's queue ----------------------------------------------------
 
 
-def handed_back(backend: Backend, daemon: str = "daemon-1"):  # returns (pool, job id)
+def handed_back(backend: Backend, daemon: str = "daemon-1") -> tuple[Pool, str]:
     """A job handed back by `daemon`, queued with promotion paused (so nothing is promoted yet)."""
     pool, job_id, att = running_on(backend, daemon)
     pool.pause(None)
@@ -207,7 +208,7 @@ def test_a_second_handback_on_another_daemon_moves_the_affinity(backend: Backend
 # ---- the supervisor: reconcile_apply.lua ---------------------------------------------------------------
 
 
-def waiting_on_daemon(backend: Backend, daemon: str = "daemon-1"):  # returns (pool, job id)
+def waiting_on_daemon(backend: Backend, daemon: str = "daemon-1") -> tuple[Pool, str]:
     """A job with an affinity, promoted onto its daemon's queue and not claimed."""
     pool, job_id = handed_back(backend, daemon)
     pool.resume(None)

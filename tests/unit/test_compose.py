@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _compose() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
 
 
 def _seconds(text: str) -> float:
@@ -63,7 +64,8 @@ def test_every_compose_setting_is_a_valid_jobpool_setting() -> None:
 
 
 def _stack() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "docker-stack.yml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-stack.yml").read_text())
+    return loaded
 
 
 def test_the_stack_file_runs_a_worker_on_every_node_and_redis_and_the_supervisor_once() -> None:

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from jobpool.spec import build_spec
+from jobpool.spec import JobSpec, build_spec
 from jobpool.workers.executors.docker import names_the_spec
 
 
-def spec(**fields: object):
+def spec(**fields: object) -> JobSpec:
     return build_spec({"image": "busybox", "command": ["app", "--x"], **fields}, bind_roots=("/srv",))
 
 

@@ -25,6 +25,7 @@ from jobpool.exits import CRASHED, OOM, OWN, Ending, Outages, docker_time, endin
 from jobpool.supervisor.apply import Applier
 from jobpool.supervisor.probes import Present
 from jobpool.supervisor.verdicts import Kind, RowSnapshot, decide
+from jobpool.workers.attempt import Attempt
 from tests.support.attempts import claim
 from tests.support.pool_helpers import (
     Backend,
@@ -162,7 +163,7 @@ def test_an_older_window_still_counts_for_a_container_judged_later() -> None:
 # ---- the worker: finish.lua ----------------------------------------------------------------------------
 
 
-def started(backend: Backend, budget: int = 1, recovered: int = 0):  # returns (pool, job id, attempt)
+def started(backend: Backend, budget: int = 1, recovered: int = 0) -> tuple[Pool, str, Attempt]:
     pool = backend.pool(max_concurrent_jobs=1, recovery_budget=budget)
     job = enqueue(pool)
     pool.client.hset(pool.keys.job(job.id), "recovery_attempts", recovered)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from jobpool.workers.hostcheck import HostCheck
 from tests.support.polling import eventually
 
 
-def check(directory: str, published: list[str], ping=None) -> HostCheck:  # ping: a callable
+def check(directory: str, published: list[str], ping: Callable[[], object] | None = None) -> HostCheck:
     c = HostCheck(directory, CHECKPOINT_ROOT, "boot1", every=3600, ping=ping, publish=published.append)
     c.start()
     return c

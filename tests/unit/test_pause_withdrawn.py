@@ -11,7 +11,9 @@ from typing import cast
 
 import pytest
 
+from jobpool import Pool
 from jobpool.models import Job, JobState
+from jobpool.workers.attempt import Attempt
 from tests.support.attempts import claim
 from tests.support.pool_helpers import (
     Backend,
@@ -26,7 +28,7 @@ from tests.support.pool_helpers import (
 )
 
 
-def withdrawn(backend: Backend):  # returns (pool, job, attempt, the job queued behind it)
+def withdrawn(backend: Backend) -> tuple[Pool, Job, Attempt, Job]:  # the job queued behind it last
     """A running claimed job whose pause was requested, then withdrawn by a resume; promotion paused so a
     handback stays visible in `queued`."""
     pool = backend.pool(max_concurrent_jobs=1)

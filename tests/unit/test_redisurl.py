@@ -76,7 +76,9 @@ def made(redis_client: redis.Redis) -> AbstractConnection:
 
 
 def sentinels_of(redis_client: redis.Redis) -> list[redis.Redis]:
-    return cast(SentinelConnectionPool, redis_client.connection_pool).sentinel_manager.sentinels
+    pool = cast(SentinelConnectionPool, redis_client.connection_pool)
+    found: list[redis.Redis] = pool.sentinel_manager.sentinels
+    return found
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "redis+sentinel://127.0.0.1:1/mymaster/0"])
@@ -243,7 +245,7 @@ def test_the_options_are_read_from_redis_py_signatures() -> None:
     class NewerConnection(redis.connection.Connection):
         def __init__(self, tcp_user_timeout: float | None = None, tracer: object = None,
                      **kwargs: object) -> None:
-            super().__init__(**kwargs)
+            super().__init__(**kwargs)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
 
     names = redisopts._options(redis.ConnectionPool, NewerConnection)
     assert "tcp_user_timeout" in names and "tracer" not in names

@@ -17,6 +17,7 @@ least `MACHINE_STEPS_CI` steps per backend, which the test checks it ran.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import hypothesis.strategies as st
@@ -209,8 +210,9 @@ class PoolMachine(RuleBasedStateMachine):
         if not stale + forged:
             return
         wrong = data.draw(st.sampled_from(stale + forged))
-        call = {"heartbeat": wrong.heartbeat, "set_container": lambda: wrong.set_container("evil", "d"),
-                "finish": lambda: wrong.finish("exit", 0)}[op]
+        call: Callable[[], object] = {"heartbeat": wrong.heartbeat,
+                                      "set_container": lambda: wrong.set_container("evil", "d"),
+                                      "finish": lambda: wrong.finish("exit", 0)}[op]
         r = self.row(wrong.job_id)
         if op == "finish" and r.get("finished_by") == f"{wrong.boot_id}:{wrong.attempt}":
             # Its own finish again (a lost reply retried): the answer it had then, and nothing written.

@@ -29,7 +29,7 @@ def launched(container_id: str = "c-ours", identity: dict[str, Any] | None = Non
     return SimpleNamespace(container_id=container_id, daemon_id="d1", identity=identity)
 
 
-def running(backend: Backend, handle: SimpleNamespace):  # returns (pool, runtime, our attempt)
+def running(backend: Backend, handle: SimpleNamespace) -> tuple[Pool, Runtime, Attempt]:
     pool = backend.pool()
     job = enqueue(pool)
     ours = claim(pool, job.id, OURS)
