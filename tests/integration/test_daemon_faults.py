@@ -270,7 +270,8 @@ def sup(gpool: Pool, docker_host: str) -> Iterator[Supervisor]:
 
 
 def test_supervisor_recovers_an_orphan_whose_exit_a_restart_it_saw_lost(
-        gpool: Pool, orphaned, sup: Supervisor, docker_daemon: DockerDaemon) -> None:
+        gpool: Pool, orphaned: Callable[..., tuple[str, str]], sup: Supervisor,
+        docker_daemon: DockerDaemon) -> None:
     job_id, cid = orphaned(gated("exit 0"))
     assert sup.sweep().verdicts == {"adopt": 1}  # running, nobody to adopt it: the slot is kept
     docker_daemon.stop(signal.SIGKILL)
@@ -287,7 +288,8 @@ def test_supervisor_recovers_an_orphan_whose_exit_a_restart_it_saw_lost(
 
 
 def test_supervisor_fails_an_orphans_own_exit_255_after_an_outage_it_survived(
-        gpool: Pool, gate: Path, orphaned, sup: Supervisor, docker_daemon: DockerDaemon) -> None:
+        gpool: Pool, gate: Path, orphaned: Callable[..., tuple[str, str]], sup: Supervisor,
+        docker_daemon: DockerDaemon) -> None:
     """An outage the container ran through is no evidence about an exit after it."""
     job_id, _ = orphaned(gated(f"exit {EXIT_UNKNOWN}"))
     docker_daemon.stop(signal.SIGKILL)
@@ -300,8 +302,9 @@ def test_supervisor_fails_an_orphans_own_exit_255_after_an_outage_it_survived(
     assert (job.state, job.error_reason, job.recovery_attempts) == (JobState.FAILED, "exit_code_255", 0)
 
 
-def test_supervisor_fails_an_orphan_the_oom_killer_ended(gpool: Pool, gate: Path, orphaned,
-                                                          sup: Supervisor) -> None:
+def test_supervisor_fails_an_orphan_the_oom_killer_ended(gpool: Pool, gate: Path,
+                                                         orphaned: Callable[..., tuple[str, str]],
+                                                         sup: Supervisor) -> None:
     job_id, _ = orphaned(gated(ALLOCATE), memory="16m")
     (gate / "open").touch()
     eventually(lambda: judged(sup, gpool, job_id), timeout=10, interval=0.2, message="its end judged")

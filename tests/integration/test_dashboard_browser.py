@@ -78,7 +78,7 @@ def dashboard(spawn: Callable[..., JobpoolProcess]) -> str:
     def answers() -> bool:
         assert proc.proc.poll() is None, f"the dashboard exited: {proc.log()}"
         with contextlib.suppress(OSError), urllib.request.urlopen(url + "/api/status", timeout=2) as r:
-            return r.status == 200
+            return bool(r.status == 200)
         return False
 
     eventually(answers, timeout=30, message="the dashboard answers")

@@ -39,7 +39,7 @@ def _running_container(client: docker.DockerClient, job_id: str) -> Any:
 
 def test_a_paused_job_stops_of_its_sigterm_within_the_stop_grace(pool: Pool,
                                                                  spawn: Callable[..., JobpoolProcess],
-                                                                 client) -> None:
+                                                                 client: docker.DockerClient) -> None:
     spawn(JOBPOOL_STOP_GRACE_SECS="60")  # a SIGKILL would come long after the job's own end
     job = pool.enqueue(IMAGE, SLEEPER)
     container = _running_container(client, job.id)
@@ -54,7 +54,7 @@ def test_a_paused_job_stops_of_its_sigterm_within_the_stop_grace(pool: Pool,
 
 def test_without_init_the_command_is_pid_1_and_ignores_sigterm(pool: Pool,
                                                                spawn: Callable[..., JobpoolProcess],
-                                                               client) -> None:
+                                                               client: docker.DockerClient) -> None:
     spawn(JOBPOOL_STOP_GRACE_SECS="2")
     job = pool.enqueue(IMAGE, SLEEPER, init=False)
     container = _running_container(client, job.id)

@@ -12,7 +12,7 @@ lands after the SIGTERM and before the exit, whatever the machine's speed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import cast
 
 import docker
@@ -38,15 +38,16 @@ echo started; while [ ! -f /tmp/go ]; do sleep 0.1; done; echo finished
 
 
 @pytest.fixture
-def client(docker_host: str):
+def client(docker_host: str) -> Iterator[docker.DockerClient]:
     c = docker.DockerClient(base_url=docker_host)
     yield c
     c.close()
 
 
-def live_container(client: docker.DockerClient, pool: Pool, job_id: str, text: bytes):
+def live_container(client: docker.DockerClient, pool: Pool, job_id: str,
+                   text: bytes) -> docker.models.containers.Container:
     """The job's recorded container once its output holds `text`."""
-    def ready():
+    def ready() -> docker.models.containers.Container | None:
         cid = pool.get(job_id).container_id
         if not cid:
             return None
@@ -61,7 +62,7 @@ def failed_events(pool: Pool, job_id: str) -> list[dict[str, str]]:
 
 
 def test_checkpointing_job_paused_then_resumed_before_it_exits_is_handed_back(
-        pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client: docker.DockerClient) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", CHECKPOINTS_ON_GO])
     spawn()
     first = live_container(client, pool, job.id, b"started")
@@ -80,7 +81,7 @@ def test_checkpointing_job_paused_then_resumed_before_it_exits_is_handed_back(
 
 
 def test_job_carrying_on_after_sigterm_is_not_killed_once_the_pause_is_withdrawn(
-        pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client: docker.DockerClient) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", CARRIES_ON])
     spawn()
     container = live_container(client, pool, job.id, b"started")

@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -70,15 +70,15 @@ class Sampler(threading.Thread):
 
 
 @pytest.fixture
-def client(docker_host: str):
+def client(docker_host: str) -> Iterator[docker.DockerClient]:
     c = docker.DockerClient(base_url=docker_host)
     yield c
     c.close()
 
 
 def test_claim_lost_by_redis_rollback_never_leaves_two_or_an_unwatched_container(
-        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str], client,
-        tmp_path: Path) -> None:
+        redis_server_factory: Callable[[], RedisServer], pool_env: dict[str, str],
+        client: docker.DockerClient, tmp_path: Path) -> None:
     server = redis_server_factory()
     server.start()  # no AOF, no automatic saves: only the explicit SAVE below survives a SIGKILL
     env = {**pool_env, "JOBPOOL_REDIS_URL": server.url}  # the fast test timings, on this private server
@@ -136,7 +136,7 @@ def test_claim_lost_by_redis_rollback_never_leaves_two_or_an_unwatched_container
 
 def test_a_stalled_watcher_leaves_a_proven_adoption_to_its_adopter(pool: Pool,
                                                                    spawn: Callable[..., JobpoolProcess],
-                                                                   client) -> None:
+                                                                   client: docker.DockerClient) -> None:
     """The other side of the proof: a worker stalled past its lease (SIGSTOP) whose container a live worker
     really re-attached to must leave that container running when it wakes, not stop it."""
     from jobpool.supervisor import Supervisor

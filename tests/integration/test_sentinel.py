@@ -39,7 +39,7 @@ def group(redis_server: RedisServer) -> Iterator[SentinelGroup]:
         yield g
 
 
-def direct(server) -> redis.Redis:
+def direct(server: RedisServer) -> redis.Redis:
     return direct_client(server)
 
 

@@ -45,7 +45,9 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def containers(self) -> list[dict[str, Any]]:
-        return self.dclient.api.containers(all=True, filters={"label": f"jobpool.job_id={self.job_id}"})
+        found: list[dict[str, Any]] = self.dclient.api.containers(
+            all=True, filters={"label": f"jobpool.job_id={self.job_id}"})
+        return found
 
     def _run(self) -> None:
         while not self._stop.wait(0.03):

@@ -28,7 +28,9 @@ def sup(pool: Pool, docker_host: str) -> Iterator[Supervisor]:
 
 
 def containers(dclient: docker.DockerClient, job_id: str) -> list[docker.models.containers.Container]:
-    return dclient.containers.list(all=True, sparse=True, filters={"label": f"jobpool.job_id={job_id}"})
+    found: list[docker.models.containers.Container] = dclient.containers.list(
+        all=True, sparse=True, filters={"label": f"jobpool.job_id={job_id}"})
+    return found
 
 
 def started(dclient: docker.DockerClient, job_id: str) -> bool:

@@ -21,8 +21,9 @@ IGNORES_TERM = "trap '' TERM; echo started; while true; do sleep 0.1; done"
 
 
 def job_containers(client: docker.DockerClient, job_id: str, running_only: bool = True) -> list[Any]:
-    return client.containers.list(all=not running_only, sparse=True,
-                                  filters={"label": f"jobpool.job_id={job_id}"})
+    found: list[Any] = client.containers.list(all=not running_only, sparse=True,
+                                              filters={"label": f"jobpool.job_id={job_id}"})
+    return found
 
 
 def started(client: docker.DockerClient, job_id: str) -> bool:
@@ -37,7 +38,7 @@ def client(docker_host: str) -> docker.DockerClient:
 
 
 def test_slot_limit_holds_across_three_workers(pool: Pool, spawn: Callable[..., JobpoolProcess],
-                                               client) -> None:
+                                               client: docker.DockerClient) -> None:
     pool.set_slots(2)
     jobs = [pool.enqueue(IMAGE, ["sh", "-c", f"echo job {i}; sleep 0.3"]) for i in range(8)]
     failing = pool.enqueue(IMAGE, ["sh", "-c", "echo about to fail; echo oops >&2; exit 7"])
@@ -72,8 +73,8 @@ def test_slot_limit_holds_across_three_workers(pool: Pool, spawn: Callable[..., 
                message="finished containers are removed")
 
 
-def test_labels_env_and_checkpoint_volume(pool: Pool, spawn: Callable[..., JobpoolProcess], client,
-                                          docker_host: str) -> None:
+def test_labels_env_and_checkpoint_volume(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                          client: docker.DockerClient, docker_host: str) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", 'echo "$JOBPOOL_JOB_ID $JOBPOOL_ATTEMPT $JOBPOOL_CHECKPOINT_DIR"; '
                                            "echo started; sleep 30"])
     spawn()
@@ -95,7 +96,8 @@ def test_labels_env_and_checkpoint_volume(pool: Pool, spawn: Callable[..., Jobpo
                message="checkpoint volume removed once the job is terminal")
 
 
-def test_drain_hands_back_with_checkpoint(pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
+def test_drain_hands_back_with_checkpoint(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                          client: docker.DockerClient) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", CHECKPOINTING])
     w = spawn()
     eventually(lambda: started(client, job.id), timeout=30, message="job started")
@@ -114,7 +116,8 @@ def test_drain_hands_back_with_checkpoint(pool: Pool, spawn: Callable[..., Jobpo
     assert "0 jobs left running" in w.log()
 
 
-def test_pause_during_drain_wins(pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
+def test_pause_during_drain_wins(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                 client: docker.DockerClient) -> None:
     # The job stops slowly, so the pause lands while the drain is in flight.
     slow = CHECKPOINTING.replace("exit 75' TERM", "sleep 1; exit 75' TERM")
     job = pool.enqueue(IMAGE, ["sh", "-c", slow])
@@ -134,7 +137,7 @@ def test_pause_during_drain_wins(pool: Pool, spawn: Callable[..., JobpoolProcess
 
 
 def test_job_ignoring_term_is_left_running_at_the_deadline(pool: Pool, spawn: Callable[..., JobpoolProcess],
-                                                           client) -> None:
+                                                           client: docker.DockerClient) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", IGNORES_TERM])
     w = spawn()
     eventually(lambda: started(client, job.id), timeout=30, message="job started")
@@ -149,7 +152,7 @@ def test_job_ignoring_term_is_left_running_at_the_deadline(pool: Pool, spawn: Ca
 
 
 def test_sigkill_mid_job_leaves_container_and_row_running(pool: Pool, spawn: Callable[..., JobpoolProcess],
-                                                          client) -> None:
+                                                          client: docker.DockerClient) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"])
     w = spawn()
     eventually(lambda: started(client, job.id), timeout=30, message="job started")
@@ -163,8 +166,8 @@ def test_sigkill_mid_job_leaves_container_and_row_running(pool: Pool, spawn: Cal
 
 
 @pytest.mark.parametrize("action", ["cancel", "pause"])
-def test_cancel_and_pause_of_a_running_job(pool: Pool, spawn: Callable[..., JobpoolProcess], client,
-                                           action: str) -> None:
+def test_cancel_and_pause_of_a_running_job(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                           client: docker.DockerClient, action: str) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", IGNORES_TERM])  # forces the SIGKILL after the grace period
     nxt = pool.enqueue(IMAGE, ["sh", "-c", "echo next"])
     spawn()
@@ -179,7 +182,8 @@ def test_cancel_and_pause_of_a_running_job(pool: Pool, spawn: Callable[..., Jobp
         assert any(v for v in client.volumes.list() if job.id in v.name), "a paused job keeps its checkpoint"
 
 
-def test_fenced_after_operator_eviction(pool: Pool, spawn: Callable[..., JobpoolProcess], client) -> None:
+def test_fenced_after_operator_eviction(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                        client: docker.DockerClient) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"])
     w = spawn()
     eventually(lambda: started(client, job.id), timeout=30, message="job started")
@@ -195,7 +199,7 @@ def test_fenced_after_operator_eviction(pool: Pool, spawn: Callable[..., Jobpool
     assert after == before and len(pool.events(job.id)) == n_events, "the old watcher wrote nothing"
 
 
-def test_log_tail_reads_what_the_sdk_reads(client) -> None:
+def test_log_tail_reads_what_the_sdk_reads(client: docker.DockerClient) -> None:
     """The watcher reads a log tail with one request (executors/docker.py `read_logs`, no inspect for the
     TTY): the same bytes as the SDK's `logs`, stdout and stderr interleaved in order, frames of any size."""
     from jobpool.workers.executors.docker import read_logs
@@ -220,7 +224,7 @@ def test_log_tail_reads_what_the_sdk_reads(client) -> None:
 
 def test_containers_removed_under_live_workers_are_recovered_not_failed(pool: Pool,
                                                                         spawn: Callable[..., JobpoolProcess],
-                                                                        client) -> None:
+                                                                        client: docker.DockerClient) -> None:
     """`docker rm -f` kills, then destroys: a worker that reads the exit 137 in between must not record it as
     the job's own (it sees the `destroy` event and leaves the row to the supervisor, which finds the
     container absent and runs the job again)."""
