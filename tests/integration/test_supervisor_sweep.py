@@ -35,6 +35,7 @@ from jobpool.workers.attempt import Attempt
 from tests.support.attempts import claim
 from tests.support.constants import FAST_SETTINGS, IMAGE
 from tests.support.polling import eventually
+from tests.support.servers import DockerDaemon
 
 DEAD = "dead-boot"
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +114,9 @@ def container_exists(dclient: docker.DockerClient, cid: str) -> bool:
 # ---- the recorded wedge ------------------------------------------------------------------------------
 
 
-def test_wedge_dead_owner_no_container_fails_and_next_job_runs(make_pool, dclient, supervisors) -> None:
+def test_wedge_dead_owner_no_container_fails_and_next_job_runs(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor]) -> None:
     """slots=1: A's owner died and its container is gone; B waits. One sweep fails A and runs B."""
     pool = make_pool(recovery_budget=0)
     a, _, _ = orphan(pool, dclient, command=None)
@@ -130,7 +133,9 @@ def test_wedge_dead_owner_no_container_fails_and_next_job_runs(make_pool, dclien
     assert len(ev) == 1 and "lease of owner dead-boot attempt 1 gone" in ev[0]["evidence"]
 
 
-def test_wedge_with_recovery_budget_requeues_in_place(make_pool, dclient, supervisors) -> None:
+def test_wedge_with_recovery_budget_requeues_in_place(make_pool: Callable[..., Pool],
+                                                      dclient: docker.DockerClient,
+                                                      supervisors: Callable[[Pool], Supervisor]) -> None:
     pool = make_pool(recovery_budget=1)
     a, _, _ = orphan(pool, dclient, command=None)
     b = pool.enqueue(image=IMAGE, command=["true"])
@@ -144,7 +149,9 @@ def test_wedge_with_recovery_budget_requeues_in_place(make_pool, dclient, superv
     assert pool.get(b.id).state.value == "queued"
 
 
-def test_rows_left_by_a_previous_run_are_judged_by_the_first_sweep(make_pool, dclient, redis_url) -> None:
+def test_rows_left_by_a_previous_run_are_judged_by_the_first_sweep(make_pool: Callable[..., Pool],
+                                                                   dclient: docker.DockerClient,
+                                                                   redis_url: str) -> None:
     """run_supervisor sweeps at start-up: a stale row from before the restart is decided at once."""
     pool = make_pool()
     a, _, _ = orphan(pool, dclient, command=None)
@@ -152,14 +159,17 @@ def test_rows_left_by_a_previous_run_are_judged_by_the_first_sweep(make_pool, dc
     report = run_supervisor(pool.settings, once=True)
     assert report is not None and report.verdicts == {"absent": 1}
     assert pool.get(a).state.value == "failed" and pool.get(b.id).state.value == "running"
-    assert json.loads(pool.client.get(pool.keys.last_sweep))["verdicts"] == {"absent": 1}
+    assert json.loads(cast(str, pool.client.get(pool.keys.last_sweep)))["verdicts"] == {"absent": 1}
 
 
 # ---- ground truth: the labelled container --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("code", "state", "reason"), [(0, "succeeded", ""), (3, "failed", "exit_code_3")])
-def test_exited_container_finishes_from_its_exit_code(make_pool, dclient, supervisors, code, state, reason):
+def test_exited_container_finishes_from_its_exit_code(make_pool: Callable[..., Pool],
+                                                      dclient: docker.DockerClient,
+                                                      supervisors: Callable[[Pool], Supervisor], code: int,
+                                                      state: str, reason: str) -> None:
     pool = make_pool()
     job_id, _, container = orphan(pool, dclient, command=["sh", "-c", f"exit {code}"])
     assert container.wait(timeout=30)["StatusCode"] == code
@@ -171,7 +181,9 @@ def test_exited_container_finishes_from_its_exit_code(make_pool, dclient, superv
     assert not container_exists(dclient, container.id), "an ended container is removed once its code is kept"
 
 
-def test_container_recorded_nowhere_is_still_found_by_label(make_pool, dclient, supervisors) -> None:
+def test_container_recorded_nowhere_is_still_found_by_label(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor]) -> None:
     """The worker died between launching and recording: the label is enough."""
     pool = make_pool()
     job_id, _, container = orphan(pool, dclient, command=["sh", "-c", "exit 4"], record=False)
@@ -180,7 +192,9 @@ def test_container_recorded_nowhere_is_still_found_by_label(make_pool, dclient, 
     assert pool.get(job_id).exit_code == 4
 
 
-def test_container_of_an_older_attempt_is_not_evidence(make_pool, dclient, supervisors) -> None:
+def test_container_of_an_older_attempt_is_not_evidence(make_pool: Callable[..., Pool],
+                                                       dclient: docker.DockerClient,
+                                                       supervisors: Callable[[Pool], Supervisor]) -> None:
     pool = make_pool()
     job_id, attempt, _ = orphan(pool, dclient, command=None)
     older = run_container(dclient, pool, job_id, attempt + 7, ["sleep", "300"])
@@ -190,7 +204,9 @@ def test_container_of_an_older_attempt_is_not_evidence(make_pool, dclient, super
     older.remove(force=True)
 
 
-def test_created_but_never_started_container_is_no_work(make_pool, dclient, supervisors) -> None:
+def test_created_but_never_started_container_is_no_work(make_pool: Callable[..., Pool],
+                                                        dclient: docker.DockerClient,
+                                                        supervisors: Callable[[Pool], Supervisor]) -> None:
     """A created container's inspect says ExitCode 0; it must not be read as success."""
     pool = make_pool()
     job_id, _, container = orphan(pool, dclient, command=["sleep", "300"], start=False)
@@ -212,7 +228,9 @@ def adoption_requests(raw: Any, pool: Pool, job_id: str) -> list[str]:
             if x.startswith(b"jobpool-adopt-")]
 
 
-def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dclient, supervisors) -> None:
+def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor]) -> None:
     pool = make_pool()
     job_id, attempt, container = orphan(pool, dclient, command=["sleep", "300"])
     b = pool.enqueue(image=IMAGE, command=["true"])
@@ -222,7 +240,7 @@ def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dc
         assert report.verdicts == {"adopt": 1}
     assert pool.get(job_id).state.value == "running" and pool.get(b.id).state.value == "queued"
     raw = sup.adoptions.rq_client()
-    rq_id = raw.get(pool.keys.adoption(job_id)).decode()
+    rq_id = cast(bytes, raw.get(pool.keys.adoption(job_id))).decode()
     assert adoption_requests(raw, pool, job_id) == [rq_id]
     rq_job = RQJob.fetch(rq_id, connection=raw, serializer=JSONSerializer)
     assert (rq_job.func_name, rq_job.args, rq_job.get_status()) == (
@@ -233,7 +251,7 @@ def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dc
     raw.lrem(RQ_QUEUE_PREFIX + adoption_queue(pool, job_id), 0, rq_id)
     rq_job.set_status(JobStatus.FAILED)
     assert sup.sweep().decisions[0].outcome == "adoption requested"
-    again = raw.get(pool.keys.adoption(job_id)).decode()
+    again = cast(bytes, raw.get(pool.keys.adoption(job_id))).decode()
     assert again != rq_id and adoption_requests(raw, pool, job_id) == [again]
     request = cast(RQJob, Queue(adoption_queue(pool, job_id), connection=raw).fetch_job(again))
     assert request.get_status() == "queued"
@@ -241,7 +259,9 @@ def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(make_pool, dc
     container.remove(force=True)
 
 
-def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool, dclient, supervisors) -> None:
+def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool: Callable[..., Pool],
+                                                        dclient: docker.DockerClient,
+                                                        supervisors: Callable[[Pool], Supervisor]) -> None:
     """A worker that took the adoption request and died before re-attaching leaves it "started" for good
     (RQ's own worker key outlives it by minutes): pending only while that worker's boot record lives."""
     pool = make_pool()
@@ -249,7 +269,7 @@ def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool, dclient, supe
     sup = supervisors(pool)
     assert sup.sweep().decisions[0].outcome == "adoption requested"
     raw = sup.adoptions.rq_client()
-    first = raw.get(pool.keys.adoption(job_id)).decode()
+    first = cast(bytes, raw.get(pool.keys.adoption(job_id))).decode()
     # What RQ leaves when a worker takes the request: status "started", the worker's name on the job.
     boot = "b" * 32
     raw.lrem(RQ_QUEUE_PREFIX + adoption_queue(pool, job_id), 0, first)
@@ -259,7 +279,7 @@ def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool, dclient, supe
     assert sup.sweep().decisions[0].outcome == "adoption pending", "its worker lives: it is at it"
     pool.client.delete(pool.keys.boot(boot))  # the worker was SIGKILLed: its record expired
     assert sup.sweep().decisions[0].outcome == "adoption requested"
-    again = raw.get(pool.keys.adoption(job_id)).decode()
+    again = cast(bytes, raw.get(pool.keys.adoption(job_id))).decode()
     assert again != first and adoption_requests(raw, pool, job_id) == [again]
     container.remove(force=True)
 
@@ -267,8 +287,11 @@ def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool, dclient, supe
 # ---- unknown keeps the slot ------------------------------------------------------------------------------
 
 
-def test_daemon_unreachable_keeps_slots_and_warns_then_decides(
-        make_pool, dclient, supervisors, docker_daemon, caplog) -> None:
+def test_daemon_unreachable_keeps_slots_and_warns_then_decides(make_pool: Callable[..., Pool],
+                                                               dclient: docker.DockerClient,
+                                                               supervisors: Callable[[Pool], Supervisor],
+                                                               docker_daemon: DockerDaemon,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     pool = make_pool()
     job_id, _, container = orphan(pool, dclient, command=["sleep", "300"])
     b = pool.enqueue(image=IMAGE, command=["true"])
@@ -285,7 +308,9 @@ def test_daemon_unreachable_keeps_slots_and_warns_then_decides(
         assert len(warnings) == 3
         assert all(job_id in w and "probe unknown" in w and "could not be asked" in w for w in warnings)
         # The last sweep's record names the job, why, and on what evidence (the status report, the dashboard).
-        (held,) = pool.status().last_sweep.unknown_jobs
+        last_sweep = pool.status().last_sweep
+        assert last_sweep is not None
+        (held,) = last_sweep.unknown_jobs
         assert (held.job, held.reason) == (job_id, "probe_unknown") and "could not be asked" in held.evidence
     finally:
         docker_daemon.start()
@@ -295,8 +320,10 @@ def test_daemon_unreachable_keeps_slots_and_warns_then_decides(
 
 
 @pytest.mark.parametrize("recorded", ["jpd1:another-daemon@another-boot", "LVIU:3F7J:DOCKER:ID", ""])
-def test_recorded_on_another_daemon_or_before_identities_is_unknown(make_pool, dclient, supervisors,
-                                                                     recorded: str) -> None:
+def test_recorded_on_another_daemon_or_before_identities_is_unknown(make_pool: Callable[..., Pool],
+                                                                    dclient: docker.DockerClient,
+                                                                    supervisors: Callable[[Pool], Supervisor],
+                                                                    recorded: str) -> None:
     """Another daemon's identity, a bare Docker ID (rows recorded before identities; two daemons can share
     one), or nothing: "no container here" proves nothing, and neither does an exited one found here."""
     pool = make_pool()
@@ -315,7 +342,10 @@ def test_recorded_on_another_daemon_or_before_identities_is_unknown(make_pool, d
 # ---- stale: only a human evicts ---------------------------------------------------------------------------
 
 
-def test_stale_live_job_only_warns_until_the_operator_evicts(make_pool, dclient, supervisors, caplog) -> None:
+def test_stale_live_job_only_warns_until_the_operator_evicts(make_pool: Callable[..., Pool],
+                                                             dclient: docker.DockerClient,
+                                                             supervisors: Callable[[Pool], Supervisor],
+                                                             caplog: pytest.LogCaptureFixture) -> None:
     pool = make_pool(lease_secs=300, job_stale_seconds=1)
     job_id, attempt, container = orphan(pool, dclient, command=["sleep", "300"], wait_lease=False)
     b = pool.enqueue(image=IMAGE, command=["true"])
@@ -348,7 +378,8 @@ def test_stale_live_job_only_warns_until_the_operator_evicts(make_pool, dclient,
 # ---- two supervisors --------------------------------------------------------------------------------------
 
 
-def test_two_supervisors_sweeping_at_once_never_double_apply(make_pool, dclient) -> None:
+def test_two_supervisors_sweeping_at_once_never_double_apply(make_pool: Callable[..., Pool],
+                                                             dclient: docker.DockerClient) -> None:
     n = 12
     pool = make_pool(max_concurrent_jobs=n)
     orphans = [orphan(pool, dclient, command=None, wait_lease=False)[0] for _ in range(n // 2)]
@@ -394,8 +425,10 @@ def test_two_supervisors_sweeping_at_once_never_double_apply(make_pool, dclient)
 
 @pytest.mark.parametrize(("ask", "state", "reason"), [("cancel", "cancelled", "cancel_requested"),
                                                       ("pause", "paused", "pause_requested")])
-def test_persisted_request_is_honoured_when_the_owner_died(make_pool, dclient, supervisors, ask, state,
-                                                           reason) -> None:
+def test_persisted_request_is_honoured_when_the_owner_died(make_pool: Callable[..., Pool],
+                                                           dclient: docker.DockerClient,
+                                                           supervisors: Callable[[Pool], Supervisor],
+                                                           ask: str, state: str, reason: str) -> None:
     pool = make_pool(recovery_budget=3)
     job_id, _, _ = orphan(pool, dclient, command=None, wait_lease=False)
     getattr(pool, ask)(job_id)  # the owner is still the dead boot: only a request is persisted
@@ -406,7 +439,8 @@ def test_persisted_request_is_honoured_when_the_owner_died(make_pool, dclient, s
     assert (job.state.value, job.error_reason) == (state, reason)
 
 
-def test_cancel_of_an_orphan_stops_its_container_by_label(make_pool, dclient) -> None:
+def test_cancel_of_an_orphan_stops_its_container_by_label(make_pool: Callable[..., Pool],
+                                                          dclient: docker.DockerClient) -> None:
     pool = make_pool()
     job_id, _, container = orphan(pool, dclient, command=["sleep", "300"], record=False)
     pool.cancel(job_id)
@@ -417,7 +451,8 @@ def test_cancel_of_an_orphan_stops_its_container_by_label(make_pool, dclient) ->
     assert not container_exists(dclient, container.id)
 
 
-def test_cancel_leaves_a_live_owner_to_honour_it(make_pool, dclient) -> None:
+def test_cancel_leaves_a_live_owner_to_honour_it(make_pool: Callable[..., Pool],
+                                                 dclient: docker.DockerClient) -> None:
     pool = make_pool(lease_secs=300)
     job_id, _, container = orphan(pool, dclient, command=["sleep", "300"], wait_lease=False)
     pool.cancel(job_id)
@@ -430,14 +465,16 @@ def test_cancel_leaves_a_live_owner_to_honour_it(make_pool, dclient) -> None:
 # ---- promoted, never claimed ------------------------------------------------------------------------------
 
 
-def test_unclaimed_rows_are_left_while_dispatched_and_redispatched_when_lost(make_pool, supervisors) -> None:
+def test_unclaimed_rows_are_left_while_dispatched_and_redispatched_when_lost(
+        make_pool: Callable[..., Pool], supervisors: Callable[[Pool], Supervisor]) -> None:
     pool = make_pool(claim_grace_secs=0.5)
     job = pool.enqueue(image=IMAGE, command=["true"])
     sup = supervisors(pool)
     c, k = pool.client, pool.keys
     assert c.lrange(k.rq_queue, 0, -1) == [job.id]
     # Still in RQ's queue (all workers busy): left however long it waits.
-    eventually(lambda: c.time()[0] * 1000 - pool.get(job.id).promoted_at > 700, message="grace passing")
+    eventually(lambda: c.time()[0] * 1000 - cast(int, pool.get(job.id).promoted_at) > 700,
+               message="grace passing")
     assert sup.sweep().verdicts == {"keep": 1}
     # Taken by a worker into the intermediate list, or its started registry: left.
     c.lmove(k.rq_queue, k.rq_intermediate)
@@ -457,8 +494,8 @@ def test_unclaimed_rows_are_left_while_dispatched_and_redispatched_when_lost(mak
     assert sup.sweep().verdicts == {"keep": 1}
 
 
-def test_a_job_waiting_on_its_affinitys_daemon_is_kept_until_released_then_redispatched(make_pool,
-                                                                                       supervisors) -> None:
+def test_a_job_waiting_on_its_affinitys_daemon_is_kept_until_released_then_redispatched(
+        make_pool: Callable[..., Pool], supervisors: Callable[[Pool], Supervisor]) -> None:
     """A job with a checkpoint affinity waits, promoted, on its daemon's own queue: found there, it keeps its
     slot however long no worker of that daemon takes it; released (`resume --anywhere`), it is no longer
     where its row says, so past the claim grace it is dispatched again on the pool's queue."""
@@ -473,7 +510,8 @@ def test_a_job_waiting_on_its_affinitys_daemon_is_kept_until_released_then_redis
     c, k = pool.client, pool.keys
     dq = k.daemon_queue("daemon-gone")
     assert c.lrange(dq, 0, -1) == [job.id] and c.lrange(k.rq_queue, 0, -1) == []
-    eventually(lambda: c.time()[0] * 1000 - pool.get(job.id).promoted_at > 700, message="grace passing")
+    eventually(lambda: c.time()[0] * 1000 - cast(int, pool.get(job.id).promoted_at) > 700,
+               message="grace passing")
     assert sup.sweep().verdicts == {"keep": 1}
     # Taken by a worker of that daemon (its started registry): kept too.
     c.lrem(dq, 0, job.id)
@@ -490,7 +528,8 @@ def test_a_job_waiting_on_its_affinitys_daemon_is_kept_until_released_then_redis
     assert sup.sweep().verdicts == {"keep": 1}
 
 
-def test_a_delivery_stuck_in_rqs_intermediate_list_is_dispatched_again(make_pool, supervisors) -> None:
+def test_a_delivery_stuck_in_rqs_intermediate_list_is_dispatched_again(
+        make_pool: Callable[..., Pool], supervisors: Callable[[Pool], Supervisor]) -> None:
     """What a Redis rollback (or a worker dying between BLMOVE and its horse) leaves: the delivery in RQ's
     intermediate list, no claim. RQ's maintenance frees it only minutes later; the sweep does not wait."""
     pool = make_pool(claim_grace_secs=0.5)
@@ -507,7 +546,8 @@ def test_a_delivery_stuck_in_rqs_intermediate_list_is_dispatched_again(make_pool
     assert c.lrange(k.rq_queue, 0, -1) == [job.id]
 
 
-def test_unclaimed_row_within_grace_is_left(make_pool, supervisors) -> None:
+def test_unclaimed_row_within_grace_is_left(make_pool: Callable[..., Pool],
+                                            supervisors: Callable[[Pool], Supervisor]) -> None:
     pool = make_pool(claim_grace_secs=60)
     job = pool.enqueue(image=IMAGE, command=["true"])
     pool.client.delete(pool.keys.rq_queue)  # lost at once, but a worker may be claiming it right now
@@ -518,7 +558,8 @@ def test_unclaimed_row_within_grace_is_left(make_pool, supervisors) -> None:
 # ---- reporting, dry run, the loop -------------------------------------------------------------------------
 
 
-def test_dry_run_decides_but_changes_nothing(make_pool, dclient) -> None:
+def test_dry_run_decides_but_changes_nothing(make_pool: Callable[..., Pool],
+                                             dclient: docker.DockerClient) -> None:
     pool = make_pool()
     job_id, _, _ = orphan(pool, dclient, command=None)
     before = pool.events()
@@ -529,19 +570,22 @@ def test_dry_run_decides_but_changes_nothing(make_pool, dclient) -> None:
     assert not pool.client.exists(pool.keys.last_sweep)
 
 
-def test_summary_line_and_last_sweep(make_pool, dclient, supervisors, caplog) -> None:
+def test_summary_line_and_last_sweep(make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+                                     supervisors: Callable[[Pool], Supervisor],
+                                     caplog: pytest.LogCaptureFixture) -> None:
     pool = make_pool(max_concurrent_jobs=3, lease_secs=300)
     orphan(pool, dclient, command=None, wait_lease=False)  # alive (lease held)
     caplog.set_level(logging.INFO, logger="jobpool.supervisor")
     supervisors(pool).sweep()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sweep pool=sv")]
     assert len(lines) == 1 and "rows=1" in lines[0] and "keep=1" in lines[0] and "unknown=0" in lines[0]
-    last = json.loads(pool.client.get(pool.keys.last_sweep))
+    last = json.loads(cast(str, pool.client.get(pool.keys.last_sweep)))
     assert last["rows"] == 1 and last["verdicts"] == {"keep": 1} and last["unknown"] == 0
     assert last["at"] > 0 and last["duration_ms"] >= 0
 
 
-def test_run_supervisor_loops_until_stopped(make_pool, dclient) -> None:
+def test_run_supervisor_loops_until_stopped(make_pool: Callable[..., Pool],
+                                            dclient: docker.DockerClient) -> None:
     pool = make_pool(sweep_interval_secs=0.1)
     stop = threading.Event()
     t = threading.Thread(target=run_supervisor, args=(pool.settings,), kwargs={"stop_event": stop})
@@ -550,8 +594,8 @@ def test_run_supervisor_loops_until_stopped(make_pool, dclient) -> None:
         job_id, _, _ = orphan(pool, dclient, command=None, wait_lease=False)
         pool.wait(job_id, timeout=10)
         assert pool.get(job_id).error_reason == "orphan_reconciled_no_container"
-        first = json.loads(pool.client.get(pool.keys.last_sweep))["at"]
-        eventually(lambda: json.loads(pool.client.get(pool.keys.last_sweep))["at"] > first,
+        first = json.loads(cast(str, pool.client.get(pool.keys.last_sweep)))["at"]
+        eventually(lambda: json.loads(cast(str, pool.client.get(pool.keys.last_sweep)))["at"] > first,
                    message="another sweep")
     finally:
         stop.set()
@@ -559,11 +603,12 @@ def test_run_supervisor_loops_until_stopped(make_pool, dclient) -> None:
     assert not t.is_alive()
 
 
-def test_probe_is_one_list_call_per_sweep(make_pool, dclient) -> None:
+def test_probe_is_one_list_call_per_sweep(make_pool: Callable[..., Pool],
+                                          dclient: docker.DockerClient) -> None:
     pool = make_pool(max_concurrent_jobs=4)
     for cmd in (["sleep", "300"], ["sh", "-c", "exit 2"], None, ["sleep", "300"]):
         orphan(pool, dclient, command=cmd, wait_lease=False)
-    for job_id in pool.client.zrange(pool.keys.running, 0, -1):
+    for job_id in cast(list[str], pool.client.zrange(pool.keys.running, 0, -1)):
         lease_gone(pool, job_id)
     eventually(lambda: len(dclient.containers.list(all=True, filters={"status": "exited"})) == 1)
     prober = ContainerProber(None, timeout=5)
@@ -578,7 +623,8 @@ def test_probe_is_one_list_call_per_sweep(make_pool, dclient) -> None:
         sup.close()
 
 
-def test_sigterm_stops_the_supervisor_process_cleanly(make_pool, redis_url, tmp_path) -> None:
+def test_sigterm_stops_the_supervisor_process_cleanly(make_pool: Callable[..., Pool], redis_url: str,
+                                                      tmp_path: Path) -> None:
     pool = make_pool(sweep_interval_secs=30)
     script = ("import logging, sys; from jobpool import Settings; "
               "from jobpool.supervisor import run_supervisor; logging.basicConfig(level=logging.INFO); "
@@ -599,14 +645,15 @@ def test_sigterm_stops_the_supervisor_process_cleanly(make_pool, redis_url, tmp_
     assert "supervisor for pool sv stopped" in log.read_text()
 
 
-def test_the_sweep_reads_under_a_memory_limit(make_pool, dclient, supervisors) -> None:
+def test_the_sweep_reads_under_a_memory_limit(make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+                                              supervisors: Callable[[Pool], Supervisor]) -> None:
     """At its memory limit (noeviction) Redis refuses every command that may write, SORT included: the
     sweep's read must still work there (SORT_RO), so an operator's dry run can see what is held and why."""
     pool = make_pool()
     if int(str(pool.client.info("server")["redis_version"]).split(".")[0]) < 7:
         pytest.skip("SORT_RO came with Redis 7; on 6.2 the sweep reads with SORT, refused at the limit")
     job_id, _, _ = orphan(pool, dclient, command=["sleep", "300"])
-    config = pool.client.config_get("maxmemory*")
+    config = cast(dict[str, str], pool.client.config_get("maxmemory*"))
     pool.client.config_set("maxmemory-policy", "noeviction")
     pool.client.config_set("maxmemory", 1)
     try:
