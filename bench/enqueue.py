@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(results: dict[str, list[Measure]], n: int, bulk_n: int, rounds: int) -> None:
     def med(name: str, attr: str) -> float:
-        return statistics.median(getattr(m, attr) for m in results[name])
+        middle: float = statistics.median(getattr(m, attr) for m in results[name])
+        return middle
 
     print(f"private redis-server, N={n} jobs per round ({bulk_n} for the bulk contenders), {rounds} rounds; "
           "medians (min..max of jobs/s)")

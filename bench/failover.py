@@ -18,7 +18,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import docker
 
@@ -29,7 +31,10 @@ from tests.support.servers import DockerDaemon, RedisServer
 IMAGE = "jobpool-test:busybox"
 
 
-def _wait(pred, timeout: float, what: str):
+T = TypeVar("T")
+
+
+def _wait(pred: Callable[[], T | None], timeout: float, what: str) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = pred()
@@ -42,7 +47,7 @@ def _wait(pred, timeout: float, what: str):
 def one_round(pool: Pool, client: docker.DockerClient, workers: list[JobpoolProcess], remove: bool) -> float:
     a = pool.enqueue(IMAGE, ["sh", "-c", "sleep 600"])
     b = pool.enqueue(IMAGE, ["sh", "-c", "sleep 600"])
-    row = _wait(lambda: (r := pool.get(a.id)).container_id and r, 60, "A started")
+    row = _wait(lambda: r if (r := pool.get(a.id)).container_id else None, 60, "A started")
     owner = next(w for w in workers if row.owner_boot and w.pid in _boot_pids(pool, row.owner_boot))
     since = int(time.time())
     t0 = time.time()
@@ -56,7 +61,7 @@ def one_round(pool: Pool, client: docker.DockerClient, workers: list[JobpoolProc
             ev = next(iter(events))
         finally:
             events.close()
-        took = ev["timeNano"] / 1e9 - t0
+        took: float = ev["timeNano"] / 1e9 - t0
     else:
         adopted = _wait(lambda: [e for e in pool.events(a.id) if e["reason"] == "adopted"], 60, "adoption")
         took = int(adopted[0]["at"]) / 1000 - t0

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from jobpool import Pool
@@ -39,7 +40,7 @@ def pss_mib(pid: int) -> float:
     raise RuntimeError(f"no Pss for {pid}")
 
 
-def settle(check, timeout: float = 60.0) -> None:
+def settle(check: Callable[[], object], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
@@ -74,7 +75,7 @@ def main() -> int:
         jp += [sup, wrk]
         settle(lambda: "Listening on rq-baseline" in (root / "rq.log").read_text())
         settle(lambda: pool.client.zcard(pool.keys.boots) == 1)
-        sweeps = lambda: (pool.client.get(pool.keys.last_sweep) or "")  # noqa: E731
+        sweeps: Callable[[], object] = lambda: (pool.client.get(pool.keys.last_sweep) or "")  # noqa: E731
         first = sweeps()
         settle(lambda: sweeps() and sweeps() != first)
         time.sleep(3)  # several more sweeps and idle heartbeats, so caches and pools have grown

@@ -84,6 +84,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.soak_edges import EDGE_FAULTS
 from bench.soak_faults import ARMED, HOST_FAULTS, Chaos
@@ -143,36 +144,36 @@ def job_command(rng: random.Random) -> list[str]:
 @dataclass
 class Figures:
     jobs: int = 0
-    faults: Counter = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
     lost: int = 0
     over_limit_instants: int = 0
-    double_container_jobs: set = field(default_factory=set)
+    double_container_jobs: set[str] = field(default_factory=set)
     stuck: int = 0
     illegal_transitions: int = 0
     samples: int = 0
-    recovery: dict = field(default_factory=lambda: defaultdict(list))
-    outcomes: Counter = field(default_factory=Counter)
-    failure_reasons: Counter = field(default_factory=Counter)
+    recovery: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    outcomes: Counter[str] = field(default_factory=Counter)
+    failure_reasons: Counter[str] = field(default_factory=Counter)
     wall_secs: float = 0.0
     #: What the sampler saw when a zero broke, and the events each Redis rollback took back.
-    findings: list = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
     rolled_back_events: int = 0
-    rollbacks: list = field(default_factory=list)
-    lost_replies: Counter = field(default_factory=Counter)
-    missed: Counter = field(default_factory=Counter)
-    held_launches: list = field(default_factory=list)
-    stuck_jobs: list = field(default_factory=list)
+    rollbacks: list[dict[str, Any]] = field(default_factory=list)
+    lost_replies: Counter[str] = field(default_factory=Counter)
+    missed: Counter[str] = field(default_factory=Counter)
+    held_launches: list[str] = field(default_factory=list)
+    stuck_jobs: list[str] = field(default_factory=list)
     #: Workers or supervisors that exited without being asked (the soak starts them again, as compose would).
     unexpected_exits: int = 0
     #: Containers not running and checkpoint volumes left on the daemons at the end (Fleet.leftovers).
-    docker_leftovers: list = field(default_factory=list)
+    docker_leftovers: list[str] = field(default_factory=list)
     #: Reads of the event stream that found it trimmed past the last event read (see soak_watch.EventLog).
     events_unseen: int = 0
     #: Rows retention removed, per state (by the jobs' last events), and those no prune event accounts for.
-    pruned: Counter = field(default_factory=Counter)
+    pruned: Counter[str] = field(default_factory=Counter)
     pruned_unaccounted: int = 0
     #: With --keep: the keyspace judged at the caps (soak_watch.Keyspace.judge).
-    keyspace: dict | None = None
+    keyspace: dict[str, Any] | None = None
     #: Containers published as strays, the sampler's instants within the strays' bound after a Redis
     #: rollback, and the latest of those after its rollback (bench/soak_strays.py).
     strays: int = 0

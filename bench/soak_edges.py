@@ -100,7 +100,7 @@ class EdgeFaults:
         w, self.fleet.workers[victim] = self.fleet.workers[victim], None
         if w is not None:
             w.kill_with_children()
-        took_back = chaos._back_from_copy(aof, copy, mark)
+        took_back: int = chaos._back_from_copy(aof, copy, mark)
         self.fleet.start_worker(victim)
         return took_back > 0
 

@@ -64,7 +64,7 @@ def stamp(at: float) -> str:
     return f"{time.strftime('%H:%M:%S', time.localtime(at))}.{int(at * 1000) % 1000:03d}"
 
 
-def finding_line(finding: dict, slots: int) -> str:
+def finding_line(finding: dict[str, Any], slots: int) -> str:
     what = ", ".join(f"{job}#{att}@d{d}:{cid}" for job, att, d, cid in finding["live"])
     return (f"{stamp(finding['at'])} {finding['kind']}: "
             f"{len(finding['live'])} running (limit {slots}), two of {finding['doubles'] or '-'}: {what}")
@@ -226,7 +226,7 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         n = len(self.clients)
-        recent: deque[tuple[int, dict | None]] = deque(maxlen=2 * n - 1)
+        recent: deque[tuple[int, dict[str, tuple[int, str, str]] | None]] = deque(maxlen=2 * n - 1)
         k = 0
         while not self.halt.is_set():
             d = k % n
@@ -238,7 +238,7 @@ class Sampler(threading.Thread):
         for client in self.clients:
             client.close()
 
-    def _judge_round(self, recent: list[tuple[int, dict | None]], n: int) -> None:
+    def _judge_round(self, recent: list[tuple[int, dict[str, tuple[int, str, str]] | None]], n: int) -> None:
         """Judge the middle listing of the last 2n-1 (each other daemon listed once before it, once after)."""
         _, middle = recent[n - 1]
         live = dict(middle or {})

@@ -53,6 +53,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -116,17 +117,17 @@ class SubFigures(Figures):
     """bench/soak.py's figures (what bench/soak_report.py fills in), and the processes' own zeros."""
 
     #: Jobs with a process alive after their row was read terminal; and after their slot was freed otherwise.
-    after_end: set = field(default_factory=set)
-    after_slot: set = field(default_factory=set)
+    after_end: set[str] = field(default_factory=set)
+    after_slot: set[str] = field(default_factory=set)
     #: Each instant that broke a zero: when, what, and the processes seen (written to breaches.txt).
-    breaches: list = field(default_factory=list)
+    breaches: list[dict[str, Any]] = field(default_factory=list)
     max_live_jobs: int = 0
     max_live_procs: int = 0
     #: Jobs whose slot the supervisor kept for processes left in their cgroup, and cgroups the person killed.
-    kept_for_leftovers: set = field(default_factory=set)
+    kept_for_leftovers: set[str] = field(default_factory=set)
     leftovers_killed: int = 0
     #: Job cgroups of the soak's pool still there at the end (the worker or the supervisor removes them).
-    cgroups_left: list = field(default_factory=list)
+    cgroups_left: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         faults = ",".join(f"{k}:{v}" for k, v in sorted(self.faults.items()))
@@ -331,7 +332,8 @@ class ProcSampler(threading.Thread):
                 f.after_slot.add(job)
                 self._breach("after_slot", [(pid, job, attempt)], rows)
 
-    def _breach(self, kind: str, procs: list[tuple[int, str, int]], rows: dict) -> None:
+    def _breach(self, kind: str, procs: list[tuple[int, str, int]],
+                rows: dict[str, list[str | None]]) -> None:
         """The first instant of each breach (its kind and the processes in it) is kept and said."""
         key = (kind, tuple(sorted(pid for pid, _, _ in procs)))
         if key in self.said:

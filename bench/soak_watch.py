@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
@@ -107,12 +108,12 @@ class EventLog(threading.Thread):
 
 @dataclass
 class Endings:
-    outcomes: Counter = field(default_factory=Counter)
-    failure_reasons: Counter = field(default_factory=Counter)
-    lost: list = field(default_factory=list)
-    stuck: list = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    failure_reasons: Counter[str] = field(default_factory=Counter)
+    lost: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
     #: Jobs whose row is gone after their last event was terminal, per that state.
-    pruned: Counter = field(default_factory=Counter)
+    pruned: Counter[str] = field(default_factory=Counter)
 
 
 def endings(pool: Pool, log: EventLog, job_ids: list[str]) -> Endings:
@@ -165,7 +166,7 @@ class Census:
     unexpected: list[str]
     #: Keys that expire by themselves, by kind (leases, boot records, RQ's worker records, answered adoption
     #: requests), what they hold, and the longest time one has left.
-    volatile: Counter
+    volatile: Counter[str]
     volatile_bytes: int
     max_ttl_secs: float
     #: Redis's used_memory, and the parts of it that move with connections and restarts, not with jobs: the
@@ -305,7 +306,7 @@ class Keyspace:
                 if c.ended.get("succeeded", 0) >= self.caps["succeeded"]
                 and c.stream_len >= self.events_maxlen]
 
-    def judge(self) -> dict:
+    def judge(self) -> dict[str, Any]:
         """Flat, once the caps are reached, means at every census (taken with the queue empty, so no key of
         a live job is counted):
 
@@ -338,7 +339,7 @@ class Keyspace:
         ended = [sum(c.ended.values()) for c in warm]
         between = ended[half + (len(warm) - half) // 2] - ended[half // 2] if half else 0
         per_job = (max(net[half:]) - max(net[:half])) / between if between else 0.0
-        verdict: dict = {
+        verdict: dict[str, Any] = {
             "censuses": len(cs), "unsettled": sum(not c.settled for c in cs), "jobs_after_caps": jobs,
             "keys": (min(c.keys for c in cs), max(c.keys for c in cs)),
             "persistent": (min(c.persistent for c in cs), max(c.persistent for c in cs)),
@@ -359,7 +360,7 @@ class Keyspace:
         return verdict
 
 
-def keyspace_line(verdict: dict) -> str:
+def keyspace_line(verdict: dict[str, Any]) -> str:
     if not verdict.get("censuses"):
         return "keyspace_at_caps=[caps never reached]"
 

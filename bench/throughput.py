@@ -19,15 +19,18 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
-from bench._common import IMAGE, bed, cpu_secs, loadavg
+import docker
+
+from bench._common import IMAGE, Bed, bed, cpu_secs, loadavg
 from jobpool import Pool
 
 GOAL = 0.90
 LANES = 2
 
 
-def bare_loop(b, n: int) -> float:
+def bare_loop(b: Bed, n: int) -> float:
     """Two lanes, each running containers one after another until `n` are done; the wall time."""
     clients = [b.client() for _ in range(LANES)]
     for c in clients:
@@ -36,7 +39,7 @@ def bare_loop(b, n: int) -> float:
     take = threading.Lock()
     errors: list[BaseException] = []
 
-    def lane(client) -> None:
+    def lane(client: docker.DockerClient) -> None:
         try:
             while True:
                 with take:
@@ -67,7 +70,7 @@ def bare_loop(b, n: int) -> float:
     return wall
 
 
-def start_jobpool(b, workers: int, spec: dict):
+def start_jobpool(b: Bed, workers: int, spec: dict[str, Any]) -> Pool:
     pool = b.pool(slots=LANES)
     b.start_workers(workers, pool)
     # Warm-up: each worker's first job pays one-off imports; not what steady throughput costs.
@@ -77,7 +80,7 @@ def start_jobpool(b, workers: int, spec: dict):
     return pool
 
 
-def jobpool_run(pool: Pool, n: int, spec: dict) -> tuple[float, float]:
+def jobpool_run(pool: Pool, n: int, spec: dict[str, Any]) -> tuple[float, float]:
     """(wall from first enqueue to all succeeded, time spent enqueueing)."""
     base = pool.stats()["counts"]["succeeded"]
     t0 = time.monotonic()
