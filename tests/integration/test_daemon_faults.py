@@ -302,9 +302,8 @@ def test_supervisor_fails_an_orphans_own_exit_255_after_an_outage_it_survived(
     assert (job.state, job.error_reason, job.recovery_attempts) == (JobState.FAILED, "exit_code_255", 0)
 
 
-def test_supervisor_fails_an_orphan_the_oom_killer_ended(gpool: Pool, gate: Path,
-                                                         orphaned: Callable[..., tuple[str, str]],
-                                                         sup: Supervisor) -> None:
+def test_supervisor_fails_an_orphan_the_oom_killer_ended(
+        gpool: Pool, gate: Path, orphaned: Callable[..., tuple[str, str]], sup: Supervisor) -> None:
     job_id, _ = orphaned(gated(ALLOCATE), memory="16m")
     (gate / "open").touch()
     eventually(lambda: judged(sup, gpool, job_id), timeout=10, interval=0.2, message="its end judged")

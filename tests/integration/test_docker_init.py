@@ -37,9 +37,8 @@ def _running_container(client: docker.DockerClient, job_id: str) -> Any:
     return eventually(found, timeout=30, message="the job's container runs")
 
 
-def test_a_paused_job_stops_of_its_sigterm_within_the_stop_grace(pool: Pool,
-                                                                 spawn: Callable[..., JobpoolProcess],
-                                                                 client: docker.DockerClient) -> None:
+def test_a_paused_job_stops_of_its_sigterm_within_the_stop_grace(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client: docker.DockerClient) -> None:
     spawn(JOBPOOL_STOP_GRACE_SECS="60")  # a SIGKILL would come long after the job's own end
     job = pool.enqueue(IMAGE, SLEEPER)
     container = _running_container(client, job.id)
@@ -52,9 +51,8 @@ def test_a_paused_job_stops_of_its_sigterm_within_the_stop_grace(pool: Pool,
     assert time.monotonic() - asked < 20
 
 
-def test_without_init_the_command_is_pid_1_and_ignores_sigterm(pool: Pool,
-                                                               spawn: Callable[..., JobpoolProcess],
-                                                               client: docker.DockerClient) -> None:
+def test_without_init_the_command_is_pid_1_and_ignores_sigterm(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client: docker.DockerClient) -> None:
     spawn(JOBPOOL_STOP_GRACE_SECS="2")
     job = pool.enqueue(IMAGE, SLEEPER, init=False)
     container = _running_container(client, job.id)

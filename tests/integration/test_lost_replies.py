@@ -46,10 +46,9 @@ def dropper(redis_server: RedisServer, redis_url: str) -> Iterator[RedisReplyDro
     pytest.param("set_container", 1, id="set_container"),
     pytest.param("finish", 1, id="finish"),
 ])
-def test_a_lost_reply_is_retried_and_the_job_runs_once(pool_env: dict[str, str],
-                                                       spawn: Callable[..., JobpoolProcess], tmp_path: Path,
-                                                       dropper: RedisReplyDropper, script: str,
-                                                       drops: int) -> None:
+def test_a_lost_reply_is_retried_and_the_job_runs_once(
+        pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess], tmp_path: Path,
+        dropper: RedisReplyDropper, script: str, drops: int) -> None:
     pool = Pool.from_env(env={**pool_env, **SUB})
     with contextlib.closing(pool.client):
         marker = tmp_path / "ran"

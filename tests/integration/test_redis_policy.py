@@ -77,11 +77,9 @@ DOORS = [
 
 
 @pytest.mark.parametrize(("module", "args"), DOORS)
-def test_an_evicting_redis_is_refused_in_one_line_and_nothing_is_written(private_redis: RedisServer,
-                                                                         pool_env: dict[str, str],
-                                                                         spawn: Callable[..., JobpoolProcess],
-                                                                         module: str,
-                                                                         args: tuple[str, ...]) -> None:
+def test_an_evicting_redis_is_refused_in_one_line_and_nothing_is_written(
+        private_redis: RedisServer, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess],
+        module: str, args: tuple[str, ...]) -> None:
     env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
     seed(env)
     set_policy(private_redis, "allkeys-lru")
@@ -111,10 +109,9 @@ def run_a_job(env: dict[str, str], supervisor: JobpoolProcess) -> None:
 
 
 @pytest.mark.parametrize("policy", ["volatile-lru", "volatile-ttl", "noeviction"])
-def test_volatile_policies_are_one_warning_and_noeviction_is_silent(private_redis: RedisServer,
-                                                                    pool_env: dict[str, str],
-                                                                    spawn: Callable[..., JobpoolProcess],
-                                                                    policy: str) -> None:
+def test_volatile_policies_are_one_warning_and_noeviction_is_silent(
+        private_redis: RedisServer, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess],
+        policy: str) -> None:
     env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
     set_policy(private_redis, policy)
     worker = spawn(**env)

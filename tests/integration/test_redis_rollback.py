@@ -134,9 +134,8 @@ def test_claim_lost_by_redis_rollback_never_leaves_two_or_an_unwatched_container
         worker.stop()
 
 
-def test_a_stalled_watcher_leaves_a_proven_adoption_to_its_adopter(pool: Pool,
-                                                                   spawn: Callable[..., JobpoolProcess],
-                                                                   client: docker.DockerClient) -> None:
+def test_a_stalled_watcher_leaves_a_proven_adoption_to_its_adopter(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client: docker.DockerClient) -> None:
     """The other side of the proof: a worker stalled past its lease (SIGSTOP) whose container a live worker
     really re-attached to must leave that container running when it wakes, not stop it."""
     from jobpool.supervisor import Supervisor

@@ -138,9 +138,9 @@ def overlaps(lines: list[str]) -> tuple[int, int]:
     return most, most_copies
 
 
-def test_a_fleet_runs_through_a_forced_failover_and_a_killed_primary(group: SentinelGroup, tmp_path: Path,
-                                                                     spawn: Callable[..., JobpoolProcess],
-                                                                     pool_env: dict[str, str]) -> None:
+def test_a_fleet_runs_through_a_forced_failover_and_a_killed_primary(
+        group: SentinelGroup, tmp_path: Path, spawn: Callable[..., JobpoolProcess],
+        pool_env: dict[str, str]) -> None:
     log = tmp_path / "runs.log"
     env = {**SUB, "JOBPOOL_REDIS_URL": group.url, "JOBPOOL_LEASE_SECS": "5"}
     slots, n = 2, 12

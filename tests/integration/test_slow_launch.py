@@ -100,10 +100,9 @@ def hold_create(pool: Pool, proxy: DockerLaunchHold, dclient: docker.DockerClien
         message="the daemon created the container")
 
 
-def test_the_lease_is_kept_through_a_create_slower_than_the_lease(pool: Pool,
-                                                                  spawn: Callable[..., JobpoolProcess],
-                                                                  proxy: DockerLaunchHold,
-                                                                  dclient: docker.DockerClient) -> None:
+def test_the_lease_is_kept_through_a_create_slower_than_the_lease(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], proxy: DockerLaunchHold,
+        dclient: docker.DockerClient) -> None:
     sweeps_after.seen = set()  # type: ignore[attr-defined]
     proxy.hold()
     job = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 1; exit 0"])
@@ -126,10 +125,9 @@ def test_the_lease_is_kept_through_a_create_slower_than_the_lease(pool: Pool,
     assert not [e for e in pool.events(job.id) if e["reason"].startswith("orphan_reconciled")]
 
 
-def test_a_launch_whose_row_was_lost_during_create_never_starts(pool: Pool,
-                                                                spawn: Callable[..., JobpoolProcess],
-                                                                proxy: DockerLaunchHold,
-                                                                dclient: docker.DockerClient) -> None:
+def test_a_launch_whose_row_was_lost_during_create_never_starts(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], proxy: DockerLaunchHold,
+        dclient: docker.DockerClient) -> None:
     """The fence between create and start: the operator evicted the attempt while its create hung, so the
     worker removes the created container instead of starting it."""
     proxy.hold()
@@ -176,9 +174,8 @@ def test_a_start_that_finds_its_container_gone_runs_nothing_and_writes_nothing(
     assert not [r for r in reasons if r.startswith("launch_failed")], reasons
 
 
-def test_a_daemon_error_on_create_does_not_fail_the_job_for_good(pool: Pool,
-                                                                 spawn: Callable[..., JobpoolProcess],
-                                                                 proxy: DockerLaunchHold) -> None:
+def test_a_daemon_error_on_create_does_not_fail_the_job_for_good(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], proxy: DockerLaunchHold) -> None:
     """A daemon shutting down answers a create with a server error ("database not open"). That says nothing
     about the job, and maybe not even that nothing was created: the outcome is unknown, the slot is kept,
     and the sweep recovers the attempt from ground truth. It used to fail the job on the spot."""
@@ -192,10 +189,9 @@ def test_a_daemon_error_on_create_does_not_fail_the_job_for_good(pool: Pool,
     assert done.recovery_attempts == 1, "recovered by the sweep (absent: nothing was created)"
 
 
-def test_a_start_that_returns_after_the_row_was_lost_is_stopped_at_once(pool: Pool,
-                                                                        spawn: Callable[..., JobpoolProcess],
-                                                                        proxy: DockerLaunchHold,
-                                                                        dclient: docker.DockerClient) -> None:
+def test_a_start_that_returns_after_the_row_was_lost_is_stopped_at_once(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], proxy: DockerLaunchHold,
+        dclient: docker.DockerClient) -> None:
     """The start is held after the fence passed, and meanwhile the row stops being this attempt's (here an
     eviction; in bench/soak.py, a Redis rollback that took back the claim, after which the slot went to
     another job). Docker starts the container when the start is let through, and nothing can recall it: the

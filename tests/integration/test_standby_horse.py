@@ -71,9 +71,9 @@ def test_the_job_runs_in_the_standby_and_the_next_standby_is_forked_meanwhile(
     assert exited(standby)
 
 
-def test_the_next_standby_is_forked_only_once_the_job_runs(pool: Pool, spawn: Callable[..., JobpoolProcess],
-                                                           proxy: DockerLaunchHold,
-                                                           dclient: docker.DockerClient) -> None:
+def test_the_next_standby_is_forked_only_once_the_job_runs(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], proxy: DockerLaunchHold,
+        dclient: docker.DockerClient) -> None:
     """Forking it (and removing the last container) while the horse claims and creates would take CPU from
     that launch: the horse says when its job runs, and only then is the next standby forked."""
     worker = spawn(DOCKER_HOST=proxy.host)
@@ -284,10 +284,9 @@ def dropper(redis_server: RedisServer, redis_url: str) -> Iterator[RedisReplyDro
     proxy.close()
 
 
-def test_a_standby_stopped_after_taking_its_job_before_its_claim(sub_pool: Pool,
-                                                                 spawn: Callable[..., JobpoolProcess],
-                                                                 tmp_path: Path,
-                                                                 dropper: RedisReplyDropper) -> None:
+def test_a_standby_stopped_after_taking_its_job_before_its_claim(
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path,
+        dropper: RedisReplyDropper) -> None:
     """Stopped once it said it took the job, its claim sent but never run (a proxy in front of Redis keeps
     it): it is its worker's horse, killed once stopped for the lease as any horse. Nothing was claimed, so the
     supervisor dispatches the job again past the claim grace (a new attempt), and the same worker runs it,

@@ -148,9 +148,9 @@ def test_recycled_pid_in_a_fresh_pid_namespace_is_judged_dead(redis_url: str) ->
     assert isinstance(probe_process(result["identity"]), Unknown)
 
 
-def test_live_orphan_process_keeps_its_slot_until_it_exits(pool: Pool, supervisor: Supervisor,
-                                                           sleeper: Callable[[], subprocess.Popen[bytes]],
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_live_orphan_process_keeps_its_slot_until_it_exits(
+        pool: Pool, supervisor: Supervisor, sleeper: Callable[[], subprocess.Popen[bytes]],
+        caplog: pytest.LogCaptureFixture) -> None:
     proc = sleeper()
     job_id = orphan(pool, identity_of(proc.pid))
     b = pool.enqueue(image="busybox", command=["true"])
@@ -188,9 +188,9 @@ def test_no_identity_recorded_is_unknown_not_dead(pool: Pool, supervisor: Superv
     assert pool.get(job_id).state.value == "running"
 
 
-def test_cancel_of_a_subprocess_orphan_never_signals_a_pid(pool: Pool, supervisor: Supervisor,
-                                                           sleeper: Callable[[], subprocess.Popen[bytes]],
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_cancel_of_a_subprocess_orphan_never_signals_a_pid(
+        pool: Pool, supervisor: Supervisor, sleeper: Callable[[], subprocess.Popen[bytes]],
+        caplog: pytest.LogCaptureFixture) -> None:
     proc = sleeper()
     job_id = orphan(pool, identity_of(proc.pid))
     pool.cancel(job_id)

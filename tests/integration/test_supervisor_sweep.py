@@ -133,9 +133,9 @@ def test_wedge_dead_owner_no_container_fails_and_next_job_runs(
     assert len(ev) == 1 and "lease of owner dead-boot attempt 1 gone" in ev[0]["evidence"]
 
 
-def test_wedge_with_recovery_budget_requeues_in_place(make_pool: Callable[..., Pool],
-                                                      dclient: docker.DockerClient,
-                                                      supervisors: Callable[[Pool], Supervisor]) -> None:
+def test_wedge_with_recovery_budget_requeues_in_place(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor]) -> None:
     pool = make_pool(recovery_budget=1)
     a, _, _ = orphan(pool, dclient, command=None)
     b = pool.enqueue(image=IMAGE, command=["true"])
@@ -149,9 +149,8 @@ def test_wedge_with_recovery_budget_requeues_in_place(make_pool: Callable[..., P
     assert pool.get(b.id).state.value == "queued"
 
 
-def test_rows_left_by_a_previous_run_are_judged_by_the_first_sweep(make_pool: Callable[..., Pool],
-                                                                   dclient: docker.DockerClient,
-                                                                   redis_url: str) -> None:
+def test_rows_left_by_a_previous_run_are_judged_by_the_first_sweep(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient, redis_url: str) -> None:
     """run_supervisor sweeps at start-up: a stale row from before the restart is decided at once."""
     pool = make_pool()
     a, _, _ = orphan(pool, dclient, command=None)
@@ -166,10 +165,9 @@ def test_rows_left_by_a_previous_run_are_judged_by_the_first_sweep(make_pool: Ca
 
 
 @pytest.mark.parametrize(("code", "state", "reason"), [(0, "succeeded", ""), (3, "failed", "exit_code_3")])
-def test_exited_container_finishes_from_its_exit_code(make_pool: Callable[..., Pool],
-                                                      dclient: docker.DockerClient,
-                                                      supervisors: Callable[[Pool], Supervisor], code: int,
-                                                      state: str, reason: str) -> None:
+def test_exited_container_finishes_from_its_exit_code(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor], code: int, state: str, reason: str) -> None:
     pool = make_pool()
     job_id, _, container = orphan(pool, dclient, command=["sh", "-c", f"exit {code}"])
     assert container.wait(timeout=30)["StatusCode"] == code
@@ -192,9 +190,9 @@ def test_container_recorded_nowhere_is_still_found_by_label(
     assert pool.get(job_id).exit_code == 4
 
 
-def test_container_of_an_older_attempt_is_not_evidence(make_pool: Callable[..., Pool],
-                                                       dclient: docker.DockerClient,
-                                                       supervisors: Callable[[Pool], Supervisor]) -> None:
+def test_container_of_an_older_attempt_is_not_evidence(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor]) -> None:
     pool = make_pool()
     job_id, attempt, _ = orphan(pool, dclient, command=None)
     older = run_container(dclient, pool, job_id, attempt + 7, ["sleep", "300"])
@@ -204,9 +202,9 @@ def test_container_of_an_older_attempt_is_not_evidence(make_pool: Callable[..., 
     older.remove(force=True)
 
 
-def test_created_but_never_started_container_is_no_work(make_pool: Callable[..., Pool],
-                                                        dclient: docker.DockerClient,
-                                                        supervisors: Callable[[Pool], Supervisor]) -> None:
+def test_created_but_never_started_container_is_no_work(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor]) -> None:
     """A created container's inspect says ExitCode 0; it must not be read as success."""
     pool = make_pool()
     job_id, _, container = orphan(pool, dclient, command=["sleep", "300"], start=False)
@@ -259,9 +257,9 @@ def test_live_orphan_keeps_its_slot_and_adoption_is_requested_once(
     container.remove(force=True)
 
 
-def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool: Callable[..., Pool],
-                                                        dclient: docker.DockerClient,
-                                                        supervisors: Callable[[Pool], Supervisor]) -> None:
+def test_a_killed_adopter_is_replaced_at_the_next_sweep(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor]) -> None:
     """A worker that took the adoption request and died before re-attaching leaves it "started" for good
     (RQ's own worker key outlives it by minutes): pending only while that worker's boot record lives."""
     pool = make_pool()
@@ -287,11 +285,10 @@ def test_a_killed_adopter_is_replaced_at_the_next_sweep(make_pool: Callable[...,
 # ---- unknown keeps the slot ------------------------------------------------------------------------------
 
 
-def test_daemon_unreachable_keeps_slots_and_warns_then_decides(make_pool: Callable[..., Pool],
-                                                               dclient: docker.DockerClient,
-                                                               supervisors: Callable[[Pool], Supervisor],
-                                                               docker_daemon: DockerDaemon,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_daemon_unreachable_keeps_slots_and_warns_then_decides(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor], docker_daemon: DockerDaemon,
+        caplog: pytest.LogCaptureFixture) -> None:
     pool = make_pool()
     job_id, _, container = orphan(pool, dclient, command=["sleep", "300"])
     b = pool.enqueue(image=IMAGE, command=["true"])
@@ -320,10 +317,9 @@ def test_daemon_unreachable_keeps_slots_and_warns_then_decides(make_pool: Callab
 
 
 @pytest.mark.parametrize("recorded", ["jpd1:another-daemon@another-boot", "LVIU:3F7J:DOCKER:ID", ""])
-def test_recorded_on_another_daemon_or_before_identities_is_unknown(make_pool: Callable[..., Pool],
-                                                                    dclient: docker.DockerClient,
-                                                                    supervisors: Callable[[Pool], Supervisor],
-                                                                    recorded: str) -> None:
+def test_recorded_on_another_daemon_or_before_identities_is_unknown(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor], recorded: str) -> None:
     """Another daemon's identity, a bare Docker ID (rows recorded before identities; two daemons can share
     one), or nothing: "no container here" proves nothing, and neither does an exited one found here."""
     pool = make_pool()
@@ -342,10 +338,9 @@ def test_recorded_on_another_daemon_or_before_identities_is_unknown(make_pool: C
 # ---- stale: only a human evicts ---------------------------------------------------------------------------
 
 
-def test_stale_live_job_only_warns_until_the_operator_evicts(make_pool: Callable[..., Pool],
-                                                             dclient: docker.DockerClient,
-                                                             supervisors: Callable[[Pool], Supervisor],
-                                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_stale_live_job_only_warns_until_the_operator_evicts(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor], caplog: pytest.LogCaptureFixture) -> None:
     pool = make_pool(lease_secs=300, job_stale_seconds=1)
     job_id, attempt, container = orphan(pool, dclient, command=["sleep", "300"], wait_lease=False)
     b = pool.enqueue(image=IMAGE, command=["true"])
@@ -425,10 +420,9 @@ def test_two_supervisors_sweeping_at_once_never_double_apply(make_pool: Callable
 
 @pytest.mark.parametrize(("ask", "state", "reason"), [("cancel", "cancelled", "cancel_requested"),
                                                       ("pause", "paused", "pause_requested")])
-def test_persisted_request_is_honoured_when_the_owner_died(make_pool: Callable[..., Pool],
-                                                           dclient: docker.DockerClient,
-                                                           supervisors: Callable[[Pool], Supervisor],
-                                                           ask: str, state: str, reason: str) -> None:
+def test_persisted_request_is_honoured_when_the_owner_died(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor], ask: str, state: str, reason: str) -> None:
     pool = make_pool(recovery_budget=3)
     job_id, _, _ = orphan(pool, dclient, command=None, wait_lease=False)
     getattr(pool, ask)(job_id)  # the owner is still the dead boot: only a request is persisted
@@ -570,9 +564,9 @@ def test_dry_run_decides_but_changes_nothing(make_pool: Callable[..., Pool],
     assert not pool.client.exists(pool.keys.last_sweep)
 
 
-def test_summary_line_and_last_sweep(make_pool: Callable[..., Pool], dclient: docker.DockerClient,
-                                     supervisors: Callable[[Pool], Supervisor],
-                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_summary_line_and_last_sweep(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient,
+        supervisors: Callable[[Pool], Supervisor], caplog: pytest.LogCaptureFixture) -> None:
     pool = make_pool(max_concurrent_jobs=3, lease_secs=300)
     orphan(pool, dclient, command=None, wait_lease=False)  # alive (lease held)
     caplog.set_level(logging.INFO, logger="jobpool.supervisor")

@@ -37,9 +37,8 @@ def started(dclient: docker.DockerClient, job_id: str) -> bool:
     return any(b"started" in c.logs() for c in containers(dclient, job_id))
 
 
-def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(pool_env: dict[str, str],
-                                                                      spawn: Callable[..., JobpoolProcess],
-                                                                      dclient: docker.DockerClient) -> None:
+def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(
+        pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess], dclient: docker.DockerClient) -> None:
     pool = Pool.from_env(env={**pool_env, "JOBPOOL_RECOVERY_BUDGET": "0"})
     sup = Supervisor(pool)
     try:

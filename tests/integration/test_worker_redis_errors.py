@@ -170,10 +170,9 @@ def test_worker_stopped_during_an_outage_exits_0(
     assert "logged above" not in worker.log() and "Traceback" not in worker.log()
 
 
-def test_worker_outlives_redis_out_of_memory_during_a_job(private_redis: RedisServer,
-                                                          pool_env: dict[str, str],
-                                                          spawn: Callable[..., JobpoolProcess],
-                                                          tmp_path: Path) -> None:
+def test_worker_outlives_redis_out_of_memory_during_a_job(
+        private_redis: RedisServer, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess],
+        tmp_path: Path) -> None:
     """RQ's job heartbeats (every second while a job runs) met OOM and ended the work loop mid-job."""
     env = {**pool_env, **SUB, "JOBPOOL_REDIS_URL": private_redis.url}
     worker = spawn(**env)

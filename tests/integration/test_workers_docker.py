@@ -222,9 +222,8 @@ def test_log_tail_reads_what_the_sdk_reads(client: docker.DockerClient) -> None:
         c.remove(force=True)
 
 
-def test_containers_removed_under_live_workers_are_recovered_not_failed(pool: Pool,
-                                                                        spawn: Callable[..., JobpoolProcess],
-                                                                        client: docker.DockerClient) -> None:
+def test_containers_removed_under_live_workers_are_recovered_not_failed(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client: docker.DockerClient) -> None:
     """`docker rm -f` kills, then destroys: a worker that reads the exit 137 in between must not record it as
     the job's own (it sees the `destroy` event and leaves the row to the supervisor, which finds the
     container absent and runs the job again)."""

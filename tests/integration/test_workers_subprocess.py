@@ -108,9 +108,8 @@ def test_dead_process_is_dead() -> None:
     eventually(lambda: same_process_alive(ident) is False, timeout=5, message="a reaped process is dead")
 
 
-def test_jobs_enqueued_in_bulk_run_to_success_in_fifo_order(sub_pool: Pool,
-                                                            spawn: Callable[..., JobpoolProcess],
-                                                            tmp_path: Path) -> None:
+def test_jobs_enqueued_in_bulk_run_to_success_in_fifo_order(
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path) -> None:
     """`enqueue_many` across batch boundaries, with a twin that coalesces: real workers run every job, one
     slot at a time, in input order."""
     sub_pool.set_slots(1)
