@@ -183,7 +183,7 @@ class HorseWorker(Worker):
         if not self._prepared:
             super().prepare_job_execution(job, remove_from_intermediate_queue)
             return
-        self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+        self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")  # type: ignore[no-untyped-call, unused-ignore]  # unannotated in RQ 2.12
 
     def fork_work_horse(self, job: Any, queue: Any) -> None:
         """Hand the job to the standby, or fork a horse as RQ does when there is none, or when the standby
@@ -208,7 +208,7 @@ class HorseWorker(Worker):
                 os.environ["RQ_JOB_ID"] = job.id
                 self._horse_pid = standby.pid
                 self._horse_done = standby.done_fd
-                self.procline(f"Handed to standby {standby.pid} at {time.time()}")  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+                self.procline(f"Handed to standby {standby.pid} at {time.time()}")  # type: ignore[no-untyped-call, unused-ignore]  # unannotated in RQ 2.12
                 return
         super().fork_work_horse(job, queue)
         self.have_standby()
@@ -343,7 +343,7 @@ class HorseWorker(Worker):
         self._prepared = bool(message.get("prepared"))
         os.environ["RQ_WORKER_ID"] = self.name
         os.environ["RQ_JOB_ID"] = message["job"]
-        self.setup_work_horse_signals()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+        self.setup_work_horse_signals()  # type: ignore[no-untyped-call, unused-ignore]  # unannotated in RQ 2.12
         queues = [self.queue_class(name, connection=self.connection, serializer=self.serializer)
                   for name in message["queues"]]
         self.queues[:] = queues

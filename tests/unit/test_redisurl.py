@@ -245,7 +245,7 @@ def test_the_options_are_read_from_redis_py_signatures() -> None:
     class NewerConnection(redis.connection.Connection):
         def __init__(self, tcp_user_timeout: float | None = None, tracer: object = None,
                      **kwargs: object) -> None:
-            super().__init__(**kwargs)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            super().__init__(**kwargs)  # type: ignore[no-untyped-call, unused-ignore]  # unannotated in redis-py 8.1
 
     names = redisopts._options(redis.ConnectionPool, NewerConnection)
     assert "tcp_user_timeout" in names and "tracer" not in names
