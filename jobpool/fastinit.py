@@ -1,10 +1,10 @@
 """Instances of jobpool's frozen dataclasses made on enqueue's hot path without their generated ``__init__``.
 
 A frozen dataclass's ``__init__`` writes each field through ``object.__setattr__`` (its own ``__setattr__``
-refuses): a ``JobSpec`` took 1.7 us and a ``Job`` 2.8 us, a fifth of the client instructions of each job of
-`Pool.enqueue_many` (jobpool/spec.py and jobpool/submit.py make one of each per job). For a class without
+refuses), a large share of the client work of each job of `Pool.enqueue_many` (jobpool/spec.py and
+jobpool/submit.py make one of each per job; BENCHMARKS.md has the figures). For a class without
 ``__post_init__`` or slots, all that ``__init__`` does is fill the instance's ``__dict__``, so `Assembler`
-fills it at once (0.6 and 0.9 us).
+fills it at once.
 
 What is given is not checked here (the hot path is the point): a caller passes every field without a plain
 default, as keyword arguments to ``__init__`` would be passed, and tests/unit/test_assemble.py checks that

@@ -128,8 +128,8 @@ def _held_call(conn: Any, command: tuple[Any, ...], meanwhile: Callable[[], None
     """`command` on the connection `conn` of a single-connection client that one thread alone uses
     (store/threadclients.py), sent and read with the Connection's own public methods: what `execute_command`
     does for it less its layers (the retry wrapper, the argument filtering, the response callbacks, none of
-    which applies to EVALSHA; its lock, which guards a client shared by threads): about 8 us of the ~130 us
-    of client CPU an enqueue costs (bench/enqueue.py).
+    which applies to EVALSHA; its lock, which guards a client shared by threads), a measurable share of an
+    enqueue's client CPU (bench/enqueue.py; BENCHMARKS.md).
 
     A failure does what `execute_command` does with the Retry jobpool's clients have (redisurl.connect:
     redis-py's default, no retries): a ConnectionError or TimeoutError drops the connection (the next call

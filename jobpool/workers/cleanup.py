@@ -1,8 +1,8 @@
 """Removing a finished attempt's container (and an ended job's checkpoint volume) off the handoff path.
 
 A work horse records its job's exit with `finish`, which frees the slot and promotes the next job; the
-container it watched must then go. Removing it in the horse (a container and a volume: two daemon requests,
-~50 ms on a loaded host) kept the worker from taking its next job: with as many workers as slots, the job
+container it watched must then go. Removing it in the horse (a container and a volume: two daemon requests)
+kept the worker from taking its next job: with as many workers as slots, the job
 just promoted waited for it. So the horse hands the removal to its worker's main process, through a pipe
 the horse inherits, and exits; a thread of the main process removes it while the worker already takes and
 launches the next job.
