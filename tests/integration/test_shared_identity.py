@@ -14,6 +14,7 @@ sees no collision and runs its jobs.
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import cast
@@ -271,8 +272,9 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
         eventually(lambda: daemonmark.volume_name("gone") not in names(), timeout=20,
                    message="the long gone mark removed")
         assert {daemonmark.volume_name("recent"), daemonmark.volume_name("alive"), *own} <= names()
-        # Up (its signal handlers in place: a SIGTERM while it starts ends it before its clean-up can run).
-        eventually(lambda: "executor docker" in worker.log(), timeout=20, message="the worker up")
+        # Up, its SIGTERM handler in place (a SIGTERM before RQ's work loop installs it ends the process
+        # before its clean-up can run: a crash, whose mark a later process sweeps once it is long gone).
+        eventually(lambda: worker.catches(signal.SIGTERM), timeout=20, message="the worker's SIGTERM handler")
         worker.stop()
         assert not set(own) & names(), "the worker's own mark outlived it"
         assert not any(p.mark in own for p in daemonmark.read_peers(pool.store).values()), "its record too"

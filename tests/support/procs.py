@@ -83,6 +83,16 @@ class JobpoolProcess:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
 
+    def catches(self, sig: int) -> bool:
+        """Whether the process has a handler of its own for `sig` now (/proc's SigCgt mask): a worker's
+        SIGTERM is its drain only once RQ's work loop has installed it; before, the signal ends it at once."""
+        try:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return False
+        caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+        return bool(int(caught, 16) >> (sig - 1) & 1)
+
     def kill_with_children(self) -> None:
         """SIGKILL the process and its forked children at once (a crash, not a stop)."""
         kids = children(self.proc.pid)
