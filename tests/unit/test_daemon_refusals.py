@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jobpool.spec import JobSpec, build_spec
-from jobpool.workers.executors.docker import names_the_spec
+from jobpool.workers.executors.refusals import names_the_spec
 
 
 def spec(**fields: object) -> JobSpec:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import struct
 import time
@@ -43,6 +42,7 @@ from .base import (
     NotLaunched,
     no_fence,
 )
+from .refusals import create_refused, names_the_spec, words_of
 
 log = logging.getLogger(__name__)
 
@@ -284,36 +284,6 @@ def _gone_within(api: Any, container_id: str, secs: float) -> bool:
         time.sleep(0.05)
 
 
-def _words(exc: docker.errors.APIError) -> str:
-    return str(exc.explanation or exc)
-
-
-def names_the_spec(words: str, spec: Any) -> bool:
-    """Whether the daemon's error names a value of the job's own spec (its image, command, working
-    directory, user, network, a mount's path): then it refuses the spec, not its own work. The daemon
-    answers some refusals of a spec with a 5xx (a working directory that is a file: "Cannot mkdir: /bin/sh is
-    not a directory"; an unknown user at start), the same status as its own faults ("database not open")."""
-    values = [spec.image, spec.workdir, spec.user, spec.network, *(spec.command[:1] or [])]
-    for m in spec.mounts:
-        values += m.split(":")[:2]
-    # Whole values only: `sh` (a command) is not read in "shim", nor `/run` (a mount) in "/run/containerd".
-    return any(re.search(rf"(?<![\w./-]){re.escape(v)}(?![\w/-])", words) for v in values
-               if v and len(v) > 1 and v not in ("none", "bridge", "host"))
-
-
-def _create_refused(exc: docker.errors.APIError, spec: Any) -> Exception:
-    """What a create the daemon answered with an error means for the attempt."""
-    if exc.status_code == HTTPStatus.CONFLICT:
-        # The name is taken: a container of this very attempt exists already (launched before a Redis
-        # rollback, or by a duplicate delivery). It may be running: not ours to remove or to fail.
-        return LaunchUnknown(f"a container of this attempt exists already: {_words(exc)}")
-    if exc.is_server_error() and not names_the_spec(_words(exc), spec):
-        # The daemon failed, not the job (one shutting down answers "database not open"), and it may have
-        # created the container before failing: unknown, the slot stays, the sweep decides.
-        return LaunchUnknown(f"docker daemon error during create: {_words(exc)}")
-    return LaunchError(f"launch_failed: {_words(exc)}")
-
-
 class DockerExecutor:
     name = "docker"
 
@@ -408,7 +378,7 @@ class DockerExecutor:
         except docker.errors.NotFound as exc:
             raise LaunchError(f"launch_failed: {exc.explanation or exc}") from None
         except docker.errors.APIError as exc:
-            verdict = _create_refused(exc, spec)
+            verdict = create_refused(exc, spec)
             if isinstance(verdict, LaunchError) and not self._gone_by_name(launch):
                 # A spec the daemon refused after all the same may have left its container: only a gone one
                 # lets the slot go.
@@ -442,7 +412,7 @@ class DockerExecutor:
         (a 4xx, or a 5xx naming the spec) fails the job at once, and any other 5xx (a daemon restarted just
         before: "failed to update store for object type *libnetwork.endpoint") is a crash, recovered on the
         job's budget by the sweep."""
-        words = _words(exc)
+        words = words_of(exc)
         if isinstance(exc, docker.errors.NotFound) and not self._exists(container_id):
             return NotLaunched("its container was removed before it could start")
         if not self._remove_created(container_id):
