@@ -1,19 +1,19 @@
 --[[ _lib.lua: shared helpers; each script is loaded with those it reaches (jobpool/store/luatext.py).
-KEYS: every script receives the pool's 14 common keys first, in this order (store/keys.py: PoolKeys.common()):
-  KEYS[1] config      hash   max_concurrent_jobs
-  KEYS[2] paused      hash   present = promotion paused
-  KEYS[3] queued      zset   id -> seq (FIFO)
-  KEYS[4] running     zset   id -> promoted_at ms (the slots in use)
-  KEYS[5] coalesce    hash   coalesce key -> queued id
-  KEYS[6] events      stream every transition
-  KEYS[7] rq queue    list   the pool's RQ queue (outside the hash tag: RQ's own key)
-  KEYS[8] rq:queues   set    RQ's registry of queues (RQ's own key)
-  KEYS[9] seq         string global enqueue counter
-  KEYS[10..13]        zsets  paused / succeeded / failed / cancelled job indexes
-  KEYS[14] metrics     hash   the pool's counters and histogram buckets (see `count` below)
-Before this file come the constants the scripts share with Python, generated from jobpool/contract.py
-(LUA_CONSTANTS: the tempfail exit, the slot ceiling, the stream and history caps, the RQ meta key, the
-reasons the scripts write). Use those names; never write their values into a script.
+KEYS: a script's own keys first (KEYS[1..NKEYS], as its header numbers them), then the pool keys it names on
+its header's `Pool keys:` line, in that order, appended by jobpool/store/calls.py (`Store.run`). Their names
+are store/keys.py's (POOL_KEY_NAMES):
+  config      hash   max_concurrent_jobs           paused     hash   present = promotion paused
+  queued      zset   id -> seq (FIFO)              running    zset   id -> promoted_at ms (the slots in use)
+  coalesce    hash   coalesce key -> queued id     events     stream every transition
+  rq_queue    list   the pool's RQ queue (outside the hash tag: RQ's own key)
+  rq_queues   set    RQ's registry of queues (RQ's own key)
+  seq         string global enqueue counter        metrics    hash   counters and histogram buckets (`count`)
+  paused_jobs, succeeded, failed, cancelled        zsets  the paused and terminal job indexes
+At load time (jobpool/store/luatext.py) each script is given, before anything else: NKEYS and NARGV (the
+counts of its own KEYS and ARGV), K_<NAME> for each pool key it names (its position in KEYS), and
+STATE_INDEX (state -> position of its index) when it reaches it, which needs all six indexes named. The
+loader refuses a script whose `Pool keys:` line names a key its text does not reach, or misses one it does,
+so the header is always the truth and no key is passed unused.
 
 Scripts that may free a slot take "promotion candidates" last: triples of (job:<id>, rq:job:<id>, the RQ
 list to push it on) for the ids at the head of `queued`, read by the caller just before the call. The list
@@ -22,14 +22,17 @@ that daemon's own queue, the row's `affinity_queue` (Store.candidates reads it).
 while it is still the head and its list is still the one its row names, so a stale read can delay a
 promotion (the caller retries) but never reorder or misroute one.
 Why candidates and not ids: every key a script touches must arrive in KEYS.
-Every script that may free a slot or promote replies in one shape: {0, result, promoted, why_stopped, ...}.
+Every script that may free a slot or promote replies {0, result, promoted, why_stopped, ...}.
 why_stopped is promote_candidates' (paused | full | empty | stale | batch), or 'none' when no slot was
 freed; on 'stale' or 'batch' the caller promotes again (Store.finish_promotion).
 
-Every script also gets two last ARGV, appended by jobpool/store/runner.py after the script's own (so a script
-reading "the rest of ARGV" stops at NARGV): the slot limit of a pool with none stored yet
-(Settings.max_concurrent_jobs), so Python reports the limit the scripts use and no default is written twice,
-and the event stream's cap (Settings.events_maxlen).
+ARGV: the script's own, then the settings it names on its header's `Settings:` line, appended by
+jobpool/store/runner.py and named before the script runs: default_slots (DEFAULT_SLOTS: the slot limit of a
+pool with none stored yet, Settings.max_concurrent_jobs, so Python reports the limit the scripts use and no
+default is written twice) and events_maxlen (STREAM_MAXLEN: the event stream's cap, Settings.events_maxlen).
+The loader checks that line as it checks `Pool keys:`.
+
+Replies have one shape. Success is {0, ...}; an error is {code, detail}, exactly two elements.
 
 Every transition of a job is written twice: to the pool's capped stream (the feed that `jobpool events`
 tails and follows) and to the job's own row, field `history` (one JSON array per line: stream id, from, to,
@@ -47,15 +50,8 @@ Error codes (negative first element of the reply; mapped to exceptions in jobpoo
   -1 not found   -2 invalid state   -3 not owner (fenced write refused)
   -4 conflict (compare-and-set evidence changed)   -5 already exists   -6 bad argument
 ]]
-local K_CONFIG, K_PAUSED, K_QUEUED, K_RUNNING, K_COALESCE, K_EVENTS = 1, 2, 3, 4, 5, 6
-local K_RQ_QUEUE, K_RQ_QUEUES, K_SEQ, K_METRICS = 7, 8, 9, 14
-local NCOMMON = 14
-local STATE_INDEX = {queued = 3, running = 4, paused = 10, succeeded = 11, failed = 12, cancelled = 13}
 local E_NOT_FOUND, E_INVALID_STATE, E_NOT_OWNER, E_CONFLICT, E_EXISTS, E_BAD_ARG = -1, -2, -3, -4, -5, -6
 local PROMOTE_BATCH_LIMIT = 64
-local NARGV = #ARGV - 2
-local DEFAULT_SLOTS = tonumber(ARGV[#ARGV - 1]) or 0
-local STREAM_MAXLEN = tonumber(ARGV[#ARGV]) or EVENTS_MAXLEN
 
 -- A non-negative whole number read from a row, or 0 for anything else (missing, garbage, fractional).
 local function whole(v)
@@ -356,7 +352,7 @@ end
 -- pool's queue, or its affinity's daemon queue) and RQ's job hash gets that queue as its `origin`; its slot
 -- is held whichever list it waits on.
 local function promote_candidates(first, actor, now, cands)
-  local n = math.floor(((cands and #cands) or (#KEYS - first + 1)) / 3)
+  local n = math.floor(((cands and #cands) or (NKEYS - first + 1)) / 3)
   if n > PROMOTE_BATCH_LIMIT then n = PROMOTE_BATCH_LIMIT end
   local promoted = 0
   if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
@@ -458,11 +454,15 @@ local function verdict_for_exit(jkey, code, interrupted, cause, reason, budget)
   return 'failed', 'exit_code_' .. code, false
 end
 
+-- Whether boot `boot` still owns attempt `attempt` of the row `jkey`: 0, or an error code and its detail (the
+-- job's id when there is no row, else the row's state), for the caller's error reply {code, detail}.
 local function fence(jkey, boot, attempt)
-  if redis.call('EXISTS', jkey) == 0 then return E_NOT_FOUND end
+  if redis.call('EXISTS', jkey) == 0 then return E_NOT_FOUND, string.match(jkey, 'job:([^:]*)$') or '' end
   local row = redis.call('HMGET', jkey, 'state', 'owner_boot', 'attempt')
-  if boot == '' or row[1] ~= 'running' or row[2] ~= boot or row[3] ~= attempt then return E_NOT_OWNER end
-  return 0
+  if boot == '' or row[1] ~= 'running' or row[2] ~= boot or row[3] ~= attempt then
+    return E_NOT_OWNER, tostring(row[1])
+  end
+  return 0, ''
 end
 
 local function lift_gone(gone, returned, daemon, how, by, note, keep, reason, now)

@@ -1,6 +1,7 @@
 --[[ adopt
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     job:<id>      KEYS[16] lease:<id>
+Pool keys: events metrics
+Settings: events_maxlen
+KEYS[1]     job:<id>      KEYS[2] lease:<id>
 ARGV[1] id   ARGV[2] old owner boot   ARGV[3] attempt   ARGV[4] new boot id   ARGV[5] lease ms
 ARGV[6] evidence   ARGV[7] the adopter's daemon identity
 Returns {0, spec JSON, container_id, pause_requested, cancel_requested}; -1; -2; -4 evidence changed.
@@ -10,7 +11,7 @@ refused while the old owner's lease ('<old owner>:<attempt>', judged by value as
 or when the row's daemon identity is not the adopter's: only a worker on that daemon can watch the container.
 An adoption sent again by the boot that now owns the attempt (its reply was lost) succeeds again.
 ]]
-local jkey, lkey = KEYS[15], KEYS[16]
+local jkey, lkey = KEYS[1], KEYS[2]
 local id, old, attempt, boot, lease_ms, evidence = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local daemon = ARGV[7]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end

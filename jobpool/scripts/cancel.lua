@@ -1,7 +1,8 @@
 --[[ cancel
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     job:<id>      KEYS[16] lease:<id>
-KEYS[17..]   promotion candidates
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
+Settings: default_slots events_maxlen
+KEYS[1]     job:<id>      KEYS[2] lease:<id>
+KEYS[3..]   promotion candidates
 ARGV[1] id   ARGV[2] reason   ARGV[3] actor
 Returns {0, state after (cancelled | running), promoted, why_stopped, owner boot, attempt}; -1; -2 when
         finished.
@@ -9,7 +10,7 @@ A queued, paused, or promoted-but-unclaimed job is cancelled at once; a claimed 
 gets a persisted cancel request: its watcher stops the container, or, when its owner is gone, the
 caller stops it by container label and crash recovery honours the request.
 ]]
-local jkey, lkey = KEYS[15], KEYS[16]
+local jkey, lkey = KEYS[1], KEYS[2]
 local id, reason, actor = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
 local row = redis.call('HMGET', jkey, 'state', 'owner_boot', 'attempt')
@@ -22,7 +23,7 @@ if state == 'queued' or state == 'paused' then
   return {0, 'cancelled', 0, 'none', '', row[3]}
 elseif state == 'running' and row[2] == '' then
   end_running(jkey, lkey, id, 'cancelled', 'cancel', reason, actor, now)
-  local promoted, why = promote_candidates(17, actor, now)
+  local promoted, why = promote_candidates(3, actor, now)
   return {0, 'cancelled', promoted, why, '', row[3]}
 elseif state == 'running' then
   redis.call('HSET', jkey, 'cancel_requested', '1')

@@ -1,6 +1,7 @@
 --[[ claim
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     job:<id>      KEYS[16] lease:<id>
+Pool keys: events metrics
+Settings: events_maxlen
+KEYS[1]     job:<id>      KEYS[2] lease:<id>
 ARGV[1] id   ARGV[2] boot id   ARGV[3] attempt   ARGV[4] lease ms   ARGV[5] executor   ARGV[6] daemon id
 ARGV[7] claim token (one per claim call, the same on each retry of it; '' = none)
 Returns {0, spec JSON, pause_requested, cancel_requested}; -1 unknown id; -2 not running;
@@ -12,7 +13,7 @@ lost (a connection reset after the script ran): it succeeds again, renewing the 
 'claimed' event. Any other claim of an owned attempt, even by the same boot (a duplicate delivery after
 its first run died), is refused: it might launch the job beside a copy that still runs.
 ]]
-local jkey, lkey = KEYS[15], KEYS[16]
+local jkey, lkey = KEYS[1], KEYS[2]
 local id, boot, attempt, lease_ms, executor, daemon = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local token = NARGV >= 7 and ARGV[7] or ''
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end

@@ -1,6 +1,7 @@
 --[[ daemon_mark
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     daemon_mark:<process id>   KEYS[16] daemon_marks   KEYS[17] shared_daemons
+Pool keys: events metrics
+Settings: events_maxlen
+KEYS[1]     daemon_mark:<process id>   KEYS[2] daemon_marks   KEYS[3] shared_daemons
 ARGV[1] process id   ARGV[2] record ttl ms   ARGV[3] forget ms (index entries older than this are trimmed)
 ARGV[4..NARGV] field, value, field, value, ... (jobpool/fleet/daemonmark.py FIELDS)
 Returns {0, at, recorded} (at: ms, the server's time; recorded: 1 when this call recorded a new collision);
@@ -13,7 +14,7 @@ also remembered in shared_daemons (daemon identity -> JSON {line, at, by}), the 
 pool-wide `daemon_collision` event: it stands, whatever becomes of the processes, until an operator clears
 it (forget_collision.lua).
 ]]
-local rec, index, shared = KEYS[15], KEYS[16], KEYS[17]
+local rec, index, shared = KEYS[1], KEYS[2], KEYS[3]
 local id, ttl, forget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if id == '' or not ttl or ttl <= 0 or ttl ~= math.floor(ttl) or not forget or (NARGV - 3) % 2 ~= 0 then
   return {E_BAD_ARG, 'daemon mark'}

@@ -1,7 +1,8 @@
 --[[ drop_ghost
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     job:<id>      KEYS[16] lease:<id>
-KEYS[17..]   promotion candidates
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
+Settings: default_slots events_maxlen
+KEYS[1]     job:<id>      KEYS[2] lease:<id>
+KEYS[3..]   promotion candidates
 ARGV[1] id   ARGV[2] evidence   ARGV[3] actor
 Returns {0, dropped 0|1, promoted, why_stopped}; -4 when the row is a hash again or a lease with a TTL
         exists (a worker may still hold the job: judge it again next sweep).
@@ -10,7 +11,7 @@ it and it would hold its slot for ever. The supervisor calls this only after a p
 container of the job; the id leaves `running`, its lease and any undelivered RQ entry go, and the freed
 slot is promoted at once. An id no longer in `running` is left alone (dropped 0).
 ]]
-local jkey, lkey = KEYS[15], KEYS[16]
+local jkey, lkey = KEYS[1], KEYS[2]
 local id, evidence, actor = ARGV[1], ARGV[2], ARGV[3]
 if key_type(jkey) == 'hash' then return {E_CONFLICT, 'row'} end
 if not redis.call('ZSCORE', KEYS[K_RUNNING], id) then return {0, 0, 0, 'none'} end
@@ -20,5 +21,5 @@ redis.call('ZREM', KEYS[K_RUNNING], id)
 redis.call('DEL', lkey)
 redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
 event(nil, id, 'running', '', 'dropped_ghost', evidence, actor, now)
-local promoted, why = promote_candidates(17, actor, now)
+local promoted, why = promote_candidates(3, actor, now)
 return {0, 1, promoted, why}

@@ -1,6 +1,7 @@
 --[[ enqueue
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15..]   promotion candidates: the new jobs' keys, two per job in input order: job:<id>, then
+Pool keys: config paused queued running coalesce events rq_queue rq_queues seq paused_jobs succeeded failed cancelled metrics
+Settings: default_slots events_maxlen
+KEYS[1..]   promotion candidates: the new jobs' keys, two per job in input order: job:<id>, then
              rq:job:<id> (RQ's job hash, outside the hash tag: RQ's own key)
 ARGV[1]      actor
 ARGV[2..]    four per job, in the order of its keys: id, spec JSON, coalesce key ('' = none), image
@@ -18,8 +19,8 @@ Then promote the new jobs, in order, while they are the head and a slot is free.
 ]]
 local actor = ARGV[1]
 local njobs = (NARGV - 1) / 4
-if njobs < 1 or njobs ~= math.floor(njobs) or #KEYS ~= NCOMMON + 2 * njobs then
-  return {E_BAD_ARG, 'jobs: ' .. (#KEYS - NCOMMON) .. ' job keys for ' .. (NARGV - 1) .. ' job arguments'}
+if njobs < 1 or njobs ~= math.floor(njobs) or NKEYS ~= 2 * njobs then
+  return {E_BAD_ARG, 'jobs: ' .. NKEYS .. ' job keys for ' .. (NARGV - 1) .. ' job arguments'}
 end
 -- Every id is checked before anything is written: one that exists, or repeats in this call, refuses all.
 -- Each job's coalescing is decided on the way: a job with a coalesce key returns the queued job holding it,
@@ -28,7 +29,7 @@ end
 local seen, twins, mine, created = {}, {}, {}, 0
 for i = 1, njobs do
   local id, ck = ARGV[4 * i - 2], ARGV[4 * i]
-  if seen[id] or redis.call('EXISTS', KEYS[NCOMMON + 2 * i - 1]) == 1 then return {E_EXISTS, id} end
+  if seen[id] or redis.call('EXISTS', KEYS[2 * i - 1]) == 1 then return {E_EXISTS, id} end
   seen[id] = true
   local twin = ck ~= '' and (mine[ck] or coalesce_holder(ck))
   if twin then
@@ -52,7 +53,7 @@ local seq = redis.call('INCRBY', KEYS[K_SEQ], created) - created
 if created > 0 then count(transition_field('queued', 'enqueued'), created) end
 for i = 1, njobs do
   local id, spec, ck, image = ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], ARGV[4 * i + 1]
-  local jkey, rqkey = KEYS[NCOMMON + 2 * i - 1], KEYS[NCOMMON + 2 * i]
+  local jkey, rqkey = KEYS[2 * i - 1], KEYS[2 * i]
   if twins[i] then
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 1, twins[i], '', ''
   else
@@ -77,7 +78,7 @@ if first_id then
   local promoted, why = 0, 'full'
   if redis.call('ZCARD', KEYS[K_RUNNING]) < max then
     if redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1] == first_id then
-      promoted, why = promote_candidates(NCOMMON + 1, actor, now, cands)
+      promoted, why = promote_candidates(1, actor, now, cands)
     elseif redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then
       why = 'paused'
     else

@@ -1,7 +1,8 @@
 --[[ finish
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     job:<id>      KEYS[16] lease:<id>
-KEYS[17..]   promotion candidates
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
+Settings: default_slots events_maxlen
+KEYS[1]     job:<id>      KEYS[2] lease:<id>
+KEYS[3..]   promotion candidates
 ARGV[1] id   ARGV[2] boot   ARGV[3] attempt   ARGV[4] kind   ARGV[5] exit code ('' if none)
 ARGV[6] reason (for 'error' and 'crashed')   ARGV[7] log tail   ARGV[8] recovery budget (for 'crashed')
 ARGV[9] evidence: how the end was seen, in words ('' for none; recorded with the transition)
@@ -28,19 +29,19 @@ A crash leaves the affinity as it was (the daemon may be gone); a terminal state
 The row keeps finished_by = '<boot>:<attempt>' and finished_as = the state it ended in, so a finish sent
 again after its reply was lost gets the same answer instead of a refusal.
 ]]
-local jkey, lkey = KEYS[15], KEYS[16]
+local jkey, lkey = KEYS[1], KEYS[2]
 local id, boot, attempt, kind, code, reason, tail = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 -- Callers that predate ARGV[8..9] send seven: read them only when sent (NARGV, _lib.lua).
 local budget, seen = NARGV >= 8 and ARGV[8] or '0', NARGV >= 9 and ARGV[9] or ''
 local EXIT_CAUSE = {exit = '', interrupted = '', oom = 'oom', crashed = 'crashed'}
-local f = fence(jkey, boot, attempt)
+local f, detail = fence(jkey, boot, attempt)
 if f ~= 0 then
   -- The same finish sent again because its reply was lost: it landed, so answer as it did then. No one else
   -- writes finished_by for this boot and attempt, so this cannot take a finish that was not ours.
   if f == E_NOT_OWNER and redis.call('HGET', jkey, 'finished_by') == boot .. ':' .. attempt then
     return {0, redis.call('HGET', jkey, 'finished_as'), 0, 'none'}
   end
-  return {f}
+  return {f, detail}
 end
 local to, why, spend
 if (kind == 'error' or kind == 'handback') and redis.call('HGET', jkey, 'cancel_requested') == '1' then
@@ -69,5 +70,5 @@ redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail, 'finished_by', boo
   'finished_as', to)
 if kind == 'exit' or kind == 'interrupted' then note_affinity(jkey, to) end
 end_running(jkey, lkey, id, to, why, evidence, boot, now)
-local promoted, stopped = promote_candidates(17, boot, now)
+local promoted, stopped = promote_candidates(3, boot, now)
 return {0, to, promoted, stopped}

@@ -1,6 +1,7 @@
 --[[ forget_collision
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     shared_daemons   KEYS[16..] daemon_mark:<process id> records (those the caller read in the
+Pool keys: events metrics
+Settings: events_maxlen
+KEYS[1]     shared_daemons   KEYS[2..] daemon_mark:<process id> records (those the caller read in the
 daemon_marks index: any of them on this identity has its `collision` emptied)
 ARGV[1] daemon identity   ARGV[2] actor   ARGV[3] note
 Returns {0, at, cleared} (cleared: the records whose report was emptied); -6 'no collision' for an identity
@@ -10,7 +11,7 @@ one of the daemons has an identity of its own: the standing report goes, with a 
 `daemon_collision_cleared` event, and so do the reports in the records of that identity (a process that
 still finds the two daemons' marks apart reports it again within a period, which records it again).
 ]]
-local shared = KEYS[15]
+local shared = KEYS[1]
 local daemon, actor, note = ARGV[1], ARGV[2], ARGV[3]
 if daemon == '' or #daemon > 300 or not actor or not note then return {E_BAD_ARG, 'daemon'} end
 if key_type(shared) ~= 'hash' or redis.call('HEXISTS', shared, daemon) == 0 then
@@ -21,7 +22,7 @@ local ok, was = pcall(cjson.decode, redis.call('HGET', shared, daemon))
 if not ok or type(was) ~= 'table' then was = {} end
 redis.call('HDEL', shared, daemon)
 local cleared = 0
-for i = 16, #KEYS do
+for i = 2, NKEYS do
   if key_type(KEYS[i]) == 'hash' and redis.call('HGET', KEYS[i], 'daemon_id') == daemon
       and (redis.call('HGET', KEYS[i], 'collision') or '') ~= '' then
     redis.call('HSET', KEYS[i], 'collision', '')

@@ -1,14 +1,15 @@
 --[[ forget_daemon
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     gone_daemons   KEYS[16] inventory:<daemon id>   KEYS[17] commands:<daemon id>
-KEYS[18]     inventory_lead:<daemon id>   KEYS[19] inventories
-KEYS[20..]   rows (job:<id>) of running jobs the caller read as recorded on the daemon, or promoted to wait
+Pool keys: config running events metrics
+Settings: events_maxlen
+KEYS[1]     gone_daemons   KEYS[2] inventory:<daemon id>   KEYS[3] commands:<daemon id>
+KEYS[4]     inventory_lead:<daemon id>   KEYS[5] inventories
+KEYS[6..]   rows (job:<id>) of running jobs the caller read as recorded on the daemon, or promoted to wait
              for it (a checkpoint affinity to it), at most the slots
 ARGV[1] daemon id   ARGV[2] stale ms (JOBPOOL_INVENTORY_STALE_SECS)   ARGV[3] actor   ARGV[4] note
 Returns {0, at}; -4 'lead' while a worker holds the daemon's inventory lead (whatever the caller's settings:
 the lead lapses three of the publisher's periods after its holder stops), -4 'published <ms> ms ago' when its
 inventory is younger than ARGV[2]; -6 'unknown' for a daemon neither in the `inventories` index (published
-within a week) nor named by a running row among KEYS[20..] (a typo), -6 bad arguments.
+within a week) nor named by a running row among KEYS[6..] (a typo), -6 bad arguments.
 An operator's word that a Docker daemon is gone for good (its host destroyed, its disks wiped): none of its
 containers will run again, so a supervisor judges the attempts recorded on it absent (jobpool/fleet/gone.py,
 jobpool/supervisor/remote.py). Refused while the daemon still publishes its inventory: a daemon whose workers
@@ -18,7 +19,7 @@ affinity to it): the rows are checked here, so a stale read by the caller can on
 refuse. Its waiting commands go (no worker will take them). A `daemon_forgotten` event records it. Lifted
 when the daemon publishes again (publish_inventory.lua) or by hand (unforget_daemon.lua).
 ]]
-local gone, ikey, ckey, lead, index = KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
+local gone, ikey, ckey, lead, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local daemon, stale = ARGV[1], tonumber(ARGV[2])
 if daemon == '' or #daemon > 300 or not string.find(daemon, '@', 1, true) or not stale or stale < 0 then
   return {E_BAD_ARG, 'daemon'}
@@ -26,7 +27,7 @@ end
 local known = key_type(index) == 'zset' and redis.call('ZSCORE', index, daemon)
 if not known then
   local prefix = string.sub(KEYS[K_CONFIG], 1, -#'config' - 1) .. 'job:'
-  for i = 20, #KEYS do
+  for i = 6, NKEYS do
     local rowkey = KEYS[i]
     local id = string.sub(rowkey, #prefix + 1)
     if string.sub(rowkey, 1, #prefix) == prefix and key_type(rowkey) == 'hash'

@@ -1,12 +1,12 @@
 --[[ give_back
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     the RQ list a worker took the job from (RQ's own key)   KEYS[16] that list's intermediate list
+Pool keys: none
+KEYS[1]     the RQ list a worker took the job from (RQ's own key)   KEYS[2] that list's intermediate list
 ARGV[1] RQ job id
 Returns {0, 1} when the job was given back; {0, 0} when it was not in the intermediate list (nothing done).
 A worker that took a job off its queue just as it found it may not claim (its daemon's identity is shared:
 jobpool/fleet/daemonmark.py) puts it back at the head, as untaken, before RQ's worker has written anything of it.
 ]]
-local queue, taken = KEYS[15], KEYS[16]
+local queue, taken = KEYS[1], KEYS[2]
 if redis.call('LREM', taken, 1, ARGV[1]) == 0 then return {0, 0} end
 redis.call('LPUSH', queue, ARGV[1])
 return {0, 1}

@@ -1,14 +1,15 @@
 --[[ pause_job
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     job:<id>      KEYS[16] lease:<id>
-KEYS[17..]   promotion candidates
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
+Settings: default_slots events_maxlen
+KEYS[1]     job:<id>      KEYS[2] lease:<id>
+KEYS[3..]   promotion candidates
 ARGV[1] id   ARGV[2] reason   ARGV[3] actor
 Returns {0, state after (paused | running), promoted, why_stopped}; -1; -2 when paused or finished already.
 A user's pause. A queued job (or a promoted one no worker has claimed yet) is paused at
 once and keeps its place; a claimed running job gets a persisted pause request that its watcher acts on
 (and that crash recovery honours), so the request survives the worker dying first.
 ]]
-local jkey, lkey = KEYS[15], KEYS[16]
+local jkey, lkey = KEYS[1], KEYS[2]
 local id, reason, actor = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
 local row = redis.call('HMGET', jkey, 'state', 'owner_boot', 'seq')
@@ -22,7 +23,7 @@ if state == 'queued' then
 elseif state == 'running' and row[2] == '' then
   redis.call('HSET', jkey, 'pause_reason', reason)
   end_running(jkey, lkey, id, 'paused', 'pause', reason, actor, now)
-  local promoted, why = promote_candidates(17, actor, now)
+  local promoted, why = promote_candidates(3, actor, now)
   return {0, 'paused', promoted, why}
 elseif state == 'running' then
   redis.call('HSET', jkey, 'pause_requested', '1', 'pause_reason', reason)

@@ -1,5 +1,6 @@
 --[[ pause_queue
-KEYS[1..14]  common keys (see _lib.lua)
+Pool keys: paused events metrics
+Settings: events_maxlen
 ARGV[1] by   ARGV[2] reason
 Returns {0, 1 if newly paused else 0}.
 Hold promotion (reconciling goes on). Idempotent; the first pause's record is kept.

@@ -1,7 +1,8 @@
 --[[ prune
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     rq:finished:<queue>   KEYS[16] rq:failed:<queue>   (RQ's registries: RQ's own keys)
-KEYS[17..]   per job, 6 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>, and the RQ
+Pool keys: config coalesce events succeeded failed cancelled metrics
+Settings: events_maxlen
+KEYS[1]     rq:finished:<queue>   KEYS[2] rq:failed:<queue>   (RQ's registries: RQ's own keys)
+KEYS[3..]   per job, 6 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>, and the RQ
              hash of the adoption request adopt:<id> names (rq:job:, ADOPT_RQ_PREFIX, <id>, '-', ...),
              '' for none
 ARGV[1] state (succeeded | failed | cancelled)
@@ -18,11 +19,11 @@ adoption request that pointer still names (one never run, or whose adopter was k
 coalesce entry still naming it. One event records the batch (not one per job: pruning must not fill the stream it caps).
 ]]
 local state, keep, cutoff, actor = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local index = STATE_INDEX[state]
+local index = ({succeeded = K_SUCCEEDED, failed = K_FAILED, cancelled = K_CANCELLED})[state]
 if not TERMINAL_STATE[state] or not keep or not cutoff then return {E_BAD_ARG, state} end
-local first, per = 17, 6
+local first, per = 3, 6
 local n = NARGV - 4
-if #KEYS ~= first - 1 + per * n then return {E_BAD_ARG, 'keys'} end
+if NKEYS ~= first - 1 + per * n then return {E_BAD_ARG, 'keys'} end
 -- The keys must be this id's, or a caller's slip would delete another job's: compare names, call none.
 local prefix = string.sub(KEYS[K_CONFIG], 1, -#'config' - 1)
 for i = 0, n - 1 do
@@ -48,8 +49,8 @@ for i = 0, n - 1 do
       local ck = row[2]
       if ck and ck ~= '' then drop_coalesce_id(ck, id) end
       redis.call('ZREM', KEYS[index], id)
-      redis.call('ZREM', KEYS[15], id)
-      redis.call('ZREM', KEYS[16], id)
+      redis.call('ZREM', KEYS[1], id)
+      redis.call('ZREM', KEYS[2], id)
       local k = first + per * i
       -- The adoption request's hash goes only while the pointer still names it (read by the caller before).
       if KEYS[k + 5] ~= '' and redis.call('GET', KEYS[k + 4]) == string.sub(KEYS[k + 5], #'rq:job:' + 1) then

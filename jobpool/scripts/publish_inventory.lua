@@ -1,7 +1,8 @@
 --[[ publish_inventory
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     inventory:<daemon id>   KEYS[16] inventory_lead:<daemon id>   KEYS[17] inventories
-KEYS[18]     gone_daemons   KEYS[19] returned_daemons
+Pool keys: events metrics
+Settings: events_maxlen
+KEYS[1]     inventory:<daemon id>   KEYS[2] inventory_lead:<daemon id>   KEYS[3] inventories
+KEYS[4]     gone_daemons   KEYS[5] returned_daemons
 ARGV[1] daemon id   ARGV[2] boot id (the publisher)   ARGV[3] kernel boot id   ARGV[4] lead ms
 ARGV[5] inventory ttl ms   ARGV[6] complete ('1' or '0')   ARGV[7] containers (JSON array, jobpool/fleet/inventory.py)
 ARGV[8] forget ms (index entries, and records of lifted declarations, older than this are trimmed)
@@ -19,7 +20,7 @@ A daemon an operator declared gone for good (forget_daemon.lua) that publishes i
 declaration is lifted in the same step (lift_gone in _lib.lua: a `daemon_back` event, and a record `status`
 shows), so a later stale inventory of it is unknown again, never absent on that old word.
 ]]
-local inv, lead, index, gone, returned = KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[19]
+local inv, lead, index, gone, returned = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local daemon, boot, kboot = ARGV[1], ARGV[2], ARGV[3]
 local lead_ms, ttl_ms, complete, containers, forget = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7],
   tonumber(ARGV[8])

@@ -1,10 +1,11 @@
 --[[ reconcile_apply
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     job:<id>      KEYS[16] lease:<id>      KEYS[17] rq:job:<id>
-KEYS[18]     only when ARGV[11] is given: inventory:<daemon id>, the inventory the evidence came from;
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
+Settings: default_slots events_maxlen
+KEYS[1]     job:<id>      KEYS[2] lease:<id>      KEYS[3] rq:job:<id>
+KEYS[4]     only when ARGV[11] is given: inventory:<daemon id>, the inventory the evidence came from;
              for 'redispatch' (which promotes nothing, so takes no candidates): the RQ list the row routes to,
              its `affinity_queue` (the daemon holding its checkpoint) or else the pool's queue; -4 'route' if not
-KEYS[19..]   promotion candidates (from KEYS[18] when ARGV[11] is not given)
+KEYS[5..]   promotion candidates (from KEYS[4] when ARGV[11] is not given)
 ARGV[1] id   ARGV[2] expected attempt   ARGV[3] expected owner ('' = unclaimed)
 ARGV[4] expected container id   ARGV[5] verdict   ARGV[6] reason   ARGV[7] exit code
 ARGV[8] recovery budget   ARGV[9] evidence   ARGV[10] actor
@@ -13,7 +14,7 @@ ARGV[12] (with ARGV[11]) the most an inventory may have aged, in ms (JOBPOOL_INV
 Returns {0, state after, promoted, why_stopped}; -1; -4 the row, its lease or the inventory changed; -6 unknown
 verdict, an exit verdict without a code, or 'crashed' without a reason.
 Evidence read from a daemon's inventory (a daemon the supervisor cannot ask) is fenced too: the inventory in
-KEYS[18] must still be the very one judged (same `at`) and still fresh by the server's clock.
+KEYS[4] must still be the very one judged (same `at`) and still fresh by the server's clock.
 Apply a supervisor verdict, only if the row is exactly as it was when the evidence
 was taken (state running, same attempt, same owner, same container) and the owner's lease is still gone:
 judged by its value, as the sweep judged it, so a lease key holding anything but '<owner>:<attempt>' is gone.
@@ -29,10 +30,10 @@ The exit verdicts are judged by verdict_for_exit in _lib.lua, as a worker's fini
               recovery budget ARGV[8] left -> queued (recovery_attempts + 1, original place); else failed
               with reason ARGV[6]
   redispatch  promoted but never claimed and lost from RQ: push again with a new attempt, slot kept, on the
-              list its row routes it to (KEYS[18]; RQ's origin set to it, as promote_candidates does); RQ's
+              list its row routes it to (KEYS[4]; RQ's origin set to it, as promote_candidates does); RQ's
               record is written whole again if it lost its fields (RQ_JOB_FIELDS, as enqueue.lua)
 ]]
-local jkey, lkey, rqkey = KEYS[15], KEYS[16], KEYS[17]
+local jkey, lkey, rqkey = KEYS[1], KEYS[2], KEYS[3]
 local id, attempt, owner, cid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local verdict, reason, code, budget, evidence, actor = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
@@ -44,10 +45,10 @@ if owner ~= '' and key_type(lkey) == 'string' and redis.call('GET', lkey) == own
   return {E_CONFLICT, 'lease'}
 end
 local now = now_ms()
-local first_candidate = 18
+local first_candidate = 4
 if NARGV >= 12 and ARGV[11] ~= '' then
-  local ikey = KEYS[18]
-  first_candidate = 19
+  local ikey = KEYS[4]
+  first_candidate = 5
   local at = key_type(ikey) == 'hash' and redis.call('HGET', ikey, 'at') or false
   if at ~= ARGV[11] or now - (tonumber(at) or 0) > (tonumber(ARGV[12]) or 0) then
     return {E_CONFLICT, 'inventory'}
@@ -83,8 +84,8 @@ elseif verdict == 'absent' then
 elseif verdict == 'redispatch' and owner == '' then
   local route = redis.call('HGET', jkey, 'affinity_queue')
   if not route or route == '' then route = KEYS[K_RQ_QUEUE] end
-  if KEYS[18] ~= route then return {E_CONFLICT, 'route'} end
-  local rq_list = KEYS[18]
+  if KEYS[4] ~= route then return {E_CONFLICT, 'route'} end
+  local rq_list = KEYS[4]
   local next_attempt = whole(row[2]) + 1
   redis.call('HSET', jkey, 'attempt', next_attempt, 'promoted_at', now)
   redis.call('ZADD', KEYS[K_RUNNING], now, id)

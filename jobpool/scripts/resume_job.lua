@@ -1,7 +1,8 @@
 --[[ resume_job
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     job:<id>
-KEYS[16..]   promotion candidates
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
+Settings: default_slots events_maxlen
+KEYS[1]     job:<id>
+KEYS[2..]   promotion candidates
 ARGV[1] id   ARGV[2] actor   ARGV[3] '1' = anywhere: release the job's daemon affinity (optional)
 ARGV[4] (optional, with ARGV[3] '1') the affinity expected: release it only, and only if the row still names
         it; nothing else is resumed or withdrawn (the supervisor, for a daemon declared gone: sweep.py)
@@ -16,7 +17,7 @@ an 'affinity_released' event naming it, so its next attempt may run on any daemo
 good; its checkpoint is lost with it). A queued or running job with an affinity and nothing else to resume
 has only that done; without an affinity or 'anywhere', such a job is -2 as before.
 ]]
-local jkey = KEYS[15]
+local jkey = KEYS[1]
 local id, actor = ARGV[1], ARGV[2]
 local anywhere = NARGV >= 3 and ARGV[3] == '1'
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
@@ -36,7 +37,7 @@ if row[1] == 'paused' then
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '')
   add_coalesce(jkey, id)
   event(jkey, id, 'paused', 'queued', 'resume', '', actor, now)
-  local promoted, why = promote_candidates(16, actor, now)
+  local promoted, why = promote_candidates(2, actor, now)
   return {0, redis.call('HGET', jkey, 'state'), promoted, why}
 elseif row[1] == 'running' and row[3] == '1' then
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '', 'pause_withdrawn', row[4] or '')

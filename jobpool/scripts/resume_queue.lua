@@ -1,6 +1,7 @@
 --[[ resume_queue
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15..]   promotion candidates
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
+Settings: default_slots events_maxlen
+KEYS[1..]   promotion candidates
 ARGV[1] actor
 Returns {0, was paused 0|1, promoted, why_stopped}.
 Let promotion run again, and promote at once.
@@ -8,5 +9,5 @@ Let promotion run again, and promote at once.
 local now = now_ms()
 local was = redis.call('DEL', KEYS[K_PAUSED])
 if was == 1 then event(nil, '', '', '', 'queue_resumed', '', ARGV[1], now) end
-local promoted, why = promote_candidates(15, ARGV[1], now)
+local promoted, why = promote_candidates(1, ARGV[1], now)
 return {0, was, promoted, why}

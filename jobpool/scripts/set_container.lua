@@ -1,6 +1,6 @@
 --[[ set_container
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     job:<id>      KEYS[16] lease:<id>
+Pool keys: rq_queue
+KEYS[1]     job:<id>      KEYS[2] lease:<id>
 ARGV[1] boot id   ARGV[2] attempt   ARGV[3] container id   ARGV[4] daemon id   ARGV[5] identity JSON
 ARGV[6] lease ms   ARGV[7] the RQ list key of the daemon's own queue (store/keys.py: PoolKeys.daemon_queue;
         optional)
@@ -12,9 +12,9 @@ records its container between create and start, so this one call is the fence be
 The daemon's queue key is kept as `daemon_queue` (only a key of this pool's daemon queues: the RQ queue's
 key followed by '.d-'), for a handback to name where the job's checkpoint is (note_affinity, _lib.lua).
 ]]
-local jkey, lkey = KEYS[15], KEYS[16]
-local f = fence(jkey, ARGV[1], ARGV[2])
-if f ~= 0 then return {f} end
+local jkey, lkey = KEYS[1], KEYS[2]
+local f, detail = fence(jkey, ARGV[1], ARGV[2])
+if f ~= 0 then return {f, detail} end
 local now = now_ms()
 redis.call('SET', lkey, ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[6])
 redis.call('HSET', jkey, 'container_id', ARGV[3], 'daemon_id', ARGV[4], 'identity', ARGV[5],

@@ -1,6 +1,7 @@
 --[[ set_slots
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15..]   promotion candidates
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
+Settings: default_slots events_maxlen
+KEYS[1..]   promotion candidates
 ARGV[1] new limit (integer 0..MAX_SLOTS)   ARGV[2] actor
 Returns {0, old limit, promoted, why_stopped}; -6 when the limit is not a non-negative integer.
 Change the fleet-wide limit. Lowering it never stops a running job: promotion simply
@@ -12,5 +13,5 @@ local old = max_slots()
 local now = now_ms()
 redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', n)
 event(nil, '', '', '', 'slots_set', old .. '->' .. n, ARGV[2], now)
-local promoted, why = promote_candidates(15, ARGV[2], now)
+local promoted, why = promote_candidates(1, ARGV[2], now)
 return {0, old, promoted, why}

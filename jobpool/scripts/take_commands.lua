@@ -1,12 +1,12 @@
 --[[ take_commands
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     commands:<daemon id>   KEYS[16] inventory_lead:<daemon id>
+Pool keys: none
+KEYS[1]     commands:<daemon id>   KEYS[2] inventory_lead:<daemon id>
 ARGV[1] boot id   ARGV[2] how many at most
 Returns {0, command...} (oldest first); -3 this boot does not hold the daemon's inventory lead.
 Take the commands routed to a Docker daemon (push_command.lua), only by the worker that holds its inventory
 lead (inventory_lead.lua), so each is taken once; taking removes them.
 ]]
-local ckey, lead = KEYS[15], KEYS[16]
+local ckey, lead = KEYS[1], KEYS[2]
 if key_type(lead) ~= 'string' or redis.call('GET', lead) ~= ARGV[1] then return {E_NOT_OWNER, 'inventory lead'} end
 local out = {0}
 if key_type(ckey) ~= 'list' then return out end

@@ -1,6 +1,7 @@
 --[[ unforget_daemon
-KEYS[1..14]  common keys (see _lib.lua)
-KEYS[15]     gone_daemons   KEYS[16] returned_daemons
+Pool keys: events metrics
+Settings: events_maxlen
+KEYS[1]     gone_daemons   KEYS[2] returned_daemons
 ARGV[1] daemon id   ARGV[2] actor   ARGV[3] note   ARGV[4] keep ms (records of lifted declarations older than
 this are trimmed)
 Returns {0, at}; -6 'not declared' for a daemon not declared gone (forget_daemon.lua), -6 bad arguments.
@@ -9,7 +10,7 @@ judged from its own inventory again (unknown while that is stale). What was judg
 meanwhile stays as it was; the withdrawal is kept as a record `status` shows and a `daemon_unforgotten`
 event (lift_gone in _lib.lua, as a daemon that publishes again lifts it in publish_inventory.lua).
 ]]
-local gone, returned = KEYS[15], KEYS[16]
+local gone, returned = KEYS[1], KEYS[2]
 local daemon, keep = ARGV[1], tonumber(ARGV[4])
 if daemon == '' or #daemon > 300 or not keep or keep <= 0 then return {E_BAD_ARG, 'daemon'} end
 local now = now_ms()

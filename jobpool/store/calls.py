@@ -23,6 +23,7 @@ from rq.connections import parse_connection
 from ..config import Settings
 from .eventreads import EventReads
 from .fleetreads import FleetReads
+from .luatext import shape
 from .reads import Reads
 from .replies import (
     Adopted,
@@ -39,7 +40,7 @@ from .replies import (
     Requests,
     SlotsSet,
 )
-from .runner import Scripts, call_redis
+from .runner import SCRIPT_NAMES, Scripts, call_redis
 from .statusreads import StatusReads
 from .sweepio import SweepIO
 from .threadclients import ThreadClients
@@ -95,6 +96,8 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         self.thread_clients = ThreadClients()
         self.scripts = Scripts(client, settings.max_concurrent_jobs, settings.events_maxlen,
                                settings.redis_wait_replicas, settings.redis_wait_timeout_secs)
+        #: Each script's pool keys, in the order its header names them (luatext.shape): after its own KEYS.
+        self._pool_keys = {name: self.keys.named(shape(name).pool_keys) for name in SCRIPT_NAMES}
 
     def close(self) -> None:
         """Close the Redis connections (the store may be used again: redis-py reconnects)."""
@@ -111,10 +114,15 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
 
     # ---- plumbing ------------------------------------------------------------------------------------
 
+    def pool_keys(self, op: str) -> list[str]:
+        """The pool keys script `op` takes after its own (its header's `Pool keys:`; a fresh list)."""
+        return list(self._pool_keys[op])
+
     def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """Script `op` with the pool's common keys first (scripts/_lib.lua), its reply as a list: what the
-        typed methods below use, and what the scripts' own tests call to reach a script's raw contract."""
-        return self.scripts.run(op, self.keys.common() + list(keys), args)
+        """Script `op` with its own `keys`, then the pool keys it names (scripts/_lib.lua), its reply as a
+        list: what the typed methods below use, and what the scripts' own tests call to reach a script's raw
+        contract."""
+        return self.scripts.run(op, [*keys, *self._pool_keys[op]], args)
 
     def candidates(self, n: int) -> list[str]:
         """Keys of the first `n` queued jobs, what a slot-freeing script may promote (checked there): row, RQ
@@ -148,11 +156,12 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
     def enqueue_call(self, actor: str, jobs: Iterable[tuple[str, str, str, str]]) -> EnqueueCall:
         """The enqueue script's inputs for `jobs`, each (id, spec JSON, coalesce key or '', image)."""
         keys = self.keys
-        key_list = keys.common()
+        key_list: list[str] = []
         args: list[Any] = [actor]
         for job in jobs:
             key_list += (keys.job(job[0]), keys.rq_job(job[0]))
             args += job
+        key_list += self._pool_keys["enqueue"]
         return EnqueueCall(key_list, args)
 
     def enqueue(self, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:
@@ -167,7 +176,7 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
 
     def promote(self, actor: str) -> Release:
         """One round of scripts/promote.lua with the queue's head as candidates."""
-        _, promoted, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [actor])
+        _, _, promoted, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [actor])
         return Release(promoted=int(promoted), why_stopped=why)
 
     def cancel(self, job_id: str, reason: str, actor: str) -> Cancelled:
@@ -214,8 +223,8 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
               job_keys: Sequence[str]) -> list[str]:
         """Remove the finished jobs `ids` still past retention; returns the ids removed. `job_keys` are the
         six keys per job scripts/prune.lua takes (jobpool/retention.py `batch_keys`)."""
-        keys = [*self.keys.common(), self.keys.rq_finished, self.keys.rq_failed, *job_keys]
-        reply = self.scripts.run("prune", keys, [state, keep, cutoff_ms, actor, *ids])
+        keys = [self.keys.rq_finished, self.keys.rq_failed, *job_keys]
+        reply = self.run("prune", keys, [state, keep, cutoff_ms, actor, *ids])
         return [str(i) for i in reply[2:]]
 
     # ---- the supervisor's verdicts -------------------------------------------------------------------

@@ -23,6 +23,14 @@ RQ_QUEUE_NAME_PREFIX = "jobpool-"
 
 #: The state indexes, one sorted set each; every job is in exactly one.
 STATE_INDEX_NAMES = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
+#: Each state's index, as a pool key name (POOL_KEY_NAMES): what `PoolKeys.state_index` gives and what a
+#: script's STATE_INDEX places (jobpool/store/luatext.py).
+STATE_INDEX_KEYS = {"queued": "queued", "running": "running", "paused": "paused_jobs",
+                    "succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
+#: The pool keys a script may name on its header's `Pool keys:` line (scripts/_lib.lua says what each
+#: holds), as `PoolKeys.named` gives them: attributes of PoolKeys, and RQ's registry of queues.
+POOL_KEY_NAMES = ("config", "paused", "queued", "running", "coalesce", "events", "rq_queue", "rq_queues",
+                  "seq", "paused_jobs", "succeeded", "failed", "cancelled", "metrics")
 
 
 def worker_name(pool: str, boot_id: str) -> str:
@@ -89,21 +97,14 @@ class PoolKeys:
         #: RQ's registries of finished and failed deliveries (RQ's names, from RQ itself).
         self.rq_finished = FinishedJobRegistry.key_template.format(self.rq_queue_name)
         self.rq_failed = FailedJobRegistry.key_template.format(self.rq_queue_name)
-        self._common = (
-            self.config, self.paused, self.queued, self.running, self.coalesce, self.events,
-            self.rq_queue, RQ_QUEUES, self.seq,
-            self.paused_jobs, self.succeeded, self.failed, self.cancelled, self.metrics,
-        )
+        self.rq_queues = RQ_QUEUES
 
-    def common(self) -> list[str]:
-        """The 14 keys every script takes first, in the order scripts/_lib.lua expects (a fresh list)."""
-        return list(self._common)
+    def named(self, names: tuple[str, ...]) -> list[str]:
+        """The keys of `names` (POOL_KEY_NAMES), in that order: what a script's `Pool keys:` line asks for."""
+        return [getattr(self, name) for name in names]
 
     def state_index(self, state: str) -> str:
-        return {
-            "queued": self.queued, "running": self.running, "paused": self.paused_jobs,
-            "succeeded": self.succeeded, "failed": self.failed, "cancelled": self.cancelled,
-        }[state]
+        return str(getattr(self, STATE_INDEX_KEYS[state]))
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}"

@@ -10,17 +10,23 @@ The selection errs only on the side of keeping: a definition is kept when its na
 text as a word, comments and strings included, and Lua has no way to name a local other than by its word. A
 definition left out would be a nonexistent global to Redis, which refuses such a read with an error; the
 tests load and run every script (tests/unit/test_luatext.py checks the split and the closure).
+
+A script is given only the pool keys and settings its header names (`Pool keys:`, `Settings:`; scripts/
+_lib.lua says what they are): `shape` reads those lines, and the loaded text starts with the names that
+place them (`prelude`). The header must name exactly what the loaded text reaches, so it is checked against
+that text here, at load, and a script that reaches an unnamed key, or names one it never reaches, is refused.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from importlib import resources
 
 from .. import contract, rqjob
+from .keys import POOL_KEY_NAMES, STATE_INDEX_KEYS
 
 #: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
 SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,
@@ -34,6 +40,20 @@ _LONG_BRACKET = re.compile(r"--\[|\[\[|\[=")
 _TOP = re.compile(r"^local ", re.MULTILINE)
 _DEFINES = re.compile(r"local\s+(?:function\s+(\w+)|([\w\s,]+?)\s*=)")
 _WORD = re.compile(r"[A-Za-z_]\w*")
+_LINE_COMMENT = re.compile(r"--[^\n]*")
+_POOL_KEY_USE = re.compile(r"\bK_([A-Z_]+)\b")
+
+#: The settings a script may name, as `Settings:` spells them, and the Lua name each is given.
+SETTING_NAMES = {"default_slots": "DEFAULT_SLOTS", "events_maxlen": "STREAM_MAXLEN"}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a script takes besides its own KEYS and ARGV, in order: the pool keys after its KEYS (names of
+    store/keys.py's POOL_KEY_NAMES) and the settings after its ARGV (`SETTING_NAMES`)."""
+
+    pool_keys: tuple[str, ...]
+    settings: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -84,16 +104,83 @@ def needed(defs: list[Definition], script: str) -> str:
     return "".join(d.text for d, k in zip(defs, keep, strict=True) if k)
 
 
+def _header_names(script: str, label: str, allowed: Collection[str]) -> tuple[str, ...]:
+    header = script.split("]]", 1)[0]
+    found = re.findall(rf"^{label}:(.*)$", header, re.MULTILINE)
+    if label == "Pool keys" and len(found) != 1:
+        raise ValueError(f"the header has {len(found)} `{label}:` lines, not one")
+    if len(found) > 1:
+        raise ValueError(f"the header has {len(found)} `{label}:` lines")
+    names = tuple(n for n in (found[0].split() if found else []) if n != "none")
+    if unknown := [n for n in names if n not in allowed]:
+        raise ValueError(f"`{label}:` names {unknown}, which are not among {sorted(allowed)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"`{label}:` names one twice: {names}")
+    return names
+
+
+def _reached(code: str) -> tuple[set[str], set[str]]:
+    """The pool keys and settings that `code` (comments dropped) uses."""
+    keys = {m.lower() for m in _POOL_KEY_USE.findall(code)}
+    if re.search(r"\bSTATE_INDEX\b", code):
+        keys |= set(STATE_INDEX_KEYS.values())
+    settings = {s for s, lua in SETTING_NAMES.items() if re.search(rf"\b{lua}\b", code)}
+    return keys, settings
+
+
+def prelude(shape: Shape, code: str) -> str:
+    """The names a script's text is given first: its own key and argument counts, each pool key's place and
+    each setting's value, and STATE_INDEX when `code` uses it."""
+    lines = [f"local NKEYS = #KEYS - {len(shape.pool_keys)}", f"local NARGV = #ARGV - {len(shape.settings)}"]
+    for i, name in enumerate(shape.pool_keys):
+        lines.append(f"local K_{name.upper()} = NKEYS + {i + 1}")
+    for i, name in enumerate(shape.settings):
+        at = len(shape.settings) - 1 - i
+        lines.append(f"local {SETTING_NAMES[name]} = tonumber(ARGV[#ARGV - {at}])")
+    if re.search(r"\bSTATE_INDEX\b", code):
+        pairs = ", ".join(f"{state} = K_{key.upper()}" for state, key in STATE_INDEX_KEYS.items())
+        lines.append(f"local STATE_INDEX = {{{pairs}}}")
+    return "\n".join(lines) + "\n"
+
+
 def _shared(name: str) -> str:
     pkg = resources.files("jobpool") / "scripts"
     own = SCRIPT_CONSTANTS[name]() if name in SCRIPT_CONSTANTS else ""
     return contract.lua_constants() + (pkg / "_lib.lua").read_text() + "\n" + own
 
 
+def _own(name: str) -> str:
+    return (resources.files("jobpool") / "scripts" / f"{name}.lua").read_text()
+
+
+@functools.cache
+def shape(name: str) -> Shape:
+    """The pool keys and settings script `name` takes, from its header, checked against what its loaded
+    text reaches (`checked_shape`)."""
+    return checked_shape(name, _own(name))
+
+
+def checked_shape(name: str, script: str) -> Shape:
+    """The `Shape` the header of `script` (the text of script `name`) names; ValueError when it names a key or
+    setting the loaded text (what it reaches of the shared text, and itself) never uses, or misses one it
+    does."""
+    declared = Shape(_header_names(script, "Pool keys", POOL_KEY_NAMES),
+                     _header_names(script, "Settings", SETTING_NAMES))
+    code = _BLOCK_COMMENT.sub("", needed(definitions(_shared(name)), script) + script)
+    keys, settings = _reached(_LINE_COMMENT.sub("", code))
+    for what, named, used in (("Pool keys", set(declared.pool_keys), keys),
+                              ("Settings", set(declared.settings), settings)):
+        if named != used:
+            raise ValueError(f"{name}.lua: its `{what}:` line names {sorted(named)}, its text reaches "
+                             f"{sorted(used)}")
+    return declared
+
+
 @functools.cache
 def script_text(name: str) -> str:
     """The text loaded as script `name`: what it reaches of the contract's constants, scripts/_lib.lua and
-    its own generated constants (`SCRIPT_CONSTANTS`), in that order, then the script itself. Fixed for the
-    life of the process, and so is its SHA."""
-    script = (resources.files("jobpool") / "scripts" / f"{name}.lua").read_text()
-    return needed(definitions(_shared(name)), script) + script
+    its own generated constants (`SCRIPT_CONSTANTS`), in that order, each preceded by the `prelude` of its
+    `shape`, then the script itself. Fixed for the life of the process, and so is its SHA."""
+    script = _own(name)
+    body = needed(definitions(_shared(name)), script) + script
+    return prelude(shape(name), _LINE_COMMENT.sub("", _BLOCK_COMMENT.sub("", body))) + body

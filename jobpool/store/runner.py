@@ -22,7 +22,7 @@ import redis
 from redis.commands.core import Script
 
 from .. import contract, errors
-from .luatext import script_text
+from .luatext import script_text, shape
 
 log = logging.getLogger("jobpool")
 
@@ -206,12 +206,13 @@ def raise_for_code(op: str, reply: Sequence[Any]) -> None:
 
 
 class Scripts:
-    """The registered scripts of one Redis client; call as ``scripts.run("claim", keys, args)``.
+    """The registered scripts of one Redis client; call as ``scripts.run("claim", keys, args)`` with the keys
+    a script takes (its own, then its pool keys: `Store.run` appends those).
 
     `default_slots` is the limit a pool without a stored one uses (`Settings.max_concurrent_jobs`) and
-    `events_maxlen` the event stream's cap (`Settings.events_maxlen`): they go to every script as two extra,
-    last ARGV, which _lib.lua takes off before the script reads its own, so Lua and Python never hold two
-    copies of a default.
+    `events_maxlen` the event stream's cap (`Settings.events_maxlen`): a script whose header names them
+    (`Settings:`, luatext.shape) gets them after its own ARGV, so Lua and Python never hold two copies of a
+    default.
     """
 
     def __init__(self, client: redis.Redis, default_slots: int,
@@ -224,6 +225,11 @@ class Scripts:
         self.wait_timeout_ms = max(1, round(wait_timeout_secs * 1000))
         self._scripts: dict[str, Script] = {
             name: client.register_script(script_text(name)) for name in SCRIPT_NAMES
+        }
+        values = {"default_slots": self.default_slots, "events_maxlen": self.events_maxlen}
+        #: Each script's settings, in the order its header names them: appended after its own ARGV.
+        self._settings: dict[str, tuple[int, ...]] = {
+            name: tuple(values[s] for s in shape(name).settings) for name in SCRIPT_NAMES
         }
 
     def run(self, op: str, keys: Sequence[str], args: Sequence[Any],
@@ -247,7 +253,7 @@ class Scripts:
         once = _once(meanwhile) if meanwhile is not None else None  # a call sent again does not run it again
         while True:
             try:
-                reply = self._call(self._scripts[op], conn, keys, args, once)
+                reply = self._call(op, conn, keys, args, once)
                 break
             except redis.RedisError as exc:
                 if not _demoted(exc) or time.monotonic() + delay > deadline:
@@ -262,11 +268,12 @@ class Scripts:
         raise_for_code(op, decoded)
         return decoded
 
-    def _call(self, script: Script, conn: redis.Redis, keys: Sequence[str], args: Sequence[Any],
+    def _call(self, op: str, conn: redis.Redis, keys: Sequence[str], args: Sequence[Any],
               meanwhile: Callable[[], None] | None = None) -> Any:
         """One EVALSHA. `meanwhile` (from `run`: it does its work on its first call only) runs before the
         call on a pooled client, or once the command is sent on a single-connection one."""
-        full = (*args, self.default_slots, self.events_maxlen)
+        script = self._scripts[op]
+        full = (*args, *self._settings[op])
         single = None if self.wait_replicas else getattr(conn, "connection", None)
         if meanwhile is not None and single is None:  # nothing to overlap with: the caller's work first
             meanwhile()

@@ -175,10 +175,10 @@ def test_a_candidate_naming_another_list_than_its_rows_is_stale_and_writes_nothi
     wrong = pool.keys.rq_queue if affinity else pool.keys.daemon_queue("daemon-1")
     before = backend.keyspace()
     keys = [pool.keys.job(job_id), pool.keys.rq_job(job_id), wrong]
-    assert pool.store.run("promote", keys, ["t"]) == [0, 0, "stale"]
+    assert pool.store.run("promote", keys, ["t"]) == [0, "", 0, "stale"]
     assert backend.keyspace() == before
     # read again: routed right
-    assert pool.store.run("promote", pool.store.candidates(4), ["t"]) == [0, 1, "empty"]
+    assert pool.store.run("promote", pool.store.candidates(4), ["t"]) == [0, "", 1, "empty"]
 
 
 def test_set_container_records_only_a_daemon_queue_of_this_pool(backend: Backend) -> None:

@@ -19,7 +19,7 @@ from jobpool import contract, errors
 from jobpool.contract import EXIT_TEMPFAIL, MAX_SLOTS, JobState
 from jobpool.spec import build_spec
 from jobpool.store.keys import PoolKeys
-from jobpool.store.luatext import script_text
+from jobpool.store.luatext import script_text, shape
 from jobpool.store.runner import SCRIPT_NAMES
 from tests.support.pool_helpers import Backend, enqueue, rq_hash
 
@@ -104,11 +104,15 @@ def test_promotion_writes_the_attempt_under_the_contract_meta_key(backend: Backe
 
 
 def test_state_names_agree_across_layers() -> None:
-    """Lua writes states through STATE_INDEX (set_state in _lib.lua); store/keys.py names an index for
-    each."""
-    table = re.search(r"STATE_INDEX = \{([^}]*)\}", LIB)
+    """Lua writes states through STATE_INDEX (set_state in _lib.lua, placed by jobpool/store/luatext.py);
+    store/keys.py names an index for each, and the script is handed that very key in that place."""
+    table = re.search(r"STATE_INDEX = \{([^}]*)\}", script_text("finish"))
     assert table
-    assert set(re.findall(r"(\w+) = \d+", table.group(1))) == {s.value for s in JobState}
+    places = dict(re.findall(r"(\w+) = K_(\w+)", table.group(1)))
+    assert set(places) == {s.value for s in JobState}
     keys = PoolKeys("p")
     assert len({keys.state_index(s.value) for s in JobState}) == len(JobState)
+    named = keys.named(shape("finish").pool_keys)
+    for state, key in places.items():
+        assert named[shape("finish").pool_keys.index(key.lower())] == keys.state_index(state)
     assert jobpool.JobState is JobState and jobpool.models.JobState is JobState

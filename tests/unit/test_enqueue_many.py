@@ -385,14 +385,15 @@ def test_the_callers_work_runs_once_while_the_script_runs(backend: Backend) -> N
     client = pool.store.thread_clients.get(pool.client)
     ran: list[int] = []
     backend.raw.script_flush()
-    pool.store.scripts.run("set_slots", pool.keys.common(), [3, "t"], client=client,
+    pool.store.scripts.run("set_slots", pool.store.pool_keys("set_slots"), [3, "t"], client=client,
                            meanwhile=lambda: ran.append(1))
     assert ran == [1] and pool.slots()[1] == 3
 
     def fails() -> None:
         raise RuntimeError("the caller's own work failed")
     with pytest.raises(RuntimeError, match="own work failed"):
-        pool.store.scripts.run("set_slots", pool.keys.common(), [4, "t"], client=client, meanwhile=fails)
+        pool.store.scripts.run("set_slots", pool.store.pool_keys("set_slots"), [4, "t"], client=client,
+                               meanwhile=fails)
     client = pool.store.thread_clients.get(pool.client)
     assert enqueue(pool, "next").seq == 1  # its own reply, not set_slots'
     assert pool.slots()[1] in (3, 4)  # the call's outcome is unknown, as for a lost reply

@@ -15,9 +15,13 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
+import fakeredis
 import pytest
 
-from jobpool.store.keys import PoolKeys
+from jobpool.config import Settings
+from jobpool.store.calls import Store
+from jobpool.store.keys import POOL_KEY_NAMES, PoolKeys
+from jobpool.store.luatext import checked_shape, prelude, script_text, shape
 from jobpool.store.runner import SCRIPT_NAMES
 
 SCRIPTS = resources.files("jobpool") / "scripts"
@@ -242,28 +246,50 @@ def test_the_checker_catches_violations(snippet: str, why: str) -> None:
     assert check(parse("bad", LIB, snippet)), f"not caught: {why}"
 
 
-def test_lib_header_lists_the_common_keys_in_order() -> None:
+def test_lib_header_describes_every_pool_key() -> None:
     header = LIB.split("]]")[0]
-    nc = re.search(r"local NCOMMON = (\d+)", LIB)
-    assert nc and int(nc.group(1)) == len(PoolKeys("p").common()) == 14
-    for i in range(1, 10):
-        assert re.search(rf"KEYS\[{i}\]", header), f"_lib.lua's header does not describe KEYS[{i}]"
-    assert "KEYS[10..13]" in header
-    assert re.search(r"KEYS\[14\] metrics", header), "_lib.lua's header does not describe KEYS[14]"
-    # The Lua index constants agree with PoolKeys.common()'s order.
-    common = PoolKeys("p").common()
-    names = {"K_CONFIG": "config", "K_PAUSED": "paused", "K_QUEUED": "queued", "K_RUNNING": "running",
-             "K_COALESCE": "coalesce", "K_EVENTS": "events", "K_RQ_QUEUE": "rq:queue:jobpool-p",
-             "K_RQ_QUEUES": "rq:queues", "K_SEQ": "seq", "K_METRICS": "metrics"}
-    for line in re.findall(r"^local (K_\w+(?:, K_\w+)*) = ([\d, ]+)$", LIB, re.M):
-        for const, idx in zip(line[0].split(", "), line[1].split(", "), strict=True):
-            assert common[int(idx) - 1].endswith(names[const]), f"{const} = {idx} is not {names[const]}"
-    table = re.search(r"STATE_INDEX = \{([^}]*)\}", LIB)
-    assert table
-    index = dict(re.findall(r"(\w+) = (\d+)", table.group(1)))
+    for name in POOL_KEY_NAMES:
+        assert re.search(rf"\b{name}\b", header), f"_lib.lua's header does not describe pool key {name}"
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_NAMES))
+def test_each_pool_key_arrives_where_the_script_looks_for_it(name: str) -> None:
+    """The store hands a script the keys its header names, after its own, and the loaded text's K_<NAME>
+    finds each one there (evaluated by Redis' Lua: fakeredis runs the real interpreter)."""
+    store = Store(fakeredis.FakeRedis(decode_responses=True), Settings.from_env({}, pool="p"))
+    names = shape(name).pool_keys
     keys = PoolKeys("p")
-    for state, idx in index.items():
-        assert common[int(idx) - 1] == keys.state_index(state), f"STATE_INDEX.{state} = {idx}"
+    own = ["own:1", "own:2"]
+    full = [*own, *store.pool_keys(name)]
+    assert script_text(name).startswith(prelude(shape(name), script_text(name)))
+    places = "return {NKEYS" + "".join(f", KEYS[K_{n.upper()}]" for n in names) + "}"
+    got = store.client.eval(prelude(shape(name), "") + places, len(full), *full)
+    assert got == [len(own), *(str(getattr(keys, n)) for n in names)]
+
+
+def test_a_header_must_name_exactly_the_pool_keys_its_text_reaches() -> None:
+    heartbeat = (SCRIPTS / "heartbeat.lua").read_text()
+    assert checked_shape("heartbeat", heartbeat).pool_keys == ()
+    reaches_events = heartbeat + "\nevent(nil, '', '', '', 'x', '', '', 0)\n"
+    with pytest.raises(ValueError, match=r"names \[\], its text reaches \['events', 'metrics'\]"):
+        checked_shape("heartbeat", reaches_events)
+    names_unused = heartbeat.replace("Pool keys: none", "Pool keys: config")
+    with pytest.raises(ValueError, match=r"names \['config'\], its text reaches \[\]"):
+        checked_shape("heartbeat", names_unused)
+    with pytest.raises(ValueError, match="not among"):
+        checked_shape("heartbeat", heartbeat.replace("Pool keys: none", "Pool keys: confg"))
+    with pytest.raises(ValueError, match="not one"):
+        checked_shape("heartbeat", heartbeat.replace("Pool keys: none\n", ""))
+    promote = (SCRIPTS / "promote.lua").read_text()
+    with pytest.raises(ValueError, match="Settings"):  # it reaches DEFAULT_SLOTS and STREAM_MAXLEN
+        checked_shape("promote", promote.replace("default_slots events_maxlen", "events_maxlen"))
+
+
+def test_settings_arrive_after_the_scripts_own_arguments() -> None:
+    """A script's settings follow its own ARGV (runner.Scripts) and the prelude names them from the end."""
+    client = fakeredis.FakeRedis(decode_responses=True)
+    text = prelude(shape("promote"), "") + "return {NARGV, DEFAULT_SLOTS, STREAM_MAXLEN}"
+    assert client.eval(text, 0, "actor", 7, 900) == [1, 7, 900]
 
 
 def _covers(header: str, kind: str, n: int) -> bool:
@@ -279,12 +305,12 @@ def test_each_script_opens_with_a_header(name: str) -> None:
     text = script_body(name)
     assert text.startswith(f"--[[ {name}\n"), "the header block comes first and names the operation"
     header, _, body = text.partition("]]")
-    assert "KEYS[1..14]" in header and "common keys" in header
+    assert re.search(r"^Pool keys: ", header, re.M), "the pool keys it takes (_lib.lua)"
     assert "ARGV[" in header and "Returns" in header
     for kind in ("KEYS", "ARGV"):
         for n in sorted({int(i) for i in re.findall(rf"{kind}\[(\d+)\]", strip_comments(body))}):
             assert _covers(header, kind, n), f"{name}.lua uses {kind}[{n}]; its header does not describe it"
-    last_fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=14)
+    last_fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=0)
     if "candidates" in header:
         assert re.search(rf"KEYS\[{last_fixed + 1}\.\.\]\s+promotion candidates", header), (
             "candidates come last, right after the fixed keys")
@@ -298,10 +324,36 @@ def test_scripts_that_may_promote_say_where_their_candidates_are(name: str) -> N
     if not m:
         return
     first = int(m.group(1))
-    fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=14)
+    fixed = max((int(i) for i in re.findall(r"KEYS\[(\d+)\]", strip_comments(body))), default=0)
     if first > fixed:
         assert re.search(rf"KEYS\[{first}\.\.\]\s+promotion candidates", header), (
             f"{name}.lua promotes from KEYS[{first}] on; its header does not say so")
     else:  # enqueue: the new job is its own (only) candidate, as job:<id>, rq:job:<id>
         assert re.search(rf"KEYS\[{first}\]\s+job:<id>", header)
         assert re.search(rf"KEYS\[{first + 1}\]\s+rq:job:<id>", header)
+
+
+def _returned_tables(code: str) -> list[list[str]]:
+    """The elements of every `return {...}` in `code` (comments dropped)."""
+    return [split_args(code, m.end() - 1)[0] for m in re.finditer(r"\breturn\s*\{", code)]
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_NAMES))
+def test_replies_have_one_shape(name: str) -> None:
+    """An error reply is {code, detail}; a script that may free a slot replies {0, result, promoted,
+    why_stopped, ...} on every success (_lib.lua), so the store reads them all alike."""
+    code = strip_comments(script_body(name))
+    replies = _returned_tables(code)
+    assert replies, "the scan found the script's replies"
+    frees = "promote_candidates(" in code
+    for reply in replies:
+        if reply[0] == "0":
+            assert not frees or len(reply) >= 4, f"{name}.lua: {reply} lacks promoted and why_stopped"
+        else:
+            assert re.fullmatch(r"E_[A-Z_]+|f", reply[0]), f"{name}.lua: {reply} starts with no code"
+            assert len(reply) == 2, f"{name}.lua: the error reply {reply} is not {{code, detail}}"
+
+
+def test_the_reply_scan_catches_a_bare_code() -> None:
+    assert _returned_tables("if f ~= 0 then return {f} end") == [["f"]]
+    assert _returned_tables("return {0, promoted, why}") == [["0", "promoted", "why"]]

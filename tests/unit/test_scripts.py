@@ -246,9 +246,9 @@ def test_iso_time_in_lua_matches_python_across_four_centuries(backend: Backend) 
         times += [ms + k for k in (-1000, -999, -1, 0, 1, 999, 59_999, 3_599_999)]
     script = lib + """
 local out = {}
-for i = 1, NARGV do out[i] = iso_utc(tonumber(ARGV[i])) end
+for i = 1, #ARGV do out[i] = iso_utc(tonumber(ARGV[i])) end
 return out"""
-    got = backend.client.eval(script, 0, *times, 0, 0)  # the two ARGV every script gets last (_lib.lua)
+    got = backend.client.eval(script, 0, *times)
     want = [datetime.fromtimestamp(ms // 1000, timezone.utc).replace(microsecond=ms % 1000 * 1000)
             .strftime("%Y-%m-%dT%H:%M:%S.%fZ") for ms in times]
     assert got == want
@@ -261,13 +261,13 @@ def test_promote_holds_while_the_queue_is_paused(backend: Backend) -> None:
     assert pool.promote() == 0
     assert backend.keyspace() == before
     reply = pool.store.run("promote", pool.store.candidates(2), ["t"])
-    assert reply == [0, 0, "paused"]
+    assert reply == [0, "", 0, "paused"]
 
 
 def test_promote_is_bounded_per_call(backend: Backend) -> None:
     pool, jobs = paused_pool(backend, 100, slots=1000)
     reply = pool.store.run("promote", pool.store.candidates(100), ["t"])
-    assert reply == [0, 64, "batch"]  # PROMOTE_BATCH_LIMIT in _lib.lua
+    assert reply == [0, "", 64, "batch"]  # PROMOTE_BATCH_LIMIT in _lib.lua
     assert running_ids(pool) == {j.id for j in jobs[:64]}
     assert pool.promote() == 36  # Pool.promote loops over batches
     assert len(running_ids(pool)) == 100 and queued_ids(pool) == []
@@ -275,9 +275,9 @@ def test_promote_is_bounded_per_call(backend: Backend) -> None:
 
 def test_promote_reports_why_it_stopped(backend: Backend) -> None:
     pool, _jobs = paused_pool(backend, 3, slots=1)
-    assert pool.store.run("promote", pool.store.candidates(3), ["t"]) == [0, 1, "full"]
+    assert pool.store.run("promote", pool.store.candidates(3), ["t"]) == [0, "", 1, "full"]
     pool.set_slots(10)
-    assert pool.store.run("promote", pool.store.candidates(3), ["t"]) == [0, 0, "empty"]
+    assert pool.store.run("promote", pool.store.candidates(3), ["t"]) == [0, "", 0, "empty"]
 
 
 def test_promote_never_takes_a_candidate_that_is_not_the_head(backend: Backend) -> None:
@@ -285,10 +285,10 @@ def test_promote_never_takes_a_candidate_that_is_not_the_head(backend: Backend) 
     before = backend.keyspace()
     # A stale read: the caller names the second job as the first candidate.
     stale = [pool.keys.job(jobs[1].id), pool.keys.rq_job(jobs[1].id), pool.keys.rq_queue]
-    assert pool.store.run("promote", stale, ["t"]) == [0, 0, "stale"]
+    assert pool.store.run("promote", stale, ["t"]) == [0, "", 0, "stale"]
     assert backend.keyspace() == before
     # no candidates: the caller must retry with some
-    assert pool.store.run("promote", [], ["t"]) == [0, 0, "batch"]
+    assert pool.store.run("promote", [], ["t"]) == [0, "", 0, "batch"]
 
 
 def test_attempt_counts_promotions(backend: Backend) -> None:
