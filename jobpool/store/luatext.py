@@ -44,7 +44,8 @@ _LINE_COMMENT = re.compile(r"--[^\n]*")
 _POOL_KEY_USE = re.compile(r"\bK_([A-Z_]+)\b")
 
 #: The settings a script may name, as `Settings:` spells them, and the Lua name each is given.
-SETTING_NAMES = {"default_slots": "DEFAULT_SLOTS", "events_maxlen": "STREAM_MAXLEN"}
+SETTING_NAMES = {"default_slots": "DEFAULT_SLOTS", "events_maxlen": "STREAM_MAXLEN",
+                 "reserve_after_ms": "RESERVE_AFTER_MS"}
 
 
 @dataclass(frozen=True)
