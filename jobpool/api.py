@@ -321,8 +321,8 @@ class Pool(Browsing):
         plain = name[:-1] if isinstance(name, str) and name.endswith("*") else name
         if not isinstance(plain, str) or not LIMIT_NAME.fullmatch(plain):
             raise errors.InvalidArgument(
-                f"a limit is a name (1-{LIMIT_NAME_MAX_CHARS} of letters, digits and '_ . : / @ -') or such a "
-                f"name followed by '*', got {name!r}")
+                f"a limit is a name (1-{LIMIT_NAME_MAX_CHARS} of letters, digits and '_ . : / @ -') or "
+                f"such a name followed by '*', got {name!r}")
         return str(name)
 
     def set_limit(self, name: str, n: int) -> int | None:
@@ -330,7 +330,8 @@ class Pool(Browsing):
         returns its size before (None: it is new). Lowering it stops nothing that runs: new starts wait."""
         self._check_limit_name(name)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_LIMIT:
-            raise errors.InvalidArgument(f"a limit's size must be a whole number from 0 to {MAX_LIMIT}, got {n!r}")
+            raise errors.InvalidArgument(
+                f"a limit's size must be a whole number from 0 to {MAX_LIMIT}, got {n!r}")
         done = self.store.set_limit(name, n, self.actor)
         self.store.finish_promotion(done, self.actor)
         return done.old

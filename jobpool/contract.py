@@ -43,8 +43,8 @@ MAX_PRIORITY = 1000
 #: How many units of one named limit a job may ask for, and the most a limit may be set to.
 MAX_LIMIT = 1_000_000
 #: A limit's or a group's name: letters, digits and ``_ . : / @ -``, at most LIMIT_NAME_MAX_CHARS; a limit may
-#: also be a pattern, such a name (not empty) followed by ``*``. The scripts separate fields by other characters
-#: (scripts/_lib.lua "Order and limits").
+#: also be a pattern, such a name (not empty) followed by ``*``. The scripts separate fields by other
+#: characters (scripts/_lib.lua "Order and limits").
 LIMIT_NAME_CHARS = "A-Za-z0-9_.:/@-"
 LIMIT_NAME_MAX_CHARS = 128
 #: The default of JOBPOOL_RESERVE_AFTER_SECS: a queued job passed over this long gets a reservation.

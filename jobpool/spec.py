@@ -81,7 +81,7 @@ class JobSpec:
     group: str | None = None
 
     def schedule_arg(self) -> str:
-        """What the enqueue script reads of its order and limits (scripts/enqueue.lua): '' for the defaults."""
+        """What the enqueue script reads of its order and limits (scripts/enqueue.lua); '' for defaults."""
         if self.priority == 0 and self.slots == 1 and not self.uses and self.group is None:
             return ""
         uses = ",".join(f"{name}={amount}" for name, amount in self.uses.items())
@@ -102,12 +102,12 @@ class JobSpec:
         if not self.checkpoint:
             data["checkpoint"] = False
         data["command"], data["cpus"], data["env"] = self.command, self.cpus, _sorted(self.env)
-        data["image"] = self.image
-        if not self.init:
-            data["init"] = False
         # The order and limits, like `init` and `checkpoint`, only when not the defaults.
         if self.group is not None:
             data["group"] = self.group
+        data["image"] = self.image
+        if not self.init:
+            data["init"] = False
         data["labels"], data["memory"], data["mounts"] = _sorted(self.labels), self.memory, self.mounts
         data["network"] = self.network
         if self.priority:

@@ -561,14 +561,18 @@ end
 -- of one group takes one turn in each round, not the queue, and a job handed back (its turn at or before the
 -- turn reached) stays ahead of every job queued after it. One group's turns follow enqueue order; equal
 -- turns of different groups are ordered by id. A priority nothing reached yet starts after `start` (the
--- enqueue counter: one group's turns are then its jobs' seqs, and jobs queued before priorities existed,
--- scored by seq, keep their place). `turns` caches the batch's reads and writes (`save_turns`).
+-- enqueue counter, kept from then on: one group's turns are then its jobs' seqs, and jobs queued before
+-- priorities existed, scored by seq, keep their place). `turns` caches the batch's reads and writes
+-- (`save_turns`).
 local function next_turn(turns, priority, group, start)
   local vf, gf = 'v:' .. priority, 'g:' .. priority .. ':' .. group
   local last = turns[gf]
   if last == nil then
     local row = redis.call('HMGET', KEYS[K_FAIR], vf, gf)
-    turns[vf] = turns[vf] or tonumber(row[1]) or start
+    if turns[vf] == nil then
+      turns[vf] = tonumber(row[1])
+      if not turns[vf] then turns[vf], turns['new ' .. vf] = start, true end  -- kept: `save_turns`
+    end
     last = tonumber(row[2]) or false
   end
   local turn = turns[vf] + 1
@@ -580,7 +584,9 @@ end
 local function save_turns(turns)
   local flat = {}
   for field, turn in pairs(turns) do
-    if string.sub(field, 1, 2) == 'g:' then flat[#flat + 1] = field; flat[#flat + 1] = turn end
+    if string.sub(field, 1, 2) == 'g:' or (string.sub(field, 1, 2) == 'v:' and turns['new ' .. field]) then
+      flat[#flat + 1] = field; flat[#flat + 1] = turn
+    end
   end
   if #flat > 0 then redis.call('HSET', KEYS[K_FAIR], unpack(flat)) end
 end

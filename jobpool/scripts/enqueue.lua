@@ -11,7 +11,7 @@ Returns {0, created, promoted, why_stopped, now, then four per job in input orde
         state}: a job that coalesced names the queued job it equals (seq and state ''); a new job its own id,
         seq and state (queued, or running when promoted here). -5 when an id exists or repeats, -6 when
         ARGV and KEYS disagree or a job's order and limits do not read, -7 'slots' when a job needs more
-        slots than the pool has, -7 'uses <name>' when no limit covers a name it uses: all before anything is
+        slots than the pool has (a limit of 0 holds every job, whatever its weight), -7 'uses <name>' when no limit covers a name it uses: all before anything is
         written. A pool with no limit stored yet gets the default (DEFAULT_SLOTS, _lib.lua).
 why_stopped 'stale' means slots are free but the new jobs are not the head: the caller should run promote;
 'full' when no slot is free (paused or not); 'none' when every job coalesced.
@@ -39,7 +39,7 @@ local function schedule_of(text)
   local p, w, group, uses_text = string.match(text, '^(-?%d+);(%d+);([^;]*);(.*)$')
   p, w = tonumber(p), tonumber(w)
   if not p or p < -MAX_PRIORITY or p > MAX_PRIORITY or not w or w < 1 then return nil, {E_BAD_ARG, 'schedule'} end
-  if w > max then return nil, {E_BAD_SPEC, 'slots'} end
+  if max > 0 and w > max then return nil, {E_BAD_SPEC, 'slots'} end  -- 0 holds everything: any weight waits
   local uses = {}
   for name, amount in string.gmatch(uses_text, '([^=,]+)=(%d+)') do
     local limit = limit_for(name)

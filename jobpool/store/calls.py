@@ -23,9 +23,8 @@ from rq.connections import parse_connection
 from ..config import Settings
 from .eventreads import EventReads
 from .fleetreads import FleetReads
-from .orderreads import OrderReads
 from .luatext import shape
-from .reads import Reads
+from .orderreads import OrderReads
 from .replies import (
     Adopted,
     Cancelled,
@@ -128,7 +127,8 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         return self.scripts.run(op, [*keys, *self._pool_keys[op]], args)
 
     def candidates(self, n: int) -> list[str]:
-        """Keys of the first `n` jobs of `ready` (the queued less the parked), what a slot-freeing script may promote (checked there): row, RQ
+        """Keys of the first `n` jobs of `ready` (the queued less the parked), what a slot-freeing script may
+        promote (checked there): row, RQ
         job hash, and the RQ list the row routes it to (`affinity_queue`, else the pool's queue)."""
         ids = call_redis(self.client.zrange, self.keys.ready, 0, n - 1)
         pipe = self.client.pipeline(transaction=False)
@@ -213,8 +213,9 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         return QueueResumed(was_paused=bool(int(reply[1])), promoted=int(reply[2]), why_stopped=reply[3])
 
     def set_limit(self, name: str, size: int | None, actor: str) -> LimitSet:
-        """Set a named limit to `size`, or remove it (None: `NotFound` when there is none); scripts/limit.lua."""
-        reply = self.run("limit", self.candidates(CANDIDATES_ON_PROMOTE), [name, "" if size is None else size, actor])
+        """Set a named limit to `size`, or remove it (None; `NotFound` when there is none): limit.lua."""
+        args = [name, "" if size is None else size, actor]
+        reply = self.run("limit", self.candidates(CANDIDATES_ON_PROMOTE), args)
         return LimitSet(old=None if reply[1] == "" else int(reply[1]), promoted=int(reply[2]),
                         why_stopped=reply[3])
 

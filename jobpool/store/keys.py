@@ -93,7 +93,7 @@ class PoolKeys:
         #: removed only by an operator (scripts/forget_collision.lua). Bounded by the fleet's identities.
         self.shared_daemons = p + "shared_daemons"
         # Order and limits (scripts/_lib.lua "Order and limits"; docs/architecture.md).
-        #: The queued jobs that may be promoted, by order (priority band, then turn): `queued` less the parked.
+        #: The queued jobs that may be promoted, by order (priority band, then turn): `queued` less parked.
         self.ready = p + "ready"
         #: Queued jobs that cannot start now, parked under what they wait for (members, compared as text).
         self.blocked = p + "blocked"

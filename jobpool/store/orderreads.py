@@ -87,7 +87,8 @@ class OrderReads(Reads):
         pipe.hmget(k.config, "slots_used", "max_concurrent_jobs", "reserved")
         pipe.zcard(k.running)
         pipe.exists(k.paused)
-        rank, parked_score, (used, size, reserved), running, paused = call_redis(pipe.execute, what="reading a wait")
+        replies = call_redis(pipe.execute, what="reading a wait")
+        rank, parked_score, (used, size, reserved), running, paused = replies
         on = parked.split(" ", 1)[0] if parked and parked_score not in (None, "") else ""
         return QueueFacts(ahead=None if rank is None else int(rank), parked_on=on,
                           slots_used=_whole(used, _whole(running)) if used is not None else _whole(running),

@@ -55,8 +55,9 @@ def test_labels_are_all_reserved_from_job_specs() -> None:
         build_spec({"image": "busybox", "command": ["true"], "labels": {contract.LABEL_JOB: "x"}})
 
 
-#: Constants whose value is too common a number to search for: MAX_PRIORITY is 1000, as in every ms conversion.
-_COMMON_VALUES = {"MAX_PRIORITY"}
+#: Constants whose value is too common a number to search for: MAX_PRIORITY is 1000, as in every ms
+#: conversion; LIMIT_NAME_MAX_CHARS is 128, as in UTF-8's bytes.
+_COMMON_VALUES = {"MAX_PRIORITY", "LIMIT_NAME_MAX_CHARS"}
 
 
 @pytest.mark.parametrize("name", [n for n, v in contract.LUA_CONSTANTS.items()

@@ -39,7 +39,8 @@ def test_the_json_is_canonical_whatever_the_order_of_env_and_labels(command: lis
                                                                    user: str | None,
                                                                    memory: str | None) -> None:
     """The stored JSON (and so a coalesce key) is `json.dumps` with sorted keys of every field, `init` and
-    `checkpoint` only when off, the order and limits only when set: `JobSpec._json` writes the keys in that order itself, and sorts env and
+    `checkpoint` only when off, the order and limits only when set: `JobSpec._json` writes the keys in that
+    order itself, and sorts env and
     labels, whatever order the caller's mappings had."""
     spec = build_spec({"image": "img", "command": command, "env": env, "labels": labels, "cpus": cpus,
                        "init": init, "checkpoint": checkpoint, "user": user, "memory": memory})

@@ -1,0 +1,265 @@
+"""Order and limits in the scripts (scripts/_lib.lua "Order and limits", scripts/limit.lua): priority,
+weights, named limits and their patterns, fair share, parking and the reservation, on fakeredis[lua] and a
+real redis-server. After every step the accounting is checked against the rows (`check_books`): the slots in use
+are the running jobs' weights, each name's units in use are the running jobs' amounts of it, and no limit or
+the slot limit is ever exceeded by what starts.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import pytest
+
+from jobpool import errors
+from jobpool.api import Pool
+from jobpool.models import Job
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue, running_ids, state_of
+
+
+def promoted_order(pool: Pool) -> list[str]:
+    """The ids in the order their `promoted` events were written."""
+    events = cast("list[tuple[str, dict[str, str]]]", pool.client.xrange(pool.keys.events, "-", "+"))
+    return [e["job"] for _, e in events if e.get("reason") == "promoted"]
+
+
+def check_books(pool: Pool) -> None:
+    """The scripts' accounting agrees with the rows, and nothing runs over a limit."""
+    running = running_ids(pool)
+    jobs = {job_id: pool.get(job_id) for job_id in running}
+    weights = sum(j.spec.slots for j in jobs.values())
+    assert pool.store.slots_in_use() == weights
+    assert weights <= pool.slots()[1] or not jobs
+    use: dict[str, int] = {}
+    for j in jobs.values():
+        for name, amount in j.spec.uses.items():
+            use[name] = use.get(name, 0) + amount
+    stored = cast("dict[str, str]", pool.client.hgetall(pool.keys.limit_used))
+    assert {k: int(v) for k, v in stored.items() if not k.startswith("=")} == use
+    sizes = cast("dict[str, str]", pool.client.hgetall(pool.keys.limits))
+    for name, amount in use.items():
+        size = sizes.get(name) or next(v for k, v in sorted(sizes.items(), key=lambda kv: -len(kv[0]))
+                                       if k.endswith("*") and name.startswith(k[:-1]))
+        assert amount <= int(size), f"{name}: {amount} units in use over its limit {size}"
+    queued = cast("list[str]", pool.client.zrange(pool.keys.queued, 0, -1))
+    ready = cast("list[str]", pool.client.zrange(pool.keys.ready, 0, -1))
+    parked = [m.split(" ")[2] for m in cast("list[str]", pool.client.zrange(pool.keys.blocked, 0, -1))]
+    assert sorted(ready + parked) == sorted(queued), "every queued job is ready or parked, once"
+
+
+def finish(pool: Pool, job: Job, code: int = 0) -> None:
+    claim(pool, job.id).finish("exit", code)
+    check_books(pool)
+
+
+def test_higher_priority_goes_first_and_equal_priorities_keep_enqueue_order(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    low = enqueue(pool, "low", priority=-5)
+    first = enqueue(pool, "first")
+    high = enqueue(pool, "high", priority=7)
+    second = enqueue(pool, "second")
+    top = enqueue(pool, "top", priority=1000)
+    pool.set_slots(5)
+    assert promoted_order(pool) == [top.id, high.id, first.id, second.id, low.id]
+    check_books(pool)
+
+
+def test_a_handed_back_job_keeps_its_place_within_its_priority(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    a = enqueue(pool, "a", priority=2)
+    b = enqueue(pool, "b", priority=2)
+    c = enqueue(pool, "c", priority=3)
+    assert state_of(pool, a.id) == "running"
+    claim(pool, a.id).finish("interrupted", 75)  # handed back: ahead of b, behind c (higher priority)
+    assert state_of(pool, c.id) == "running"
+    finish(pool, c)
+    assert state_of(pool, a.id) == "running" and state_of(pool, b.id) == "queued"
+
+
+def test_a_weighted_job_holds_its_slots_and_never_overshoots(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=3)
+    one = enqueue(pool, "one")
+    heavy = enqueue(pool, "heavy", slots=3)
+    light = enqueue(pool, "light")
+    # One slot held, two free: the heavy job (3) cannot start; the light job behind it does.
+    assert [state_of(pool, j.id) for j in (one, heavy, light)] == ["running", "queued", "running"]
+    check_books(pool)
+    finish(pool, one)
+    assert state_of(pool, heavy.id) == "queued"  # one slot still held by `light`
+    finish(pool, light)
+    assert state_of(pool, heavy.id) == "running" and pool.store.slots_in_use() == 3
+    more = enqueue(pool, "more")
+    assert state_of(pool, more.id) == "queued"
+    finish(pool, heavy)
+    assert state_of(pool, more.id) == "running" and pool.store.slots_in_use() == 1
+
+
+def test_a_job_heavier_than_the_pool_is_refused_and_writes_nothing(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=2)
+    enqueue(pool)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidSpec, match="slots"):
+        enqueue(pool, slots=3)
+    with pytest.raises(errors.InvalidSpec, match="slots"):
+        enqueue(pool, slots=0)
+    assert backend.keyspace() == before
+
+
+def test_two_jobs_on_one_limit_never_overlap_and_others_pass_them(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=10)
+    assert pool.set_limit("dataset:sales", 1) is None
+    w1 = enqueue(pool, "w1", uses={"dataset:sales": 1})
+    w2 = enqueue(pool, "w2", uses={"dataset:sales": 1})
+    other = enqueue(pool, "other")
+    assert [state_of(pool, j.id) for j in (w1, w2, other)] == ["running", "queued", "running"]
+    assert [(u.name, u.size, u.used) for u in pool.limits()] == [("dataset:sales", 1, 1)]
+    check_books(pool)
+    finish(pool, w1)
+    assert state_of(pool, w2.id) == "running"
+    finish(pool, w2)
+    assert [(u.name, u.used) for u in pool.limits()] == [("dataset:sales", 0)]
+
+
+def test_a_pattern_gives_each_name_its_own_limit(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=10)
+    pool.set_limit("dataset:*", 1)
+    a1 = enqueue(pool, "a1", uses={"dataset:a": 1})
+    a2 = enqueue(pool, "a2", uses={"dataset:a": 1})
+    b1 = enqueue(pool, "b1", uses={"dataset:b": 1})
+    assert [state_of(pool, j.id) for j in (a1, a2, b1)] == ["running", "queued", "running"]
+    assert [(u.name, u.size, u.used) for u in pool.limits()] == [("dataset:*", 1, 2)]  # its names summed
+    # A name's own limit, set later, is the one that counts for it.
+    pool.set_limit("dataset:a", 2)
+    assert state_of(pool, a2.id) == "running"
+    check_books(pool)
+
+
+def test_a_name_no_limit_covers_is_refused_and_writes_nothing(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=10)
+    pool.set_limit("gpu", 2)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidSpec, match="uses gpus"):
+        enqueue(pool, uses={"gpus": 1})
+    with pytest.raises(errors.InvalidSpec, match="not a name"):
+        enqueue(pool, uses={"gpu*": 1})  # a pattern is no name a job can use
+    assert backend.keyspace() == before
+
+
+def test_lowering_a_limit_stops_nothing_and_raising_it_starts_the_waiters(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=10)
+    pool.set_limit("gpu", 2)
+    jobs = [enqueue(pool, str(i), uses={"gpu": 1}) for i in range(4)]
+    assert [state_of(pool, j.id) for j in jobs] == ["running", "running", "queued", "queued"]
+    assert pool.set_limit("gpu", 1) == 2
+    assert [state_of(pool, j.id) for j in jobs] == ["running", "running", "queued", "queued"]
+    finish(pool, jobs[0])
+    assert state_of(pool, jobs[2].id) == "queued"  # still one in use, the new size
+    pool.set_limit("gpu", 3)
+    assert [state_of(pool, j.id) for j in jobs[1:]] == ["running", "running", "running"]
+    check_books(pool)
+
+
+def test_a_removed_limit_holds_its_waiters_until_one_covers_them_again(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=10)
+    pool.set_limit("gpu", 1)
+    a, b = enqueue(pool, "a", uses={"gpu": 1}), enqueue(pool, "b", uses={"gpu": 1})
+    assert pool.remove_limit("gpu") == 1
+    with pytest.raises(errors.NotFound):
+        pool.remove_limit("gpu")
+    finish(pool, a)
+    assert state_of(pool, b.id) == "queued"  # never "unlimited"
+    pool.set_limit("g*", 1)
+    assert state_of(pool, b.id) == "running"
+
+
+def test_groups_take_turns_among_equal_priorities(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    burst = [enqueue(pool, f"a{i}", group="tenant-a") for i in range(5)]
+    single = enqueue(pool, "b", group="tenant-b")
+    plain = enqueue(pool, "plain")
+    pool.set_slots(7)
+    order = promoted_order(pool)
+    assert order.index(single.id) <= 2 and order.index(plain.id) <= 2  # one turn each, not behind the burst
+    ids = {j.id for j in burst}
+    assert [i for i in order if i in ids] == [j.id for j in burst]  # a group keeps its order
+
+
+def test_a_job_passed_over_long_enough_gets_a_reservation(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=2, reserve_after_secs=0)
+    first = enqueue(pool, "first")
+    heavy = enqueue(pool, "heavy", slots=2)
+    # The heavy job cannot start beside `first`: passed over, and at once (0 s) reserved, so nothing more of
+    # its priority starts ahead of it while that would take the slots it needs.
+    light = enqueue(pool, "light")
+    assert [state_of(pool, j.id) for j in (first, heavy, light)] == ["running", "queued", "queued"]
+    assert str(pool.client.hget(pool.keys.config, "reserved")).startswith(heavy.id)
+    urgent = enqueue(pool, "urgent", priority=1)  # a higher priority is not held back
+    assert state_of(pool, urgent.id) == "running"
+    finish(pool, first)
+    assert state_of(pool, light.id) == "queued"  # a free slot, held for the reservation
+    finish(pool, urgent)
+    assert state_of(pool, heavy.id) == "running"
+    assert pool.client.hget(pool.keys.config, "reserved") is None
+    finish(pool, heavy)
+    assert state_of(pool, light.id) == "running"
+
+
+def test_without_the_wait_a_passed_job_is_not_reserved(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=2, reserve_after_secs=3600)
+    first = enqueue(pool, "first")
+    heavy = enqueue(pool, "heavy", slots=2)
+    late = enqueue(pool, "late")
+    assert [state_of(pool, j.id) for j in (first, heavy, late)] == ["running", "queued", "running"]
+
+
+def test_a_ghost_gives_back_what_it_held(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=3)
+    pool.set_limit("gpu", 1)
+    held = enqueue(pool, "held", slots=2, uses={"gpu": 1})
+    waiting = enqueue(pool, "waiting", uses={"gpu": 1})
+    assert state_of(pool, held.id) == "running" and state_of(pool, waiting.id) == "queued"
+    pool.client.delete(pool.keys.job(held.id))  # its row is gone: only `holds` knows what it held
+    reply = pool.store.run("drop_ghost", [pool.keys.job(held.id), pool.keys.lease(held.id),
+                                          *pool.store.candidates(4)], [held.id, "test", "t"])
+    assert reply[:2] == [0, 1]
+    pool.promote()
+    assert state_of(pool, waiting.id) == "running"
+    assert pool.store.slots_in_use() == 1 and [(u.name, u.used) for u in pool.limits()] == [("gpu", 1)]
+
+
+def test_cancelling_a_parked_job_leaves_nothing_behind(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=5)
+    pool.set_limit("gpu", 1)
+    enqueue(pool, "a", uses={"gpu": 1})
+    b = enqueue(pool, "b", uses={"gpu": 1})
+    assert pool.client.zcard(pool.keys.blocked) == 1
+    pool.cancel(b.id)
+    assert pool.client.zcard(pool.keys.blocked) == 0 and pool.client.zcard(pool.keys.passed) == 0
+    check_books(pool)
+
+
+def test_a_parked_job_is_not_read_again_by_promotion(backend: Backend) -> None:
+    """Jobs that cannot start leave `ready`: promoting into a free slot reads the promotable head only."""
+    pool = backend.pool(max_concurrent_jobs=3)
+    pool.set_limit("gpu", 1)
+    enqueue(pool, "holder", uses={"gpu": 1})
+    waiters = [enqueue(pool, f"w{i}", uses={"gpu": 1}) for i in range(50)]
+    assert pool.client.zcard(pool.keys.blocked) == 50 and pool.client.zcard(pool.keys.ready) == 0
+    free = enqueue(pool, "free")
+    assert state_of(pool, free.id) == "running"
+    assert all(state_of(pool, w.id) == "queued" for w in waiters)
+    check_books(pool)
+
+
+def test_limits_are_checked_at_the_api(backend: Backend) -> None:
+    pool = backend.pool()
+    before = backend.keyspace()
+    for name, n in (("", 1), ("a b", 1), ("*", 1), ("a", -1), ("a", True), ("x" * 129, 1)):
+        with pytest.raises(errors.InvalidArgument):
+            pool.set_limit(name, n)
+    for spec in ({"priority": 1001}, {"priority": "1"}, {"slots": 0}, {"uses": {"a b": 1}},
+                 {"uses": {"gpu": 0}}, {"group": ""}, {"uses": ["gpu"]}):
+        with pytest.raises(errors.InvalidSpec):
+            enqueue(pool, **spec)
+    assert backend.keyspace() == before
