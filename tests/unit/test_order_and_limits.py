@@ -1,8 +1,8 @@
 """Order and limits in the scripts (scripts/_lib.lua "Order and limits", scripts/limit.lua): priority,
 weights, named limits and their patterns, fair share, parking and the reservation, on fakeredis[lua] and a
-real redis-server. After every step the accounting is checked against the rows (`check_books`): the slots in use
-are the running jobs' weights, each name's units in use are the running jobs' amounts of it, and no limit or
-the slot limit is ever exceeded by what starts.
+real redis-server. After every step the accounting is checked against the rows (`check_books`): the slots
+in use are the running jobs' weights, each name's units in use are the running jobs' amounts of it, and no
+limit or the slot limit is ever exceeded by what starts.
 """
 
 from __future__ import annotations
