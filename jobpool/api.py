@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from . import errors, logtail, retention, submit
+from . import errors, logtail, retention, submit, waiting
 from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
@@ -341,6 +341,12 @@ class Pool(Browsing):
         name no limit covers any more waits until one does (`NotFound` when there is no such limit)."""
         done = self.store.set_limit(self._check_limit_name(name), None, self.actor)
         return int(done.old or 0)
+
+    def why_waiting(self, job_id: str) -> builtins.list[str]:
+        """What holds a queued job back, a line each: its place, a full limit and who holds it, its weight, a
+        reservation ahead of it, a paused queue ([] for a job that is not queued)."""
+        job = self.get(job_id)
+        return waiting.why_waiting(self.store, job, self.store.row(job.id).get("parked", ""))
 
     def limits(self) -> builtins.list[LimitUse]:
         """Every named limit with its size and the units in use under it, by name."""
