@@ -154,7 +154,7 @@ def test_a_dispatch_made_again_gets_a_claim_grace_of_its_own_despite_a_lingering
     job = enqueue(pool)
     k = pool.keys
     assert backend.client.lmove(k.rq_queue, k.rq_intermediate, "RIGHT", "LEFT") in (job.id, job.id.encode())
-    sup = Supervisor(pool, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))
+    sup = Supervisor(pool.store, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))
     try:
         assert sup.sweep().decisions[0].verdict.kind is Kind.KEEP, "taken moments ago: within the grace"
         sup.evidence._taken_since = {key: at - 60 for key, at in sup.evidence._taken_since.items()}
