@@ -101,7 +101,7 @@ def test_recycled_pid_in_a_fresh_pid_namespace_is_judged_dead(redis_url: str) ->
         settings = json.loads(sys.argv[2])
         pool = Pool.from_url(sys.argv[1], "ns", **settings)
         job = pool.get(pool.enqueue(image="busybox", command=["sleep", "300"]).id)
-        att = Attempt(pool, job.id, "dead-boot", job.attempt)
+        att = Attempt(pool.store, job.id, "dead-boot", job.attempt)
         att.claim()
         first = subprocess.Popen(["sleep", "300"])
         ident = identity_of(first.pid)
@@ -122,7 +122,7 @@ def test_recycled_pid_in_a_fresh_pid_namespace_is_judged_dead(redis_url: str) ->
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             probe = probe_process(ident)
-            sup = Supervisor(pool)
+            sup = Supervisor(pool.store)
             report = sup.sweep()
             sup.close()
             row = pool.get(job.id)
