@@ -4,6 +4,10 @@ Every state change is one Lua script (see scripts/), called through the pool's s
 `Store`, one typed method per script); this module validates the caller's input, says who acts, and turns
 what the store returns into `Job` snapshots. Nothing here does check-then-act across round trips, and
 nothing here touches Redis but through the store.
+
+`Pool` is the facade for callers of the package, never a layer inside it: the supervisor, the workers and
+the fleet take the store itself, and the CLI and the dashboard call these operations through
+jobpool/operations.py `PoolOperations` (docs/architecture.md, "Components").
 """
 
 from __future__ import annotations
