@@ -55,6 +55,7 @@ from jobpool import Pool, logtail, retention
 from jobpool.config import Settings
 from jobpool.procid import identity_of, kernel_boot_id
 from jobpool.store import redispolicy
+from jobpool.store.calls import Store
 from jobpool.supervisor import ContainerProber, Supervisor
 from jobpool.workers.attempt import Attempt
 from tests.support.procs import JobpoolProcess
@@ -124,7 +125,7 @@ class Shapes:
         self.identity = {"executor": "subprocess", **identity_of(os.getpid())}
 
     def start(self, pool: Pool, job_id: str, boot: str, shape: str) -> Attempt:
-        att = Attempt(pool, job_id, boot, 1)
+        att = Attempt(pool.store, job_id, boot, 1)
         if shape == "docker":
             att.claim("docker", self.daemon_id)
             att.set_container(uuid.uuid4().hex + uuid.uuid4().hex, self.daemon_id)
@@ -378,8 +379,8 @@ class Timing:
                 f"{statistics.median(self.cpu_ms):.1f} ms; phases {phases}")
 
 
-def redis_busy_ms(pool: Pool) -> float:
-    return sum(float(v.get("usec", 0)) for v in pool.client.info("commandstats").values()) / 1000
+def redis_busy_ms(store: Store) -> float:
+    return sum(float(v.get("usec", 0)) for v in store.client.info("commandstats").values()) / 1000
 
 
 def timed_sweeps(sups: list[Supervisor], repeat: int) -> list[Timing]:
@@ -388,11 +389,11 @@ def timed_sweeps(sups: list[Supervisor], repeat: int) -> list[Timing]:
     for r in range(repeat):
         order = list(enumerate(sups)) if r % 2 == 0 else list(enumerate(sups))[::-1]
         for i, sup in order:
-            busy, cpu, t = redis_busy_ms(sup.pool), time.process_time(), time.perf_counter()
+            busy, cpu, t = redis_busy_ms(sup.store), time.process_time(), time.perf_counter()
             rep = sup.sweep()
             out[i].runs.append((time.perf_counter() - t) * 1000)
             out[i].cpu_ms.append((time.process_time() - cpu) * 1000)
-            out[i].redis_ms.append(redis_busy_ms(sup.pool) - busy)
+            out[i].redis_ms.append(redis_busy_ms(sup.store) - busy)
             out[i].phases.append(rep.phases_ms or {})
     return out
 
@@ -404,7 +405,7 @@ def running_rows(pool: Pool, rows: int, orphans: int, identity: dict[str, Any]) 
     ids = []
     for _ in range(rows):
         job = pool.enqueue(IMAGE, ["sleep", "3600"])
-        att = Attempt(pool, job.id, "live-boot", 1)
+        att = Attempt(pool.store, job.id, "live-boot", 1)
         att.claim("subprocess", "")
         att.set_container("", "", identity)
         ids.append(job.id)
@@ -427,7 +428,7 @@ def part_sweep_prune(rows: int, orphans: int, retained: int, cap: int, repeat: i
             sups = []
             for p in (pool, twin):
                 running_rows(p, rows, orphans, identity)
-                sups.append(Supervisor(p, ContainerProber(None, timeout=5), actor="bench"))
+                sups.append(Supervisor(p.store, ContainerProber(None, timeout=5), actor="bench"))
                 sups[-1].sweep()  # warm-up
             sup = sups[0]
             before, twin1 = timed_sweeps(sups, repeat)
@@ -448,7 +449,7 @@ def part_sweep_prune(rows: int, orphans: int, retained: int, cap: int, repeat: i
             default = with_caps(pool, keep_succeeded=cap)
             backlog = retained - cap
             cap_name = "the default cap" if cap == Settings().keep_succeeded else f"a cap of {cap:,}"
-            sup_default = Supervisor(default, ContainerProber(None, timeout=5), actor="bench")
+            sup_default = Supervisor(default.store, ContainerProber(None, timeout=5), actor="bench")
             t = time.perf_counter()
             rep = sup_default.sweep()
             one = (time.perf_counter() - t) * 1000

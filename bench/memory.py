@@ -63,7 +63,7 @@ def main() -> int:
         pool.set_slots(200)
         for _ in range(200):  # 200 running rows, owned by a live lease, for the supervisor to sweep
             job = pool.enqueue("jobpool-test:busybox", ["true"])
-            Attempt(pool, job.id, "bench-boot", 1).claim()
+            Attempt(pool.store, job.id, "bench-boot", 1).claim()
         pool.client.delete(pool.keys.rq_queue)  # claimed already: nothing for the worker, which stays idle
         bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         with open(root / "rq.log", "wb") as rq_log:

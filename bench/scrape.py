@@ -48,7 +48,7 @@ def through_scripts(pool: Pool, n: int) -> list[str]:
         if i % 10 == 9:
             pool.cancel(job.id)
             continue
-        att = Attempt(pool, job.id, "bench-boot", pool.get(job.id).attempt)
+        att = Attempt(pool.store, job.id, "bench-boot", pool.get(job.id).attempt)
         att.claim()
         att.finish("exit", 0 if i % 10 < 7 else i % 9 + 1, log_tail="done\n")
     return ids
@@ -83,7 +83,7 @@ def live_fleet(pool: Pool, running: int, workers: int) -> None:
         pool.client.zadd(pool.keys.boots, {b: now})
     for i in range(running):
         job = pool.enqueue(image="busybox", command=["sleep", "3600"])
-        Attempt(pool, job.id, boots[i % workers], pool.get(job.id).attempt).claim()
+        Attempt(pool.store, job.id, boots[i % workers], pool.get(job.id).attempt).claim()
     pool.pause(None, reason="bench")
     for _ in range(100):  # a queue behind them
         pool.enqueue(image="busybox", command=["true"])

@@ -83,7 +83,7 @@ def seed(pool: Pool, dclient: docker.DockerClient, rows: int, containers: int) -
     daemon_id = dclient.info()["ID"]
     attempts = {}
     for job_id in ids:
-        att = Attempt(pool, job_id, "live-boot", 1)
+        att = Attempt(pool.store, job_id, "live-boot", 1)
         att.claim()
         attempts[job_id] = att
 
@@ -152,7 +152,7 @@ def run(pool: Pool, dd: DockerDaemon, ids: list[str], cids: list[str], repeat: i
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average when timing starts: {load} on {os.cpu_count()} CPU(s)")
     batched = ContainerProber(dd.host, timeout=30)
-    sup = Supervisor(pool, batched)
+    sup = Supervisor(pool.store, batched)
     sup.sweep()  # warm-up: client version + daemon info, and the 200 adoption requests
     before = calls(batched)
     steady, steady_runs, steady_cpu = timed(sup.sweep, repeat)
@@ -171,7 +171,7 @@ def run(pool: Pool, dd: DockerDaemon, ids: list[str], cids: list[str], repeat: i
     verdicts = dict(sup.sweep(dry_run=True).verdicts)
 
     per_row = PerRowProber(dd.host, timeout=30)
-    sup_row = Supervisor(pool, per_row)
+    sup_row = Supervisor(pool.store, per_row)
     sup_row.sweep(dry_run=True)  # warm-up
     before = calls(per_row)
     dry_row, _dry_row_runs, _ = timed(lambda: sup_row.sweep(dry_run=True), max(1, repeat // 2))

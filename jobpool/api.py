@@ -4,6 +4,10 @@ Every state change is one Lua script (see scripts/), called through the pool's s
 `Store`, one typed method per script); this module validates the caller's input, says who acts, and turns
 what the store returns into `Job` snapshots. Nothing here does check-then-act across round trips, and
 nothing here touches Redis but through the store.
+
+`Pool` is the facade for callers of the package, never a layer inside it: the supervisor, the workers and
+the fleet take the store itself, and the CLI and the dashboard call these operations through
+jobpool/operations.py `PoolOperations` (docs/architecture.md, "Components").
 """
 
 from __future__ import annotations
@@ -136,13 +140,7 @@ class Pool(Browsing):
     def get(self, job_id: str, coalesced: bool = False) -> Job:
         """The job's row; `CorruptRow` when it holds something that cannot be read."""
         self._check_id(job_id)
-        try:
-            row = self.store.row(job_id)
-        except errors.CorruptRow as exc:
-            raise errors.CorruptRow(f"job {job_id}: its row is not a hash ({exc})", job_id) from None
-        if not row:
-            raise errors.NotFound(errors.no_job(job_id))
-        return Job.from_row(row, coalesced=coalesced, job_id=job_id)
+        return self.store.job(job_id, coalesced)
 
     def _rows(self, ids: Iterable[str]) -> list[Job]:
         """The rows of `ids` that can be read; a missing row is skipped, a corrupt one skipped and logged."""
@@ -229,7 +227,7 @@ class Pool(Browsing):
     def boot_is_live(self, boot_id: str) -> bool:
         """Whether a worker boot's record is still there: its process heartbeats it, a crash lets it expire
         (workers/boot.py). False for an empty id (a row no worker has claimed)."""
-        return bool(boot_id) and self.store.boot_exists(boot_id)
+        return self.store.boot_is_live(boot_id)
 
     def status(self) -> StatusReport:
         """Slots, the queue, promotion, live workers, the last sweep and the health verdict, in one typed

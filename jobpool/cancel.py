@@ -8,25 +8,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .api import Pool
 from .models import Job, JobState
 
 if TYPE_CHECKING:
+    from .store.calls import Store
     from .supervisor.orphans import OrphanStop
 
 
-def orphaned(pool: Pool, job: Job) -> bool:
+def orphaned(store: Store, job: Job) -> bool:
     """Whether `job`, as a cancel left it, runs with a persisted cancel under a worker boot that is gone."""
     return (job.state is JobState.RUNNING and job.cancel_requested and bool(job.owner_boot)
-            and not pool.boot_is_live(job.owner_boot))
+            and not store.boot_is_live(job.owner_boot))
 
 
-def stop_if_orphaned(pool: Pool, job: Job) -> OrphanStop | None:
+def stop_if_orphaned(store: Store, job: Job) -> OrphanStop | None:
     """Stop the container of `job` (as `Pool.cancel` returned it) when its worker is gone; None when there
     was nothing to do. Raises ImportError in a build without the supervisor, and only when there was
     something to do: the supervisor is imported only then."""
-    if not orphaned(pool, job):
+    if not orphaned(store, job):
         return None
     from .supervisor import stop_orphan
 
-    return stop_orphan(pool, job)
+    return stop_orphan(store, job)

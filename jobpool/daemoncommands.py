@@ -7,8 +7,9 @@ A command is queued on the daemon's list (scripts/push_command.lua, recorded in 
 is taken once; jobpool/workers/inventory.py runs it each period) and done there: the job's running containers
 of that attempt are stopped by label, and the result is recorded in the job's events (`remote_stopped` or
 `remote_stop_failed`, scripts/command_done.lua). An eviction's command also fails the job once its
-container is stopped (`Pool.evict`, compare-and-set on the attempt). A cancel needs nothing more: the cancel
-is persisted on the row, and the stopped container's exit ends the job cancelled (its worker, or a sweep).
+container is stopped (scripts/evict.lua, compare-and-set on the attempt). A cancel needs nothing more: the
+cancel is persisted on the row, and the stopped container's exit ends the job cancelled (its worker, or a
+sweep).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import errors
-from .api import Pool
 from .fleet.daemonid import is_identity
+from .store.calls import Store
 
 log = logging.getLogger("jobpool.commands")
 
@@ -61,21 +62,21 @@ def routable(daemon_id: str) -> bool:
     return is_identity(daemon_id)
 
 
-def route_stop(pool: Pool, daemon_id: str, command: StopCommand) -> int:
+def route_stop(store: Store, daemon_id: str, command: StopCommand) -> int:
     """Queue a stop for the workers on `daemon_id`; returns how many commands wait there. Raises `Conflict`
     when the job is no longer running that attempt (nothing is queued)."""
     if not routable(daemon_id):
         raise errors.InvalidArgument(f"cannot route a command to daemon {daemon_id!r}: not an identity")
     evidence = f"stop of attempt {command.attempt} routed to the workers on daemon {daemon_id}" + (
         ", then eviction" if command.evict else "")
-    return pool.store.push_command(command.job_id, command.attempt, daemon_id, command.encode(),
-                                   COMMAND_TTL_MS, evidence, command.actor)
+    return store.push_command(command.job_id, command.attempt, daemon_id, command.encode(),
+                              COMMAND_TTL_MS, evidence, command.actor)
 
 
-def take(pool: Pool, daemon_id: str, boot_id: str) -> list[StopCommand]:
+def take(store: Store, daemon_id: str, boot_id: str) -> list[StopCommand]:
     """The commands waiting for this daemon, taken by the holder of its inventory lead (NotOwner else)."""
     out = []
-    for text in pool.store.take_commands(daemon_id, boot_id, TAKE_PER_PERIOD):
+    for text in store.take_commands(daemon_id, boot_id, TAKE_PER_PERIOD):
         cmd = StopCommand.decode(text)
         if cmd is None:
             log.error("dropped a command routed to daemon %s that cannot be read: %r", daemon_id,
@@ -85,12 +86,12 @@ def take(pool: Pool, daemon_id: str, boot_id: str) -> list[StopCommand]:
     return out
 
 
-def execute(pool: Pool, stopper: Any, daemon_id: str, cmd: StopCommand, actor: str) -> str:
+def execute(store: Store, stopper: Any, daemon_id: str, cmd: StopCommand, actor: str) -> str:
     """Do one command on this daemon (`stopper`: a supervisor/stopper.py ContainerStopper attached to it) and
     record what was done in the job's events; returns the reason recorded."""
     try:
-        stopped = stopper.stop_by_label(pool.keys.pool, cmd.job_id, cmd.attempt,
-                                        pool.settings.stop_grace_secs)
+        stopped = stopper.stop_by_label(store.keys.pool, cmd.job_id, cmd.attempt,
+                                        store.settings.stop_grace_secs)
     except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped
         reason, evidence = "remote_stop_failed", f"daemon {daemon_id} could not stop it: {exc}"[:500]
     else:
@@ -98,14 +99,16 @@ def execute(pool: Pool, stopper: Any, daemon_id: str, cmd: StopCommand, actor: s
         evidence = (f"stopped {len(stopped)} running container(s) of attempt {cmd.attempt} by label on "
                     f"daemon {daemon_id}: {', '.join(c[:12] for c in stopped) or 'none running'}")
     try:
-        pool.store.command_done(cmd.job_id, reason, evidence, actor)
+        store.command_done(cmd.job_id, reason, evidence, actor)
     except errors.NotFound:
         return reason
     log.warning("job %s: %s", cmd.job_id, evidence)
     if cmd.evict and reason == "remote_stopped":
         try:
-            pool.evict(cmd.job_id, cmd.attempt, reason=cmd.reason or "evicted", evidence=evidence,
-                       actor=cmd.actor or actor, daemon_id=daemon_id)
+            done = store.evict(cmd.job_id, cmd.attempt, cmd.reason or "evicted", evidence, cmd.actor or actor,
+                               daemon_id)
         except (errors.Conflict, errors.InvalidState, errors.NotFound) as exc:
             log.info("job %s: not evicted after its stop: %s", cmd.job_id, exc)
+        else:
+            store.finish_promotion(done, actor)
     return reason

@@ -1,12 +1,13 @@
 """`/metrics` for Prometheus: served by `jobpool supervisor` when JOBPOOL_METRICS_PORT is set.
 
 Each scrape reads the pool afresh, in a bounded number of keys whatever the pool retains: the gauges come
-from `Pool.status()` (jobpool/status.py, the one report the CLI and a dashboard read too: counts are ZCARDs,
-the running rows are at most the slots), the counters and histograms from the `metrics` hash
-(jobpool/metrics.py), which the scripts and the supervisor keep in Redis. So every supervisor serves the same
-figures, and none are lost when one restarts; while a process lives, no counter it serves goes down, even
-when Redis loses writes (`metrics.ServedCounters`). Every metric carries the `pool` label. A scrape while
-Redis is away answers `jobpool_redis_reachable 0` and nothing it could not read.
+from the status report (jobpool/status.py `read_status`, what `Pool.status()` returns, the one report the CLI
+and a dashboard read too: counts are ZCARDs, the running rows are at most the slots), the counters and
+histograms from the `metrics` hash (jobpool/metrics.py), which the scripts and the supervisor keep in Redis.
+So every supervisor serves the same figures, and none are lost when one restarts; while a process lives, no
+counter it serves goes down, even when Redis loses writes (`metrics.ServedCounters`). Every metric carries
+the `pool` label. A scrape while Redis is away answers `jobpool_redis_reachable 0` and nothing it could not
+read.
 
 The server is uvicorn on an event loop of its own thread, its connections limited as the dashboard's are
 (jobpool/httplimits.py), so that no number of idle or slow clients costs the supervisor a thread or a
@@ -29,14 +30,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import errors
-from .api import Pool
 from .contract import JobState
 from .metrics import TERMINAL_STATES, Counters, Histogram, ServedCounters, read_counters
-from .store.redisurl import connect
+from .status import StatusReport, read_status
+from .store.calls import Store
 
 if TYPE_CHECKING:
     from .config import Settings
-    from .status import StatusReport
 
 log = logging.getLogger("jobpool.metrics")
 
@@ -123,23 +123,23 @@ class PoolCollector(Collector):
     The counters go through one `ServedCounters`, one scrape at a time (two scrapes applied out of order
     would look like a counter going back)."""
 
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
+    def __init__(self, store: Store) -> None:
+        self.store = store
         self.served = ServedCounters()
         self._lock = threading.Lock()
 
     def collect(self) -> Iterator[Metric]:
-        report = self.pool.status()
+        report = read_status(self.store)
         yield from gauges(report)
         if not report.reachable:
             return
         try:
             with self._lock:
-                c = self.served.update(read_counters(self.pool))
+                c = self.served.update(read_counters(self.store))
         except errors.JobpoolError as exc:  # Redis went away between the two reads: the next scrape asks
-            log.warning("metrics of pool %s: %s", self.pool.keys.pool, exc)
+            log.warning("metrics of pool %s: %s", self.store.keys.pool, exc)
             return
-        yield from counters(self.pool.keys.pool, c)
+        yield from counters(self.store.keys.pool, c)
 
 
 class _Read(Collector):
@@ -200,8 +200,8 @@ class MetricsServer:
         except OSError as exc:
             raise errors.ConfigError(f"JOBPOOL_METRICS_PORT: cannot serve metrics on {self.url}: "
                                      f"{exc.strerror or exc}") from None
-        self.pool = Pool(connect(settings.redis_url), settings, actor="metrics")
-        config = uvicorn.Config(metrics_app(PoolCollector(self.pool)), lifespan="off", log_config=None,
+        self.store = Store.from_settings(settings)
+        config = uvicorn.Config(metrics_app(PoolCollector(self.store)), lifespan="off", log_config=None,
                                 log_level="warning", access_log=False, server_header=False,
                                 timeout_graceful_shutdown=CLOSE_GRACE_SECS,
                                 **httplimits.uvicorn_options(MAX_CONNECTIONS))
@@ -218,7 +218,7 @@ class MetricsServer:
     def close(self) -> None:
         self._server.should_exit = True
         self._thread.join(CLOSE_GRACE_SECS + 3)
-        self.pool.close()
+        self.store.close()
 
 
 def metrics_url(settings: Settings) -> str:

@@ -23,17 +23,22 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .contract import JOB_DURATION_BUCKETS, SWEEP_DURATION_BUCKETS_MS, TERMINAL
-
-if TYPE_CHECKING:
-    from .api import Pool
 
 PROBE_RESULTS = ("present", "exited", "absent", "unknown")
 TERMINAL_STATES = tuple(sorted(s.value for s in TERMINAL))
 
 K = TypeVar("K", bound=Hashable)
+
+
+class CounterStore(Protocol):
+    """What reading and writing the counters needs of a pool's store (jobpool/store/calls.py `Store`)."""
+
+    def counters(self) -> dict[str, str]: ...
+
+    def record_sweep(self, last_sweep: str, increments: Mapping[str, int], sum_ms: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -138,9 +143,9 @@ def parse(fields: Mapping[str, str]) -> Counters:
                     sweep_duration=hist("sweep_duration", SWEEP_DURATION_BUCKETS_MS, 0.001))
 
 
-def read_counters(pool: Pool) -> Counters:
+def read_counters(store: CounterStore) -> Counters:
     """The pool's counters, in one read of one hash (a bounded number of fields, whatever the pool holds)."""
-    return parse(pool.store.counters())
+    return parse(store.counters())
 
 
 class ServedCounters:
@@ -210,8 +215,8 @@ def sweep_increments(duration_ms: float, probes: Mapping[str, int]) -> tuple[dic
     return incr, duration_ms
 
 
-def record_sweep(pool: Pool, last_sweep: str, duration_ms: float, probes: Mapping[str, int]) -> None:
+def record_sweep(store: CounterStore, last_sweep: str, duration_ms: float, probes: Mapping[str, int]) -> None:
     """The supervisor's write after a sweep: its last-sweep record and its counters, in one MULTI (so a
     sweep is counted exactly when it is recorded)."""
     incr, sum_ms = sweep_increments(duration_ms, probes)
-    pool.store.record_sweep(last_sweep, incr, sum_ms)
+    store.record_sweep(last_sweep, incr, sum_ms)

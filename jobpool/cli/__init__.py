@@ -1,4 +1,5 @@
-"""`jobpool`: the admin CLI, one click group over `Pool` (and, lazily, the worker, supervisor and `up`).
+"""`jobpool`: the admin CLI, one click group over a pool's public operations (jobpool/operations.py) and,
+lazily, the worker, supervisor and `up`.
 
 Every command validates its input before it connects, so a refused command writes nothing. Errors are one
 line on stderr: exit 2 for bad input (flags, arguments, a bad ``JOBPOOL_*`` value, a refused job spec),

@@ -18,6 +18,7 @@ import redis
 from .. import errors
 from ..api import Pool
 from ..config import Settings
+from ..operations import PoolOperations
 from ..store.runner import wrap_redis_error
 
 #: Bad input: refused before anything was written, so a usage error (exit 2), not a failure (exit 1).
@@ -54,7 +55,7 @@ class CliState:
     pool_name: str | None = None
     as_json: bool = False
     _settings: Settings | None = field(default=None, repr=False)
-    _pool: Pool | None = field(default=None, repr=False)
+    _pool: PoolOperations | None = field(default=None, repr=False)
 
     def merge(self, redis_url: str | None, pool_name: str | None, as_json: bool) -> None:
         self.redis_url = redis_url or self.redis_url
@@ -67,12 +68,14 @@ class CliState:
             self._settings = Settings.from_env(redis_url=self.redis_url, pool=self.pool_name)
         return self._settings
 
-    def pool(self) -> Pool:
-        """The pool (no round trip yet: redis-py connects on first use); closed when the CLI exits."""
+    def pool(self) -> PoolOperations:
+        """The pool (no round trip yet: redis-py connects on first use); closed when the CLI exits. The one
+        place the CLI makes a `Pool`: the commands call it through `PoolOperations`."""
         if self._pool is None:
-            self._pool = Pool.from_settings(self.settings())
-            self._pool.actor = "cli"
-            click.get_current_context().find_root().call_on_close(self._pool.close)
+            pool = Pool.from_settings(self.settings())
+            pool.actor = "cli"
+            click.get_current_context().find_root().call_on_close(pool.close)
+            self._pool = pool
         return self._pool
 
     def emit(self, doc: Any, human: Callable[[], str | None]) -> None:

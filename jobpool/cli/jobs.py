@@ -7,10 +7,10 @@ from typing import Any, BinaryIO
 
 import click
 
-from ..api import Pool
 from ..cancel import stop_if_orphaned
 from ..contract import ENV_CHECKPOINT_DIR
 from ..models import Job, JobState
+from ..operations import PoolOperations
 from ..spec import ENV_NAME, build_spec
 from ..status import ago
 from .app import CliState, pool_command
@@ -148,7 +148,7 @@ def logs(state: CliState, job_id: str) -> None:
 
 # ---- control -----------------------------------------------------------------------------------------
 
-def _job_outcome(pool: Pool, job: Job, verb: str, done_state: JobState, requested: bool) -> str:
+def _job_outcome(pool: PoolOperations, job: Job, verb: str, done_state: JobState, requested: bool) -> str:
     if job.state is done_state:
         return f"{done_state.value} {job.id}"
     if requested:
@@ -159,11 +159,11 @@ def _job_outcome(pool: Pool, job: Job, verb: str, done_state: JobState, requeste
     return f"{job.id} is {job.state.value}"
 
 
-def _stop_orphan(pool: Pool, job: Job) -> dict[str, Any] | None:
+def _stop_orphan(pool: PoolOperations, job: Job) -> dict[str, Any] | None:
     """What was done to the container of a cancelled job whose worker is gone (jobpool/cancel.py); None when
     there was nothing to do."""
     try:
-        done = stop_if_orphaned(pool, job)
+        done = stop_if_orphaned(pool.store, job)
     except ImportError as exc:
         return {"action": "unavailable", "containers": [],
                 "detail": f"the supervisor is not in this build ({exc})"}
@@ -196,7 +196,7 @@ def cancel(state: CliState, job_id: str, reason: str) -> None:
             click.echo(line, err=line.startswith("warning"))
 
 
-def _queue_doc(pool: Pool) -> dict[str, Any]:
+def _queue_doc(pool: PoolOperations) -> dict[str, Any]:
     stats = pool.stats()
     return {k: stats[k] for k in ("pool", "queue_paused", "paused_by", "paused_reason", "paused_since")}
 

@@ -81,7 +81,7 @@ def events(state: CliState, follow: bool, job_id: str | None, count: int) -> Non
 def reconcile(state: CliState, evict_stale: bool, dry_run: bool) -> None:
     """Reconcile running rows against ground truth once (the operator's sweep)."""
     run = load("jobpool.supervisor", "reconcile", "reconcile")
-    report = run(state.pool(), evict_stale=evict_stale, dry_run=dry_run)
+    report = run(state.pool().store, evict_stale=evict_stale, dry_run=dry_run)
     doc = report.to_dict()
     state.emit(doc, lambda: report.line() + ("\n" + decisions_table(doc["decisions"])
                                                if doc["decisions"] else ""))

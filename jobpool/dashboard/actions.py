@@ -1,5 +1,5 @@
 """The dashboard's actions: pause/resume/cancel a job, pause/resume the queue, set slots, and the
-operator's `reconcile --evict-stale`, each the same `Pool` call the CLI makes (jobpool/cli/).
+operator's `reconcile --evict-stale`, each the same call the CLI makes (jobpool/cli/).
 
 Each is a POST that passes `Auth.check_action` (actions on, from the dashboard's own origin, a live session,
 its CSRF token) and acts as `dashboard:<client address>`, so every event it writes names the dashboard. The
@@ -20,11 +20,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from .. import errors
-from ..api import Pool
 from ..cancel import stop_if_orphaned
 from ..contract import MAX_SLOTS
 from ..digits import parse_whole
 from ..models import Job, JobState
+from ..operations import PoolOperations
 from . import auth
 
 
@@ -32,7 +32,7 @@ class Dashboard(Protocol):
     """What the actions need of the dashboard they belong to (jobpool/dashboard/app.py `Dashboard`): its pool,
     its sessions, and its pages to answer with."""
 
-    pool: Pool
+    pool: PoolOperations
     auth: auth.Auth
 
     def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse: ...
@@ -71,10 +71,10 @@ def _job_line(job: Job, verb: str, done: JobState, requested: bool) -> str:
     return f"{job.id} is {job.state.value}"
 
 
-def _cancel(pool: Pool, job_id: str, reason: str) -> str:
+def _cancel(pool: PoolOperations, job_id: str, reason: str) -> str:
     job = pool.cancel(job_id, reason=reason)
     line = _job_line(job, "cancel", JobState.CANCELLED, job.cancel_requested)
-    stop = stop_if_orphaned(pool, job)  # its worker gone: stopped by label, as `jobpool cancel` does
+    stop = stop_if_orphaned(pool.store, job)  # its worker gone: stopped by label, as `jobpool cancel` does
     if stop is not None:
         line += f"; its worker is gone: {stop.action}" + (f" ({stop.detail})" if stop.detail else "")
     return line
@@ -84,48 +84,48 @@ def _job_id(request: Request) -> str:
     return str(request.path_params["job_id"])
 
 
-def _pause(pool: Pool, request: Request, form: FormData) -> str:
+def _pause(pool: PoolOperations, request: Request, form: FormData) -> str:
     job = pool.pause(_job_id(request), reason=_text(form, "reason"))
     assert job is not None
     return _job_line(job, "pause", JobState.PAUSED, job.pause_requested)
 
 
-def _resume(pool: Pool, request: Request, form: FormData) -> str:
+def _resume(pool: PoolOperations, request: Request, form: FormData) -> str:
     job = pool.resume(_job_id(request))
     assert job is not None
     return f"resumed {job.id} ({job.state.value})"
 
 
-def _cancel_job(pool: Pool, request: Request, form: FormData) -> str:
+def _cancel_job(pool: PoolOperations, request: Request, form: FormData) -> str:
     return _cancel(pool, _job_id(request), _text(form, "reason"))
 
 
-def _pause_queue(pool: Pool, request: Request, form: FormData) -> str:
+def _pause_queue(pool: PoolOperations, request: Request, form: FormData) -> str:
     pool.pause(None, reason=_text(form, "reason"))
     return "promotion paused: queued jobs will not start until it is resumed"
 
 
-def _resume_queue(pool: Pool, request: Request, form: FormData) -> str:
+def _resume_queue(pool: PoolOperations, request: Request, form: FormData) -> str:
     pool.resume(None)
     return "promotion resumed"
 
 
-def _slots(pool: Pool, request: Request, form: FormData) -> str:
+def _slots(pool: PoolOperations, request: Request, form: FormData) -> str:
     old = pool.set_slots(parse_whole("slots", _text(form, "slots").strip(), 0, MAX_SLOTS))
     used, mx = pool.slots()
     return f"slots {used}/{mx} (was {old})"
 
 
-def _reconcile(pool: Pool, request: Request, form: FormData) -> str:
+def _reconcile(pool: PoolOperations, request: Request, form: FormData) -> str:
     """The operator's sweep with --evict-stale, as `jobpool reconcile --evict-stale` runs it."""
     run = importlib.import_module("jobpool.supervisor").reconcile
-    report = run(pool, evict_stale=True, actor=pool.actor)
+    report = run(pool.store, evict_stale=True, actor=pool.actor)
     line: str = report.line()
     return line
 
 
 #: path -> what it does; each a POST under /actions.
-ACTIONS: dict[str, Callable[[Pool, Request, FormData], str]] = {
+ACTIONS: dict[str, Callable[[PoolOperations, Request, FormData], str]] = {
     "/actions/jobs/{job_id}/pause": _pause,
     "/actions/jobs/{job_id}/resume": _resume,
     "/actions/jobs/{job_id}/cancel": _cancel_job,
@@ -143,7 +143,7 @@ class Actions:
     def __init__(self, d: Dashboard) -> None:
         self.d = d
 
-    def endpoint(self, do: Callable[[Pool, Request, FormData], str]) -> Callable[[Request], object]:
+    def endpoint(self, do: Callable[[PoolOperations, Request, FormData], str]) -> Callable[[Request], object]:
         """The POST endpoint that checks the request (`Auth.check_action`), then does `do` as this client."""
         d = self.d
 

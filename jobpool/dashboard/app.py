@@ -23,9 +23,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import errors
-from ..api import Pool
 from ..browse import MAX_OFFSET
 from ..digits import parse_whole
+from ..operations import PoolOperations
 from . import actions, auth, views
 
 log = logging.getLogger("jobpool.dashboard")
@@ -77,7 +77,7 @@ class SecurityHeaders:
 class Dashboard:
     """The pool the pages read and the actions act on, and the templates they are rendered with."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: PoolOperations) -> None:
         self.pool = pool
         self.settings = pool.settings
         self.env = templates()
@@ -89,7 +89,7 @@ class Dashboard:
         """A page (or a fragment, for a name starting with '_'), with what every page needs."""
         session = self.auth.session(request)  # read only: a page never sets the session's cookie
         page = not name.startswith("_")
-        common = {"pool_name": self.pool.keys.pool, "path": request.url.path, "refresh_ms": REFRESH_MS,
+        common = {"pool_name": self.pool.store.keys.pool, "path": request.url.path, "refresh_ms": REFRESH_MS,
                   "actions": self.auth.enabled(), "logged_in": session is not None, "flash": None}
         if session is not None and page:
             common["csrf"] = session.csrf
@@ -180,7 +180,7 @@ class Dashboard:
         return call
 
 
-def create_app(pool: Pool, allowed_hosts: list[str] | None = None) -> Starlette:
+def create_app(pool: PoolOperations, allowed_hosts: list[str] | None = None) -> Starlette:
     """The dashboard of `pool`: its pages, fragments, JSON API and (with a token set) actions. With
     `allowed_hosts`, a request naming another Host is refused (400): a page of another site that resolves
     its own name to 127.0.0.1 (DNS rebinding) cannot read a dashboard served on loopback."""

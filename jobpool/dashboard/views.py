@@ -1,6 +1,7 @@
-"""What each dashboard page shows, read through `Pool`'s public API only (no Redis reads of its own): the
-status report (`Pool.status`, the one source the CLI and the metrics read too), pages of jobs
-(`Pool.page`), one job (`Pool.get`, `Pool.events`, `Pool.logs`) and the events feed (`Pool.tail_events`).
+"""What each dashboard page shows, read through the pool's public API only (jobpool/operations.py; no Redis
+reads of its own): the status report (`Pool.status`, the one source the CLI and the metrics read too), pages
+of jobs (`Pool.page`), one job (`Pool.get`, `Pool.events`, `Pool.logs`) and the events feed
+(`Pool.tail_events`).
 
 A job's env values never leave this module: a job is shown from `Job.to_dict()`, which keeps the names and
 redacts the values (jobpool/models.py).
@@ -12,8 +13,8 @@ import shlex
 import time
 from typing import Any
 
-from ..api import Pool
 from ..models import Job, JobState
+from ..operations import PoolOperations
 from ..status import ago
 
 #: Jobs on one page of the jobs list; running jobs shown on the overview.
@@ -61,7 +62,7 @@ def job_row(job: Job, now_ms: int) -> dict[str, Any]:
             "note": ", ".join(notes), "since": ago(since, now_ms), "created": ago(job.created_at, now_ms)}
 
 
-def overview(pool: Pool) -> dict[str, Any]:
+def overview(pool: PoolOperations) -> dict[str, Any]:
     report = pool.status()
     ctx: dict[str, Any] = {"report": report, "summary": report.to_dict(), "running": [], "now": report.now_ms}
     if report.reachable and report.now_ms is not None:
@@ -69,14 +70,14 @@ def overview(pool: Pool) -> dict[str, Any]:
     return ctx
 
 
-def jobs_page(pool: Pool, state: str, offset: int) -> dict[str, Any]:
+def jobs_page(pool: PoolOperations, state: str, offset: int) -> dict[str, Any]:
     page = pool.page(state, offset, PAGE_SIZE)
     now = pool.now_ms()
     return {"page": page, "jobs": [job_row(j, now) for j in page.jobs], "state": page.state.value,
             "counts": pool.stats()["counts"], "states": STATES, "page_size": PAGE_SIZE}
 
 
-def job_detail(pool: Pool, job_id: str) -> dict[str, Any]:
+def job_detail(pool: PoolOperations, job_id: str) -> dict[str, Any]:
     job = pool.get(job_id)  # NotFound for an unknown id: the caller's 404
     now = pool.now_ms()
     history, _ = pool.tail_events(job_id, JOB_EVENTS)
@@ -89,7 +90,7 @@ def job_detail(pool: Pool, job_id: str) -> dict[str, Any]:
             "can_resume": job.state is JobState.PAUSED, "can_cancel": not job.state.terminal}
 
 
-def events_feed(pool: Pool) -> dict[str, Any]:
+def events_feed(pool: PoolOperations) -> dict[str, Any]:
     entries, _ = pool.tail_events(None, FEED_EVENTS)
     entries.reverse()  # newest first
     return {"events": entries}

@@ -15,17 +15,22 @@ script (scripts/publish_inventory.lua): it is evidently not gone, and its attemp
 inventory again (unknown while that is stale, never absent on the old word). `unforget_daemon` withdraws a
 declaration by hand. Either way a `status` report names the daemon for a week (`StatusReport.daemons`): what
 was run elsewhere meanwhile may have run twice, so declare only what is truly gone.
+
+The public functions take a pool (`Pool`, or anything with its `store`: `store.calls.HasStore`); the sweep
+reads the declarations from its store (`declared`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..api import Pool
 from .daemonid import IDENTITY, NOTE_MAX_CHARS
 from .inventory import FORGET_MS
+
+if TYPE_CHECKING:
+    from ..store.calls import HasStore, Store
 
 #: A daemon's recorded running rows are read in batches of this many ids (`running` is bounded by the slots).
 _ROWS_BATCH = 500
@@ -33,19 +38,20 @@ _ROWS_BATCH = 500
 _ROWS_PASSED = 100
 
 
-def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str = "") -> int:
+def forget_daemon(pool: HasStore, daemon_id: str, actor: str = "operator", note: str = "") -> int:
     """Declare `daemon_id` (an identity, as `jobpool show JOB` prints a job's `daemon_id`) gone for good;
     returns when it was recorded (ms, Redis's clock). Raises `InvalidArgument` for anything but the identity
     of a daemon that published an inventory within the last week or that a running job is recorded on, and
     `Conflict` while one of its workers holds its inventory lead or its inventory is fresh. Writes nothing on
     either."""
     _check(daemon_id, actor, note)
-    stale_ms = int(pool.settings.inventory_stale_secs * 1000)
-    rows = recorded_on(pool, daemon_id)[:_ROWS_PASSED]
+    store = pool.store
+    stale_ms = int(store.settings.inventory_stale_secs * 1000)
+    rows = recorded_on(store, daemon_id)[:_ROWS_PASSED]
     try:
-        at = pool.store.forget_daemon(daemon_id, stale_ms, actor, note, rows)
+        at = store.forget_daemon(daemon_id, stale_ms, actor, note, rows)
     except errors.Conflict:
-        stale = pool.settings.inventory_stale_secs
+        stale = store.settings.inventory_stale_secs
         raise errors.Conflict(f"daemon {daemon_id} is not gone: a worker on it publishes its inventory (it "
                               "holds the daemon's inventory lead, or published within "
                               f"{stale:g}s, JOBPOOL_INVENTORY_STALE_SECS)") from None
@@ -56,7 +62,7 @@ def forget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str
     return at
 
 
-def unforget_daemon(pool: Pool, daemon_id: str, actor: str = "operator", note: str = "") -> int:
+def unforget_daemon(pool: HasStore, daemon_id: str, actor: str = "operator", note: str = "") -> int:
     """Withdraw the declaration that `daemon_id` is gone for good (scripts/unforget_daemon.lua); returns when
     (ms, Redis's clock). Its attempts are judged from its own inventory again; what was judged absent on the
     declaration meanwhile stays as it was. Raises `InvalidArgument` for anything but a daemon declared gone,
@@ -78,23 +84,28 @@ def _check(daemon_id: Any, actor: Any, note: Any) -> None:
             raise errors.InvalidArgument(f"{name} must be text of at most {NOTE_MAX_CHARS} characters")
 
 
-def recorded_on(pool: Pool, daemon_id: str) -> list[str]:
+def recorded_on(store: Store, daemon_id: str) -> list[str]:
     """The running jobs whose rows record `daemon_id`, or wait promoted for it (a checkpoint affinity to it)
     (O(slots): `running` holds at most the slot limit)."""
-    running = pool.store.running_ids()
+    running = store.running_ids()
     found: list[str] = []
     for start in range(0, len(running), _ROWS_BATCH):
         batch = running[start:start + _ROWS_BATCH]
-        daemons = pool.store.daemons_of(batch)
+        daemons = store.daemons_of(batch)
         found += [job_id for job_id, d in zip(batch, daemons, strict=True)
                   if isinstance(d, list) and daemon_id in d]
     return found
 
 
-def gone_daemons(pool: Pool) -> dict[str, dict[str, Any]]:
+def gone_daemons(pool: HasStore) -> dict[str, dict[str, Any]]:
     """The daemons declared gone: identity -> {at, actor, note} (an unreadable entry reads as {})."""
+    return declared(pool.store)
+
+
+def declared(store: Store) -> dict[str, dict[str, Any]]:
+    """`gone_daemons`, read from a pool's store."""
     out: dict[str, dict[str, Any]] = {}
-    for daemon, text in pool.store.gone_daemon_records().items():
+    for daemon, text in store.gone_daemon_records().items():
         try:
             doc = json.loads(text)
         except ValueError:

@@ -25,6 +25,7 @@ from .eventreads import EventReads
 from .fleetreads import FleetReads
 from .luatext import shape
 from .orderreads import OrderReads
+from .redisurl import connect
 from .replies import (
     Adopted,
     Cancelled,
@@ -382,3 +383,12 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         reply = self.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in process_ids)],
                          [daemon_id, actor, note])
         return CollisionCleared(at=int(reply[1]), cleared=int(reply[2]))
+
+    # ---- made by a process ------------------------------------------------------------------------------
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Store:
+        """The store of `settings.pool` on a new client of `settings.redis_url` (redisurl.connect: no round
+        trip yet), for a process that works on a pool below the public API (a supervisor, a worker, the
+        metrics server)."""
+        return cls(connect(settings.redis_url), settings)

@@ -1,5 +1,6 @@
-"""`Reads`: what is read from a pool's Redis outside the scripts, on the store's client: the counts, the
-limit and the clock every reader shares. `store.calls.Store` is these plus the scripts.
+"""`Reads`: what is read from a pool's Redis outside the scripts, on the store's client: a job's row, the
+counts, the limit, the clock and whether a worker boot lives, which every reader shares (`Pool`, the
+supervisor, the workers). `store.calls.Store` is these plus the scripts.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from typing import Any
 
 import redis
 
+from .. import errors
 from ..config import Settings
 from ..contract import JobState
 from ..digits import ascii_whole
+from ..models import Job
 from .keys import PoolKeys
 from .redispolicy import PolicyCheck, check_at_start
 from .runner import call_redis
@@ -36,6 +39,17 @@ class Reads:
     def row(self, job_id: str) -> dict[str, str]:
         """A job's row as stored ({} for none; `CorruptRow` when its key is not a hash)."""
         return dict(call_redis(self.client.hgetall, self.keys.job(job_id)))
+
+    def job(self, job_id: str, coalesced: bool = False) -> Job:
+        """A job's row read back as a `Job` (`coalesced`: what an enqueue that found it says); `NotFound` for
+        none, `CorruptRow` when it holds something that cannot be read."""
+        try:
+            row = self.row(job_id)
+        except errors.CorruptRow as exc:
+            raise errors.CorruptRow(f"job {job_id}: its row is not a hash ({exc})", job_id) from None
+        if not row:
+            raise errors.NotFound(errors.no_job(job_id))
+        return Job.from_row(row, coalesced=coalesced, job_id=job_id)
 
     def rows(self, ids: Sequence[str]) -> list[Any]:
         """Each job's row as stored ({} for none), or the error its read met, in one round trip."""
@@ -93,6 +107,11 @@ class Reads:
     def boot_exists(self, boot_id: str) -> bool:
         """Whether a worker boot's record is there (its process heartbeats it; a crash lets it expire)."""
         return bool(call_redis(self.client.exists, self.keys.boot(boot_id)))
+
+    def boot_is_live(self, boot_id: str) -> bool:
+        """Whether a worker boot's record is still there: its process heartbeats it, a crash lets it expire
+        (workers/boot.py). False for an empty id (a row no worker has claimed)."""
+        return bool(boot_id) and self.boot_exists(boot_id)
 
     def now_ms(self) -> int:
         """Now on the Redis server's clock: the clock every time in a row, an event or a record is on."""

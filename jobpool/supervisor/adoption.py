@@ -20,9 +20,9 @@ from rq.exceptions import DuplicateJobError
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
-from ..api import Pool
 from ..contract import ADOPT_RQ_PREFIX
 from ..fleet.daemonid import is_identity
+from ..store.calls import Store
 from ..store.keys import worker_name
 from ..store.runner import wrap_redis_error
 from ..store.sweepio import run_pipeline
@@ -49,8 +49,8 @@ def adopt_rq_job_id(job_id: str, attempt: int) -> str:
 class Adoptions:
     """The adoption requests of one pool. Holds the RQ connection (opened on first use)."""
 
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
+    def __init__(self, store: Store) -> None:
+        self.store = store
         self._rq_client: redis.Redis | None = None
 
     def close(self) -> None:
@@ -61,7 +61,7 @@ class Adoptions:
     def rq_client(self) -> redis.Redis:
         """RQ needs a client that does not decode replies; built the way RQ rebuilds connections."""
         if self._rq_client is None:
-            self._rq_client = self.pool.store.rq_client()
+            self._rq_client = self.store.rq_client()
         return self._rq_client
 
     def pending(self, rows: Sequence[RowSnapshot]) -> set[str]:
@@ -72,7 +72,7 @@ class Adoptions:
         conn = self.rq_client()
         pipe = conn.pipeline(transaction=False)
         for row in rows:
-            pipe.get(self.pool.keys.adoption(row.id))
+            pipe.get(self.store.keys.adoption(row.id))
         requests = {row.id: r.decode() for row, r in zip(rows, run_pipeline(pipe), strict=True) if r}
         if not requests:
             return set()
@@ -91,11 +91,11 @@ class Adoptions:
         key outlives a SIGKILLed worker by its worker_ttl (minutes); the boot record by one lease."""
         if not names:
             return set()
-        by_name = {worker_name(self.pool.keys.pool, b): b for b in self.pool.store.fleet_boots()}
+        by_name = {worker_name(self.store.keys.pool, b): b for b in self.store.fleet_boots()}
         mine = {n: by_name[n] for n in names if n in by_name}
         if not mine:
             return set()
-        alive = self.pool.store.boots_alive(list(mine.values()))
+        alive = self.store.boots_alive(list(mine.values()))
         return {n for n, live in zip(mine, alive, strict=True) if live}
 
     def queue_for(self, row: RowSnapshot) -> str:
@@ -103,8 +103,8 @@ class Adoptions:
         (`PoolKeys.daemon_queue_name`), so no worker on another daemon ever takes it; the pool's queue for a
         row with no daemon identity (recorded before identities), which any worker takes and all refuse."""
         if is_identity(row.daemon_id):
-            return self.pool.keys.daemon_queue_name(row.daemon_id)
-        return self.pool.keys.rq_queue_name
+            return self.store.keys.daemon_queue_name(row.daemon_id)
+        return self.store.keys.rq_queue_name
 
     def request(self, row: RowSnapshot) -> str:
         """Ask a live worker to re-attach to this orphan's running container, unless a request is pending.
@@ -117,7 +117,7 @@ class Adoptions:
             return "adoption pending"
         rq_id = adopt_rq_job_id(row.id, row.attempt)
         conn = self.rq_client()
-        pointer = self.pool.keys.adoption(row.id)
+        pointer = self.store.keys.adoption(row.id)
         try:
             with conn.pipeline() as pipe:
                 pipe.watch(pointer)

@@ -13,8 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from .. import daemoncommands, errors
-from ..api import Pool
-from ..store.calls import InventoryFence
+from ..store.calls import InventoryFence, Store
 from . import remote
 from .adoption import Adoptions
 from .daemon import DaemonClient
@@ -28,9 +27,9 @@ log = logging.getLogger("jobpool.supervisor")
 class Applier:
     """Applies the verdicts of one pool's sweeps in the name of `actor` (recorded in each event)."""
 
-    def __init__(self, pool: Pool, daemon: DaemonClient, adoptions: Adoptions, actor: str) -> None:
-        self.pool = pool
-        self.settings = pool.settings
+    def __init__(self, store: Store, daemon: DaemonClient, adoptions: Adoptions, actor: str) -> None:
+        self.store = store
+        self.settings = store.settings
         self.daemon = daemon
         self.stopper = ContainerStopper(daemon)
         self.adoptions = adoptions
@@ -82,9 +81,9 @@ class Applier:
             fence = InventoryFence(inventory[0], inventory[1], remote.max_age_ms(
                 probe, row.daemon_id, self.settings.inventory_stale_secs, self.settings.lease_secs))
         # A redispatch promotes nothing: it takes the list its row routes it to instead.
-        route = (row.affinity_queue or self.pool.keys.rq_queue) if verdict.kind is Kind.REDISPATCH else None
+        route = (row.affinity_queue or self.store.keys.rq_queue) if verdict.kind is Kind.REDISPATCH else None
         try:
-            done = self.pool.store.reconcile_apply(
+            done = self.store.reconcile_apply(
                 row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
                 verdict.exit_code, self.settings.recovery_budget, verdict.evidence, self.actor, route=route,
                 fence=fence)
@@ -105,7 +104,7 @@ class Applier:
     def drop_ghost(self, job_id: str, verdict: Verdict) -> str:
         """Free the slot of a running id with no readable row (`drop_ghost.lua`); returns the outcome."""
         try:
-            done = self.pool.store.drop_ghost(job_id, verdict.evidence, self.actor)
+            done = self.store.drop_ghost(job_id, verdict.evidence, self.actor)
         except errors.Conflict:
             return "conflict"
         except errors.RedisUnavailable:
@@ -138,7 +137,7 @@ class Applier:
                 ok, why = False, self.daemon.failed(exc)
             if not ok and self.settings.inventory_secs and daemoncommands.routable(row.daemon_id):
                 # Stopped, then failed, by a worker on its own daemon (jobpool/daemoncommands.py).
-                daemoncommands.route_stop(self.pool, row.daemon_id, daemoncommands.StopCommand(
+                daemoncommands.route_stop(self.store, row.daemon_id, daemoncommands.StopCommand(
                     row.id, row.attempt, evict=True, reason=verdict.reason, evidence=verdict.evidence,
                     actor=self.actor))
                 log.warning("job %s: eviction routed to the workers on daemon %s (%s)", row.id, row.daemon_id,
@@ -150,7 +149,7 @@ class Applier:
                 log.error("job %s: not evicted: its container cannot be stopped from here: %s", row.id, why)
                 return f"error: not evicted: {why}"
             try:
-                stopped = self.stopper.stop_by_label(self.pool.keys.pool, row.id, row.attempt,
+                stopped = self.stopper.stop_by_label(self.store.keys.pool, row.id, row.attempt,
                                                     self.settings.stop_grace_secs)
             except Exception as exc:  # noqa: BLE001 - not stopped means not evicted: the slot stays
                 log.error("job %s: not evicted: its container could not be stopped: %s", row.id, exc)
@@ -158,10 +157,10 @@ class Applier:
             log.warning("job %s: stopped %d container(s) by label to evict it: %s", row.id, len(stopped),
                         ", ".join(c[:12] for c in stopped) or "none running")
         try:
-            job = self.pool.evict(row.id, row.attempt, reason=verdict.reason, evidence=verdict.evidence,
-                                  actor=self.actor)
+            done = self.store.evict(row.id, row.attempt, verdict.reason, verdict.evidence, self.actor)
         except errors.Conflict:
             return "conflict"
         except errors.InvalidState as exc:
             return f"ended meanwhile as {exc.state}"
-        return job.state.value
+        self.store.finish_promotion(done, self.actor)
+        return done.state

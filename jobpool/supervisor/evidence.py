@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 from rq.registry import StartedJobRegistry
 
-from ..api import Pool
 from ..contract import RQ_QUEUE_PREFIX
 from ..fleet.daemonid import is_identity
 from ..redistrust import RedisTrust
+from ..store.calls import Store
 from . import remote
 from .probes import ContainerProber, Probe, Unknown, probe_process
 from .verdicts import EXECUTOR_SUBPROCESS, DispatchFacts, ProbeKind, RowSnapshot, is_stale, probe_needed
@@ -51,12 +51,12 @@ class Evidence:
     """Reads the evidence of one pool. Keeps what is learnt between sweeps: whether the server has SORT_RO,
     and when this reader last lost and found Redis again."""
 
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
-        self.settings = pool.settings
-        self._started_key = StartedJobRegistry.key_template.format(pool.keys.rq_queue_name)
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.settings = store.settings
+        self._started_key = StartedJobRegistry.key_template.format(store.keys.rq_queue_name)
         #: When this reader last lost and found Redis again, and which server answers (jobpool/redistrust.py).
-        self.trust = RedisTrust(pool.client, self.settings.lease_secs)
+        self.trust = RedisTrust(store.client, self.settings.lease_secs)
         #: Unclaimed (id, attempt)s RQ holds as taken (intermediate list, started registry): since when this
         #: supervisor has seen them so. A delivery stuck there (its worker died, or Redis rolled back under
         #: it) is only cleared by RQ's maintenance, minutes later; past the claim grace the sweep dispatches
@@ -70,7 +70,7 @@ class Evidence:
         Two passes keep a healthy pool cheap: every row's owner, attempt and times with its lease first, then
         the whole row only where a decision needs more (lease gone, never claimed, or an eviction to do).
         """
-        store = self.pool.store
+        store = self.store
         now_ms, found = store.running_brief(_BRIEF, job_ids is None)
         if job_ids is not None:
             found = store.brief_of(list(job_ids), _BRIEF)
@@ -128,7 +128,7 @@ class Evidence:
             out[job_id] = Unknown(f"daemon {daemon} may not be one daemon: {doubts[daemon]}")
         elsewhere, problem = self._elsewhere(daemons, prober)
         if elsewhere:  # on a daemon this supervisor cannot ask: judged from that daemon's inventory
-            invs = remote.read(self.pool, (daemons[j] for j in elsewhere), snap.now_ms)
+            invs = remote.read(self.store, (daemons[j] for j in elsewhere), snap.now_ms)
             judged = remote.judge_all({j: (containers.pop(j), daemons.pop(j)) for j in elsewhere}, invs,
                                       self.settings.inventory_stale_secs, self.settings.lease_secs)
             out.update({j: Unknown(f"{problem}; and its daemon's inventory: {p.reason}")
@@ -136,7 +136,7 @@ class Evidence:
         wanted: dict[str, int | None] = {**containers}
         if self.settings.executor != EXECUTOR_SUBPROCESS:  # a ghost is probed by label, any attempt
             wanted.update({job_id: None for job_id in snap.ghosts if not snap.ghost_leases.get(job_id)})
-        out.update(prober.probe(self.pool.keys.pool, wanted, daemons))
+        out.update(prober.probe(self.store.keys.pool, wanted, daemons))
         return out
 
     def _elsewhere(self, daemons: Mapping[str, str], prober: ContainerProber) -> tuple[list[str], str]:
@@ -173,7 +173,7 @@ class Evidence:
         one bad row must not stop the sweep of the others."""
         out: dict[str, dict[str, str | None]] = {}
         ghosts: dict[str, str] = {}
-        for job_id, values in self.pool.store.row_fields(ids, RowSnapshot.FIELDS):
+        for job_id, values in self.store.row_fields(ids, RowSnapshot.FIELDS):
             if isinstance(values, Exception):
                 if str(values).startswith("WRONGTYPE"):
                     ghosts[job_id] = "its row key is not a hash"
@@ -192,7 +192,7 @@ class Evidence:
     def _boot_facts(self, rows: Sequence[Mapping[str, str | None]]) -> dict[str, dict[str, str | None]]:
         owners = sorted({str(r["owner_boot"]) for r in rows})
         return {boot: {"executor": v[0], "daemon_id": v[1]}
-                for boot, v in self.pool.store.boot_fields(owners, ["executor", "daemon_id"]).items()}
+                for boot, v in self.store.boot_fields(owners, ["executor", "daemon_id"]).items()}
 
     def _dispatch_facts(self, routes: Mapping[str, tuple[str, int]], now_ms: int) -> dict[str, DispatchFacts]:
         """Whether RQ still holds each unclaimed id (`routes`: id -> the RQ list its row was pushed on, ''
@@ -204,11 +204,11 @@ class Evidence:
         id, every sweep would dispatch it again before any worker could claim it."""
         if not routes:
             return {}
-        k = self.pool.keys
+        k = self.store.keys
         queue_of = {job_id: q or k.rq_queue for job_id, (q, _) in routes.items()}
         started_keys = sorted({self._started_key, *(StartedJobRegistry.key_template.format(
             q[len(RQ_QUEUE_PREFIX):]) for q in queue_of.values() if q != k.rq_queue)})
-        held, registries = self.pool.store.rq_holds(queue_of, started_keys)
+        held, registries = self.store.rq_holds(queue_of, started_keys)
         live = {str(entry).split(":", 1)[0] for started in registries for entry, expires in started
                 if expires * 1000 >= now_ms}
         facts = {}

@@ -10,11 +10,10 @@ import uuid
 from typing import Any
 
 from .. import errors, exporter
-from ..api import Pool
 from ..config import Settings
 from ..fleet import daemonmark
+from ..store.calls import Store
 from ..store.redispolicy import EvictingRedis
-from ..store.redisurl import connect
 from .probes import ContainerProber
 from .report import SweepReport
 from .sweep import Supervisor, actor_name
@@ -22,9 +21,9 @@ from .sweep import Supervisor, actor_name
 log = logging.getLogger("jobpool.supervisor")
 
 
-def sweep_once(pool: Pool, prober: ContainerProber | None = None) -> SweepReport:
-    """One unattended sweep of `pool`: reconcile, then promote. Never frees a live job's slot."""
-    sup = Supervisor(pool, prober)
+def sweep_once(store: Store, prober: ContainerProber | None = None) -> SweepReport:
+    """One unattended sweep of the pool of `store`: reconcile, then promote. Never frees a live job's slot."""
+    sup = Supervisor(store, prober)
     try:
         return sup.sweep()
     finally:
@@ -32,12 +31,12 @@ def sweep_once(pool: Pool, prober: ContainerProber | None = None) -> SweepReport
             sup.close()
 
 
-def reconcile(pool: Pool, evict_stale: bool = False, dry_run: bool = False,
+def reconcile(store: Store, evict_stale: bool = False, dry_run: bool = False,
               prober: ContainerProber | None = None, actor: str | None = None) -> SweepReport:
     """The operator's sweep. `dry_run`: decide and report, change nothing. `evict_stale`: a live job past
     `job_stale_seconds` is stopped by container label and failed `stale_evicted`, freeing its slot.
     `actor` names who asked in the events it writes (default: the operator on this host and pid)."""
-    sup = Supervisor(pool, prober, actor=actor or actor_name("operator"))
+    sup = Supervisor(store, prober, actor=actor or actor_name("operator"))
     try:
         return sup.sweep(evict_stale=evict_stale, dry_run=dry_run)
     finally:
@@ -49,22 +48,22 @@ def _check_redis(sup: Supervisor, once: bool) -> bool:
     """The start-up check of Redis's eviction policy (jobpool/store/redispolicy.py); raises `EvictingRedis`
     for one that may evict job rows, `RedisUnavailable` when Redis is away (the loop then asks again). Then,
     unless `once`, the loop's mark on its daemon is made (its first write)."""
-    pool = sup.pool
-    pool.store.check_policy()
+    store = sup.store
+    store.check_policy()
     if not once and sup.marker is None:
-        sup.marker = _mark_daemon(pool, sup.prober)
+        sup.marker = _mark_daemon(store, sup.prober)
     if not once:
-        log.info("supervisor for pool %s: sweeping every %gs", pool.settings.pool,
-                 pool.settings.sweep_interval_secs)
+        log.info("supervisor for pool %s: sweeping every %gs", store.settings.pool,
+                 store.settings.sweep_interval_secs)
     return True
 
 
-def _mark_daemon(pool: Pool, prober: ContainerProber) -> daemonmark.Marker | None:
+def _mark_daemon(store: Store, prober: ContainerProber) -> daemonmark.Marker | None:
     """The loop's mark on its Docker daemon (jobpool/fleet/daemonmark.py): until every process claiming the
     daemon's identity has its mark there, no row on that identity is judged from this daemon's list."""
-    if pool.settings.executor == "subprocess":
+    if store.settings.executor == "subprocess":
         return None
-    marker = daemonmark.Marker(pool.store, "supervisor", uuid.uuid4().hex, prober.docker_host,
+    marker = daemonmark.Marker(store, "supervisor", uuid.uuid4().hex, prober.docker_host,
                                consequence="this supervisor judges no job recorded on that identity")
     marker.start()
     return marker
@@ -85,8 +84,8 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
     if threading.current_thread() is threading.main_thread() and not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
-    pool = Pool(connect(settings.redis_url), settings, actor=actor_name())
-    sup = Supervisor(pool, prober, actor=pool.actor)
+    store = Store.from_settings(settings)
+    sup = Supervisor(store, prober, actor=actor_name())
     last: SweepReport | None = None
     checked = False
     try:
@@ -110,7 +109,7 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sup.close()
-        pool.close()
+        store.close()
         if server is not None:
             server.close()
     log.info("supervisor for pool %s stopped", settings.pool)

@@ -11,8 +11,8 @@ import logging
 from dataclasses import dataclass
 
 from .. import daemoncommands
-from ..api import Pool
 from ..models import Job
+from ..store.calls import Store
 from .probes import ContainerProber
 from .stopper import ContainerStopper
 from .sweep import Supervisor, actor_name
@@ -41,7 +41,7 @@ def same_daemon_or_none(sup: Supervisor, recorded: str) -> tuple[bool, str]:
         return False, sup.prober.failed(exc)
 
 
-def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = None) -> OrphanStop:
+def stop_orphan(store: Store, job: Job | str, prober: ContainerProber | None = None) -> OrphanStop:
     """Stop the work of a running job whose owner is gone, after a cancel was persisted (`Pool.cancel`).
 
     Docker rows: the job's running containers are stopped by label (never a pid signal: a pid recorded by
@@ -50,11 +50,11 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
     hand. A job whose owner still holds its lease is left to that owner, which honours the persisted request.
     """
     job_id = job if isinstance(job, str) else job.id
-    sup = Supervisor(pool, prober, actor=actor_name("operator"))
+    sup = Supervisor(store, prober, actor=actor_name("operator"))
     try:
         snap = sup.evidence.read([job_id])
         if not snap.rows:
-            return OrphanStop(job_id, "not_running", state=pool.get(job_id).state.value)
+            return OrphanStop(job_id, "not_running", state=store.job(job_id).state.value)
         row = snap.rows[0]
         if snap.lease[row.id]:
             return OrphanStop(job_id, "owner_alive", detail=f"owner {row.owner_boot} holds the lease and "
@@ -70,10 +70,10 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
             return OrphanStop(job_id, "manual_stop_needed", detail=row.identity,
                               state=report.decisions[0].outcome if report.decisions else "")
         ok, why = same_daemon_or_none(sup, row.daemon_id)
-        if not ok and pool.settings.inventory_secs and daemoncommands.routable(row.daemon_id):
+        if not ok and store.settings.inventory_secs and daemoncommands.routable(row.daemon_id):
             # Stopped by the workers on its own daemon; the persisted cancel then ends it
             # (docs/architecture.md, "Many hosts").
-            waiting = daemoncommands.route_stop(pool, row.daemon_id, daemoncommands.StopCommand(
+            waiting = daemoncommands.route_stop(store, row.daemon_id, daemoncommands.StopCommand(
                 job_id, row.attempt, actor=sup.actor))
             log.warning("job %s: its container runs on daemon %s (%s): stop routed to that daemon's workers "
                         "(%d waiting)", job_id, row.daemon_id, why, waiting)
@@ -85,8 +85,8 @@ def stop_orphan(pool: Pool, job: Job | str, prober: ContainerProber | None = Non
             log.error("job %s: its container cannot be stopped from here: %s", job_id, why)
             return OrphanStop(job_id, "unknown", detail=why, state="running")
         try:
-            stopped = ContainerStopper(sup.prober).stop_by_label(pool.keys.pool, job_id, None,
-                                                             pool.settings.stop_grace_secs)
+            stopped = ContainerStopper(sup.prober).stop_by_label(store.keys.pool, job_id, None,
+                                                             store.settings.stop_grace_secs)
         except Exception as exc:  # noqa: BLE001 - the daemon could not be asked: nothing was stopped
             log.error("job %s: its container could not be stopped: %s", job_id, exc)
             return OrphanStop(job_id, "unknown", detail=str(exc), state="running")

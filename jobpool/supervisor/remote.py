@@ -31,14 +31,22 @@ applies the verdict only while that inventory is still the current one and still
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from ..api import Pool
 from ..exits import Ending
 from ..fleet.daemonid import is_identity, uuid_of
 from ..fleet.inventory import CREATED, EXITED, FIELDS, RUNNING, Entry, Inventory, parse
 from .probes import Absent, Present, Probe, Unknown
+
+
+class InventoryReads(Protocol):
+    """What reading the inventories needs of a pool's store (jobpool/store/sweepio.py)."""
+
+    def inventory_index(self) -> tuple[dict[str, int], dict[str, str]]: ...
+
+    def inventory_fields(self, daemons: Sequence[str], fields: Sequence[str]) -> dict[str, list[Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -52,17 +60,17 @@ class Inventories:
     gone: dict[str, str] = field(default_factory=dict)
 
 
-def read(pool: Pool, daemons: Iterable[str], now_ms: int) -> Inventories:
+def read(store: InventoryReads, daemons: Iterable[str], now_ms: int) -> Inventories:
     """The inventories of `daemons` and, for the boot rule, of every other boot of the same daemon uuids
     (two round trips; the index is one entry per daemon boot published within a week)."""
     wanted = sorted({d for d in daemons if is_identity(d)})
     if not wanted:
         return Inventories(now_ms)
-    last_at, gone = pool.store.inventory_index()
+    last_at, gone = store.inventory_index()
     uuids = {uuid_of(d) for d in wanted}
     names = sorted(set(wanted) | {d for d in last_at if uuid_of(d) in uuids})
     found: dict[str, Inventory] = {}
-    for name, values in pool.store.inventory_fields(names, FIELDS).items():
+    for name, values in store.inventory_fields(names, FIELDS).items():
         inv = parse(dict(zip(FIELDS, values, strict=True)))
         if inv is not None and inv.daemon_id == name:
             found[name] = inv

@@ -19,10 +19,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from .. import errors, metrics, retention
-from ..api import Pool
 from ..config import Settings
 from ..fleet import daemonmark
-from ..fleet.gone import gone_daemons
+from ..fleet.gone import declared
+from ..store.calls import Store
 from . import volumes
 from .adoption import Adoptions
 from .apply import Applier
@@ -43,16 +43,16 @@ class Supervisor:
     """Sweeps one pool. Holds what is worth keeping between sweeps: the Docker client, an RQ connection, and
     what the evidence reader learnt (see `Evidence`)."""
 
-    def __init__(self, pool: Pool, prober: ContainerProber | None = None, actor: str | None = None,
+    def __init__(self, store: Store, prober: ContainerProber | None = None, actor: str | None = None,
                  marker: daemonmark.Marker | None = None) -> None:
-        self.pool = pool
-        self.settings: Settings = pool.settings
+        self.store = store
+        self.settings: Settings = store.settings
         self.prober = prober or ContainerProber(os.environ.get("DOCKER_HOST") or None,
-                                                timeout=pool.settings.probe_timeout_secs)
+                                                timeout=store.settings.probe_timeout_secs)
         self.actor = actor or actor_name()
-        self.evidence = Evidence(pool)
-        self.adoptions = Adoptions(pool)
-        self.applier = Applier(pool, self.prober, self.adoptions, self.actor)
+        self.evidence = Evidence(store)
+        self.adoptions = Adoptions(store)
+        self.applier = Applier(store, self.prober, self.adoptions, self.actor)
         self.applier.untrusted = self.untrusted_daemons
         self._volumes_at = -math.inf
         #: This supervisor's mark on its daemon (jobpool/fleet/daemonmark.py; the loop's: run_supervisor), or
@@ -85,7 +85,7 @@ class Supervisor:
         t_read = time.perf_counter()
         probes = self.evidence.probe(snap, self.prober, self.untrusted_daemons)
         t_probe = time.perf_counter()
-        report = SweepReport(self.pool.keys.pool, at_ms=snap.now_ms, rows=len(snap.rows), dry_run=dry_run)
+        report = SweepReport(self.store.keys.pool, at_ms=snap.now_ms, rows=len(snap.rows), dry_run=dry_run)
         decided = [(row, probes.get(row.id)) for row in snap.rows]
         verdicts = [decide(row, snap.lease[row.id], probe, snap.dispatch.get(row.id), snap.now_ms,
                            self.settings, evict_stale=evict_stale) for row, probe in decided]
@@ -107,7 +107,7 @@ class Supervisor:
         self._judge_ghosts(snap, probes, report, evict_stale, dry_run)
         t_apply = time.perf_counter()
         if not dry_run:
-            report.promoted = self.pool.promote()
+            report.promoted = self.store.promote_all(self.actor)
         t_promote = time.perf_counter()
         if not dry_run and job_ids is None:
             report.pruned = self._prune()
@@ -128,7 +128,7 @@ class Supervisor:
         trusted to be one daemon's (its peers have not seen its mark yet, or a collision)."""
         if self.settings.executor == "subprocess":
             return {}
-        out = daemonmark.read_collisions(self.pool.store)
+        out = daemonmark.read_collisions(self.store)
         why = self.marker.refusal() if self.marker is not None else ""
         if why:
             ours = self.marker.daemon_id if self.marker is not None else ""
@@ -149,13 +149,13 @@ class Supervisor:
         waiting = {r.id: r.affinity_queue for r in snap.rows if not r.claimed and r.affinity_queue}
         if not waiting:
             return
-        gone = {self.pool.keys.daemon_queue(d): d for d in gone_daemons(self.pool)}
+        gone = {self.store.keys.daemon_queue(d): d for d in declared(self.store)}
         for job_id, queue in waiting.items():
             daemon = gone.get(queue)
             if daemon is None:
                 continue
             try:
-                self.pool.store.release_affinity(job_id, daemon, self.actor)
+                self.store.release_affinity(job_id, daemon, self.actor)
             except errors.JobpoolError as exc:  # it moved on meanwhile: judged again next sweep
                 log.info("job %s: affinity to daemon %s not released: %s", job_id, daemon, exc)
                 continue
@@ -184,11 +184,11 @@ class Supervisor:
         """A bounded share of retention each sweep (a backlog is worked off over several sweeps); a prune
         that fails on a bad entry is logged and left to the next sweep, never failing the sweep itself."""
         try:
-            done = retention.prune(self.pool.store, budget_secs=retention.SWEEP_BUDGET_SECS, actor=self.actor)
+            done = retention.prune(self.store, budget_secs=retention.SWEEP_BUDGET_SECS, actor=self.actor)
         except errors.RedisUnavailable:
             raise
         except errors.JobpoolError as exc:
-            log.warning("pruning finished jobs of pool %s failed: %s", self.pool.keys.pool, exc)
+            log.warning("pruning finished jobs of pool %s failed: %s", self.store.keys.pool, exc)
             return 0
         if done.total:
             log.info("pruned %d finished jobs past retention (%s)%s", done.total,
@@ -205,7 +205,7 @@ class Supervisor:
             return
         self._volumes_at = time.monotonic()
         try:
-            volumes.remove_leftovers(self.pool, self.prober.client())
+            volumes.remove_leftovers(self.store, self.prober.client())
         except errors.RedisUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - a daemon away: the next round asks again
@@ -214,4 +214,4 @@ class Supervisor:
     def _write_last_sweep(self, report: SweepReport, probe_results: Mapping[str, int]) -> None:
         """The sweep's record, and its duration and probes counted (jobpool/metrics.py), in one step."""
         summary = json.dumps(report.summary(), sort_keys=True)
-        metrics.record_sweep(self.pool, summary, report.duration_ms, probe_results)
+        metrics.record_sweep(self.store, summary, report.duration_ms, probe_results)

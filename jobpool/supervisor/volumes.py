@@ -19,10 +19,11 @@ uses, which keeps the work and the checkpoint of a job that is somehow still run
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL, TERMINAL
+from ..store.keys import PoolKeys
 
 log = logging.getLogger("jobpool.supervisor")
 
@@ -31,9 +32,21 @@ EVERY_SECS = 300.0
 _ENDED = frozenset(s.value for s in TERMINAL)
 
 
-def remove_leftovers(pool: Pool, client: Any) -> tuple[list[str], list[str]]:
+class RowStates(Protocol):
+    """What finding leftovers needs of a pool's store (jobpool/store/sweepio.py): its name, and the states
+    of the rows the leftovers name."""
+
+    @property
+    def keys(self) -> PoolKeys: ...
+
+    def states_and_attempts(self, ids: Sequence[str]) -> list[list[Any]]: ...
+
+    def states(self, ids: Sequence[str]) -> list[str | None]: ...
+
+
+def remove_leftovers(store: RowStates, client: Any) -> tuple[list[str], list[str]]:
     """Ended attempts' containers, then ended jobs' checkpoint volumes (see above); what went of each."""
-    return remove_leftover_containers(pool, client), remove_leftover_checkpoints(pool, client)
+    return remove_leftover_containers(store, client), remove_leftover_checkpoints(store, client)
 
 
 def _attempt_over(row: list[str | None], attempt: str) -> bool:
@@ -49,19 +62,19 @@ def _attempt_over(row: list[str | None], attempt: str) -> bool:
     return later or (current == attempt and state != "running")
 
 
-def remove_leftover_containers(pool: Pool, client: Any) -> list[str]:
+def remove_leftover_containers(store: RowStates, client: Any) -> list[str]:
     """Remove this pool's exited containers on `client`'s daemon whose attempt is over; returns their ids.
     Daemon errors listing them propagate (the caller logs them); a container that refuses removal is kept."""
     import docker  # here: a subprocess-only supervisor never loads the SDK
 
-    found = client.api.containers(all=True, filters={"label": f"{LABEL_POOL}={pool.keys.pool}",
+    found = client.api.containers(all=True, filters={"label": f"{LABEL_POOL}={store.keys.pool}",
                                                      "status": ["exited", "dead"]})
     labelled = [(c["Id"], c.get("Labels") or {}) for c in found]
     named = [(cid, labels[LABEL_JOB], labels[LABEL_ATTEMPT]) for cid, labels in labelled
              if labels.get(LABEL_JOB) and labels.get(LABEL_ATTEMPT)]
     if not named:
         return []
-    rows = pool.store.states_and_attempts([job_id for _, job_id, _ in named])
+    rows = store.states_and_attempts([job_id for _, job_id, _ in named])
     removed = []
     for (cid, job_id, attempt), row in zip(named, rows, strict=True):
         if not _attempt_over(row, attempt):
@@ -79,17 +92,17 @@ def remove_leftover_containers(pool: Pool, client: Any) -> list[str]:
     return removed
 
 
-def remove_leftover_checkpoints(pool: Pool, client: Any) -> list[str]:
+def remove_leftover_checkpoints(store: RowStates, client: Any) -> list[str]:
     """Remove this pool's checkpoint volumes on `client`'s daemon whose job has ended or has no row;
     returns the names removed. Daemon errors propagate (the caller logs them); a volume in use is kept."""
     import docker  # here: a subprocess-only supervisor never loads the SDK
 
-    found = client.api.volumes(filters={"label": f"{LABEL_POOL}={pool.keys.pool}"}).get("Volumes") or []
+    found = client.api.volumes(filters={"label": f"{LABEL_POOL}={store.keys.pool}"}).get("Volumes") or []
     named = [(v["Name"], (v.get("Labels") or {}).get(LABEL_JOB, "")) for v in found]
     named = [(name, job_id) for name, job_id in named if job_id]
     if not named:
         return []
-    states = pool.store.states([job_id for _, job_id in named])
+    states = store.states([job_id for _, job_id in named])
     removed = []
     for (name, job_id), state in zip(named, states, strict=True):
         if state is not None and state not in _ENDED:

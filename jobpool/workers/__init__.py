@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..api import Pool
 from ..config import Settings
 from ..errors import JobpoolError
 from ..fleet.daemonmark import Marker
+from ..store.calls import Store
 from .boot import Boot, live_restore_of
 from .cleanup import Cleaner
 from .executors import make_executor
@@ -37,14 +37,13 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     jobs it left running at a drain deadline; raises `WorkerDied` when the work loop ended on an error, and
     `EvictingRedis` (jobpool/store/redispolicy.py) before anything is written on a Redis that may evict job
     rows."""
-    pool = Pool.from_settings(settings)
-    pool.actor = "worker"
-    pool.store.check_policy()
+    store = Store.from_settings(settings)
+    store.check_policy()
     daemon_id, api_version, live_restore = establish_daemon(settings)
-    boot = Boot(pool, settings.executor, daemon_id)
+    boot = Boot(store, settings.executor, daemon_id)
     boot.set_live_restore(live_restore)
-    marker = mark_daemon(pool, boot)
-    runtime = Runtime(pool=pool, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version,
+    marker = mark_daemon(store, boot)
+    runtime = Runtime(store=store, boot_id=boot.id, daemon_id=daemon_id, api_version=api_version,
                       cleaner=finished_container_remover(settings, daemon_id, api_version))
     runtime.host_check = host_check(settings, boot, api_version,
                                     None if daemon_id else identify(runtime, boot))
@@ -54,7 +53,7 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     runtime.host_check.start()
     publisher = None
     if settings.executor == "docker" and settings.inventory_secs:
-        publisher = InventoryPublisher(pool, boot.id)
+        publisher = InventoryPublisher(store, boot.id)
         if marker is not None:
             publisher.refusal = marker.refusal
         publisher.start()
@@ -114,7 +113,7 @@ def identify(runtime: Runtime, boot: Boot) -> Callable[[], object]:
     forked from then on inherit it) and the boot record; run by the host check's thread, which holds claims
     until it has."""
     def establish() -> object:
-        executor = make_executor(runtime.pool.settings)
+        executor = make_executor(runtime.store.settings)
         try:
             runtime.api_version = executor.api_version  # type: ignore[attr-defined]
             runtime.daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
@@ -165,13 +164,13 @@ PING_TIMEOUT_SECS = 5
 LIVE_RESTORE_RECHECK_SECS = 60.0
 
 
-def mark_daemon(pool: Pool, boot: Boot) -> Marker | None:
+def mark_daemon(store: Store, boot: Boot) -> Marker | None:
     """The worker's mark on its Docker daemon, made and registered before anything else of this boot is
     (jobpool/fleet/daemonmark.py): no claim and no inventory until every process claiming the daemon's
     identity has its mark on this very daemon. None for the subprocess executor."""
-    if pool.settings.executor != "docker":
+    if store.settings.executor != "docker":
         return None
-    marker = Marker(pool.store, "worker", boot.id,
+    marker = Marker(store, "worker", boot.id,
                     consequence="this worker takes no job while it lasts (a job it runs stays watched) and "
                     "publishes no inventory of that identity")
     marker.start()

@@ -11,13 +11,16 @@ import uuid
 from typing import Any
 
 from .. import logtail
-from ..api import Pool
 from ..errors import CorruptRow, InvalidSpec
 from ..spec import JobSpec
+from ..store.calls import Store
 from ..store.replies import Requests
 
 #: Log tails kept with the job row, so logs outlive the container.
 LOG_TAIL_BYTES = logtail.LOG_TAIL_BYTES
+#: Who the promotions a finish leaves to its caller are recorded as (`Store.finish_promotion`); the finish
+#: itself, and what it promotes, names the boot.
+ACTOR = "worker"
 
 
 class Attempt:
@@ -27,9 +30,9 @@ class Attempt:
     idempotent, and `claim` called again on the same `Attempt` is the same claim (its token is this object's),
     so it succeeds again. A new `Attempt` for an owned attempt is a new claim, and is refused."""
 
-    def __init__(self, pool: Pool, job_id: str, boot_id: str, attempt: int) -> None:
-        self.pool, self.job_id, self.boot_id, self.attempt = pool, job_id, boot_id, int(attempt)
-        self._lease_ms = int(pool.settings.lease_secs * 1000)
+    def __init__(self, store: Store, job_id: str, boot_id: str, attempt: int) -> None:
+        self.store, self.job_id, self.boot_id, self.attempt = store, job_id, boot_id, int(attempt)
+        self._lease_ms = int(store.settings.lease_secs * 1000)
         self._claim_token = uuid.uuid4().hex
         #: Whether the job keeps a checkpoint (`JobSpec.checkpoint`), known once claimed or adopted: without
         #: one, no daemon holds anything of it, so a handback gets no affinity and nothing is removed.
@@ -43,8 +46,8 @@ class Attempt:
         A spec that cannot be read (edited in Redis) can never be launched: the attempt is finished at once
         (failed, reason ``bad_spec: ...``, slot freed) and `CorruptRow` raised, rather than leaving a
         claimed row with nothing running to hold its slot for ever."""
-        claimed = self.pool.store.claim(self.job_id, self.boot_id, self.attempt, self._lease_ms, executor,
-                                        daemon_id, self._claim_token)
+        claimed = self.store.claim(self.job_id, self.boot_id, self.attempt, self._lease_ms, executor,
+                                   daemon_id, self._claim_token)
         try:
             spec = JobSpec.from_json(claimed.spec_json)
         except InvalidSpec as exc:
@@ -55,34 +58,34 @@ class Attempt:
         return spec, claimed.requests
 
     @classmethod
-    def adopt(cls, pool: Pool, job_id: str, old_owner: str, attempt: int, boot_id: str,
+    def adopt(cls, store: Store, job_id: str, old_owner: str, attempt: int, boot_id: str,
               evidence: str, daemon_id: str) -> tuple[Attempt, JobSpec, str, Requests]:
         """Take over a running job whose owner's lease is gone and whose container still runs; refused
         (`Conflict`) unless the row's recorded daemon identity is `daemon_id`, the adopter's own."""
-        me = cls(pool, job_id, boot_id, attempt)
-        adopted = pool.store.adopt(job_id, old_owner, attempt, boot_id, me._lease_ms, evidence, daemon_id)
+        me = cls(store, job_id, boot_id, attempt)
+        adopted = store.adopt(job_id, old_owner, attempt, boot_id, me._lease_ms, evidence, daemon_id)
         spec = JobSpec.from_json(adopted.spec_json)
         me.checkpoint = spec.checkpoint
         return me, spec, adopted.container_id, adopted.requests
 
     def heartbeat(self) -> Requests:
-        return self.pool.store.heartbeat(self.job_id, self.boot_id, self.attempt, self._lease_ms)
+        return self.store.heartbeat(self.job_id, self.boot_id, self.attempt, self._lease_ms)
 
     def set_container(self, container_id: str = "", daemon_id: str = "",
                       identity: dict[str, Any] | None = None) -> Requests:
         """Record what was launched. Fenced, and it renews the lease and reads the requests back as
         `heartbeat` does, so a Docker launch makes it its fence between create and start (one round trip
         where a heartbeat and then this would be two: workers/watch.py, `launch_and_watch`)."""
-        return self.pool.store.set_container(self.job_id, self.boot_id, self.attempt, container_id, daemon_id,
-                                             identity, self._lease_ms, self._affinity_queue(daemon_id))
+        return self.store.set_container(self.job_id, self.boot_id, self.attempt, container_id, daemon_id,
+                                        identity, self._lease_ms, self._affinity_queue(daemon_id))
 
     def _affinity_queue(self, daemon_id: str) -> str:
         """The daemon's queue, where a handback of this job goes next (its checkpoint is on that daemon);
         none when checkpoints are on storage every host shares (Settings.checkpoint_root), or when the job
         keeps none."""
-        if not daemon_id or self.pool.settings.checkpoint_root or not self.checkpoint:
+        if not daemon_id or self.store.settings.checkpoint_root or not self.checkpoint:
             return ""
-        return self.pool.keys.daemon_queue(daemon_id)
+        return self.store.keys.daemon_queue(daemon_id)
 
     def finish(self, kind: str, exit_code: int | None = None, reason: str = "",
                log_tail: bytes | str = b"", evidence: str = "") -> str:
@@ -94,7 +97,7 @@ class Attempt:
         if isinstance(log_tail, str):
             log_tail = log_tail.encode(errors="replace")
         tail = logtail.encode(log_tail)  # the last LOG_TAIL_BYTES, compressed when that pays
-        done = self.pool.store.finish(self.job_id, self.boot_id, self.attempt, kind, exit_code, reason, tail,
-                                      self.pool.settings.recovery_budget, evidence)
-        self.pool.store.finish_promotion(done, self.pool.actor)
+        done = self.store.finish(self.job_id, self.boot_id, self.attempt, kind, exit_code, reason, tail,
+                                 self.store.settings.recovery_budget, evidence)
+        self.store.finish_promotion(done, ACTOR)
         return done.state

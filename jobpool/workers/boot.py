@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..api import Pool
 from ..procid import kernel_boot_id, pid_namespace
+from ..store.calls import Store
 from ..store.keys import worker_name
 from .outage import Outage, is_transient
 
@@ -37,11 +37,11 @@ def live_restore_of(api: Any) -> str:
 
 
 class Boot:
-    def __init__(self, pool: Pool, executor_name: str, daemon_id: str = "") -> None:
-        self.pool = pool
+    def __init__(self, store: Store, executor_name: str, daemon_id: str = "") -> None:
+        self.store = store
         self.id = uuid.uuid4().hex
-        self.key = pool.keys.boot(self.id)
-        self.ttl_ms = int(max(pool.settings.lease_secs, 3 * pool.settings.heartbeat_secs) * 1000)
+        self.key = store.keys.boot(self.id)
+        self.ttl_ms = int(max(store.settings.lease_secs, 3 * store.settings.heartbeat_secs) * 1000)
         self.fields: dict[str, str | int] = {
             "host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace(),
             "kernel_boot_id": kernel_boot_id(), "daemon_id": daemon_id, "executor": executor_name,
@@ -57,7 +57,7 @@ class Boot:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: Shared with the process's work loop (jobpool/workers/rqworker.py): one outage, logged once.
-        self.outage = Outage(f"worker {worker_name(pool.keys.pool, self.id)}")
+        self.outage = Outage(f"worker {worker_name(store.keys.pool, self.id)}")
         #: Why the work loop cannot take work ('' when it can: `HorseWorker.stuck`), asked at each beat and
         #: recorded as `stuck`: this thread beats on while the loop is wedged, and `jobpool status` must not
         #: count such a worker as ready (jobpool/status.py).
@@ -66,7 +66,7 @@ class Boot:
     def beat(self) -> None:
         now = int(time.time() * 1000)
         record = {**self.fields, "heartbeat_at": now, "stuck": self.stuck() if self.stuck is not None else ""}
-        self.pool.store.beat_boot(self.id, record, self.ttl_ms, now)
+        self.store.beat_boot(self.id, record, self.ttl_ms, now)
 
     def set_draining(self) -> None:
         self.fields["draining"] = 1
@@ -95,7 +95,7 @@ class Boot:
         self._thread.start()
 
     def _run(self) -> None:
-        interval = self.pool.settings.heartbeat_secs
+        interval = self.store.settings.heartbeat_secs
         while not self._stop.wait(interval):
             try:
                 self.beat()
@@ -111,7 +111,7 @@ class Boot:
         """A clean exit removes the record at once; a crash lets it expire."""
         self._stop.set()
         try:
-            self.pool.store.remove_boot(self.id)
+            self.store.remove_boot(self.id)
         except Exception as exc:  # noqa: BLE001
             log.warning("could not remove boot record: %s", exc)
 

@@ -30,7 +30,7 @@ def run_job() -> str:
         raise RuntimeError("run_job must run as an RQ job")
     job_id = rq_job.id
     attempt_no = int((rq_job.meta or {}).get(RQ_META_ATTEMPT, 0))
-    attempt = Attempt(rt.pool, job_id, rt.boot_id, attempt_no)
+    attempt = Attempt(rt.store, job_id, rt.boot_id, attempt_no)
     try:
         daemon = daemon_identity(rt)  # raises when unknown: never claim what could not be found again
     except Exception as exc:
@@ -43,7 +43,7 @@ def run_job() -> str:
     try:
         # A claim whose reply was lost is sent again by the same `attempt`, and succeeds again: giving up
         # would leave the row claimed with nothing launched.
-        spec, _ = _retrying(lambda: attempt.claim(rt.pool.settings.executor, daemon),
+        spec, _ = _retrying(lambda: attempt.claim(rt.store.settings.executor, daemon),
                             what=f"job {job_id} attempt {attempt_no}: claim")
     except CorruptRow as exc:
         log.error("job %s attempt %s: not run: %s", job_id, attempt_no, exc)
@@ -55,8 +55,8 @@ def run_job() -> str:
         raise
     executor = rt.executor()
     try:
-        env = {ENV_JOB_ID: job_id, ENV_ATTEMPT: str(attempt_no), ENV_POOL: rt.pool.keys.pool}
-        launch = Launch(rt.pool.keys.pool, job_id, attempt_no, rt.boot_id, spec, env)
+        env = {ENV_JOB_ID: job_id, ENV_ATTEMPT: str(attempt_no), ENV_POOL: rt.store.keys.pool}
+        launch = Launch(rt.store.keys.pool, job_id, attempt_no, rt.boot_id, spec, env)
         launch_and_watch(rt, attempt, executor, lambda fence: executor.launch(launch, fence))
     finally:
         executor.close()
@@ -67,9 +67,9 @@ def daemon_identity(rt: Runtime) -> str:
     """The identity of this worker's Docker daemon (jobpool/fleet/daemonid.py), established once per boot; ''
     for the subprocess executor. Raises when it cannot be established: a Docker attempt is claimed only with
     the identity of the daemon it will run on, or the supervisor could never find it again."""
-    if rt.pool.settings.executor != "docker" or rt.daemon_id:
+    if rt.store.settings.executor != "docker" or rt.daemon_id:
         return rt.daemon_id
-    executor = make_executor(rt.pool.settings, "", rt.api_version)
+    executor = make_executor(rt.store.settings, "", rt.api_version)
     try:
         rt.daemon_id = executor.daemon_id()  # type: ignore[attr-defined]
     except Exception as exc:
@@ -85,21 +85,21 @@ def adopt_job(job_id: str, old_owner: str, attempt_no: int) -> str:
     to its real exit code. The takeover is a compare-and-set, refused while the old owner's lease lives,
     and only a worker on the daemon the attempt was recorded on may take it (its container is there)."""
     rt = current()
-    row = rt.pool.get(job_id)
+    row = rt.store.job(job_id)
     ok, why = same_daemon(row.daemon_id, daemon_identity(rt))
     if not ok:
         log.info("job %s: not adopted here: %s", job_id, why)
         return "not-adopted"
     executor = rt.executor()
     try:
-        handle = executor.attach(rt.pool.keys.pool, job_id, int(attempt_no), row.container_id)
+        handle = executor.attach(rt.store.keys.pool, job_id, int(attempt_no), row.container_id)
         if handle is None:
             log.info("job %s: nothing to adopt", job_id)
             return "not-adopted"
         try:
             evidence = f"container {handle.container_id[:12]} running on daemon {rt.daemon_id}"
             attempt, _, _, requests = _retrying(  # a lost reply: sent again, the same adoption answers
-                lambda: Attempt.adopt(rt.pool, job_id, old_owner, int(attempt_no), rt.boot_id,
+                lambda: Attempt.adopt(rt.store, job_id, old_owner, int(attempt_no), rt.boot_id,
                                       evidence=evidence, daemon_id=rt.daemon_id), what="adopt")
         except JobpoolError as exc:
             if quietly_refused(exc):

@@ -32,7 +32,6 @@ from typing import Any
 import redis
 
 from .. import daemoncommands
-from ..api import Pool
 from ..contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB
 from ..errors import JobpoolError, RedisUnavailable
 from ..exits import OWN
@@ -40,6 +39,7 @@ from ..fleet.inventory import CREATED, EXITED, FORGET_MS, RUNNING, UNKNOWN, Entr
 from ..fleet.strays import encode as encode_strays
 from ..procid import kernel_boot_id
 from ..redistrust import RedisTrust
+from ..store.calls import Store
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
 from ..supervisor.stopper import ContainerStopper
@@ -68,10 +68,10 @@ def entry_of(job_id: str, attempt: int, probe: Probe) -> Entry:
 class InventoryPublisher:
     """Publishes one daemon's inventory for the pool; one per worker process, one holder per daemon."""
 
-    def __init__(self, pool: Pool, boot_id: str, prober: ContainerProber | None = None,
+    def __init__(self, store: Store, boot_id: str, prober: ContainerProber | None = None,
                  stopper: ContainerStopper | None = None) -> None:
-        self.pool = pool
-        self.settings = pool.settings
+        self.store = store
+        self.settings = store.settings
         self.boot_id = boot_id
         self.prober = prober or ContainerProber(None, timeout=self.settings.probe_timeout_secs)
         #: What this publisher does to its daemon's containers, over the prober's client.
@@ -101,8 +101,8 @@ class InventoryPublisher:
         self._volumes_at = -math.inf
         #: The rule every clean-up and stop below waits on after Redis restarted or failed over
         #: (jobpool/redistrust.py).
-        self.trust = RedisTrust(pool.client, self.settings.lease_secs, fresh=True)
-        self.strays = StrayKeeper(pool, boot_id, lambda: self.new_prober(), self.trust)  # noqa: PLW0108 - looked up at each call
+        self.trust = RedisTrust(store.client, self.settings.lease_secs, fresh=True)
+        self.strays = StrayKeeper(store, boot_id, lambda: self.new_prober(), self.trust)  # noqa: PLW0108 - looked up at each call
 
     def new_prober(self) -> ContainerProber:
         """Another client of this publisher's daemon (the stray stopper's: jobpool/workers/strays.py)."""
@@ -148,7 +148,7 @@ class InventoryPublisher:
             self.on_daemon(daemon)
         self.find_earlier_boots(daemon)
         try:
-            lead = self.pool.store.inventory_lead(daemon, self.boot_id, self.lead_ms)
+            lead = self.store.inventory_lead(daemon, self.boot_id, self.lead_ms)
         except RedisUnavailable:
             self.trust.lost()
             raise
@@ -159,17 +159,17 @@ class InventoryPublisher:
             # Redis's time before the listing: the inventory is dated by it, so a container created while
             # this listing was taken and published is never read as absent from an inventory younger
             # than a lease (jobpool/supervisor/remote.py).
-            listed_at = self.pool.now_ms()
-            entries = self.entries(self.prober.list_pool(self.pool.keys.pool))
+            listed_at = self.store.now_ms()
+            entries = self.entries(self.prober.list_pool(self.store.keys.pool))
         except Exception as exc:  # noqa: BLE001
             return f"not published: {self.prober.failed(exc)}"
         containers, complete = encode(entries)
         launched_by = {cid: labels[2] for cid, labels in self._labels.items()}
         found = self.strays.find(entries, daemon, listed_at, launched_by, lambda cid: runs(self.prober, cid))
         try:
-            self.pool.store.publish_inventory(daemon, self.boot_id, kernel_boot_id(), self.lead_ms,
-                                              self.ttl_ms, complete, containers, FORGET_MS, listed_at,
-                                              encode_strays(found))
+            self.store.publish_inventory(daemon, self.boot_id, kernel_boot_id(), self.lead_ms,
+                                         self.ttl_ms, complete, containers, FORGET_MS, listed_at,
+                                         encode_strays(found))
         except JobpoolError as exc:
             if isinstance(exc, RedisUnavailable):
                 self.trust.lost()
@@ -188,7 +188,7 @@ class InventoryPublisher:
             return
         self._boots_at = time.monotonic()
         try:
-            index, first, now_ms = self.pool.store.daemon_boots(daemon)
+            index, first, now_ms = self.store.daemon_boots(daemon)
             if not first:
                 return  # this boot has not published yet: nothing can be said to precede it
             found = set(earlier_boots(daemon, index, int(first), now_ms,
@@ -210,19 +210,19 @@ class InventoryPublisher:
             return
         self._volumes_at = time.monotonic()
         try:
-            volumes.remove_leftover_checkpoints(self.pool, self.prober.client())
+            volumes.remove_leftover_checkpoints(self.store, self.prober.client())
         except Exception as exc:  # noqa: BLE001 - the daemon or Redis away: asked again later
             log.info("could not look for leftover checkpoint volumes (asked again later): %s", exc)
 
     def run_commands(self, daemon: str) -> None:
         """The commands routed to this daemon (jobpool/daemoncommands.py), done by the lead's holder."""
         try:
-            todo = daemoncommands.take(self.pool, daemon, self.boot_id)
+            todo = daemoncommands.take(self.store, daemon, self.boot_id)
         except JobpoolError as exc:
             log.info("commands routed to this daemon not taken: %s", exc)
             return
         for cmd in todo:
-            daemoncommands.execute(self.pool, self.stopper, daemon, cmd, f"worker:{self.boot_id}")
+            daemoncommands.execute(self.store, self.stopper, daemon, cmd, f"worker:{self.boot_id}")
 
     def entries(self, listed: Sequence[dict[str, Any]]) -> list[Entry]:
         out = []
@@ -254,7 +254,7 @@ class InventoryPublisher:
         todo = [e for e in entries if e.state in (CREATED, EXITED) and e.container_id]
         if not todo:
             return
-        replies = self.pool.store.rows_and_leases([e.job_id for e in todo])
+        replies = self.store.rows_and_leases([e.job_id for e in todo])
         if self.trust.settling():
             return  # what was read may be what a restart or a failover is about to contradict
         for e, (row, lease) in zip(todo, replies, strict=True):

@@ -115,9 +115,9 @@ class _Queue(Queue):
 
 class JobpoolWorker(BooksWorker):
     def __init__(self, runtime: Runtime, boot: Boot, **kwargs: Any) -> None:
-        pool = runtime.pool
+        store = runtime.store
         # The daemon's own queue first (routed adoption requests: supervisor/adoption.py), the pool's last.
-        daemon_queue = [pool.keys.daemon_queue_name(runtime.daemon_id)] if runtime.daemon_id else []
+        daemon_queue = [store.keys.daemon_queue_name(runtime.daemon_id)] if runtime.daemon_id else []
         #: Why this worker may take no job now ('' when it may): its daemon's identity not trusted to be one
         #: daemon's (jobpool/fleet/daemonmark.py `Marker.refusal`, set by run_worker); read before each
         #: dequeue.
@@ -128,10 +128,10 @@ class JobpoolWorker(BooksWorker):
             "refused_for_good": staticmethod(
                 lambda: bool(self.claim_refused_for_good and self.claim_refused_for_good()))})
         super().__init__(
-            [*daemon_queue, pool.keys.rq_queue_name],
-            connection=redisurl.client(pool.settings.redis_url),
+            [*daemon_queue, store.keys.rq_queue_name],
+            connection=redisurl.client(store.settings.redis_url),
             serializer=JSONSerializer,
-            name=worker_name(pool.keys.pool, boot.id),
+            name=worker_name(store.keys.pool, boot.id),
             job_monitoring_interval=1,  # how often the drain bound below is checked
             queue_class=queue_class,
             **kwargs,
@@ -143,7 +143,7 @@ class JobpoolWorker(BooksWorker):
         # A subprocess job's horse is the parent that reads its exit, which no one can adopt: killed, it loses
         # the exit of a job that runs on in its cgroup, which is kept while it runs and recovered (on its
         # budget) once ended. Waiting for ever would wedge the worker instead: the queue comes first.
-        self.horse_stop_limit_secs = pool.settings.lease_secs
+        self.horse_stop_limit_secs = store.settings.lease_secs
         # Called in a horse: once its job runs, and once its end is recorded (workers/horses.py).
         runtime.job_ended = self.job_ended
         runtime.job_launched = self.job_launched
@@ -168,7 +168,7 @@ class JobpoolWorker(BooksWorker):
 
     def handle_warm_shutdown_request(self) -> None:
         self.stop_asked = True
-        settings = self.runtime.pool.settings
+        settings = self.runtime.store.settings
         log.info("worker %s: shutting down; draining for at most %ss", self.name, settings.drain_timeout_secs)
         self.boot.set_draining()
         self._drain_kill_at = time.monotonic() + settings.drain_timeout_secs + HORSE_MARGIN_SECS
@@ -252,7 +252,7 @@ class JobpoolWorker(BooksWorker):
         (scripts/give_back.lua), before anything of the delivery is written; kept as taken if Redis fails
         (the supervisor dispatches it again past the claim grace)."""
         try:
-            given = self.runtime.pool.store.give_back(queue.key, queue.intermediate_queue_key, job.id)
+            given = self.runtime.store.give_back(queue.key, queue.intermediate_queue_key, job.id)
         except JobpoolError as exc:
             log.warning("worker %s: job %s not given back (%s); the supervisor dispatches it again",
                         self.name, job.id, exc)
@@ -267,20 +267,20 @@ class JobpoolWorker(BooksWorker):
     def listen_on_daemon(self, identity: str) -> None:
         """Listen on the daemon's own queue, first, once the daemon is known (it did not answer at boot);
         called by the inventory thread."""
-        self.add_queue(self.runtime.pool.keys.daemon_queue_name(identity), first=True,
+        self.add_queue(self.runtime.store.keys.daemon_queue_name(identity), first=True,
                        why=f"its docker daemon's queue ({identity})")
 
     def listen_on_earlier_boot(self, identity: str) -> None:
         """Listen on the queue of an earlier boot of this worker's daemon that is over
         (jobpool/fleet/inventory.py, `earlier_boots`; called by the inventory thread): jobs with a checkpoint
         affinity to it are pushed there, and their checkpoints are on this daemon."""
-        self.add_queue(self.runtime.pool.keys.daemon_queue_name(identity), first=False,
+        self.add_queue(self.runtime.store.keys.daemon_queue_name(identity), first=False,
                        why=f"the queue of an earlier boot of its docker daemon ({identity})")
 
     def forget_earlier_boot(self, identity: str) -> None:
         """Stop reading the queue of a boot taken for an earlier one that publishes again after all (a clone
         of this daemon's data root on another host: its jobs' checkpoints are there, not here)."""
-        name = self.runtime.pool.keys.daemon_queue_name(identity)
+        name = self.runtime.store.keys.daemon_queue_name(identity)
         with self._queues_lock:
             ordered = self._ordered_queues
             for queues in [self.queues] + ([ordered] if ordered is not self.queues else []):
@@ -373,11 +373,11 @@ class JobpoolWorker(BooksWorker):
 
     def warm_horse(self) -> None:
         super().warm_horse()
-        self.runtime.pool.store.ping()
+        self.runtime.store.ping()
 
     def _still_ours(self, job_id: str) -> bool:
         try:
-            row = self.runtime.pool.get(job_id)
+            row = self.runtime.store.job(job_id)
         except JobpoolError:
             return False
         return row.state.value == "running" and row.owner_boot == self.boot.id

@@ -1,8 +1,8 @@
 """The worker process's runtime: who this boot is, and whether a drain was asked for.
 
 RQ forks a work horse per job; the horse inherits this module's state, which is how the RQ job function
-(called with no arguments) finds its pool, its boot id and its settings without passing them through RQ.
-It is also how a horse starts with its work already done: `prepare` (in the main process, once per boot)
+(called with no arguments) finds its pool's store, its boot id and its settings without passing them through
+RQ. It is also how a horse starts with its work already done: `prepare` (in the main process, once per boot)
 imports the job path and builds the Docker client a horse launches with, so no horse pays for either
 between a slot's release and its next container's create.
 """
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..api import Pool
+from ..store.calls import Store
 from .cleanup import Cleaner
 from .executors import Executor, make_executor
 from .hostcheck import HostCheck
@@ -23,7 +23,7 @@ from .hostcheck import HostCheck
 
 @dataclass
 class Runtime:
-    pool: Pool
+    store: Store
     boot_id: str
     #: The Docker daemon's identity (jobpool/fleet/daemonid.py), established at boot or, if the daemon did not
     #: answer then, before the first claim (workers/entry.py); '' for the subprocess executor.
@@ -54,13 +54,13 @@ class Runtime:
         """Per-boot work a horse would otherwise repeat for every job: import the job functions (RQ imports
         them by name in the horse) and build the horse's executor once the daemon's API version is known."""
         importlib.import_module("jobpool.workers.entry")
-        if self.prepared is None and (self.pool.settings.executor != "docker" or self.api_version):
-            self.prepared = make_executor(self.pool.settings, self.daemon_id, self.api_version)
+        if self.prepared is None and (self.store.settings.executor != "docker" or self.api_version):
+            self.prepared = make_executor(self.store.settings, self.daemon_id, self.api_version)
 
     def executor(self) -> Executor:
         """This horse's executor: the prepared one (taken: a horse runs one job), else a new one."""
         executor, self.prepared = self.prepared, None
-        return executor or make_executor(self.pool.settings, self.daemon_id, self.api_version)
+        return executor or make_executor(self.store.settings, self.daemon_id, self.api_version)
 
     def request_drain(self) -> None:
         if self.drain_requested_at is None:

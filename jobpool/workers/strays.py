@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..api import Pool
 from ..errors import JobpoolError, NotFound
 from ..fleet.inventory import RUNNING, Entry
 from ..fleet.strays import ROW_FIELDS, Stray, why_stray
 from ..redistrust import RedisTrust
+from ..store.calls import Store
 from ..supervisor.probes import ContainerProber
 from ..supervisor.stopper import ContainerStopper
 
@@ -35,12 +35,12 @@ STOPPERS = 8
 class StrayKeeper:
     """The strays of one daemon: found each period, stopped once each, shown until gone."""
 
-    def __init__(self, pool: Pool, boot_id: str, new_prober: Callable[[], ContainerProber],
+    def __init__(self, store: Store, boot_id: str, new_prober: Callable[[], ContainerProber],
                  trust: RedisTrust) -> None:
-        self.pool = pool
+        self.store = store
         self.boot_id = boot_id
         self.trust = trust
-        self.grace = pool.settings.stop_grace_secs
+        self.grace = store.settings.stop_grace_secs
         #: Makes a stopping thread's own client of this daemon (a stop blocks for the stop grace).
         self._new_prober = new_prober
         #: Container id -> the stray as first found (its `since` kept while it stays one).
@@ -84,7 +84,7 @@ class StrayKeeper:
     def _read(self, job_ids: Sequence[str], boots: Sequence[str]) -> tuple[list[Any], list[bool]]:
         """Each job's `ROW_FIELDS` (all None for no row) or the error its read met, and whether each launching
         boot is one this pool's Redis knows (in its `boots` index), in one round trip."""
-        return self.pool.store.rows_and_boots(job_ids, ROW_FIELDS, boots)
+        return self.store.rows_and_boots(job_ids, ROW_FIELDS, boots)
 
     def _submit(self, stray: Stray, ours: bool) -> None:
         with self._lock:
@@ -136,8 +136,8 @@ class StrayKeeper:
                     f"killed after {self.grace:g}s)")
         if stray.container_id not in self._recorded:
             try:
-                self.pool.store.command_done(stray.job_id, "stray_stopped", evidence[:500],
-                                             f"worker:{self.boot_id}")
+                self.store.command_done(stray.job_id, "stray_stopped", evidence[:500],
+                                        f"worker:{self.boot_id}")
             except NotFound:
                 pass  # no row to record it in: the container is stopped all the same
             except JobpoolError:

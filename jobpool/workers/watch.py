@@ -49,7 +49,7 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
     first heartbeat goes at once (the row may have been lost while the launch went on)."""
     if rt.job_launched is not None:
         rt.job_launched()  # it runs, and is recorded: the worker may fork its next standby
-    settings = rt.pool.settings
+    settings = rt.store.settings
     next_beat = time.monotonic() + (0.0 if beat_now else settings.heartbeat_secs)
     stop = _Stop()
     drain_deadline: float | None = None
@@ -135,7 +135,7 @@ def _beat(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests) -> 
         return None
     log.warning("job %s attempt %s: no longer ours; stopping it without writing", attempt.job_id,
                 attempt.attempt)
-    _stop_within(handle, rt.pool.settings.stop_grace_secs)
+    _stop_within(handle, rt.store.settings.stop_grace_secs)
     handle.remove()  # nothing will record it, and a relaunch of this attempt would reuse its name
     return None
 
@@ -176,7 +176,7 @@ ADOPTED, LOST, UNKNOWN = "adopted", "lost", "unknown"
 def _adopted_elsewhere(rt: Runtime, attempt: Attempt, handle: Handle) -> bool:
     """Proof that another worker re-attached to OUR container; anything short of proof is False."""
     try:
-        row = rt.pool.get(attempt.job_id)
+        row = rt.store.job(attempt.job_id)
         return _adoption_proven(rt, attempt, handle, row)
     except (JobpoolError, redis.RedisError):
         return False
@@ -191,7 +191,7 @@ def _adoption_proven(rt: Runtime, attempt: Attempt, handle: Handle, row: Job) ->
         return False
     if row.owner_boot in ("", attempt.boot_id) or not _names_ours(row, handle):
         return False
-    return rt.pool.boot_is_live(row.owner_boot)
+    return rt.store.boot_is_live(row.owner_boot)
 
 
 def _names_ours(row: Job, handle: Handle) -> bool:
@@ -214,7 +214,7 @@ def _after_refusal(rt: Runtime, attempt: Attempt, handle: Handle) -> Requests | 
     runs once and its restored RQ delivery is refused (the `Requests` it carries are returned); LOST
     (stop it) for everything else; UNKNOWN while Redis cannot answer (ask again at the next beat)."""
     try:
-        row = rt.pool.get(attempt.job_id)
+        row = rt.store.job(attempt.job_id)
         if row.state.value == "running" and row.attempt == attempt.attempt:
             if row.owner_boot == "" and row.container_id in ("", handle.container_id):
                 return _claim_back(rt, attempt, handle)
@@ -229,7 +229,7 @@ def _after_refusal(rt: Runtime, attempt: Attempt, handle: Handle) -> Requests | 
 
 def _claim_back(rt: Runtime, attempt: Attempt, handle: Handle) -> Requests | str:
     try:
-        _, requests = attempt.claim(rt.pool.settings.executor, rt.daemon_id)
+        _, requests = attempt.claim(rt.store.settings.executor, rt.daemon_id)
     except RedisUnavailable:
         return UNKNOWN
     except JobpoolError as exc:  # another worker claimed it first, or it moved on: theirs, not ours
@@ -277,7 +277,7 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, e
     worker's force stop kills this horse, and then the supervisor decides from what it can see."""
     # Reading the log tail can take seconds (a job that printed a lot): the lease is renewed meanwhile, or the
     # supervisor could judge the exit first and the tail be lost.
-    with LaunchLease(attempt, rt.pool.settings.heartbeat_secs):
+    with LaunchLease(attempt, rt.store.settings.heartbeat_secs):
         tail = handle.log_tail(LOG_TAIL_BYTES)
     kind, code = finish_kind(ended, stop_asked), ended.code
     try:
@@ -296,11 +296,11 @@ def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, e
     checkpoint_of = attempt.job_id if job_over and attempt.checkpoint else ""  # to remove with the container
     # Recorded: the container may go. Its removal is handed to the worker's main process, so this horse
     # exits at once and the worker takes its next job meanwhile (workers/cleanup.py).
-    cleaner, pool = rt.cleaner, rt.pool.keys.pool
+    cleaner, pool = rt.cleaner, rt.store.keys.pool
     if not (handle.container_id and cleaner and cleaner.hand_off(handle.container_id, pool, checkpoint_of)):
         handle.remove()
         if checkpoint_of:
-            executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
+            executor.remove_checkpoint(rt.store.keys.pool, attempt.job_id)
     if job_over and rt.job_ended is not None:
         rt.job_ended()
 
@@ -317,7 +317,7 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor,
     what = f"job {attempt.job_id} attempt {attempt.attempt}"
     recorded: list[str] = []  # the container the fence recorded (Docker: created, not yet started)
     fenced_at: list[float] = []
-    with LaunchLease(attempt, rt.pool.settings.heartbeat_secs) as lease:
+    with LaunchLease(attempt, rt.store.settings.heartbeat_secs) as lease:
 
         def fence(container_id: str, daemon_id: str) -> None:
             fenced_at.append(time.monotonic())
@@ -349,7 +349,7 @@ def launch_and_watch(rt: Runtime, attempt: Attempt, executor: Executor,
             except (NotOwner, NotFound):
                 return
             if attempt.checkpoint:
-                executor.remove_checkpoint(rt.pool.keys.pool, attempt.job_id)
+                executor.remove_checkpoint(rt.store.keys.pool, attempt.job_id)
             return
         except HostFault as exc:
             _hand_back(rt, attempt, exc)

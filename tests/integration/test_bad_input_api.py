@@ -258,7 +258,7 @@ def test_redis_down_is_redis_unavailable_everywhere(redis_server_factory: Callab
         "pause job": lambda: pool.pause(job.id), "pause queue": pool.pause,
         "resume job": lambda: pool.resume(job.id), "resume queue": pool.resume,
         "set_slots": lambda: pool.set_slots(2), "evict": lambda: pool.evict(job.id, 1),
-        "sweep_once": lambda: sweep_once(pool),
+        "sweep_once": lambda: sweep_once(pool.store),
     }
     wrong = {}
     for name, call in calls.items():

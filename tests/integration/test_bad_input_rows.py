@@ -169,7 +169,7 @@ def test_a_sweep_survives_garbage_running_rows_and_leaves_the_others_alone(
     live = _running_claimed(pool, "liveboot", "live", docker_host)
     raw.pexpire(pool.keys.lease(live), 120_000)
     done = _running_claimed(pool, "oldboot", "done", docker_host)
-    Attempt(pool, done, "oldboot", 1).finish("exit", 0)
+    Attempt(pool.store, done, "oldboot", 1).finish("exit", 0)
     paused = pool.enqueue(IMAGE, ["echo", "paused"]).id
     pool.pause(paused)
     good = [live, done, paused]
@@ -190,7 +190,7 @@ def test_a_sweep_survives_garbage_running_rows_and_leaves_the_others_alone(
         how(pool.keys.job(job_id), pool.keys.lease(job_id))
     before = rows(pool, good)
 
-    report = sweep_once(pool)
+    report = sweep_once(pool.store)
     assert report.rows >= 1
     result = cli("supervisor", "--once", env={**pool_env, "DOCKER_HOST": docker_host}, cwd=tmp_path)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -219,7 +219,7 @@ def test_one_garbage_running_row_does_not_abort_the_sweep(pool_env: dict[str, st
         waiting = pool.enqueue(IMAGE, ["echo", "waiting"])
         if kind in SWEEP_ABORTS:
             SWEEP_ABORTS[kind](raw, pool.keys.job(spoilt))
-        sweep_once(pool)
+        sweep_once(pool.store)
         assert pool.get(orphan).state is JobState.FAILED
         assert pool.get(waiting.id).state is JobState.RUNNING
     finally:
@@ -245,13 +245,13 @@ def test_a_sweep_frees_the_slot_of_a_dead_job_whatever_its_row_holds(pool_env: d
         waiting = pool.enqueue(IMAGE, ["echo", "waiting"])
         if kind in GHOST_SLOTS:
             GHOST_SLOTS[kind](raw, pool.keys.job(dead), pool.keys.lease(dead))
-        sweep_once(pool)
-        sweep_once(pool)
+        sweep_once(pool.store)
+        sweep_once(pool.store)
         if kind == "hash deleted":
             # Without its row nothing says which daemon it ran on: an unattended sweep keeps the slot
             # (jobpool/fleet/daemonid.py); the operator's sweep frees it.
             assert pool.client.zscore(pool.keys.running, dead) is not None
-            reconcile(pool, evict_stale=True)
+            reconcile(pool.store, evict_stale=True)
         assert pool.client.zscore(pool.keys.running, dead) is None, "the dead job still holds its slot"
         assert pool.get(waiting.id).state is JobState.RUNNING
     finally:

@@ -26,8 +26,8 @@ def test_a_worker_skips_junk_rq_ids_and_stale_attempts_and_runs_the_next_job(
     # A job that already ran (its RQ job hash is still there): a late duplicate delivery of attempt 1.
     done = pool.enqueue("ignored", ["sh", "-c", "echo done"])
     raw.lrem(pool.keys.rq_queue, 0, done.id)
-    Attempt(pool, done.id, "oldboot", 1).claim()
-    Attempt(pool, done.id, "oldboot", 1).finish("exit", 0)
+    Attempt(pool.store, done.id, "oldboot", 1).claim()
+    Attempt(pool.store, done.id, "oldboot", 1).finish("exit", 0)
     # A running job another (live) boot owns: a duplicate delivery of its current attempt.
     owned = pool.enqueue("ignored", ["sh", "-c", "echo owned"])
     raw.lrem(pool.keys.rq_queue, 0, owned.id)

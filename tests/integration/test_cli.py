@@ -28,6 +28,7 @@ from click.testing import CliRunner, Result
 
 from jobpool import Job, Pool
 from jobpool.cli import main
+from jobpool.store.calls import Store
 from tests.support.polling import eventually
 from tests.support.servers import free_port
 from tests.support.snapshot import keyspace
@@ -298,9 +299,9 @@ def test_cancel_of_an_orphaned_job_stops_it_by_label(run: Run, pool: Pool, clien
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str] = []
 
-    def stop_orphan(p: Pool, job: Job) -> Any:
+    def stop_orphan(store: Store, job: Job) -> Any:
         seen.append(job.id)
-        p.evict(job.id, job.attempt, reason="cancelled")  # stands in for: container stopped, row reconciled
+        store.evict(job.id, job.attempt, "cancelled", "", "test")  # stands in for: stopped, reconciled
         return types.SimpleNamespace(action="stopped", containers=("c1",), detail="")
 
     _fake_module(monkeypatch, "jobpool.supervisor", stop_orphan=stop_orphan)

@@ -42,7 +42,7 @@ def _take_deliveries(pool: Pool, boot: str, rng: random.Random, stats: Counter[s
         return False
     meta = cast(str, pool.client.hget(pool.keys.rq_job(job_id), "meta"))
     attempt = json.loads(meta)["jobpool_attempt"]
-    me = Attempt(pool, job_id, boot, attempt)
+    me = Attempt(pool.store, job_id, boot, attempt)
     try:
         me.claim()
     except (Conflict, NotOwner, InvalidState):  # cancelled or superseded before we got to it

@@ -264,7 +264,7 @@ def judged(sup: Supervisor, pool: Pool, job_id: str) -> bool:
 
 @pytest.fixture
 def sup(gpool: Pool, docker_host: str) -> Iterator[Supervisor]:
-    s = Supervisor(gpool, actor="test-supervisor")
+    s = Supervisor(gpool.store, actor="test-supervisor")
     yield s
     s.close()
 

@@ -90,8 +90,8 @@ def test_the_supervisor_on_the_right_daemon_judges_present_exited_and_absent(
         two_daemons: tuple[str, str], pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
     d1, d2 = two_daemons
     pool.set_slots(3)
-    sup = Supervisor(pool, ContainerProber(d2, timeout=5))
-    wrong = Supervisor(pool, ContainerProber(d1, timeout=5))
+    sup = Supervisor(pool.store, ContainerProber(d2, timeout=5))
+    wrong = Supervisor(pool.store, ContainerProber(d1, timeout=5))
     try:
         workers = [spawn(DOCKER_HOST=d2) for _ in range(3)]  # a worker runs one job at a time
         running = pool.enqueue(IMAGE, ["sh", "-c", "sleep 60"]).id
@@ -113,7 +113,7 @@ def test_the_supervisor_on_the_right_daemon_judges_present_exited_and_absent(
         report = wrong.sweep(job_ids=ids, dry_run=True)
         assert {d.verdict.kind.value for d in report.decisions} == {"warn"} and report.unknown == 3
         pool.cancel(gone)
-        stop = stop_orphan(pool, gone, wrong.prober)
+        stop = stop_orphan(pool.store, gone, wrong.prober)
         assert stop.action == "unknown" and "this process is on daemon jpd1:" in stop.detail
         assert pool.get(gone).state is JobState.RUNNING
 
@@ -138,7 +138,7 @@ def test_a_worker_on_another_daemon_refuses_to_adopt(
     w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 6; exit 0"])
     w2.kill_with_children()
     w1 = spawn(DOCKER_HOST=d1)
-    sup = Supervisor(pool, ContainerProber(d2, timeout=5))
+    sup = Supervisor(pool.store, ContainerProber(d2, timeout=5))
     try:
         eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10,
                    message="lease lapsed")

@@ -117,7 +117,7 @@ def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
     with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
         for c in client.containers.list(all=True, sparse=True, filters={"label": f"jobpool.job_id={job_id}"}):
             c.remove(force=True)  # a reboot takes the containers of the old boot with it
-    sup = Supervisor(pool, ContainerProber(NOWHERE, timeout=2))
+    sup = Supervisor(pool.store, ContainerProber(NOWHERE, timeout=2))
     try:
         eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10, message="lease gone")
         verdict = sup.sweep(job_ids=[job_id], dry_run=True).decisions[0].verdict
@@ -183,13 +183,13 @@ def test_cancel_of_a_job_on_a_daemon_the_canceller_cannot_reach(
     spawn(DOCKER_HOST=d2)  # a live worker on daemon 2 (no supervisor: nothing adopts the job)
     eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10, message="lease gone")
     pool.cancel(job_id)
-    stop = stop_orphan(pool, job_id, ContainerProber(NOWHERE, timeout=2))
+    stop = stop_orphan(pool.store, job_id, ContainerProber(NOWHERE, timeout=2))
     assert stop.action == "routed" and daemon_identity(d2) in stop.detail
     eventually(lambda: not live_on(d2, job_id), timeout=30, message="stopped on daemon 2 by its worker")
     reasons = eventually(lambda: "remote_stopped" in (r := [e["reason"] for e in pool.events(job_id)]) and r,
                          timeout=10, message="the stop recorded in the job's events")
     assert reasons.index("stop_routed") < reasons.index("remote_stopped")
-    sup = Supervisor(pool, ContainerProber(NOWHERE, timeout=2))
+    sup = Supervisor(pool.store, ContainerProber(NOWHERE, timeout=2))
     try:
         eventually(lambda: sup.sweep(job_ids=[job_id]) and pool.get(job_id).state is JobState.CANCELLED,
                    timeout=20, interval=0.3, message="cancelled from the inventory's exit")
@@ -387,7 +387,7 @@ def test_a_daemon_declared_gone_that_comes_back_is_not_gone_any_more(
         eventually(lambda: live_on(d2, job_id), timeout=30, message="daemon 2 running jobs normally")
         spawn(DOCKER_HOST=d1)  # a free worker elsewhere: where a second copy would run
         w2.kill_with_children()  # an ordinary crash: its container runs on, its inventory goes stale
-        sup = Supervisor(pool, ContainerProber(NOWHERE, timeout=2))
+        sup = Supervisor(pool.store, ContainerProber(NOWHERE, timeout=2))
         try:
             def judged_stale() -> Any:
                 v = sup.sweep(job_ids=[job_id], dry_run=True).decisions[0].verdict

@@ -150,7 +150,7 @@ def test_a_stalled_watcher_leaves_a_proven_adoption_to_its_adopter(
     frozen = [stalled.pid, *children(stalled.pid)]  # the worker (its boot record) and its work horse
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
-    sup = Supervisor(pool)
+    sup = Supervisor(pool.store)
     try:
         eventually(lambda: not pool.client.exists(pool.keys.boot(claimed.owner_boot))
                    and not pool.client.exists(pool.keys.lease(job.id)), timeout=10,

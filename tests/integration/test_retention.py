@@ -187,7 +187,7 @@ def test_checkpoint_volumes_of_ended_or_pruned_jobs_go_and_those_in_use_stay(
                                             labels={LABEL_POOL: "it", LABEL_JOB: job_id}).name
     user = client.containers.create(IMAGE, ["true"], volumes={names["in_use"]: {"bind": "/ck", "mode": "rw"}},
                                     network_mode="none")
-    sup = Supervisor(pool, ContainerProber(docker_host, timeout=5))
+    sup = Supervisor(pool.store, ContainerProber(docker_host, timeout=5))
     try:
         sup.sweep()
         left = {v.name for v in client.volumes.list(filters={"label": f"{LABEL_POOL}=it"})}
@@ -240,7 +240,7 @@ def test_containers_of_ended_attempts_go_and_the_volumes_they_held_with_them(
         if cmd == ["true"]:
             c.wait(timeout=30)
         made[what] = c
-    sup = Supervisor(pool, ContainerProber(docker_host, timeout=5))
+    sup = Supervisor(pool.store, ContainerProber(docker_host, timeout=5))
     try:
         sup.sweep()
         left = {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL_POOL}=it"})}

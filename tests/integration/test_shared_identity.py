@@ -124,7 +124,7 @@ def test_two_daemons_with_one_copied_data_root_refuse_claims_and_judge_nothing(
         assert not live_on(d1, waiting) and not live_on(d2, waiting)
         # An operator's one-shot sweep from either daemon (no mark of its own) honours the report too.
         for host in (d1, d2):
-            sup = Supervisor(pool, ContainerProber(host, timeout=5))
+            sup = Supervisor(pool.store, ContainerProber(host, timeout=5))
             try:
                 verdict = sup.sweep(job_ids=[orphan], dry_run=True).decisions[0].verdict
             finally:
@@ -180,7 +180,7 @@ def test_a_collision_holds_when_the_clones_processes_all_died_until_an_operator_
         assert not live_on(d1, waiting) and not live_on(d2, waiting)
         assert f"job {orphan} (attempt 1) kept: probe_unknown" in s1.log()
         # An operator's one-shot sweep from daemon 1 (no mark of its own) honours it too.
-        sup = Supervisor(pool, ContainerProber(d1, timeout=5))
+        sup = Supervisor(pool.store, ContainerProber(d1, timeout=5))
         try:
             verdict = sup.sweep(job_ids=[orphan], dry_run=True).decisions[0].verdict
         finally:

@@ -162,7 +162,7 @@ def test_a_dead_workers_job_holds_its_slot_while_a_process_it_started_lives(
     worker.kill_with_children()
     go.touch()
     eventually(lambda: not alive(identity["pid"]), timeout=10, message="the job's main process exited")
-    sup = Supervisor(sub_pool)
+    sup = Supervisor(sub_pool.store)
     try:
         def kept() -> str:
             report = sup.sweep(job_ids=[job.id])

@@ -43,7 +43,7 @@ def pool(redis_url: str) -> Iterator[Pool]:
 
 @pytest.fixture
 def supervisor(pool: Pool) -> Iterator[Supervisor]:
-    s = Supervisor(pool)
+    s = Supervisor(pool.store)
     yield s
     s.close()
 
@@ -101,7 +101,7 @@ def test_recycled_pid_in_a_fresh_pid_namespace_is_judged_dead(redis_url: str) ->
         settings = json.loads(sys.argv[2])
         pool = Pool.from_url(sys.argv[1], "ns", **settings)
         job = pool.get(pool.enqueue(image="busybox", command=["sleep", "300"]).id)
-        att = Attempt(pool, job.id, "dead-boot", job.attempt)
+        att = Attempt(pool.store, job.id, "dead-boot", job.attempt)
         att.claim()
         first = subprocess.Popen(["sleep", "300"])
         ident = identity_of(first.pid)
@@ -122,7 +122,7 @@ def test_recycled_pid_in_a_fresh_pid_namespace_is_judged_dead(redis_url: str) ->
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             probe = probe_process(ident)
-            sup = Supervisor(pool)
+            sup = Supervisor(pool.store)
             report = sup.sweep()
             sup.close()
             row = pool.get(job.id)
@@ -195,7 +195,7 @@ def test_cancel_of_a_subprocess_orphan_never_signals_a_pid(
     job_id = orphan(pool, identity_of(proc.pid))
     pool.cancel(job_id)
     caplog.set_level(logging.ERROR, logger="jobpool.supervisor")
-    result = stop_orphan(pool, job_id)
+    result = stop_orphan(pool.store, job_id)
     assert result.action == "manual_stop_needed"
     assert proc.poll() is None, "the process must not have been signalled"
     assert any("stopped by hand" in r.getMessage() and job_id in r.getMessage() for r in caplog.records)
@@ -213,9 +213,10 @@ def test_evicting_a_stale_subprocess_job_warns_loudly_and_signals_nothing(
     try:
         proc = sleeper()
         job_id = orphan(pool, identity_of(proc.pid), wait_lease=False)
-        eventually(lambda: reconcile(pool, dry_run=True).verdicts.get("warn"), message="job turning stale")
+        eventually(lambda: reconcile(pool.store, dry_run=True).verdicts.get("warn"),
+                   message="job turning stale")
         caplog.set_level(logging.ERROR, logger="jobpool.supervisor")
-        report = reconcile(pool, evict_stale=True)
+        report = reconcile(pool.store, evict_stale=True)
         assert report.decisions[0].outcome == "failed"
         assert pool.get(job_id).error_reason == "stale_evicted"
         assert proc.poll() is None

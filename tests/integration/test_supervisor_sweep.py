@@ -58,7 +58,7 @@ def supervisors() -> Iterator[Callable[[Pool], Supervisor]]:
     made: list[Supervisor] = []
 
     def make(pool: Pool) -> Supervisor:
-        made.append(Supervisor(pool))
+        made.append(Supervisor(pool.store))
         return made[-1]
 
     yield make
@@ -324,7 +324,7 @@ def test_recorded_on_another_daemon_or_before_identities_is_unknown(
     one), or nothing: "no container here" proves nothing, and neither does an exited one found here."""
     pool = make_pool()
     job_id, attempt, container = orphan(pool, dclient, command=["true"], wait_lease=False)
-    Attempt(pool, job_id, DEAD, attempt).set_container(container.id, recorded)
+    Attempt(pool.store, job_id, DEAD, attempt).set_container(container.id, recorded)
     eventually(lambda: (container.reload(), container.status == "exited")[1], timeout=10,
                message="the container exiting")
     lease_gone(pool, job_id)
@@ -354,10 +354,10 @@ def test_stale_live_job_only_warns_until_the_operator_evicts(
     container.reload()
     assert pool.get(job_id).state.value == "running" and container.status == "running"
 
-    preview = reconcile(pool, evict_stale=True, dry_run=True)
+    preview = reconcile(pool.store, evict_stale=True, dry_run=True)
     assert preview.decisions[0].verdict.kind is Kind.EVICT and pool.get(job_id).state.value == "running"
 
-    done = reconcile(pool, evict_stale=True)
+    done = reconcile(pool.store, evict_stale=True)
     job = pool.get(job_id)
     assert (job.state.value, job.error_reason) == ("failed", "stale_evicted")
     assert done.decisions[0].outcome == "failed"
@@ -390,7 +390,7 @@ def test_two_supervisors_sweeping_at_once_never_double_apply(make_pool: Callable
 
     def run(name: str) -> None:
         p = make_pool(max_concurrent_jobs=n)
-        sup = Supervisor(p, actor=name)
+        sup = Supervisor(p.store, actor=name)
         try:
             barrier.wait(10)
             for _ in range(5):
@@ -439,7 +439,7 @@ def test_cancel_of_an_orphan_stops_its_container_by_label(make_pool: Callable[..
     job_id, _, container = orphan(pool, dclient, command=["sleep", "300"], record=False)
     pool.cancel(job_id)
     assert pool.get(job_id).cancel_requested
-    result = stop_orphan(pool, job_id)
+    result = stop_orphan(pool.store, job_id)
     assert (result.action, result.containers, result.state) == ("stopped", (container.id,), "cancelled")
     assert pool.get(job_id).state.value == "cancelled"
     assert not container_exists(dclient, container.id)
@@ -450,7 +450,7 @@ def test_cancel_leaves_a_live_owner_to_honour_it(make_pool: Callable[..., Pool],
     pool = make_pool(lease_secs=300)
     job_id, _, container = orphan(pool, dclient, command=["sleep", "300"], wait_lease=False)
     pool.cancel(job_id)
-    assert stop_orphan(pool, job_id).action == "owner_alive"
+    assert stop_orphan(pool.store, job_id).action == "owner_alive"
     container.reload()
     assert container.status == "running"
     container.remove(force=True)
@@ -557,7 +557,7 @@ def test_dry_run_decides_but_changes_nothing(make_pool: Callable[..., Pool],
     pool = make_pool()
     job_id, _, _ = orphan(pool, dclient, command=None)
     before = pool.events()
-    report = reconcile(pool, dry_run=True)
+    report = reconcile(pool.store, dry_run=True)
     decided = [(d.job_id, d.verdict.kind, d.expected) for d in report.decisions]
     assert decided == [(job_id, Kind.ABSENT, "failed")]
     assert pool.get(job_id).state.value == "running" and pool.events() == before
@@ -606,7 +606,7 @@ def test_probe_is_one_list_call_per_sweep(make_pool: Callable[..., Pool],
         lease_gone(pool, job_id)
     eventually(lambda: len(dclient.containers.list(all=True, filters={"status": "exited"})) == 1)
     prober = ContainerProber(None, timeout=5)
-    sup = Supervisor(pool, prober)
+    sup = Supervisor(pool.store, prober)
     try:
         sup.sweep(dry_run=True)  # warms the client: version + info, once per client
         calls = prober.api_calls, prober.list_calls

@@ -22,7 +22,7 @@ from tests.support.procs import JobpoolProcess
 
 @pytest.fixture
 def sup(pool: Pool, docker_host: str) -> Iterator[Supervisor]:
-    s = Supervisor(pool)
+    s = Supervisor(pool.store)
     yield s
     s.close()
 
@@ -40,7 +40,7 @@ def started(dclient: docker.DockerClient, job_id: str) -> bool:
 def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(
         pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess], dclient: docker.DockerClient) -> None:
     pool = Pool.from_env(env={**pool_env, "JOBPOOL_RECOVERY_BUDGET": "0"})
-    sup = Supervisor(pool)
+    sup = Supervisor(pool.store)
     try:
         a = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"])
         b = pool.enqueue(IMAGE, ["sh", "-c", "exit 0"])

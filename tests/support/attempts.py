@@ -15,7 +15,7 @@ def claim(pool: Pool, job_id: str, boot: str = "boot-a", docker_host: str | None
     that daemon's identity, as a worker on it records them before it launches anything: the supervisor then
     judges the row by what that daemon says. Without, nothing is recorded (the unit tests' fakeredis rows).
     """
-    attempt = Attempt(pool, job_id, boot, pool.get(job_id).attempt)
+    attempt = Attempt(pool.store, job_id, boot, pool.get(job_id).attempt)
     if docker_host:
         attempt.claim("docker", daemon_identity(docker_host))
     else:

@@ -268,7 +268,7 @@ def test_a_sweep_releases_an_affinity_to_a_daemon_declared_gone_and_dispatches_i
                                          k.gone_daemons, k.returned_daemons],
                    [gone, "pub", "boot-1", 300_000, 600_000, "1", "[]", FORGET_MS, pool.now_ms() - 120_000])
     backend.client.delete(k.inventory_lead(gone))
-    sup = Supervisor(pool, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))
+    sup = Supervisor(pool.store, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))
     try:
         sup.sweep(job_ids=[job_id])
         assert pool.get(job_id).affinity == gone, "not declared gone: kept"

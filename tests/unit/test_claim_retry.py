@@ -23,7 +23,7 @@ def claims(pool: Pool, job_id: str) -> int:
 def test_the_same_claim_sent_again_succeeds_and_renews_the_lease(backend: Backend) -> None:
     pool = backend.pool(lease_secs=30, heartbeat_secs=5)
     job = enqueue(pool, "run", env={"K": "v"})
-    att = Attempt(pool, job.id, "boot-a", 1)
+    att = Attempt(pool.store, job.id, "boot-a", 1)
     first = att.claim("subprocess", "")
     claimed_at = row(pool, job.id)["claimed_at"]
     pool.client.pexpire(pool.keys.lease(job.id), 50)  # most of the lease spent while the reply was lost
@@ -43,7 +43,7 @@ def test_the_same_claim_sent_again_after_the_lease_expired_takes_it_again(backen
     """The row is still this attempt's and no one else's: nothing moved on, so the claim still holds."""
     pool = backend.pool()
     job = enqueue(pool)
-    att = Attempt(pool, job.id, "boot-a", 1)
+    att = Attempt(pool.store, job.id, "boot-a", 1)
     att.claim()
     pool.client.delete(pool.keys.lease(job.id))
     att.claim()
@@ -53,7 +53,7 @@ def test_the_same_claim_sent_again_after_the_lease_expired_takes_it_again(backen
 def test_the_same_claim_sent_again_reads_the_requests_made_since(backend: Backend) -> None:
     pool = backend.pool()
     job = enqueue(pool)
-    att = Attempt(pool, job.id, "boot-a", 1)
+    att = Attempt(pool.store, job.id, "boot-a", 1)
     att.claim()
     pool.cancel(job.id)
     _, requests = att.claim()
@@ -65,13 +65,13 @@ def test_any_other_claim_of_an_owned_attempt_is_refused_and_writes_nothing(backe
                                                                           who: str) -> None:
     pool = backend.pool()
     job = enqueue(pool)
-    att = Attempt(pool, job.id, "boot-a", 1)
+    att = Attempt(pool.store, job.id, "boot-a", 1)
     att.claim()
     before = backend.keyspace()
     keys = [pool.keys.job(job.id), pool.keys.lease(job.id)]
     with pytest.raises(errors.NotOwner):  # noqa: PT012 - one call, chosen by the parameter
         if who == "same_boot_new_claim":  # a duplicate delivery to the same boot: a new Attempt, a new token
-            Attempt(pool, job.id, "boot-a", 1).claim()
+            Attempt(pool.store, job.id, "boot-a", 1).claim()
         elif who == "other_boot_same_token":
             pool.store.run("claim", keys, [job.id, "boot-b", 1, 30000, "", "", att._claim_token])
         else:  # a caller that sends no token is never taken for a retry
@@ -82,13 +82,13 @@ def test_any_other_claim_of_an_owned_attempt_is_refused_and_writes_nothing(backe
 def test_the_same_claim_sent_again_after_the_row_moved_on_is_refused(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=1)
     job = enqueue(pool)
-    att = Attempt(pool, job.id, "boot-a", 1)
+    att = Attempt(pool.store, job.id, "boot-a", 1)
     att.claim()
     att.finish("interrupted", 75)  # handed back, and promoted again at once as attempt 2
     assert pool.get(job.id).attempt == 2
     with pytest.raises(errors.Conflict):
         att.claim()
-    Attempt(pool, job.id, "boot-b", 2).claim()
+    Attempt(pool.store, job.id, "boot-b", 2).claim()
     with pytest.raises(errors.Conflict):
         att.claim()
     assert claims(pool, job.id) == 2

@@ -251,7 +251,7 @@ def test_the_supervisor_recovers_an_orphan_its_daemon_ended_as_a_crash(backend: 
                     ending=Ending(EXIT_UNKNOWN, CRASHED, REASON_RESTART_LOST_EXIT, "seen"))
     verdict = decide(snap, False, probe, None, 0, pool.settings)
     assert (verdict.kind, verdict.reason) == (Kind.CRASHED, REASON_RESTART_LOST_EXIT)
-    assert Applier(pool, None, None, "sup").apply(snap, verdict, probe, set()) == "queued"  # type: ignore[arg-type]
+    assert Applier(pool.store, None, None, "sup").apply(snap, verdict, probe, set()) == "queued"  # type: ignore[arg-type]
     r = row(pool, job_id)
     assert (r["state"], r["recovery_attempts"], r["exit_code"]) == ("queued", "1", "255")
 
@@ -262,7 +262,7 @@ def test_the_supervisor_fails_an_orphan_the_oom_killer_ended(backend: Backend) -
     probe = Present(running=False, exit_code=137, ending=Ending(137, OOM, REASON_OOM_KILLED, "seen"))
     verdict = decide(snap, False, probe, None, 0, pool.settings)
     assert verdict.kind is Kind.OOM
-    Applier(pool, None, None, "sup").apply(snap, verdict, probe, set())  # type: ignore[arg-type]
+    Applier(pool.store, None, None, "sup").apply(snap, verdict, probe, set())  # type: ignore[arg-type]
     job = pool.get(job_id)
     assert (job.state.value, job.error_reason, job.exit_code) == ("failed", REASON_OOM_KILLED, 137)
 

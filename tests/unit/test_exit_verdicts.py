@@ -73,7 +73,7 @@ def supervise(pool: Pool, job_id: str, probe: Probe) -> tuple[str, str]:
     verdict = decide(snap, False, probe, None, pool.client.time()[0] * 1000, pool.settings)
     predicted = expected_state(snap, verdict, pool.settings)
     # A probe without a container id needs no Docker: nothing to remove, so no prober is asked.
-    Applier(pool, None, None, "test-supervisor").apply(snap, verdict, probe, set())  # type: ignore[arg-type]
+    Applier(pool.store, None, None, "test-supervisor").apply(snap, verdict, probe, set())  # type: ignore[arg-type]
     return predicted, row(pool, job_id)["state"]
 
 
@@ -137,7 +137,7 @@ def test_a_lost_dispatch_is_redispatched_and_stays_running(backend: Backend) -> 
     now = (snap.promoted_at or 0) + 1000
     verdict = decide(snap, False, None, DispatchFacts(), now, pool.settings)
     assert verdict.kind is Kind.REDISPATCH
-    Applier(pool, None, None, "test-supervisor").apply(snap, verdict, None, set())  # type: ignore[arg-type]
+    Applier(pool.store, None, None, "test-supervisor").apply(snap, verdict, None, set())  # type: ignore[arg-type]
     assert expected_state(snap, verdict, pool.settings) == state_of(pool, job.id) == "running"
     assert pool.get(job.id).attempt == snap.attempt + 1
 
@@ -154,7 +154,7 @@ def test_a_dispatch_made_again_gets_a_claim_grace_of_its_own_despite_a_lingering
     job = enqueue(pool)
     k = pool.keys
     assert backend.client.lmove(k.rq_queue, k.rq_intermediate, "RIGHT", "LEFT") in (job.id, job.id.encode())
-    sup = Supervisor(pool, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))
+    sup = Supervisor(pool.store, ContainerProber("unix:///nonexistent/jobpool.sock", timeout=1))
     try:
         assert sup.sweep().decisions[0].verdict.kind is Kind.KEEP, "taken moments ago: within the grace"
         sup.evidence._taken_since = {key: at - 60 for key, at in sup.evidence._taken_since.items()}

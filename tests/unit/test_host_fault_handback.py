@@ -40,7 +40,7 @@ def test_a_host_fault_hands_the_job_back_to_its_place_without_spending_budget(ba
     assert queued_ids(pool) == [first.id, later.id] and lease(pool, first.id) is None and rq_list(pool) == []
     assert_event(last_event(pool, first.id), first.id, "running", "queued", REASON,
                  evidence="cannot make /x: [Errno 30] Read-only")
-    assert dict(read_counters(pool).transitions).get(("queued", "host_fault")) == 1
+    assert dict(read_counters(pool.store).transitions).get(("queued", "host_fault")) == 1
     pool.resume(None)
     assert pool.get(first.id).attempt == 2 and pool.get(first.id).state is JobState.RUNNING
 

@@ -151,7 +151,7 @@ def test_every_worker_learns_the_earlier_boots_of_its_daemon_once(backend: Backe
     assert lead(pool, "w-old", old)[1] and publish(pool, "w-old", daemon=old)
     pool.client.zadd(pool.keys.inventories, {old: pool.now_ms() - 60_000})  # silent for a minute
     told: list[str] = []
-    publisher = InventoryPublisher(pool, "w-new", prober=FakeDaemon(new, [], {}))  # type: ignore[arg-type]
+    publisher = InventoryPublisher(pool.store, "w-new", prober=FakeDaemon(new, [], {}))  # type: ignore[arg-type]
     publisher.on_earlier_boot = told.append
     publisher.find_earlier_boots(new)
     assert told == [], "this boot has not published yet"
@@ -227,7 +227,7 @@ def test_workers_on_one_daemon_list_it_once_per_period(backend: Backend) -> None
                                 "c2": Present(False, 3, container_id="c2"),
                                 "c3": Unknown("container c3 in unexpected state 'weird'")}
     daemons = [FakeDaemon(D1, listed, judged) for _ in range(3)]
-    publishers = [InventoryPublisher(pool, f"boot-{i}", d) for i, d in enumerate(daemons)]  # type: ignore[arg-type]
+    publishers = [InventoryPublisher(pool.store, f"boot-{i}", d) for i, d in enumerate(daemons)]  # type: ignore[arg-type]
     outcomes = [p.tick() for p in publishers]
     assert outcomes[0].startswith("published 3") and all(o.startswith("follower") for o in outcomes[1:])
     assert [d.list_calls for d in daemons] == [1, 0, 0]
@@ -270,7 +270,7 @@ def test_the_holder_removes_what_only_it_can(backend: Backend) -> None:
         "c-pending": Present(False, 0, container_id="c-pending"),
         "c-moved": Present(False, 1, container_id="c-moved")}
     daemon = FakeDaemon(D1, listed, judged)
-    publisher = settled(InventoryPublisher(pool, "boot-0", daemon))  # type: ignore[arg-type]
+    publisher = settled(InventoryPublisher(pool.store, "boot-0", daemon))  # type: ignore[arg-type]
     assert publisher.tick().startswith("published")
     assert sorted(daemon.removed) == ["c-lapsed", "c-moved"]
 
@@ -311,7 +311,7 @@ def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
     listed.append(summary("c-foreign", "foreign", 1, boot="another-pools-boot"))  # same name, other Redis
     judged: dict[str, Probe] = {s["Id"]: Present(True, container_id=s["Id"]) for s in listed}
     daemon = FakeDaemon(D1, listed, judged)
-    publisher = InventoryPublisher(pool, "boot-0", daemon)  # type: ignore[arg-type]
+    publisher = InventoryPublisher(pool.store, "boot-0", daemon)  # type: ignore[arg-type]
     publisher.new_prober = lambda: daemon  # type: ignore[method-assign,assignment,return-value]
     pool.client.zadd(k.boots, {"b1": 1})  # the containers' launcher is one of this pool's boots
     return daemon, publisher

@@ -31,7 +31,7 @@ def fields(pool: Pool) -> dict[str, int]:
 
 
 def transitions(pool: Pool) -> dict[tuple[str, str], int]:
-    return dict(read_counters(pool).transitions)
+    return dict(read_counters(pool.store).transitions)
 
 
 def ran(pool: Pool, code: int = 0, reason: str = "", kind: str = "exit") -> str:
@@ -91,16 +91,16 @@ def test_recoveries_count_the_budget_spent(backend: Backend) -> None:
     job = enqueue(pool)
     orphan(backend, pool, job.id)
     assert reconcile(pool, job.id, "absent", budget=1)[1] == "queued"
-    assert read_counters(pool).recoveries == 1
+    assert read_counters(pool.store).recoveries == 1
     assert transitions(pool)[("queued", "orphan_reconciled_no_container")] == 1
     pool.promote()
     orphan(backend, pool, job.id, boot="boot-b")
     assert reconcile(pool, job.id, "absent", budget=1)[1] == "failed"  # none left: no budget spent
-    assert read_counters(pool).recoveries == 1
+    assert read_counters(pool.store).recoveries == 1
     job2 = enqueue(pool)
     att = claim(pool, job2.id)
     assert att.finish("crashed", 255, reason=contract.REASON_RESTART_LOST_EXIT) == "queued"
-    assert read_counters(pool).recoveries == 2
+    assert read_counters(pool.store).recoveries == 2
     assert transitions(pool)[("queued", contract.REASON_RESTART_LOST_EXIT)] == 1
 
 
@@ -114,7 +114,7 @@ def test_terminal_jobs_land_in_the_bucket_of_their_time_since_enqueue(backend: B
     stored = fields(pool)
     assert stored["job_duration:succeeded:120"] == 1 and stored["job_duration:succeeded:count"] == 1
     assert 100_000 <= stored["job_duration:succeeded:sum_ms"] < 110_000
-    h = read_counters(pool).job_duration["succeeded"]
+    h = read_counters(pool.store).job_duration["succeeded"]
     assert h.count == 1 and 100 <= h.sum_seconds < 110
     cumulative = dict(h.buckets)
     assert cumulative[60] == 0 and cumulative[120] == 1 and cumulative[math.inf] == 1
@@ -127,7 +127,7 @@ def test_every_way_to_a_terminal_state_is_observed(backend: Backend) -> None:
     pool.promote()
     pool.cancel(jobs[0].id)  # promoted, unclaimed -> cancelled
     claim(pool, jobs[1].id).finish("exit", 2)  # failed
-    h = read_counters(pool).job_duration
+    h = read_counters(pool.store).job_duration
     assert (h["cancelled"].count, h["failed"].count, h["succeeded"].count) == (2, 1, 0)
     assert all(hist.buckets[0][1] == hist.count for hist in h.values())  # all well under a second
 
@@ -146,10 +146,10 @@ def test_pruning_never_removes_the_counters(backend: Backend) -> None:
 
 def test_the_sweep_record_and_its_counters_are_written_together(backend: Backend) -> None:
     pool = backend.pool()
-    record_sweep(pool, '{"at": 1}', 30.0, {"present": 2, "unknown": 1, "absent": 0})
-    record_sweep(pool, '{"at": 2}', 7000.0, {"exited": 1})
+    record_sweep(pool.store, '{"at": 1}', 30.0, {"present": 2, "unknown": 1, "absent": 0})
+    record_sweep(pool.store, '{"at": 2}', 7000.0, {"exited": 1})
     assert pool.client.get(pool.keys.last_sweep) == '{"at": 2}'
-    c = read_counters(pool)
+    c = read_counters(pool.store)
     assert c.probes == {"present": 2, "exited": 1, "absent": 0, "unknown": 1}
     sweep = c.sweep_duration
     assert sweep is not None and sweep.count == 2 and sweep.sum_seconds == pytest.approx(7.03)

@@ -26,7 +26,7 @@ CASES: dict[str, Callable[[Backend, Pool, str], list[Any]]] = {
     "pause_job": lambda b, p, j: _release(p, "pause_job", j, "r", "t"),
     "evict": lambda b, p, j: (claim(p, j), _release(p, "evict", j, 1, "r", "e", "t"))[1],
     "reconcile_apply": lambda b, p, j: (orphan(b, p, j), reconcile(p, j, "absent"))[1],
-    "finish": lambda b, p, j: (att := claim(p, j)).pool.store.run(
+    "finish": lambda b, p, j: (att := claim(p, j)).store.run(
         "finish", [p.keys.job(j), p.keys.lease(j), *p.store.candidates(CANDIDATES_ON_RELEASE)],
         [j, att.boot_id, 1, "exit", 0, "", ""]),
 }
@@ -58,4 +58,4 @@ def test_a_finish_sent_again_after_its_reply_was_lost_gets_the_same_answer(backe
     from jobpool.workers.attempt import Attempt
 
     with pytest.raises(NotOwner):
-        Attempt(pool, job.id, "boot-z", 1).finish("exit", 0)
+        Attempt(pool.store, job.id, "boot-z", 1).finish("exit", 0)

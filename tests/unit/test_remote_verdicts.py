@@ -60,7 +60,7 @@ def orphan_on(pool: Pool, daemon: str) -> tuple[str, int]:
 
 def judged(pool: Pool, job_id: str, attempt: int, recorded: str = D1) -> Any:
     secs, micros = pool.client.time()
-    invs = remote.read(pool, [recorded], secs * 1000 + micros // 1000)
+    invs = remote.read(pool.store, [recorded], secs * 1000 + micros // 1000)
     return remote.judge(attempt, job_id, recorded, invs, STALE)
 
 
@@ -105,11 +105,11 @@ def test_a_stale_or_expired_inventory_is_unknown_naming_its_daemon_and_age(backe
     pool = backend.pool()
     job = orphan_on(pool, D1)
     at = publish(pool, D1, [])
-    invs = remote.read(pool, [D1], at + int(STALE * 1000) + 5000)
+    invs = remote.read(pool.store, [D1], at + int(STALE * 1000) + 5000)
     p = remote.judge(job[1], job[0], D1, invs, STALE)
     assert isinstance(p, Unknown) and f"inventory of daemon {D1} is 35.0s old (stale after 30s)" in p.reason
     pool.client.delete(pool.keys.inventory(D1))  # expired; the index still says when it was last heard of
-    p = remote.judge(job[1], job[0], D1, remote.read(pool, [D1], at + 100_000), STALE)
+    p = remote.judge(job[1], job[0], D1, remote.read(pool.store, [D1], at + 100_000), STALE)
     assert isinstance(p, Unknown) and "last published 100.0s ago and has expired" in p.reason
 
 
@@ -119,9 +119,9 @@ def test_not_listed_is_absence_only_in_an_inventory_younger_than_a_lease(backend
     pool = backend.pool()
     job_id, attempt = orphan_on(pool, D1)
     at = publish(pool, D1, [])
-    young = remote.judge(attempt, job_id, D1, remote.read(pool, [D1], at + 900), STALE, lease_secs=1.0)
+    young = remote.judge(attempt, job_id, D1, remote.read(pool.store, [D1], at + 900), STALE, lease_secs=1.0)
     assert isinstance(young, Absent)
-    old = remote.judge(attempt, job_id, D1, remote.read(pool, [D1], at + 1100), STALE, lease_secs=1.0)
+    old = remote.judge(attempt, job_id, D1, remote.read(pool.store, [D1], at + 1100), STALE, lease_secs=1.0)
     assert isinstance(old, Unknown) and "older than a lease (1s)" in old.reason
     assert remote.max_age_ms(young, D1, STALE, 1.0) == 1000
     assert remote.max_age_ms(young, "jpd1:other@boot", STALE, 1.0) == 30_000, "the boot rule: stale limit"
@@ -134,12 +134,12 @@ def test_a_later_boot_of_the_same_daemon_proves_the_old_boots_containers_gone(ba
     time.sleep(0.01)
     new_at = publish(pool, D2, [])  # the host rebooted: its workers publish under the new boot id
     assert new_at > old_at
-    invs = remote.read(pool, [D1], new_at + int(STALE * 1000) - 1000 + (new_at - old_at))
+    invs = remote.read(pool.store, [D1], new_at + int(STALE * 1000) - 1000 + (new_at - old_at))
     # Until the old inventory is stale the old boot's own word stands.
-    invs_fresh = remote.read(pool, [D1], new_at)
+    invs_fresh = remote.read(pool.store, [D1], new_at)
     assert isinstance(remote.judge(attempt, job_id, D1, invs_fresh, STALE), Present)
     later = old_at + int(STALE * 1000) + 1
-    invs = remote.read(pool, [D1], later)
+    invs = remote.read(pool.store, [D1], later)
     p = remote.judge(attempt, job_id, D1, invs, STALE)
     assert isinstance(p, Absent) and "booted again" in p.detail and p.inventory == (D2, new_at)
 
@@ -157,7 +157,7 @@ def test_a_later_boot_that_still_lists_the_container_or_cannot_say_proves_nothin
         publish(pool, D2, [Entry(job_id, attempt, "running", container_id="c1")])
     else:
         publish(pool, D2, [], complete=False)
-    invs = remote.read(pool, [D1], old_at + int(STALE * 1000) + 1)
+    invs = remote.read(pool.store, [D1], old_at + int(STALE * 1000) + 1)
     p = remote.judge(attempt, job_id, D1, invs, STALE)
     assert isinstance(p, Unknown) and "looks rebooted" in p.reason, p
 
@@ -191,7 +191,7 @@ def test_a_clone_that_published_while_the_original_did_proves_nothing(backend: B
     time.sleep(0.01)
     publish(pool, D2, [])  # still publishing; its first_at stays
     assert clone_first < old_at
-    invs = remote.read(pool, [D1], old_at + int(STALE * 1000) + 1)
+    invs = remote.read(pool.store, [D1], old_at + int(STALE * 1000) + 1)
     invs.by_daemon[D2] = invs.by_daemon[D2].__class__(**{**invs.by_daemon[D2].__dict__,
                                                         "at_ms": old_at + int(STALE * 1000)})
     p = remote.judge(attempt, job_id, D1, invs, STALE)
@@ -199,7 +199,7 @@ def test_a_clone_that_published_while_the_original_did_proves_nothing(backend: B
 
 
 def applier(pool: Pool) -> Applier:
-    return Applier(pool, ContainerProber(NOWHERE, timeout=1), Adoptions(pool), "supervisor:test")
+    return Applier(pool.store, ContainerProber(NOWHERE, timeout=1), Adoptions(pool.store), "supervisor:test")
 
 
 @pytest.mark.parametrize("republished", [False, True])
@@ -208,7 +208,7 @@ def test_a_verdict_is_applied_only_on_the_inventory_it_was_judged_from(backend: 
     pool = backend.pool(max_concurrent_jobs=2, recovery_budget=0)
     job_id, attempt = orphan_on(pool, D1)
     publish(pool, D1, [Entry(job_id, attempt, "exited", 3, "c1")])
-    snap = Evidence(pool).read([job_id])
+    snap = Evidence(pool.store).read([job_id])
     probe = judged(pool, job_id, attempt)
     verdict = decide(snap.rows[0], False, probe, None, snap.now_ms, pool.settings)
     assert verdict.kind is Kind.EXITED
@@ -228,7 +228,7 @@ def test_a_stale_inventory_by_the_servers_clock_is_refused_at_apply(backend: Bac
     publish(pool, D1, [])
     probe = judged(pool, job_id, attempt)
     assert isinstance(probe, Absent)
-    snap = Evidence(pool).read([job_id])
+    snap = Evidence(pool.store).read([job_id])
     verdict = decide(snap.rows[0], False, probe, None, snap.now_ms, pool.settings)
     short = pool.settings.replace(inventory_secs=0.1, inventory_stale_secs=0.2)
     stale_applier = applier(Pool(pool.client, short))
@@ -247,7 +247,7 @@ def test_a_supervisor_attached_to_no_daemon_sweeps_from_inventories(backend: Bac
     running, exited, gone = (orphan_on(pool, D1) for _ in range(3))
     publish(pool, D1, [Entry(running[0], running[1], "running", container_id="c1"),
                        Entry(exited[0], exited[1], "exited", 0, "c2")])
-    sup = Supervisor(pool, ContainerProber(NOWHERE, timeout=1))
+    sup = Supervisor(pool.store, ContainerProber(NOWHERE, timeout=1))
     try:
         report = sup.sweep(job_ids=[running[0], exited[0], gone[0]], dry_run=True)
         kinds = {d.job_id: d.verdict.kind for d in report.decisions}
@@ -284,7 +284,7 @@ def test_a_daemon_declared_gone_frees_its_jobs_and_only_once_it_stopped_publishi
     assert gone_daemons(pool)[D1]["actor"] == "ops" and gone_daemons(pool)[D1]["note"] == "ticket 1"
     p = judged(pool, job_id, attempt)
     assert isinstance(p, Absent) and "declared gone" in p.detail and "ticket 1" in p.detail
-    snap = Evidence(pool).read([job_id])
+    snap = Evidence(pool.store).read([job_id])
     verdict = decide(snap.rows[0], False, p, None, snap.now_ms, pool.settings)
     assert applier(pool).reconcile_apply(snap.rows[0], verdict, p) == "queued"
     assert row(pool, job_id)["recovery_attempts"] == "1"
@@ -303,7 +303,7 @@ def test_a_daemon_declared_gone_keeps_the_ends_its_last_inventory_recorded(backe
     forget_daemon(pool, D1)
     p = judged(pool, job_id, attempt)
     assert isinstance(p, Present) and p.exit_code == 3 and p.inventory is None and "declared gone" in p.detail
-    snap = Evidence(pool).read([job_id])
+    snap = Evidence(pool.store).read([job_id])
     verdict = decide(snap.rows[0], False, p, None, snap.now_ms, pool.settings)
     assert applier(pool).reconcile_apply(snap.rows[0], verdict, p) == "failed", "its own exit, not run again"
 
@@ -432,7 +432,7 @@ def test_a_daemon_silent_for_over_a_week_stays_forgettable_while_a_running_row_n
     forget_daemon(pool, D1, note="destroyed last month")
     p = judged(pool, job_id, attempt)
     assert isinstance(p, Absent) and "destroyed last month" in p.detail
-    snap = Evidence(pool).read([job_id])
+    snap = Evidence(pool.store).read([job_id])
     verdict = decide(snap.rows[0], False, p, None, snap.now_ms, pool.settings)
     assert applier(pool).reconcile_apply(snap.rows[0], verdict, p) == "queued", "its slot freed"
 
@@ -520,22 +520,22 @@ def test_a_stop_routed_to_a_daemon_is_taken_once_by_its_lead_and_recorded(backen
     pool = backend.pool(max_concurrent_jobs=2)
     job_id, attempt = orphan_on(pool, D1)
     first = daemoncommands.StopCommand(job_id, attempt, actor="operator:x")
-    assert daemoncommands.route_stop(pool, D1, first) == 1
+    assert daemoncommands.route_stop(pool.store, D1, first) == 1
     with pytest.raises(errors.Conflict):  # not that attempt: nothing queued
-        daemoncommands.route_stop(pool, D1, daemoncommands.StopCommand(job_id, attempt + 1))
+        daemoncommands.route_stop(pool.store, D1, daemoncommands.StopCommand(job_id, attempt + 1))
     pool.store.run("inventory_lead", [pool.keys.inventory_lead(D1)], [D1, "pub", 60_000])
     with pytest.raises(errors.NotOwner):
-        daemoncommands.take(pool, D1, "another-boot")
-    taken = daemoncommands.take(pool, D1, "pub")
+        daemoncommands.take(pool.store, D1, "another-boot")
+    taken = daemoncommands.take(pool.store, D1, "pub")
     assert taken == [daemoncommands.StopCommand(job_id, attempt, actor="operator:x")]
-    assert daemoncommands.take(pool, D1, "pub") == [], "taken once"
+    assert daemoncommands.take(pool.store, D1, "pub") == [], "taken once"
     stopper = Stopper()
-    assert daemoncommands.execute(pool, stopper, D1, taken[0], "worker:pub") == "remote_stopped"
+    assert daemoncommands.execute(pool.store, stopper, D1, taken[0], "worker:pub") == "remote_stopped"
     assert stopper.asked == [(job_id, attempt)]
     reasons = [e["reason"] for e in pool.events(job_id)]
     assert reasons[-2:] == ["stop_routed", "remote_stopped"]
     assert state_of(pool, job_id) == "running", "a stop alone changes no state: the exit does"
-    failed = daemoncommands.execute(pool, Stopper(fail=True), D1, taken[0], "worker:pub")
+    failed = daemoncommands.execute(pool.store, Stopper(fail=True), D1, taken[0], "worker:pub")
     assert failed == "remote_stop_failed"
 
 
@@ -545,19 +545,20 @@ def test_a_routed_eviction_fails_the_job_once_stopped(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=2)
     job_id, attempt = orphan_on(pool, D1)
     cmd = daemoncommands.StopCommand(job_id, attempt, evict=True, reason="stale_evicted", actor="operator:x")
-    daemoncommands.route_stop(pool, D1, cmd)
-    assert daemoncommands.execute(pool, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
+    daemoncommands.route_stop(pool.store, D1, cmd)
+    assert daemoncommands.execute(pool.store, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
     assert row(pool, job_id)["state"] == "failed" and row(pool, job_id)["error_reason"] == "stale_evicted"
     # A stop that failed evicts nothing.
     other, att = orphan_on(pool, D1)
     cmd = daemoncommands.StopCommand(other, att, evict=True, reason="stale_evicted")
-    assert daemoncommands.execute(pool, Stopper(fail=True), D1, cmd, "worker:pub") == "remote_stop_failed"
+    done = daemoncommands.execute(pool.store, Stopper(fail=True), D1, cmd, "worker:pub")
+    assert done == "remote_stop_failed"
     assert state_of(pool, other) == "running"
     # The same attempt now recorded on another daemon (a Redis rollback lost the first claim, and the attempt
     # ran again elsewhere): a stop on the first daemon proves nothing there, so nothing is evicted.
     moved, att = orphan_on(pool, D2)
     cmd = daemoncommands.StopCommand(moved, att, evict=True, reason="stale_evicted")
-    assert daemoncommands.execute(pool, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
+    assert daemoncommands.execute(pool.store, Stopper(), D1, cmd, "worker:pub") == "remote_stopped"
     assert state_of(pool, moved) == "running"
 
 
@@ -568,5 +569,5 @@ def test_a_command_cannot_be_routed_to_no_identity(backend: Backend) -> None:
     job_id, attempt = orphan_on(pool, D1)
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument):
-        daemoncommands.route_stop(pool, "ABCD:EF", daemoncommands.StopCommand(job_id, attempt))
+        daemoncommands.route_stop(pool.store, "ABCD:EF", daemoncommands.StopCommand(job_id, attempt))
     assert backend.keyspace() == before

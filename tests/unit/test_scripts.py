@@ -305,7 +305,7 @@ def test_attempt_counts_promotions(backend: Backend) -> None:
 def test_claim_takes_the_promoted_row(backend: Backend) -> None:
     pool = backend.pool(lease_secs=30, heartbeat_secs=5)
     job = enqueue(pool, "run", env={"K": "v"})
-    spec, requests = Attempt(pool, job.id, "boot-a", 1).claim()
+    spec, requests = Attempt(pool.store, job.id, "boot-a", 1).claim()
     assert spec.command == ("run",) and dict(spec.env) == {"K": "v"}
     assert (requests.pause, requests.cancel) == (False, False)
     got = pool.get(job.id)
@@ -319,11 +319,11 @@ def test_claim_takes_the_promoted_row(backend: Backend) -> None:
 def test_claim_first_wins_and_a_second_claim_writes_nothing(backend: Backend) -> None:
     pool = backend.pool()
     job = enqueue(pool)
-    Attempt(pool, job.id, "boot-a", 1).claim()
+    Attempt(pool.store, job.id, "boot-a", 1).claim()
     before = backend.keyspace()
     for boot in ("boot-b", "boot-a"):  # a duplicate delivery, even to the same boot, is refused
         with pytest.raises(errors.NotOwner):
-            Attempt(pool, job.id, boot, 1).claim()
+            Attempt(pool.store, job.id, boot, 1).claim()
     assert backend.keyspace() == before
 
 
@@ -333,7 +333,7 @@ def test_claim_of_another_attempt_is_a_conflict(backend: Backend, attempt: int) 
     job = enqueue(pool)
     before = backend.keyspace()
     with pytest.raises(errors.Conflict):
-        Attempt(pool, job.id, "boot-a", attempt).claim()
+        Attempt(pool.store, job.id, "boot-a", attempt).claim()
     assert backend.keyspace() == before
 
 
@@ -347,7 +347,7 @@ def test_claim_of_a_job_not_running_is_invalid_state(backend: Backend) -> None:
     before = backend.keyspace()
     for job_id, state in ((done.id, "succeeded"), (queued.id, "queued")):
         with pytest.raises(errors.InvalidState) as info:
-            Attempt(pool, job_id, "boot-a", 1).claim()
+            Attempt(pool.store, job_id, "boot-a", 1).claim()
         assert info.value.state == state
     assert backend.keyspace() == before
 
@@ -357,7 +357,7 @@ def test_claim_of_an_unknown_job_is_not_found(backend: Backend) -> None:
     enqueue(pool)
     before = backend.keyspace()
     with pytest.raises(errors.NotFound):
-        Attempt(pool, "0" * 32, "boot-a", 1).claim()
+        Attempt(pool.store, "0" * 32, "boot-a", 1).claim()
     assert backend.keyspace() == before
 
 
@@ -421,10 +421,10 @@ def test_fenced_write_from_a_non_owner_is_refused_byte_for_byte(backend: Backend
     job = enqueue(pool)
     enqueue(pool)  # a queued job a wrongly accepted finish would promote
     claim(pool, job.id, "boot-a")
-    imposter = {"other_boot": Attempt(pool, job.id, "boot-b", 1),
-                "old_attempt": Attempt(pool, job.id, "boot-a", 0),
-                "next_attempt": Attempt(pool, job.id, "boot-a", 2),
-                "unclaimed_by_me": Attempt(pool, job.id, "", 1)}[who]
+    imposter = {"other_boot": Attempt(pool.store, job.id, "boot-b", 1),
+                "old_attempt": Attempt(pool.store, job.id, "boot-a", 0),
+                "next_attempt": Attempt(pool.store, job.id, "boot-a", 2),
+                "unclaimed_by_me": Attempt(pool.store, job.id, "", 1)}[who]
     backend.client.pexpire(pool.keys.lease(job.id), 10_000_000)  # a renewal would show as a shorter TTL
     before_row, before = backend.raw.hgetall(pool.keys.job(job.id)), backend.keyspace()
     with pytest.raises(errors.NotOwner):
@@ -441,7 +441,7 @@ def test_fenced_write_with_an_empty_boot_on_an_unclaimed_row_is_refused(backend:
     assert pool.get(job.id).owner_boot == ""
     before = backend.keyspace()
     with pytest.raises(errors.NotOwner):
-        FENCED_WRITES[write](Attempt(pool, job.id, "", 1))
+        FENCED_WRITES[write](Attempt(pool.store, job.id, "", 1))
     assert backend.keyspace() == before
 
 
@@ -467,7 +467,7 @@ def test_fenced_write_to_an_unknown_job_is_not_found(backend: Backend, write: st
     enqueue(pool)
     before = backend.keyspace()
     with pytest.raises(errors.NotFound):
-        FENCED_WRITES[write](Attempt(pool, "f" * 32, "boot-a", 1))
+        FENCED_WRITES[write](Attempt(pool.store, "f" * 32, "boot-a", 1))
     assert backend.keyspace() == before
 
 

@@ -70,7 +70,7 @@ def test_pause_an_unclaimed_running_job_frees_its_slot(backend: Backend) -> None
     assert_event(events_of(pool, job.id)[-1], job.id, "running", "paused", "pause")
     # ...and a worker that still got the old delivery is refused.
     with pytest.raises(errors.InvalidState):
-        Attempt(pool, job.id, "boot-a", 1).claim()
+        Attempt(pool.store, job.id, "boot-a", 1).claim()
     pool.resume(job.id)
     assert state_of(pool, job.id) == "queued" and queued_ids(pool) == [job.id]
 
@@ -148,7 +148,7 @@ def test_cancel_an_unclaimed_running_job_frees_the_slot_and_promotes(backend: Ba
     assert state_of(pool, nxt.id) == "running" and rq_list(pool) == [nxt.id]
     assert_event(events_of(pool, job.id)[-1], job.id, "running", "cancelled", "cancel")
     with pytest.raises(errors.InvalidState):
-        Attempt(pool, job.id, "boot-a", 1).claim()
+        Attempt(pool.store, job.id, "boot-a", 1).claim()
 
 
 def test_cancel_a_claimed_job_persists_a_request(backend: Backend) -> None:
@@ -420,8 +420,8 @@ def test_reconcile_redispatch_pushes_a_new_attempt_and_keeps_the_slot(backend: B
     reconcile(pool, job.id, "redispatch")
     assert rq_list(pool) == [job.id]  # never twice on RQ's list
     with pytest.raises(errors.Conflict):
-        Attempt(pool, job.id, "boot-a", 2).claim()  # the superseded delivery
-    Attempt(pool, job.id, "boot-a", 3).claim()
+        Attempt(pool.store, job.id, "boot-a", 2).claim()  # the superseded delivery
+    Attempt(pool.store, job.id, "boot-a", 3).claim()
 
 
 @pytest.mark.parametrize("lost", ["whole", "all but the fields promotion writes"])
@@ -473,8 +473,8 @@ def test_adopt_takes_over_when_the_lease_is_gone(backend: Backend) -> None:
     job = enqueue(pool, "long")
     old = orphan(backend, pool, job.id, "boot-a")
     pool.pause(job.id)
-    me, spec, container_id, requests = Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "probe: running",
-                                                     daemon_id="daemon-1")
+    me, spec, container_id, requests = Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b",
+                                                     "probe: running", daemon_id="daemon-1")
     assert spec.command == ("long",) and container_id == "cid-1" and requests.pause and not requests.cancel
     got = row(pool, job.id)
     assert got["owner_boot"] == "boot-b" and got["adopted_from"] == "boot-a" and got["state"] == "running"
@@ -492,10 +492,10 @@ def test_adopt_takes_over_when_the_lease_is_gone(backend: Backend) -> None:
 def test_adopt_is_refused_while_the_lease_is_present(backend: Backend) -> None:
     pool = backend.pool()
     job = enqueue(pool)
-    Attempt(pool, job.id, "boot-a", 1).claim("docker", "daemon-1")
+    Attempt(pool.store, job.id, "boot-a", 1).claim("docker", "daemon-1")
     before = backend.keyspace()
     with pytest.raises(errors.Conflict):
-        Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id="daemon-1")
+        Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b", "", daemon_id="daemon-1")
     assert backend.keyspace() == before
 
 
@@ -506,7 +506,7 @@ def test_adopt_is_compare_and_set(backend: Backend, old_owner: str, attempt: int
     orphan(backend, pool, job.id, "boot-a")
     before = backend.keyspace()
     with pytest.raises(errors.Conflict):
-        Attempt.adopt(pool, job.id, old_owner, attempt, "boot-b", "", daemon_id="daemon-1")
+        Attempt.adopt(pool.store, job.id, old_owner, attempt, "boot-b", "", daemon_id="daemon-1")
     assert backend.keyspace() == before
 
 
@@ -514,21 +514,21 @@ def test_adopt_is_refused_to_a_worker_on_another_daemon(backend: Backend) -> Non
     """Only a worker on the daemon the attempt was recorded on can watch its container (daemonid.py)."""
     pool = backend.pool()
     job = enqueue(pool)
-    Attempt(pool, job.id, "boot-a", 1).claim("docker", "jpd1:aaaa@boot-1")
+    Attempt(pool.store, job.id, "boot-a", 1).claim("docker", "jpd1:aaaa@boot-1")
     pool.client.delete(pool.keys.lease(job.id))
     before = backend.keyspace()
     for other in ("jpd1:bbbb@boot-1", ""):
         with pytest.raises(errors.Conflict):
-            Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id=other)
+            Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b", "", daemon_id=other)
     assert backend.keyspace() == before
     # A row claimed with no identity is adopted by nobody, not even an adopter with none.
     pool.set_slots(2)
     blind = enqueue(pool, "blind")
-    Attempt(pool, blind.id, "boot-a", 1).claim()
+    Attempt(pool.store, blind.id, "boot-a", 1).claim()
     pool.client.delete(pool.keys.lease(blind.id))
     with pytest.raises(errors.Conflict):
-        Attempt.adopt(pool, blind.id, "boot-a", 1, "boot-b", "", daemon_id="")
-    Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id="jpd1:aaaa@boot-1")
+        Attempt.adopt(pool.store, blind.id, "boot-a", 1, "boot-b", "", daemon_id="")
+    Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b", "", daemon_id="jpd1:aaaa@boot-1")
     assert row(pool, job.id)["owner_boot"] == "boot-b"
 
 
@@ -536,9 +536,9 @@ def test_an_adoption_sent_again_after_its_reply_was_lost_succeeds_again(backend:
     pool = backend.pool(lease_secs=30, heartbeat_secs=5)
     job = enqueue(pool, "long")
     orphan(backend, pool, job.id, "boot-a")
-    Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "probe: running", daemon_id="daemon-1")
+    Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b", "probe: running", daemon_id="daemon-1")
     pool.client.pexpire(pool.keys.lease(job.id), 5)  # the retry also renews the lease
-    again, spec, container_id, _ = Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "probe: running",
+    again, spec, container_id, _ = Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b", "probe: running",
                                                  daemon_id="daemon-1")
     assert (spec.command, container_id) == (("long",), "cid-1")
     assert lease(pool, job.id) == "boot-b:1" and pool.client.pttl(pool.keys.lease(job.id)) > 1000
@@ -547,7 +547,7 @@ def test_an_adoption_sent_again_after_its_reply_was_lost_succeeds_again(backend:
     # Another boot, or another daemon, is still refused.
     for boot, daemon in (("boot-c", "daemon-1"), ("boot-b", "daemon-2")):
         with pytest.raises(errors.Conflict):
-            Attempt.adopt(pool, job.id, "boot-a", 1, boot, "", daemon_id=daemon)
+            Attempt.adopt(pool.store, job.id, "boot-a", 1, boot, "", daemon_id=daemon)
 
 
 def test_adopt_of_a_finished_or_unknown_job(backend: Backend) -> None:
@@ -556,9 +556,9 @@ def test_adopt_of_a_finished_or_unknown_job(backend: Backend) -> None:
     claim(pool, job.id).finish("exit", 1)
     before = backend.keyspace()
     with pytest.raises(errors.InvalidState):
-        Attempt.adopt(pool, job.id, "boot-a", 1, "boot-b", "", daemon_id="daemon-1")
+        Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b", "", daemon_id="daemon-1")
     with pytest.raises(errors.NotFound):
-        Attempt.adopt(pool, "e" * 32, "boot-a", 1, "boot-b", "", daemon_id="daemon-1")
+        Attempt.adopt(pool.store, "e" * 32, "boot-a", 1, "boot-b", "", daemon_id="daemon-1")
     assert backend.keyspace() == before
 
 

@@ -76,7 +76,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     def owners(self) -> dict[str, Attempt]:
         """The attempt that owns each claimed running row, read from Redis."""
-        return {i: Attempt(self.pool, i, r["owner_boot"], int(r["attempt"]))
+        return {i: Attempt(self.pool.store, i, r["owner_boot"], int(r["attempt"]))
                 for i, r in self.rows().items() if r["state"] == "running" and r["owner_boot"]}
 
     def owned(self) -> list[Attempt]:
@@ -134,11 +134,11 @@ class PoolMachine(RuleBasedStateMachine):
     def claim(self, data: st.DataObject, boot: str) -> None:
         job_id = data.draw(st.sampled_from(self.unclaimed()))
         attempt = int(self.row(job_id)["attempt"])
-        self.refused(errors.Conflict, lambda: Attempt(self.pool, job_id, boot, attempt + 1).claim())
-        me = Attempt(self.pool, job_id, boot, attempt)
+        self.refused(errors.Conflict, lambda: Attempt(self.pool.store, job_id, boot, attempt + 1).claim())
+        me = Attempt(self.pool.store, job_id, boot, attempt)
         me.claim("docker", DAEMON)
         self.seen_attempts.append(me)
-        self.refused(errors.NotOwner, lambda: Attempt(self.pool, job_id, BOOTS[0], attempt).claim())
+        self.refused(errors.NotOwner, lambda: Attempt(self.pool.store, job_id, BOOTS[0], attempt).claim())
 
     @precondition(lambda self: self.owners())
     @rule(data=st.data())
@@ -149,7 +149,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert (req.pause, req.cancel) == (r["pause_requested"] == "1", r["cancel_requested"] == "1")
         assert self.pool.client.get(self.pool.keys.lease(me.job_id)) == f"{me.boot_id}:{me.attempt}"
         other = next(b for b in BOOTS if b != me.boot_id)
-        self.refused(errors.NotOwner, Attempt(self.pool, me.job_id, other, me.attempt).heartbeat)
+        self.refused(errors.NotOwner, Attempt(self.pool.store, me.job_id, other, me.attempt).heartbeat)
 
     @precondition(lambda self: self.owners())
     @rule(data=st.data(), kind=st.sampled_from(["exit", "interrupted", "error"]),
@@ -183,8 +183,8 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool.client.delete(self.pool.keys.lease(me.job_id))
         if adopt:
             heir = next(b for b in BOOTS if b != me.boot_id)
-            new, *_ = Attempt.adopt(self.pool, me.job_id, me.boot_id, me.attempt, heir, "probe: running",
-                                    daemon_id=DAEMON)
+            new, *_ = Attempt.adopt(self.pool.store, me.job_id, me.boot_id, me.attempt, heir,
+                                    "probe: running", daemon_id=DAEMON)
             self.seen_attempts.append(new)
             return
         k = self.pool.keys
@@ -205,8 +205,8 @@ class PoolMachine(RuleBasedStateMachine):
     def fenced_write_from_a_non_owner(self, data: st.DataObject, op: str) -> None:
         owners = {(a.job_id, a.boot_id, a.attempt) for a in self.owners().values()}
         stale = [a for a in self.seen_attempts if (a.job_id, a.boot_id, a.attempt) not in owners]
-        forged = [Attempt(self.pool, a.job_id, b, a.attempt) for a in self.owners().values() for b in BOOTS
-                  if b != a.boot_id]
+        forged = [Attempt(self.pool.store, a.job_id, b, a.attempt) for a in self.owners().values()
+                  for b in BOOTS if b != a.boot_id]
         if not stale + forged:
             return
         wrong = data.draw(st.sampled_from(stale + forged))

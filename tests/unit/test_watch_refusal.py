@@ -34,7 +34,7 @@ def running(backend: Backend, handle: SimpleNamespace) -> tuple[Pool, Runtime, A
     job = enqueue(pool)
     ours = claim(pool, job.id, OURS)
     ours.set_container(handle.container_id, handle.daemon_id, handle.identity)
-    return pool, Runtime(pool, OURS), ours
+    return pool, Runtime(pool.store, OURS), ours
 
 
 def taken_by(pool: Pool, job_id: str, boot: str, container_id: str, live: bool,
@@ -57,7 +57,7 @@ def test_rolled_back_to_unclaimed_is_claimed_back_for_our_container(backend: Bac
     assert (row.owner_boot, row.container_id, row.attempt) == (OURS, "c-ours", ours.attempt)
     assert pool.client.get(pool.keys.lease(ours.job_id)) == f"{OURS}:{ours.attempt}"
     with pytest.raises(errors.NotOwner):  # the delivery Redis brought back is refused
-        Attempt(pool, ours.job_id, THEIRS, ours.attempt).claim()
+        Attempt(pool.store, ours.job_id, THEIRS, ours.attempt).claim()
 
 
 def test_unclaimed_row_naming_another_container_is_lost(backend: Backend) -> None:
