@@ -46,7 +46,8 @@ def fill(pool: Pool, queued: int, blocked: int) -> None:
         pool.enqueue_many(specs, batch_size=batch)
 
 
-def bench_promotes(url: str, raw: redis.Redis, queued: int, blocked: int, promotes: int) -> tuple[Measure, float]:
+def bench_promotes(url: str, raw: redis.Redis, queued: int, blocked: int,
+                   promotes: int) -> tuple[Measure, float]:
     """Per promotion into one free slot (after the parking, when any); and the parking's seconds."""
     fresh(raw)
     pool = Pool(connect(url), Settings(redis_url=url, pool="bench", max_concurrent_jobs=0))
@@ -78,8 +79,9 @@ def bench_ordered_enqueue(url: str, raw: redis.Redis, n: int) -> Measure:
     pool = Pool(connect(url), Settings(redis_url=url, pool="bench", max_concurrent_jobs=0))
     pool.set_limit("dataset:*", 1)
     try:
-        m = time_calls(raw, n, lambda i: pool.enqueue(image="busybox", command=["echo", str(i)], priority=i % 7,
-                                                      group=f"tenant-{i % 5}", uses={f"dataset:{i % 50}": 1}))
+        m = time_calls(raw, n, lambda i: pool.enqueue(
+            image="busybox", command=["echo", str(i)], priority=i % 7, group=f"tenant-{i % 5}",
+            uses={f"dataset:{i % 50}": 1}))
         assert pool.stats()["counts"]["queued"] == n, "the benchmark did not do what it says"
         return m
     finally:

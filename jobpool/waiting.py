@@ -77,7 +77,8 @@ def why_waiting(facts: OrderFacts, job: Job, parked: str) -> list[str]:
     if f.parked_on == "#slots":
         lines.append(f"needs {job.spec.slots} slots, {free} free of {f.slots}")
     elif f.parked_on == "#reserved":
-        lines.append(f"a reservation ahead of it: {f.reserved or 'a job passed over'} waits for what it needs")
+        held = f.reserved or "a job passed over"
+        lines.append(f"a reservation ahead of it: {held} waits for what it needs")
     elif f.parked_on:
         lines.append(_limit_line(facts, job, f.parked_on))
     elif f.ahead is not None:
