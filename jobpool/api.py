@@ -337,7 +337,10 @@ class Pool(Browsing):
     def remove_limit(self, name: str) -> int:
         """Remove named limit `name`; returns its size. Nothing that runs is stopped; a queued job using a
         name no limit covers any more waits until one does (`NotFound` when there is no such limit)."""
-        done = self.store.set_limit(self._check_limit_name(name), None, self.actor)
+        try:
+            done = self.store.set_limit(self._check_limit_name(name), None, self.actor)
+        except errors.NotFound:
+            raise errors.NotFound(f"no limit {name} (jobpool limit lists them)") from None
         return int(done.old or 0)
 
     def why_waiting(self, job_id: str) -> builtins.list[str]:

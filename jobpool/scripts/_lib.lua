@@ -298,7 +298,9 @@ local function leave_queue(jkey, id)
       redis.call('HSET', KEYS[K_WAKE], '#reserved ', '')
     end
   end
-  if (row[1] and row[1] ~= '') or (row[2] and row[2] ~= '') then redis.call('HSET', jkey, 'parked', '', 'passed', '') end
+  if (row[1] and row[1] ~= '') or (row[2] and row[2] ~= '') then
+    redis.call('HSET', jkey, 'parked', '', 'passed', '')
+  end
 end
 
 -- Move a job between state indexes; score is the job's order for queued/paused (its place: a job handed back
@@ -483,7 +485,9 @@ end
 -- the definition: what /metrics shows of a pattern is its names summed). A count that reaches 0 goes.
 local function use_units(name, limit, by)
   for _, field in ipairs({name, '=' .. limit}) do
-    if redis.call('HINCRBY', KEYS[K_LIMIT_USED], field, by) <= 0 then redis.call('HDEL', KEYS[K_LIMIT_USED], field) end
+    if redis.call('HINCRBY', KEYS[K_LIMIT_USED], field, by) <= 0 then
+      redis.call('HDEL', KEYS[K_LIMIT_USED], field)
+    end
   end
 end
 
@@ -549,7 +553,11 @@ local function wake_waiters(budget, used, max)
       end
       after = m
     end
-    if done then redis.call('HDEL', KEYS[K_WAKE], prefix) else redis.call('HSET', KEYS[K_WAKE], prefix, after) end
+    if done then
+      redis.call('HDEL', KEYS[K_WAKE], prefix)
+    else
+      redis.call('HSET', KEYS[K_WAKE], prefix, after)
+    end
   end
   return redis.call('EXISTS', KEYS[K_WAKE]) == 1
 end
@@ -681,7 +689,8 @@ local function promote_candidates(first, actor, now, cands, out)
           'daemon_id', '', 'daemon_queue', '', 'identity', '', 'claimed_at', '')
         -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
         redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
-          'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}), 'origin', string.sub(qkey, #RQ_QUEUE_KEY_PREFIX + 1))
+          'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}),
+          'origin', string.sub(qkey, #RQ_QUEUE_KEY_PREFIX + 1))
         redis.call('RPUSH', qkey, head)
         redis.call('SADD', KEYS[K_RQ_QUEUES], qkey)
         event(jkey, head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)

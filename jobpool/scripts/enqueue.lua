@@ -1,5 +1,6 @@
 --[[ enqueue
-Pool keys: config paused queued running coalesce events rq_queue rq_queues seq paused_jobs succeeded failed cancelled metrics ready blocked passed wake fair limits limit_used holds
+Pool keys: config paused queued running coalesce events rq_queue rq_queues seq paused_jobs succeeded failed
+           cancelled metrics ready blocked passed wake fair limits limit_used holds
 Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1..]   promotion candidates: the new jobs' keys, two per job in input order: job:<id>, then
              rq:job:<id> (RQ's job hash, outside the hash tag: RQ's own key)
@@ -10,8 +11,8 @@ ARGV[2..]    five per job, in the order of its keys: id, spec JSON, coalesce key
 Returns {0, created, promoted, why_stopped, now, then four per job in input order: coalesced 0|1, id, seq,
         state}: a job that coalesced names the queued job it equals (seq and state ''); a new job its own id,
         seq and state (queued, or running when promoted here). -5 when an id exists or repeats, -6 when
-        ARGV and KEYS disagree or a job's order and limits do not read, -7 'slots' when a job needs more
-        slots than the pool has (a limit of 0 holds every job, whatever its weight), -7 'uses <name>' when no limit covers a name it uses: all before anything is
+        ARGV and KEYS disagree or a job's order and limits do not read, -7 when a job needs more slots than
+        the pool has (a limit of 0 holds every job, whatever its weight) or no limit covers a name it uses: all before anything is
         written. A pool with no limit stored yet gets the default (DEFAULT_SLOTS, _lib.lua).
 why_stopped 'stale' means slots are free but the new jobs are not the head: the caller should run promote;
 'full' when no slot is free (paused or not); 'none' when every job coalesced.
@@ -38,12 +39,18 @@ local function schedule_of(text)
   end
   local p, w, group, uses_text = string.match(text, '^(-?%d+);(%d+);([^;]*);(.*)$')
   p, w = tonumber(p), tonumber(w)
-  if not p or p < -MAX_PRIORITY or p > MAX_PRIORITY or not w or w < 1 then return nil, {E_BAD_ARG, 'schedule'} end
-  if max > 0 and w > max then return nil, {E_BAD_SPEC, 'slots'} end  -- 0 holds everything: any weight waits
+  if not p or p < -MAX_PRIORITY or p > MAX_PRIORITY or not w or w < 1 then
+    return nil, {E_BAD_ARG, 'schedule'}
+  end
+  if max > 0 and w > max then  -- a limit of 0 holds every job: any weight waits then
+    return nil, {E_BAD_SPEC, 'it needs ' .. w .. ' slots; the pool has ' .. max}
+  end  -- 0 holds everything: any weight waits
   local uses = {}
   for name, amount in string.gmatch(uses_text, '([^=,]+)=(%d+)') do
     local limit = limit_for(name)
-    if not limit then return nil, {E_BAD_SPEC, 'uses ' .. name} end
+    if not limit then
+      return nil, {E_BAD_SPEC, 'no limit covers ' .. name .. ' (jobpool limit ' .. name .. ' N sets one)'}
+    end
     uses[#uses + 1] = {name, tonumber(amount), limit}
   end
   local s = {p, w, group, uses}

@@ -107,7 +107,8 @@ def needed(defs: list[Definition], script: str) -> str:
 
 def _header_names(script: str, label: str, allowed: Collection[str]) -> tuple[str, ...]:
     header = script.split("]]", 1)[0]
-    found = re.findall(rf"^{label}:(.*)$", header, re.MULTILINE)
+    # A line of names, continued on the lines after it that start with a space.
+    found = re.findall(rf"^{label}:(.*(?:\n[ \t]+.*)*)", header, re.MULTILINE)
     if label == "Pool keys" and len(found) != 1:
         raise ValueError(f"the header has {len(found)} `{label}:` lines, not one")
     if len(found) > 1:

@@ -65,7 +65,7 @@ _MESSAGES = {
     -4: "{op}: the job changed since it was looked at (now {arg})",
     -5: "a job {arg} exists already",
     -6: "{op}: bad argument {arg}",
-    -7: "{op}: the pool cannot take this spec: {arg}",
+    -7: "{op}: refused: {arg}",
 }
 
 

@@ -99,7 +99,7 @@ def test_a_job_heavier_than_the_pool_is_refused_and_writes_nothing(backend: Back
     pool = backend.pool(max_concurrent_jobs=2)
     enqueue(pool)
     before = backend.keyspace()
-    with pytest.raises(errors.InvalidSpec, match="slots"):
+    with pytest.raises(errors.InvalidSpec, match="it needs 3 slots; the pool has 2"):
         enqueue(pool, slots=3)
     with pytest.raises(errors.InvalidSpec, match="slots"):
         enqueue(pool, slots=0)
@@ -139,7 +139,7 @@ def test_a_name_no_limit_covers_is_refused_and_writes_nothing(backend: Backend) 
     pool = backend.pool(max_concurrent_jobs=10)
     pool.set_limit("gpu", 2)
     before = backend.keyspace()
-    with pytest.raises(errors.InvalidSpec, match="uses gpus"):
+    with pytest.raises(errors.InvalidSpec, match="no limit covers gpus"):
         enqueue(pool, uses={"gpus": 1})
     with pytest.raises(errors.InvalidSpec, match="not a name"):
         enqueue(pool, uses={"gpu*": 1})  # a pattern is no name a job can use
@@ -263,3 +263,23 @@ def test_limits_are_checked_at_the_api(backend: Backend) -> None:
         with pytest.raises(errors.InvalidSpec):
             enqueue(pool, **spec)
     assert backend.keyspace() == before
+
+
+def test_why_a_queued_job_waits_is_said(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=2)
+    pool.set_limit("dataset:*", 1)
+    holder = enqueue(pool, "holder", uses={"dataset:sales": 1})
+    writer = enqueue(pool, "writer", uses={"dataset:sales": 1})
+    heavy = enqueue(pool, "heavy", slots=2)
+    plain = enqueue(pool, "plain")
+    behind = enqueue(pool, "behind")
+    assert pool.why_waiting(holder.id) == [] and state_of(pool, plain.id) == "running"
+    assert pool.why_waiting(writer.id) == [f"dataset:sales 1/1 (limit dataset:*), needs 1, held by {holder.id}"]
+    assert pool.why_waiting(heavy.id) == ["needs 2 slots, 0 free of 2"]
+    assert pool.why_waiting(behind.id) == ["next in line", "the pool is full: 2 of 2 slots in use"]
+    pool.pause(None, reason="maintenance")
+    assert pool.why_waiting(behind.id)[0] == "the queue is paused (jobpool resume)"
+    pool.remove_limit("dataset:*")
+    assert pool.why_waiting(writer.id) == [
+        "the queue is paused (jobpool resume)",
+        "no limit covers dataset:sales any more: it waits until one does (jobpool limit dataset:sales N)"]
