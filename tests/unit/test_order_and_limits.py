@@ -274,7 +274,8 @@ def test_why_a_queued_job_waits_is_said(backend: Backend) -> None:
     plain = enqueue(pool, "plain")
     behind = enqueue(pool, "behind")
     assert pool.why_waiting(holder.id) == [] and state_of(pool, plain.id) == "running"
-    assert pool.why_waiting(writer.id) == [f"dataset:sales 1/1 (limit dataset:*), needs 1, held by {holder.id}"]
+    said = f"dataset:sales 1/1 (limit dataset:*), needs 1, held by {holder.id}"
+    assert pool.why_waiting(writer.id) == [said]
     assert pool.why_waiting(heavy.id) == ["needs 2 slots, 0 free of 2"]
     assert pool.why_waiting(behind.id) == ["next in line", "the pool is full: 2 of 2 slots in use"]
     pool.pause(None, reason="maintenance")
