@@ -182,6 +182,7 @@ def status_report(report: StatusReport) -> str:
     now = report.now_ms or 0
     if report.slots is not None:
         items.append(("slots", f"{report.slots.used}/{report.slots.max} used"))
+    items += [("limit", f"{u.name} {u.used}/{u.size} used") for u in report.limits]
     if report.counts:
         c, q = report.counts, report.queue
         head = (f" (the oldest enqueued {ago(now - q.oldest_wait_ms, now)})"
