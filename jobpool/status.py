@@ -20,8 +20,8 @@ from .fleet.daemonid import is_identity
 from .fleet.inventory import FORGET_MS
 from .fleet.strays import Stray
 from .store import redispolicy, redisurl
-from .store.redispolicy import PolicyCheck, Verdict
 from .store.orderreads import LimitUse
+from .store.redispolicy import PolicyCheck, Verdict
 
 if TYPE_CHECKING:
     from .store.calls import Store
