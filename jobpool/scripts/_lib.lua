@@ -432,24 +432,55 @@ local function blocker(w, uses, used, max)
   return nil
 end
 
--- The reservation (read once per promotion): {member, id, priority, weight, need = {name = amount}}, or
--- nil. The member of `passed` it was made from carries what the job needs: 'id|priority|weight|uses'.
-local function read_reservation()
-  local member = redis.call('HGET', KEYS[K_CONFIG], 'reserved')
-  if not member then return nil end
+-- A member of `passed` read back: {member, id, priority, weight, need = {name = amount}}.
+local function read_passed(member)
   local id, p, w, uses = string.match(member, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
   local r = {member = member, id = id, priority = tonumber(p) or 0, weight = tonumber(w) or 1, need = {}}
   for _, u in ipairs(parse_uses(uses)) do r.need[u[1]] = u[2] end
   return r
 end
 
--- Give the reservation to the job passed over longest, once that is RESERVE_AFTER_MS ago and none is held.
-local function reserve(now)
-  if redis.call('HEXISTS', KEYS[K_CONFIG], 'reserved') == 1 then return end
-  local oldest = redis.call('ZRANGE', KEYS[K_PASSED], 0, 0, 'WITHSCORES')
-  if oldest[1] and now - tonumber(oldest[2]) >= RESERVE_AFTER_MS then
-    redis.call('HSET', KEYS[K_CONFIG], 'reserved', oldest[1])
+-- Whether what job `r` needs can ever be had as the limits stand: it is still queued, its weight fits the
+-- slot limit and every name it uses is covered by a limit at least its amount. A reservation for a job that
+-- cannot start however much drains (a limit of 0, one removed) would hold capacity for nothing.
+local function attainable(r, max)
+  if not r.id or not redis.call('ZSCORE', KEYS[K_QUEUED], r.id) or r.weight > max then return false end
+  for name, amount in pairs(r.need) do
+    local n = limit_size({name, amount, ''})
+    if not n or n < amount then return false end
   end
+  return true
+end
+
+-- The reservation, read once per promotion: the job passed over longest gets it once that is RESERVE_AFTER_MS
+-- ago and what it needs is attainable (a few of the oldest are looked at; one no longer queued leaves
+-- `passed`). A reservation whose job is gone or can no longer be satisfied ends, and what was held back for
+-- it is woken. Returns the reservation (read_passed) or nil.
+local function reservation(now, max)
+  local held = redis.call('HGET', KEYS[K_CONFIG], 'reserved')
+  if held then
+    local r = read_passed(held)
+    if attainable(r, max) then return r end
+    redis.call('HDEL', KEYS[K_CONFIG], 'reserved')
+    redis.call('HSET', KEYS[K_WAKE], '#reserved ', '')
+    if not r.id or not redis.call('ZSCORE', KEYS[K_QUEUED], r.id) then
+      redis.call('ZREM', KEYS[K_PASSED], held)
+    end
+    return nil
+  end
+  local oldest = redis.call('ZRANGE', KEYS[K_PASSED], 0, 3, 'WITHSCORES')
+  for i = 1, #oldest, 2 do
+    if now - tonumber(oldest[i + 1]) < RESERVE_AFTER_MS then return nil end
+    local r = read_passed(oldest[i])
+    if attainable(r, max) then
+      redis.call('HSET', KEYS[K_CONFIG], 'reserved', oldest[i])
+      return r
+    end
+    if not r.id or not redis.call('ZSCORE', KEYS[K_QUEUED], r.id) then
+      redis.call('ZREM', KEYS[K_PASSED], oldest[i])
+    end
+  end
+  return nil
 end
 
 -- Whether a job (`id`, priority `p`, weight `w`, `uses` with their limits resolved by `blocker`) would take
@@ -654,9 +685,7 @@ local function promote_candidates(first, actor, now, cands, out)
   if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
   local max, used = max_slots(), slots_used()
   local more_to_wake = redis.call('EXISTS', KEYS[K_WAKE]) == 1 and wake_waiters(PROMOTE_BATCH_LIMIT, used, max)
-  reserve(now)
-  local r = read_reservation()
-  if r and r.weight > max then r = nil end  -- it cannot start under this limit: nothing is held for it
+  local r = reservation(now, max)
   for i = 0, n - 1 do
     if used >= max then return promoted, 'full' end
     local head = redis.call('ZRANGE', KEYS[K_READY], 0, 0)[1]

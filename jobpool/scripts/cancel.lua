@@ -21,6 +21,11 @@ if state == 'queued' or state == 'paused' then
   set_state(jkey, id, state, 'cancelled', now)
   redis.call('HSET', jkey, 'finished_at', now, 'error_reason', 'cancelled')
   event(jkey, id, state, 'cancelled', 'cancel', reason, actor, now)
+  -- A queued job that held the reservation gives it up: what was held back for it may start now.
+  if redis.call('EXISTS', KEYS[K_WAKE]) == 1 then
+    local promoted, why = promote_candidates(3, actor, now)
+    return {0, 'cancelled', promoted, why, '', row[3]}
+  end
   return {0, 'cancelled', 0, 'none', '', row[3]}
 elseif state == 'running' and row[2] == '' then
   end_running(jkey, lkey, id, 'cancelled', 'cancel', reason, actor, now)

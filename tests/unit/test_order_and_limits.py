@@ -284,3 +284,31 @@ def test_why_a_queued_job_waits_is_said(backend: Backend) -> None:
     assert pool.why_waiting(writer.id) == [
         "the queue is paused (jobpool resume)",
         "no limit covers dataset:sales any more: it waits until one does (jobpool limit dataset:sales N)"]
+
+
+def test_a_reservation_ends_with_its_job_and_what_it_held_back_goes(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=2, reserve_after_secs=0)
+    enqueue(pool, "first")
+    heavy = enqueue(pool, "heavy", slots=2)
+    light = enqueue(pool, "light")
+    assert state_of(pool, light.id) == "queued"  # held back for the heavy job's reservation
+    pool.cancel(heavy.id)
+    assert pool.store.client.hget(pool.keys.config, "reserved") is None
+    assert state_of(pool, light.id) == "running"
+    check_books(pool)
+
+
+def test_a_job_no_draining_can_satisfy_gets_no_reservation(backend: Backend) -> None:
+    """A job waiting on a limit of 0 (a dataset frozen by its operator) would hold slots for nothing."""
+    pool = backend.pool(max_concurrent_jobs=2, reserve_after_secs=0)
+    pool.set_limit("dataset:frozen", 0)
+    frozen = enqueue(pool, "frozen", uses={"dataset:frozen": 1})
+    others = [enqueue(pool, f"o{i}") for i in range(2)]
+    assert state_of(pool, frozen.id) == "queued"
+    assert [state_of(pool, j.id) for j in others] == ["running", "running"]
+    assert pool.store.client.hget(pool.keys.config, "reserved") is None
+    # Its limit raised, it is attainable again: reserved, so the freed slot waits for it.
+    pool.set_limit("dataset:frozen", 1)
+    late = enqueue(pool, "late")
+    finish(pool, others[0])
+    assert state_of(pool, frozen.id) == "running" and state_of(pool, late.id) == "queued"
