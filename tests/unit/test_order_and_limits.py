@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import cast
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from jobpool import errors
 from jobpool.api import Pool
@@ -20,32 +23,39 @@ from tests.support.pool_helpers import Backend, enqueue, running_ids, state_of
 
 def promoted_order(pool: Pool) -> list[str]:
     """The ids in the order their `promoted` events were written."""
-    events = cast("list[tuple[str, dict[str, str]]]", pool.client.xrange(pool.keys.events, "-", "+"))
+    events = cast("list[tuple[str, dict[str, str]]]", pool.store.client.xrange(pool.keys.events, "-", "+"))
     return [e["job"] for _, e in events if e.get("reason") == "promoted"]
 
 
-def check_books(pool: Pool) -> None:
-    """The scripts' accounting agrees with the rows, and nothing runs over a limit."""
+def check_books(pool: Pool, before: dict[str, int] | None = None) -> dict[str, int]:
+    """The scripts' accounting agrees with the rows, and nothing runs over a limit: what is in use of the
+    slots and of each name is within its limit, or (a limit lowered under running jobs stops nothing) no more
+    than `before` (what was in use at the previous check). Returns what is in use now ('#slots' the slots)."""
     running = running_ids(pool)
     jobs = {job_id: pool.get(job_id) for job_id in running}
-    weights = sum(j.spec.slots for j in jobs.values())
-    assert pool.store.slots_in_use() == weights
-    assert weights <= pool.slots()[1] or not jobs
-    use: dict[str, int] = {}
+    use: dict[str, int] = {"#slots": sum(j.spec.slots for j in jobs.values())}
+    assert pool.store.slots_in_use() == use["#slots"]
     for j in jobs.values():
         for name, amount in j.spec.uses.items():
             use[name] = use.get(name, 0) + amount
-    stored = cast("dict[str, str]", pool.client.hgetall(pool.keys.limit_used))
-    assert {k: int(v) for k, v in stored.items() if not k.startswith("=")} == use
-    sizes = cast("dict[str, str]", pool.client.hgetall(pool.keys.limits))
+    stored = cast("dict[str, str]", pool.store.client.hgetall(pool.keys.limit_used))
+    assert {k: int(v) for k, v in stored.items() if not k.startswith("=")} == {
+        k: v for k, v in use.items() if k != "#slots" and v}
+    limits = cast("dict[str, str]", pool.store.client.hgetall(pool.keys.limits))
+    sizes = {k: int(v) for k, v in limits.items()}
+    sizes["#slots"] = pool.slots()[1]
     for name, amount in use.items():
-        size = sizes.get(name) or next(v for k, v in sorted(sizes.items(), key=lambda kv: -len(kv[0]))
-                                       if k.endswith("*") and name.startswith(k[:-1]))
-        assert amount <= int(size), f"{name}: {amount} units in use over its limit {size}"
-    queued = cast("list[str]", pool.client.zrange(pool.keys.queued, 0, -1))
-    ready = cast("list[str]", pool.client.zrange(pool.keys.ready, 0, -1))
-    parked = [m.split(" ")[2] for m in cast("list[str]", pool.client.zrange(pool.keys.blocked, 0, -1))]
+        size = sizes.get(name)
+        if size is None:
+            size = next((v for k, v in sorted(sizes.items(), key=lambda kv: -len(kv[0]))
+                         if k.endswith("*") and name.startswith(k[:-1])), 0)
+        assert amount <= size or amount <= (before or {}).get(name, 0), (
+            f"{name}: {amount} units in use over its limit {size}")
+    queued = cast("list[str]", pool.store.client.zrange(pool.keys.queued, 0, -1))
+    ready = cast("list[str]", pool.store.client.zrange(pool.keys.ready, 0, -1))
+    parked = [m.split(" ")[2] for m in cast("list[str]", pool.store.client.zrange(pool.keys.blocked, 0, -1))]
     assert sorted(ready + parked) == sorted(queued), "every queued job is ready or parked, once"
+    return use
 
 
 def finish(pool: Pool, job: Job, code: int = 0) -> None:
@@ -193,14 +203,14 @@ def test_a_job_passed_over_long_enough_gets_a_reservation(backend: Backend) -> N
     # its priority starts ahead of it while that would take the slots it needs.
     light = enqueue(pool, "light")
     assert [state_of(pool, j.id) for j in (first, heavy, light)] == ["running", "queued", "queued"]
-    assert str(pool.client.hget(pool.keys.config, "reserved")).startswith(heavy.id)
+    assert str(pool.store.client.hget(pool.keys.config, "reserved")).startswith(heavy.id)
     urgent = enqueue(pool, "urgent", priority=1)  # a higher priority is not held back
     assert state_of(pool, urgent.id) == "running"
     finish(pool, first)
     assert state_of(pool, light.id) == "queued"  # a free slot, held for the reservation
     finish(pool, urgent)
     assert state_of(pool, heavy.id) == "running"
-    assert pool.client.hget(pool.keys.config, "reserved") is None
+    assert pool.store.client.hget(pool.keys.config, "reserved") is None
     finish(pool, heavy)
     assert state_of(pool, light.id) == "running"
 
@@ -219,7 +229,7 @@ def test_a_ghost_gives_back_what_it_held(backend: Backend) -> None:
     held = enqueue(pool, "held", slots=2, uses={"gpu": 1})
     waiting = enqueue(pool, "waiting", uses={"gpu": 1})
     assert state_of(pool, held.id) == "running" and state_of(pool, waiting.id) == "queued"
-    pool.client.delete(pool.keys.job(held.id))  # its row is gone: only `holds` knows what it held
+    pool.store.client.delete(pool.keys.job(held.id))  # its row is gone: only `holds` knows what it held
     reply = pool.store.run("drop_ghost", [pool.keys.job(held.id), pool.keys.lease(held.id),
                                           *pool.store.candidates(4)], [held.id, "test", "t"])
     assert reply[:2] == [0, 1]
@@ -233,9 +243,9 @@ def test_cancelling_a_parked_job_leaves_nothing_behind(backend: Backend) -> None
     pool.set_limit("gpu", 1)
     enqueue(pool, "a", uses={"gpu": 1})
     b = enqueue(pool, "b", uses={"gpu": 1})
-    assert pool.client.zcard(pool.keys.blocked) == 1
+    assert pool.store.client.zcard(pool.keys.blocked) == 1
     pool.cancel(b.id)
-    assert pool.client.zcard(pool.keys.blocked) == 0 and pool.client.zcard(pool.keys.passed) == 0
+    assert pool.store.client.zcard(pool.keys.blocked) == 0 and pool.store.client.zcard(pool.keys.passed) == 0
     check_books(pool)
 
 
@@ -245,7 +255,7 @@ def test_a_parked_job_is_not_read_again_by_promotion(backend: Backend) -> None:
     pool.set_limit("gpu", 1)
     enqueue(pool, "holder", uses={"gpu": 1})
     waiters = [enqueue(pool, f"w{i}", uses={"gpu": 1}) for i in range(50)]
-    assert pool.client.zcard(pool.keys.blocked) == 50 and pool.client.zcard(pool.keys.ready) == 0
+    assert pool.store.client.zcard(pool.keys.blocked) == 50 and pool.store.client.zcard(pool.keys.ready) == 0
     free = enqueue(pool, "free")
     assert state_of(pool, free.id) == "running"
     assert all(state_of(pool, w.id) == "queued" for w in waiters)
@@ -312,3 +322,80 @@ def test_a_job_no_draining_can_satisfy_gets_no_reservation(backend: Backend) -> 
     late = enqueue(pool, "late")
     finish(pool, others[0])
     assert state_of(pool, frozen.id) == "running" and state_of(pool, late.id) == "queued"
+
+
+# ---- random sequences: the books always balance, nothing is ever over a limit, and no capacity is left idle
+# while a job that could use it waits ------------------------------------------------------------------------
+
+USES: tuple[dict[str, int], ...] = ({}, {"gpu": 1}, {"dataset:a": 1}, {"dataset:b": 1}, {"gpu": 1, "dataset:a": 1}, {"gpu": 2})
+
+
+class OrderMachine(RuleBasedStateMachine):
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        backend.raw.flushall()
+        self.pool = backend.pool(max_concurrent_jobs=3, reserve_after_secs=0)
+        self.pool.set_slots(3)
+        self.pool.set_limit("gpu", 2)
+        self.pool.set_limit("dataset:*", 1)
+        self.ids: list[str] = []
+        self.in_use: dict[str, int] = {}
+
+    @rule(priority=st.sampled_from([-1, 0, 0, 2]), weight=st.sampled_from([1, 1, 2, 3]),
+          uses=st.sampled_from(USES), group=st.sampled_from([None, "a", "b"]))
+    def enqueue(self, priority: int, weight: int, uses: dict[str, int], group: str | None) -> None:
+        try:
+            job = enqueue(self.pool, priority=priority, slots=weight, uses=uses, group=group)
+        except errors.InvalidSpec:  # heavier than the pool's limit now
+            assert weight > self.pool.slots()[1] > 0
+            return
+        self.ids.append(job.id)
+
+    def _pick(self, data: st.DataObject, state: str) -> Job | None:
+        jobs = [j for j in (self.pool.get(i) for i in self.ids) if j.state.value == state]
+        return data.draw(st.sampled_from(jobs)) if jobs else None
+
+    @rule(data=st.data(), how=st.sampled_from(["exit", "interrupted"]))
+    def finish(self, data: st.DataObject, how: str) -> None:
+        job = self._pick(data, "running")
+        if job is not None:
+            claim(self.pool, job.id).finish(how, 0 if how == "exit" else 75)
+
+    @rule(data=st.data(), state=st.sampled_from(["queued", "running", "paused"]))
+    def cancel(self, data: st.DataObject, state: str) -> None:
+        job = self._pick(data, state)
+        if job is not None:
+            self.pool.cancel(job.id)
+
+    @rule(data=st.data())
+    def pause_and_resume(self, data: st.DataObject) -> None:
+        job = self._pick(data, "queued")
+        if job is not None:
+            self.pool.pause(job.id)
+        job = self._pick(data, "paused")
+        if job is not None:
+            self.pool.resume(job.id)
+
+    @rule(name=st.sampled_from(["gpu", "dataset:*", "dataset:a"]), n=st.integers(0, 3))
+    def set_limit(self, name: str, n: int) -> None:
+        self.pool.set_limit(name, n)
+
+    @rule(n=st.integers(1, 4))
+    def set_slots(self, n: int) -> None:
+        self.pool.set_slots(n)
+
+    @invariant()
+    def books_balance_and_nothing_idles(self) -> None:
+        self.in_use = check_books(self.pool, self.in_use)
+        assert self.pool.promote() == 0, "a job could have started and did not"
+        self.in_use = check_books(self.pool, self.in_use)
+
+
+def test_random_sequences_keep_the_books_and_leave_nothing_idle(backend: Backend) -> None:
+    class OnThisBackend(OrderMachine):
+        def __init__(self) -> None:
+            super().__init__(backend)
+
+    run_state_machine_as_test(OnThisBackend, settings=settings(
+        max_examples=40, stateful_step_count=30, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
