@@ -325,9 +325,10 @@ def test_a_job_no_draining_can_satisfy_gets_no_reservation(backend: Backend) -> 
 
 
 # ---- random sequences: the books always balance, nothing is ever over a limit, and no capacity is left idle
-# while a job that could use it waits ------------------------------------------------------------------------
+# while a job that could use it waits -----------------------------------------------------------------
 
-USES: tuple[dict[str, int], ...] = ({}, {"gpu": 1}, {"dataset:a": 1}, {"dataset:b": 1}, {"gpu": 1, "dataset:a": 1}, {"gpu": 2})
+USES: tuple[dict[str, int], ...] = ({}, {"gpu": 1}, {"dataset:a": 1}, {"dataset:b": 1},
+                                    {"gpu": 1, "dataset:a": 1}, {"gpu": 2})
 
 
 class OrderMachine(RuleBasedStateMachine):
