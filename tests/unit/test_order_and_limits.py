@@ -390,6 +390,25 @@ class OrderMachine(RuleBasedStateMachine):
         self.in_use = check_books(self.pool, self.in_use)
         assert self.pool.promote() == 0, "a job could have started and did not"
         self.in_use = check_books(self.pool, self.in_use)
+        self.no_parked_job_could_start()
+
+    def no_parked_job_could_start(self) -> None:
+        """With no reservation held and the queue unpaused, a parked job waits for something it lacks."""
+        client = self.pool.store.client
+        if client.hget(self.pool.keys.config, "reserved") is not None or client.exists(self.pool.keys.paused):
+            return
+        used, size = self.pool.slots()
+        sizes = {u.name: u.size for u in self.pool.limits()}
+        in_use = self.pool.store.names_in_use(["gpu", "dataset:a", "dataset:b"])
+        for member in cast("list[str]", client.zrange(self.pool.keys.blocked, 0, -1)):
+            name, _, job_id = member.split(" ")
+            job = self.pool.get(job_id)
+            fits = used + job.spec.slots <= size
+            for used_name, amount in job.spec.uses.items():
+                limit = sizes.get(used_name, sizes.get("dataset:*") if used_name.startswith("dataset:") else None)
+                fits = fits and limit is not None and in_use[used_name] + amount <= limit
+            assert name != "#reserved", f"{job_id} held back for a reservation that is gone"
+            assert not fits, f"{job_id} parked on {name} could start now"
 
 
 def test_random_sequences_keep_the_books_and_leave_nothing_idle(backend: Backend) -> None:
