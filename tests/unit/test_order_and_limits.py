@@ -405,7 +405,8 @@ class OrderMachine(RuleBasedStateMachine):
             job = self.pool.get(job_id)
             fits = used + job.spec.slots <= size
             for used_name, amount in job.spec.uses.items():
-                limit = sizes.get(used_name, sizes.get("dataset:*") if used_name.startswith("dataset:") else None)
+                pattern = sizes.get("dataset:*") if used_name.startswith("dataset:") else None
+                limit = sizes.get(used_name, pattern)
                 fits = fits and limit is not None and in_use[used_name] + amount <= limit
             assert name != "#reserved", f"{job_id} held back for a reservation that is gone"
             assert not fits, f"{job_id} parked on {name} could start now"
