@@ -7,7 +7,7 @@ limit or the slot limit is ever exceeded by what starts.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -420,3 +420,18 @@ def test_random_sequences_keep_the_books_and_leave_nothing_idle(backend: Backend
     run_state_machine_as_test(OnThisBackend, settings=settings(
         max_examples=40, stateful_step_count=30, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+def test_order_and_limits_are_part_of_what_coalesces(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    pool.set_limit("gpu", 1)
+    base = enqueue(pool, "x", coalesce=True, uses={"gpu": 1}, priority=2)
+    assert enqueue(pool, "x", coalesce=True, uses={"gpu": 1}, priority=2).id == base.id
+    others: list[dict[str, Any]] = [{"priority": 3}, {"uses": {}}, {"slots": 2}, {"group": "g"}]
+    for other in others:
+        spec = {"uses": {"gpu": 1}, "priority": 2, **other}
+        assert enqueue(pool, "x", coalesce=True, **spec).id != base.id
+    jobs = pool.enqueue_many([{"image": "busybox", "command": ["y"], "priority": p} for p in (1, 5, 3)])
+    pool.set_slots(10)
+    order = [i for i in promoted_order(pool) if i in {j.id for j in jobs}]
+    assert order == [jobs[1].id, jobs[2].id, jobs[0].id]
