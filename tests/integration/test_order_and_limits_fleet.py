@@ -4,8 +4,8 @@ session's real dockerd, real workers (and a real supervisor where a job's eviden
 What each test checks is what Docker ran, never only what Redis says: the order the daemon started the
 containers in (its event log), and what it listed as running, sampled every few tens of milliseconds while
 the jobs run (as bench/soak_fleet.py's Sampler does), against the priorities, weights and limits the jobs
-were given. Every fleet has more workers than its limits allow to run at once, so a limit the scripts did not
-keep would show as containers running together.
+were given. Where a limit is tested the fleet has more workers than the limit lets run at once, so a limit
+the scripts did not keep would show as containers running together.
 """
 
 from __future__ import annotations
