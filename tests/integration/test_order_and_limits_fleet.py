@@ -217,7 +217,7 @@ def test_a_heavy_job_behind_a_stream_of_light_ones_gets_a_reservation_and_runs(
                     lights.append(pool.enqueue(IMAGE, sleeping(1)).id)
                 return False
 
-            eventually(fed_until_heavy_starts, timeout=60, message="the heavy job starting")
+            eventually(fed_until_heavy_starts, timeout=30, message="the heavy job starting")
             assert pool.wait(heavy, timeout=30).state is JobState.SUCCEEDED
             all_succeed(pool, lights)
         at = stream_index(pool)
