@@ -287,20 +287,33 @@ end
 
 -- `id` leaves the queue (promoted, paused, cancelled, failed): out of `ready`, and out of `blocked` and
 -- `passed` if it waited there; a reservation it held ends, and what was held back for it is woken.
+-- Set when this script marks a range of `blocked` to wake (promote_candidates reads it last).
+local WOKEN = {any = false}
+
+local function wake(prefix, after)
+  redis.call('HSET', KEYS[K_WAKE], prefix, after or '')
+  WOKEN.any = true
+end
+
+-- The parking of a job that leaves the queue (its row's `parked` and `passed` members), undone.
+local function unpark(jkey, parked, passed)
+  if parked and parked ~= '' then redis.call('ZREM', KEYS[K_BLOCKED], parked) end
+  if passed and passed ~= '' then
+    redis.call('ZREM', KEYS[K_PASSED], passed)
+    if redis.call('HGET', KEYS[K_CONFIG], 'reserved') == passed then
+      redis.call('HDEL', KEYS[K_CONFIG], 'reserved')
+      wake('#reserved ')
+    end
+  end
+  if (parked and parked ~= '') or (passed and passed ~= '') then
+    redis.call('HSET', jkey, 'parked', '', 'passed', '')
+  end
+end
+
 local function leave_queue(jkey, id)
   redis.call('ZREM', KEYS[K_READY], id)
   local row = redis.call('HMGET', jkey, 'parked', 'passed')
-  if row[1] and row[1] ~= '' then redis.call('ZREM', KEYS[K_BLOCKED], row[1]) end
-  if row[2] and row[2] ~= '' then
-    redis.call('ZREM', KEYS[K_PASSED], row[2])
-    if redis.call('HGET', KEYS[K_CONFIG], 'reserved') == row[2] then
-      redis.call('HDEL', KEYS[K_CONFIG], 'reserved')
-      redis.call('HSET', KEYS[K_WAKE], '#reserved ', '')
-    end
-  end
-  if (row[1] and row[1] ~= '') or (row[2] and row[2] ~= '') then
-    redis.call('HSET', jkey, 'parked', '', 'passed', '')
-  end
+  unpark(jkey, row[1], row[2])
 end
 
 -- Move a job between state indexes; score is the job's order for queued/paused (its place: a job handed back
@@ -384,8 +397,8 @@ end
 
 -- Slots in use, counting each running job's weight (`slots_used` in config). A pool from before weights
 -- has none stored: every running job then holds one slot, so it starts from their count.
-local function slots_used()
-  local n = tonumber(redis.call('HGET', KEYS[K_CONFIG], 'slots_used'))
+local function slots_used(stored)
+  local n = tonumber(stored or redis.call('HGET', KEYS[K_CONFIG], 'slots_used'))
   if n then return n end
   n = redis.call('ZCARD', KEYS[K_RUNNING])
   redis.call('HSET', KEYS[K_CONFIG], 'slots_used', n)
@@ -456,13 +469,12 @@ end
 -- ago and what it needs is attainable (a few of the oldest are looked at; one no longer queued leaves
 -- `passed`). A reservation whose job is gone or can no longer be satisfied ends, and what was held back for
 -- it is woken. Returns the reservation (read_passed) or nil.
-local function reservation(now, max)
-  local held = redis.call('HGET', KEYS[K_CONFIG], 'reserved')
+local function reservation(now, max, held)
   if held then
     local r = read_passed(held)
     if attainable(r, max) then return r end
     redis.call('HDEL', KEYS[K_CONFIG], 'reserved')
-    redis.call('HSET', KEYS[K_WAKE], '#reserved ', '')
+    wake('#reserved ')
     if not r.id or not redis.call('ZSCORE', KEYS[K_QUEUED], r.id) then
       redis.call('ZREM', KEYS[K_PASSED], held)
     end
@@ -539,12 +551,12 @@ local function release_hold(id)
     w = tonumber(ws) or 1
     for _, u in ipairs(parse_uses(uses)) do
       use_units(u[1], u[3], -u[2])
-      redis.call('HSET', KEYS[K_WAKE], u[1] .. ' ', '')
+      wake(u[1] .. ' ')
     end
   end
   local used = slots_used() - w
   redis.call('HSET', KEYS[K_CONFIG], 'slots_used', used < 0 and 0 or used)
-  if redis.call('EXISTS', KEYS[K_BLOCKED]) == 1 then redis.call('HSET', KEYS[K_WAKE], '#slots ', '') end
+  if redis.call('EXISTS', KEYS[K_BLOCKED]) == 1 then wake('#slots ') end
 end
 
 -- Whether a waiter on `name` may go back to the queue, `woken` of its name having gone already: a limit's
@@ -643,14 +655,18 @@ end
 
 -- Why the head's row cannot be promoted, or nil when it can: its row key is missing or not a hash, the
 -- row names another job, or RQ's job key holds something other than a hash.
+-- What promotion reads of a row, in one HMGET (`unpromotable`).
+local PROMOTE_FIELDS = {'id', 'affinity_queue', 'slots', 'uses', 'priority', 'group', 'order', 'seq', 'attempt',
+  'coalesce_key', 'parked', 'passed'}
+
 local function unpromotable(jkey, rqkey, head)
   local kind = key_type(jkey)
   if kind ~= 'hash' then return 'row key is ' .. (kind == 'none' and 'missing' or 'a ' .. kind) end
-  local named = redis.call('HGET', jkey, 'id')
-  if named ~= head then return 'row names job ' .. tostring(named or '(none)') end
+  local row = redis.call('HMGET', jkey, unpack(PROMOTE_FIELDS))
+  if row[1] ~= head then return 'row names job ' .. tostring(row[1] or '(none)') end
   kind = key_type(rqkey)
   if kind ~= 'hash' and kind ~= 'none' then return 'rq job key is a ' .. kind end
-  return nil
+  return nil, row
 end
 
 -- Take a head that cannot be promoted out of `queued`: a row that is still a hash of this job is failed
@@ -683,9 +699,10 @@ local function promote_candidates(first, actor, now, cands, out)
   if n > PROMOTE_BATCH_LIMIT then n = PROMOTE_BATCH_LIMIT end
   local promoted = 0
   if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
-  local max, used = max_slots(), slots_used()
+  local config = redis.call('HMGET', KEYS[K_CONFIG], 'max_concurrent_jobs', 'slots_used', 'reserved')
+  local max, used = tonumber(config[1]) or DEFAULT_SLOTS, slots_used(config[2])
   local more_to_wake = redis.call('EXISTS', KEYS[K_WAKE]) == 1 and wake_waiters(PROMOTE_BATCH_LIMIT, used, max)
-  local r = reservation(now, max)
+  local r = reservation(now, max, config[3])
   for i = 0, n - 1 do
     if used >= max then return promoted, 'full' end
     local head = redis.call('ZRANGE', KEYS[K_READY], 0, 0)[1]
@@ -693,29 +710,33 @@ local function promote_candidates(first, actor, now, cands, out)
     local jkey, rqkey, qkey = KEYS[first + 3 * i], KEYS[first + 3 * i + 1], KEYS[first + 3 * i + 2]
     if cands then jkey, rqkey, qkey = cands[3 * i + 1], cands[3 * i + 2], cands[3 * i + 3] end
     if not is_row_key(jkey, head) then return promoted, 'stale' end
-    local why = unpromotable(jkey, rqkey, head)
+    local why, row = unpromotable(jkey, rqkey, head)
     if why then
       drop_head(jkey, head, why, actor, now)
     else
-      local routed = redis.call('HGET', jkey, 'affinity_queue')
+      local routed = row[2]
       if not routed or routed == '' then routed = KEYS[K_RQ_QUEUE] end
       if qkey ~= routed then return promoted, 'stale' end
-      local row = redis.call('HMGET', jkey, 'slots', 'uses', 'priority', 'group', 'order', 'seq', 'attempt')
-      local w, uses, p = tonumber(row[1]) or 1, parse_uses(row[2]), tonumber(row[3]) or 0
-      local order = tonumber(row[5]) or tonumber(row[6]) or 0
+      local w, uses, p = tonumber(row[3]) or 1, parse_uses(row[4]), tonumber(row[5]) or 0
+      local order = tonumber(row[7]) or tonumber(row[8]) or 0
       local wait = blocker(w, uses, used, max)
       if not wait and held_back(r, head, p, w, uses, used, max) then wait = '#reserved' end
       if wait then
         park(jkey, head, wait, order, p, w, uses, now)
       else
-        local attempt = whole(row[7]) + 1
-        drop_coalesce(jkey, head)
-        set_state(jkey, head, 'queued', 'running', now)
+        local attempt = whole(row[9]) + 1
+        -- set_state from queued to running, with what was read above: out of the coalesce entry, the queue,
+        -- `ready`, and any parking.
+        if row[10] and row[10] ~= '' then drop_coalesce_id(row[10], head) end
+        redis.call('ZREM', KEYS[K_QUEUED], head)
+        redis.call('ZREM', KEYS[K_READY], head)
+        unpark(jkey, row[11], row[12])
+        redis.call('ZADD', KEYS[K_RUNNING], now, head)
         take_hold(head, w, uses, used)
         used = used + w
-        advance_turn(p, row[4] or '', order)
-        redis.call('HSET', jkey, 'attempt', attempt, 'promoted_at', now, 'owner_boot', '', 'container_id', '',
-          'daemon_id', '', 'daemon_queue', '', 'identity', '', 'claimed_at', '')
+        advance_turn(p, row[6] or '', order)
+        redis.call('HSET', jkey, 'state', 'running', 'attempt', attempt, 'promoted_at', now, 'owner_boot', '',
+          'container_id', '', 'daemon_id', '', 'daemon_queue', '', 'identity', '', 'claimed_at', '')
         -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
         redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
           'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}),
@@ -729,7 +750,7 @@ local function promote_candidates(first, actor, now, cands, out)
       end
     end
   end
-  local waking = more_to_wake or redis.call('EXISTS', KEYS[K_WAKE]) == 1
+  local waking = more_to_wake or WOKEN.any
   if not waking and redis.call('ZCARD', KEYS[K_READY]) == 0 then return promoted, 'empty' end
   if used >= max then return promoted, 'full' end
   return promoted, 'batch'
