@@ -18,8 +18,9 @@ from pathlib import Path
 import docker
 import redis
 
-from jobpool import JobState, Pool
+from jobpool import JobState, Pool, Settings
 from jobpool.redistrust import RedisTrust
+from jobpool.store.calls import Store
 from tests.support.constants import IMAGE
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
@@ -100,8 +101,9 @@ def test_a_restarted_or_another_redis_server_settles_for_a_lease(
     for server in servers:
         server.start()
     clients = [redis.Redis.from_url(server.url, decode_responses=True) for server in servers]
+    stores = [Store(client, Settings()) for client in clients]
     lease = 3.0  # long enough that the servers just started are younger than it, on a loaded machine too
-    trust = RedisTrust(clients[0], lease)
+    trust = RedisTrust(stores[0], lease)
     try:
         assert trust.settling().startswith("redis-server started")  # up for less than a lease
         eventually(lambda: trust.settling() == "", timeout=10, message="settled once up for a lease")
@@ -113,11 +115,11 @@ def test_a_restarted_or_another_redis_server_settles_for_a_lease(
         # Another server, up for longer than a lease, answers on the same client with no outage seen.
         eventually(lambda: int(clients[1].info("server")["uptime_in_seconds"]) > lease, timeout=10,
                    message="the other server has been up for a lease")
-        trust.client = clients[1]
+        trust.server = stores[1]
         assert trust.settling().startswith("another redis-server answers")
         eventually(lambda: trust.settling() == "", timeout=10, message="settled a lease after the switch")
         # A process that cannot know what came before it (a worker's publisher) settles from its start.
-        fresh = RedisTrust(clients[1], lease, fresh=True)
+        fresh = RedisTrust(stores[1], lease, fresh=True)
         assert fresh.settling().startswith("this process (re)connected")
         eventually(lambda: fresh.settling() == "", timeout=10, message="settled a lease after its start")
     finally:
