@@ -23,8 +23,8 @@ from rq.exceptions import DequeueTimeout
 from rq.serializers import JSONSerializer
 
 from ..errors import JobpoolError
-from ..store import redisurl
 from ..store.keys import worker_name
+from ..store.rqconnection import worker_connection
 from .boot import Boot
 from .outage import Backoff, OutageError, is_transient
 from .rqbookkeeping import BooksWorker
@@ -129,7 +129,7 @@ class JobpoolWorker(BooksWorker):
                 lambda: bool(self.claim_refused_for_good and self.claim_refused_for_good()))})
         super().__init__(
             [*daemon_queue, store.keys.rq_queue_name],
-            connection=redisurl.client(store.settings.redis_url),
+            connection=worker_connection(store.settings.redis_url),
             serializer=JSONSerializer,
             name=worker_name(store.keys.pool, boot.id),
             job_monitoring_interval=1,  # how often the drain bound below is checked
