@@ -58,7 +58,8 @@ def test_a_restart_of_redis_during_a_launch_does_not_cost_the_job_its_container(
         eventually(lambda: pool.get(busy.id).container_id, timeout=30, message="the publisher runs a job")
         lead = boot_of(publisher)
         daemon = pool.get(busy.id).daemon_id
-        eventually(lambda: pool.client.hget(pool.keys.inventory(daemon), "publisher") == lead, timeout=30,
+        eventually(lambda: pool.store.client.hget(pool.keys.inventory(daemon), "publisher") == lead,
+                   timeout=30,
                    message="it publishes its daemon's inventory")
         # Another worker on the same daemon, whose create's reply is held: the container exists, unfenced.
         proxy.hold()
@@ -72,10 +73,10 @@ def test_a_restart_of_redis_during_a_launch_does_not_cost_the_job_its_container(
         server.kill()
         time.sleep(pool.settings.lease_secs + 0.5)  # the fault itself: Redis down past a lease
         server.start(appendonly=True)
-        assert eventually(lambda: not pool.client.exists(pool.keys.lease(job.id)), timeout=10,
+        assert eventually(lambda: not pool.store.client.exists(pool.keys.lease(job.id)), timeout=10,
                           ignoring=(Exception,), message="redis is back, the launch's lease lapsed")
-        at = pool.client.hget(pool.keys.inventory(daemon), "at")
-        eventually(lambda: pool.client.hget(pool.keys.inventory(daemon), "at") != at, timeout=10,
+        at = pool.store.client.hget(pool.keys.inventory(daemon), "at")
+        eventually(lambda: pool.store.client.hget(pool.keys.inventory(daemon), "at") != at, timeout=10,
                    message="the publisher published again after the restart")
         assert dclient.containers.get(created).status == "created", "the created container was removed"
         proxy.release()  # the fence lands, the launch starts its container
