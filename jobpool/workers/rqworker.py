@@ -316,7 +316,7 @@ class JobpoolWorker(BooksWorker):
 
     def _drop_entry(self, queue: Any, job_id: str, exc: Exception) -> None:
         # BLMOVE left it in the intermediate list (RQ's maintenance would choke on it there too).
-        self.connection.lrem(queue.intermediate_queue_key, 1, job_id)
+        self.runtime.store.drop_taken(queue.intermediate_queue_key, job_id)
         self.dropped_entries += 1
         log.error("worker %s: dropped an entry RQ cannot load from %s: %r (%s: %s)", self.name, queue.name,
                   job_id[:200], type(exc).__name__, exc)
