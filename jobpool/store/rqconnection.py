@@ -1,12 +1,12 @@
 """RQ's connection: the client a worker gives RQ's own classes, and jobpool's one read on a connection RQ
 hands back to it.
 
-RQ talks to Redis itself, through the connection it is given: its worker's bookkeeping, its queues' pushes and
-pops, its job hashes and registries. jobpool's subclasses of RQ's worker (workers/rqworker.py,
+RQ talks to Redis itself, through the connection it is given: its worker's bookkeeping, its queues' pushes
+and pops, its job hashes and registries. jobpool's subclasses of RQ's worker (workers/rqworker.py,
 workers/rqbookkeeping.py, workers/horses.py) call RQ's own methods on that connection, a few of them batched
-in a pipeline of it; that is the one use of a Redis client outside this package (docs/architecture.md,
-"Components"; tests/unit/test_store_boundary.py names those modules). Every such connection is made in this
-package: a worker's here, the supervisor's (for RQ's `Queue`, to enqueue adoption requests) by
+in a pipeline of it; that is the one use of a Redis client outside this package (docs/architecture.md, "Only
+the store talks to Redis"; tests/unit/test_store_boundary.py names those modules). Every such connection is
+made in this package: a worker's here, the supervisor's (for RQ's `Queue`, to enqueue adoption requests) by
 `Store.rq_client`.
 """
 

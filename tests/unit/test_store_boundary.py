@@ -1,8 +1,8 @@
 """Only jobpool/store/ talks to Redis: every other module calls the store's typed methods
 (jobpool/store/calls.py and the reads beside it), so no KEYS, ARGV or reply position is written outside it,
-and no Redis command is sent but through it. The one exception is RQ's own (docs/architecture.md,
-"Components"): jobpool's subclasses of RQ's worker batch RQ's bookkeeping calls in pipelines of the
-connection RQ is given, which the store makes (jobpool/store/rqconnection.py)."""
+and no Redis command is sent but through it. The one exception is RQ's own (docs/architecture.md, "Only the
+store talks to Redis"): jobpool's subclasses of RQ's worker batch RQ's bookkeeping calls in pipelines of
+the connection RQ is given, which the store makes (jobpool/store/rqconnection.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ CLIENT_USE = re.compile(
     r"\.(?:" + "|".join(COMMANDS.split()) + r")\("
     + r"""|\.info\(\s*["'](?:""" + "|".join(INFO_SECTIONS.split()) + r""")["']"""
     + r"|\bredis\.(?:Strict)?Redis\(|\b(?:redis|Redis)\.from_url\(|\bSentinel\(|\bConnectionPool\("
-    + r"|\.master_for\(|\bredisurl\.(?:client|connect)\(")
+    + r"|\.master_for\(|\bredisurl\.client\(")
 #: The exception: RQ's worker bookkeeping, batched in a pipeline of RQ's own connection (`self.connection`).
 RQ_BOOKKEEPING = {"workers/rqbookkeeping.py", "workers/horses.py"}
 RQ_PIPELINE = re.compile(r"\bself\.connection\.pipeline\(|\bpipe\.\w+\(")
