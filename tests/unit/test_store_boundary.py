@@ -88,7 +88,7 @@ def test_the_scan_finds_a_client_used() -> None:
     for other in ['log.info("server started")', 'enabled = api.info().get("LiveRestoreEnabled")',
                   "pool = Pool.from_url(url)", "client = docker.from_env()", "store.rows_found(ids, what)",
                   "self.client.api.stop(container_id)", "time.time()",
-                  "self.runtime.pool.store.give_back(q)"]:
+                  "self.runtime.store.give_back(q)"]:
         assert not CLIENT_USE.search(other), other
     assert RQ_PIPELINE.search("with self.connection.pipeline() as pipe:")
     assert not RQ_PIPELINE.search("self.connection.lrem(queue.intermediate_queue_key, 1, job_id)")
