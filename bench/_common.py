@@ -77,8 +77,8 @@ class Bed:
         deadline = time.monotonic() + timeout
         rq_workers_key = f"rq:workers:{pool.keys.rq_queue_name}"
         while True:
-            boots = pool.client.zcard(pool.keys.boots)
-            listening = pool.client.scard(rq_workers_key)
+            boots = pool.store.client.zcard(pool.keys.boots)
+            listening = pool.store.client.scard(rq_workers_key)
             if boots >= n and listening >= n:
                 return
             dead = [w for w in self.workers if w.proc.poll() is not None]

@@ -95,14 +95,14 @@ def bench_pool_enqueue(url: str, raw: redis.Redis, n: int, free_slots: bool) -> 
     fresh(raw)
     settings = Settings(redis_url=url, pool="bench", max_concurrent_jobs=n if free_slots else 0)
     pool = Pool(connect(url), settings)
-    pool.client.ping()  # connect before timing
+    pool.store.client.ping()  # connect before timing
     try:
         rate = time_calls(raw, n, lambda i: pool.enqueue(image="busybox", command=["echo", str(i)]))
         expected = "running" if free_slots else "queued"
         assert pool.stats()["counts"][expected] == n, "the benchmark did not do what it says"
         return rate
     finally:
-        pool.client.close()
+        pool.store.client.close()
 
 
 def bench_rq_enqueue(url: str, raw: redis.Redis, n: int) -> Measure:
@@ -124,19 +124,19 @@ def bench_promote(url: str, raw: redis.Redis, n: int) -> Measure:
     try:
         for i in range(n):
             pool.enqueue(image="busybox", command=["echo", str(i)])
-        pool.client.hset(pool.keys.config, "max_concurrent_jobs", n)  # free slots, nothing promoted yet
+        pool.store.client.hset(pool.keys.config, "max_concurrent_jobs", n)  # free slots, nothing promoted yet
         promoted: list[int] = []
         m = time_calls(raw, 1, lambda _: promoted.append(pool.promote()))
         assert promoted == [n] and pool.slots() == (n, n), "the benchmark did not do what it says"
         return Measure(m.rate * n, m.client_cpu_us / n, m.server_us / n)
     finally:
-        pool.client.close()
+        pool.store.client.close()
 
 
 def bench_pool_bulk(url: str, raw: redis.Redis, n: int, batch_size: int) -> Measure:
     fresh(raw)
     pool = Pool(connect(url), Settings(redis_url=url, pool="bench", max_concurrent_jobs=0))
-    pool.client.ping()
+    pool.store.client.ping()
     try:
         def bulk(_: int) -> None:
             jobs = pool.enqueue_many([{"image": "busybox", "command": ["echo", str(i)]} for i in range(n)],
@@ -170,13 +170,13 @@ def bench_rq_bulk(url: str, raw: redis.Redis, n: int) -> Measure:
 def profile_pool_enqueue(url: str, raw: redis.Redis, n: int) -> str:
     fresh(raw)
     pool = Pool(connect(url), Settings(redis_url=url, pool="bench", max_concurrent_jobs=0))
-    pool.client.ping()
+    pool.store.client.ping()
     prof = cProfile.Profile()
     prof.enable()
     for i in range(n):
         pool.enqueue(image="busybox", command=["echo", str(i)])
     prof.disable()
-    pool.client.close()
+    pool.store.client.close()
     out = io.StringIO()
     stats = pstats.Stats(prof, stream=out)
     stats.sort_stats("cumulative").print_stats(25)

@@ -77,7 +77,7 @@ def one_round(pool: Pool, client: docker.DockerClient, workers: list[JobpoolProc
 
 
 def _boot_pids(pool: Pool, boot_id: str) -> set[int]:
-    pid = pool.client.hget(pool.keys.boot(boot_id), "pid")
+    pid = pool.store.client.hget(pool.keys.boot(boot_id), "pid")
     return {int(pid)} if pid else set()
 
 

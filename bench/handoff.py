@@ -116,7 +116,7 @@ def measure(b: Any, jobs: int, bare: int, rounds: int) -> Run:
     run.events = recorder.stop()
     run.load = (load_before, loadavg())
     for j in (j for burst in run.bursts for j in burst):
-        run.rq_started[j.id] = iso_ns(pool.client.hget(f"rq:job:{j.id}", "started_at") or "")
+        run.rq_started[j.id] = iso_ns(pool.store.client.hget(f"rq:job:{j.id}", "started_at") or "")
     client.close()
     return run
 

@@ -82,18 +82,18 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 def used(pool: Pool) -> int:
-    return int(pool.client.info("memory")["used_memory"])
+    return int(pool.store.client.info("memory")["used_memory"])
 
 
 def used_data(pool: Pool) -> int:
     """used_memory less the clients' buffers: a prune's arguments (a thousand keys) stay in its client's query
     buffer until Redis trims it, which would be counted against the rows."""
-    info = pool.client.info("memory")
+    info = pool.store.client.info("memory")
     return int(info["used_memory"]) - int(info.get("mem_clients_normal", 0))
 
 
 def mu(pool: Pool, key: str) -> int:
-    return int(pool.client.memory_usage(key, samples=0) or 0)
+    return int(pool.store.client.memory_usage(key, samples=0) or 0)
 
 
 def bytes_per_pruned_job(pool: Pool) -> tuple[float, int]:
@@ -113,7 +113,7 @@ def runs_text(runs: list[float]) -> str:
 
 def with_caps(pool: Pool, **caps: Any) -> Pool:
     """The same pool (same client) under other retention caps."""
-    return Pool(pool.client, dataclasses.replace(pool.settings, **caps), actor="bench")
+    return Pool(pool.store.client, dataclasses.replace(pool.settings, **caps), actor="bench")
 
 
 class Shapes:
@@ -147,7 +147,7 @@ def run_job(pool: Pool, shapes: Shapes, boot: str, shape: str, ending: str, log:
     else:
         state = att.finish("exit", 0 if ending == "succeeded" else 1, log_tail=log)
     assert state == ending, (state, ending)
-    pool.client.delete(pool.keys.rq_job(job.id))
+    pool.store.client.delete(pool.keys.rq_job(job.id))
     return job.id
 
 
@@ -175,12 +175,12 @@ def retained_cost(pool: Pool, n: int, shape: str, log: Any = None) -> dict[str, 
     ids = [run_job(pool, shapes, boot, shape, "succeeded", log(i) if log else b"") for i in range(n)]
     sample, index = ids[-1], pool.keys.state_index("succeeded")
     row_mu = mu(pool, pool.keys.job(sample))
-    encoding = pool.client.object("encoding", pool.keys.job(sample))
-    stored = cast("str | None", pool.client.hget(pool.keys.job(sample), "log_tail")) or ""
-    index_per = mu(pool, index) / pool.client.zcard(index)
+    encoding = pool.store.client.object("encoding", pool.keys.job(sample))
+    stored = cast("str | None", pool.store.client.hget(pool.keys.job(sample), "log_tail")) or ""
+    index_per = mu(pool, index) / pool.store.client.zcard(index)
     per_row, removed = bytes_per_pruned_job(pool)
     assert removed == n - 1, removed
-    pool.client.delete(pool.keys.job(sample), index)
+    pool.store.client.delete(pool.keys.job(sample), index)
     return {"per_row": per_row, "mu": row_mu, "encoding": encoding,
             "stored_log": len(stored.encode()), "packed": stored.startswith(logtail.MARK),
             "index_per": index_per, "sample": sample}
@@ -198,18 +198,18 @@ def field_costs(pool: Pool, key: str) -> tuple[list[tuple[str, int, int]], dict[
 
     A field's cost is measured on copies holding one spare empty field, so that taking one field away never
     halves the hash table's bucket array (which would charge that field for 8 B of every bucket)."""
-    row = cast("dict[str, str]", pool.client.hgetall(key))
+    row = cast("dict[str, str]", pool.store.client.hgetall(key))
     tmp = key + ":bench-copy"
 
     def cost(mapping: dict[str, str] | None = None, text: str | None = None) -> int:
         if text is not None:
-            pool.client.set(tmp, text)
+            pool.store.client.set(tmp, text)
         else:
-            pool.client.hset(tmp, mapping=cast("dict[Any, Any]", mapping))
+            pool.store.client.hset(tmp, mapping=cast("dict[Any, Any]", mapping))
         try:
             return mu(pool, tmp)
         finally:
-            pool.client.delete(tmp)
+            pool.store.client.delete(tmp)
 
     padded = {**row, "~": ""}
     full_padded = cost(padded)
@@ -218,15 +218,15 @@ def field_costs(pool: Pool, key: str) -> tuple[list[tuple[str, int, int]], dict[
     lean = {k: v for k, v in row.items() if k not in REDUNDANT}
     whatif = {"as stored": mu(pool, key), f"without {' and '.join(REDUNDANT)}": cost(lean),
               "as one string (the row as JSON)": cost(text=json.dumps(row, separators=(",", ":")))}
-    old = cast(str, pool.client.config_get("hash-max-listpack-value")["hash-max-listpack-value"])
-    pool.client.config_set("hash-max-listpack-value", 1 << 20)
+    old = cast(str, pool.store.client.config_get("hash-max-listpack-value")["hash-max-listpack-value"])
+    pool.store.client.config_set("hash-max-listpack-value", 1 << 20)
     try:
-        pool.client.hset(tmp, mapping=cast("dict[Any, Any]", row))
-        assert pool.client.object("encoding", tmp) == "listpack"
+        pool.store.client.hset(tmp, mapping=cast("dict[Any, Any]", row))
+        assert pool.store.client.object("encoding", tmp) == "listpack"
         whatif["as a listpack (hash-max-listpack-value >= its longest value)"] = mu(pool, tmp)
     finally:
-        pool.client.delete(tmp)
-        pool.client.config_set("hash-max-listpack-value", old)
+        pool.store.client.delete(tmp)
+        pool.store.client.config_set("hash-max-listpack-value", old)
     return sorted(out, key=lambda f: -f[2]), whatif
 
 
@@ -253,8 +253,8 @@ def part_row_cost(n: int) -> dict[str, Any]:
         # The same rows on a Redis configured as `jobpool up` and docker-compose.yml run it (a row stays a
         # listpack); rows written before the change stay hash tables, so only new rows are measured.
         setting, value = redispolicy.ROW_LISTPACK_SETTING, redispolicy.ROW_LISTPACK_VALUE
-        default_value = cast(str, pool.client.config_get(setting)[setting])
-        pool.client.config_set(setting, value)
+        default_value = cast(str, pool.store.client.config_get(setting)[setting])
+        pool.store.client.config_set(setting, value)
         try:
             for case, shape, log in cases[0:1] + cases[2:3]:
                 name = f"{case}, {setting} {value} (as `jobpool up` runs Redis)"
@@ -262,7 +262,7 @@ def part_row_cost(n: int) -> dict[str, Any]:
                 print(f"  {name:52s} {r['per_row']:7.0f} B/row (used_memory); MEMORY USAGE of one row "
                       f"{r['mu']:5d} B ({r['encoding']}); index entry {r['index_per']:.0f} B", flush=True)
         finally:
-            pool.client.config_set(setting, default_value)
+            pool.store.client.config_set(setting, default_value)
         if not results[cases[2][0]]["packed"]:
             name = "docker, 4 KB text log packed by logtail.encode"
             results[name] = r = retained_cost(pool, n, "docker",
@@ -271,10 +271,10 @@ def part_row_cost(n: int) -> dict[str, Any]:
                   f"{r['mu']:5d} B ({r['encoding']}); log stored {r['stored_log']} B "
                   f"(Attempt.finish stores the tail as given: packed here before the call)", flush=True)
         fields, whatif = field_costs(keep, keep.keys.job(kept))
-        row = cast("dict[str, str]", keep.client.hgetall(keep.keys.job(kept)))
+        row = cast("dict[str, str]", keep.store.client.hgetall(keep.keys.job(kept)))
         full = whatif["as stored"]
-        encoding = keep.client.object("encoding", keep.keys.job(kept))
-        limit = keep.client.config_get("hash-max-listpack-value")["hash-max-listpack-value"]
+        encoding = keep.store.client.object("encoding", keep.keys.job(kept))
+        limit = keep.store.client.config_get("hash-max-listpack-value")["hash-max-listpack-value"]
         print(f"  one docker-shaped succeeded row, empty log: {len(row)} fields, {sum(map(len, row))} B of "
               f"names + {sum(len(v.encode()) for v in row.values())} B of values + "
               f"{len(keep.keys.job(kept))} B key; longest value {max(len(v) for v in row.values())} B, so a "
@@ -305,7 +305,7 @@ def part_lifetime(n: int, sample_every: int, caps: dict[str, int]) -> dict[str, 
         shapes = Shapes()
         boots = [uuid.uuid4().hex for _ in range(4)]
         base = used(pool)
-        samples: list[tuple[int, int, int]] = [(0, base, pool.client.dbsize())]
+        samples: list[tuple[int, int, int]] = [(0, base, pool.store.client.dbsize())]
         pruned_calls: list[tuple[float, int, bool]] = []
         print(f"  {'jobs':>8s} {'used_memory':>12s} {'keys':>7s} {'succeeded':>9s} {'failed':>7s} "
               f"{'cancelled':>9s} {'events':>7s} {'stream':>9s} {'jobs/s':>7s} {'pruned':>7s} "
@@ -323,11 +323,12 @@ def part_lifetime(n: int, sample_every: int, caps: dict[str, int]) -> dict[str, 
                 prune_max = max(prune_max, ms)
             if i % sample_every == 0:
                 now = time.perf_counter()
-                m, keys = used(pool), pool.client.dbsize()
-                kept = [pool.client.zcard(pool.keys.state_index(s)) for s in ENDED]
+                m, keys = used(pool), pool.store.client.dbsize()
+                kept = [pool.store.client.zcard(pool.keys.state_index(s)) for s in ENDED]
                 samples.append((i, m, keys))
                 print(f"  {i:8,d} {m / MiB:9.1f} MiB {keys:7d} {kept[0]:9d} {kept[1]:7d} {kept[2]:9d} "
-                      f"{pool.client.xlen(pool.keys.events):7d} {mu(pool, pool.keys.events) / MiB:5.1f} MiB "
+                      f"{pool.store.client.xlen(pool.keys.events):7d} "
+                      f"{mu(pool, pool.keys.events) / MiB:5.1f} MiB "
                       f"{sample_every / (now - t_int):7.0f} "
                       f"{pruned_int:7d} {prune_max:12.1f}", flush=True)
                 t_int, pruned_int, prune_max = now, 0, 0.0
@@ -339,7 +340,7 @@ def part_lifetime(n: int, sample_every: int, caps: dict[str, int]) -> dict[str, 
         per_job_early = (first[1] - base) / first[0]
         projected = base + per_job_early * n
         incomplete = sum(1 for c in pruned_calls if not c[2])
-        kept_total = sum(pool.client.zcard(pool.keys.state_index(s)) for s in ENDED)
+        kept_total = sum(pool.store.client.zcard(pool.keys.state_index(s)) for s in ENDED)
         kinds = key_kinds(pool)
         per_job = sum(kinds[k] for k in PER_JOB_KINDS)
         fixed = last[2] - per_job
@@ -409,8 +410,8 @@ def running_rows(pool: Pool, rows: int, orphans: int, identity: dict[str, Any]) 
         att.claim("subprocess", "")
         att.set_container("", "", identity)
         ids.append(job.id)
-    pool.client.delete(*[pool.keys.lease(j) for j in ids[:orphans]])  # their owner died
-    pool.client.delete(pool.keys.rq_queue)  # claimed: nothing left for RQ
+    pool.store.client.delete(*[pool.keys.lease(j) for j in ids[:orphans]])  # their owner died
+    pool.store.client.delete(pool.keys.rq_queue)  # claimed: nothing left for RQ
 
 
 def part_sweep_prune(rows: int, orphans: int, retained: int, cap: int, repeat: int) -> dict[str, Any]:
@@ -458,15 +459,15 @@ def part_sweep_prune(rows: int, orphans: int, retained: int, cap: int, repeat: i
                   f"pruned {rep.pruned:,} in its prune phase of {rep.phases_ms['prune']:.0f} ms "
                   f"({swept_rate:,.0f} rows/s; budget {retention.SWEEP_BUDGET_SECS * 1000:.0f} ms)",
                   flush=True)
-            pool.client.config_resetstat()
+            pool.store.client.config_resetstat()
             t = time.perf_counter()
             rest = retention.prune(default.store, actor="bench")
             secs = time.perf_counter() - t
-            stats = pool.client.info("commandstats").get("cmdstat_evalsha", {})
+            stats = pool.store.client.info("commandstats").get("cmdstat_evalsha", {})
             rate = rest.total / secs if rest.total else 0.0
             print(f"  retention.prune to the end: {rest.total:,} rows in {secs:.2f} s = {rate:,.0f} rows/s "
                   f"(batches of {retention.BATCH}; Redis busy {stats.get('usec_per_call', 0) / 1000:.1f} ms "
-                  f"per batch script); left {pool.client.zcard(pool.keys.succeeded):,}", flush=True)
+                  f"per batch script); left {pool.store.client.zcard(pool.keys.succeeded):,}", flush=True)
             if rest.total < 1000:  # the sweep took (almost) all of it: its own rate is the figure
                 rate = swept_rate
             retention.prune(with_caps(pool, keep_succeeded=1).store, actor="bench")
@@ -497,7 +498,7 @@ def part_sweep_prune(rows: int, orphans: int, retained: int, cap: int, repeat: i
 def key_kinds(pool: Pool) -> Counter[str]:
     """Keys by kind: the pool's own by their first part after the hash tag, RQ's by their first two parts."""
     kinds: Counter[str] = Counter()
-    for key in pool.client.scan_iter(count=1000):
+    for key in pool.store.client.scan_iter(count=1000):
         if key.startswith("jobpool:{"):
             kinds["jobpool:" + key.split("}:", 1)[1].split(":", 1)[0]] += 1
         else:
@@ -534,9 +535,9 @@ def script_mix(pool: Pool, n: int) -> None:
 def keys_of_jobs(pool: Pool) -> tuple[int, Counter[str]]:
     """How many finished jobs `pool` retains, and the keys they hold, by kind (store/keys.py `leftovers`)."""
     ids = [j for state in ENDED
-           for j in cast("list[str]", pool.client.zrange(pool.keys.state_index(state), 0, -1))]
+           for j in cast("list[str]", pool.store.client.zrange(pool.keys.state_index(state), 0, -1))]
     kinds = ("job", "rq:job", "rq:results", "lease", "adopt")
-    pipe = pool.client.pipeline(transaction=False)
+    pipe = pool.store.client.pipeline(transaction=False)
     for job_id in ids:
         for key in pool.keys.leftovers(job_id):
             pipe.exists(key)
@@ -550,7 +551,7 @@ def keys_of_jobs(pool: Pool) -> tuple[int, Counter[str]]:
 def per_state_mu(pool: Pool) -> dict[str, float]:
     out = {}
     for state in ENDED:
-        some = cast("list[str]", pool.client.zrange(pool.keys.state_index(state), 0, 199))
+        some = cast("list[str]", pool.store.client.zrange(pool.keys.state_index(state), 0, 199))
         if some:
             out[state] = statistics.mean(mu(pool, pool.keys.job(j)) for j in some)
     return out
@@ -572,9 +573,9 @@ def part_real_workers(n: int, workers: int) -> dict[str, Any]:
                       for i in range(workers)]
             procs.append(JobpoolProcess("jobpool.cli", env, root / "supervisor.log", ("supervisor",)))
             rq_workers = f"rq:workers:{pool.keys.rq_queue_name}"
-            wait_for(lambda: pool.client.zcard(pool.keys.boots) >= workers
-                     and pool.client.scard(rq_workers) >= workers, 60, "workers did not register")
-            before, keys0 = key_kinds(pool), pool.client.dbsize()
+            wait_for(lambda: pool.store.client.zcard(pool.keys.boots) >= workers
+                     and pool.store.client.scard(rq_workers) >= workers, 60, "workers did not register")
+            before, keys0 = key_kinds(pool), pool.store.client.dbsize()
             t = time.perf_counter()
             ids, cancelled = [], set()
             for i in range(n):
@@ -586,7 +587,7 @@ def part_real_workers(n: int, workers: int) -> dict[str, Any]:
                 ids.append(job.id)
 
             def states() -> list[str | None]:
-                pipe = pool.client.pipeline(transaction=False)
+                pipe = pool.store.client.pipeline(transaction=False)
                 for job_id in ids:
                     pipe.hget(pool.keys.job(job_id), "state")
                 return pipe.execute()
@@ -596,11 +597,11 @@ def part_real_workers(n: int, workers: int) -> dict[str, Any]:
             ended = Counter(states())
 
             def rq_ids() -> set[str]:
-                return {k.split(":", 2)[2] for k in pool.client.scan_iter(match="rq:job:*", count=1000)}
+                return {k.split(":", 2)[2] for k in pool.store.client.scan_iter(match="rq:job:*", count=1000)}
 
             # RQ deletes its record of a delivered job as its work horse ends: wait for the last to go.
             wait_for(lambda: rq_ids() <= cancelled, 30, "RQ kept records of delivered jobs")
-            after, keys1 = key_kinds(pool), pool.client.dbsize()
+            after, keys1 = key_kinds(pool), pool.store.client.dbsize()
             grown = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
             left_rq = len(rq_ids())
             kept, real_keys = keys_of_jobs(pool)
@@ -608,8 +609,8 @@ def part_real_workers(n: int, workers: int) -> dict[str, Any]:
                   f"{keys0} -> {keys1}, by kind {grown}")
             print(f"  RQ kept {left_rq} job hashes (of jobs cancelled while queued: never delivered, pruned "
                   f"with their rows), {after.get('rq:results', 0)} result streams, registries: finished "
-                  f"{pool.client.zcard(pool.keys.rq_finished)}, failed "
-                  f"{pool.client.zcard(pool.keys.rq_failed)}")
+                  f"{pool.store.client.zcard(pool.keys.rq_finished)}, failed "
+                  f"{pool.store.client.zcard(pool.keys.rq_failed)}")
             real_mu = per_state_mu(pool)
             for proc in procs:
                 proc.stop(timeout=20)

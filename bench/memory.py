@@ -64,7 +64,8 @@ def main() -> int:
         for _ in range(200):  # 200 running rows, owned by a live lease, for the supervisor to sweep
             job = pool.enqueue("jobpool-test:busybox", ["true"])
             Attempt(pool.store, job.id, "bench-boot", 1).claim()
-        pool.client.delete(pool.keys.rq_queue)  # claimed already: nothing for the worker, which stays idle
+        # claimed already: nothing for the worker, which stays idle
+        pool.store.client.delete(pool.keys.rq_queue)
         bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         with open(root / "rq.log", "wb") as rq_log:
             rq = subprocess.Popen(["rq", "worker", "--url", redis_server.url, "rq-baseline"],
@@ -74,8 +75,8 @@ def main() -> int:
         wrk = JobpoolProcess("jobpool.cli", env, root / "worker.log", ("worker",))
         jp += [sup, wrk]
         settle(lambda: "Listening on rq-baseline" in (root / "rq.log").read_text())
-        settle(lambda: pool.client.zcard(pool.keys.boots) == 1)
-        sweeps: Callable[[], object] = lambda: (pool.client.get(pool.keys.last_sweep) or "")  # noqa: E731
+        settle(lambda: pool.store.client.zcard(pool.keys.boots) == 1)
+        sweeps: Callable[[], object] = lambda: (pool.store.client.get(pool.keys.last_sweep) or "")  # noqa: E731
         first = sweeps()
         settle(lambda: sweeps() and sweeps() != first)
         time.sleep(3)  # several more sweeps and idle heartbeats, so caches and pools have grown

@@ -54,14 +54,14 @@ def bench_promotes(url: str, raw: redis.Redis, queued: int, blocked: int,
     try:
         pool.set_limit(LIMIT, 0)  # full: nothing that uses it can start
         fill(pool, queued, blocked)
-        pool.client.hset(pool.keys.config, "max_concurrent_jobs", 1)
+        pool.store.client.hset(pool.keys.config, "max_concurrent_jobs", 1)
         start = time.perf_counter()
         assert pool.promote() == 1, "the benchmark did not do what it says"  # parks the blocked, once
         parking = time.perf_counter() - start
         assert int(raw.zcard(pool.keys.blocked)) == blocked, "the blocked were not parked"
 
         def one(_: int) -> None:
-            pool.client.hincrby(pool.keys.config, "max_concurrent_jobs", 1)
+            pool.store.client.hincrby(pool.keys.config, "max_concurrent_jobs", 1)
             assert pool.promote() == 1
         before = server_usec(raw)
         cpu, start = time.process_time(), time.perf_counter()

@@ -56,12 +56,13 @@ def through_scripts(pool: Pool, n: int) -> list[str]:
 
 def bulk_rows(pool: Pool, templates: list[str], total: int) -> None:
     """Copies of the finished rows `templates` until the pool retains `total` finished jobs."""
-    rows = [cast("dict[str, str]", pool.client.hgetall(pool.keys.job(t))) for t in templates]
-    have = sum(pool.client.zcard(pool.keys.state_index(s)) for s in ("succeeded", "failed", "cancelled"))
+    rows = [cast("dict[str, str]", pool.store.client.hgetall(pool.keys.job(t))) for t in templates]
+    have = sum(pool.store.client.zcard(pool.keys.state_index(s))
+               for s in ("succeeded", "failed", "cancelled"))
     now = int(time.time() * 1000)
     n = 0
     while have + n < total:
-        pipe = pool.client.pipeline(transaction=False)
+        pipe = pool.store.client.pipeline(transaction=False)
         for _ in range(min(BULK, total - have - n)):
             row: dict[Any, Any] = dict(rows[n % len(rows)])
             job_id = f"bulk{n:08d}"
@@ -78,9 +79,9 @@ def live_fleet(pool: Pool, running: int, workers: int) -> None:
     boots = [f"boot{i:04d}" for i in range(workers)]
     now = int(time.time() * 1000)
     for b in boots:
-        pool.client.hset(pool.keys.boot(b), mapping={"host": "bench", "pid": "1", "executor": "docker",
+        pool.store.client.hset(pool.keys.boot(b), mapping={"host": "bench", "pid": "1", "executor": "docker",
                                                       "started_at": now, "role": "worker"})
-        pool.client.zadd(pool.keys.boots, {b: now})
+        pool.store.client.zadd(pool.keys.boots, {b: now})
     for i in range(running):
         job = pool.enqueue(image="busybox", command=["sleep", "3600"])
         Attempt(pool.store, job.id, boots[i % workers], pool.get(job.id).attempt).claim()
@@ -90,7 +91,7 @@ def live_fleet(pool: Pool, running: int, workers: int) -> None:
 
 
 def commands(pool: Pool) -> int:
-    stats = pool.client.info("commandstats")
+    stats = pool.store.client.info("commandstats")
     return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
 
 
@@ -130,7 +131,7 @@ def main() -> int:
         few = commands(loaded) - before
         bulk_rows(loaded, ids, args.retained)
         report = loaded.status()
-        version = loaded.client.info("server")["redis_version"]
+        version = loaded.store.client.info("server")["redis_version"]
         print(f"seeded in {time.perf_counter() - t:.0f} s: {dict(report.counts)}, {args.workers} live "
               f"workers (redis-server {version})", flush=True)
         urls = {name: s.url for name, s in zip(pools, servers, strict=True)}

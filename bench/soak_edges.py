@@ -132,7 +132,7 @@ class EdgeFaults:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not chaos._ending.is_set():
             try:
-                if not chaos.pool.client.hexists(chaos.pool.keys.gone_daemons, identity):
+                if not chaos.pool.store.client.hexists(chaos.pool.keys.gone_daemons, identity):
                     chaos.note("daemon_forgotten_returns", f"daemon {d + 1} published: declaration lifted")
                     return True
             except Exception:  # noqa: BLE001 - Redis restarting: asked again
@@ -145,7 +145,7 @@ class EdgeFaults:
         boot = self._boot_of(i)
         try:
             pool = self.chaos.pool
-            return str(pool.client.hget(pool.keys.boot(boot), "daemon_id") or "") if boot else ""
+            return str(pool.store.client.hget(pool.keys.boot(boot), "daemon_id") or "") if boot else ""
         except Exception:  # noqa: BLE001 - Redis away: not now
             return ""
 

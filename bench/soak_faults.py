@@ -248,7 +248,7 @@ class Chaos:
         try:
             if not self.pool.stats()["counts"]["running"]:
                 return None
-            last = self.pool.client.xrevrange(self.pool.keys.events, count=1)
+            last = self.pool.store.client.xrevrange(self.pool.keys.events, count=1)
         except Exception:  # noqa: BLE001 - Redis away: try again later
             return None
         mark = cast(str, last[0][0]) if last else "0-0"
@@ -276,7 +276,7 @@ class Chaos:
         remove_path(copy)
         self.redis_server.restart()
         try:
-            back = self.pool.client.xrevrange(self.pool.keys.events, count=1)
+            back = self.pool.store.client.xrevrange(self.pool.keys.events, count=1)
         except Exception:  # noqa: BLE001 - read again below if it fails; the count is a figure only
             back = []
         restored = stream_id(cast(str, back[0][0])) if back else (0, 0)
@@ -297,7 +297,7 @@ class Chaos:
         grace (jobpool/supervisor/verdicts.py, `decide_unclaimed`). Quiet means: the intermediate list empty
         and RQ's started registry the same before and after the copy (a BLMOVE during the copy creates an
         execution there before the horse takes the entry off the list)."""
-        c, k = self.pool.client, self.pool.keys
+        c, k = self.pool.store.client, self.pool.keys
         wip = StartedJobRegistry.key_template.format(k.rq_queue_name)
         for _ in range(200):
             try:

@@ -79,7 +79,7 @@ def write_findings(run: Run, root: Path, slots: int) -> None:
     the soak's dir (its logs are there too); with --keep, the censuses when the keyspace was not flat."""
     figures, pool, log = run.figures, run.pool, run.log
     lost = [j for j in run.job_ids if log.last.get(j) not in TERMINAL]
-    lost = [j for j in lost if not pool.client.exists(pool.keys.job(j))]
+    lost = [j for j in lost if not pool.store.client.exists(pool.keys.job(j))]
     # A job not built to fail that failed: not a broken promise, but a fault charged to the job.
     charged = [j for j in run.job_ids if log.last.get(j) == "failed" and log.reason.get(j) != "exit_code_3"]
     censuses = []
@@ -110,7 +110,7 @@ def write_findings(run: Run, root: Path, slots: int) -> None:
 def rq_facts(pool: Pool, job_id: str) -> str:
     """The job's row, lease, and where RQ holds it (queue, intermediate list, started registry, its status),
     read raw: what the supervisor's evidence is made of."""
-    c, k = pool.client, pool.keys
+    c, k = pool.store.client, pool.keys
     started = f"rq:wip:{k.rq_queue_name}"
     try:
         entries: list[tuple[str, float]] = list(c.zrange(started, 0, -1, withscores=True))  # type: ignore[arg-type]

@@ -120,7 +120,7 @@ def endings(pool: Pool, log: EventLog, job_ids: list[str]) -> Endings:
     """Each job by its row, or, once its row is gone, by its last event (read after the rows: a row is
     pruned only well after its job's last event)."""
     out = Endings()
-    pipe = pool.client.pipeline(transaction=False)
+    pipe = pool.store.client.pipeline(transaction=False)
     for job_id in job_ids:
         pipe.hmget(pool.keys.job(job_id), "state", "error_reason")
     rows = pipe.execute()
@@ -270,7 +270,7 @@ class Keyspace:
         return census
 
     def _read(self, pool: Pool, log: EventLog) -> Census:
-        c, prefix = pool.client, pool.keys.prefix
+        c, prefix = pool.store.client, pool.keys.prefix
         names = sorted(set(c.scan_iter(count=1000)))
         pipe = c.pipeline(transaction=False)
         for name in names:

@@ -98,7 +98,7 @@ def seed(pool: Pool, dclient: docker.DockerClient, rows: int, containers: int) -
         cids = list(ex.map(launch, ids[:containers]))
     print(f"seeded {rows} running rows and started {containers} containers in "
           f"{time.perf_counter() - t:.1f} s")
-    pool.client.delete(*[pool.keys.lease(j) for j in ids[:containers]])  # their owner died
+    pool.store.client.delete(*[pool.keys.lease(j) for j in ids[:containers]])  # their owner died
     return ids, cids
 
 
@@ -140,7 +140,7 @@ def main() -> int:
                 with ThreadPoolExecutor(8) as ex:
                     list(ex.map(lambda c: dclient.api.remove_container(c, force=True), cids))
                 print(f"removed {len(cids)} containers in {time.perf_counter() - t:.1f} s")
-                pool.client.close()
+                pool.store.client.close()
 
 
 def run(pool: Pool, dd: DockerDaemon, ids: list[str], cids: list[str], repeat: int) -> int:
@@ -164,7 +164,7 @@ def run(pool: Pool, dd: DockerDaemon, ids: list[str], cids: list[str], repeat: i
           f"phases {last.phases_ms and {k: round(v) for k, v in last.phases_ms.items()}}")
 
     # Every owner gone: all rows need ground truth.
-    pool.client.delete(*[pool.keys.lease(j) for j in ids])
+    pool.store.client.delete(*[pool.keys.lease(j) for j in ids])
     before = calls(batched)
     dry, _dry_runs, _ = timed(lambda: sup.sweep(dry_run=True), repeat)
     api_b = (calls(batched)[0] - before[0]) / repeat

@@ -56,8 +56,8 @@ class Pool(Browsing):
         self.settings = settings or Settings()
         #: Who is recorded in events for this pool's actions ("api", "cli", "supervisor", ...).
         self.actor = actor
-        self.client = client
-        #: The pool's Redis: its keys and one typed method per script (jobpool/store/calls.py).
+        #: The pool's Redis, and the only way to it: its keys and one typed method per script
+        #: (jobpool/store/calls.py), its reads and its client (`store.client`).
         self.store = Store(client, self.settings)
         self.keys = self.store.keys
 

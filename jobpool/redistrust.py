@@ -15,9 +15,16 @@ and stops no stray (workers/inventory.py) until the lease has passed.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Protocol
 
-import redis
+from .errors import RedisUnavailable
+from .store.reads import ServerRun
+
+
+class AnswersServerRun(Protocol):
+    """What the rule reads of Redis: which server process answers (`store.reads.Reads.server_run`)."""
+
+    def server_run(self) -> ServerRun: ...
 
 
 class RedisTrust:
@@ -26,11 +33,12 @@ class RedisTrust:
     `settling()` says why Redis's state cannot be acted on yet ('' when it can). Call `lost()` whenever a
     call to Redis failed for want of Redis (an outage, a dropped connection, a refused write)."""
 
-    def __init__(self, client: Any, lease_secs: float, fresh: bool = False) -> None:
-        """`fresh`: this process cannot know what came before it (a worker's inventory publisher, which may
-        take a daemon's lead from one that died, right after a failover it never saw: a promoted replica's
-        uptime is long, and redis-py reconnects without an error), so it settles for a lease from now."""
-        self.client = client
+    def __init__(self, server: AnswersServerRun, lease_secs: float, fresh: bool = False) -> None:
+        """`server`: the pool's store, which asks Redis. `fresh`: this process cannot know what came before
+        it (a worker's inventory publisher, which may take a daemon's lead from one that died, right after a
+        failover it never saw: a promoted replica's uptime is long, and redis-py reconnects without an
+        error), so it settles for a lease from now."""
+        self.server = server
         self.lease_secs = lease_secs
         self._lost = False
         self._back_at: float | None = time.monotonic() if fresh else None
@@ -46,16 +54,13 @@ class RedisTrust:
         lease = self.lease_secs
         now = time.monotonic()
         try:
-            info = self.client.info("server")
-        except redis.ResponseError:
-            # INFO refused (an ACL, a renamed command): restarts cannot be seen, only outages.
-            info = {}
-        except (redis.RedisError, OSError) as exc:
+            run = self.server.server_run()
+        except RedisUnavailable as exc:
             self._lost = True
-            return f"redis does not answer ({type(exc).__name__})"
+            return str(exc)
         if self._lost:
             self._lost, self._back_at = False, now
-        run_id = str(info.get("run_id", ""))
+        run_id = run.run_id
         if self._run_id and run_id and run_id != self._run_id:
             self._changed_at = now
         self._run_id = run_id or self._run_id
@@ -64,10 +69,6 @@ class RedisTrust:
         if self._changed_at is not None and now - self._changed_at < lease:
             return (f"another redis-server answers since {now - self._changed_at:.1f}s "
                     "(restarted, or a replica promoted)")
-        try:
-            uptime = int(info.get("uptime_in_seconds", lease + 1))
-        except (ValueError, TypeError):
-            return ""
-        if uptime < lease:
-            return f"redis-server started {uptime}s ago"
+        if run.uptime_secs is not None and run.uptime_secs < lease:
+            return f"redis-server started {run.uptime_secs}s ago"
         return ""

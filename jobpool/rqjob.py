@@ -23,7 +23,8 @@ from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from .contract import TERMINAL
-from .store.keys import RQ_QUEUE_NAME_PREFIX, PoolKeys
+from .store.keys import RQ_QUEUE_NAME_PREFIX
+from .store.rqconnection import row_state
 
 log = logging.getLogger("jobpool")
 
@@ -43,13 +44,10 @@ def after_delivery(job: RQJob, connection: redis.Redis, result: Any) -> None:
     if job.result_ttl == 0 or not job.origin.startswith(RQ_QUEUE_NAME_PREFIX):
         return
     try:
-        keys = PoolKeys(job.origin.removeprefix(RQ_QUEUE_NAME_PREFIX))
-        state = connection.hget(keys.job(job.id), "state")
+        state = row_state(connection, job.origin.removeprefix(RQ_QUEUE_NAME_PREFIX), job.id)
     except (redis.RedisError, ValueError) as exc:
         log.info("job %s: RQ's record kept (%s)", job.id, exc)
         return
-    if isinstance(state, bytes):
-        state = state.decode(errors="replace")
     if state is None or state in _TERMINAL:
         job.result_ttl = 0
 

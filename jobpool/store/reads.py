@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -26,6 +27,15 @@ def _slots_used(stored: Any, running: Any) -> int:
     for a pool from before weights, where every running job holds one, their count."""
     value = ascii_whole(stored) if isinstance(stored, str) else None
     return value if value is not None else int(running)
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    """Which redis-server process answers, as its INFO says (jobpool/redistrust.py judges it): its run id,
+    new at each start ('' when not said), and how long it has been up (None when not said or unreadable)."""
+
+    run_id: str
+    uptime_secs: int | None
 
 
 class Reads:
@@ -122,6 +132,22 @@ class Reads:
         """One round trip, for a process that wants its connection open before it needs it (redis-py's
         errors raised as they are)."""
         self.client.ping()
+
+    def server_run(self) -> ServerRun:
+        """Which server process answers (INFO server). Both unknown when INFO is refused (an ACL, a renamed
+        command): then restarts cannot be seen, only outages. `RedisUnavailable` when Redis does not answer
+        (its message names redis-py's error)."""
+        try:
+            info = self.client.info("server")
+        except redis.ResponseError:
+            return ServerRun("", None)
+        except (redis.RedisError, OSError) as exc:
+            raise errors.RedisUnavailable(f"redis does not answer ({type(exc).__name__})") from None
+        try:
+            uptime: int | None = int(info["uptime_in_seconds"])
+        except (KeyError, ValueError, TypeError):
+            uptime = None
+        return ServerRun(str(info.get("run_id", "")), uptime)
 
     def check_policy(self) -> PolicyCheck:
         """What every long-running process does before its first write (store/redispolicy.py

@@ -1,7 +1,8 @@
 """`SweepIO`: what a supervisor's sweep reads of Redis for its evidence (jobpool/supervisor/evidence.py
 judges it): the running rows and their leases, whole rows, owners' boot records, what RQ holds of the
-unclaimed jobs, daemons' inventories; and the sweep's record of itself (`record_sweep`). Every change a
-sweep makes to a job is a script (store/calls.py).
+unclaimed jobs, daemons' inventories; the sweep's record of itself (`record_sweep`), and the pointer to a
+job's latest adoption request (`repoint_adoption`). Every change a sweep makes to a job is a script
+(store/calls.py).
 
 An error reply of one command (a key of the wrong type) is left in that command's place, for the judge to
 call that row's problem and not the sweep's, except where said.
@@ -14,6 +15,7 @@ from typing import Any
 
 import redis
 
+from ..errors import Conflict
 from .keys import PoolKeys
 from .runner import call_redis, wrap_redis_error
 
@@ -155,6 +157,36 @@ class SweepIO:
         for boot in boot_ids:
             pipe.exists(self.keys.boot(boot))
         return [bool(alive) for alive in run_pipeline(pipe)]
+
+    # ---- adoption requests (jobpool/supervisor/adoption.py) ---------------------------------------------
+
+    def rq_job_status(self, rq_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """RQ's status of each RQ job and the worker it names ('' where its hash or the field is missing), in
+        one round trip; any error fails the read."""
+        pipe = self.client.pipeline(transaction=False)
+        for rq_id in rq_ids:
+            pipe.hmget(self.keys.rq_job(rq_id), ["status", "worker_name"])
+        return [(status or "", worker or "") for status, worker in run_pipeline(pipe)]
+
+    def repoint_adoption(self, job_id: str, rq_id: str, ttl_secs: int) -> None:
+        """Point a job's adoption pointer at the new request `rq_id` (kept `ttl_secs`), unless another writer
+        changed it meanwhile (WATCH: `Conflict`, nothing written: two supervisors asking at once make one
+        request); then delete the RQ hash of the request it named before, so that one (ended, or its worker
+        died) cannot be run late."""
+        pointer = self.keys.adoption(job_id)
+        try:
+            with self.client.pipeline() as pipe:
+                pipe.watch(pointer)
+                before = pipe.get(pointer)
+                pipe.multi()
+                pipe.set(pointer, rq_id, ex=ttl_secs)
+                pipe.execute()
+            if before is not None and before != rq_id:
+                self.client.delete(self.keys.rq_job(str(before)))
+        except redis.WatchError:
+            raise Conflict(f"the adoption request of job {job_id} changed meanwhile") from None
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, "adoption request") from None
 
     # ---- daemons' inventories (jobpool/supervisor/remote.py) ---------------------------------------------
 

@@ -1,9 +1,10 @@
 """`WorkerIO`: what a worker process reads and writes outside the scripts: its boot record (the heartbeat
 every reader takes for a live worker: jobpool/workers/boot.py), the rows of the containers it finds on its
-daemon (jobpool/workers/strays.py, jobpool/workers/inventory.py) and its daemon's earlier boots.
+daemon (jobpool/workers/strays.py, jobpool/workers/inventory.py), its daemon's earlier boots, and an entry
+RQ cannot load taken off RQ's intermediate list (jobpool/workers/rqworker.py).
 
-The boot record's writes raise redis-py's own errors: the heartbeat thread judges them as it judges every
-outage (jobpool/workers/outage.py).
+The boot record's writes and that removal raise redis-py's own errors: the worker judges them as it judges
+every outage (jobpool/workers/outage.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class WorkerIO:
         pipe.delete(self.keys.boot(boot_id))
         pipe.zrem(self.keys.boots, boot_id)
         pipe.execute()
+
+    def drop_taken(self, intermediate_key: str, job_id: str) -> None:
+        """Take one entry off an RQ queue's intermediate list, where RQ's BLMOVE leaves what a worker took: an
+        entry RQ cannot load, which RQ's maintenance would choke on there too."""
+        self.client.lrem(intermediate_key, 1, job_id)
 
     def rows_and_boots(self, job_ids: Sequence[str], fields: Sequence[str],
                        boots: Sequence[str]) -> tuple[list[Any], list[bool]]:

@@ -17,15 +17,14 @@ from collections.abc import Sequence
 import redis
 from rq import Queue
 from rq.exceptions import DuplicateJobError
-from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from ..contract import ADOPT_RQ_PREFIX
+from ..errors import Conflict
 from ..fleet.daemonid import is_identity
 from ..store.calls import Store
 from ..store.keys import worker_name
-from ..store.runner import wrap_redis_error
-from ..store.sweepio import run_pipeline
+from ..store.runner import call_redis
 from .verdicts import RowSnapshot
 
 log = logging.getLogger("jobpool.supervisor")
@@ -47,7 +46,8 @@ def adopt_rq_job_id(job_id: str, attempt: int) -> str:
 
 
 class Adoptions:
-    """The adoption requests of one pool. Holds the RQ connection (opened on first use)."""
+    """The adoption requests of one pool. Holds the RQ connection (opened on first use), which only RQ's own
+    `Queue` uses: the pointers and RQ's statuses are read and written through the store."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -69,18 +69,12 @@ class Adoptions:
         worker that lives (two round trips, plus one for the boots of "started" ones)."""
         if not rows:
             return set()
-        conn = self.rq_client()
-        pipe = conn.pipeline(transaction=False)
-        for row in rows:
-            pipe.get(self.store.keys.adoption(row.id))
-        requests = {row.id: r.decode() for row, r in zip(rows, run_pipeline(pipe), strict=True) if r}
+        store = self.store
+        requests = {row.id: r for row, r in zip(rows, store.adoption_requests([row.id for row in rows]),
+                                                strict=True) if r}
         if not requests:
             return set()
-        pipe = conn.pipeline(transaction=False)
-        for rq_id in requests.values():
-            pipe.hmget(RQJob.key_for(rq_id), ["status", "worker_name"])
-        found = {job_id: [v.decode() if v else "" for v in reply]
-                 for job_id, reply in zip(requests, run_pipeline(pipe), strict=True)}
+        found = dict(zip(requests, store.rq_job_status(list(requests.values())), strict=True))
         pending = {job_id for job_id, (status, _) in found.items() if status in ADOPT_WAITING}
         started = {job_id: worker for job_id, (status, worker) in found.items() if status == "started"}
         live = self.live_workers(set(started.values()))
@@ -116,28 +110,16 @@ class Adoptions:
         if row.id in self.pending([row]):
             return "adoption pending"
         rq_id = adopt_rq_job_id(row.id, row.attempt)
-        conn = self.rq_client()
-        pointer = self.store.keys.adoption(row.id)
         try:
-            with conn.pipeline() as pipe:
-                pipe.watch(pointer)
-                raw = pipe.get(pointer)
-                pipe.multi()
-                pipe.set(pointer, rq_id, ex=ADOPT_REQUEST_TTL_SECS)
-                pipe.execute()
-            before = raw.decode() if isinstance(raw, bytes) else raw
-            if before is not None and before != rq_id:
-                # A request that ended or whose worker died: drop its hash so it cannot be run late.
-                conn.delete(RQJob.key_for(before))
-            Queue(self.queue_for(row), connection=conn, serializer=JSONSerializer).enqueue_call(
-                func=ADOPT_ENTRY_POINT, args=[row.id, row.owner_boot, row.attempt], job_id=rq_id,
-                timeout=-1, result_ttl=600, failure_ttl=600, unique=True,
+            self.store.repoint_adoption(row.id, rq_id, ADOPT_REQUEST_TTL_SECS)
+            queue = Queue(self.queue_for(row), connection=self.rq_client(), serializer=JSONSerializer)
+            call_redis(
+                queue.enqueue_call, func=ADOPT_ENTRY_POINT, args=[row.id, row.owner_boot, row.attempt],
+                job_id=rq_id, timeout=-1, result_ttl=600, failure_ttl=600, unique=True,
                 description=f"jobpool adopt {row.id} attempt {row.attempt} from {row.owner_boot}",
-            )
-        except (redis.WatchError, DuplicateJobError):
+                what="adoption request")
+        except (Conflict, DuplicateJobError):
             return "adoption pending"  # another supervisor asked in the same moment
-        except redis.RedisError as exc:
-            raise wrap_redis_error(exc, "adoption request") from None
         log.info("job %s attempt %d: owner %s gone, container running: adoption requested (%s)",
                  row.id, row.attempt, row.owner_boot, rq_id)
         return "adoption requested"

@@ -56,7 +56,7 @@ class Evidence:
         self.settings = store.settings
         self._started_key = StartedJobRegistry.key_template.format(store.keys.rq_queue_name)
         #: When this reader last lost and found Redis again, and which server answers (jobpool/redistrust.py).
-        self.trust = RedisTrust(store.client, self.settings.lease_secs)
+        self.trust = RedisTrust(store, self.settings.lease_secs)
         #: Unclaimed (id, attempt)s RQ holds as taken (intermediate list, started registry): since when this
         #: supervisor has seen them so. A delivery stuck there (its worker died, or Redis rolled back under
         #: it) is only cleared by RQ's maintenance, minutes later; past the claim grace the sweep dispatches

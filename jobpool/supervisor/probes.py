@@ -20,7 +20,7 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import jobcgroup, procid
@@ -61,6 +61,9 @@ class Absent:
     never_started: bool = False
     container_id: str = ""
     inventory: tuple[str, int] | None = None
+    #: A subprocess job's cgroup found empty, its main process gone: left for the sweep to remove
+    #: (supervisor/stopper.py `remove_empty_cgroups`), since nothing else would.
+    empty_cgroup: jobcgroup.JobCgroup | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -259,8 +262,9 @@ def probe_process(identity: str | Mapping[str, Any] | None) -> Probe:
     namespace, kernel boot id): a recycled pid number is `Absent`, another namespace or kernel `Unknown`.
     When the row recorded the job's cgroup (jobpool/jobcgroup.py), a job whose main process is gone is still
     present while any process of that cgroup lives: its worker died before it could end them, and they may
-    still write. Such a cgroup, once found empty, is removed here (nothing else would). A row that recorded
-    none (a host where no cgroup could be made) is judged by its main process alone."""
+    still write. Such a cgroup, once found empty, is named in the `Absent` (`empty_cgroup`), for the sweep to
+    remove. A row that recorded none (a host where no cgroup could be made) is judged by its main process
+    alone."""
     ident = parse_identity(identity)
     if ident is None:
         return Unknown("no readable process identity recorded")
@@ -284,8 +288,8 @@ def probe_process(identity: str | Mapping[str, Any] | None) -> Probe:
                 f"process {pid} gone, but processes it started still live in its cgroup {cgroup.path} "
                 f"(pids {' '.join(map(str, cgroup.pids()[:10]))}); its worker died before it could end them: "
                 f"to end them, write 1 to {cgroup.directory / 'cgroup.kill'}"))
-        cgroup.remove()
     except OSError as exc:  # the cgroup cannot be read (permissions, a file system error): one row's unknown
         return Unknown(f"process {pid} is gone, but its job's cgroup {ident.get('cgroup')} cannot be read: "
                        f"{exc}")
-    return Absent(detail=f"process {pid} gone (pid free or now another process), and its cgroup is empty")
+    return Absent(detail=f"process {pid} gone (pid free or now another process), and its cgroup is empty",
+                  empty_cgroup=cgroup)

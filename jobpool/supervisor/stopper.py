@@ -1,5 +1,6 @@
-"""Stopping and removing containers on one Docker daemon: actions on containers, kept apart from the evidence
-about them (jobpool/supervisor/probes.py), over the same client (jobpool/supervisor/daemon.py).
+"""Stopping and removing what a job left: containers on one Docker daemon, over the same client as the
+evidence about them (jobpool/supervisor/probes.py, jobpool/supervisor/daemon.py), and a subprocess job's
+cgroup the probes found empty.
 
 Nothing here judges whether a container may be stopped or removed: its callers decide that from the evidence
 (the supervisor's verdicts, an operator's cancel, a worker's stray rule or clean-up).
@@ -7,8 +8,26 @@ Nothing here judges whether a container may be stopped or removed: its callers d
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
+
 from ..contract import LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from .daemon import DaemonClient
+from .probes import Absent, Probe
+
+log = logging.getLogger("jobpool.supervisor")
+
+
+def remove_empty_cgroups(probes: Iterable[Probe]) -> None:
+    """Remove the job cgroups the probes found empty (`Absent.empty_cgroup`): a subprocess job's, whose
+    worker died before it could remove it, and which nothing else would. A cgroup a process entered since
+    refuses and stays (jobpool/jobcgroup.py `JobCgroup.remove`)."""
+    for probe in probes:
+        if isinstance(probe, Absent) and probe.empty_cgroup is not None:
+            try:
+                probe.empty_cgroup.remove()
+            except OSError as exc:
+                log.warning("the empty cgroup %s was not removed: %s", probe.empty_cgroup.path, exc)
 
 
 class ContainerStopper:

@@ -29,6 +29,7 @@ from .apply import Applier
 from .evidence import Evidence, Snapshot
 from .probes import ContainerProber, Probe, Unknown, result_name
 from .report import Decision, SweepReport
+from .stopper import remove_empty_cgroups
 from .verdicts import Kind, RowSnapshot, decide, decide_ghost, expected_state, hold_while_recovering
 
 log = logging.getLogger("jobpool.supervisor")
@@ -84,6 +85,7 @@ class Supervisor:
         recovering = self.evidence.redis_recovering()
         t_read = time.perf_counter()
         probes = self.evidence.probe(snap, self.prober, self.untrusted_daemons)
+        remove_empty_cgroups(probes.values())
         t_probe = time.perf_counter()
         report = SweepReport(self.store.keys.pool, at_ms=snap.now_ms, rows=len(snap.rows), dry_run=dry_run)
         decided = [(row, probes.get(row.id)) for row in snap.rows]

@@ -19,12 +19,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from ..errors import ConfigError
 from ..procid import same_process_alive
 from ..store import redisurl
 from ..store.keys import PoolKeys
+from ..store.upstack import holds_stack_id
 
 #: How long the check waits for the Redis named in the file (a local one: it answers at once or not at all).
 CHECK_TIMEOUT_SECS = 2.0
@@ -73,16 +72,5 @@ def _holds(url: str, pool: Any, stack_id: str) -> bool:
         key = PoolKeys(pool if isinstance(pool, str) else "default").up_stack
     except ConfigError:
         return False
-    try:
-        client = redis.Redis.from_url(url, socket_timeout=CHECK_TIMEOUT_SECS,
-                                      socket_connect_timeout=CHECK_TIMEOUT_SECS, decode_responses=True)
-    except ValueError:
-        return True  # not a URL a client can be made from: Settings refuses it, naming it
-    try:
-        return bool(client.get(key) == stack_id)
-    except (redis.ConnectionError, redis.TimeoutError):
-        return True
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
+    # None: not asked (no answer, or a URL no client can be made from: Settings refuses it, naming it).
+    return holds_stack_id(url, key, stack_id, CHECK_TIMEOUT_SECS) is not False

@@ -34,16 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import click
-import redis
 
 from .. import errors
 from ..api import Pool
 from ..config import STATE_FILE, Settings
 from ..exporter import metrics_url
 from ..jobcgroup import promise_unkept
-from ..store import redispolicy
-from ..store.keys import PoolKeys
-from ..store.runner import call_redis
+from ..store import redispolicy, upstack
+from ..store.upstack import Serving
 from . import state as upstate
 from .find import choose_executor, find_redis_server, free_port
 from .listen import listens_on, taken
@@ -302,32 +300,32 @@ def _start_redis(stack: Stack) -> str | None:
                             stack.env, (stack.stack_fd,))
     stack.redis.start()
     assert stack.redis.proc is not None
-    client = redis.Redis.from_url(stack.settings.redis_url)
+    client = upstack.StackRedis(stack.settings.redis_url)
     try:
         deadline = time.monotonic() + REDIS_START_SECS
         while True:
-            try:
-                client.ping()  # refused while it loads its AOF (INFO is not: it would answer too soon)
+            serving = client.serving()
+            if serving is Serving.YES:
                 break
-            except redis.BusyLoadingError:
+            if serving is Serving.LOADING:
                 if not stack.redis.running():
                     return f"redis-server did not start; see {stack.redis.log}"
                 time.sleep(0.05)  # loading: however long its AOF takes
-            except redis.ConnectionError:
+            else:
                 if time.monotonic() > deadline or not stack.redis.running():
                     return f"redis-server did not start; see {stack.redis.log}"
                 time.sleep(0.05)
-        served_by = client.info("server").get("process_id")
+        served_by = client.server_pid()
         stack.redis_pid = next(iter(children_of(stack.redis.proc.pid)), 0)
         if served_by != stack.redis_pid:
             return (f"port {stack.redis_port} is served by another Redis (pid {served_by}), not the one "
                     f"this stack started; see {stack.redis.log}")
         # Asked, not assumed: a wrapper or a config of that redis-server may still have set another policy.
-        redispolicy.check_at_start(client, warn=lambda line: _say(f"  WARNING: {line}", err=True))
-        call_redis(client.set, PoolKeys(stack.settings.pool).up_stack, stack.stack_id, what="up")
+        client.check_policy(warn=lambda line: _say(f"  WARNING: {line}", err=True))
+        client.mark(stack.settings.pool, stack.stack_id)
     except errors.JobpoolError as exc:
         return str(exc)
-    except redis.RedisError as exc:
+    except upstack.Refused as exc:
         return f"redis-server did not start: {exc}; see {stack.redis.log}"
     finally:
         client.close()

@@ -101,7 +101,7 @@ class InventoryPublisher:
         self._volumes_at = -math.inf
         #: The rule every clean-up and stop below waits on after Redis restarted or failed over
         #: (jobpool/redistrust.py).
-        self.trust = RedisTrust(store.client, self.settings.lease_secs, fresh=True)
+        self.trust = RedisTrust(store, self.settings.lease_secs, fresh=True)
         self.strays = StrayKeeper(store, boot_id, lambda: self.new_prober(), self.trust)  # noqa: PLW0108 - looked up at each call
 
     def new_prober(self) -> ContainerProber:

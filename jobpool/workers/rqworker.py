@@ -23,8 +23,8 @@ from rq.exceptions import DequeueTimeout
 from rq.serializers import JSONSerializer
 
 from ..errors import JobpoolError
-from ..store import redisurl
 from ..store.keys import worker_name
+from ..store.rqconnection import worker_connection
 from .boot import Boot
 from .outage import Backoff, OutageError, is_transient
 from .rqbookkeeping import BooksWorker
@@ -129,7 +129,7 @@ class JobpoolWorker(BooksWorker):
                 lambda: bool(self.claim_refused_for_good and self.claim_refused_for_good()))})
         super().__init__(
             [*daemon_queue, store.keys.rq_queue_name],
-            connection=redisurl.client(store.settings.redis_url),
+            connection=worker_connection(store.settings.redis_url),
             serializer=JSONSerializer,
             name=worker_name(store.keys.pool, boot.id),
             job_monitoring_interval=1,  # how often the drain bound below is checked
@@ -316,7 +316,7 @@ class JobpoolWorker(BooksWorker):
 
     def _drop_entry(self, queue: Any, job_id: str, exc: Exception) -> None:
         # BLMOVE left it in the intermediate list (RQ's maintenance would choke on it there too).
-        self.connection.lrem(queue.intermediate_queue_key, 1, job_id)
+        self.runtime.store.drop_taken(queue.intermediate_queue_key, job_id)
         self.dropped_entries += 1
         log.error("worker %s: dropped an entry RQ cannot load from %s: %r (%s: %s)", self.name, queue.name,
                   job_id[:200], type(exc).__name__, exc)

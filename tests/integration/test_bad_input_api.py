@@ -190,7 +190,7 @@ def test_odd_but_valid_input_round_trips(pool: Pool, seeded: Jobs) -> None:
     assert again.id == job.id and again.coalesced
     got = pool.get(job.id)
     assert got.spec.command == ("echo", weird) and got.spec.env == {"A": weird}
-    assert all(k.startswith(("jobpool:{it}:", "rq:")) for k in cast("list[str]", pool.client.keys("*")))
+    assert all(k.startswith(("jobpool:{it}:", "rq:")) for k in cast("list[str]", pool.store.client.keys("*")))
 
 
 FROM_URL = [
@@ -228,7 +228,7 @@ def from_url_problems(redis_url: str, cases: list[tuple[Any, ...]]) -> dict[str,
     for url, name, settings, variable in cases:
         label = f"{url!r} {name!r} {settings!r}"[:60]
         try:
-            Pool.from_url(redis_url if url is None else url, name=name, **settings).client.close()
+            Pool.from_url(redis_url if url is None else url, name=name, **settings).store.client.close()
         except ConfigError as exc:
             if variable not in str(exc):
                 problems[label] = f"ConfigError not naming {variable}: {exc}"
@@ -270,5 +270,5 @@ def test_redis_down_is_redis_unavailable_everywhere(redis_server_factory: Callab
             wrong[name] = f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
         else:
             wrong[name] = "returned"
-    pool.client.close()
+    pool.store.client.close()
     assert wrong == {}

@@ -223,7 +223,7 @@ def test_one_garbage_running_row_does_not_abort_the_sweep(pool_env: dict[str, st
         assert pool.get(orphan).state is JobState.FAILED
         assert pool.get(waiting.id).state is JobState.RUNNING
     finally:
-        pool.client.close()
+        pool.store.client.close()
 
 
 GHOST_SLOTS: dict[str, Callable[[redis.Redis, str, str], Any]] = {
@@ -250,12 +250,12 @@ def test_a_sweep_frees_the_slot_of_a_dead_job_whatever_its_row_holds(pool_env: d
         if kind == "hash deleted":
             # Without its row nothing says which daemon it ran on: an unattended sweep keeps the slot
             # (jobpool/fleet/daemonid.py); the operator's sweep frees it.
-            assert pool.client.zscore(pool.keys.running, dead) is not None
+            assert pool.store.client.zscore(pool.keys.running, dead) is not None
             reconcile(pool.store, evict_stale=True)
-        assert pool.client.zscore(pool.keys.running, dead) is None, "the dead job still holds its slot"
+        assert pool.store.client.zscore(pool.keys.running, dead) is None, "the dead job still holds its slot"
         assert pool.get(waiting.id).state is JobState.RUNNING
     finally:
-        pool.client.close()
+        pool.store.client.close()
 
 
 # ---- a worker ends a row it cannot read -----------------------------------------------------------------

@@ -74,7 +74,7 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 def pool(redis_url: str) -> Iterator[Pool]:
     p = Pool.from_url(redis_url, name=POOL)
     yield p
-    p.client.close()
+    p.store.client.close()
 
 
 def server_ms(client: redis.Redis) -> int:

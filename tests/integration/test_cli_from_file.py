@@ -75,7 +75,7 @@ def test_a_file_is_queued_in_order_and_its_ids_printed(run: Any, pool: Pool, see
     ids = result.stdout.split()
     assert len(ids) == 4 and ids[1] == seeded.id
     assert "coalesced: 1 of the 4 jobs" in result.stderr and SECRET not in result.output
-    assert pool.client.zrange(pool.keys.queued, 0, -1) == [seeded.id, ids[0], ids[2], ids[3]]
+    assert pool.store.client.zrange(pool.keys.queued, 0, -1) == [seeded.id, ids[0], ids[2], ids[3]]
     jobs = [pool.get(i) for i in ids]
     assert [j.spec.command for j in jobs] == [("echo", "0"), ("seeded",), ("echo", "2"), ("echo", "3")]
     assert jobs[0].spec.env == {"TOKEN": SECRET} and jobs[2].spec.workdir == "/w"
@@ -91,7 +91,7 @@ def test_stdin_and_json_output(run: Any, pool: Pool, seeded: Job) -> None:
     assert [d["spec"]["command"] for d in docs] == [["echo", str(i)] for i in range(3)]
     assert all(d["state"] == "queued" and d["spec"]["env"] == {"TOKEN": "<redacted>"} for d in docs)
     assert SECRET not in result.output
-    assert pool.client.zrange(pool.keys.queued, 0, -1) == [seeded.id, *(d["id"] for d in docs)]
+    assert pool.store.client.zrange(pool.keys.queued, 0, -1) == [seeded.id, *(d["id"] for d in docs)]
 
 
 def test_coalesce_flag_is_every_lines_default(run: Any, pool: Pool, seeded: Job) -> None:
@@ -273,7 +273,7 @@ def test_a_file_longer_than_a_chunk_is_queued_whole_in_order(run: Any, pool: Poo
     docs = json.loads(result.stdout)
     assert [d["spec"]["command"] for d in docs] == [list(i["command"]) for i in items]
     assert docs[15]["id"] == seeded.id and docs[16]["id"] == docs[0]["id"]
-    queued = cast("list[str]", pool.client.zrange(pool.keys.queued, 0, -1))
+    queued = cast("list[str]", pool.store.client.zrange(pool.keys.queued, 0, -1))
     assert queued == [seeded.id, *(d["id"] for i, d in enumerate(docs) if i not in (15, 16))]
     human = run("enqueue", "--from-file", "-", stdin=lines(*items[:9]))
     ids = human.stdout.split()
@@ -291,15 +291,15 @@ def test_redis_full_midway_says_how_much_of_the_file_is_queued(run: Any, pool: P
     big = "x" * 60_000
     items = [{"image": "busybox", "command": ["echo", str(i), big, big, big]} for i in range(16)]
     assert run("slots", "0").exit_code == 0
-    pool.client.config_set("maxmemory-policy", "noeviction")
-    used = int(pool.client.info("memory")["used_memory"])
+    pool.store.client.config_set("maxmemory-policy", "noeviction")
+    used = int(pool.store.client.info("memory")["used_memory"])
     path = write(tmp_path, lines(*items))
-    pool.client.config_set("maxmemory", str(used + 1_500_000))
+    pool.store.client.config_set("maxmemory", str(used + 1_500_000))
     try:
         result = run(*(["--json"] if as_json else []), "enqueue", "--from-file", path)
     finally:
-        pool.client.config_set("maxmemory", "0")
-    queued = cast("list[str]", pool.client.zrange(pool.keys.queued, 0, -1))
+        pool.store.client.config_set("maxmemory", "0")
+    queued = cast("list[str]", pool.store.client.zrange(pool.keys.queued, 0, -1))
     assert result.exit_code == 1 and 2 <= len(queued) < len(items), result.output
     printed = [d["id"] for d in json.loads(result.stdout)] if as_json else result.stdout.split()
     assert printed == queued and [pool.get(i).spec.command[1] for i in queued] == [str(i) for i in

@@ -24,7 +24,7 @@ POOL = "clierr"
 def pool(redis_url: str) -> Iterator[Pool]:
     p = Pool.from_url(redis_url, name=POOL)
     yield p
-    p.client.close()
+    p.store.client.close()
 
 
 def run(redis_url: str, *args: str) -> Result:

@@ -36,11 +36,11 @@ DAEMON = "daemon"
 def _take_deliveries(pool: Pool, boot: str, rng: random.Random, stats: Counter[str]) -> bool:
     """Pop one delivery and run it as a worker on daemon DAEMON would, its daemon's own queue first (where a
     job handed back there waits: its checkpoint affinity), then the pool's; False when both were empty."""
-    job_id = cast("str | None", pool.client.lpop(pool.keys.daemon_queue(DAEMON))
-                  or pool.client.lpop(pool.keys.rq_queue))
+    job_id = cast("str | None", pool.store.client.lpop(pool.keys.daemon_queue(DAEMON))
+                  or pool.store.client.lpop(pool.keys.rq_queue))
     if job_id is None:
         return False
-    meta = cast(str, pool.client.hget(pool.keys.rq_job(job_id), "meta"))
+    meta = cast(str, pool.store.client.hget(pool.keys.rq_job(job_id), "meta"))
     attempt = json.loads(meta)["jobpool_attempt"]
     me = Attempt(pool.store, job_id, boot, attempt)
     try:
@@ -102,13 +102,13 @@ def run_process(url: str, index: int, start: Any, enqueuers_done: Any, results: 
                     pool.set_slots(SLOTS)
             if _take_deliveries(pool, boot, rng, stats):
                 continue
-            if enqueuers_done.value == PROCS and pool.client.zcard(pool.keys.queued) == 0 \
-                    and pool.client.zcard(pool.keys.running) == 0:
+            if enqueuers_done.value == PROCS and pool.store.client.zcard(pool.keys.queued) == 0 \
+                    and pool.store.client.zcard(pool.keys.running) == 0:
                 break
             time.sleep(0.002)  # the list is empty: poll again (an RQ worker would block in BLMOVE)
         else:
             raise TimeoutError(f"process {index} still busy after {DEADLINE_SECS}s: {dict(stats)}")
-        pool.client.close()
+        pool.store.client.close()
         results.put((index, "ok", dict(stats)))
     except BaseException:
         results.put((index, "error", traceback.format_exc()))

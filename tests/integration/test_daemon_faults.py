@@ -109,7 +109,7 @@ def keeps_its_job(pool: Pool, job_id: str, owner: str, worker: JobpoolProcess, h
     """For three leases, the worker keeps the job its daemon went away under: the lease renewed, the job
     running, its work horse alive (a horse that died on the daemon's error would leave the job to a
     supervisor, after a lease and a sweep)."""
-    holds_through(lambda: pool.client.get(pool.keys.lease(job_id)) == f"{owner}:1"
+    holds_through(lambda: pool.store.client.get(pool.keys.lease(job_id)) == f"{owner}:1"
                   and pool.get(job_id).state is JobState.RUNNING and children(worker.pid) == horse,
                   3 * pool.settings.lease_secs, "the worker kept its job, its lease and its work horse")
 
@@ -249,7 +249,7 @@ def orphaned(gpool: Pool, gate: Path, spawn: Callable[..., JobpoolProcess], dcli
         worker = spawn(JOBPOOL_BIND_ROOTS=str(gate))
         eventually(lambda: started(docker_host, job_id), timeout=30, message="the job started")
         worker.kill_with_children()
-        eventually(lambda: not gpool.client.exists(gpool.keys.lease(job_id)), timeout=10,
+        eventually(lambda: not gpool.store.client.exists(gpool.keys.lease(job_id)), timeout=10,
                    message="its lease lapsed")
         return job_id, container_of(dclient, job_id).id
 

@@ -81,7 +81,7 @@ def test_a_job_on_a_daemon_sharing_the_supervisors_docker_id_keeps_its_slot(
     assert sampler.attempts[on_d2] == {"1"}, "a second attempt was launched"
     job = pool.get(on_d2)
     assert (job.state, job.attempt) == (JobState.RUNNING, 1)
-    assert pool.client.zscore(pool.keys.running, on_d2) is not None
+    assert pool.store.client.zscore(pool.keys.running, on_d2) is not None
     assert f"job {on_d2} (attempt 1) kept: probe_unknown" in supervisor.log()
     assert "attempt recorded on daemon jpd1:" in supervisor.log()
 
@@ -106,7 +106,7 @@ def test_the_supervisor_on_the_right_daemon_judges_present_exited_and_absent(
                 c.remove(force=True)
         eventually(lambda: not live_on(d2, exiting), timeout=20, message="the exiting job's container ended")
         ids = (running, exiting, gone)
-        eventually(lambda: not any(pool.client.exists(pool.keys.lease(j)) for j in ids), timeout=10,
+        eventually(lambda: not any(pool.store.client.exists(pool.keys.lease(j)) for j in ids), timeout=10,
                    message="the dead worker's leases lapsing")
 
         # From the other daemon (same Docker ID): unknown for all three, nothing changes; no cancel either.
@@ -140,18 +140,18 @@ def test_a_worker_on_another_daemon_refuses_to_adopt(
     w1 = spawn(DOCKER_HOST=d1)
     sup = Supervisor(pool.store, ContainerProber(d2, timeout=5))
     try:
-        eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10,
+        eventually(lambda: not pool.store.client.exists(pool.keys.lease(job_id)), timeout=10,
                    message="lease lapsed")
         assert sup.sweep(job_ids=[job_id]).decisions[0].outcome == "adoption requested"
         routed = "rq:queue:" + pool.keys.daemon_queue_name(daemon_identity(d2))
-        assert pool.client.llen(routed) == 1, "the request waits on daemon 2's own queue"
+        assert pool.store.client.llen(routed) == 1, "the request waits on daemon 2's own queue"
         eventually(lambda: "Listening on" in w1.log() or "jobpool-it" in w1.log(), timeout=20,
                    message="the d1 worker up")
         row = sup.evidence.read([job_id]).rows[0]
         Queue(pool.keys.rq_queue_name, connection=sup.adoptions.rq_client(),
               serializer=JSONSerializer).enqueue_call(ADOPT_ENTRY_POINT, args=[job_id, row.owner_boot, 1])
         eventually(lambda: "not adopted here" in w1.log(), timeout=20, message="the d1 worker refusing")
-        assert pool.client.llen(routed) == 1, "no worker on daemon 1 took daemon 2's request"
+        assert pool.store.client.llen(routed) == 1, "no worker on daemon 1 took daemon 2's request"
         assert pool.get(job_id).owner_boot not in ("",) and pool.get(job_id).state is JobState.RUNNING
         assert not any(e["reason"] == "adopted" for e in pool.events(job_id))
         # A worker on daemon 2 then takes it over and finishes it from the container's real exit code.

@@ -81,7 +81,7 @@ def test_overview_shows_slots_queue_promotion_and_unknown_held(pool: Pool, ro: T
     record = {"at": pool.now_ms(), "rows": 1, "unknown": 1, "verdicts": {"warn": 1},
               "unknown_jobs": [{"job": first.id, "attempt": 1, "reason": "probe_unknown",
                                 "evidence": "daemon <b>down</b>"}]}
-    pool.client.set(pool.keys.last_sweep, json.dumps(record))
+    pool.store.client.set(pool.keys.last_sweep, json.dumps(record))
     html = ro.get("/fragments/overview").text
     assert re.search(r"1 / 1\s*</div>", html)
     assert "promotion paused" in html and "maintenance window" in html
@@ -114,7 +114,7 @@ def test_overview_names_the_daemons_holding_slots_on_stale_evidence(pool: Pool, 
     the daemon, its job and the command that frees it (StatusReport.daemons, jobpool/status.py)."""
     daemon = "jpd1:" + "e" * 32 + "@boot-1"
     job = pool.enqueue(IMAGE, ["true"])
-    pool.client.hset(pool.keys.job(job.id), mapping={"owner_boot": "dead-boot", "daemon_id": daemon,
+    pool.store.client.hset(pool.keys.job(job.id), mapping={"owner_boot": "dead-boot", "daemon_id": daemon,
                                                      "heartbeat_at": pool.now_ms() - 60_000})
     html = ro.get("/fragments/overview").text
     table = html.split('id="daemons"')[1].split("</table>")[0]

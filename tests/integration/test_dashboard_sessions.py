@@ -137,7 +137,7 @@ def test_logout_ends_the_session_for_every_copy_of_its_cookie(pool: Pool, rw: Te
 def test_a_new_token_ends_the_sessions_of_the_old(pool: Pool) -> None:
     """The sessions remember a keyed fingerprint of the token they were made under; the dashboard asks its
     settings on every request, so a session of another token is dead without a restart."""
-    dash = Pool(pool.client, pool.settings.replace(dashboard_token=TOKEN), actor="dashboard")
+    dash = Pool(pool.store.client, pool.settings.replace(dashboard_token=TOKEN), actor="dashboard")
     app = create_app(dash)
     with TestClient(app, base_url=BASE, headers={"origin": BASE}) as c:
         csrf = log_in(c)

@@ -37,7 +37,7 @@ def test_an_exit_during_a_long_redis_outage_is_recorded_when_redis_returns(
                                                f"while [ ! -f {go} ]; do sleep 0.05; done; touch {ended}"])
     worker = spawn(**env)
     eventually(lambda: runs.exists() and pool.get(job.id).identity, timeout=30, message="job launched")
-    pool.client.close()
+    pool.store.client.close()
 
     server.stop()
     go.touch()  # the job ends while Redis is away
@@ -52,7 +52,7 @@ def test_an_exit_during_a_long_redis_outage_is_recorded_when_redis_returns(
         assert runs.read_text().split() == ["1"], "the job ran once"
         assert pool.slots()[0] == 0
     finally:
-        pool.client.close()
+        pool.store.client.close()
 
 
 def test_a_supervisor_does_not_judge_leases_that_lapsed_in_the_outage(
@@ -71,7 +71,7 @@ def test_a_supervisor_does_not_judge_leases_that_lapsed_in_the_outage(
     worker = spawn(**env)
     supervisor = spawn(module="jobpool.cli", args=("supervisor",), **env)
     eventually(lambda: runs.exists() and pool.get(job.id).identity, timeout=30, message="job launched")
-    pool.client.close()
+    pool.store.client.close()
 
     server.stop()
     go.touch()
@@ -98,4 +98,4 @@ def test_a_supervisor_does_not_judge_leases_that_lapsed_in_the_outage(
         assert runs.read_text().split() == ["1"], "the job ran once"
         assert "redis_recovering" in supervisor.log()
     finally:
-        pool.client.close()
+        pool.store.client.close()

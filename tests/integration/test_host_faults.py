@@ -170,7 +170,7 @@ def test_a_worker_whose_docker_daemon_does_not_answer_takes_no_job_until_it_does
                                       for r in report.health.reasons), report.health
     until = time.monotonic() + HELD_SECS
     while time.monotonic() < until:  # the delivery stays on RQ's queue: nothing took it
-        assert pool.client.lrange(pool.keys.rq_queue, 0, -1) == [job.id]
+        assert pool.store.client.lrange(pool.keys.rq_queue, 0, -1) == [job.id]
         assert not claims(pool, job.id), pool.events(job.id)
         time.sleep(0.1)
     link.symlink_to(docker_host.removeprefix("unix://"))  # the daemon answers there now

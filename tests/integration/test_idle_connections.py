@@ -142,7 +142,7 @@ def test_idle_and_slow_scrapers_cost_the_supervisor_nothing_and_never_stop_its_s
     eventually(lambda: answers(url), timeout=30, message="the supervisor serving /metrics")
 
     def sweeps() -> int:
-        return int(pool.client.hget(pool.keys.metrics, "sweep_duration:count") or 0)
+        return int(pool.store.client.hget(pool.keys.metrics, "sweep_duration:count") or 0)
 
     before = threads(sup.pid)
     with connections(port, SLOW_METRICS, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ") as slow, \

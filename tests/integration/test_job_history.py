@@ -68,9 +68,9 @@ def test_a_history_past_its_cap_says_what_it_dropped(redis_url: str) -> None:
         for i in range(40):
             pool.pause(job.id, reason=f"pause {i} " + "p" * (MAX_TEXT_BYTES - 10))
             pool.resume(job.id)
-        entries = cast("list[tuple[str, dict[str, str]]]", pool.client.xrange(pool.keys.events))
+        entries = cast("list[tuple[str, dict[str, str]]]", pool.store.client.xrange(pool.keys.events))
         written = [{"id": i, **f} for i, f in entries if f["job"] == job.id]
-        assert len(cast(str, pool.client.hget(pool.keys.job(job.id), "history"))) <= HISTORY_MAX_BYTES
+        assert len(cast(str, pool.store.client.hget(pool.keys.job(job.id), "history"))) <= HISTORY_MAX_BYTES
     finally:
         pool.close()
     shown = cli_events(redis_url, job_id=job.id)

@@ -50,7 +50,7 @@ def test_a_lost_reply_is_retried_and_the_job_runs_once(
         pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess], tmp_path: Path,
         dropper: RedisReplyDropper, script: str, drops: int) -> None:
     pool = Pool.from_env(env={**pool_env, **SUB})
-    with contextlib.closing(pool.client):
+    with contextlib.closing(pool.store.client):
         marker = tmp_path / "ran"
         sha = script_sha(script)
         dropper.drop(sha, drops)

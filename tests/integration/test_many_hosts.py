@@ -112,14 +112,16 @@ def test_a_rebooted_host_frees_the_slots_of_its_old_boot(
     pool.set_slots(2)
     w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
     d2_id = daemon_identity(d2)
-    eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=10, message="d2 inventory")
+    eventually(lambda: pool.store.client.exists(pool.keys.inventory(d2_id)), timeout=10,
+               message="d2 inventory")
     w2.kill_with_children()
     with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
         for c in client.containers.list(all=True, sparse=True, filters={"label": f"jobpool.job_id={job_id}"}):
             c.remove(force=True)  # a reboot takes the containers of the old boot with it
     sup = Supervisor(pool.store, ContainerProber(NOWHERE, timeout=2))
     try:
-        eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10, message="lease gone")
+        eventually(lambda: not pool.store.client.exists(pool.keys.lease(job_id)), timeout=10,
+                   message="lease gone")
         verdict = sup.sweep(job_ids=[job_id], dry_run=True).decisions[0].verdict
         # Its last listing (running: adopt) or a later one taken as its worker died (unknown): either way the
         # slot is kept, the old boot's inventory being fresh and the only word yet.
@@ -156,7 +158,8 @@ def test_a_daemon_whose_containers_are_removed_while_its_workers_live_gets_its_j
         w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
         _, bystander = start_on(spawn, pool, d3, ["sh", "-c", "echo started; sleep 60"])
         d2_id = daemon_identity(d2)
-        eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=10, message="d2 inventory")
+        eventually(lambda: pool.store.client.exists(pool.keys.inventory(d2_id)), timeout=10,
+                   message="d2 inventory")
         spawn(module="jobpool.cli", args=("supervisor",), DOCKER_HOST=NOWHERE)
         with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
             for c in client.containers.list(sparse=True, filters={"label": f"jobpool.job_id={job_id}"}):
@@ -181,7 +184,8 @@ def test_cancel_of_a_job_on_a_daemon_the_canceller_cannot_reach(
     w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
     w2.kill_with_children()
     spawn(DOCKER_HOST=d2)  # a live worker on daemon 2 (no supervisor: nothing adopts the job)
-    eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10, message="lease gone")
+    eventually(lambda: not pool.store.client.exists(pool.keys.lease(job_id)), timeout=10,
+               message="lease gone")
     pool.cancel(job_id)
     stop = stop_orphan(pool.store, job_id, ContainerProber(NOWHERE, timeout=2))
     assert stop.action == "routed" and daemon_identity(d2) in stop.detail
@@ -216,8 +220,8 @@ def test_a_paused_job_resumes_on_the_daemon_holding_its_checkpoint(
     w1 = spawn(DOCKER_HOST=d1)  # a worker on another daemon, free to take anything on the pool's queue
     pool.resume(job_id)
     k = pool.keys
-    assert pool.client.lrange(k.daemon_queue(daemon_identity(d2)), 0, -1) == [job_id]
-    assert pool.client.lrange(k.rq_queue, 0, -1) == [], "never offered to the daemon 1 worker"
+    assert pool.store.client.lrange(k.daemon_queue(daemon_identity(d2)), 0, -1) == [job_id]
+    assert pool.store.client.lrange(k.rq_queue, 0, -1) == [], "never offered to the daemon 1 worker"
     spawn(DOCKER_HOST=d2)  # a worker of the checkpoint's daemon takes it, and finds the checkpoint
     done = eventually(lambda: (j := pool.get(job_id)).state is JobState.SUCCEEDED and j, timeout=40,
                       message="resumed on daemon 2")
@@ -372,7 +376,8 @@ def test_a_daemon_declared_gone_that_comes_back_is_not_gone_any_more(
     env = {k: v for k, v in pool_env.items() if k.startswith("JOBPOOL_")}
     w2 = spawn(DOCKER_HOST=d2)
     d2_id = daemon_identity(d2)
-    eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=30, message="d2 inventory")
+    eventually(lambda: pool.store.client.exists(pool.keys.inventory(d2_id)), timeout=30,
+               message="d2 inventory")
     hang(w2)
     try:
         eventually(lambda: cli("forget-daemon", d2_id, "--note", "d2 unresponsive", env=env).returncode == 0,
@@ -380,7 +385,8 @@ def test_a_daemon_declared_gone_that_comes_back_is_not_gone_any_more(
         declared = gone_daemons(pool)[d2_id]["at"]
     finally:
         hang(w2, signal.SIGCONT)
-    eventually(lambda: int(pool.client.hget(pool.keys.inventory(d2_id), "at") or 0) > declared, timeout=30,
+    eventually(lambda: int(pool.store.client.hget(pool.keys.inventory(d2_id), "at") or 0) > declared,
+               timeout=30,
                message="daemon 2 publishing again")
     with Sampler(three) as sampler:
         job_id = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 60"]).id
@@ -425,16 +431,17 @@ def test_a_host_destroyed_and_not_forgotten_within_a_week_can_still_be_forgotten
     env = {k: v for k, v in pool_env.items() if k.startswith("JOBPOOL_")}
     w2, job_id = start_on(spawn, pool, d2, ["sh", "-c", "echo started; sleep 60"])
     d2_id = daemon_identity(d2)
-    eventually(lambda: pool.client.exists(pool.keys.inventory(d2_id)), timeout=10, message="d2 inventory")
+    eventually(lambda: pool.store.client.exists(pool.keys.inventory(d2_id)), timeout=10,
+               message="d2 inventory")
     w2.kill_with_children()
     with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
         for c in client.containers.list(all=True, sparse=True, filters={"label": "jobpool.pool"}):
             c.remove(force=True)  # the host and everything on it is gone
-    eventually(lambda: not pool.client.exists(pool.keys.lease(job_id), pool.keys.inventory_lead(d2_id)),
+    eventually(lambda: not pool.store.client.exists(pool.keys.lease(job_id), pool.keys.inventory_lead(d2_id)),
                timeout=10, message="its lease and inventory lead lapsed")
     # A week on: the inventory expired (its TTL) and the index forgot the daemon (publish_inventory.lua).
-    pool.client.delete(pool.keys.inventory(d2_id))
-    pool.client.zrem(pool.keys.inventories, d2_id)
+    pool.store.client.delete(pool.keys.inventory(d2_id))
+    pool.store.client.zrem(pool.keys.inventories, d2_id)
     status = cli("--json", "status", env=env)
     (stale,) = json.loads(status.stdout)["daemons"]["stale"]
     assert (stale["daemon_id"], stale["jobs"], stale["command"]) == (d2_id, [job_id],

@@ -222,14 +222,15 @@ def test_no_counter_goes_back_when_redis_loses_its_last_writes(
         return value(s, "jobpool_transitions_total", to="queued", reason="enqueued")
 
     enqueue(3, cancel=1)
-    pool.client.save()
+    pool.store.client.save()
     enqueue(4, cancel=2)
     before = counter_samples(scrape(port)[1])
     assert enqueued(before) == 7
     assert value(before, "jobpool_job_duration_seconds_count", state="cancelled") == 3
     server.kill()
     server.start()  # same port and dir: back from the RDB saved after the first three
-    kept = eventually(lambda: pool.client.hget(pool.keys.metrics, "transitions:queued:enqueued"), timeout=10,
+    kept = eventually(lambda: pool.store.client.hget(pool.keys.metrics, "transitions:queued:enqueued"),
+                      timeout=10,
                       ignoring=(redis.ConnectionError,), message="Redis answering")
     assert kept == "3", "Redis did not lose the last writes"
     enqueued_series = ("jobpool_transitions_total",

@@ -260,10 +260,10 @@ def indexes_agree(pool: Pool) -> list[str]:
     """Each job in the index of its row's state and in no other: what a half-written transition breaks."""
     k = pool.keys
     states = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
-    members = {s: set(cast("list[str]", pool.client.zrange(k.state_index(s), 0, -1))) for s in states}
+    members = {s: set(cast("list[str]", pool.store.client.zrange(k.state_index(s), 0, -1))) for s in states}
     wrong = []
     for job_id in set().union(*members.values()):
-        state = cast("str | None", pool.client.hget(k.job(job_id), "state"))
+        state = cast("str | None", pool.store.client.hget(k.job(job_id), "state"))
         where = [s for s in states if job_id in members[s]]
         if where != [state]:
             wrong.append(f"{job_id}: row {state}, indexed in {where}")

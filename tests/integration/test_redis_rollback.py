@@ -47,8 +47,8 @@ class Sampler(threading.Thread):
         row = self.pool.get(self.job_id)
         if row.state != JobState.RUNNING or row.container_id != cid or not row.owner_boot:
             return False
-        lease = self.pool.client.get(self.pool.keys.lease(self.job_id))
-        return bool(self.pool.client.exists(self.pool.keys.boot(row.owner_boot))) and \
+        lease = self.pool.store.client.get(self.pool.keys.lease(self.job_id))
+        return bool(self.pool.store.client.exists(self.pool.keys.boot(row.owner_boot))) and \
             lease == f"{row.owner_boot}:{row.attempt}"
 
     def run(self) -> None:
@@ -90,7 +90,7 @@ def test_claim_lost_by_redis_rollback_never_leaves_two_or_an_unwatched_container
                                            "echo finished"])
     promoted = pool.get(job.id)
     assert promoted.state == JobState.RUNNING and promoted.owner_boot == ""  # promoted, nobody claimed yet
-    pool.client.save()
+    pool.store.client.save()
     worker = JobpoolProcess("jobpool.workers", env, tmp_path / "worker.log")
     sampler = Sampler(client, pool, job.id)
     try:
@@ -116,7 +116,7 @@ def test_claim_lost_by_redis_rollback_never_leaves_two_or_an_unwatched_container
                 client.containers.get(cid).exec_run(["touch", "/tmp/go"])
         done = pool.wait(job.id, timeout=60)
         # The delivery Redis brought back was forgotten when the attempt finished: nothing runs it again.
-        assert pool.client.llen(pool.keys.rq_queue) == 0
+        assert pool.store.client.llen(pool.keys.rq_queue) == 0
         sampler.halt.set()
         sampler.join(10)
         assert sampler.peak <= 1, f"{sampler.peak} containers of the job ran at once"
@@ -152,8 +152,8 @@ def test_a_stalled_watcher_leaves_a_proven_adoption_to_its_adopter(
         os.kill(pid, signal.SIGSTOP)
     sup = Supervisor(pool.store)
     try:
-        eventually(lambda: not pool.client.exists(pool.keys.boot(claimed.owner_boot))
-                   and not pool.client.exists(pool.keys.lease(job.id)), timeout=10,
+        eventually(lambda: not pool.store.client.exists(pool.keys.boot(claimed.owner_boot))
+                   and not pool.store.client.exists(pool.keys.lease(job.id)), timeout=10,
                    message="the stalled worker's boot record and lease lapsed")
         assert sup.sweep().verdicts == {"adopt": 1}
         spawn()

@@ -18,8 +18,9 @@ from pathlib import Path
 import docker
 import redis
 
-from jobpool import JobState, Pool
+from jobpool import JobState, Pool, Settings
 from jobpool.redistrust import RedisTrust
+from jobpool.store.calls import Store
 from tests.support.constants import IMAGE
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
@@ -57,7 +58,8 @@ def test_a_restart_of_redis_during_a_launch_does_not_cost_the_job_its_container(
         eventually(lambda: pool.get(busy.id).container_id, timeout=30, message="the publisher runs a job")
         lead = boot_of(publisher)
         daemon = pool.get(busy.id).daemon_id
-        eventually(lambda: pool.client.hget(pool.keys.inventory(daemon), "publisher") == lead, timeout=30,
+        eventually(lambda: pool.store.client.hget(pool.keys.inventory(daemon), "publisher") == lead,
+                   timeout=30,
                    message="it publishes its daemon's inventory")
         # Another worker on the same daemon, whose create's reply is held: the container exists, unfenced.
         proxy.hold()
@@ -71,10 +73,10 @@ def test_a_restart_of_redis_during_a_launch_does_not_cost_the_job_its_container(
         server.kill()
         time.sleep(pool.settings.lease_secs + 0.5)  # the fault itself: Redis down past a lease
         server.start(appendonly=True)
-        assert eventually(lambda: not pool.client.exists(pool.keys.lease(job.id)), timeout=10,
+        assert eventually(lambda: not pool.store.client.exists(pool.keys.lease(job.id)), timeout=10,
                           ignoring=(Exception,), message="redis is back, the launch's lease lapsed")
-        at = pool.client.hget(pool.keys.inventory(daemon), "at")
-        eventually(lambda: pool.client.hget(pool.keys.inventory(daemon), "at") != at, timeout=10,
+        at = pool.store.client.hget(pool.keys.inventory(daemon), "at")
+        eventually(lambda: pool.store.client.hget(pool.keys.inventory(daemon), "at") != at, timeout=10,
                    message="the publisher published again after the restart")
         assert dclient.containers.get(created).status == "created", "the created container was removed"
         proxy.release()  # the fence lands, the launch starts its container
@@ -100,8 +102,9 @@ def test_a_restarted_or_another_redis_server_settles_for_a_lease(
     for server in servers:
         server.start()
     clients = [redis.Redis.from_url(server.url, decode_responses=True) for server in servers]
+    stores = [Store(client, Settings()) for client in clients]
     lease = 3.0  # long enough that the servers just started are younger than it, on a loaded machine too
-    trust = RedisTrust(clients[0], lease)
+    trust = RedisTrust(stores[0], lease)
     try:
         assert trust.settling().startswith("redis-server started")  # up for less than a lease
         eventually(lambda: trust.settling() == "", timeout=10, message="settled once up for a lease")
@@ -113,11 +116,11 @@ def test_a_restarted_or_another_redis_server_settles_for_a_lease(
         # Another server, up for longer than a lease, answers on the same client with no outage seen.
         eventually(lambda: int(clients[1].info("server")["uptime_in_seconds"]) > lease, timeout=10,
                    message="the other server has been up for a lease")
-        trust.client = clients[1]
+        trust.server = stores[1]
         assert trust.settling().startswith("another redis-server answers")
         eventually(lambda: trust.settling() == "", timeout=10, message="settled a lease after the switch")
         # A process that cannot know what came before it (a worker's publisher) settles from its start.
-        fresh = RedisTrust(clients[1], lease, fresh=True)
+        fresh = RedisTrust(stores[1], lease, fresh=True)
         assert fresh.settling().startswith("this process (re)connected")
         eventually(lambda: fresh.settling() == "", timeout=10, message="settled a lease after its start")
     finally:

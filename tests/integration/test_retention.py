@@ -47,7 +47,7 @@ def run_jobs(pool: Pool, n: int) -> list[str]:
                 pool.cancel(job.id)
         ids.append(job.id)
     def ended() -> bool:  # finished, or finished and pruned already
-        pipe = pool.client.pipeline(transaction=False)
+        pipe = pool.store.client.pipeline(transaction=False)
         for job_id in ids:
             pipe.hget(pool.keys.job(job_id), "state")
         return all(s is None or JobState(s).terminal for s in pipe.execute())
@@ -63,7 +63,8 @@ def settled(pool: Pool, raw: redis.Redis) -> bool:
 
 
 def retained(pool: Pool) -> dict[str, int]:
-    return {s: pool.client.zcard(pool.keys.state_index(s)) for s in ("succeeded", "failed", "cancelled")}
+    return {s: pool.store.client.zcard(pool.keys.state_index(s))
+            for s in ("succeeded", "failed", "cancelled")}
 
 
 def test_the_supervisor_prunes_past_the_caps_and_the_keyspace_stays_flat(

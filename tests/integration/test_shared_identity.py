@@ -93,7 +93,7 @@ def test_two_daemons_with_one_copied_data_root_refuse_claims_and_judge_nothing(
         orphan = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 600"]).id
         eventually(lambda: live_on(d1, orphan), timeout=40, message="the job running on daemon 1")
         w1.kill_with_children()
-        eventually(lambda: not pool.client.exists(pool.keys.lease(orphan)), timeout=10,
+        eventually(lambda: not pool.store.client.exists(pool.keys.lease(orphan)), timeout=10,
                    message="its lease lapsing")
         # The clone comes up: a worker, a supervisor attached to it, and one attached to no daemon (it knows
         # daemon 2 only from its inventory). On the old code the clone's list (no container of the job) or
@@ -139,7 +139,7 @@ def test_two_daemons_with_one_copied_data_root_refuse_claims_and_judge_nothing(
     assert f"job {orphan} (attempt 1) kept: probe_unknown" in s2.log()
     assert "may not be one daemon" in s2.log() and "may not be one daemon" in s0.log()
     # The identity's inventory is the first daemon 1 worker's (before the clone came up), none of theirs.
-    publisher = cast("str | None", pool.client.hget(pool.keys.inventory(identity), "publisher")) or ""
+    publisher = cast("str | None", pool.store.client.hget(pool.keys.inventory(identity), "publisher")) or ""
     assert publisher and f"boot {publisher}" in w1.log()
 
 
@@ -167,7 +167,7 @@ def test_a_collision_holds_when_the_clones_processes_all_died_until_an_operator_
                        message=f"one line naming both daemons in {proc.log_path.name}")
         # The clone's only jobpool process dies; its container runs on, and its lease lapses.
         w2.kill_with_children()
-        eventually(lambda: not pool.client.exists(pool.keys.lease(orphan)), timeout=10,
+        eventually(lambda: not pool.store.client.exists(pool.keys.lease(orphan)), timeout=10,
                    message="its lease lapsing")
         waiting = pool.enqueue(IMAGE, ["sh", "-c", "echo started; sleep 600"]).id
         # Sweeps and inventory periods go by (its inventory stale after 2 s): nothing judged, nothing claimed.
@@ -191,13 +191,14 @@ def test_a_collision_holds_when_the_clones_processes_all_died_until_an_operator_
         assert any(named_both(r, d1, d2) and f"jobpool forget-collision {identity}" in r
                    for r in status.health.reasons), status.health.reasons
         # Nothing published of the identity since the collision: daemon 1's listing has no word on it.
-        publisher = cast("str | None", pool.client.hget(pool.keys.inventory(identity), "publisher")) or ""
+        publisher = cast("str | None", pool.store.client.hget(pool.keys.inventory(identity),
+                                                              "publisher")) or ""
         assert not publisher or f"boot {publisher}" in w2.log()
         # The operator fixes the clone (here: its container removed, as the clone goes away), then clears the
         # report. Bad input first: one line, exit 2, nothing written.
         for bad in ("nonsense", "jpd1:" + "0" * 32 + "@" + identity.split("@")[1]):
             assert one_line_error(cli("forget-collision", bad, env=pool_env), 2) is None
-        assert pool.client.hexists(pool.keys.shared_daemons, identity)
+        assert pool.store.client.hexists(pool.keys.shared_daemons, identity)
         with contextlib.closing(docker.DockerClient(base_url=d2, timeout=10)) as client:
             for c in client.containers.list(all=True, filters={"label": f"jobpool.job_id={orphan}"}):
                 c.remove(force=True)

@@ -56,8 +56,9 @@ class Sampler:
                 self.max_live = max(self.max_live, len(live))
                 self.live_attempts |= {c["Labels"]["jobpool.attempt"] for c in live}
                 key = self.pool.keys.job(self.job_id)
-                row = cast("list[str | None]", self.pool.client.hmget(key, "state", "attempt", "owner_boot"))
-                slot = self.pool.client.zscore(self.pool.keys.running, self.job_id) is not None
+                row = cast("list[str | None]",
+                           self.pool.store.client.hmget(key, "state", "attempt", "owner_boot"))
+                slot = self.pool.store.client.zscore(self.pool.keys.running, self.job_id) is not None
                 self.rows.append((row[0] or "", int(row[1] or 0), row[2] or "", slot))
             except Exception as exc:  # noqa: BLE001 - reported by stop(), never lost in the thread
                 self.errors.append(exc)
@@ -79,7 +80,7 @@ class Sampler:
 def sweeps_after(pool: Pool, after_ms: int, n: int) -> bool:
     """Whether the supervisor finished `n` sweeps that began after `after_ms` (Redis time): it wrote each
     one's report to `last_sweep`; seen values are remembered across calls."""
-    raw = pool.client.get(pool.keys.last_sweep)
+    raw = pool.store.client.get(pool.keys.last_sweep)
     if raw:
         at = int(json.loads(raw)["at"])
         if at > after_ms:
@@ -88,7 +89,7 @@ def sweeps_after(pool: Pool, after_ms: int, n: int) -> bool:
 
 
 def redis_ms(pool: Pool) -> int:
-    secs, micros = pool.client.time()
+    secs, micros = pool.store.client.time()
     return int(secs) * 1000 + int(micros) // 1000
 
 

@@ -101,10 +101,12 @@ def test_rqs_record_of_the_worker_after_jobs_whose_horses_said_done_early(
     one_standby(worker.pid)
     for _ in range(3):
         assert sub_pool.wait(sub_pool.enqueue("ignored", ["true"]).id, timeout=30).state is JobState.SUCCEEDED
-    (key,) = [cast(str, k) for k in sub_pool.client.smembers(f"rq:workers:{sub_pool.keys.rq_queue_name}")]
+    workers = f"rq:workers:{sub_pool.keys.rq_queue_name}"
+    (key,) = [cast(str, k) for k in sub_pool.store.client.smembers(workers)]
 
     def books() -> dict[str, str]:
-        return cast("dict[str, str]", sub_pool.client.hgetall(f"rq:worker:{key.removeprefix('rq:worker:')}"))
+        return cast("dict[str, str]",
+                    sub_pool.store.client.hgetall(f"rq:worker:{key.removeprefix('rq:worker:')}"))
 
     record = eventually(lambda: (b := books()).get("successful_job_count") == "3" and b, timeout=10,
                         message="RQ counted the three deliveries")
@@ -120,19 +122,19 @@ def test_a_suspended_worker_takes_no_job_until_resumed(sub_pool: Pool, spawn: Ca
     worker = spawn(**SUB)
     first, go = gated(sub_pool, tmp_path)
     eventually(lambda: sub_pool.get(first).identity, timeout=20, message="the first job runs")
-    suspend(sub_pool.client)
+    suspend(sub_pool.store.client)
     try:
         second = sub_pool.enqueue("ignored", ["true"])
         go.touch()
         assert sub_pool.wait(first, timeout=30).state is JobState.SUCCEEDED
         workers = f"rq:workers:{sub_pool.keys.rq_queue_name}"
-        eventually(lambda: [k for k in sub_pool.client.smembers(workers)
-                            if sub_pool.client.hget(k, "state") == "suspended"],
+        eventually(lambda: [k for k in sub_pool.store.client.smembers(workers)
+                            if sub_pool.store.client.hget(k, "state") == "suspended"],
                    timeout=20, message="the worker saw the suspension")
         assert sub_pool.get(second.id).state is not JobState.SUCCEEDED
         assert not sub_pool.get(second.id).owner_boot, "not claimed while suspended"
     finally:
-        resume(sub_pool.client)
+        resume(sub_pool.store.client)
     assert sub_pool.wait(second.id, timeout=30).state is JobState.SUCCEEDED
     assert worker.proc.poll() is None
 
@@ -142,7 +144,7 @@ def test_rqs_record_of_an_ended_delivery_is_deleted(sub_pool: Pool,
     job = sub_pool.enqueue("ignored", ["true"])
     spawn(**SUB)
     assert sub_pool.wait(job.id, timeout=30).state is JobState.SUCCEEDED
-    c = sub_pool.client
+    c = sub_pool.store.client
     started = f"rq:wip:{sub_pool.keys.rq_queue_name}"
 
     def gone() -> bool:

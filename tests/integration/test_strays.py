@@ -69,7 +69,7 @@ class Overlap(threading.Thread):
 
 
 def history(pool: Pool, job_id: str) -> list[list[str]]:
-    raw = cast("str | None", pool.client.hget(pool.keys.job(job_id), "history")) or ""
+    raw = cast("str | None", pool.store.client.hget(pool.keys.job(job_id), "history")) or ""
     return [json.loads(line) for line in raw.split("\n") if line]
 
 
@@ -82,7 +82,7 @@ def test_a_container_left_running_after_redis_lost_its_claim_is_stopped_as_a_str
     env = {**pool_env, **FLEET, "JOBPOOL_REDIS_URL": server.url}
 
     def before_the_claim(pool: Pool) -> None:
-        pool.client.save()
+        pool.store.client.save()
 
     def forget_the_claim() -> None:
         server.kill()
@@ -154,7 +154,8 @@ def stray_scenario(env: dict[str, str], docker_host: str, second_daemon: DockerD
         publisher = spawn("publisher", docker_host)
         boot = eventually(lambda: re.search(r"boot ([0-9a-f]{32})", publisher.log()), timeout=30,
                           message="the worker on the first daemon started").group(1)
-        eventually(lambda: pool.client.hget(pool.keys.inventory(claimed.daemon_id), "publisher") == boot,
+        eventually(lambda: pool.store.client.hget(pool.keys.inventory(claimed.daemon_id),
+                                                  "publisher") == boot,
                    timeout=30, message="that worker publishes the first daemon's inventory")
         up = time.monotonic()
         shown = eventually(lambda: pool.status().strays, timeout=bound,
@@ -196,15 +197,15 @@ def test_no_stray_is_found_among_containers_the_rows_account_for(
     running = [eventually(lambda j=j: (r := pool.get(j.id)).container_id and r, timeout=30,
                           message="each job runs") for j in jobs]
     daemon = running[0].daemon_id
-    eventually(lambda: pool.client.hget(pool.keys.inventory(daemon), "containers") and all(
-        r.container_id in cast(str, pool.client.hget(pool.keys.inventory(daemon), "containers"))
+    eventually(lambda: pool.store.client.hget(pool.keys.inventory(daemon), "containers") and all(
+        r.container_id in cast(str, pool.store.client.hget(pool.keys.inventory(daemon), "containers"))
         for r in running),
         timeout=10, message="the inventory lists both containers")
     for _ in range(5):  # five more publications: none of them finds a stray
-        at = pool.client.hget(pool.keys.inventory(daemon), "at")
-        eventually(lambda at=at: pool.client.hget(pool.keys.inventory(daemon), "at") != at, timeout=10,
+        at = pool.store.client.hget(pool.keys.inventory(daemon), "at")
+        eventually(lambda at=at: pool.store.client.hget(pool.keys.inventory(daemon), "at") != at, timeout=10,
                    message="the inventory was published again")
-        assert pool.client.hget(pool.keys.inventory(daemon), "strays") == "[]"
+        assert pool.store.client.hget(pool.keys.inventory(daemon), "strays") == "[]"
     assert not pool.status().strays
     for r in running:
         assert dclient.containers.get(r.container_id).status == "running"

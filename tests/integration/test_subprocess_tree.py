@@ -23,6 +23,7 @@ from jobpool.procid import identity_of
 from jobpool.spec import JobSpec
 from jobpool.supervisor import Supervisor
 from jobpool.supervisor.probes import Absent, Present, probe_process
+from jobpool.supervisor.stopper import remove_empty_cgroups
 from jobpool.supervisor.verdicts import REASON_DEAD_PID, WARN_UNADOPTABLE
 from jobpool.workers.executors.base import Launch
 from jobpool.workers.executors.subprocess import SubprocessExecutor
@@ -115,7 +116,8 @@ def test_a_cancelled_job_leaves_nothing_running_not_even_a_new_session(
 @pytest.mark.skipif(bool(unavailable()), reason=f"no job cgroup here: {unavailable()}")
 def test_the_supervisor_keeps_the_slot_while_a_process_of_the_job_lives(tmp_path: Path) -> None:
     """A worker that died cannot end its job's tree: after the main process exits, what it left in the job's
-    cgroup is still the job, and the supervisor's probe says so (the slot is kept) until it is gone."""
+    cgroup is still the job, and the supervisor's probe says so (the slot is kept) until it is gone; then
+    the probe names the empty cgroup, which the sweep removes (supervisor/stopper.py)."""
     cgroup = JobCgroup.make(f"jobpool-test-{os.getpid()}")
     fd = cgroup.open_procs()
     try:
@@ -138,7 +140,11 @@ def test_the_supervisor_keeps_the_slot_while_a_process_of_the_job_lives(tmp_path
         cgroup.kill()
     eventually(lambda: isinstance(probe_process(identity), Absent), timeout=10,
                message="the cgroup emptied is the job gone")
-    assert not cgroup.directory.exists(), "the probe removes the empty cgroup"
+    absent = probe_process(identity)
+    assert isinstance(absent, Absent) and absent.empty_cgroup is not None
+    assert cgroup.directory.exists(), "a probe only looks"
+    remove_empty_cgroups([absent])
+    assert not cgroup.directory.exists(), "the empty cgroup the probe found is removed"
     assert not alive(left)
 
 

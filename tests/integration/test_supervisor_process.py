@@ -38,7 +38,7 @@ SETTINGS: dict[str, Any] = {**FAST_SETTINGS, "executor": "subprocess"}
 def pool(redis_url: str) -> Iterator[Pool]:
     p = Pool.from_url(redis_url, "sp", **SETTINGS)
     yield p
-    p.client.close()
+    p.store.client.close()
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def orphan(pool: Pool, identity: dict[str, Any] | None, wait_lease: bool = True)
     if identity is not None:
         att.set_container(identity=identity)
     if wait_lease:
-        eventually(lambda: not pool.client.exists(pool.keys.lease(job.id)), message="lease expiring")
+        eventually(lambda: not pool.store.client.exists(pool.keys.lease(job.id)), message="lease expiring")
     return job.id
 
 
@@ -118,7 +118,7 @@ def test_recycled_pid_in_a_fresh_pid_namespace_is_judged_dead(redis_url: str) ->
         second = subprocess.Popen(["sleep", "300"])
         try:
             deadline = time.monotonic() + 5
-            while pool.client.exists(pool.keys.lease(job.id)):
+            while pool.store.client.exists(pool.keys.lease(job.id)):
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             probe = probe_process(ident)
@@ -132,7 +132,7 @@ def test_recycled_pid_in_a_fresh_pid_namespace_is_judged_dead(redis_url: str) ->
                               "verdicts": dict(report.verdicts)}))
         finally:
             second.kill(); second.wait()
-            pool.client.close()
+            pool.store.client.close()
     """)
     out = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script, redis_url,
@@ -222,4 +222,4 @@ def test_evicting_a_stale_subprocess_job_warns_loudly_and_signals_nothing(
         assert proc.poll() is None
         assert any("never signals" in r.getMessage() for r in caplog.records)
     finally:
-        pool.client.close()
+        pool.store.client.close()

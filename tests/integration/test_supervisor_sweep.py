@@ -50,7 +50,7 @@ def make_pool(redis_url: str) -> Iterator[Callable[..., Pool]]:
 
     yield make
     for p in made:
-        p.client.close()
+        p.store.client.close()
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def supervisors() -> Iterator[Callable[[Pool], Supervisor]]:
 
 
 def lease_gone(pool: Pool, job_id: str) -> None:
-    eventually(lambda: not pool.client.exists(pool.keys.lease(job_id)), timeout=10,
+    eventually(lambda: not pool.store.client.exists(pool.keys.lease(job_id)), timeout=10,
                message=f"lease of {job_id} expiring")
 
 
@@ -158,7 +158,7 @@ def test_rows_left_by_a_previous_run_are_judged_by_the_first_sweep(
     report = run_supervisor(pool.settings, once=True)
     assert report is not None and report.verdicts == {"absent": 1}
     assert pool.get(a).state.value == "failed" and pool.get(b.id).state.value == "running"
-    assert json.loads(cast(str, pool.client.get(pool.keys.last_sweep)))["verdicts"] == {"absent": 1}
+    assert json.loads(cast(str, pool.store.client.get(pool.keys.last_sweep)))["verdicts"] == {"absent": 1}
 
 
 # ---- ground truth: the labelled container --------------------------------------------------------------
@@ -272,10 +272,10 @@ def test_a_killed_adopter_is_replaced_at_the_next_sweep(
     boot = "b" * 32
     raw.lrem(RQ_QUEUE_PREFIX + adoption_queue(pool, job_id), 0, first)
     raw.hset(RQJob.key_for(first), mapping={"status": "started", "worker_name": worker_name("sv", boot)})
-    pool.client.zadd(pool.keys.boots, {boot: 1})
-    pool.client.hset(pool.keys.boot(boot), "pid", 1)
+    pool.store.client.zadd(pool.keys.boots, {boot: 1})
+    pool.store.client.hset(pool.keys.boot(boot), "pid", 1)
     assert sup.sweep().decisions[0].outcome == "adoption pending", "its worker lives: it is at it"
-    pool.client.delete(pool.keys.boot(boot))  # the worker was SIGKILLed: its record expired
+    pool.store.client.delete(pool.keys.boot(boot))  # the worker was SIGKILLed: its record expired
     assert sup.sweep().decisions[0].outcome == "adoption requested"
     again = cast(bytes, raw.get(pool.keys.adoption(job_id))).decode()
     assert again != first and adoption_requests(raw, pool, job_id) == [again]
@@ -367,7 +367,7 @@ def test_stale_live_job_only_warns_until_the_operator_evicts(
     except docker.errors.NotFound:
         pass  # stopped, then removed as the leftover of an ended attempt (supervisor/volumes.py)
     assert pool.get(b.id).state.value == "running"
-    assert not pool.client.exists(pool.keys.lease(job_id)) and attempt == job.attempt
+    assert not pool.store.client.exists(pool.keys.lease(job_id)) and attempt == job.attempt
 
 
 # ---- two supervisors --------------------------------------------------------------------------------------
@@ -464,7 +464,7 @@ def test_unclaimed_rows_are_left_while_dispatched_and_redispatched_when_lost(
     pool = make_pool(claim_grace_secs=0.5)
     job = pool.enqueue(image=IMAGE, command=["true"])
     sup = supervisors(pool)
-    c, k = pool.client, pool.keys
+    c, k = pool.store.client, pool.keys
     assert c.lrange(k.rq_queue, 0, -1) == [job.id]
     # Still in RQ's queue (all workers busy): left however long it waits.
     eventually(lambda: c.time()[0] * 1000 - cast(int, pool.get(job.id).promoted_at) > 700,
@@ -501,7 +501,7 @@ def test_a_job_waiting_on_its_affinitys_daemon_is_kept_until_released_then_redis
     assert att.finish("interrupted", 75) == "queued"
     pool.resume(None)
     sup = supervisors(pool)
-    c, k = pool.client, pool.keys
+    c, k = pool.store.client, pool.keys
     dq = k.daemon_queue("daemon-gone")
     assert c.lrange(dq, 0, -1) == [job.id] and c.lrange(k.rq_queue, 0, -1) == []
     eventually(lambda: c.time()[0] * 1000 - cast(int, pool.get(job.id).promoted_at) > 700,
@@ -529,7 +529,7 @@ def test_a_delivery_stuck_in_rqs_intermediate_list_is_dispatched_again(
     pool = make_pool(claim_grace_secs=0.5)
     job = pool.enqueue(image=IMAGE, command=["true"])
     sup = supervisors(pool)
-    c, k = pool.client, pool.keys
+    c, k = pool.store.client, pool.keys
     c.lmove(k.rq_queue, k.rq_intermediate)
     assert sup.sweep().verdicts == {"keep": 1}, "just taken: a worker claims within moments"
     report = eventually(lambda: (r := sup.sweep()).verdicts.get("redispatch") and r, timeout=10,
@@ -544,7 +544,7 @@ def test_unclaimed_row_within_grace_is_left(make_pool: Callable[..., Pool],
                                             supervisors: Callable[[Pool], Supervisor]) -> None:
     pool = make_pool(claim_grace_secs=60)
     job = pool.enqueue(image=IMAGE, command=["true"])
-    pool.client.delete(pool.keys.rq_queue)  # lost at once, but a worker may be claiming it right now
+    pool.store.client.delete(pool.keys.rq_queue)  # lost at once, but a worker may be claiming it right now
     assert supervisors(pool).sweep().verdicts == {"keep": 1}
     assert pool.get(job.id).attempt == 1
 
@@ -561,7 +561,7 @@ def test_dry_run_decides_but_changes_nothing(make_pool: Callable[..., Pool],
     decided = [(d.job_id, d.verdict.kind, d.expected) for d in report.decisions]
     assert decided == [(job_id, Kind.ABSENT, "failed")]
     assert pool.get(job_id).state.value == "running" and pool.events() == before
-    assert not pool.client.exists(pool.keys.last_sweep)
+    assert not pool.store.client.exists(pool.keys.last_sweep)
 
 
 def test_summary_line_and_last_sweep(
@@ -573,7 +573,7 @@ def test_summary_line_and_last_sweep(
     supervisors(pool).sweep()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sweep pool=sv")]
     assert len(lines) == 1 and "rows=1" in lines[0] and "keep=1" in lines[0] and "unknown=0" in lines[0]
-    last = json.loads(cast(str, pool.client.get(pool.keys.last_sweep)))
+    last = json.loads(cast(str, pool.store.client.get(pool.keys.last_sweep)))
     assert last["rows"] == 1 and last["verdicts"] == {"keep": 1} and last["unknown"] == 0
     assert last["at"] > 0 and last["duration_ms"] >= 0
 
@@ -588,8 +588,8 @@ def test_run_supervisor_loops_until_stopped(make_pool: Callable[..., Pool],
         job_id, _, _ = orphan(pool, dclient, command=None, wait_lease=False)
         pool.wait(job_id, timeout=10)
         assert pool.get(job_id).error_reason == "orphan_reconciled_no_container"
-        first = json.loads(cast(str, pool.client.get(pool.keys.last_sweep)))["at"]
-        eventually(lambda: json.loads(cast(str, pool.client.get(pool.keys.last_sweep)))["at"] > first,
+        first = json.loads(cast(str, pool.store.client.get(pool.keys.last_sweep)))["at"]
+        eventually(lambda: json.loads(cast(str, pool.store.client.get(pool.keys.last_sweep)))["at"] > first,
                    message="another sweep")
     finally:
         stop.set()
@@ -602,7 +602,7 @@ def test_probe_is_one_list_call_per_sweep(make_pool: Callable[..., Pool],
     pool = make_pool(max_concurrent_jobs=4)
     for cmd in (["sleep", "300"], ["sh", "-c", "exit 2"], None, ["sleep", "300"]):
         orphan(pool, dclient, command=cmd, wait_lease=False)
-    for job_id in cast(list[str], pool.client.zrange(pool.keys.running, 0, -1)):
+    for job_id in cast(list[str], pool.store.client.zrange(pool.keys.running, 0, -1)):
         lease_gone(pool, job_id)
     eventually(lambda: len(dclient.containers.list(all=True, filters={"status": "exited"})) == 1)
     prober = ContainerProber(None, timeout=5)
@@ -629,7 +629,8 @@ def test_sigterm_stops_the_supervisor_process_cleanly(make_pool: Callable[..., P
         proc = subprocess.Popen([sys.executable, "-c", script, redis_url], cwd=ROOT, stdout=out,
                                 stderr=subprocess.STDOUT)
     try:
-        eventually(lambda: pool.client.get(pool.keys.last_sweep), timeout=20, message="the start-up sweep")
+        eventually(lambda: pool.store.client.get(pool.keys.last_sweep), timeout=20,
+                   message="the start-up sweep")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0, log.read_text()
     finally:
@@ -644,17 +645,17 @@ def test_the_sweep_reads_under_a_memory_limit(make_pool: Callable[..., Pool], dc
     """At its memory limit (noeviction) Redis refuses every command that may write, SORT included: the
     sweep's read must still work there (SORT_RO), so an operator's dry run can see what is held and why."""
     pool = make_pool()
-    if int(str(pool.client.info("server")["redis_version"]).split(".")[0]) < 7:
+    if int(str(pool.store.client.info("server")["redis_version"]).split(".")[0]) < 7:
         pytest.skip("SORT_RO came with Redis 7; on 6.2 the sweep reads with SORT, refused at the limit")
     job_id, _, _ = orphan(pool, dclient, command=["sleep", "300"])
-    config = cast(dict[str, str], pool.client.config_get("maxmemory*"))
-    pool.client.config_set("maxmemory-policy", "noeviction")
-    pool.client.config_set("maxmemory", 1)
+    config = cast(dict[str, str], pool.store.client.config_get("maxmemory*"))
+    pool.store.client.config_set("maxmemory-policy", "noeviction")
+    pool.store.client.config_set("maxmemory", 1)
     try:
         with pytest.raises(redis.exceptions.OutOfMemoryError):
-            pool.client.set("jobpool-test-probe", "x")
+            pool.store.client.set("jobpool-test-probe", "x")
         report = supervisors(pool).sweep(dry_run=True)
         assert [(d.job_id, d.verdict.kind.value) for d in report.decisions] == [(job_id, "adopt")]
     finally:
-        pool.client.config_set("maxmemory", config["maxmemory"])
-        pool.client.config_set("maxmemory-policy", config["maxmemory-policy"])
+        pool.store.client.config_set("maxmemory", config["maxmemory"])
+        pool.store.client.config_set("maxmemory-policy", config["maxmemory-policy"])

@@ -49,7 +49,8 @@ def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(
         w.kill_with_children()
         for c in containers(dclient, a.id):
             c.remove(force=True)
-        eventually(lambda: not pool.client.exists(pool.keys.lease(a.id)), timeout=10, message="lease lapsed")
+        eventually(lambda: not pool.store.client.exists(pool.keys.lease(a.id)), timeout=10,
+                   message="lease lapsed")
         assert pool.get(b.id).state is JobState.QUEUED, "the wedge: B waits behind a dead job"
 
         sup.sweep()
@@ -61,7 +62,7 @@ def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(
         assert pool.wait(b.id, timeout=60).state is JobState.SUCCEEDED
     finally:
         sup.close()
-        pool.client.close()
+        pool.store.client.close()
 
 
 def test_killed_worker_live_container_is_adopted_and_finished_from_its_exit_code(
@@ -73,7 +74,8 @@ def test_killed_worker_live_container_is_adopted_and_finished_from_its_exit_code
     eventually(lambda: started(dclient, a.id), timeout=30, message="A started")
     first_owner = pool.get(a.id).owner_boot
     w.kill_with_children()
-    eventually(lambda: not pool.client.exists(pool.keys.lease(a.id)), timeout=10, message="lease lapsed")
+    eventually(lambda: not pool.store.client.exists(pool.keys.lease(a.id)), timeout=10,
+               message="lease lapsed")
 
     for _ in range(3):  # no live worker yet: the slot is kept, adoption asked once
         report = sup.sweep()

@@ -305,7 +305,7 @@ def test_redis_killed_comes_back_with_its_jobs(tmp_path: Path, start_up: Callabl
     fresh = eventually(lambda: (s := json.loads(up.state_file.read_text())) and
                        s["redis_pid"] != state["redis_pid"] and s, timeout=60, message="redis started again")
     with contextlib.closing(Pool.from_url(state["redis_url"])) as pool:
-        assert pool.client.info("server")["process_id"] == fresh["redis_pid"]
+        assert pool.store.client.info("server")["process_id"] == fresh["redis_pid"]
         assert pool.get(before).state == JobState.SUCCEEDED
         after = _enqueue(tmp_path, "true")
         assert pool.wait(after, timeout=60).state == JobState.SUCCEEDED

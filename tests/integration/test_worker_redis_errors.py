@@ -79,11 +79,11 @@ def runs_a_job_then(env: dict[str, str], worker: JobpoolProcess) -> None:
         claimed_by = [e["actor"] for e in pool.events(job.id) if e["reason"] == "claimed"]
         assert claimed_by
         # The boot record may have expired during the fault; the boot's next heartbeat writes it again.
-        boot_pid = cast(str, eventually(lambda: pool.client.hget(pool.keys.boot(claimed_by[0]), "pid"),
+        boot_pid = cast(str, eventually(lambda: pool.store.client.hget(pool.keys.boot(claimed_by[0]), "pid"),
                                         timeout=5, message="the claiming boot's record"))
         assert int(boot_pid) == worker.pid, "run by the worker that met the fault"
     finally:
-        pool.client.close()
+        pool.store.client.close()
     assert worker.log().count(OUTAGE_WARNING) == 1, worker.log()[-3000:]
 
 
@@ -154,7 +154,7 @@ def test_worker_still_dies_of_an_error_that_waiting_does_not_fix(
             blocked = [c["id"] for c in admin.client_list() if c["cmd"] == "blmove" and "b" in c["flags"]]
             assert blocked and admin.client_unblock(int(blocked[0]), error=False)  # its dequeue timing out
     finally:
-        pool.client.close()
+        pool.store.client.close()
     assert worker.wait(15) == 1
     assert "WRONGTYPE" in worker.log() and "logged above" in worker.log()
     assert OUTAGE_WARNING not in worker.log()
@@ -193,5 +193,5 @@ def test_worker_outlives_redis_out_of_memory_during_a_job(
         assert done.state == JobState.SUCCEEDED, worker.log()[-3000:]
     finally:
         go.touch()  # a failed run must not leave the job's loop running
-        pool.client.close()
+        pool.store.client.close()
     runs_a_job_then(env, worker)

@@ -161,7 +161,8 @@ def test_sigkill_mid_job_leaves_container_and_row_running(pool: Pool, spawn: Cal
     assert row.state == JobState.RUNNING
     assert len(job_containers(client, job.id)) == 1
     # Its lease lapses (nothing renews it) but nothing here frees the slot: that is the supervisor's call.
-    eventually(lambda: not pool.client.exists(pool.keys.lease(job.id)), timeout=5, message="lease expired")
+    eventually(lambda: not pool.store.client.exists(pool.keys.lease(job.id)), timeout=5,
+               message="lease expired")
     assert pool.get(job.id).state == JobState.RUNNING and pool.slots()[0] == 1
 
 
@@ -190,12 +191,12 @@ def test_fenced_after_operator_eviction(pool: Pool, spawn: Callable[..., Jobpool
     row = pool.get(job.id)
     evicted = pool.evict(job.id, row.attempt, reason="operator_test")
     assert evicted.state == JobState.FAILED
-    before = pool.client.hgetall(pool.keys.job(job.id))
+    before = pool.store.client.hgetall(pool.keys.job(job.id))
     n_events = len(pool.events(job.id))
     eventually(lambda: "no longer ours" in w.log(), timeout=10, message="watcher noticed the fence")
     eventually(lambda: not job_containers(client, job.id), timeout=10,
                message="old watcher stopped its container")
-    after = pool.client.hgetall(pool.keys.job(job.id))
+    after = pool.store.client.hgetall(pool.keys.job(job.id))
     assert after == before and len(pool.events(job.id)) == n_events, "the old watcher wrote nothing"
 
 

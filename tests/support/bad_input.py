@@ -28,7 +28,8 @@ Jobs = dict[str, Job]
 
 def rows(pool: Pool, ids: list[str]) -> dict[str, dict[str, str]]:
     """The raw hashes of `ids`: "unchanged for the other jobs" is checked on these."""
-    return {job_id: cast("dict[str, str]", pool.client.hgetall(pool.keys.job(job_id))) for job_id in ids}
+    return {job_id: cast("dict[str, str]",
+                         pool.store.client.hgetall(pool.keys.job(job_id))) for job_id in ids}
 
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,

@@ -18,7 +18,7 @@ BASE = "http://localhost:8765"
 
 def client_for(pool: Pool, token: str = "", origin: str | None = BASE) -> TestClient:
     """A client of a dashboard of `pool`, sending the Origin a browser sends with every POST (None: none)."""
-    dash = Pool(pool.client, pool.settings.replace(dashboard_token=token), actor="dashboard")
+    dash = Pool(pool.store.client, pool.settings.replace(dashboard_token=token), actor="dashboard")
     # "localhost" stands for the browser's origin; the TestClient's own default host is "testserver".
     return TestClient(create_app(dash), base_url=BASE, headers={"origin": origin} if origin else None)
 

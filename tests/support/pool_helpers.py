@@ -50,7 +50,7 @@ def enqueue(pool: Pool, *command: str, **kw: Any) -> Job:
 
 
 def row(pool: Pool, job_id: str) -> dict[str, str]:
-    return cast("dict[str, str]", pool.client.hgetall(pool.keys.job(job_id)))
+    return cast("dict[str, str]", pool.store.client.hgetall(pool.keys.job(job_id)))
 
 
 def state_of(pool: Pool, job_id: str) -> str:
@@ -59,20 +59,20 @@ def state_of(pool: Pool, job_id: str) -> str:
 
 def index_of(pool: Pool, job_id: str) -> list[str]:
     """The names of every state index that holds `job_id` (exactly one, always)."""
-    client = pool.client
+    client = pool.store.client
     return [s.value for s in JobState if client.zscore(pool.keys.state_index(s.value), job_id) is not None]
 
 
 def queued_ids(pool: Pool) -> list[str]:
-    return cast("list[str]", pool.client.zrange(pool.keys.queued, 0, -1))
+    return cast("list[str]", pool.store.client.zrange(pool.keys.queued, 0, -1))
 
 
 def running_ids(pool: Pool) -> set[str]:
-    return set(cast("list[str]", pool.client.zrange(pool.keys.running, 0, -1)))
+    return set(cast("list[str]", pool.store.client.zrange(pool.keys.running, 0, -1)))
 
 
 def rq_list(pool: Pool) -> list[str]:
-    return cast("list[str]", pool.client.lrange(pool.keys.rq_queue, 0, -1))
+    return cast("list[str]", pool.store.client.lrange(pool.keys.rq_queue, 0, -1))
 
 
 def rq_hash(backend: Backend, pool: Pool, job_id: str) -> dict[bytes, bytes]:
@@ -103,7 +103,7 @@ def paused_pool(backend: Backend, n: int, slots: int = 1, **kw: Any) -> tuple[Po
 
 
 def lease(pool: Pool, job_id: str) -> str | None:
-    return cast("str | None", pool.client.get(pool.keys.lease(job_id)))
+    return cast("str | None", pool.store.client.get(pool.keys.lease(job_id)))
 
 
 def reconcile(pool: Pool, job_id: str, verdict: str, reason: str = "orphan_reconciled_no_container",

@@ -26,13 +26,13 @@ def test_the_same_claim_sent_again_succeeds_and_renews_the_lease(backend: Backen
     att = Attempt(pool.store, job.id, "boot-a", 1)
     first = att.claim("subprocess", "")
     claimed_at = row(pool, job.id)["claimed_at"]
-    pool.client.pexpire(pool.keys.lease(job.id), 50)  # most of the lease spent while the reply was lost
-    pool.client.hset(pool.keys.job(job.id), "heartbeat_at", "1")
+    pool.store.client.pexpire(pool.keys.lease(job.id), 50)  # most of the lease spent while the reply was lost
+    pool.store.client.hset(pool.keys.job(job.id), "heartbeat_at", "1")
 
     again = att.claim("subprocess", "")
 
     assert again == first and again[0].command == ("run",)
-    assert lease(pool, job.id) == "boot-a:1" and pool.client.pttl(pool.keys.lease(job.id)) > 1000
+    assert lease(pool, job.id) == "boot-a:1" and pool.store.client.pttl(pool.keys.lease(job.id)) > 1000
     got = row(pool, job.id)
     assert got["owner_boot"] == "boot-a" and got["claimed_at"] == claimed_at
     assert int(got["heartbeat_at"]) >= int(claimed_at)
@@ -45,7 +45,7 @@ def test_the_same_claim_sent_again_after_the_lease_expired_takes_it_again(backen
     job = enqueue(pool)
     att = Attempt(pool.store, job.id, "boot-a", 1)
     att.claim()
-    pool.client.delete(pool.keys.lease(job.id))
+    pool.store.client.delete(pool.keys.lease(job.id))
     att.claim()
     assert lease(pool, job.id) == "boot-a:1" and claims(pool, job.id) == 1
 

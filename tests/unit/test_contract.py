@@ -97,7 +97,7 @@ def test_the_generated_block_holds_the_contract_values(backend: Backend) -> None
 def test_lua_slot_ceiling_is_the_contract_one(backend: Backend) -> None:
     pool = backend.pool()
     pool.store.run("set_slots", pool.store.candidates(0), [MAX_SLOTS, "test"])
-    assert int(cast(str, pool.client.hget(pool.keys.config, "max_concurrent_jobs"))) == MAX_SLOTS
+    assert int(cast(str, pool.store.client.hget(pool.keys.config, "max_concurrent_jobs"))) == MAX_SLOTS
     with pytest.raises(errors.InvalidArgument):
         pool.store.run("set_slots", pool.store.candidates(0), [MAX_SLOTS + 1, "test"])
 

@@ -106,7 +106,7 @@ def mark(pool: Pool, pid: str, ttl_ms: int = 60_000, **fields: str) -> list[obje
 def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
     mark(pool, "p1", daemon_id=ID, mark="m1", verified="p2 p3", collision="")
     mark(pool, "p2", daemon_id=ID, mark="m2", collision="shared")
-    assert 0 < pool.client.pttl(pool.keys.daemon_mark("p1")) <= 60_000
+    assert 0 < pool.store.client.pttl(pool.keys.daemon_mark("p1")) <= 60_000
     peers = daemonmark.read_peers(pool.store)
     assert peers["p1"].verified == frozenset({"p2", "p3"}) and peers["p1"].mark == "m1"
     assert daemonmark.read_collisions(pool.store) == {ID: "shared"}
@@ -115,18 +115,19 @@ def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
     k = pool.keys
     assert pool.store.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks], ["p2"])[1] == 1
     assert set(daemonmark.read_peers(pool.store)) == {"p1"}
-    assert pool.client.zscore(k.daemon_marks, "p2") is None
+    assert pool.store.client.zscore(k.daemon_marks, "p2") is None
 
 
 def test_a_job_taken_while_refused_is_given_back_at_the_head(pool: Pool) -> None:
     k = pool.keys
     queue, taken = k.rq_queue, k.rq_queue + ":intermediate"
-    pool.client.rpush(queue, "second")
-    pool.client.rpush(taken, "first")
+    pool.store.client.rpush(queue, "second")
+    pool.store.client.rpush(taken, "first")
     assert pool.store.run("give_back", [queue, taken], ["first"])[1] == 1
-    assert pool.client.lrange(queue, 0, -1) == ["first", "second"] and not pool.client.exists(taken)
+    assert pool.store.client.lrange(queue, 0, -1) == ["first", "second"]
+    assert not pool.store.client.exists(taken)
     assert pool.store.run("give_back", [queue, taken], ["first"])[1] == 0, "not taken: nothing done"
-    assert pool.client.lrange(queue, 0, -1) == ["first", "second"]
+    assert pool.store.client.lrange(queue, 0, -1) == ["first", "second"]
 
 
 def test_a_peer_seen_dead_from_here_is_gone_and_nothing_else_is() -> None:
@@ -162,7 +163,7 @@ def test_clearing_a_collision(pool: Pool) -> None:
     mark(pool, "p1", daemon_id=ID, mark="m1", collision="shared")
     mark(pool, "p2", daemon_id=OTHER, mark="m2", collision="shared other")
     mark(pool, "p3", daemon_id=ID, mark="m3")
-    before = {k: v for k, v in pool.client.hgetall(pool.keys.shared_daemons).items()}
+    before = {k: v for k, v in pool.store.client.hgetall(pool.keys.shared_daemons).items()}
     for bad in ("", "nonsense", ID + " ", 7, None, "jpd1:" + "a" * 31 + "@boot-1"):
         with pytest.raises(errors.InvalidArgument, match="not a daemon identity"):
             daemonmark.forget_collision(pool, bad)  # type: ignore[arg-type]
@@ -171,7 +172,7 @@ def test_clearing_a_collision(pool: Pool) -> None:
     none_here = "jpd1:" + "c" * 32 + "@boot-1"
     with pytest.raises(errors.InvalidArgument, match="no collision stands"):
         daemonmark.forget_collision(pool, none_here)
-    assert pool.client.hgetall(pool.keys.shared_daemons) == before, "written on a refusal"
+    assert pool.store.client.hgetall(pool.keys.shared_daemons) == before, "written on a refusal"
     assert pool.forget_collision(ID, note="clone re-identified") > 0
     assert set(daemonmark.read_standing(pool.store)) == {OTHER}
     peers = daemonmark.read_peers(pool.store)

@@ -121,11 +121,11 @@ def test_equal_jobs_in_one_batch_coalesce_into_the_first(backend: Backend) -> No
     assert jobs[2].state is JobState.QUEUED and jobs[2].seq == first.seq
     assert queued_ids(pool) == [first.id, jobs[1].id, jobs[3].id]
     assert [j.seq for j in (first, jobs[1], jobs[3])] == [1, 2, 3]
-    assert pool.client.hgetall(pool.keys.coalesce) == {first.coalesce_key: first.id}
+    assert pool.store.client.hgetall(pool.keys.coalesce) == {first.coalesce_key: first.id}
     for job in jobs:
         same_as_row(pool, job)
     # Counted once per new job (the script counts a batch in one step), and one event each.
-    assert pool.client.hget(pool.keys.metrics, "transitions:queued:enqueued") == "3"
+    assert pool.store.client.hget(pool.keys.metrics, "transitions:queued:enqueued") == "3"
     assert [e["job"] for e in events_of(pool)] == [first.id, jobs[1].id, jobs[3].id]
 
 
@@ -192,7 +192,7 @@ def test_more_free_slots_than_one_script_promotes(backend: Backend) -> None:
 def test_behind_an_older_head_the_caller_promotes_in_fifo_order(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=0)
     old = enqueue(pool, "old")
-    pool.client.hset(pool.keys.config, "max_concurrent_jobs", 2)  # free slots, nothing promoted yet
+    pool.store.client.hset(pool.keys.config, "max_concurrent_jobs", 2)  # free slots, nothing promoted yet
     jobs = pool.enqueue_many([spec("x"), spec("y")])
     assert running_ids(pool) == {old.id, jobs[0].id} and queued_ids(pool) == [jobs[1].id]
     assert rq_list(pool) == [old.id, jobs[0].id]
@@ -307,7 +307,7 @@ def test_threads_enqueue_at_once_each_on_its_own_connection(backend: Backend) ->
 
     def work(n: int) -> None:
         out[n] = [enqueue(pool, f"t{n}", str(i)) for i in range(20)]
-        clients[n] = id(pool.store.thread_clients.get(pool.client))
+        clients[n] = id(pool.store.thread_clients.get(pool.store.client))
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
     for t in threads:
@@ -340,7 +340,7 @@ def test_the_held_connection_answers_as_execute_command_does(backend: Backend, p
     if packer == "redis-py":
         monkeypatch.setattr(runner, "_hiredis_pack", None)
     pool = backend.pool(max_concurrent_jobs=0)
-    client = pool.store.thread_clients.get(pool.client)
+    client = pool.store.thread_clients.get(pool.store.client)
     client.ping()
     conn = client.connection
     assert _held_call(conn, ("ECHO", "héllo")) == client.execute_command("ECHO", "héllo") == "héllo"
@@ -382,7 +382,7 @@ def test_the_callers_work_runs_once_while_the_script_runs(backend: Backend) -> N
     """`Scripts.run`'s `meanwhile`: run once, also when the call is sent again after NOSCRIPT; a meanwhile
     that raises drops the held connection (its reply unread), and the next call reads its own reply."""
     pool = backend.pool(max_concurrent_jobs=0)
-    client = pool.store.thread_clients.get(pool.client)
+    client = pool.store.thread_clients.get(pool.store.client)
     ran: list[int] = []
     backend.raw.script_flush()
     pool.store.scripts.run("set_slots", pool.store.pool_keys("set_slots"), [3, "t"], client=client,
@@ -394,7 +394,7 @@ def test_the_callers_work_runs_once_while_the_script_runs(backend: Backend) -> N
     with pytest.raises(RuntimeError, match="own work failed"):
         pool.store.scripts.run("set_slots", pool.store.pool_keys("set_slots"), [4, "t"], client=client,
                                meanwhile=fails)
-    client = pool.store.thread_clients.get(pool.client)
+    client = pool.store.thread_clients.get(pool.store.client)
     assert enqueue(pool, "next").seq == 1  # its own reply, not set_slots'
     assert pool.slots()[1] in (3, 4)  # the call's outcome is unknown, as for a lost reply
 

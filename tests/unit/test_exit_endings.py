@@ -166,7 +166,7 @@ def test_an_older_window_still_counts_for_a_container_judged_later() -> None:
 def started(backend: Backend, budget: int = 1, recovered: int = 0) -> tuple[Pool, str, Attempt]:
     pool = backend.pool(max_concurrent_jobs=1, recovery_budget=budget)
     job = enqueue(pool)
-    pool.client.hset(pool.keys.job(job.id), "recovery_attempts", recovered)
+    pool.store.client.hset(pool.keys.job(job.id), "recovery_attempts", recovered)
     att = claim(pool, job.id)
     att.set_container("c-1", "daemon-1")
     return pool, job.id, att
@@ -240,7 +240,7 @@ def test_a_finish_with_only_the_seven_old_arguments_still_reads_right(backend: B
 
 
 def orphan(pool: Pool, job_id: str) -> RowSnapshot:
-    pool.client.delete(pool.keys.lease(job_id))
+    pool.store.client.delete(pool.keys.lease(job_id))
     return RowSnapshot.from_row(row(pool, job_id))
 
 

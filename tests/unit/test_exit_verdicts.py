@@ -68,9 +68,9 @@ def running(backend: Backend, intent: str, budget: int = 1) -> tuple[Pool, str, 
 
 def supervise(pool: Pool, job_id: str, probe: Probe) -> tuple[str, str]:
     """The worker is gone: (what the dry run predicts, the state reconcile_apply.lua leaves)."""
-    pool.client.delete(pool.keys.lease(job_id))
+    pool.store.client.delete(pool.keys.lease(job_id))
     snap = RowSnapshot.from_row(row(pool, job_id))
-    verdict = decide(snap, False, probe, None, pool.client.time()[0] * 1000, pool.settings)
+    verdict = decide(snap, False, probe, None, pool.store.client.time()[0] * 1000, pool.settings)
     predicted = expected_state(snap, verdict, pool.settings)
     # A probe without a container id needs no Docker: nothing to remove, so no prober is asked.
     Applier(pool.store, None, None, "test-supervisor").apply(snap, verdict, probe, set())  # type: ignore[arg-type]
@@ -100,7 +100,7 @@ def test_container_absent(backend: Backend, budget: int, intent: str) -> None:
 def test_absent_with_an_unreadable_recovery_count_and_no_budget(backend: Backend, stored: str) -> None:
     """A count edited by hand reads as the scripts read it (0), so the dry run says what will happen."""
     pool, job_id, _ = running(backend, "none", budget=0)
-    pool.client.hset(pool.keys.job(job_id), "recovery_attempts", stored)
+    pool.store.client.hset(pool.keys.job(job_id), "recovery_attempts", stored)
     predicted, got = supervise(pool, job_id, Absent())
     assert (predicted, got) == ("failed", "failed")
 
@@ -124,7 +124,7 @@ def test_an_exit_without_a_code_changes_nothing(backend: Backend) -> None:
 
 def test_container_running_keeps_the_row(backend: Backend) -> None:
     pool, job_id, _ = running(backend, "none")
-    pool.client.delete(pool.keys.lease(job_id))
+    pool.store.client.delete(pool.keys.lease(job_id))
     snap = RowSnapshot.from_row(row(pool, job_id))
     verdict = decide(snap, False, Present(running=True), None, 0, pool.settings)
     assert verdict.kind is Kind.ADOPT and expected_state(snap, verdict, pool.settings) == "running"
@@ -161,7 +161,7 @@ def test_a_dispatch_made_again_gets_a_claim_grace_of_its_own_despite_a_lingering
         assert sup.sweep().decisions[0].verdict.kind is Kind.REDISPATCH, "held for a minute: lost"
         assert pool.get(job.id).attempt == 2
         backend.client.lmove(k.rq_queue, k.rq_intermediate, "RIGHT", "LEFT")  # a worker takes attempt 2
-        assert pool.client.lrange(k.rq_intermediate, 0, -1) == [job.id] * 2
+        assert pool.store.client.lrange(k.rq_intermediate, 0, -1) == [job.id] * 2
         decision = sup.sweep().decisions[0]
         assert decision.verdict.kind is Kind.KEEP, decision
         assert pool.get(job.id).attempt == 2, "the worker that took attempt 2 can still claim it"

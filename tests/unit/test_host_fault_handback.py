@@ -63,7 +63,7 @@ def test_a_handback_is_fenced_and_needs_a_reason(backend: Backend) -> None:
         att.finish("handback")
     assert att.finish("handback", reason=REASON) == "queued"
     assert att.finish("handback", reason=REASON) == "queued"  # a lost reply sent again: the same answer
-    pool.client.hset(pool.keys.job(job.id), "finished_by", "")
+    pool.store.client.hset(pool.keys.job(job.id), "finished_by", "")
     with pytest.raises(NotOwner):
         att.finish("handback", reason=REASON)
 

@@ -42,7 +42,7 @@ def publish(pool: Pool, boot: str, containers: str = "[]", daemon: str = D1, com
 
 
 def read(pool: Pool, daemon: str = D1) -> Any:
-    fields = cast("list[str | None]", pool.client.hmget(pool.keys.inventory(daemon), FIELDS))
+    fields = cast("list[str | None]", pool.store.client.hmget(pool.keys.inventory(daemon), FIELDS))
     return parse(dict(zip(FIELDS, fields, strict=True)))
 
 
@@ -53,7 +53,7 @@ def test_one_publisher_per_daemon_and_only_it_writes(backend: Backend) -> None:
     assert lead(pool, "boot-a")[1:] == [1, "boot-a"], "the holder renews"
     with pytest.raises(errors.NotOwner):
         publish(pool, "boot-b")
-    assert not pool.client.exists(pool.keys.inventory(D1)), "a follower's refused write wrote nothing"
+    assert not pool.store.client.exists(pool.keys.inventory(D1)), "a follower's refused write wrote nothing"
     # Another daemon has its own lead.
     other = "jpd1:" + "b" * 32 + "@boot-1"
     assert lead(pool, "boot-b", daemon=other)[1:] == [1, "boot-b"]
@@ -77,15 +77,15 @@ def test_an_inventory_is_written_whole_with_the_servers_time(backend: Backend) -
                                                                       "oom_killed")]
     text, _complete = encode(entries)
     at = int(publish(pool, "boot-a", text)[1])
-    secs, micros = pool.client.time()
+    secs, micros = pool.store.client.time()
     assert abs(secs * 1000 + micros // 1000 - at) < 5000
     inv = read(pool)
     assert (inv.daemon_id, inv.kernel_boot_id, inv.at_ms, inv.first_at_ms, inv.complete, inv.publisher) == (
         D1, "boot-1", at, at, True, "boot-a")
     assert inv.of("j2") == [entries[1]] and inv.of("j1") == [entries[0]] and inv.of("j3") == []
-    assert 0 < pool.client.pttl(pool.keys.inventory(D1)) <= 600_000
-    assert 0 < pool.client.pttl(pool.keys.inventory_lead(D1)) <= 15_000, "publishing renews the lead"
-    assert pool.client.zscore(pool.keys.inventories, D1) == at
+    assert 0 < pool.store.client.pttl(pool.keys.inventory(D1)) <= 600_000
+    assert 0 < pool.store.client.pttl(pool.keys.inventory_lead(D1)) <= 15_000, "publishing renews the lead"
+    assert pool.store.client.zscore(pool.keys.inventories, D1) == at
     # A later publication keeps first_at and replaces the containers.
     time.sleep(0.01)
     at2 = int(publish(pool, "boot-a", "[]")[1])
@@ -100,7 +100,7 @@ def test_an_inventory_over_its_bound_is_refused_and_the_publisher_cuts_it(backen
     assert len(big) > INVENTORY_MAX_BYTES
     with pytest.raises(errors.InvalidArgument):
         publish(pool, "boot-a", big)
-    assert not pool.client.exists(pool.keys.inventory(D1))
+    assert not pool.store.client.exists(pool.keys.inventory(D1))
     entries = [Entry(f"job-{i:06d}", 1, "running", container_id="c" * 64) for i in range(20_000)]
     text, complete = encode(entries)
     assert not complete and len(text) <= INVENTORY_MAX_BYTES
@@ -149,7 +149,7 @@ def test_every_worker_learns_the_earlier_boots_of_its_daemon_once(backend: Backe
     pool = backend.pool()
     old, new = D1, D1.replace("boot-1", "boot-2")
     assert lead(pool, "w-old", old)[1] and publish(pool, "w-old", daemon=old)
-    pool.client.zadd(pool.keys.inventories, {old: pool.now_ms() - 60_000})  # silent for a minute
+    pool.store.client.zadd(pool.keys.inventories, {old: pool.now_ms() - 60_000})  # silent for a minute
     told: list[str] = []
     publisher = InventoryPublisher(pool.store, "w-new", prober=FakeDaemon(new, [], {}))  # type: ignore[arg-type]
     publisher.on_earlier_boot = told.append
@@ -243,7 +243,7 @@ def settled_pool(backend: Backend) -> Pool:
     on (jobpool/redistrust.py; fakeredis has no INFO, so no restart to see)."""
     pool = backend.pool(inventory_secs=5, lease_secs=0.2, heartbeat_secs=0.1)
     if backend.name != "fakeredis":
-        eventually(lambda: int(pool.client.info("server")["uptime_in_seconds"]) >= 1, timeout=5,
+        eventually(lambda: int(pool.store.client.info("server")["uptime_in_seconds"]) >= 1, timeout=5,
                    message="redis-server has been up a second")
     return pool
 
@@ -261,8 +261,8 @@ def test_the_holder_removes_what_only_it_can(backend: Backend) -> None:
     k = pool.keys
     for job, attempt, state in (("held", 1, "running"), ("lapsed", 1, "running"), ("pending", 1, "running"),
                                 ("moved", 1, "queued")):
-        pool.client.hset(k.job(job), mapping={"id": job, "state": state, "attempt": attempt})
-    pool.client.set(k.lease("held"), "boot-w:1")
+        pool.store.client.hset(k.job(job), mapping={"id": job, "state": state, "attempt": attempt})
+    pool.store.client.set(k.lease("held"), "boot-w:1")
     listed = [summary(f"c-{job}", job, 1) for job in ("held", "lapsed", "pending", "moved")]
     judged: dict[str, Probe] = {
         "c-held": Absent(never_started=True, container_id="c-held"),
@@ -305,7 +305,7 @@ def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
         "ended": {"state": "succeeded", "attempt": 1},
     }
     for job, row in rows.items():
-        pool.client.hset(k.job(job), mapping={"id": job, **row})
+        pool.store.client.hset(k.job(job), mapping={"id": job, **row})
     attempts = {"own": 2, "superseded": 2}
     listed = [summary(f"c-{job}", job, attempts.get(job, 1), boot="b1") for job in [*rows, "gone"]]
     listed.append(summary("c-foreign", "foreign", 1, boot="another-pools-boot"))  # same name, other Redis
@@ -313,7 +313,7 @@ def stray_daemon(pool: Pool) -> tuple[FakeDaemon, InventoryPublisher]:
     daemon = FakeDaemon(D1, listed, judged)
     publisher = InventoryPublisher(pool.store, "boot-0", daemon)  # type: ignore[arg-type]
     publisher.new_prober = lambda: daemon  # type: ignore[method-assign,assignment,return-value]
-    pool.client.zadd(k.boots, {"b1": 1})  # the containers' launcher is one of this pool's boots
+    pool.store.client.zadd(k.boots, {"b1": 1})  # the containers' launcher is one of this pool's boots
     return daemon, publisher
 
 
@@ -330,22 +330,22 @@ def test_the_holder_stops_and_publishes_the_strays_of_its_daemon(backend: Backen
     daemon, publisher = stray_daemon(pool)
     settled(publisher)
     assert publisher.tick().startswith("published")
-    raw = cast(str, pool.client.hget(pool.keys.inventory(D1), "strays"))
+    raw = cast(str, pool.store.client.hget(pool.keys.inventory(D1), "strays"))
     published = {x.container_id: x for x in strays.decode(raw, D1)}
     assert sorted(published) == STRAYS
     assert "runs as container c-on-d2 on daemon " + D2 in published["c-elsewhere"].reason
     assert "not its job's current attempt (3)" in published["c-superseded"].reason
     assert "no row" in published["c-gone"].reason
     eventually(lambda: sorted(daemon.stopped) == STRAYS, timeout=5, message="every stray was stopped")
-    lines = cast(str, pool.client.hget(pool.keys.job("elsewhere"), "history")).split("\n")
+    lines = cast(str, pool.store.client.hget(pool.keys.job("elsewhere"), "history")).split("\n")
     history = [json.loads(line) for line in lines]
     assert history[-1][3] == "stray_stopped" and "c-elsewhere"[:12] in history[-1][4]
-    assert pool.client.hget(pool.keys.job("own"), "history") is None
+    assert pool.store.client.hget(pool.keys.job("own"), "history") is None
     assert pool.status().strays and len(pool.status().strays) == len(STRAYS)
     # Gone once stopped: the next listing shows them ended, and the inventory no stray.
     daemon.judged.update({cid: Present(False, 0, container_id=cid) for cid in STRAYS})
     assert publisher.tick().startswith("published")
-    assert strays.decode(cast(str, pool.client.hget(pool.keys.inventory(D1), "strays")), D1) == []
+    assert strays.decode(cast(str, pool.store.client.hget(pool.keys.inventory(D1), "strays")), D1) == []
     assert pool.status().strays == ()
     publisher.strays.close()
 
@@ -356,6 +356,7 @@ def test_no_stray_is_judged_while_redis_settles(backend: Backend) -> None:
     daemon, publisher = stray_daemon(pool)
     publisher.trust.lost()
     assert publisher.tick().startswith("published")
-    assert strays.decode(cast("str | None", pool.client.hget(pool.keys.inventory(D1), "strays")), D1) == []
+    published = cast("str | None", pool.store.client.hget(pool.keys.inventory(D1), "strays"))
+    assert strays.decode(published, D1) == []
     assert daemon.stopped == [] and daemon.removed == []
     publisher.strays.close()

@@ -26,7 +26,7 @@ SCRIPTS = resources.files("jobpool") / "scripts"
 
 
 def fields(pool: Pool) -> dict[str, int]:
-    counters = cast("dict[str, str]", pool.client.hgetall(pool.keys.metrics))
+    counters = cast("dict[str, str]", pool.store.client.hgetall(pool.keys.metrics))
     return {k: int(float(v)) for k, v in counters.items()}
 
 
@@ -109,7 +109,7 @@ def test_terminal_jobs_land_in_the_bucket_of_their_time_since_enqueue(backend: B
     job = enqueue(pool)
     att = claim(pool, job.id)
     created = int(row(pool, job.id)["created_at"])
-    pool.client.hset(pool.keys.job(job.id), "created_at", created - 100_000)  # enqueued 100 s earlier
+    pool.store.client.hset(pool.keys.job(job.id), "created_at", created - 100_000)  # enqueued 100 s earlier
     att.finish("exit", 0)
     stored = fields(pool)
     assert stored["job_duration:succeeded:120"] == 1 and stored["job_duration:succeeded:count"] == 1
@@ -148,7 +148,7 @@ def test_the_sweep_record_and_its_counters_are_written_together(backend: Backend
     pool = backend.pool()
     record_sweep(pool.store, '{"at": 1}', 30.0, {"present": 2, "unknown": 1, "absent": 0})
     record_sweep(pool.store, '{"at": 2}', 7000.0, {"exited": 1})
-    assert pool.client.get(pool.keys.last_sweep) == '{"at": 2}'
+    assert pool.store.client.get(pool.keys.last_sweep) == '{"at": 2}'
     c = read_counters(pool.store)
     assert c.probes == {"present": 2, "exited": 1, "absent": 0, "unknown": 1}
     sweep = c.sweep_duration

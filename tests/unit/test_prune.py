@@ -33,7 +33,7 @@ def finished_jobs(pool: Pool, n: int, code: int = 0) -> list[str]:
     for i in range(n):
         job = enqueue(pool, "echo", str(i))
         finish(pool, job.id, code)
-        pool.client.zadd(pool.keys.state_index(pool.get(job.id).state.value), {job.id: at + i}, xx=True)
+        pool.store.client.zadd(pool.keys.state_index(pool.get(job.id).state.value), {job.id: at + i}, xx=True)
         ids.append(job.id)
     return ids
 

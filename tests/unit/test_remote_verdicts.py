@@ -38,7 +38,7 @@ STALE = 30.0
 
 def publish(pool: Pool, daemon: str, entries: list[Entry], boot: str = "pub", complete: bool = True) -> int:
     k = pool.keys
-    pool.client.delete(k.inventory_lead(daemon))
+    pool.store.client.delete(k.inventory_lead(daemon))
     pool.store.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, boot, 60_000])
     text, _ = encode(entries)
     reply = pool.store.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories,
@@ -53,13 +53,13 @@ def orphan_on(pool: Pool, daemon: str) -> tuple[str, int]:
     job = enqueue(pool, "sleep", "60")
     att = claim(pool, job.id)
     att.set_container("cid-" + job.id, daemon)
-    pool.client.hset(pool.keys.job(job.id), "executor", "docker")
-    pool.client.delete(pool.keys.lease(job.id))
+    pool.store.client.hset(pool.keys.job(job.id), "executor", "docker")
+    pool.store.client.delete(pool.keys.lease(job.id))
     return job.id, att.attempt
 
 
 def judged(pool: Pool, job_id: str, attempt: int, recorded: str = D1) -> Any:
-    secs, micros = pool.client.time()
+    secs, micros = pool.store.client.time()
     invs = remote.read(pool.store, [recorded], secs * 1000 + micros // 1000)
     return remote.judge(attempt, job_id, recorded, invs, STALE)
 
@@ -108,7 +108,8 @@ def test_a_stale_or_expired_inventory_is_unknown_naming_its_daemon_and_age(backe
     invs = remote.read(pool.store, [D1], at + int(STALE * 1000) + 5000)
     p = remote.judge(job[1], job[0], D1, invs, STALE)
     assert isinstance(p, Unknown) and f"inventory of daemon {D1} is 35.0s old (stale after 30s)" in p.reason
-    pool.client.delete(pool.keys.inventory(D1))  # expired; the index still says when it was last heard of
+    # expired; the index still says when it was last heard of
+    pool.store.client.delete(pool.keys.inventory(D1))
     p = remote.judge(job[1], job[0], D1, remote.read(pool.store, [D1], at + 100_000), STALE)
     assert isinstance(p, Unknown) and "last published 100.0s ago and has expired" in p.reason
 
@@ -176,7 +177,7 @@ def test_an_inventory_is_dated_by_when_its_listing_began(backend: Backend) -> No
                               [D1, "pub", "boot-1", 60_000, 600_000, "1", "[]", FORGET_MS, at])
 
     assert int(send(listed)[1]) == listed
-    assert int(cast(str, pool.client.hget(k.inventory(D1), "at"))) == listed
+    assert int(cast(str, pool.store.client.hget(k.inventory(D1), "at"))) == listed
     for bad in (pool.now_ms() + 60_000, pool.now_ms() - 120_000):  # from the future; older than the lead
         with pytest.raises(errors.InvalidArgument):
             send(bad)
@@ -231,7 +232,7 @@ def test_a_stale_inventory_by_the_servers_clock_is_refused_at_apply(backend: Bac
     snap = Evidence(pool.store).read([job_id])
     verdict = decide(snap.rows[0], False, probe, None, snap.now_ms, pool.settings)
     short = pool.settings.replace(inventory_secs=0.1, inventory_stale_secs=0.2)
-    stale_applier = applier(Pool(pool.client, short))
+    stale_applier = applier(Pool(pool.store.client, short))
     time.sleep(0.3)
     assert stale_applier.reconcile_apply(snap.rows[0], verdict, probe) == "conflict"
     assert applier(pool).reconcile_apply(snap.rows[0], verdict, probe) == "queued"
@@ -252,7 +253,7 @@ def test_a_supervisor_attached_to_no_daemon_sweeps_from_inventories(backend: Bac
         report = sup.sweep(job_ids=[running[0], exited[0], gone[0]], dry_run=True)
         kinds = {d.job_id: d.verdict.kind for d in report.decisions}
         assert kinds == {running[0]: Kind.ADOPT, exited[0]: Kind.EXITED, gone[0]: Kind.ABSENT}
-        pool.client.hset(pool.keys.config, "max_concurrent_jobs", 3)
+        pool.store.client.hset(pool.keys.config, "max_concurrent_jobs", 3)
         sup.sweep(job_ids=[exited[0], gone[0]])
         assert state_of(pool, exited[0]) == "succeeded"
         # Absent with budget left: queued again (and promoted again at once into the freed slot).
@@ -274,12 +275,12 @@ def test_a_daemon_declared_gone_frees_its_jobs_and_only_once_it_stopped_publishi
     with pytest.raises(errors.Conflict, match="not gone"):
         forget_daemon(pool, D1, note="ticket 1")  # its workers still speak for it
     assert backend.keyspace() == before
-    pool.client.hset(pool.keys.inventory(D1), "at", pool.now_ms() - int(STALE * 1000) - 1000)
+    pool.store.client.hset(pool.keys.inventory(D1), "at", pool.now_ms() - int(STALE * 1000) - 1000)
     assert isinstance(judged(pool, job_id, attempt), Unknown), "stale: kept"
     with pytest.raises(errors.Conflict, match="lead"):
         forget_daemon(pool, D1)  # its publisher's lead has not lapsed yet: it may be about to publish
-    assert not pool.client.exists(pool.keys.gone_daemons)
-    pool.client.delete(pool.keys.inventory_lead(D1))  # the lead lapsed with its holder
+    assert not pool.store.client.exists(pool.keys.gone_daemons)
+    pool.store.client.delete(pool.keys.inventory_lead(D1))  # the lead lapsed with its holder
     forget_daemon(pool, D1, actor="ops", note="ticket 1")
     assert gone_daemons(pool)[D1]["actor"] == "ops" and gone_daemons(pool)[D1]["note"] == "ticket 1"
     p = judged(pool, job_id, attempt)
@@ -298,8 +299,8 @@ def test_a_daemon_declared_gone_keeps_the_ends_its_last_inventory_recorded(backe
     pool = backend.pool(recovery_budget=1)
     job_id, attempt = orphan_on(pool, D1)
     publish(pool, D1, [Entry(job_id, attempt, "exited", 3, "c1")])
-    pool.client.hset(pool.keys.inventory(D1), "at", pool.now_ms() - int(STALE * 1000) - 1000)
-    pool.client.delete(pool.keys.inventory_lead(D1))
+    pool.store.client.hset(pool.keys.inventory(D1), "at", pool.now_ms() - int(STALE * 1000) - 1000)
+    pool.store.client.delete(pool.keys.inventory_lead(D1))
     forget_daemon(pool, D1)
     p = judged(pool, job_id, attempt)
     assert isinstance(p, Present) and p.exit_code == 3 and p.inventory is None and "declared gone" in p.detail
@@ -332,12 +333,13 @@ def test_forgetting_anything_but_a_daemon_identity_is_refused_and_writes_nothing
 
 def gone_now(pool: Pool, daemon: str = D1) -> None:
     """The daemon's inventory stale, its lead lapsed: what forget_daemon waits for."""
-    pool.client.hset(pool.keys.inventory(daemon), "at", pool.now_ms() - int(STALE * 1000) - 1000)
-    pool.client.delete(pool.keys.inventory_lead(daemon))
+    pool.store.client.hset(pool.keys.inventory(daemon), "at", pool.now_ms() - int(STALE * 1000) - 1000)
+    pool.store.client.delete(pool.keys.inventory_lead(daemon))
 
 
 def returned(pool: Pool) -> list[dict[str, Any]]:
-    return [json.loads(r) for r in cast("list[str]", pool.client.zrange(pool.keys.returned_daemons, 0, -1))]
+    returned = cast("list[str]", pool.store.client.zrange(pool.keys.returned_daemons, 0, -1))
+    return [json.loads(r) for r in returned]
 
 
 def daemons_of(report: StatusReport) -> Daemons:
@@ -346,7 +348,7 @@ def daemons_of(report: StatusReport) -> Daemons:
 
 
 def pool_events(pool: Pool) -> list[dict[str, str]]:
-    entries = cast("list[tuple[str, dict[str, str]]]", pool.client.xrange(pool.keys.events))
+    entries = cast("list[tuple[str, dict[str, str]]]", pool.store.client.xrange(pool.keys.events))
     return [fields for _, fields in entries]
 
 
@@ -409,7 +411,7 @@ def test_a_declaration_is_withdrawn_by_hand_and_only_one_that_stands(backend: Ba
 def test_records_of_lifted_declarations_are_kept_a_week(backend: Backend) -> None:
     pool = backend.pool()
     old = json.dumps({"daemon": D2, "how": "published", "at": 1})
-    pool.client.zadd(pool.keys.returned_daemons, {old: pool.now_ms() - FORGET_MS - 1000})
+    pool.store.client.zadd(pool.keys.returned_daemons, {old: pool.now_ms() - FORGET_MS - 1000})
     publish(pool, D1, [])
     gone_now(pool)
     forget_daemon(pool, D1)
@@ -423,7 +425,8 @@ def test_a_daemon_silent_for_over_a_week_stays_forgettable_while_a_running_row_n
     index, yet its job holds a slot for ever: the typo check accepts an id a running row names."""
     pool = backend.pool(max_concurrent_jobs=2, recovery_budget=1)
     job_id, attempt = orphan_on(pool, D1)
-    assert pool.client.zscore(pool.keys.inventories, D1) is None, "never in the index (or aged out of it)"
+    assert pool.store.client.zscore(pool.keys.inventories, D1) is None, \
+        "never in the index (or aged out of it)"
     other = UUID[:-4] + "dddd@boot-1"
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument, match="no running job is recorded on it"):
@@ -445,9 +448,11 @@ def test_a_slot_waiting_on_an_affinity_to_a_daemon_silent_for_a_week_is_named_an
     pool = backend.pool(max_concurrent_jobs=2)
     job_id = pool.enqueue("img", ["true"]).id
     queue = pool.keys.daemon_queue(D1)
-    pool.client.hset(pool.keys.job(job_id), mapping={"affinity": D1, "affinity_queue": queue})
-    assert pool.client.zscore(pool.keys.running, job_id) is not None and pool.get(job_id).owner_boot == ""
-    assert pool.client.zscore(pool.keys.inventories, D1) is None, "never in the index (or aged out of it)"
+    pool.store.client.hset(pool.keys.job(job_id), mapping={"affinity": D1, "affinity_queue": queue})
+    assert pool.store.client.zscore(pool.keys.running, job_id) is not None
+    assert pool.get(job_id).owner_boot == ""
+    assert pool.store.client.zscore(pool.keys.inventories, D1) is None, \
+        "never in the index (or aged out of it)"
     (held,) = daemons_of(pool.status()).stale
     assert (held.daemon_id, held.jobs) == (D1, (job_id,))
     forget_daemon(pool, D1, note="the host of its checkpoints was destroyed")
@@ -458,7 +463,8 @@ def test_only_a_running_row_makes_an_unpublished_daemon_forgettable(backend: Bac
     """A row that names the daemon but no longer runs (finished, or a stale read of the caller's) does not."""
     pool = backend.pool(max_concurrent_jobs=2)
     job_id, _attempt = orphan_on(pool, D1)
-    pool.client.zrem(pool.keys.running, job_id)  # as if it ended between the caller's read and the script
+    # as if it ended between the caller's read and the script
+    pool.store.client.zrem(pool.keys.running, job_id)
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument, match="check the id"):
         forget_daemon(pool, D1)
@@ -472,20 +478,21 @@ def test_status_names_the_daemons_holding_slots_on_stale_evidence_and_those_back
     pool = backend.pool(max_concurrent_jobs=3, inventory_stale_secs=STALE)
     job_id, attempt = orphan_on(pool, D1)
     live, _ = orphan_on(pool, D1)
-    pool.client.set(pool.keys.lease(live), "someone:1")  # its worker lives: held on its lease, not stale
+    # its worker lives: held on its lease, not stale
+    pool.store.client.set(pool.keys.lease(live), "someone:1")
     at = publish(pool, D1, [Entry(job_id, attempt, "running", container_id="c1")])
     assert daemons_of(pool.status()).stale == (), "a fresh inventory: the sweep judges from it"
     gone_now(pool)
-    last = int(cast(str, pool.client.hget(pool.keys.inventory(D1), "at")))
+    last = int(cast(str, pool.store.client.hget(pool.keys.inventory(D1), "at")))
     report = pool.status()
     (held,) = daemons_of(report).stale
     assert (held.daemon_id, held.jobs, held.since_ms, held.last_published_ms) == (D1, (job_id,), last, last)
     assert any(f"jobpool forget-daemon {D1}" in w and job_id in w for w in report.health.warnings)
     assert report.to_dict()["daemons"]["stale"][0]["command"] == f"jobpool forget-daemon {D1}"
     # A week on: its inventory expired and it aged out of the index. Still named, since its jobs' last beat.
-    pool.client.delete(pool.keys.inventory(D1))
-    pool.client.zrem(pool.keys.inventories, D1)
-    pool.client.hset(pool.keys.job(job_id), "heartbeat_at", at - 5)
+    pool.store.client.delete(pool.keys.inventory(D1))
+    pool.store.client.zrem(pool.keys.inventories, D1)
+    pool.store.client.hset(pool.keys.job(job_id), "heartbeat_at", at - 5)
     (held,) = daemons_of(pool.status()).stale
     assert (held.since_ms, held.last_published_ms) == (at - 5, None)
     forget_daemon(pool, D1)

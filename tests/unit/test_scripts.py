@@ -59,8 +59,8 @@ def test_enqueue_creates_queued_row_and_presaves_rq_hash(backend: Backend) -> No
         "exit_code": ""}
     assert json.loads(r["spec"])["command"] == ["echo", "hi"] and json.loads(r["spec"])["env"] == {"A": "1"}
     assert index_of(pool, job.id) == ["queued"]
-    assert pool.client.zscore(pool.keys.queued, job.id) == 1.0
-    assert pool.client.hget(pool.keys.config, "max_concurrent_jobs") == "0"
+    assert pool.store.client.zscore(pool.keys.queued, job.id) == 1.0
+    assert pool.store.client.hget(pool.keys.config, "max_concurrent_jobs") == "0"
     # RQ's hash is saved now, invisible to workers (status created, not on RQ's list) until promoted.
     rq = rq_hash(backend, pool, job.id)
     assert rq[b"status"] == b"created" and rq[b"origin"] == b"jobpool-default" and rq[b"timeout"] == b"-1"
@@ -76,7 +76,7 @@ def test_enqueue_promotes_at_once_into_a_free_slot(backend: Backend) -> None:
     assert job.state is JobState.RUNNING and job.attempt == 1 and job.promoted_at is not None
     assert running_ids(pool) == {job.id} and index_of(pool, job.id) == ["running"]
     assert rq_list(pool) == [job.id]
-    assert pool.client.sismember(RQ_QUEUES, pool.keys.rq_queue)
+    assert pool.store.client.sismember(RQ_QUEUES, pool.keys.rq_queue)
     evs = events_of(pool, job.id)
     assert [e["reason"] for e in evs] == ["enqueued", "promoted"]
     assert_event(evs[1], job.id, "queued", "running", "promoted", evidence="attempt=1")
@@ -121,7 +121,7 @@ def test_coalesce_returns_the_queued_twin_and_writes_nothing(backend: Backend) -
     twin = enqueue(pool, "build", env={"X": "1"}, coalesce=True)
     assert twin.id == first.id and twin.coalesced and twin.state is JobState.QUEUED
     assert backend.keyspace() == before  # no row, no RQ hash, no seq, no event
-    assert pool.client.hgetall(pool.keys.coalesce) == {first.coalesce_key: first.id}
+    assert pool.store.client.hgetall(pool.keys.coalesce) == {first.coalesce_key: first.id}
 
 
 @pytest.mark.parametrize("change", [
@@ -149,7 +149,7 @@ def test_running_jobs_never_coalesce(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=1)
     running = enqueue(pool, "x", coalesce=True)
     assert running.state is JobState.RUNNING
-    assert pool.client.hgetall(pool.keys.coalesce) == {}  # promotion dropped the entry
+    assert pool.store.client.hgetall(pool.keys.coalesce) == {}  # promotion dropped the entry
     queued = enqueue(pool, "x", coalesce=True)
     assert queued.id != running.id and queued.state is JobState.QUEUED and not queued.coalesced
     assert enqueue(pool, "x", coalesce=True).id == queued.id
@@ -176,7 +176,7 @@ def test_coalesce_entry_is_dropped_when_the_job_leaves_queued(backend: Backend, 
     else:
         pool.cancel(first.id)
     assert state_of(pool, first.id) == {"promote": "running", "pause": "paused", "cancel": "cancelled"}[leave]
-    assert pool.client.hgetall(pool.keys.coalesce) == {}
+    assert pool.store.client.hgetall(pool.keys.coalesce) == {}
     assert enqueue(pool, "x", coalesce=True).id != first.id
 
 
@@ -185,7 +185,7 @@ def test_coalesce_entry_returns_with_the_job(backend: Backend) -> None:
     job = enqueue(pool, "x", coalesce=True)
     pool.pause(job.id)
     pool.resume(job.id)
-    assert pool.client.hgetall(pool.keys.coalesce) == {job.coalesce_key: job.id}
+    assert pool.store.client.hgetall(pool.keys.coalesce) == {job.coalesce_key: job.id}
     assert enqueue(pool, "x", coalesce=True).id == job.id
 
 
@@ -311,7 +311,7 @@ def test_claim_takes_the_promoted_row(backend: Backend) -> None:
     got = pool.get(job.id)
     assert got.owner_boot == "boot-a" and got.claimed_at is not None and got.heartbeat_at == got.claimed_at
     assert lease(pool, job.id) == "boot-a:1"
-    assert 0 < pool.client.pttl(pool.keys.lease(job.id)) <= 30_000
+    assert 0 < pool.store.client.pttl(pool.keys.lease(job.id)) <= 30_000
     assert_event(last_event(pool, job.id), job.id, "running", "running", "claimed",
                  evidence="boot=boot-a attempt=1", actor="boot-a")
 
@@ -371,7 +371,7 @@ def test_heartbeat_renews_the_lease_and_reads_requests(backend: Backend) -> None
     backend.client.pexpire(pool.keys.lease(job.id), 50)
     req = att.heartbeat()
     assert (req.pause, req.cancel) == (False, False)
-    assert pool.client.pttl(pool.keys.lease(job.id)) > 20_000 and lease(pool, job.id) == "boot-a:1"
+    assert pool.store.client.pttl(pool.keys.lease(job.id)) > 20_000 and lease(pool, job.id) == "boot-a:1"
     pool.pause(job.id)
     pool.cancel(job.id)
     req = att.heartbeat()
@@ -398,7 +398,7 @@ def test_set_container_renews_the_lease_and_reads_requests(backend: Backend) -> 
     backend.client.pexpire(pool.keys.lease(job.id), 50)
     req = att.set_container("c0ffee", "daemon-1")
     assert (req.pause, req.cancel) == (False, False)
-    assert pool.client.pttl(pool.keys.lease(job.id)) > 20_000 and lease(pool, job.id) == "boot-a:1"
+    assert pool.store.client.pttl(pool.keys.lease(job.id)) > 20_000 and lease(pool, job.id) == "boot-a:1"
     pool.cancel(job.id)
     req = att.set_container("c0ffee", "daemon-1")
     assert (req.pause, req.cancel) == (False, True)
@@ -431,7 +431,7 @@ def test_fenced_write_from_a_non_owner_is_refused_byte_for_byte(backend: Backend
         FENCED_WRITES[write](imposter)
     assert backend.raw.hgetall(pool.keys.job(job.id)) == before_row
     assert backend.keyspace() == before
-    assert pool.client.pttl(pool.keys.lease(job.id)) > 9_000_000
+    assert pool.store.client.pttl(pool.keys.lease(job.id)) > 9_000_000
 
 
 @pytest.mark.parametrize("write", sorted(FENCED_WRITES))
@@ -541,7 +541,7 @@ def test_finish_persisted_requests_win(backend: Backend, request_: str, kind: st
     assert got.state.value == expected and index_of(pool, job.id) == [expected]
     assert not got.pause_requested and not got.cancel_requested and lease(pool, job.id) is None
     if expected == "paused":
-        assert pool.client.zscore(pool.keys.paused_jobs, job.id) == got.seq
+        assert pool.store.client.zscore(pool.keys.paused_jobs, job.id) == got.seq
     assert last_event(pool, job.id)["to"] == expected
 
 
@@ -556,7 +556,7 @@ def test_finish_interrupted_hands_back_to_its_place_without_spending_budget(back
     assert got.state is JobState.QUEUED and got.seq == first.seq and got.recovery_attempts == 0
     assert got.owner_boot == "" and got.error_reason == "shutdown_handback" and lease(pool, first.id) is None
     assert queued_ids(pool) == [first.id] + [j.id for j in later]
-    assert pool.client.zscore(pool.keys.queued, first.id) == first.seq
+    assert pool.store.client.zscore(pool.keys.queued, first.id) == first.seq
     assert rq_list(pool) == []
     assert_event(last_event(pool, first.id), first.id, "running", "queued", "shutdown_handback")
     pool.resume(None)

@@ -44,7 +44,7 @@ def test_pause_and_resume_a_queued_job_keeps_its_place(backend: Backend) -> None
     paused = pool.pause(jobs[0].id, reason="hold")
     assert paused is not None and paused.state is JobState.PAUSED
     assert index_of(pool, jobs[0].id) == ["paused"]
-    assert pool.client.zscore(pool.keys.paused_jobs, jobs[0].id) == jobs[0].seq
+    assert pool.store.client.zscore(pool.keys.paused_jobs, jobs[0].id) == jobs[0].seq
     assert row(pool, jobs[0].id)["pause_reason"] == "hold"
     assert_event(last_event(pool, jobs[0].id), jobs[0].id, "queued", "paused", "pause", evidence="hold")
     enqueue(pool)
@@ -64,7 +64,7 @@ def test_pause_an_unclaimed_running_job_frees_its_slot(backend: Backend) -> None
     got = pool.pause(job.id)
     assert got is not None and got.state is JobState.PAUSED and not got.pause_requested
     assert index_of(pool, job.id) == ["paused"]
-    assert pool.client.zscore(pool.keys.paused_jobs, job.id) == job.seq
+    assert pool.store.client.zscore(pool.keys.paused_jobs, job.id) == job.seq
     assert state_of(pool, nxt.id) == "running"
     assert rq_list(pool) == [nxt.id]  # a late RQ delivery of the paused one cannot run it
     assert_event(events_of(pool, job.id)[-1], job.id, "running", "paused", "pause")
@@ -135,7 +135,7 @@ def test_cancel_a_waiting_job(backend: Backend, start: str) -> None:
         pool.pause(job.id)
     got = pool.cancel(job.id, reason="not needed")
     assert got.state is JobState.CANCELLED and got.error_reason == "cancelled" and got.finished_at is not None
-    assert index_of(pool, job.id) == ["cancelled"] and pool.client.hgetall(pool.keys.coalesce) == {}
+    assert index_of(pool, job.id) == ["cancelled"] and pool.store.client.hgetall(pool.keys.coalesce) == {}
     assert_event(last_event(pool, job.id), job.id, start, "cancelled", "cancel", evidence="not needed")
 
 
@@ -188,7 +188,7 @@ def test_pause_queue_holds_promotion_and_resume_promotes(backend: Backend) -> No
     running = enqueue(pool)
     att = claim(pool, running.id)
     pool.pause(None, reason="deploy")
-    paused = pool.client.hgetall(pool.keys.paused)
+    paused = pool.store.client.hgetall(pool.keys.paused)
     assert paused["by"] == "api" and paused["reason"] == "deploy" and int(paused["since"]) > 0
     ev = events_of(pool)[-1]
     assert (ev["reason"], ev["evidence"], ev["job"]) == ("queue_paused", "deploy", "")
@@ -202,7 +202,7 @@ def test_pause_queue_holds_promotion_and_resume_promotes(backend: Backend) -> No
     assert [state_of(pool, j.id) for j in waiting] == ["queued"] * 3
     pool.resume(None)
     assert [state_of(pool, j.id) for j in waiting] == ["running", "running", "queued"]
-    assert not pool.client.exists(pool.keys.paused)
+    assert not pool.store.client.exists(pool.keys.paused)
     assert [e["reason"] for e in events_of(pool) if e["job"] == ""] == ["queue_paused", "queue_resumed"]
     reply = pool.store.run("resume_queue", [], ["t"])  # not paused: nothing to resume, no event
     assert reply[1] == 0
@@ -515,7 +515,7 @@ def test_adopt_is_refused_to_a_worker_on_another_daemon(backend: Backend) -> Non
     pool = backend.pool()
     job = enqueue(pool)
     Attempt(pool.store, job.id, "boot-a", 1).claim("docker", "jpd1:aaaa@boot-1")
-    pool.client.delete(pool.keys.lease(job.id))
+    pool.store.client.delete(pool.keys.lease(job.id))
     before = backend.keyspace()
     for other in ("jpd1:bbbb@boot-1", ""):
         with pytest.raises(errors.Conflict):
@@ -525,7 +525,7 @@ def test_adopt_is_refused_to_a_worker_on_another_daemon(backend: Backend) -> Non
     pool.set_slots(2)
     blind = enqueue(pool, "blind")
     Attempt(pool.store, blind.id, "boot-a", 1).claim()
-    pool.client.delete(pool.keys.lease(blind.id))
+    pool.store.client.delete(pool.keys.lease(blind.id))
     with pytest.raises(errors.Conflict):
         Attempt.adopt(pool.store, blind.id, "boot-a", 1, "boot-b", "", daemon_id="")
     Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b", "", daemon_id="jpd1:aaaa@boot-1")
@@ -537,11 +537,11 @@ def test_an_adoption_sent_again_after_its_reply_was_lost_succeeds_again(backend:
     job = enqueue(pool, "long")
     orphan(backend, pool, job.id, "boot-a")
     Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b", "probe: running", daemon_id="daemon-1")
-    pool.client.pexpire(pool.keys.lease(job.id), 5)  # the retry also renews the lease
+    pool.store.client.pexpire(pool.keys.lease(job.id), 5)  # the retry also renews the lease
     again, spec, container_id, _ = Attempt.adopt(pool.store, job.id, "boot-a", 1, "boot-b", "probe: running",
                                                  daemon_id="daemon-1")
     assert (spec.command, container_id) == (("long",), "cid-1")
-    assert lease(pool, job.id) == "boot-b:1" and pool.client.pttl(pool.keys.lease(job.id)) > 1000
+    assert lease(pool, job.id) == "boot-b:1" and pool.store.client.pttl(pool.keys.lease(job.id)) > 1000
     assert [e["reason"] for e in events_of(pool, job.id)].count("adopted") == 1
     again.heartbeat()
     # Another boot, or another daemon, is still refused.

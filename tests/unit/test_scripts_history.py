@@ -28,7 +28,7 @@ MARKER_EVIDENCE = re.compile(r"(\d+) events dropped to bound the history \(ids (
 
 def stream_events(pool: Pool, job_id: str) -> list[dict[str, str]]:
     """Every event of `job_id` in the pool's stream, oldest first (filtered from the stream, not the row)."""
-    entries = cast("list[tuple[str, dict[str, str]]]", pool.client.xrange(pool.keys.events))
+    entries = cast("list[tuple[str, dict[str, str]]]", pool.store.client.xrange(pool.keys.events))
     return [{"id": entry_id, **fields} for entry_id, fields in entries if fields.get("job") == job_id]
 
 
@@ -72,7 +72,7 @@ def test_a_long_text_is_cut_on_a_character_boundary_with_a_mark(backend: Backend
             assert int(m.group(1)) == len(whole.encode()) - len(start.encode())
     # The row keeps the reason whole, and its metric word is that of the reason given.
     assert pool.get(job.id).error_reason == reason
-    assert pool.client.hget(pool.keys.metrics, "transitions:failed:launch_failed") == "1"
+    assert pool.store.client.hget(pool.keys.metrics, "transitions:failed:launch_failed") == "1"
 
 
 def test_a_text_within_the_budget_is_kept_whole(backend: Backend) -> None:

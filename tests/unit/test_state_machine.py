@@ -66,13 +66,13 @@ class PoolMachine(RuleBasedStateMachine):
     # ---- reading the registry ----
 
     def rows(self) -> dict[str, dict[str, str]]:
-        pipe = self.pool.client.pipeline(transaction=False)
+        pipe = self.pool.store.client.pipeline(transaction=False)
         for job_id in self.ids:
             pipe.hgetall(self.pool.keys.job(job_id))
         return dict(zip(self.ids, pipe.execute(), strict=True))
 
     def row(self, job_id: str) -> dict[str, str]:
-        return cast("dict[str, str]", self.pool.client.hgetall(self.pool.keys.job(job_id)))
+        return cast("dict[str, str]", self.pool.store.client.hgetall(self.pool.keys.job(job_id)))
 
     def owners(self) -> dict[str, Attempt]:
         """The attempt that owns each claimed running row, read from Redis."""
@@ -90,7 +90,7 @@ class PoolMachine(RuleBasedStateMachine):
         return self.pool.slots()[1]
 
     def queue_paused(self) -> bool:
-        return bool(self.pool.client.exists(self.pool.keys.paused))
+        return bool(self.pool.store.client.exists(self.pool.keys.paused))
 
     def refused(self, exc: type[BaseException], call: Any) -> None:
         """`call` raises `exc` and writes nothing."""
@@ -121,7 +121,7 @@ class PoolMachine(RuleBasedStateMachine):
     @rule()
     def promote(self) -> None:
         queued = queued_ids(self.pool)
-        free = max(0, self.max_slots() - len(self.pool.client.zrange(self.pool.keys.running, 0, -1)))
+        free = max(0, self.max_slots() - len(self.pool.store.client.zrange(self.pool.keys.running, 0, -1)))
         n = self.pool.promote()
         expected = 0 if self.queue_paused() else min(free, len(queued))
         assert n == expected
@@ -147,7 +147,7 @@ class PoolMachine(RuleBasedStateMachine):
         req = me.heartbeat()
         r = self.row(me.job_id)
         assert (req.pause, req.cancel) == (r["pause_requested"] == "1", r["cancel_requested"] == "1")
-        assert self.pool.client.get(self.pool.keys.lease(me.job_id)) == f"{me.boot_id}:{me.attempt}"
+        assert self.pool.store.client.get(self.pool.keys.lease(me.job_id)) == f"{me.boot_id}:{me.attempt}"
         other = next(b for b in BOOTS if b != me.boot_id)
         self.refused(errors.NotOwner, Attempt(self.pool.store, me.job_id, other, me.attempt).heartbeat)
 
@@ -180,7 +180,7 @@ class PoolMachine(RuleBasedStateMachine):
         """The owner's lease vanishes; the supervisor reconciles the row as absent, or a live boot adopts."""
         me = data.draw(st.sampled_from(self.owned()))
         r = self.row(me.job_id)
-        self.pool.client.delete(self.pool.keys.lease(me.job_id))
+        self.pool.store.client.delete(self.pool.keys.lease(me.job_id))
         if adopt:
             heir = next(b for b in BOOTS if b != me.boot_id)
             new, *_ = Attempt.adopt(self.pool.store, me.job_id, me.boot_id, me.attempt, heir,
@@ -289,7 +289,7 @@ class PoolMachine(RuleBasedStateMachine):
     @invariant()
     def registry_invariants(self) -> None:
         self.checks += 1
-        keys, pipe = self.pool.keys, self.pool.client.pipeline(transaction=False)
+        keys, pipe = self.pool.keys, self.pool.store.client.pipeline(transaction=False)
         for job_id in self.ids:
             pipe.hgetall(keys.job(job_id))
             pipe.get(keys.lease(job_id))

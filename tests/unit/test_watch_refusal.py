@@ -39,23 +39,23 @@ def running(backend: Backend, handle: SimpleNamespace) -> tuple[Pool, Runtime, A
 
 def taken_by(pool: Pool, job_id: str, boot: str, container_id: str, live: bool,
              identity: str = "") -> None:
-    pool.client.hset(pool.keys.job(job_id), mapping={"owner_boot": boot, "container_id": container_id,
+    pool.store.client.hset(pool.keys.job(job_id), mapping={"owner_boot": boot, "container_id": container_id,
                                                      "identity": identity})
     if live:
-        pool.client.hset(pool.keys.boot(boot), mapping={"role": "worker"})
+        pool.store.client.hset(pool.keys.boot(boot), mapping={"role": "worker"})
 
 
 def test_rolled_back_to_unclaimed_is_claimed_back_for_our_container(backend: Backend) -> None:
     handle = launched()
     pool, rt, ours = running(backend, handle)
     # Redis came back from before our claim: the row as promote left it, no lease.
-    pool.client.hset(pool.keys.job(ours.job_id),
+    pool.store.client.hset(pool.keys.job(ours.job_id),
                      mapping={"owner_boot": "", "container_id": "", "claimed_at": ""})
-    pool.client.delete(pool.keys.lease(ours.job_id))
+    pool.store.client.delete(pool.keys.lease(ours.job_id))
     assert _after_refusal(rt, ours, handle) == Requests(False, False)
     row = pool.get(ours.job_id)
     assert (row.owner_boot, row.container_id, row.attempt) == (OURS, "c-ours", ours.attempt)
-    assert pool.client.get(pool.keys.lease(ours.job_id)) == f"{OURS}:{ours.attempt}"
+    assert pool.store.client.get(pool.keys.lease(ours.job_id)) == f"{OURS}:{ours.attempt}"
     with pytest.raises(errors.NotOwner):  # the delivery Redis brought back is refused
         Attempt(pool.store, ours.job_id, THEIRS, ours.attempt).claim()
 
@@ -85,11 +85,12 @@ def test_another_owner_is_an_adoption_only_with_proof(backend: Backend, containe
 def test_a_later_attempt_or_a_finished_row_is_lost(backend: Backend) -> None:
     handle = launched()
     pool, rt, ours = running(backend, handle)
-    pool.client.hset(pool.keys.job(ours.job_id), mapping={"attempt": ours.attempt + 1, "owner_boot": ""})
+    pool.store.client.hset(pool.keys.job(ours.job_id),
+                           mapping={"attempt": ours.attempt + 1, "owner_boot": ""})
     assert _after_refusal(rt, ours, handle) == LOST
-    pool.client.hset(pool.keys.job(ours.job_id), mapping={"attempt": ours.attempt, "state": "failed"})
+    pool.store.client.hset(pool.keys.job(ours.job_id), mapping={"attempt": ours.attempt, "state": "failed"})
     assert _after_refusal(rt, ours, handle) == LOST
-    pool.client.delete(pool.keys.job(ours.job_id))
+    pool.store.client.delete(pool.keys.job(ours.job_id))
     assert _after_refusal(rt, ours, handle) == LOST
 
 
