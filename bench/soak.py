@@ -52,10 +52,19 @@ counted (`unexpected_exits`). It runs until every job is terminal and every faul
 (bounded in time) and prints one line of figures; each fault is logged to stderr with its time, and what broke
 a zero (with the jobs' events and rows) goes to findings.txt beside the processes' logs, and so does the
 history of each job that failed though it was not built to (a fault charged to the job). The promises are the
-zeros: lost jobs, instants over the slot limit (both daemons sampled, summed), jobs with two live containers
-at once (on one daemon or across the two), jobs stuck non-terminal, and illegal transitions in the events
-stream (read live: see bench/soak_watch.py), events the stream dropped before they were read, and rows that
-retention removed but no prune event accounts for.
+zeros: lost jobs, instants over the slot limit (the running containers' job weights, every daemon sampled,
+summed), instants over a named limit (a name's units summed over the running containers of the jobs using
+it), jobs with two live containers at once (on one daemon or across the two), jobs stuck non-terminal, and
+illegal transitions in the events stream (read live: see bench/soak_watch.py), events the stream dropped
+before they were read, and rows that retention removed but no prune event accounts for.
+
+The job mix has order and limits in it (docs/architecture.md, "Order and limits"; bench/soak_order.py): the
+limits `gpu` = 2 and `dataset:*` = 1 are set before the first job is fed, and each job's priority, weight
+(`slots=2`, never more than `--slots`), named uses (`gpu`, 1 or 2 units; one `dataset:<name>` of three) and
+group are drawn from a generator of the seed's own, so a seed gives the same mix. A job passed over 3 s gets
+the reservation (JOBPOOL_RESERVE_AFTER_SECS), so reservations are taken and given back under the faults too.
+The line shows the mix (`mix=`) and the most each limit was seen holding at one instant (`peaks=`: the
+slots by weight, each named limit's busiest name), which shows the limits were met and not only never passed.
 
 `--keep N` runs it as a long-lived pool: every process keeps only the newest N finished jobs of each state
 (JOBPOOL_KEEP_*) and the event stream is capped small (`--events-maxlen`, JOBPOOL_EVENTS_MAXLEN), so both
