@@ -223,6 +223,39 @@ def test_without_the_wait_a_passed_job_is_not_reserved(backend: Backend) -> None
     assert [state_of(pool, j.id) for j in (first, heavy, late)] == ["running", "queued", "running"]
 
 
+def test_waiters_held_back_for_the_reservation_do_not_keep_it_from_the_free_slots(backend: Backend) -> None:
+    """The reserved job waits for slots behind three jobs that, woken first when the last running job ends,
+    are held back for it: it must still be woken, or nothing runs, nothing is released again, and every
+    queued job waits for ever with every slot free (the chaos soak's job mix met this)."""
+    pool = backend.pool(max_concurrent_jobs=3, reserve_after_secs=0)
+    running = enqueue(pool, "running", slots=2)
+    pool.pause()  # so the reserved job's group queues jobs ahead of it that are gone by the time it waits
+    gone = [enqueue(pool, f"gone{i}", group="a") for i in range(3)]
+    reserved = enqueue(pool, "reserved", slots=2, group="a")
+    for job in gone:
+        pool.cancel(job.id)
+    pool.resume()  # parked: 2 slots needed, 1 free; then reserved, as passed over first
+    ahead = [enqueue(pool, f"ahead{i}", slots=2, group="b") for i in range(3)]  # earlier turns, parked too
+    assert str(pool.client.hget(pool.keys.config, "reserved")).startswith(reserved.id)
+    finish(pool, running)
+    assert state_of(pool, reserved.id) == "running"
+    assert [state_of(pool, j.id) for j in ahead] == ["queued"] * 3
+    finish(pool, reserved)  # one of them next (the reservation passes to whichever was passed over first)
+    assert sorted(state_of(pool, j.id) for j in ahead) == ["queued", "queued", "running"]
+
+
+def test_waiters_woken_for_slots_but_parked_on_a_limit_leave_the_slots_to_those_behind(
+        backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=3)
+    pool.set_limit("tape", 0)  # nothing may use it for now
+    running = enqueue(pool, "running", slots=2)
+    on_tape = [enqueue(pool, f"tape{i}", slots=2, uses={"tape": 1}) for i in range(3)]
+    behind = enqueue(pool, "behind", slots=2)
+    finish(pool, running)  # 3 slots free: the first three waiters woken, all parked again on `tape`
+    assert state_of(pool, behind.id) == "running"
+    assert [state_of(pool, j.id) for j in on_tape] == ["queued"] * 3
+
+
 def test_a_ghost_gives_back_what_it_held(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=3)
     pool.set_limit("gpu", 1)
