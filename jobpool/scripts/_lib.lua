@@ -510,11 +510,12 @@ end
 
 -- Park the head `id` (not startable now: waiting on `name`) in `blocked`, out of `ready`. The first time,
 -- it is also entered in `passed` (when, and what it needs), where a reservation is taken from.
--- A head whose row still names another member (`parked`) was woken from that name's waiters and counted
--- against its room (`wake_waiters`), which ended that reading before the waiters behind it; parked now on
--- something else (held back for the reservation, another limit) it took none of that room, so the reading
--- goes on after it (a `wake` entry from its old member). Without this, the waiters behind it, the reserved
--- job among them, could wait for a release that never comes, with the room free.
+-- A head whose row still names a member (`parked`) was woken from that name's waiters and counted against
+-- its room (`wake_waiters`), which may have ended that reading before the waiters behind it. Parked again
+-- (held back for the reservation, another limit, or the same name: it needs more of it than there is, or than
+-- its limit will ever give) it took none of that room, so the reading goes on after it (a `wake` entry from
+-- its old member, read past it). Without this, the waiters behind it, the reserved job among them, could wait
+-- for a release that never comes, with the room free.
 local function park(jkey, id, name, order, p, w, uses, now)
   local member = parked_member(name, order, id)
   redis.call('ZREM', KEYS[K_READY], id)
@@ -522,8 +523,8 @@ local function park(jkey, id, name, order, p, w, uses, now)
   local row = redis.call('HMGET', jkey, 'passed', 'parked')
   local passed, before = row[1], row[2]
   local was = before and string.match(before, '^(%S+) ')
-  if was and was ~= name and was ~= '#reserved' and redis.call('HEXISTS', KEYS[K_WAKE], was .. ' ') == 0 then
-    redis.call('HSET', KEYS[K_WAKE], was .. ' ', before)
+  if was and was ~= '#reserved' and redis.call('HEXISTS', KEYS[K_WAKE], was .. ' ') == 0 then
+    wake(was .. ' ', before)
   end
   if not passed or passed == '' then
     passed = id .. '|' .. p .. '|' .. w .. '|' .. format_uses(uses)

@@ -12,7 +12,8 @@ Returns {0, created, promoted, why_stopped, now, then four per job in input orde
         state}: a job that coalesced names the queued job it equals (seq and state ''); a new job its own id,
         seq and state (queued, or running when promoted here). -5 when an id exists or repeats, -6 when
         ARGV and KEYS disagree or a job's order and limits do not read, -7 when a job needs more slots than
-        the pool has (a limit of 0 holds every job, whatever its weight) or no limit covers a name it uses: all before anything is
+        the pool has, or more of a name than its limit (a limit of 0 holds every job, whatever it needs), or
+        no limit covers a name it uses: all before anything is
         written. A pool with no limit stored yet gets the default (DEFAULT_SLOTS, _lib.lua).
 why_stopped 'stale' means slots are free but the new jobs are not the head: the caller should run promote;
 'full' when no slot is free (paused or not); 'none' when every job coalesced.
@@ -50,6 +51,10 @@ local function schedule_of(text)
     local limit = limit_for(name)
     if not limit then
       return nil, {E_BAD_SPEC, 'no limit covers ' .. name .. ' (jobpool limit ' .. name .. ' N sets one)'}
+    end
+    local size = tonumber(redis.call('HGET', KEYS[K_LIMITS], limit)) or 0
+    if size > 0 and tonumber(amount) > size then  -- a limit of 0 holds every job: any amount waits then
+      return nil, {E_BAD_SPEC, 'it needs ' .. amount .. ' of ' .. name .. '; its limit ' .. limit .. ' is ' .. size}
     end
     uses[#uses + 1] = {name, tonumber(amount), limit}
   end

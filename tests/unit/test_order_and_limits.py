@@ -236,7 +236,7 @@ def test_waiters_held_back_for_the_reservation_do_not_keep_it_from_the_free_slot
         pool.cancel(job.id)
     pool.resume()  # parked: 2 slots needed, 1 free; then reserved, as passed over first
     ahead = [enqueue(pool, f"ahead{i}", slots=2, group="b") for i in range(3)]  # earlier turns, parked too
-    assert str(pool.client.hget(pool.keys.config, "reserved")).startswith(reserved.id)
+    assert str(pool.store.client.hget(pool.keys.config, "reserved")).startswith(reserved.id)
     finish(pool, running)
     assert state_of(pool, reserved.id) == "running"
     assert [state_of(pool, j.id) for j in ahead] == ["queued"] * 3
@@ -468,3 +468,29 @@ def test_order_and_limits_are_part_of_what_coalesces(backend: Backend) -> None:
     pool.set_slots(10)
     order = [i for i in promoted_order(pool) if i in {j.id for j in jobs}]
     assert order == [jobs[1].id, jobs[2].id, jobs[0].id]
+
+
+def test_a_job_needing_more_than_its_limit_is_refused_or_never_holds_up_the_rest(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=5)
+    pool.set_limit("gpu", 2)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidSpec, match="it needs 3 of gpu; its limit gpu is 2"):
+        enqueue(pool, uses={"gpu": 3})
+    assert backend.keyspace() == before
+    holder = enqueue(pool, "holder", uses={"gpu": 1})
+    big = enqueue(pool, "big", uses={"gpu": 2})
+    small = [enqueue(pool, f"s{i}", uses={"gpu": 1}) for i in range(2)]
+    assert state_of(pool, small[0].id) == "running" and state_of(pool, big.id) == "queued"
+    pool.set_limit("gpu", 1)  # lowered under the big one's need: it can never start now
+    finish(pool, holder)
+    finish(pool, small[0])
+    # The big job is first among gpu's waiters; it is woken, parks again, and the one behind it goes.
+    assert state_of(pool, small[1].id) == "running" and state_of(pool, big.id) == "queued"
+    assert pool.why_waiting(big.id) == ["gpu 1/1, needs 2, held by " + small[1].id]
+    # Slots lowered under a queued job's weight: the same.
+    pool.set_slots(2)
+    heavy = enqueue(pool, "heavy", slots=2)
+    light = enqueue(pool, "light")
+    pool.set_slots(1)
+    finish(pool, small[1])
+    assert state_of(pool, light.id) == "running" and state_of(pool, heavy.id) == "queued"
