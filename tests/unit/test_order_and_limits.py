@@ -382,11 +382,12 @@ class OrderMachine(RuleBasedStateMachine):
     def enqueue(self, priority: int, weight: int, uses: dict[str, int], group: str | None) -> None:
         try:
             job = enqueue(self.pool, priority=priority, slots=weight, uses=uses, group=group)
-        except errors.InvalidSpec as exc:  # heavier than the pool's limit now, or more than a name's limit
+        except errors.InvalidSpec:  # heavier than the pool's limit now, or more than a name's limit
             sizes = {u.name: u.size for u in self.pool.limits()}
             over = [n for n, a in uses.items()
                     if 0 < sizes.get(n, sizes.get("dataset:*", 0) if n.startswith("dataset:") else 0) < a]
-            assert weight > self.pool.slots()[1] > 0 or over, exc
+            refused_rightly = weight > self.pool.slots()[1] > 0 or over
+            assert refused_rightly
             return
         self.ids.append(job.id)
 
@@ -455,7 +456,8 @@ def test_random_sequences_keep_the_books_and_leave_nothing_idle(backend: Backend
     # Job ids from a counter, not random bytes: equal turns of different groups are ordered by id, and each
     # example must replay the same (hypothesis runs it again to shrink a failure).
     counter = itertools.count()
-    monkeypatch.setattr(submit, "os", types.SimpleNamespace(urandom=lambda n: next(counter).to_bytes(n, "big")))
+    ids = types.SimpleNamespace(urandom=lambda n: next(counter).to_bytes(n, "big"))
+    monkeypatch.setattr(submit, "os", ids)
 
     class OnThisBackend(OrderMachine):
         def __init__(self) -> None:
