@@ -52,10 +52,19 @@ counted (`unexpected_exits`). It runs until every job is terminal and every faul
 (bounded in time) and prints one line of figures; each fault is logged to stderr with its time, and what broke
 a zero (with the jobs' events and rows) goes to findings.txt beside the processes' logs, and so does the
 history of each job that failed though it was not built to (a fault charged to the job). The promises are the
-zeros: lost jobs, instants over the slot limit (both daemons sampled, summed), jobs with two live containers
-at once (on one daemon or across the two), jobs stuck non-terminal, and illegal transitions in the events
-stream (read live: see bench/soak_watch.py), events the stream dropped before they were read, and rows that
-retention removed but no prune event accounts for.
+zeros: lost jobs, instants over the slot limit (the running containers' job weights, every daemon sampled,
+summed), instants over a named limit (a name's units summed over the running containers of the jobs using
+it), jobs with two live containers at once (on one daemon or across the two), jobs stuck non-terminal, and
+illegal transitions in the events stream (read live: see bench/soak_watch.py), events the stream dropped
+before they were read, and rows that retention removed but no prune event accounts for.
+
+The job mix has order and limits in it (docs/architecture.md, "Order and limits"; bench/soak_order.py): the
+limits `gpu` = 2 and `dataset:*` = 1 are set before the first job is fed, and each job's priority, weight
+(`slots=2`, never more than `--slots`), named uses (`gpu`, 1 or 2 units; one `dataset:<name>` of three) and
+group are drawn from a generator of the seed's own, so a seed gives the same mix. A job passed over 3 s gets
+the reservation (JOBPOOL_RESERVE_AFTER_SECS), so reservations are taken and given back under the faults too.
+The line shows the mix (`mix=`) and the most each limit was seen holding at one instant (`peaks=`: the
+slots by weight, each named limit's busiest name), which shows the limits were met and not only never passed.
 
 `--keep N` runs it as a long-lived pool: every process keeps only the newest N finished jobs of each state
 (JOBPOOL_KEEP_*) and the event stream is capped small (`--events-maxlen`, JOBPOOL_EVENTS_MAXLEN), so both
@@ -89,6 +98,7 @@ from typing import Any
 from bench.soak_edges import EDGE_FAULTS
 from bench.soak_faults import ARMED, HOST_FAULTS, Chaos
 from bench.soak_fleet import IMAGE, POOL, Fleet, Sampler, stream_id
+from bench.soak_order import LIMITS, RESERVE_AFTER_SECS, JobMix, Judge, mix_counts
 from bench.soak_report import tally, write_findings
 from bench.soak_strays import StrayWatch, excuse_strays
 from bench.soak_watch import TERMINAL, EventLog, Keyspace, keyspace_line
@@ -147,6 +157,8 @@ class Figures:
     faults: Counter[str] = field(default_factory=Counter)
     lost: int = 0
     over_limit_instants: int = 0
+    #: Instants at which some name's units in use, summed over the running containers, were over its limit.
+    over_named_limit_instants: int = 0
     double_container_jobs: set[str] = field(default_factory=set)
     stuck: int = 0
     illegal_transitions: int = 0
@@ -181,6 +193,10 @@ class Figures:
     swallowed: int = 0
     stray_instants: int = 0
     stray_secs_max: float = 0.0
+    #: The most each limit was seen holding at one instant: "slots" (weights summed), each named limit's
+    #: busiest name (bench/soak_order.py's Judge); and how many jobs of the mix had each kind of order.
+    peaks: dict[str, int] = field(default_factory=dict)
+    mix: Counter[str] = field(default_factory=Counter)
 
     def line(self) -> str:
         rec = " ".join(
@@ -195,6 +211,7 @@ class Figures:
             outcomes += " failed_by:" + ",".join(f"{k}:{v}" for k, v in sorted(self.failure_reasons.items()))
         return (f"soak: jobs={self.jobs} outcomes=[{outcomes}] faults=[{faults}] lost={self.lost} "
                 f"over_limit_instants={self.over_limit_instants} "
+                f"over_named_limit_instants={self.over_named_limit_instants} "
                 f"double_container_jobs={len(self.double_container_jobs)} stuck={self.stuck} "
                 f"illegal_transitions={self.illegal_transitions} samples={self.samples} "
                 f"strays={self.strays} stray_instants={self.stray_instants} swallowed={self.swallowed} "
@@ -203,13 +220,15 @@ class Figures:
                 f"pruned={sum(self.pruned.values())} pruned_unaccounted={self.pruned_unaccounted} "
                 f"left_on_daemons=[containers:{sum(' container ' in x for x in self.docker_leftovers)},"
                 f"volumes:{sum(' volume ' in x for x in self.docker_leftovers)}] "
+                f"mix=[{','.join(f'{k}:{v}' for k, v in sorted(self.mix.items()))}] "
+                f"peaks=[{','.join(f'{k}:{v}' for k, v in sorted(self.peaks.items()))}] "
                 f"recovery(median/max)=[{rec}] wall={self.wall_secs:.0f}s"
                 + ("" if self.keyspace is None else " " + keyspace_line(self.keyspace)))
 
     def zeros_hold(self) -> bool:
-        return not (self.lost or self.over_limit_instants or self.double_container_jobs or self.stuck
-                    or self.illegal_transitions or self.events_unseen or self.pruned_unaccounted
-                    or self.swallowed)
+        return not (self.lost or self.over_limit_instants or self.over_named_limit_instants
+                    or self.double_container_jobs or self.stuck or self.illegal_transitions
+                    or self.events_unseen or self.pruned_unaccounted or self.swallowed)
 
     def flat_holds(self) -> bool:
         """With --keep, key count and memory stayed flat once the caps were reached (True without)."""
@@ -246,9 +265,14 @@ class Run:
     #: With --keep: the keyspace censuses, and the jobs fed at each moment the queue is empty.
     keyspace: Keyspace | None = None
     batch: int = 5
+    #: Each job's priority, weight, named limits and group, drawn and recorded as it is fed (None: plain).
+    mix: JobMix | None = None
 
     def feed(self, n: int) -> None:
-        self.job_ids += [self.pool.enqueue(IMAGE, job_command(self.rng)).id for _ in range(n)]
+        for _ in range(n):
+            command = job_command(self.rng)
+            self.job_ids.append(self.mix.enqueue(self.pool, command) if self.mix is not None
+                                else self.pool.enqueue(IMAGE, command).id)
         self.figures.jobs = len(self.job_ids)
 
 
@@ -293,6 +317,7 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
             shared_root = stack.enter_context(bound(root / "checkpoints"))
         env = {**TIMINGS, "JOBPOOL_REDIS_URL": redis_server.url, "JOBPOOL_POOL": POOL,
                "JOBPOOL_EXECUTOR": "docker", "JOBPOOL_STATE_DIR": str(root),
+               "JOBPOOL_RESERVE_AFTER_SECS": RESERVE_AFTER_SECS,
                **({"JOBPOOL_CHECKPOINT_ROOT": str(shared_root.path)} if shared_root else {}),
                **(INVENTORY_TIMINGS if daemons >= 3 else {}),
                **(retention_env(keep, events_maxlen) if keep else {})}
@@ -300,11 +325,14 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
         log.start()
         pool = Pool.from_env(env=env)
         pool.set_slots(slots)
+        for name, size in LIMITS.items():
+            pool.set_limit(name, size)
         batch = max(keep, slots + 1) if keep else 5
-        first = min(jobs, batch) if keep else jobs
-        job_ids = [pool.enqueue(IMAGE, job_command(rng)).id for _ in range(first)]
+        # Its own generator, so the jobs' commands and the fault schedule drawn from `rng` stay as they were.
+        mix = JobMix(random.Random(seed + 2), slots)
+        job_ids = [mix.enqueue(pool, job_command(rng)) for _ in range(min(jobs, batch) if keep else jobs)]
         fleet = Fleet(root, {**os.environ, **env}, redis_server, docker_daemons, workers)
-        sampler = Sampler([d.host for d in docker_daemons], slots, figures)
+        sampler = Sampler([d.host for d in docker_daemons], Judge(slots, LIMITS, mix.book, figures))
         sampler.start()
         strays = StrayWatch(redis_server.url, PoolKeys(POOL))
         strays.start()
@@ -313,13 +341,14 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
                       hold_events=log.hold)
         chaos.checkpoint_root = shared_root
         keyspace = Keyspace({s: keep for s in TERMINAL}, events_maxlen) if keep else None
-        run = Run(pool, chaos, log, rng, figures, job_ids, jobs, keyspace, batch)
+        run = Run(pool, chaos, log, rng, figures, job_ids, jobs, keyspace, batch, mix)
         drive(run, t0 + max_minutes * 60, fault_every, rounds, faults)
         chaos.disarm()
         sampler.stop()
         strays.stop()
         figures.strays = len(strays.seen)
         excuse_strays(figures, strays.seen, slots, stray_bound(env))
+        figures.mix = mix_counts(mix.book.orders(run.job_ids).values())
         figures.docker_leftovers = fleet.leftovers()
         tally(run, root)
         write_findings(run, root, slots)

@@ -16,19 +16,21 @@ The fleet is laid out so every fault kind meets the parts it is about:
 - Every worker reaches Redis through a `RedisReplyDropper` (tests/support/proxies.py), which can drop the
   reply of the next call of one script; supervisors and the soak itself talk to Redis directly.
 - Worker 0 reaches daemon 1 through a `DockerLaunchHold`, which can hold its launch longer than the lease.
+
+The sampler only lists; what an instant is judged against (the slot limit by the jobs' weights, the named
+limits by their units, two containers of one job) is bench/soak_order.py's `Judge`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import sys
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import docker
 
@@ -62,12 +64,6 @@ def all_events(pool: Pool, after: str = "-") -> list[dict[str, str]]:
 
 def stamp(at: float) -> str:
     return f"{time.strftime('%H:%M:%S', time.localtime(at))}.{int(at * 1000) % 1000:03d}"
-
-
-def finding_line(finding: dict[str, Any], slots: int) -> str:
-    what = ", ".join(f"{job}#{att}@d{d}:{cid}" for job, att, d, cid in finding["live"])
-    return (f"{stamp(finding['at'])} {finding['kind']}: "
-            f"{len(finding['live'])} running (limit {slots}), two of {finding['doubles'] or '-'}: {what}")
 
 
 def remove_path(path: Path) -> None:
@@ -198,8 +194,8 @@ class Fleet:
 
 
 class Sampler(threading.Thread):
-    """Counts the job containers running at each instant, summed over every daemon: over the limit, or two
-    of one job (on one daemon or across them).
+    """Lists the job containers running at each instant on every daemon and hands each instant to `judge`
+    (bench/soak_order.py's Judge: the weights against the slot limit, the named limits, two of one job).
 
     Daemons cannot be listed at one instant, and a job handed from one daemon to another could show in a
     naive round of listings as two (the old one listed before it stopped, the new one after it began). So
@@ -208,9 +204,9 @@ class Sampler(threading.Thread):
     at that instant too). While a daemon does not answer, what the others list is judged without it (a
     lower bound)."""
 
-    def __init__(self, hosts: list[str], slots: int, figures: Any) -> None:
+    def __init__(self, hosts: list[str], judge: Callable[[dict[str, tuple[int, str, str]]], None]) -> None:
         super().__init__(daemon=True)
-        self.slots, self.figures = slots, figures
+        self.judge = judge
         self.clients = [docker.DockerClient(base_url=h, timeout=5) for h in hosts]
         self.halt = threading.Event()
 
@@ -249,22 +245,7 @@ class Sampler(threading.Thread):
                 live.update({cid: v for cid, v in before.items() if cid in after})
                 judged = True
         if judged:
-            self._judge(live)
-
-    def _judge(self, live: dict[str, tuple[int, str, str]]) -> None:
-        f = self.figures
-        f.samples += 1
-        per_job = Counter(job for _, job, _ in live.values())
-        doubles = {j for j, n in per_job.items() if n > 1}
-        if len(live) > self.slots:
-            f.over_limit_instants += 1
-        f.double_container_jobs |= doubles
-        if len(live) > self.slots or doubles:
-            finding = {"at": time.time(), "kind": "double" if doubles else "over_limit",
-                       "doubles": sorted(doubles),
-                       "live": sorted((job, att, dd + 1, cid[:12]) for cid, (dd, job, att) in live.items())}
-            f.findings.append(finding)
-            print(f"soak: {finding_line(finding, self.slots)}", file=sys.stderr)
+            self.judge(live)
 
     def stop(self) -> None:
         self.halt.set()

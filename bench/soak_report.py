@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.soak_fleet import finding_line
+from bench.soak_order import finding_line
 from bench.soak_watch import TERMINAL, endings
 from jobpool import Pool
 from jobpool.errors import JobpoolError

@@ -7,8 +7,9 @@ the workers on its daemon stop it. Losing an unreplicated write is documented; t
 not a zero: the settling lease, an inventory period and the stop grace after Redis came back. So at the end,
 an instant of the sampler (bench/soak_fleet.py) that broke a zero within that bound after a rollback is
 counted as a stray instant instead, if a job it involves lost a transition in that rollback or had a
-container published as a stray; any other stays a broken zero. `StrayWatch` follows the containers the
-daemons' workers publish as strays (a stray that ends on its own first is never published).
+container published as a stray; any other stays a broken zero. That holds for each zero the sampler judges:
+the slot limit (by weights), the named limits, and a job's two containers. `StrayWatch` follows the
+containers the daemons' workers publish as strays (a stray that ends on its own first is never published).
 """
 
 from __future__ import annotations
@@ -54,12 +55,13 @@ class StrayWatch(threading.Thread):
 
 def excuse_strays(figures: Any, strays: dict[str, str], slots: int, bound_secs: float) -> None:
     """Judge the sampler's findings again: one within `bound_secs` after a Redis rollback came back
-    (`figures.rollbacks`) is a stray instant, not an instant over the limit or a job's two containers, when
-    a job it involves had a transition that rollback took back or a container of it was published as a
-    stray (`strays`: 12-character container id -> job); any other stays a broken zero."""
+    (`figures.rollbacks`) is a stray instant, not an instant over the slot limit or a named one or a job's two
+    containers, when a job it involves had a transition that rollback took back or a container of it was
+    published as a stray (`strays`: 12-character container id -> job); any other stays a broken zero. A stray
+    holds its job's weight and named units as it holds a slot, so the same bound covers all three."""
     backs = sorted((r["at"], {e.get("job") for e in r.get("lost", ())}) for r in figures.rollbacks)
     stray_jobs = set(strays.values())
-    over, doubles, excused, longest = 0, set(), 0, 0.0
+    over, named, doubles, excused, longest = 0, 0, set(), 0, 0.0
     for finding in figures.findings:
         at = finding["at"]
         jobs = {x[0] for x in finding["live"]}
@@ -68,8 +70,11 @@ def excuse_strays(figures: Any, strays: dict[str, str], slots: int, bound_secs: 
             excused += 1
             longest = max(longest, last[-1][0])
             continue
-        if len(finding["live"]) > slots:
+        if finding.get("weight", len(finding["live"])) > slots:
             over += 1
+        if finding.get("named"):
+            named += 1
         doubles |= set(finding["doubles"])
-    figures.over_limit_instants, figures.double_container_jobs = over, doubles
+    figures.over_limit_instants, figures.over_named_limit_instants = over, named
+    figures.double_container_jobs = doubles
     figures.stray_instants, figures.stray_secs_max = excused, longest

@@ -21,16 +21,17 @@ from typing import Any
 
 import redis
 
-from . import errors, logtail, retention, submit
+from . import errors, logtail, retention, submit, waiting
 from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
-from .contract import EVENT_TEXT_MAX_BYTES, MAX_SLOTS
+from .contract import EVENT_TEXT_MAX_BYTES, LIMIT_NAME_MAX_CHARS, MAX_LIMIT, MAX_SLOTS
 from .models import TERMINAL, Job, JobState
 from .retention import PruneReport
-from .spec import utf8_size
+from .spec import LIMIT_NAME, utf8_size
 from .status import Health, StatusReport, read_status
 from .store.calls import Store
+from .store.orderreads import LimitUse
 from .store.redisurl import connect
 from .submit import BATCH_SIZE, MAX_BATCH_SIZE
 
@@ -310,6 +311,47 @@ class Pool(Browsing):
         done = self.store.set_slots(n, self.actor)
         self.store.finish_promotion(done, self.actor)
         return done.old
+
+    # ---- named limits (docs/architecture.md, "Order and limits") --------------------------------------
+
+    @staticmethod
+    def _check_limit_name(name: Any) -> str:
+        plain = name[:-1] if isinstance(name, str) and name.endswith("*") else name
+        if not isinstance(plain, str) or not LIMIT_NAME.fullmatch(plain):
+            raise errors.InvalidArgument(
+                f"a limit is a name (1-{LIMIT_NAME_MAX_CHARS} of letters, digits and '_ . : / @ -') or "
+                f"such a name followed by '*', got {name!r}")
+        return str(name)
+
+    def set_limit(self, name: str, n: int) -> int | None:
+        """Set named limit `name` to `n` units (a pattern, 'prefix*', gives each name under it its own `n`);
+        returns its size before (None: it is new). Lowering it stops nothing that runs: new starts wait."""
+        self._check_limit_name(name)
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_LIMIT:
+            raise errors.InvalidArgument(
+                f"a limit's size must be a whole number from 0 to {MAX_LIMIT}, got {n!r}")
+        done = self.store.set_limit(name, n, self.actor)
+        self.store.finish_promotion(done, self.actor)
+        return done.old
+
+    def remove_limit(self, name: str) -> int:
+        """Remove named limit `name`; returns its size. Nothing that runs is stopped; a queued job using a
+        name no limit covers any more waits until one does (`NotFound` when there is no such limit)."""
+        try:
+            done = self.store.set_limit(self._check_limit_name(name), None, self.actor)
+        except errors.NotFound:
+            raise errors.NotFound(f"no limit {name} (jobpool limit lists them)") from None
+        return int(done.old or 0)
+
+    def why_waiting(self, job_id: str) -> builtins.list[str]:
+        """What holds a queued job back, a line each: its place, a full limit and who holds it, its weight, a
+        reservation ahead of it, a paused queue ([] for a job that is not queued)."""
+        job = self.get(job_id)
+        return waiting.why_waiting(self.store, job, self.store.row(job.id).get("parked", ""))
+
+    def limits(self) -> builtins.list[LimitUse]:
+        """Every named limit with its size and the units in use under it, by name."""
+        return self.store.limits()
 
     def evict(self, job_id: str, attempt: int, reason: str = "evicted", evidence: str = "",
               actor: str = "operator", daemon_id: str = "") -> Job:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .contract import EVENTS_MAXLEN, MAX_SLOTS
+from .contract import EVENTS_MAXLEN, MAX_SLOTS, RESERVE_AFTER_SECS
 from .errors import ConfigError
 from .store import redisurl
 from .store.keys import validate_pool_name
@@ -48,6 +48,8 @@ _NUMERIC: dict[str, _Bound] = {
     "probe_timeout_secs": _Bound("JOBPOOL_PROBE_TIMEOUT_SECS", float, 0.1, 600),
     "stop_grace_secs": _Bound("JOBPOOL_STOP_GRACE_SECS", float, 0, 3600),
     "events_maxlen": _Bound("JOBPOOL_EVENTS_MAXLEN", int, 100, 100_000_000),
+    # Order and limits: how long a queued job may be passed over before it gets a reservation.
+    "reserve_after_secs": _Bound("JOBPOOL_RESERVE_AFTER_SECS", float, 0, 30 * 86400),
     # Retention of finished jobs (jobpool/retention.py): 0 turns a cap off.
     "keep_succeeded": _Bound("JOBPOOL_KEEP_SUCCEEDED", int, 0, 100_000_000),
     "keep_failed": _Bound("JOBPOOL_KEEP_FAILED", int, 0, 100_000_000),
@@ -87,6 +89,9 @@ class Settings:
     stop_grace_secs: float = 10.0
     #: About how many entries the pool's event stream keeps (each job's own history is kept in its row).
     events_maxlen: int = EVENTS_MAXLEN
+    #: A queued job passed over (others started while it could not) this long gets a reservation: nothing of
+    #: its priority or lower starts ahead of it any more (docs/architecture.md, "Order and limits").
+    reserve_after_secs: float = RESERVE_AFTER_SECS
     #: Finished jobs kept, per terminal state: the newest N, and none older than the age (seconds); 0 = no
     #: cap of that kind. Failures are kept longer: they are what someone comes back to look at.
     keep_succeeded: int = 10_000

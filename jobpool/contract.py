@@ -38,6 +38,17 @@ ENV_CHECKPOINT_DIR = "JOBPOOL_CHECKPOINT_DIR"
 EXIT_TEMPFAIL = 75
 #: The largest fleet-wide slot limit accepted anywhere (settings, the API, `jobpool slots`, set_slots.lua).
 MAX_SLOTS = 100_000
+#: A job's priority is a whole number from -MAX_PRIORITY to MAX_PRIORITY, higher first (default 0).
+MAX_PRIORITY = 1000
+#: How many units of one named limit a job may ask for, and the most a limit may be set to.
+MAX_LIMIT = 1_000_000
+#: A limit's or a group's name: letters, digits and ``_ . : / @ -``, at most LIMIT_NAME_MAX_CHARS; a limit may
+#: also be a pattern, such a name (not empty) followed by ``*``. The scripts separate fields by other
+#: characters (scripts/_lib.lua "Order and limits").
+LIMIT_NAME_CHARS = "A-Za-z0-9_.:/@-"
+LIMIT_NAME_MAX_CHARS = 128
+#: The default of JOBPOOL_RESERVE_AFTER_SECS: a queued job passed over this long gets a reservation.
+RESERVE_AFTER_SECS = 300
 #: About how many entries the pool's event stream keeps by default (XADD MAXLEN ~ in scripts/_lib.lua; the
 #: setting JOBPOOL_EVENTS_MAXLEN, config.py).
 EVENTS_MAXLEN = 100_000
@@ -125,7 +136,7 @@ METRIC_REASONS = (
     "enqueued", "promoted", "claimed", "adopted", "redispatched", "dropped_corrupt_row", "dropped_ghost",
     "cancel", "cancel_requested", "pause", "pause_requested", "pause_withdrawn", "resume",
     "affinity_released",
-    "queue_paused", "queue_resumed", "slots_set", "pruned",
+    "queue_paused", "queue_resumed", "slots_set", "limit_set", "limit_removed", "pruned",
     "exit_0", "exit_code_nonzero", "shutdown_handback", "pause_withdrawn_handback", REASON_OOM_KILLED,
     REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, REASON_HOST_REBOOTED, "launch_failed", "host_fault",
     "bad_spec",
@@ -148,6 +159,10 @@ SWEEP_DURATION_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 100
 LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "EXIT_TEMPFAIL": EXIT_TEMPFAIL,
     "MAX_SLOTS": MAX_SLOTS,
+    "MAX_PRIORITY": MAX_PRIORITY,
+    "MAX_LIMIT": MAX_LIMIT,
+    "LIMIT_NAME_CHARS": LIMIT_NAME_CHARS,
+    "LIMIT_NAME_MAX_CHARS": LIMIT_NAME_MAX_CHARS,
     "EVENTS_MAXLEN": EVENTS_MAXLEN,
     "EVENT_TEXT_MAX_BYTES": EVENT_TEXT_MAX_BYTES,
     "HISTORY_MAX_BYTES": HISTORY_MAX_BYTES,
@@ -162,7 +177,7 @@ LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "METRIC_REASONS": METRIC_REASONS,
     "JOB_DURATION_BUCKETS": JOB_DURATION_BUCKETS,
 }
-_LUA_STRING = re.compile(r"[A-Za-z0-9_.:-]*")
+_LUA_STRING = re.compile(r"[A-Za-z0-9_.:/@-]*")
 
 
 def _lua_literal(value: int | str | tuple[int | str, ...]) -> str:

@@ -85,6 +85,15 @@ def gauges(report: StatusReport) -> Iterator[Metric]:
                      "claims because their host fails its check, not stuck on their horse (`jobpool status` "
                      "says why).", pool, sum(not b.draining and not b.cannot_claim and not b.stuck
                                              for b in w.boots))
+    limit_max = GaugeMetricFamily("jobpool_limit_max", "Each named limit's size (a pattern: the size each of "
+                                  "its names has).", labels=["pool", "limit"])
+    limit_used = GaugeMetricFamily("jobpool_limit_used", "Units of each named limit held by running jobs (a "
+                                   "pattern: its names summed).", labels=["pool", "limit"])
+    for u in report.limits:
+        limit_max.add_metric([pool, u.name], u.size)
+        limit_used.add_metric([pool, u.name], u.used)
+    yield limit_max
+    yield limit_used
     if report.promotion is not None:
         yield _gauge("jobpool_promotion_paused", "1 while promotion is paused (`jobpool pause`).", pool,
                      int(report.promotion.paused))

@@ -130,5 +130,6 @@ class Job:
                      "workdir": self.spec.workdir, "user": self.spec.user, "network": self.spec.network,
                      "cpus": self.spec.cpus, "memory": self.spec.memory, "labels": dict(self.spec.labels),
                      "mounts": list(self.spec.mounts), "init": self.spec.init,
-                     "checkpoint": self.spec.checkpoint},
+                     "checkpoint": self.spec.checkpoint, "priority": self.spec.priority,
+                     "slots": self.spec.slots, "uses": dict(self.spec.uses), "group": self.spec.group},
         }

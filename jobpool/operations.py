@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .retention import PruneReport
     from .status import StatusReport
     from .store.calls import Store
+    from .store.orderreads import LimitUse
 
 
 class PoolOperations(Protocol):
@@ -69,3 +70,11 @@ class PoolOperations(Protocol):
     def resume(self, job_id: str | None = None, anywhere: bool = False) -> Job | None: ...
 
     def set_slots(self, n: int) -> int: ...
+
+    def set_limit(self, name: str, n: int) -> int | None: ...
+
+    def remove_limit(self, name: str) -> int: ...
+
+    def limits(self) -> builtins.list[LimitUse]: ...
+
+    def why_waiting(self, job_id: str) -> builtins.list[str]: ...

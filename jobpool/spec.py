@@ -15,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .contract import LABEL_PREFIX
+from .contract import (
+    LABEL_PREFIX,
+    LIMIT_NAME_CHARS,
+    LIMIT_NAME_MAX_CHARS,
+    MAX_LIMIT,
+    MAX_PRIORITY,
+    MAX_SLOTS,
+)
 from .errors import InvalidSpec
 from .fastinit import Assembler
 
@@ -31,6 +38,10 @@ MEMORY = re.compile(r"[1-9][0-9]*[bkmg]?", re.IGNORECASE)
 #: gives), made once: `json.dumps` with options builds a new one on every call, a fifth of a spec's cost. It
 #: does not sort: `JobSpec._json` writes the keys in sorted order itself, which costs less than its sort.
 _CANONICAL = json.JSONEncoder(separators=(",", ":"))
+#: A limit's name or a fair-share group (contract.py says which characters, and why so few).
+LIMIT_NAME = re.compile(f"[{LIMIT_NAME_CHARS}]{{1,{LIMIT_NAME_MAX_CHARS}}}")
+#: The most named limits one job may use.
+MAX_USES = 32
 #: Network modes that would share the host's namespaces with the job.
 FORBIDDEN_NETWORKS = ("host",)
 
@@ -59,6 +70,22 @@ class JobSpec:
     #: (checkpoint affinity). False: none is made (no volume, no variable, no affinity), which saves the
     #: daemon a volume's create and removal per job.
     checkpoint: bool = True
+    #: Its place among queued jobs: higher first, -MAX_PRIORITY..MAX_PRIORITY (docs/architecture.md, "Order
+    #: and limits"). Equal priorities keep enqueue order, groups taking turns.
+    priority: int = 0
+    #: How many of the pool's slots it holds while it runs.
+    slots: int = 1
+    #: Units of named limits it holds while it runs: name -> amount. Every name must be covered by a limit.
+    uses: Mapping[str, int] = field(default_factory=dict)
+    #: Its fair-share group: among queued jobs of equal priority, promotion takes groups in turn.
+    group: str | None = None
+
+    def schedule_arg(self) -> str:
+        """What the enqueue script reads of its order and limits (scripts/enqueue.lua); '' for defaults."""
+        if self.priority == 0 and self.slots == 1 and not self.uses and self.group is None:
+            return ""
+        uses = ",".join(f"{name}={amount}" for name, amount in self.uses.items())
+        return f"{self.priority};{self.slots};{self.group or ''};{uses}"
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys), computed once: a spec is frozen."""
@@ -75,11 +102,22 @@ class JobSpec:
         if not self.checkpoint:
             data["checkpoint"] = False
         data["command"], data["cpus"], data["env"] = self.command, self.cpus, _sorted(self.env)
+        # The order and limits, like `init` and `checkpoint`, only when not the defaults.
+        if self.group is not None:
+            data["group"] = self.group
         data["image"] = self.image
         if not self.init:
             data["init"] = False
         data["labels"], data["memory"], data["mounts"] = _sorted(self.labels), self.memory, self.mounts
-        data["network"], data["user"], data["workdir"] = self.network, self.user, self.workdir
+        data["network"] = self.network
+        if self.priority:
+            data["priority"] = self.priority
+        if self.slots != 1:
+            data["slots"] = self.slots
+        data["user"] = self.user
+        if self.uses:
+            data["uses"] = _sorted(self.uses)  # type: ignore[arg-type]  # ints, sorted alike
+        data["workdir"] = self.workdir
         return _CANONICAL.encode(data)
 
     @classmethod
@@ -197,6 +235,29 @@ def _check_limits(cpus: Any, memory: Any) -> tuple[float | None, str | None]:
     return (float(cpus) if cpus is not None else None), memory
 
 
+def _whole(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidSpec(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def _limit_name(what: str, value: Any) -> str:
+    if not isinstance(value, str) or not LIMIT_NAME.fullmatch(value):
+        raise InvalidSpec(f"{what} {value!r} is not a name (1-{LIMIT_NAME_MAX_CHARS} of letters, digits and "
+                          "'_ . : / @ -')")
+    return value
+
+
+def _check_uses(value: Any) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidSpec("uses must be a mapping of limit names to amounts")
+    if len(value) > MAX_USES:
+        raise InvalidSpec(f"uses names {len(value)} limits; at most {MAX_USES}")
+    return {_limit_name("limit", k): _whole(f"uses of {k}", v, 1, MAX_LIMIT) for k, v in value.items()}
+
+
 def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
                check_roots: bool = True) -> JobSpec:
     """Validate raw fields into a `JobSpec`, or raise `InvalidSpec` saying what is wrong. `check_roots`
@@ -227,11 +288,16 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
         raise InvalidSpec(f"init must be true or false, got {init!r}")
     if not isinstance(checkpoint, bool):
         raise InvalidSpec(f"checkpoint must be true or false, got {checkpoint!r}")
+    group = fields.get("group")
     spec = _assemble({
         "image": image, "command": command, "env": _str_map("env", fields.get("env"), ENV_NAME),
         "workdir": workdir, "user": user, "network": network, "cpus": cpus, "memory": memory,
         "labels": labels, "mounts": _check_mounts(fields.get("mounts"), bind_roots, check_roots),
         "init": init, "checkpoint": checkpoint,
+        "priority": _whole("priority", fields.get("priority", 0), -MAX_PRIORITY, MAX_PRIORITY),
+        "slots": _whole("slots", fields.get("slots", 1), 1, MAX_SLOTS),
+        "uses": _check_uses(fields.get("uses")),
+        "group": None if group is None else _limit_name("group", group),
     })
     if len(spec.to_json()) > MAX_SPEC_BYTES:  # ASCII (the encoder escapes the rest), so characters are bytes
         raise InvalidSpec(f"the spec is larger than {MAX_SPEC_BYTES} bytes")

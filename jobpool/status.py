@@ -20,6 +20,7 @@ from .fleet.daemonid import is_identity
 from .fleet.inventory import FORGET_MS
 from .fleet.strays import Stray
 from .store import redispolicy, redisurl
+from .store.orderreads import LimitUse
 from .store.redispolicy import PolicyCheck, Verdict
 
 if TYPE_CHECKING:
@@ -316,6 +317,8 @@ class StatusReport:
     #: Daemon identity -> why two Docker daemons share it: its standing collision, which holds until an
     #: operator clears it (`jobpool forget-collision`), or a process's report (jobpool/fleet/daemonmark.py).
     shared_daemons: Mapping[str, str] = field(default_factory=dict)
+    #: The named limits, by name, with their size and the units in use ("Order and limits").
+    limits: tuple[LimitUse, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -345,7 +348,9 @@ class StatusReport:
             "last_sweep": self.last_sweep.to_dict() if self.last_sweep else None,
             "daemons": self.daemons.to_dict() if self.daemons else None,
             "unknown": self.unknown, "strays": [x.to_dict() for x in self.strays],
-            "shared_daemons": dict(self.shared_daemons), **self.health.to_dict(),
+            "shared_daemons": dict(self.shared_daemons),
+            "limits": [{"name": u.name, "max": u.size, "used": u.used} for u in self.limits],
+            **self.health.to_dict(),
         }
 
 
@@ -467,7 +472,8 @@ def _read(store: Store, url: str) -> tuple[StatusReport, tuple[str, ...]]:
                             _int(stats["paused_since"])),
         workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep,
         redis_policy=redispolicy.from_reply(config),  # a CONFIG GET refused (an ACL) is a warning
-        strays=found, daemons=_daemons(store, running, now), shared_daemons=daemonmark.read_collisions(store))
+        strays=found, daemons=_daemons(store, running, now), shared_daemons=daemonmark.read_collisions(store),
+        limits=tuple(store.limits()))
     return report, tuple(warnings)
 
 

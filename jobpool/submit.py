@@ -226,8 +226,8 @@ def send(pool: Submitter, batch: list[Prepared]) -> list[Job]:
 
 def _call_args(pool: Submitter, batch: list[Prepared]) -> EnqueueCall:
     """The enqueue script's inputs for `batch` (scripts/enqueue.lua)."""
-    return pool.store.enqueue_call(pool.actor, [(p.id, p.spec.to_json(), p.coalesce_key, p.spec.image)
-                                                for p in batch])
+    return pool.store.enqueue_call(pool.actor, [(p.id, p.spec.to_json(), p.coalesce_key, p.spec.image,
+                                                  p.spec.schedule_arg()) for p in batch])
 
 
 def _run(pool: Submitter, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:

@@ -74,16 +74,17 @@ def job_note(job: Job) -> str:
 
 def jobs_table(jobs: Sequence[Job], now_ms: int) -> str:
     rows = [
-        [j.id, j.state.value, str(j.attempt), shorten(j.spec.image, 30), shorten(command_text(j), 40),
-         ago(j.created_at, now_ms), job_note(j)]
+        [j.id, j.state.value, str(j.spec.priority), str(j.attempt), shorten(j.spec.image, 30),
+         shorten(command_text(j), 40), ago(j.created_at, now_ms), job_note(j)]
         for j in jobs
     ]
     styles = [STATE_COLOURS.get(j.state) for j in jobs]
-    return table(["ID", "STATE", "ATT", "IMAGE", "COMMAND", "CREATED", "NOTE"], rows, styles)
+    return table(["ID", "STATE", "PRIO", "ATT", "IMAGE", "COMMAND", "CREATED", "NOTE"], rows, styles)
 
 
-def job_details(job: Job, now_ms: int) -> str:
-    """Every field a human asks about; env *names* only (values may be secrets)."""
+def job_details(job: Job, now_ms: int, waiting: Sequence[str] = ()) -> str:
+    """Every field a human asks about; env *names* only (values may be secrets); for a queued job, what holds
+    it back (`Pool.why_waiting`)."""
     s = job.spec
 
     def when(ms: int | None) -> str:
@@ -105,6 +106,10 @@ def job_details(job: Job, now_ms: int) -> str:
         ("memory", s.memory or "-"),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(s.labels.items())) or "-"),
         ("mounts", ", ".join(s.mounts) or "-"),
+        ("priority", str(s.priority)),
+        ("slots", str(s.slots)),
+        ("uses", ", ".join(f"{n}={a}" for n, a in sorted(s.uses.items())) or "-"),
+        ("group", s.group or "-"),
         ("created", when(job.created_at)),
         ("promoted", when(job.promoted_at)),
         ("claimed", when(job.claimed_at)),
@@ -121,6 +126,7 @@ def job_details(job: Job, now_ms: int) -> str:
         items.append(("pause requested", "yes"))
     if job.cancel_requested:
         items.append(("cancel requested", "yes"))
+    items += [("waiting for", line) for line in waiting]
     return pairs(items)
 
 
@@ -176,6 +182,7 @@ def status_report(report: StatusReport) -> str:
     now = report.now_ms or 0
     if report.slots is not None:
         items.append(("slots", f"{report.slots.used}/{report.slots.max} used"))
+    items += [("limit", f"{u.name} {u.used}/{u.size} used") for u in report.limits]
     if report.counts:
         c, q = report.counts, report.queue
         head = (f" (the oldest enqueued {ago(now - q.oldest_wait_ms, now)})"

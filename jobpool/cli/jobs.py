@@ -8,7 +8,7 @@ from typing import Any, BinaryIO
 import click
 
 from ..cancel import stop_if_orphaned
-from ..contract import ENV_CHECKPOINT_DIR
+from ..contract import ENV_CHECKPOINT_DIR, MAX_LIMIT, MAX_PRIORITY, MAX_SLOTS
 from ..models import Job, JobState
 from ..operations import PoolOperations
 from ..spec import ENV_NAME, build_spec
@@ -35,6 +35,24 @@ def _pairs(kind: str, key_ok: Callable[[str], bool], key_rule: str) -> Callable[
 
 
 _parse_env = _pairs("NAME", lambda k: bool(ENV_NAME.fullmatch(k)), "a variable name (letters, digits, '_')")
+
+
+def _parse_uses(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, int]:
+    """`--uses NAME[=AMOUNT]`, repeatable: the named limits a job holds units of (1 by default). The name
+    itself is checked with the rest of the spec (`build_spec`)."""
+    out: dict[str, int] = {}
+    for item in values:
+        name, sep, amount = item.partition("=")
+        if name in out:
+            raise click.BadParameter(f"{name!r} is named twice", ctx, param)
+        if not sep:
+            out[name] = 1
+            continue
+        if not amount.isascii() or not amount.isdigit() or not 1 <= int(amount) <= MAX_LIMIT:
+            raise click.BadParameter(f"{item!r}: the amount must be a whole number from 1 to {MAX_LIMIT}",
+                                     ctx, param)
+        out[name] = int(amount)
+    return out
 _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label key")
 
 
@@ -56,6 +74,15 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
 @click.option("--no-checkpoint", "no_checkpoint", is_flag=True,
               help=f"The job keeps no checkpoint across attempts: no {ENV_CHECKPOINT_DIR} (no volume), and "
                    "a handed-back job may run on any daemon.")
+@click.option("--priority", type=click.IntRange(-MAX_PRIORITY, MAX_PRIORITY), metavar="N",
+              help=f"Its place among queued jobs: higher first, -{MAX_PRIORITY}..{MAX_PRIORITY} (default 0).")
+@click.option("--slots", "weight", type=click.IntRange(1, MAX_SLOTS), metavar="K",
+              help="How many of the pool's slots it holds while it runs (default 1).")
+@click.option("--uses", "uses", multiple=True, metavar="NAME[=AMOUNT]", callback=_parse_uses,
+              help="Units of a named limit it holds while it runs (repeatable; 1 by default). A name no "
+                   "limit covers is refused (see `jobpool limit`).")
+@click.option("--group", metavar="G",
+              help="Its fair-share group: among queued jobs of equal priority, groups take turns.")
 @click.option("--from-file", "from_file", type=click.File("rb"), metavar="FILE",
               help="Queue every job of FILE ('-': stdin), in order: JSON lines, one object per job with "
                    "the fields of the Python API's enqueue (image, command, env, coalesce, ...). All are "
@@ -66,7 +93,8 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
 def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coalesce: bool,
             coalesce_key: str | None, env: dict[str, str], workdir: str | None, user: str | None,
             memory: str | None, cpus: float | None, labels: dict[str, str], no_init: bool,
-            no_checkpoint: bool, from_file: BinaryIO | None) -> None:
+            no_checkpoint: bool, priority: int | None, weight: int | None, uses: dict[str, int],
+            group: str | None, from_file: BinaryIO | None) -> None:
     """Queue IMAGE running CMD; prints the job id. Or queue every job of a file (--from-file).
 
     Options go before IMAGE: everything after it is the command (a `--` there is optional).
@@ -74,7 +102,7 @@ def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coales
     ctx = click.get_current_context()
     if from_file is not None:
         if image is not None or any((coalesce_key, env, workdir, user, memory, cpus, labels, no_init,
-                                       no_checkpoint)):
+                                       no_checkpoint, uses, group)) or priority is not None or weight:
             raise click.UsageError("--from-file takes every job from the file: no IMAGE, CMD or spec option "
                                    "(--coalesce alone is a default for every line)")
         enqueue_file(state, from_file, coalesce)
@@ -90,7 +118,10 @@ def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coales
         raise click.BadParameter("must not be empty", param_hint="'--coalesce-key'")
     fields: dict[str, Any] = {"image": image, "command": list(command), "env": env, "labels": labels}
     fields.update({k: v for k, v in (("workdir", workdir), ("user", user), ("memory", memory),
-                                     ("cpus", cpus)) if v is not None})
+                                     ("cpus", cpus), ("priority", priority), ("slots", weight),
+                                     ("group", group)) if v is not None})
+    if uses:
+        fields["uses"] = uses
     if no_init:
         fields["init"] = False
     if no_checkpoint:
@@ -129,7 +160,11 @@ def show(state: CliState, job_id: str) -> None:
     """Everything about one job (env values are never shown)."""
     pool = state.pool()
     job = pool.get(job_id)
-    state.emit(job.to_dict(), lambda: job_details(job, pool.now_ms()))
+    waits = pool.why_waiting(job.id) if job.state is JobState.QUEUED else []
+    doc = job.to_dict()
+    if job.state is JobState.QUEUED:
+        doc["waiting_for"] = waits
+    state.emit(doc, lambda: job_details(job, pool.now_ms(), waits))
 
 
 @click.command()

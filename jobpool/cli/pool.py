@@ -1,4 +1,4 @@
-"""The pool commands: `slots`, `status`, `events`, and the operator's `reconcile`, `prune` and
+"""The pool commands: `slots`, `limit`, `status`, `events`, and the operator's `reconcile`, `prune` and
 `forget-daemon` and `forget-collision`."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..contract import EVENTS_MAXLEN, MAX_SLOTS
+from ..contract import EVENTS_MAXLEN, MAX_LIMIT, MAX_SLOTS
 from ..fleet.daemonmark import forget_collision
 from ..fleet.gone import forget_daemon, unforget_daemon
 from .app import CliState, load, pool_command
@@ -27,6 +27,44 @@ def slots(state: CliState, n: int | None) -> None:
     if previous is not None:
         doc["previous"] = previous
     state.emit(doc, lambda: f"{used}/{mx}" + (f"  (was {previous})" if previous is not None else ""))
+
+
+@click.command(context_settings={"ignore_unknown_options": True})  # so `limit gpu -1` reaches the check
+@click.argument("name", required=False, metavar="NAME")
+@click.argument("n", type=click.IntRange(0, MAX_LIMIT), required=False, metavar="N")
+@click.option("--remove", is_flag=True, help="Remove limit NAME (a job using a name no limit covers waits).")
+@pool_command
+def limit(state: CliState, name: str | None, n: int | None, remove: bool) -> None:
+    """List the named limits (size and use), or set limit NAME to N units, or remove it (--remove).
+
+    NAME is a name or a prefix and '*' (`dataset:*`: every name under it gets a limit of N of its own). A job
+    holds units of the names it uses (`enqueue --uses NAME[=AMOUNT]`) while it runs. Lowering a limit stops
+    nothing that runs: new starts wait.
+    """
+    pool = state.pool()
+    if name is None:
+        if n is not None or remove:
+            raise click.UsageError("NAME is needed to set or remove a limit")
+        uses = pool.limits()
+        state.emit([{"name": u.name, "max": u.size, "used": u.used} for u in uses],
+                   lambda: "\n".join(f"{u.name}  {u.used}/{u.size}" for u in uses) or "no limits")
+        return
+    if remove:
+        if n is not None:
+            raise click.UsageError("--remove takes no N")
+        old = pool.remove_limit(name)
+        state.emit({"name": name, "removed": True, "previous": old}, lambda: f"removed {name} (was {old})")
+        return
+    if n is None:
+        found = [u for u in pool.limits() if u.name == name]
+        if not found:
+            raise click.ClickException(f"no limit {name} (jobpool limit {name} N sets one)")
+        u = found[0]
+        state.emit({"name": u.name, "max": u.size, "used": u.used}, lambda: f"{u.name}  {u.used}/{u.size}")
+        return
+    previous = pool.set_limit(name, n)
+    state.emit({"name": name, "max": n, "previous": previous},
+               lambda: f"{name} = {n}" + (f"  (was {previous})" if previous is not None else "  (new)"))
 
 
 @click.command()
@@ -159,4 +197,5 @@ def forget_collision_command(state: CliState, daemon_id: str, note: str) -> None
                        "their marks agree")
 
 
-COMMANDS = (slots, status, events, reconcile, prune, forget_daemon_command, forget_collision_command)
+COMMANDS = (slots, limit, status, events, reconcile, prune, forget_daemon_command,
+            forget_collision_command)

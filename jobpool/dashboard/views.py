@@ -84,6 +84,7 @@ def job_detail(pool: PoolOperations, job_id: str) -> dict[str, Any]:
     doc = job_row(job, now)
     return {"job": doc, "spec": doc["spec"], "env_names": sorted(job.spec.env),
             "events": history, "log": pool.logs(job_id), "now": now,
+            "waiting": pool.why_waiting(job.id) if job.state is JobState.QUEUED else [],
             "times": [("created", job.created_at), ("promoted", job.promoted_at), ("claimed", job.claimed_at),
                       ("last heartbeat", job.heartbeat_at), ("finished", job.finished_at)],
             "can_pause": job.state in (JobState.QUEUED, JobState.RUNNING),

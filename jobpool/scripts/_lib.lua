@@ -9,6 +9,8 @@ are store/keys.py's (POOL_KEY_NAMES):
   rq_queues   set    RQ's registry of queues (RQ's own key)
   seq         string global enqueue counter        metrics    hash   counters and histogram buckets (`count`)
   paused_jobs, succeeded, failed, cancelled        zsets  the paused and terminal job indexes
+  and those of order and limits ("Order and limits" below): ready (the queued that may be promoted, by
+  order), blocked (the parked), passed, wake, fair, limits, limit_used, holds
 At load time (jobpool/store/luatext.py) each script is given, before anything else: NKEYS and NARGV (the
 counts of its own KEYS and ARGV), K_<NAME> for each pool key it names (its position in KEYS), and
 STATE_INDEX (state -> position of its index) when it reaches it, which needs all six indexes named. The
@@ -49,8 +51,9 @@ queue with a `dropped_corrupt_row` event instead of wedging promotion for every 
 Error codes (negative first element of the reply; mapped to exceptions in jobpool/store/runner.py):
   -1 not found   -2 invalid state   -3 not owner (fenced write refused)
   -4 conflict (compare-and-set evidence changed)   -5 already exists   -6 bad argument
+  -7 a spec the pool cannot take as it is (more slots than it has, a name no limit covers)
 ]]
-local E_NOT_FOUND, E_INVALID_STATE, E_NOT_OWNER, E_CONFLICT, E_EXISTS, E_BAD_ARG = -1, -2, -3, -4, -5, -6
+local E_NOT_FOUND, E_INVALID_STATE, E_NOT_OWNER, E_CONFLICT, E_EXISTS, E_BAD_ARG, E_BAD_SPEC = -1, -2, -3, -4, -5, -6, -7
 local PROMOTE_BATCH_LIMIT = 64
 
 -- A non-negative whole number read from a row, or 0 for anything else (missing, garbage, fractional).
@@ -245,14 +248,87 @@ local function compact_finished(jkey)
   end
 end
 
--- Move a job between state indexes; score is seq for queued/paused, a time for the rest (the terminal
--- indexes are ordered by finish time, which is what retention prunes by). A row whose seq is unreadable goes
--- to the back of the queue (scored by the time) rather than failing the script. A terminal row is counted in
--- the duration histogram (every terminal transition comes through here) and compacted.
+-- ---- Order and limits (docs/architecture.md "Order and limits") -----------------------------------------
+-- A queued job's place is its `order`: its priority's band, then its turn in that band; lower goes first.
+-- Every number here stays a whole double below 2^53, so scores and the text of `blocked`'s members are exact.
+-- A row from before priorities has no `order`: its seq stands for it (band 0 is priority 0).
+local ORDER_BAND = 4398046511104  -- 2^42 turns per priority
+local ORDER_OFFSET = (MAX_PRIORITY + 1) * ORDER_BAND  -- makes any order non-negative, for `parked_member`
+
+local function queue_order(jkey)
+  local row = redis.call('HMGET', jkey, 'order', 'seq')
+  return tonumber(row[1]) or tonumber(row[2])
+end
+
+-- A job that cannot start now waits in `blocked` (one sorted set, every score 0, compared as text), under
+-- the name of what it waits for: a limit's name, '#slots' (its weight is more than the free slots) or
+-- '#reserved' (what it needs is held for a reservation). Members sort by that name, then by order, so the
+-- waiters of one name are one range, in queue order, and a pattern's names are one range too.
+local function parked_member(name, order, id)
+  return name .. ' ' .. string.format('%016.0f', order + ORDER_OFFSET) .. ' ' .. id
+end
+
+-- What a job uses of the named limits, as its row keeps it: 'name=amount=limit;...' (the limit is the
+-- definition that covered the name: the name itself or a pattern). Names hold none of '=; |'.
+local function parse_uses(text)
+  local out = {}
+  if not text or text == '' then return out end
+  for name, amount, limit in string.gmatch(text, '([^=;]+)=(%d+)=([^=;]*)') do
+    out[#out + 1] = {name, tonumber(amount), limit}
+  end
+  return out
+end
+
+local function format_uses(uses)
+  local parts = {}
+  for i, u in ipairs(uses) do parts[i] = u[1] .. '=' .. u[2] .. '=' .. u[3] end
+  return table.concat(parts, ';')
+end
+
+-- `id` leaves the queue (promoted, paused, cancelled, failed): out of `ready`, and out of `blocked` and
+-- `passed` if it waited there; a reservation it held ends, and what was held back for it is woken.
+-- Set when this script marks a range of `blocked` to wake (promote_candidates reads it last).
+local WOKEN = {any = false}
+
+local function wake(prefix, after)
+  redis.call('HSET', KEYS[K_WAKE], prefix, after or '')
+  WOKEN.any = true
+end
+
+-- The parking of a job that leaves the queue (its row's `parked` and `passed` members), undone.
+local function unpark(jkey, parked, passed)
+  if parked and parked ~= '' then redis.call('ZREM', KEYS[K_BLOCKED], parked) end
+  if passed and passed ~= '' then
+    redis.call('ZREM', KEYS[K_PASSED], passed)
+    if redis.call('HGET', KEYS[K_CONFIG], 'reserved') == passed then
+      redis.call('HDEL', KEYS[K_CONFIG], 'reserved')
+      wake('#reserved ')
+    end
+  end
+  if (parked and parked ~= '') or (passed and passed ~= '') then
+    redis.call('HSET', jkey, 'parked', '', 'passed', '')
+  end
+end
+
+local function leave_queue(jkey, id)
+  redis.call('ZREM', KEYS[K_READY], id)
+  local row = redis.call('HMGET', jkey, 'parked', 'passed')
+  unpark(jkey, row[1], row[2])
+end
+
+-- Move a job between state indexes; score is the job's order for queued/paused (its place: a job handed back
+-- or resumed returns to it), a time for the rest (the terminal indexes are ordered by finish time, which is
+-- what retention prunes by). A row whose order is unreadable goes to the back of the queue (scored by the
+-- time) rather than failing the script. A queued job is also in `ready` until it is parked; one that leaves
+-- the queue leaves those too (`leave_queue`). A terminal row is counted in the duration histogram (every
+-- terminal transition comes through here) and compacted.
 local function set_state(jkey, id, from, to, score)
+  if to == 'queued' or to == 'paused' then score = queue_order(jkey) or score end
   score = tonumber(score) or now_ms()
   if from ~= '' and STATE_INDEX[from] then redis.call('ZREM', KEYS[STATE_INDEX[from]], id) end
+  if from == 'queued' then leave_queue(jkey, id) end
   redis.call('ZADD', KEYS[STATE_INDEX[to]], score, id)
+  if to == 'queued' then redis.call('ZADD', KEYS[K_READY], score, id) end
   redis.call('HSET', jkey, 'state', to)
   if TERMINAL_STATE[to] then
     observe_duration(jkey, to, score)
@@ -319,16 +395,289 @@ local function max_slots()
   return tonumber(redis.call('HGET', KEYS[K_CONFIG], 'max_concurrent_jobs')) or DEFAULT_SLOTS
 end
 
+-- Slots in use, counting each running job's weight (`slots_used` in config). A pool from before weights
+-- has none stored: every running job then holds one slot, so it starts from their count.
+local function slots_used(stored)
+  local n = tonumber(stored or redis.call('HGET', KEYS[K_CONFIG], 'slots_used'))
+  if n then return n end
+  n = redis.call('ZCARD', KEYS[K_RUNNING])
+  redis.call('HSET', KEYS[K_CONFIG], 'slots_used', n)
+  return n
+end
+
+-- The limit that covers `name`: the name's own, else the longest pattern over it; nil when none does.
+local function limit_for(name)
+  if redis.call('HEXISTS', KEYS[K_LIMITS], name) == 1 then return name end
+  for i = #name - 1, 1, -1 do
+    local pattern = string.sub(name, 1, i) .. '*'
+    if redis.call('HEXISTS', KEYS[K_LIMITS], pattern) == 1 then return pattern end
+  end
+  return nil
+end
+
+-- The size of the limit over `u` ({name, amount, limit}) now, and its definition (updated in `u`): the
+-- name's own limit if one was set since, else the one it had, else whatever covers it now; nil for none.
+local function limit_size(u)
+  local n = tonumber(redis.call('HGET', KEYS[K_LIMITS], u[1]))
+  if n then u[3] = u[1]; return n end
+  if u[3] ~= '' then
+    n = tonumber(redis.call('HGET', KEYS[K_LIMITS], u[3]))
+    if n then return n end
+  end
+  local limit = limit_for(u[1])
+  if not limit then return nil end
+  u[3] = limit
+  return tonumber(redis.call('HGET', KEYS[K_LIMITS], limit))
+end
+
+local function limit_in_use(name)
+  return tonumber(redis.call('HGET', KEYS[K_LIMIT_USED], name)) or 0
+end
+
+-- What keeps a job of weight `w` using `uses` from starting now, or nil: '#slots' when its weight is more
+-- than the free slots, or the first name it needs more of than is free (a name no limit covers has none).
+local function blocker(w, uses, used, max)
+  if used + w > max then return '#slots' end
+  for _, u in ipairs(uses) do
+    local n = limit_size(u)
+    if not n or limit_in_use(u[1]) + u[2] > n then return u[1] end
+  end
+  return nil
+end
+
+-- A member of `passed` read back: {member, id, priority, weight, need = {name = amount}}.
+local function read_passed(member)
+  local id, p, w, uses = string.match(member, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
+  local r = {member = member, id = id, priority = tonumber(p) or 0, weight = tonumber(w) or 1, need = {}}
+  for _, u in ipairs(parse_uses(uses)) do r.need[u[1]] = u[2] end
+  return r
+end
+
+-- Whether what job `r` needs can ever be had as the limits stand: it is still queued, its weight fits the
+-- slot limit and every name it uses is covered by a limit at least its amount. A reservation for a job that
+-- cannot start however much drains (a limit of 0, one removed) would hold capacity for nothing.
+local function attainable(r, max)
+  if not r.id or not redis.call('ZSCORE', KEYS[K_QUEUED], r.id) or r.weight > max then return false end
+  for name, amount in pairs(r.need) do
+    local n = limit_size({name, amount, ''})
+    if not n or n < amount then return false end
+  end
+  return true
+end
+
+-- The reservation, read once per promotion: the job passed over longest gets it once that is RESERVE_AFTER_MS
+-- ago and what it needs is attainable (a few of the oldest are looked at; one no longer queued leaves
+-- `passed`). A reservation whose job is gone or can no longer be satisfied ends, and what was held back for
+-- it is woken. Returns the reservation (read_passed) or nil.
+local function reservation(now, max, held)
+  if held then
+    local r = read_passed(held)
+    if attainable(r, max) then return r end
+    redis.call('HDEL', KEYS[K_CONFIG], 'reserved')
+    wake('#reserved ')
+    if not r.id or not redis.call('ZSCORE', KEYS[K_QUEUED], r.id) then
+      redis.call('ZREM', KEYS[K_PASSED], held)
+    end
+    return nil
+  end
+  local oldest = redis.call('ZRANGE', KEYS[K_PASSED], 0, 3, 'WITHSCORES')
+  for i = 1, #oldest, 2 do
+    if now - tonumber(oldest[i + 1]) < RESERVE_AFTER_MS then return nil end
+    local r = read_passed(oldest[i])
+    if attainable(r, max) then
+      redis.call('HSET', KEYS[K_CONFIG], 'reserved', oldest[i])
+      return r
+    end
+    if not r.id or not redis.call('ZSCORE', KEYS[K_QUEUED], r.id) then
+      redis.call('ZREM', KEYS[K_PASSED], oldest[i])
+    end
+  end
+  return nil
+end
+
+-- Whether a job (`id`, priority `p`, weight `w`, `uses` with their limits resolved by `blocker`) would take
+-- what the reservation `r` needs: nothing of its priority or lower starts unless the slots and the units of
+-- the names it shares with the reserved job stay enough for that job.
+local function held_back(r, id, p, w, uses, used, max)
+  if not r or r.id == id or p > r.priority then return false end
+  if max - used - w < r.weight then return true end
+  for _, u in ipairs(uses) do
+    local need = r.need[u[1]]
+    if need and (limit_size(u) or 0) - limit_in_use(u[1]) - u[2] < need then return true end
+  end
+  return false
+end
+
+-- Park the head `id` (not startable now: waiting on `name`) in `blocked`, out of `ready`. The first time,
+-- it is also entered in `passed` (when, and what it needs), where a reservation is taken from.
+-- A head whose row still names a member (`parked`) was woken from that name's waiters and counted against
+-- its room (`wake_waiters`), which may have ended that reading before the waiters behind it. Parked again
+-- (held back for the reservation, another limit, or the same name: it needs more of it than there is, or than
+-- its limit will ever give) it took none of that room, so the reading goes on after it (a `wake` entry from
+-- its old member, read past it). Without this, the waiters behind it, the reserved job among them, could wait
+-- for a release that never comes, with the room free.
+local function park(jkey, id, name, order, p, w, uses, now)
+  local member = parked_member(name, order, id)
+  redis.call('ZREM', KEYS[K_READY], id)
+  redis.call('ZADD', KEYS[K_BLOCKED], 0, member)
+  local row = redis.call('HMGET', jkey, 'passed', 'parked')
+  local passed, before = row[1], row[2]
+  local was = before and string.match(before, '^(%S+) ')
+  if was and was ~= '#reserved' and redis.call('HEXISTS', KEYS[K_WAKE], was .. ' ') == 0 then
+    wake(was .. ' ', before)
+  end
+  if not passed or passed == '' then
+    passed = id .. '|' .. p .. '|' .. w .. '|' .. format_uses(uses)
+    redis.call('ZADD', KEYS[K_PASSED], now, passed)
+    redis.call('HSET', jkey, 'parked', member, 'passed', passed, 'passed_at', now)
+  else
+    redis.call('HSET', jkey, 'parked', member)
+  end
+end
+
+-- Move units of `name` (under definition `limit`) in or out of use: per name, and per definition ('=' and
+-- the definition: what /metrics shows of a pattern is its names summed). A count that reaches 0 goes.
+local function use_units(name, limit, by)
+  for _, field in ipairs({name, '=' .. limit}) do
+    if redis.call('HINCRBY', KEYS[K_LIMIT_USED], field, by) <= 0 then
+      redis.call('HDEL', KEYS[K_LIMIT_USED], field)
+    end
+  end
+end
+
+-- A promoted job takes its slots and its units; what it holds is kept apart from its row (`holds`, only when
+-- more than one plain slot), so whatever ends it, even with its row gone, gives back exactly that.
+local function take_hold(id, w, uses, used)
+  redis.call('HSET', KEYS[K_CONFIG], 'slots_used', used + w)
+  for _, u in ipairs(uses) do use_units(u[1], u[3], u[2]) end
+  if w ~= 1 or #uses > 0 then redis.call('HSET', KEYS[K_HOLDS], id, w .. '|' .. format_uses(uses)) end
+end
+
+-- A job leaves `running`: its slots and units are free again, and the jobs waiting on them are woken.
+local function release_hold(id)
+  local hold, w = redis.call('HGET', KEYS[K_HOLDS], id), 1
+  if hold then
+    redis.call('HDEL', KEYS[K_HOLDS], id)
+    local ws, uses = string.match(hold, '^(%d+)|(.*)$')
+    w = tonumber(ws) or 1
+    for _, u in ipairs(parse_uses(uses)) do
+      use_units(u[1], u[3], -u[2])
+      wake(u[1] .. ' ')
+    end
+  end
+  local used = slots_used() - w
+  redis.call('HSET', KEYS[K_CONFIG], 'slots_used', used < 0 and 0 or used)
+  if redis.call('EXISTS', KEYS[K_BLOCKED]) == 1 then wake('#slots ') end
+end
+
+-- Whether a waiter on `name` may go back to the queue, `woken` of its name having gone already: a limit's
+-- name while it has free units, '#slots' while slots are free, '#reserved' always (judged again at its turn).
+local function may_wake(name, woken, used, max)
+  if name == '#slots' then return used + woken < max end
+  if name == '#reserved' then return true end
+  local u = {name, 1, ''}
+  local n = limit_size(u)
+  return n ~= nil and limit_in_use(name) + woken < n
+end
+
+-- Wake waiters: each entry of `wake` names a range of `blocked` (a name and a space: that name's waiters; a
+-- pattern's prefix: every name under it) and where its reading stopped. Waiters go back to `ready` at their
+-- own place, in queue order; a name's reading ends when it has no room left (nobody behind can go either),
+-- a prefix's at its end. At most `budget` waiters are read; returns whether entries are left.
+local function wake_waiters(budget, used, max)
+  local entries = redis.call('HRANDFIELD', KEYS[K_WAKE], 8, 'WITHVALUES')
+  local woken = {}
+  for i = 1, #entries, 2 do
+    if budget <= 0 then break end
+    local prefix, after = entries[i], entries[i + 1]
+    local one_name = string.sub(prefix, -1) == ' '
+    local lo = after ~= '' and ('(' .. after) or ('[' .. prefix)
+    local members = redis.call('ZRANGEBYLEX', KEYS[K_BLOCKED], lo, '(' .. prefix .. '\255', 'LIMIT', 0, budget)
+    local done = #members < budget
+    for _, m in ipairs(members) do
+      budget = budget - 1
+      local name, at, id = string.match(m, '^(%S+) (%d+) (%S+)$')
+      if may_wake(name, woken[name] or 0, used, max) then
+        woken[name] = (woken[name] or 0) + 1
+        redis.call('ZREM', KEYS[K_BLOCKED], m)
+        redis.call('ZADD', KEYS[K_READY], tonumber(at) - ORDER_OFFSET, id)
+      elseif one_name then
+        done = true
+        break
+      end
+      after = m
+    end
+    if done then
+      redis.call('HDEL', KEYS[K_WAKE], prefix)
+    else
+      redis.call('HSET', KEYS[K_WAKE], prefix, after)
+    end
+  end
+  return redis.call('EXISTS', KEYS[K_WAKE]) == 1
+end
+
+-- Fair share: the turn of a job within its priority, by start-time fair queueing over the groups queued at
+-- that priority (the ungrouped jobs are one group). `fair` keeps, per priority, the turn promotion has
+-- reached ('v:<priority>') and, per group with jobs queued, its newest job's turn ('g:<priority>:<group>').
+-- A group's next job comes one turn after its previous, and never at or before the turn reached: so a burst
+-- of one group takes one turn in each round, not the queue, and a job handed back (its turn at or before the
+-- turn reached) stays ahead of every job queued after it. One group's turns follow enqueue order; equal
+-- turns of different groups are ordered by id. A priority nothing reached yet starts after `start` (the
+-- enqueue counter, kept from then on: one group's turns are then its jobs' seqs, and jobs queued before
+-- priorities existed, scored by seq, keep their place). `turns` caches the batch's reads and writes
+-- (`save_turns`).
+local function next_turn(turns, priority, group, start)
+  local vf, gf = 'v:' .. priority, 'g:' .. priority .. ':' .. group
+  local last = turns[gf]
+  if last == nil then
+    local row = redis.call('HMGET', KEYS[K_FAIR], vf, gf)
+    if turns[vf] == nil then
+      turns[vf] = tonumber(row[1])
+      if not turns[vf] then turns[vf], turns['new ' .. vf] = start, true end  -- kept: `save_turns`
+    end
+    last = tonumber(row[2]) or false
+  end
+  local turn = turns[vf] + 1
+  if last and last + 1 > turn then turn = last + 1 end
+  turns[gf] = turn
+  return turn
+end
+
+local function save_turns(turns)
+  local flat = {}
+  for field, turn in pairs(turns) do
+    if string.sub(field, 1, 2) == 'g:' or (string.sub(field, 1, 2) == 'v:' and turns['new ' .. field]) then
+      flat[#flat + 1] = field; flat[#flat + 1] = turn
+    end
+  end
+  if #flat > 0 then redis.call('HSET', KEYS[K_FAIR], unpack(flat)) end
+end
+
+-- A job of `priority` and `group` at `order` starts: the turn reached moves up to its turn, and a group whose
+-- newest queued job it was is no longer remembered (its next job starts at the turn reached).
+local function advance_turn(priority, group, order)
+  local turn = order + priority * ORDER_BAND
+  local vf, gf = 'v:' .. priority, 'g:' .. priority .. ':' .. group
+  local row = redis.call('HMGET', KEYS[K_FAIR], vf, gf)
+  if not tonumber(row[1]) or tonumber(row[1]) < turn then redis.call('HSET', KEYS[K_FAIR], vf, turn) end
+  if tonumber(row[2]) == turn then redis.call('HDEL', KEYS[K_FAIR], gf) end
+end
+
+
 -- Why the head's row cannot be promoted, or nil when it can: its row key is missing or not a hash, the
 -- row names another job, or RQ's job key holds something other than a hash.
+-- What promotion reads of a row, in one HMGET (`unpromotable`).
+local PROMOTE_FIELDS = {'id', 'affinity_queue', 'slots', 'uses', 'priority', 'group', 'order', 'seq', 'attempt',
+  'coalesce_key', 'parked', 'passed'}
+
 local function unpromotable(jkey, rqkey, head)
   local kind = key_type(jkey)
   if kind ~= 'hash' then return 'row key is ' .. (kind == 'none' and 'missing' or 'a ' .. kind) end
-  local named = redis.call('HGET', jkey, 'id')
-  if named ~= head then return 'row names job ' .. tostring(named or '(none)') end
+  local row = redis.call('HMGET', jkey, unpack(PROMOTE_FIELDS))
+  if row[1] ~= head then return 'row names job ' .. tostring(row[1] or '(none)') end
   kind = key_type(rqkey)
   if kind ~= 'hash' and kind ~= 'none' then return 'rq job key is a ' .. kind end
-  return nil
+  return nil, row
 end
 
 -- Take a head that cannot be promoted out of `queued`: a row that is still a hash of this job is failed
@@ -341,52 +690,80 @@ local function drop_head(jkey, head, why, actor, now)
     event(jkey, head, 'queued', 'failed', 'dropped_corrupt_row', why, actor, now)
   else
     redis.call('ZREM', KEYS[K_QUEUED], head)
+    redis.call('ZREM', KEYS[K_READY], head)
     event(nil, head, 'queued', '', 'dropped_corrupt_row', why, actor, now)
   end
 end
 
--- Promote candidates from KEYS[first] on while the queue is unpaused, a slot is free and the candidate
--- is still the head. Returns (count, why_stopped): paused | full | empty | stale | batch. `cands`, when
--- given, is the candidates' keys instead (a flat list of job:<id>, rq:job:<id>, RQ list taken from KEYS:
--- enqueue's new jobs, less those that coalesced). A promoted job is pushed on the list its row names (the
--- pool's queue, or its affinity's daemon queue) and RQ's job hash gets that queue as its `origin`; its slot
--- is held whichever list it waits on.
-local function promote_candidates(first, actor, now, cands)
+-- Promote candidates from KEYS[first] on while the queue is unpaused, slots are free and the candidate is
+-- still the head of `ready`. Returns (count, why_stopped): paused | full | empty | stale | batch. `cands`,
+-- when given, is the candidates' keys instead (a flat list of job:<id>, rq:job:<id>, RQ list taken from
+-- KEYS: enqueue's new jobs, less those that coalesced); `out`, when given, collects the ids promoted. A
+-- promoted job is pushed on the list its row names (the pool's queue, or its affinity's daemon queue) and
+-- RQ's job hash gets that queue as its `origin`; its slot is held whichever list it waits on.
+-- Waiters woken first (`wake_waiters`) join `ready` at their place, so a caller's candidates read before may
+-- be stale then: it reads again. A head that cannot start now (its weight, a limit, a reservation) is parked
+-- (`park`) and the next one is looked at: promotion never waits behind a job that cannot start, and a job
+-- parked is not looked at again until what it waits for is given back.
+local function promote_candidates(first, actor, now, cands, out)
   local n = math.floor(((cands and #cands) or (NKEYS - first + 1)) / 3)
   if n > PROMOTE_BATCH_LIMIT then n = PROMOTE_BATCH_LIMIT end
   local promoted = 0
   if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
-  local max = max_slots()
+  local config = redis.call('HMGET', KEYS[K_CONFIG], 'max_concurrent_jobs', 'slots_used', 'reserved')
+  local max, used = tonumber(config[1]) or DEFAULT_SLOTS, slots_used(config[2])
+  local more_to_wake = redis.call('EXISTS', KEYS[K_WAKE]) == 1 and wake_waiters(PROMOTE_BATCH_LIMIT, used, max)
+  local r = reservation(now, max, config[3])
   for i = 0, n - 1 do
-    if redis.call('ZCARD', KEYS[K_RUNNING]) >= max then return promoted, 'full' end
-    local head = redis.call('ZRANGE', KEYS[K_QUEUED], 0, 0)[1]
-    if not head then return promoted, 'empty' end
+    if used >= max then return promoted, 'full' end
+    local head = redis.call('ZRANGE', KEYS[K_READY], 0, 0)[1]
+    if not head then break end
     local jkey, rqkey, qkey = KEYS[first + 3 * i], KEYS[first + 3 * i + 1], KEYS[first + 3 * i + 2]
     if cands then jkey, rqkey, qkey = cands[3 * i + 1], cands[3 * i + 2], cands[3 * i + 3] end
     if not is_row_key(jkey, head) then return promoted, 'stale' end
-    local why = unpromotable(jkey, rqkey, head)
+    local why, row = unpromotable(jkey, rqkey, head)
     if why then
       drop_head(jkey, head, why, actor, now)
     else
-      local routed = redis.call('HGET', jkey, 'affinity_queue')
+      local routed = row[2]
       if not routed or routed == '' then routed = KEYS[K_RQ_QUEUE] end
       if qkey ~= routed then return promoted, 'stale' end
-      local attempt = whole(redis.call('HGET', jkey, 'attempt')) + 1
-      drop_coalesce(jkey, head)
-      set_state(jkey, head, 'queued', 'running', now)
-      redis.call('HSET', jkey, 'attempt', attempt, 'promoted_at', now, 'owner_boot', '', 'container_id', '',
-        'daemon_id', '', 'daemon_queue', '', 'identity', '', 'claimed_at', '')
-      -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
-      redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
-        'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}), 'origin', string.sub(qkey, #RQ_QUEUE_KEY_PREFIX + 1))
-      redis.call('RPUSH', qkey, head)
-      redis.call('SADD', KEYS[K_RQ_QUEUES], qkey)
-      event(jkey, head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)
-      promoted = promoted + 1
+      local w, uses, p = tonumber(row[3]) or 1, parse_uses(row[4]), tonumber(row[5]) or 0
+      local order = tonumber(row[7]) or tonumber(row[8]) or 0
+      local wait = blocker(w, uses, used, max)
+      if not wait and held_back(r, head, p, w, uses, used, max) then wait = '#reserved' end
+      if wait then
+        park(jkey, head, wait, order, p, w, uses, now)
+      else
+        local attempt = whole(row[9]) + 1
+        -- set_state from queued to running, with what was read above: out of the coalesce entry, the queue,
+        -- `ready`, and any parking.
+        if row[10] and row[10] ~= '' then drop_coalesce_id(row[10], head) end
+        redis.call('ZREM', KEYS[K_QUEUED], head)
+        redis.call('ZREM', KEYS[K_READY], head)
+        unpark(jkey, row[11], row[12])
+        redis.call('ZADD', KEYS[K_RUNNING], now, head)
+        take_hold(head, w, uses, used)
+        used = used + w
+        advance_turn(p, row[6] or '', order)
+        redis.call('HSET', jkey, 'state', 'running', 'attempt', attempt, 'promoted_at', now, 'owner_boot', '',
+          'container_id', '', 'daemon_id', '', 'daemon_queue', '', 'identity', '', 'claimed_at', '')
+        -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
+        redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
+          'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}),
+          'origin', string.sub(qkey, #RQ_QUEUE_KEY_PREFIX + 1))
+        redis.call('RPUSH', qkey, head)
+        redis.call('SADD', KEYS[K_RQ_QUEUES], qkey)
+        event(jkey, head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)
+        promoted = promoted + 1
+        if out then out[#out + 1] = head end
+        if r and r.id == head then r = nil end
+      end
     end
   end
-  if redis.call('ZCARD', KEYS[K_QUEUED]) == 0 then return promoted, 'empty' end
-  if redis.call('ZCARD', KEYS[K_RUNNING]) >= max then return promoted, 'full' end
+  local waking = more_to_wake or WOKEN.any
+  if not waking and redis.call('ZCARD', KEYS[K_READY]) == 0 then return promoted, 'empty' end
+  if used >= max then return promoted, 'full' end
   return promoted, 'batch'
 end
 
@@ -403,18 +780,15 @@ local function note_affinity(jkey, to)
   end
 end
 
--- Release a running job's slot into state `to`. A job handed back to `queued` keeps its seq, so it
--- returns to its original place; a paused job keeps it too, for when it is resumed.
+-- Release a running job's slots and units into state `to`. A job handed back to `queued` keeps its order,
+-- so it returns to its original place; a paused job keeps it too, for when it is resumed.
 local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now)
   redis.call('ZREM', KEYS[K_RUNNING], id)
+  release_hold(id)
   redis.call('DEL', lease_key)
   redis.call('HSET', jkey, 'owner_boot', '', 'pause_requested', '0', 'cancel_requested', '0')
   local score = now
-  if to == 'queued' or to == 'paused' then
-    score = redis.call('HGET', jkey, 'seq')
-  else
-    redis.call('HSET', jkey, 'finished_at', now)
-  end
+  if to ~= 'queued' and to ~= 'paused' then redis.call('HSET', jkey, 'finished_at', now) end
   redis.call('HSET', jkey, 'error_reason', to == 'succeeded' and '' or reason)
   set_state(jkey, id, '', to, score)
   if to == 'queued' then add_coalesce(jkey, id) end

@@ -1,6 +1,7 @@
 --[[ cancel
-Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
-Settings: default_slots events_maxlen
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed
+           cancelled metrics ready blocked passed wake fair limits limit_used holds
+Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 KEYS[3..]   promotion candidates
 ARGV[1] id   ARGV[2] reason   ARGV[3] actor
@@ -20,6 +21,11 @@ if state == 'queued' or state == 'paused' then
   set_state(jkey, id, state, 'cancelled', now)
   redis.call('HSET', jkey, 'finished_at', now, 'error_reason', 'cancelled')
   event(jkey, id, state, 'cancelled', 'cancel', reason, actor, now)
+  -- A queued job that held the reservation gives it up: what was held back for it may start now.
+  if redis.call('EXISTS', KEYS[K_WAKE]) == 1 then
+    local promoted, why = promote_candidates(3, actor, now)
+    return {0, 'cancelled', promoted, why, '', row[3]}
+  end
   return {0, 'cancelled', 0, 'none', '', row[3]}
 elseif state == 'running' and row[2] == '' then
   end_running(jkey, lkey, id, 'cancelled', 'cancel', reason, actor, now)

@@ -1,6 +1,7 @@
 --[[ pause_job
-Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics
-Settings: default_slots events_maxlen
+Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed
+           cancelled metrics ready blocked passed wake fair limits limit_used holds
+Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 KEYS[3..]   promotion candidates
 ARGV[1] id   ARGV[2] reason   ARGV[3] actor
@@ -19,6 +20,11 @@ if state == 'queued' then
   set_state(jkey, id, 'queued', 'paused', tonumber(row[3]))
   redis.call('HSET', jkey, 'paused_at', now, 'pause_reason', reason)
   event(jkey, id, 'queued', 'paused', 'pause', reason, actor, now)
+  -- A queued job that held the reservation gives it up: what was held back for it may start now.
+  if redis.call('EXISTS', KEYS[K_WAKE]) == 1 then
+    local promoted, why = promote_candidates(3, actor, now)
+    return {0, 'paused', promoted, why}
+  end
   return {0, 'paused', 0, 'none'}
 elseif state == 'running' and row[2] == '' then
   redis.call('HSET', jkey, 'pause_reason', reason)

@@ -24,7 +24,7 @@ from ..config import Settings
 from .eventreads import EventReads
 from .fleetreads import FleetReads
 from .luatext import shape
-from .reads import Reads
+from .orderreads import OrderReads
 from .redisurl import connect
 from .replies import (
     Adopted,
@@ -34,6 +34,7 @@ from .replies import (
     Enqueued,
     GhostDropped,
     Lead,
+    LimitSet,
     Marked,
     Moved,
     QueueResumed,
@@ -88,7 +89,7 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
+class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
@@ -96,7 +97,8 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         #: The single-connection client each thread runs the enqueue script on.
         self.thread_clients = ThreadClients()
         self.scripts = Scripts(client, settings.max_concurrent_jobs, settings.events_maxlen,
-                               settings.redis_wait_replicas, settings.redis_wait_timeout_secs)
+                               settings.redis_wait_replicas, settings.redis_wait_timeout_secs,
+                               settings.reserve_after_secs)
         #: Each script's pool keys, in the order its header names them (luatext.shape): after its own KEYS.
         self._pool_keys = {name: self.keys.named(shape(name).pool_keys) for name in SCRIPT_NAMES}
 
@@ -126,9 +128,10 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         return self.scripts.run(op, [*keys, *self._pool_keys[op]], args)
 
     def candidates(self, n: int) -> list[str]:
-        """Keys of the first `n` queued jobs, what a slot-freeing script may promote (checked there): row, RQ
+        """Keys of the first `n` jobs of `ready` (the queued less the parked), what a slot-freeing script may
+        promote (checked there): row, RQ
         job hash, and the RQ list the row routes it to (`affinity_queue`, else the pool's queue)."""
-        ids = call_redis(self.client.zrange, self.keys.queued, 0, n - 1)
+        ids = call_redis(self.client.zrange, self.keys.ready, 0, n - 1)
         pipe = self.client.pipeline(transaction=False)
         for job_id in ids:
             pipe.hget(self.keys.job(job_id), "affinity_queue")
@@ -154,8 +157,9 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
 
     # ---- the queue and the API's changes of a job -----------------------------------------------------
 
-    def enqueue_call(self, actor: str, jobs: Iterable[tuple[str, str, str, str]]) -> EnqueueCall:
-        """The enqueue script's inputs for `jobs`, each (id, spec JSON, coalesce key or '', image)."""
+    def enqueue_call(self, actor: str, jobs: Iterable[tuple[str, str, str, str, str]]) -> EnqueueCall:
+        """The enqueue script's inputs for `jobs`, each (id, spec JSON, coalesce key or '', image, its order
+        and limits: `JobSpec.schedule_arg`)."""
         keys = self.keys
         key_list: list[str] = []
         args: list[Any] = [actor]
@@ -208,6 +212,13 @@ class Store(Reads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
     def resume_queue(self, actor: str) -> QueueResumed:
         reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [actor])
         return QueueResumed(was_paused=bool(int(reply[1])), promoted=int(reply[2]), why_stopped=reply[3])
+
+    def set_limit(self, name: str, size: int | None, actor: str) -> LimitSet:
+        """Set a named limit to `size`, or remove it (None; `NotFound` when there is none): limit.lua."""
+        args = [name, "" if size is None else size, actor]
+        reply = self.run("limit", self.candidates(CANDIDATES_ON_PROMOTE), args)
+        return LimitSet(old=None if reply[1] == "" else int(reply[1]), promoted=int(reply[2]),
+                        why_stopped=reply[3])
 
     def set_slots(self, n: int, actor: str) -> SlotsSet:
         reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, actor])

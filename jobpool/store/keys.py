@@ -30,7 +30,8 @@ STATE_INDEX_KEYS = {"queued": "queued", "running": "running", "paused": "paused_
 #: The pool keys a script may name on its header's `Pool keys:` line (scripts/_lib.lua says what each
 #: holds), as `PoolKeys.named` gives them: attributes of PoolKeys, and RQ's registry of queues.
 POOL_KEY_NAMES = ("config", "paused", "queued", "running", "coalesce", "events", "rq_queue", "rq_queues",
-                  "seq", "paused_jobs", "succeeded", "failed", "cancelled", "metrics")
+                  "seq", "paused_jobs", "succeeded", "failed", "cancelled", "metrics", "ready", "blocked",
+                  "passed", "wake", "fair", "limits", "limit_used", "holds")
 
 
 def worker_name(pool: str, boot_id: str) -> str:
@@ -91,6 +92,23 @@ class PoolKeys:
         #: JSON {line, at, by}, written by scripts/daemon_mark.lua when a process concludes a collision,
         #: removed only by an operator (scripts/forget_collision.lua). Bounded by the fleet's identities.
         self.shared_daemons = p + "shared_daemons"
+        # Order and limits (scripts/_lib.lua "Order and limits"; docs/architecture.md).
+        #: The queued jobs that may be promoted, by order (priority band, then turn): `queued` less parked.
+        self.ready = p + "ready"
+        #: Queued jobs that cannot start now, parked under what they wait for (members, compared as text).
+        self.blocked = p + "blocked"
+        #: Jobs passed over, by when first: where the reservation is taken from.
+        self.passed = p + "passed"
+        #: Ranges of `blocked` to wake, each with where its reading stopped.
+        self.wake = p + "wake"
+        #: Fair share's turns: per priority the turn reached, per group with jobs queued its newest turn.
+        self.fair = p + "fair"
+        #: The named limits: name or pattern (a prefix and '*') -> size.
+        self.limits = p + "limits"
+        #: Units in use: per name, and per definition ('=' + the name or pattern).
+        self.limit_used = p + "limit_used"
+        #: What each running job holds beyond one plain slot: id -> 'weight|uses'.
+        self.holds = p + "holds"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"

@@ -44,7 +44,8 @@ _LINE_COMMENT = re.compile(r"--[^\n]*")
 _POOL_KEY_USE = re.compile(r"\bK_([A-Z_]+)\b")
 
 #: The settings a script may name, as `Settings:` spells them, and the Lua name each is given.
-SETTING_NAMES = {"default_slots": "DEFAULT_SLOTS", "events_maxlen": "STREAM_MAXLEN"}
+SETTING_NAMES = {"default_slots": "DEFAULT_SLOTS", "events_maxlen": "STREAM_MAXLEN",
+                 "reserve_after_ms": "RESERVE_AFTER_MS"}
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ def needed(defs: list[Definition], script: str) -> str:
 
 def _header_names(script: str, label: str, allowed: Collection[str]) -> tuple[str, ...]:
     header = script.split("]]", 1)[0]
-    found = re.findall(rf"^{label}:(.*)$", header, re.MULTILINE)
+    # A line of names, continued on the lines after it that start with a space.
+    found = re.findall(rf"^{label}:(.*(?:\n[ \t]+.*)*)", header, re.MULTILINE)
     if label == "Pool keys" and len(found) != 1:
         raise ValueError(f"the header has {len(found)} `{label}:` lines, not one")
     if len(found) > 1:

@@ -22,6 +22,13 @@ from .redispolicy import PolicyCheck, check_at_start
 from .runner import call_redis
 
 
+def _slots_used(stored: Any, running: Any) -> int:
+    """The slots in use: the scripts' count of the running jobs' weights (`slots_used`, scripts/_lib.lua), or
+    for a pool from before weights, where every running job holds one, their count."""
+    value = ascii_whole(stored) if isinstance(stored, str) else None
+    return value if value is not None else int(running)
+
+
 @dataclass(frozen=True)
 class ServerRun:
     """Which redis-server process answers, as its INFO says (jobpool/redistrust.py judges it): its run id,
@@ -163,25 +170,25 @@ class Reads:
         return int(value) if math.isfinite(value) else self.settings.max_concurrent_jobs
 
     def slots(self) -> tuple[int, int]:
-        """(used, max) of the fleet-wide limit."""
+        """(used, max) of the fleet-wide limit, each running job counted by its weight."""
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(self.keys.running)
-        pipe.hget(self.keys.config, "max_concurrent_jobs")
-        used, mx = call_redis(pipe.execute)
-        return int(used), self.limit(mx)
+        pipe.hmget(self.keys.config, "max_concurrent_jobs", "slots_used")
+        running, (mx, used) = call_redis(pipe.execute)
+        return _slots_used(used, running), self.limit(mx)
 
     def stats(self) -> dict[str, Any]:
         """Counts per state, slots, and whether promotion is paused (by whom, why, since when)."""
         pipe = self.client.pipeline(transaction=False)
         for st in JobState:
             pipe.zcard(self.keys.state_index(st.value))
-        pipe.hget(self.keys.config, "max_concurrent_jobs")
+        pipe.hmget(self.keys.config, "max_concurrent_jobs", "slots_used")
         pipe.hgetall(self.keys.paused)
-        *counts, mx, paused = call_redis(pipe.execute)
+        *counts, (mx, used), paused = call_redis(pipe.execute)
         return {
             "pool": self.keys.pool,
             "counts": {st.value: int(c) for st, c in zip(JobState, counts, strict=True)},
-            "slots": {"used": int(counts[1]), "max": self.limit(mx)},
+            "slots": {"used": _slots_used(used, counts[1]), "max": self.limit(mx)},
             "queue_paused": bool(paused),
             "paused_by": paused.get("by") if paused else None,
             "paused_reason": paused.get("reason") if paused else None,

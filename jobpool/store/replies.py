@@ -69,6 +69,13 @@ class SlotsSet(Release):
 
 
 @dataclass(frozen=True)
+class LimitSet(Release):
+    """limit.lua's reply: the limit's size before the change (None: there was none)."""
+
+    old: int | None
+
+
+@dataclass(frozen=True)
 class GhostDropped(Release):
     """drop_ghost's reply: whether the id was still in `running` and left it."""
 

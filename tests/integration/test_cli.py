@@ -150,7 +150,7 @@ def test_ls_table_filters_and_json(run: Run) -> None:
     table = run("ls")
     assert table.exit_code == 0
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["ID", "STATE", "ATT", "IMAGE", "COMMAND", "CREATED", "NOTE"]
+    assert header.split() == ["ID", "STATE", "PRIO", "ATT", "IMAGE", "COMMAND", "CREATED", "NOTE"]
     assert [r.split()[:2] for r in rows] == [[running, "running"], [queued, "queued"]]
     assert "ago" in rows[0] or "just now" in rows[0]
     assert SECRET not in table.output
@@ -544,6 +544,19 @@ BAD_INPUT = [
     (["enqueue", "busybox"], {}, 2, "Missing argument 'COMMAND...'"),
     (["enqueue", "busybox", "--"], {}, 2, "missing the command to run after IMAGE"),
     (["enqueue", "", "true"], {}, 2, "image must be a non-empty string"),
+    (["enqueue", "--uses", "nolimit", "busybox", "true"], {}, 2, "no limit covers nolimit"),
+    (["enqueue", "--uses", "a b", "busybox", "true"], {}, 2, "limit 'a b' is not a name"),
+    (["enqueue", "--uses", "gpu=0", "busybox", "true"], {}, 2, "the amount must be a whole number"),
+    (["enqueue", "--uses", "gpu", "--uses", "gpu=2", "busybox", "true"], {}, 2, "'gpu' is named twice"),
+    (["enqueue", "--priority", "1001", "busybox", "true"], {}, 2, "1001 is not in the range -1000<=x<=1000"),
+    (["enqueue", "--slots", "0", "busybox", "true"], {}, 2, "0 is not in the range 1<=x<=100000"),
+    (["enqueue", "--group", "", "busybox", "true"], {}, 2, "group '' is not a name"),
+    (["limit", "a b", "1"], {}, 2, "a limit is a name"),
+    (["limit", "gpu", "-1"], {}, 2, "-1 is not in the range 0<=x<=1000000"),
+    (["limit", "--remove"], {}, 2, "NAME is needed"),
+    (["limit", "gpu", "1", "--remove"], {}, 2, "--remove takes no N"),
+    (["limit", "nope", "--remove"], {}, 1, "Error: no limit nope"),
+    (["limit", "nope"], {}, 1, "Error: no limit nope"),
     (["slots", "-1"], {}, 2, "-1 is not in the range 0<=x<=100000"),
     (["slots", "100001"], {}, 2, "100001 is not in the range"),
     (["slots", "many"], {}, 2, "'many' is not a valid integer"),
@@ -702,3 +715,28 @@ def test_real_reconcile_dry_run_reports_json(run: Run) -> None:
     assert (doc["pool"], doc["dry_run"], doc["decisions"]) == (POOL, True, [])
     human = run("reconcile")
     assert human.exit_code == 0 and human.stdout.startswith(f"sweep pool={POOL}")
+
+
+# ---- order and limits -----------------------------------------------------------------------------------
+
+def test_limits_priorities_and_why_a_job_waits(run: Run, pool: Pool) -> None:
+    assert run("limit").stdout.strip() == "no limits"
+    assert run("limit", "dataset:*", "1").stdout.strip() == "dataset:* = 1  (new)"
+    run("slots", "2")
+    first = enqueue_id(run, "--uses", "dataset:sales", "busybox", "--", "sleep", "30")
+    second = enqueue_id(run, "--uses", "dataset:sales=1", "--priority", "5", "busybox", "--", "sleep", "30")
+    heavy = enqueue_id(run, "--slots", "2", "--group", "tenant-a", "busybox", "--", "true")
+    assert ok_json(run("--json", "limit")) == [{"name": "dataset:*", "max": 1, "used": 1}]
+    doc = ok_json(run("--json", "show", second))
+    assert doc["spec"]["uses"] == {"dataset:sales": 1} and doc["spec"]["priority"] == 5
+    assert doc["waiting_for"] == [f"dataset:sales 1/1 (limit dataset:*), needs 1, held by {first}"]
+    shown = run("show", heavy).stdout
+    assert "waiting for   needs 2 slots, 1 free of 2" in shown and "tenant-a" in shown
+    rows = {r.split()[0]: r.split()[2] for r in run("ls").stdout.splitlines()[1:]}
+    assert rows[second] == "5" and rows[first] == "0"
+    status = json.loads(run("--json", "status").stdout)  # unhealthy (exit 1): no supervisor, no workers
+    assert status["limits"] == [{"name": "dataset:*", "max": 1, "used": 1}]
+    assert "\nlimit       dataset:* 1/1 used\n" in run("status").stdout
+    assert run("limit", "dataset:*", "2").stdout.strip() == "dataset:* = 2  (was 1)"
+    assert pool.get(second).state.value == "running"
+    assert run("limit", "dataset:*", "--remove").stdout.strip() == "removed dataset:* (was 2)"

@@ -94,6 +94,21 @@ def test_overview_shows_slots_queue_promotion_and_unknown_held(pool: Pool, ro: T
 
 
 
+def test_the_limits_and_why_a_job_waits_are_shown(pool: Pool, ro: TestClient) -> None:
+    pool.set_slots(3)
+    pool.set_limit("dataset:*", 1)
+    holder = pool.enqueue(IMAGE, ["true"], uses={"dataset:sales": 1})
+    writer = pool.enqueue(IMAGE, ["true"], uses={"dataset:sales": 1}, priority=4, group="team-a")
+    limits = ro.get("/fragments/overview").text.split('id="limits"')[1].split("</table>")[0]
+    assert "dataset:*" in limits and re.search(r"1 / 1", limits)
+    page = ro.get(f"/jobs/{writer.id}").text
+    waiting = page.split('id="waiting"')[1].split("</div></div>")[0]
+    assert f"dataset:sales 1/1 (limit dataset:*), needs 1, held by {holder.id}" in waiting
+    assert "team-a" in page and "dataset:sales=1" in page
+    assert ro.get("/api/status").json()["limits"] == [{"name": "dataset:*", "max": 1, "used": 1}]
+    assert 'id="waiting"' not in ro.get(f"/jobs/{holder.id}").text
+
+
 def test_overview_names_the_daemons_holding_slots_on_stale_evidence(pool: Pool, ro: TestClient) -> None:
     """A claimed job on a daemon that never published (its worker dead, its lease gone): the overview names
     the daemon, its job and the command that frees it (StatusReport.daemons, jobpool/status.py)."""

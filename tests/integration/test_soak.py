@@ -23,6 +23,7 @@ def assert_the_zeros(figures: Figures, jobs: int) -> None:
     assert figures.samples > 50, "the daemons were sampled throughout"
     assert figures.lost == 0, figures.line()
     assert figures.over_limit_instants == 0, (figures.line(), figures.findings)
+    assert figures.over_named_limit_instants == 0, (figures.line(), figures.findings)
     assert not figures.double_container_jobs, (figures.line(), figures.findings)
     assert figures.stuck == 0, figures.line()
     assert figures.illegal_transitions == 0, figures.line()

@@ -261,7 +261,7 @@ def _raw_batch(pool: Pool, ids: list[str]) -> list[Any]:
     args: list[Any] = ["t"]
     for job_id in ids:
         keys += [pool.keys.job(job_id), pool.keys.rq_job(job_id)]
-        args += [job_id, '{"image":"x","command":["y"]}', "", "x"]
+        args += [job_id, '{"image":"x","command":["y"]}', "", "x", ""]
     return pool.store.run("enqueue", keys, args)
 
 

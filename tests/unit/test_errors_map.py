@@ -26,6 +26,7 @@ EXPECTED = {
     "E_CONFLICT": errors.Conflict,
     "E_EXISTS": errors.AlreadyExists,
     "E_BAD_ARG": errors.InvalidArgument,
+    "E_BAD_SPEC": errors.InvalidSpec,
 }
 
 #: Helpers in _lib.lua whose result a script returns as its status: the codes they can produce.

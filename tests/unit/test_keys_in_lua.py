@@ -119,7 +119,8 @@ def parse(name: str, lib: str, body: str) -> Program:
     for region, text in (("lib", strip_comments(lib)), ("body", strip_comments(body))):
         for m in re.finditer(r"local\s+function\s+(\w+)\s*\(([^)]*)\)", text):
             prog.params[m.group(1)] = [p.strip() for p in m.group(2).split(",") if p.strip()]
-        for m in re.finditer(r"^\s*(?:local\s+)?([\w\s,]+?)\s*=\s*(?!=)(.+)$", text, re.M):
+        # One line each ([ \t], never \s: a line of bare words before it must not join the names).
+        for m in re.finditer(r"^[ \t]*(?:local[ \t]+)?([\w \t,]+?)[ \t]*=[ \t]*(?!=)(.+)$", text, re.M):
             names = [n.strip() for n in m.group(1).split(",")]
             if not all(re.fullmatch(r"\w+", n) for n in names) or names[0] in ("if", "elseif", "for"):
                 continue
@@ -289,7 +290,7 @@ def test_settings_arrive_after_the_scripts_own_arguments() -> None:
     """A script's settings follow its own ARGV (runner.Scripts) and the prelude names them from the end."""
     client = fakeredis.FakeRedis(decode_responses=True)
     text = prelude(shape("promote"), "") + "return {NARGV, DEFAULT_SLOTS, STREAM_MAXLEN}"
-    assert client.eval(text, 0, "actor", 7, 900) == [1, 7, 900]
+    assert client.eval(text, 0, "actor", 7, 900, 300_000) == [1, 7, 900]
 
 
 def _covers(header: str, kind: str, n: int) -> bool:

@@ -21,7 +21,7 @@ from rq.job import JobStatus
 from rq.queue import Queue as RQQueue
 from rq.serializers import JSONSerializer
 
-from jobpool import errors
+from jobpool import contract, errors
 from jobpool.models import JobState
 from jobpool.rqjob import ENTRY_POINT
 from jobpool.store.keys import RQ_QUEUES
@@ -106,7 +106,7 @@ def test_enqueue_with_an_existing_id_is_refused_and_writes_nothing(backend: Back
     before = backend.keyspace()
     with pytest.raises(errors.AlreadyExists):
         pool.store.run("enqueue", [pool.keys.job(job.id), pool.keys.rq_job(job.id)],
-                       ["t", job.id, '{"image":"x","command":["y"]}', "", "x"])
+                       ["t", job.id, '{"image":"x","command":["y"]}', "", "x", ""])
     assert backend.keyspace() == before
 
 
@@ -227,7 +227,7 @@ def test_promote_flips_the_rq_hash_to_queued_with_the_attempt(backend: Backend) 
 @pytest.mark.parametrize("seconds", [0, 951782400, 4107542399, 1709164800])
 def test_iso_time_in_lua_matches_python(backend: Backend, seconds: int) -> None:
     """iso_utc() in _lib.lua converts by hand (no os.date in Redis' Lua): check leap days and centuries."""
-    lib = (resources.files("jobpool") / "scripts" / "_lib.lua").read_text()
+    lib = contract.lua_constants() + (resources.files("jobpool") / "scripts" / "_lib.lua").read_text()
     ms = seconds * 1000 + 789
     got = backend.client.eval(lib + "\nreturn iso_utc(tonumber(ARGV[1]))", 0, ms)
     assert got == datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -236,7 +236,7 @@ def test_iso_time_in_lua_matches_python(backend: Backend, seconds: int) -> None:
 def test_iso_time_in_lua_matches_python_across_four_centuries(backend: Backend) -> None:
     """The same over 1970-2369, a time every ~17 days and every millisecond of the first and last seconds of
     days that end a month, a year, a leap year and a century (each field's roll-over)."""
-    lib = (resources.files("jobpool") / "scripts" / "_lib.lua").read_text()
+    lib = contract.lua_constants() + (resources.files("jobpool") / "scripts" / "_lib.lua").read_text()
     day = 86_400_000
     edges = [datetime(y, m, 1, tzinfo=timezone.utc) for y in (1970, 1999, 2000, 2024, 2100, 2369)
              for m in (1, 2, 3, 12)]

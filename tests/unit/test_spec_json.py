@@ -16,7 +16,8 @@ from jobpool.spec import MAX_SPEC_BYTES, JobSpec, build_spec
 def test_every_field_is_stored_and_round_trips() -> None:
     spec = build_spec({"image": "img", "command": ["sh", "-c", "x"], "env": {"A": "1"}, "workdir": "/w",
                        "user": "1000", "network": "jobs", "cpus": 1.5, "memory": "512m",
-                       "labels": {"team": "data"}, "mounts": [], "init": False, "checkpoint": False})
+                       "labels": {"team": "data"}, "mounts": [], "init": False, "checkpoint": False,
+                       "priority": -3, "slots": 2, "uses": {"gpu": 2, "dataset:a": 1}, "group": "tenant-a"})
     stored = json.loads(spec.to_json())
     assert set(stored) == {f.name for f in dataclasses.fields(JobSpec)}
     assert JobSpec.from_json(spec.to_json()) == spec
@@ -38,7 +39,8 @@ def test_the_json_is_canonical_whatever_the_order_of_env_and_labels(command: lis
                                                                    user: str | None,
                                                                    memory: str | None) -> None:
     """The stored JSON (and so a coalesce key) is `json.dumps` with sorted keys of every field, `init` and
-    `checkpoint` only when off: `JobSpec._json` writes the keys in that order itself, and sorts env and
+    `checkpoint` only when off, the order and limits only when set: `JobSpec._json` writes the keys in that
+    order itself, and sorts env and
     labels, whatever order the caller's mappings had."""
     spec = build_spec({"image": "img", "command": command, "env": env, "labels": labels, "cpus": cpus,
                        "init": init, "checkpoint": checkpoint, "user": user, "memory": memory})
@@ -48,6 +50,8 @@ def test_the_json_is_canonical_whatever_the_order_of_env_and_labels(command: lis
     for switch, on in (("init", init), ("checkpoint", checkpoint)):
         if on:
             del fields[switch]
+    for default in ("priority", "slots", "uses", "group"):  # order and limits: only when not the default
+        del fields[default]
     assert spec.to_json() == json.dumps(fields, separators=(",", ":"), sort_keys=True)
 
 
