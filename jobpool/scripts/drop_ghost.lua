@@ -18,8 +18,8 @@ if key_type(jkey) == 'hash' then return {E_CONFLICT, 'row'} end
 if not redis.call('ZSCORE', KEYS[K_RUNNING], id) then return {0, 0, 0, 'none'} end
 if redis.call('PTTL', lkey) > 0 then return {E_CONFLICT, 'lease'} end
 local now = now_ms()
+release_hold(id)  -- first: a pool from before weights counts its slots in use from `running` (slots_used)
 redis.call('ZREM', KEYS[K_RUNNING], id)
-release_hold(id)
 redis.call('DEL', lkey)
 redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
 event(nil, id, 'running', '', 'dropped_ghost', evidence, actor, now)

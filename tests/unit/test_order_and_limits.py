@@ -509,3 +509,18 @@ def test_a_job_needing_more_than_its_limit_is_refused_or_never_holds_up_the_rest
     pool.set_slots(1)
     finish(pool, small[1])
     assert state_of(pool, light.id) == "running" and state_of(pool, heavy.id) == "queued"
+
+
+def test_a_pool_from_before_weights_counts_its_running_jobs_once(backend: Backend) -> None:
+    """Rows and counts written before order and limits existed: no `slots_used`, no `holds`. The first
+    release counts the slots in use from `running` before taking the job out of it."""
+    pool = backend.pool(max_concurrent_jobs=2)
+    a, b = enqueue(pool, "a"), enqueue(pool, "b")
+    waiting = enqueue(pool, "waiting")
+    pool.store.client.hdel(pool.keys.config, "slots_used")  # as a pool from before weights has it
+    finish(pool, a)
+    assert pool.store.slots_in_use() == 2 and state_of(pool, waiting.id) == "running"
+    late = enqueue(pool, "late")
+    assert state_of(pool, late.id) == "queued"  # 2 of 2 in use: never a third
+    finish(pool, b)
+    assert state_of(pool, late.id) == "running"
