@@ -341,6 +341,7 @@ class Pool(Browsing):
             done = self.store.set_limit(self._check_limit_name(name), None, self.actor)
         except errors.NotFound:
             raise errors.NotFound(f"no limit {name} (jobpool limit lists them)") from None
+        self.store.finish_promotion(done, self.actor)  # another limit may cover its names
         return int(done.old or 0)
 
     def why_waiting(self, job_id: str) -> builtins.list[str]:

@@ -262,10 +262,11 @@ end
 
 -- A job that cannot start now waits in `blocked` (one sorted set, every score 0, compared as text), under
 -- the name of what it waits for: a limit's name, '#slots' (its weight is more than the free slots) or
--- '#reserved' (what it needs is held for a reservation). Members sort by that name, then by order, so the
--- waiters of one name are one range, in queue order, and a pattern's names are one range too.
-local function parked_member(name, order, id)
-  return name .. ' ' .. string.format('%016.0f', order + ORDER_OFFSET) .. ' ' .. id
+-- '#reserved' (what it needs is held for a reservation), with how much of it it needs (its amount of the
+-- name, its weight). Members sort by that name, then by order, so the waiters of one name are one range, in
+-- queue order, and a pattern's names are one range too.
+local function parked_member(name, order, id, need)
+  return name .. ' ' .. string.format('%016.0f', order + ORDER_OFFSET) .. ' ' .. id .. ' ' .. need
 end
 
 -- What a job uses of the named limits, as its row keeps it: 'name=amount=limit;...' (the limit is the
@@ -297,7 +298,14 @@ end
 
 -- The parking of a job that leaves the queue (its row's `parked` and `passed` members), undone.
 local function unpark(jkey, parked, passed)
-  if parked and parked ~= '' then redis.call('ZREM', KEYS[K_BLOCKED], parked) end
+  -- Not in `blocked` any more: it was woken, counted against its name's room, and leaves before using it, so
+  -- that name's reading goes on after it (else the waiters behind it wait for a release that never comes).
+  if parked and parked ~= '' and redis.call('ZREM', KEYS[K_BLOCKED], parked) == 0 then
+    local was = string.match(parked, '^(%S+) ')
+    if was and was ~= '#reserved' and redis.call('HEXISTS', KEYS[K_WAKE], was .. ' ') == 0 then
+      wake(was .. ' ', parked)
+    end
+  end
   if passed and passed ~= '' then
     redis.call('ZREM', KEYS[K_PASSED], passed)
     if redis.call('HGET', KEYS[K_CONFIG], 'reserved') == passed then
@@ -405,25 +413,22 @@ local function slots_used(stored)
   return n
 end
 
--- The limit that covers `name`: the name's own, else the longest pattern over it; nil when none does.
+-- The limit that covers `name`: the name's own, else the longest pattern over it (a prefix and '*'; the
+-- prefix may be the whole name); nil when none does.
 local function limit_for(name)
   if redis.call('HEXISTS', KEYS[K_LIMITS], name) == 1 then return name end
-  for i = #name - 1, 1, -1 do
+  for i = #name, 1, -1 do
     local pattern = string.sub(name, 1, i) .. '*'
     if redis.call('HEXISTS', KEYS[K_LIMITS], pattern) == 1 then return pattern end
   end
   return nil
 end
 
--- The size of the limit over `u` ({name, amount, limit}) now, and its definition (updated in `u`): the
--- name's own limit if one was set since, else the one it had, else whatever covers it now; nil for none.
+-- The size of the limit over `u` ({name, amount, limit}) now, and its definition (set in `u`): whatever
+-- covers the name now (`limit_for`), the same for a job's start, its waking and its reservation; nil for none.
 local function limit_size(u)
   local n = tonumber(redis.call('HGET', KEYS[K_LIMITS], u[1]))
   if n then u[3] = u[1]; return n end
-  if u[3] ~= '' then
-    n = tonumber(redis.call('HGET', KEYS[K_LIMITS], u[3]))
-    if n then return n end
-  end
   local limit = limit_for(u[1])
   if not limit then return nil end
   u[3] = limit
@@ -490,6 +495,8 @@ local function reservation(now, max, held)
     end
     if not r.id or not redis.call('ZSCORE', KEYS[K_QUEUED], r.id) then
       redis.call('ZREM', KEYS[K_PASSED], oldest[i])
+    else  -- queued but not attainable now: to the back, so it cannot keep the reservation from the others
+      redis.call('ZADD', KEYS[K_PASSED], now, oldest[i])
     end
   end
   return nil
@@ -517,7 +524,11 @@ end
 -- its old member, read past it). Without this, the waiters behind it, the reserved job among them, could wait
 -- for a release that never comes, with the room free.
 local function park(jkey, id, name, order, p, w, uses, now)
-  local member = parked_member(name, order, id)
+  local need = name == '#slots' and w or 0
+  for _, u in ipairs(uses) do
+    if u[1] == name then need = u[2] end
+  end
+  local member = parked_member(name, order, id, need)
   redis.call('ZREM', KEYS[K_READY], id)
   redis.call('ZADD', KEYS[K_BLOCKED], 0, member)
   local row = redis.call('HMGET', jkey, 'passed', 'parked')
@@ -570,14 +581,19 @@ local function release_hold(id)
   if redis.call('EXISTS', KEYS[K_BLOCKED]) == 1 then wake('#slots ') end
 end
 
--- Whether a waiter on `name` may go back to the queue, `woken` of its name having gone already: a limit's
--- name while it has free units, '#slots' while slots are free, '#reserved' always (judged again at its turn).
-local function may_wake(name, woken, used, max)
-  if name == '#slots' then return used + woken < max end
-  if name == '#reserved' then return true end
-  local u = {name, 1, ''}
-  local n = limit_size(u)
-  return n ~= nil and limit_in_use(name) + woken < n
+-- Whether a waiter on `name` needing `need` of it may go back to the queue, `woken` of it having gone back
+-- already: 'wake' while there is room for it ('#reserved' always: judged again at its turn); 'stop' when
+-- there is not (nobody behind it goes first: queue order); 'skip' when it could never fit as the limit stands
+-- (a limit lowered under it, or gone), so it holds up nobody behind it.
+local function may_wake(name, need, woken, used, max)
+  if name == '#reserved' then return 'wake' end
+  local size, in_use = max, used
+  if name ~= '#slots' then
+    size, in_use = limit_size({name, need, ''}), limit_in_use(name)
+  end
+  if not size or need > size then return 'skip' end  -- never, as the limit stands: no reason to stop at it
+  if in_use + woken + need > size then return 'stop' end
+  return 'wake'
 end
 
 -- Wake waiters: each entry of `wake` names a range of `blocked` (a name and a space: that name's waiters; a
@@ -596,12 +612,14 @@ local function wake_waiters(budget, used, max)
     local done = #members < budget
     for _, m in ipairs(members) do
       budget = budget - 1
-      local name, at, id = string.match(m, '^(%S+) (%d+) (%S+)$')
-      if may_wake(name, woken[name] or 0, used, max) then
-        woken[name] = (woken[name] or 0) + 1
+      local name, at, id, need = string.match(m, '^(%S+) (%d+) (%S+) (%d+)$')
+      need = tonumber(need) or 1
+      local verdict = may_wake(name, need, woken[name] or 0, used, max)
+      if verdict == 'wake' then
+        woken[name] = (woken[name] or 0) + need
         redis.call('ZREM', KEYS[K_BLOCKED], m)
         redis.call('ZADD', KEYS[K_READY], tonumber(at) - ORDER_OFFSET, id)
-      elseif one_name then
+      elseif verdict == 'stop' and one_name then
         done = true
         break
       end
@@ -709,8 +727,15 @@ local function promote_candidates(first, actor, now, cands, out)
   local n = math.floor(((cands and #cands) or (NKEYS - first + 1)) / 3)
   if n > PROMOTE_BATCH_LIMIT then n = PROMOTE_BATCH_LIMIT end
   local promoted = 0
+  local config = redis.call('HMGET', KEYS[K_CONFIG], 'max_concurrent_jobs', 'slots_used', 'reserved', 'ready_kept')
+  if not config[4] then
+    -- A pool from before `ready` (its queued jobs in `queued` alone; a new pool's first enqueue marks it):
+    -- they are all promotable, and nothing is parked before this first promotion, so `ready` becomes
+    -- `queued` whole, once.
+    redis.call('ZUNIONSTORE', KEYS[K_READY], 2, KEYS[K_READY], KEYS[K_QUEUED], 'AGGREGATE', 'MIN')
+    redis.call('HSET', KEYS[K_CONFIG], 'ready_kept', 1)
+  end
   if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
-  local config = redis.call('HMGET', KEYS[K_CONFIG], 'max_concurrent_jobs', 'slots_used', 'reserved')
   local max, used = tonumber(config[1]) or DEFAULT_SLOTS, slots_used(config[2])
   local more_to_wake = redis.call('EXISTS', KEYS[K_WAKE]) == 1 and wake_waiters(PROMOTE_BATCH_LIMIT, used, max)
   local r = reservation(now, max, config[3])

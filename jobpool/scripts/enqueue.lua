@@ -81,7 +81,9 @@ for i = 1, njobs do
     created = created + 1
   end
 end
-if not stored then redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', DEFAULT_SLOTS) end
+if not stored then  -- a new pool: its queued jobs are in `ready` from the start (promote_candidates)
+  redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', DEFAULT_SLOTS, 'ready_kept', 1)
+end
 local now = now_ms()
 local rq_created_at = iso_utc(now)
 local origin = string.sub(KEYS[K_RQ_QUEUE], #RQ_QUEUE_KEY_PREFIX + 1)

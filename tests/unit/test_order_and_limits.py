@@ -440,7 +440,7 @@ class OrderMachine(RuleBasedStateMachine):
         sizes = {u.name: u.size for u in self.pool.limits()}
         in_use = self.pool.store.names_in_use(["gpu", "dataset:a", "dataset:b"])
         for member in cast("list[str]", client.zrange(self.pool.keys.blocked, 0, -1)):
-            name, _, job_id = member.split(" ")
+            name, _, job_id, _need = member.split(" ")
             job = self.pool.get(job_id)
             fits = used + job.spec.slots <= size
             for used_name, amount in job.spec.uses.items():
@@ -524,3 +524,74 @@ def test_a_pool_from_before_weights_counts_its_running_jobs_once(backend: Backen
     assert state_of(pool, late.id) == "queued"  # 2 of 2 in use: never a third
     finish(pool, b)
     assert state_of(pool, late.id) == "running"
+
+
+def test_a_pool_from_before_ready_promotes_what_it_had_queued(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    first, second = enqueue(pool, "first"), enqueue(pool, "second")
+    client = pool.store.client
+    client.delete(pool.keys.ready)  # as a pool from before `ready` has it: its queued jobs in `queued` alone
+    client.hdel(pool.keys.config, "ready_kept")
+    finish(pool, first)
+    assert state_of(pool, second.id) == "running"
+
+
+def test_removing_a_limit_wakes_the_names_a_broader_one_covers(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=3)
+    pool.set_limit("ds:*", 5)
+    pool.set_limit("ds:a", 0)
+    job = enqueue(pool, "a", uses={"ds:a": 1})
+    assert state_of(pool, job.id) == "queued"
+    pool.remove_limit("ds:a")
+    assert state_of(pool, job.id) == "running"
+
+
+def test_a_woken_job_that_leaves_lets_the_waiters_behind_it_go(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=3)
+    pool.set_limit("x", 1)
+    holder = enqueue(pool, "holder", uses={"x": 1})
+    other = enqueue(pool, "other")
+    first, behind = enqueue(pool, "first", uses={"x": 1}), enqueue(pool, "behind", uses={"x": 1})
+    third = enqueue(pool, "third")
+    urgent = enqueue(pool, "urgent", priority=1)  # the pool is full: it waits, ahead of everything
+    finish(pool, holder)  # `first` is woken for x's unit, but `urgent` takes the slot
+    assert state_of(pool, urgent.id) == "running" and state_of(pool, first.id) == "queued"
+    pool.cancel(first.id)  # it leaves before using x's unit
+    for job in (other, third, urgent):
+        finish(pool, job)
+    assert state_of(pool, behind.id) == "running"
+
+
+def test_a_name_is_limited_by_what_covers_it_now(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=3)
+    pool.set_limit("ds:*", 1)
+    holder = enqueue(pool, "holder", uses={"ds:ab": 1})
+    waiting = enqueue(pool, "waiting", uses={"ds:ab": 1})
+    pool.set_limit("ds:a*", 0)  # a longer pattern over ds:ab: its limit from now on
+    finish(pool, holder)
+    assert state_of(pool, waiting.id) == "queued"
+    assert pool.why_waiting(waiting.id) == ["ds:ab 0/0 (limit ds:a*), needs 1"]
+    pool.set_limit("ds:a*", 1)
+    assert state_of(pool, waiting.id) == "running"
+
+
+def test_jobs_that_cannot_be_satisfied_do_not_keep_the_reservation_from_others(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=2, reserve_after_secs=0)
+    pool.set_limit("hold", 0)
+    for i in range(5):
+        enqueue(pool, f"held{i}", uses={"hold": 1})  # passed over first, never attainable
+    enqueue(pool, "light")
+    heavy = enqueue(pool, "heavy", slots=2)
+    for _ in range(3):  # each promotion looks at the 4 passed over longest, and sends the hopeless back
+        pool.promote()
+    assert str(pool.store.client.hget(pool.keys.config, "reserved")).startswith(heavy.id)
+
+
+def test_a_release_does_not_walk_every_heavy_waiter(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=8)
+    running = [enqueue(pool, f"r{i}") for i in range(7)]
+    heavy = [enqueue(pool, f"h{i}", slots=4) for i in range(200)]
+    assert pool.store.client.zcard(pool.keys.blocked) == 200
+    finish(pool, running[0])  # 2 free: the first heavy waiter does not fit, and nobody behind it goes first
+    assert pool.store.client.hlen(pool.keys.wake) == 0
+    assert all(state_of(pool, j.id) == "queued" for j in heavy[:3])
