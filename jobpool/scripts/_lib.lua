@@ -255,9 +255,30 @@ end
 local ORDER_BAND = 4398046511104  -- 2^42 turns per priority
 local ORDER_OFFSET = (MAX_PRIORITY + 1) * ORDER_BAND  -- makes any order non-negative, for `parked_member`
 
+-- A queued job's place: its order (its seq for a row from before priorities), priority and group, and
+-- whether its row has an order (fair share counts only such rows: `group_left`).
 local function queue_order(jkey)
-  local row = redis.call('HMGET', jkey, 'order', 'seq')
-  return tonumber(row[1]) or tonumber(row[2])
+  local row = redis.call('HMGET', jkey, 'order', 'seq', 'priority', 'group')
+  return tonumber(row[1]) or tonumber(row[2]), tonumber(row[3]) or 0, row[4] or '', row[1] ~= false
+end
+
+-- Fair share counts each group's waiting jobs (queued or paused) per priority ('c:<priority>:<group>' in
+-- `fair`, beside its newest turn 'g:...': `next_turn`). A group with none waiting any more is forgotten, so
+-- its next job starts at the turn promotion reached, not behind jobs of its that were cancelled. A job that
+-- comes back to wait (handed back, requeued) is counted again and keeps the group's newest turn at least its
+-- own.
+local function group_left(priority, group)
+  local cf = 'c:' .. priority .. ':' .. group
+  if redis.call('HINCRBY', KEYS[K_FAIR], cf, -1) <= 0 then
+    redis.call('HDEL', KEYS[K_FAIR], cf, 'g:' .. priority .. ':' .. group)
+  end
+end
+
+local function group_joined(priority, group, turn)
+  local gf = 'g:' .. priority .. ':' .. group
+  redis.call('HINCRBY', KEYS[K_FAIR], 'c:' .. priority .. ':' .. group, 1)
+  local last = tonumber(redis.call('HGET', KEYS[K_FAIR], gf))
+  if not last or last < turn then redis.call('HSET', KEYS[K_FAIR], gf, turn) end
 end
 
 -- A job that cannot start now waits in `blocked` (one sorted set, every score 0, compared as text), under
@@ -324,6 +345,10 @@ local function leave_queue(jkey, id)
   unpark(jkey, row[1], row[2])
 end
 
+-- A paused job keeps its group's count and its place (it is resumed at its turn): fair share counts the
+-- jobs waiting in `queued` or `paused`.
+local WAITING = {queued = true, paused = true}
+
 -- Move a job between state indexes; score is the job's order for queued/paused (its place: a job handed back
 -- or resumed returns to it), a time for the rest (the terminal indexes are ordered by finish time, which is
 -- what retention prunes by). A row whose order is unreadable goes to the back of the queue (scored by the
@@ -331,12 +356,20 @@ end
 -- the queue leaves those too (`leave_queue`). A terminal row is counted in the duration histogram (every
 -- terminal transition comes through here) and compacted.
 local function set_state(jkey, id, from, to, score)
-  if to == 'queued' or to == 'paused' then score = queue_order(jkey) or score end
+  local place, priority, group, counted
+  if WAITING[to] or WAITING[from] then
+    place, priority, group, counted = queue_order(jkey)
+    if WAITING[to] then score = place or score end
+  end
   score = tonumber(score) or now_ms()
   if from ~= '' and STATE_INDEX[from] then redis.call('ZREM', KEYS[STATE_INDEX[from]], id) end
   if from == 'queued' then leave_queue(jkey, id) end
   redis.call('ZADD', KEYS[STATE_INDEX[to]], score, id)
   if to == 'queued' then redis.call('ZADD', KEYS[K_READY], score, id) end
+  if counted and WAITING[from] and not WAITING[to] then group_left(priority, group) end
+  if counted and WAITING[to] and not WAITING[from] then
+    group_joined(priority, group, score + priority * ORDER_BAND)
+  end
   redis.call('HSET', jkey, 'state', to)
   if TERMINAL_STATE[to] then
     observe_duration(jkey, to, score)
@@ -658,27 +691,29 @@ local function next_turn(turns, priority, group, start)
   local turn = turns[vf] + 1
   if last and last + 1 > turn then turn = last + 1 end
   turns[gf] = turn
+  turns['n:' .. gf] = (turns['n:' .. gf] or 0) + 1
   return turn
 end
 
 local function save_turns(turns)
   local flat = {}
   for field, turn in pairs(turns) do
-    if string.sub(field, 1, 2) == 'g:' or (string.sub(field, 1, 2) == 'v:' and turns['new ' .. field]) then
+    local kind = string.sub(field, 1, 2)
+    if kind == 'g:' or (kind == 'v:' and turns['new ' .. field]) then
       flat[#flat + 1] = field; flat[#flat + 1] = turn
+    elseif kind == 'n:' then  -- how many of the group's jobs this batch queued (`group_left`)
+      redis.call('HINCRBY', KEYS[K_FAIR], 'c:' .. string.sub(field, 5), turn)
     end
   end
   if #flat > 0 then redis.call('HSET', KEYS[K_FAIR], unpack(flat)) end
 end
 
--- A job of `priority` and `group` at `order` starts: the turn reached moves up to its turn, and a group whose
--- newest queued job it was is no longer remembered (its next job starts at the turn reached).
-local function advance_turn(priority, group, order)
+-- A job of `priority` at `order` starts: the turn reached moves up to its turn.
+local function advance_turn(priority, order)
   local turn = order + priority * ORDER_BAND
-  local vf, gf = 'v:' .. priority, 'g:' .. priority .. ':' .. group
-  local row = redis.call('HMGET', KEYS[K_FAIR], vf, gf)
-  if not tonumber(row[1]) or tonumber(row[1]) < turn then redis.call('HSET', KEYS[K_FAIR], vf, turn) end
-  if tonumber(row[2]) == turn then redis.call('HDEL', KEYS[K_FAIR], gf) end
+  local vf = 'v:' .. priority
+  local reached = tonumber(redis.call('HGET', KEYS[K_FAIR], vf))
+  if not reached or reached < turn then redis.call('HSET', KEYS[K_FAIR], vf, turn) end
 end
 
 
@@ -767,10 +802,11 @@ local function promote_candidates(first, actor, now, cands, out)
         redis.call('ZREM', KEYS[K_QUEUED], head)
         redis.call('ZREM', KEYS[K_READY], head)
         unpark(jkey, row[11], row[12])
+        if row[7] then group_left(p, row[6] or '') end
         redis.call('ZADD', KEYS[K_RUNNING], now, head)
         take_hold(head, w, uses, used)
         used = used + w
-        advance_turn(p, row[6] or '', order)
+        advance_turn(p, order)
         redis.call('HSET', jkey, 'state', 'running', 'attempt', attempt, 'promoted_at', now, 'owner_boot', '',
           'container_id', '', 'daemon_id', '', 'daemon_queue', '', 'identity', '', 'claimed_at', '')
         -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.

@@ -595,3 +595,19 @@ def test_a_release_does_not_walk_every_heavy_waiter(backend: Backend) -> None:
     finish(pool, running[0])  # 2 free: the first heavy waiter does not fit, and nobody behind it goes first
     assert pool.store.client.hlen(pool.keys.wake) == 0
     assert all(state_of(pool, j.id) == "queued" for j in heavy[:3])
+
+
+def test_a_group_whose_jobs_were_cancelled_is_not_put_behind_others(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    for job in [enqueue(pool, f"a{i}", group="a") for i in range(5)]:
+        pool.cancel(job.id)
+    burst = [enqueue(pool, f"b{i}", group="b") for i in range(5)]
+    late = enqueue(pool, "a-late", group="a")
+    paused = burst[1]
+    pool.pause(paused.id)
+    pool.resume(paused.id)  # a resumed job keeps its place
+    pool.set_slots(10)
+    order = promoted_order(pool)
+    assert order.index(late.id) <= 1
+    assert [i for i in order if i in {j.id for j in burst}] == [j.id for j in burst]
+    assert not any(k.startswith(("g:", "c:")) for k in pool.store.client.hkeys(pool.keys.fair))

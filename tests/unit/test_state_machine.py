@@ -329,10 +329,12 @@ class PoolMachine(RuleBasedStateMachine):
         for job_id, r in rows.items():
             assert [s for s, members in index.items() if job_id in members] == [r["state"]], (
                 f"job in the wrong or in several indexes: {r['state']}")
-        for name in ("queued", "paused"):  # FIFO: scored by seq, strictly increasing
-            scored = sorted(index[name].items(), key=lambda kv: kv[1])
-            assert all(score == int(rows[i]["seq"]) for i, score in scored), f"{name} not scored by seq"
-            assert len({score for _, score in scored}) == len(scored)
+        # FIFO: in enqueue order (by seq), every score its own (one priority, no group: docs/architecture.md
+        # "Order and limits"; a turn is the seq until a group with none waiting is forgotten)
+        waiting = {**index["queued"], **index["paused"]}
+        by_score = sorted(waiting, key=lambda i: waiting[i])
+        assert by_score == sorted(waiting, key=lambda i: int(rows[i]["seq"])), "waiting jobs out of enqueue order"
+        assert len(set(waiting.values())) == len(waiting), "two waiting jobs share a place"
 
     @staticmethod
     def check_leases_and_slots(rows: dict[str, dict[str, str]], leases: dict[str, str | None],
