@@ -610,4 +610,5 @@ def test_a_group_whose_jobs_were_cancelled_is_not_put_behind_others(backend: Bac
     order = promoted_order(pool)
     assert order.index(late.id) <= 1
     assert [i for i in order if i in {j.id for j in burst}] == [j.id for j in burst]
-    assert not any(k.startswith(("g:", "c:")) for k in pool.store.client.hkeys(pool.keys.fair))
+    fields = cast("list[str]", pool.store.client.hkeys(pool.keys.fair))
+    assert not any(k.startswith(("g:", "c:")) for k in fields)

@@ -333,7 +333,8 @@ class PoolMachine(RuleBasedStateMachine):
         # "Order and limits"; a turn is the seq until a group with none waiting is forgotten)
         waiting = {**index["queued"], **index["paused"]}
         by_score = sorted(waiting, key=lambda i: waiting[i])
-        assert by_score == sorted(waiting, key=lambda i: int(rows[i]["seq"])), "waiting jobs out of enqueue order"
+        by_seq = sorted(waiting, key=lambda i: int(rows[i]["seq"]))
+        assert by_score == by_seq, "waiting jobs out of enqueue order"
         assert len(set(waiting.values())) == len(waiting), "two waiting jobs share a place"
 
     @staticmethod
