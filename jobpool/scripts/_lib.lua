@@ -844,7 +844,9 @@ end
 -- Release a running job's slots and units into state `to`. A job handed back to `queued` keeps its order,
 -- so it returns to its original place; a paused job keeps it too, for when it is resumed.
 local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now)
-  release_hold(id)  -- first: a pool from before weights counts its slots in use from `running` (slots_used)
+  -- What it holds is given back only if it holds a slot (a row that says running but is not in `running`
+  -- gives nothing back twice), and first: a pool from before weights counts its slots from `running`.
+  if redis.call('ZSCORE', KEYS[K_RUNNING], id) then release_hold(id) end
   redis.call('ZREM', KEYS[K_RUNNING], id)
   redis.call('DEL', lease_key)
   redis.call('HSET', jkey, 'owner_boot', '', 'pause_requested', '0', 'cancel_requested', '0')

@@ -612,3 +612,15 @@ def test_a_group_whose_jobs_were_cancelled_is_not_put_behind_others(backend: Bac
     assert [i for i in order if i in {j.id for j in burst}] == [j.id for j in burst]
     fields = cast("list[str]", pool.store.client.hkeys(pool.keys.fair))
     assert not any(k.startswith(("g:", "c:")) for k in fields)
+
+
+def test_a_row_that_holds_no_slot_gives_nothing_back(backend: Backend) -> None:
+    """A row that says running but is not in `running` (its slot already given back) frees nothing twice."""
+    pool = backend.pool(max_concurrent_jobs=2)
+    pool.set_limit("gpu", 1)
+    job = enqueue(pool, "job", uses={"gpu": 1}, slots=2)
+    attempt = claim(pool, job.id)
+    pool.store.client.zrem(pool.keys.running, job.id)  # as if its slot had gone another way
+    pool.store.client.hset(pool.keys.config, "slots_used", 2)  # ... while another job holds the slots
+    attempt.finish("exit", 0)
+    assert pool.store.slots_in_use() == 2 and [(u.name, u.used) for u in pool.limits()] == [("gpu", 1)]
