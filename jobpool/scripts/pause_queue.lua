@@ -1,6 +1,7 @@
 --[[ pause_queue
 Pool keys: paused events metrics
 Settings: events_maxlen
+KEYS        none of its own: its pool keys only
 ARGV[1] by   ARGV[2] reason
 Returns {0, 1 if newly paused else 0}.
 Hold promotion (reconciling goes on). Idempotent; the first pause's record is kept.

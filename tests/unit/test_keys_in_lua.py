@@ -307,6 +307,7 @@ def test_each_script_opens_with_a_header(name: str) -> None:
     assert text.startswith(f"--[[ {name}\n"), "the header block comes first and names the operation"
     header, _, body = text.partition("]]")
     assert re.search(r"^Pool keys: ", header, re.M), "the pool keys it takes (_lib.lua)"
+    assert re.search(r"^KEYS", header, re.M), "its own KEYS (or that it has none)"
     assert "ARGV[" in header and "Returns" in header
     for kind in ("KEYS", "ARGV"):
         for n in sorted({int(i) for i in re.findall(rf"{kind}\[(\d+)\]", strip_comments(body))}):
