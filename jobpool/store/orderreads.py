@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .reads import Reads
+from .reads import Reads, slots_used_of
 from .runner import call_redis
 
 
@@ -70,13 +70,8 @@ class OrderReads(Reads):
         return dict(call_redis(self.client.hgetall, self.keys.holds, what="reading the holds"))
 
     def slots_in_use(self) -> int:
-        """Slots in use, weights counted (the scripts' `slots_used`; a pool from before weights counts its
-        running jobs)."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hget(self.keys.config, "slots_used")
-        pipe.zcard(self.keys.running)
-        stored, running = call_redis(pipe.execute, what="reading the slots in use")
-        return _whole(stored, _whole(running)) if stored is not None else _whole(running)
+        """Slots in use, weights counted (`Reads.slots`)."""
+        return self.slots()[0]
 
     def queue_facts(self, job_id: str, parked: str) -> QueueFacts:
         """The facts of one queued job's wait (`parked`: its row's `parked` member, '' for none)."""
@@ -91,6 +86,5 @@ class OrderReads(Reads):
         rank, parked_score, (used, size, reserved), running, paused = replies
         on = parked.split(" ", 1)[0] if parked and parked_score not in (None, "") else ""
         return QueueFacts(ahead=None if rank is None else int(rank), parked_on=on,
-                          slots_used=_whole(used, _whole(running)) if used is not None else _whole(running),
-                          slots=_whole(size, self.settings.max_concurrent_jobs),
+                          slots_used=slots_used_of(used, running), slots=self.limit(size),
                           reserved=(reserved or "").split("|", 1)[0], queue_paused=bool(paused))

@@ -22,7 +22,7 @@ from .redispolicy import PolicyCheck, check_at_start
 from .runner import call_redis
 
 
-def _slots_used(stored: Any, running: Any) -> int:
+def slots_used_of(stored: Any, running: Any) -> int:
     """The slots in use: the scripts' count of the running jobs' weights (`slots_used`, scripts/_lib.lua), or
     for a pool from before weights, where every running job holds one, their count."""
     value = ascii_whole(stored) if isinstance(stored, str) else None
@@ -175,7 +175,7 @@ class Reads:
         pipe.zcard(self.keys.running)
         pipe.hmget(self.keys.config, "max_concurrent_jobs", "slots_used")
         running, (mx, used) = call_redis(pipe.execute)
-        return _slots_used(used, running), self.limit(mx)
+        return slots_used_of(used, running), self.limit(mx)
 
     def stats(self) -> dict[str, Any]:
         """Counts per state, slots, and whether promotion is paused (by whom, why, since when)."""
@@ -188,7 +188,7 @@ class Reads:
         return {
             "pool": self.keys.pool,
             "counts": {st.value: int(c) for st, c in zip(JobState, counts, strict=True)},
-            "slots": {"used": _slots_used(used, counts[1]), "max": self.limit(mx)},
+            "slots": {"used": slots_used_of(used, counts[1]), "max": self.limit(mx)},
             "queue_paused": bool(paused),
             "paused_by": paused.get("by") if paused else None,
             "paused_reason": paused.get("reason") if paused else None,

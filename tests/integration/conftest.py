@@ -48,6 +48,14 @@ def private_redis(redis_server_factory: Callable[[], RedisServer]) -> RedisServe
 
 
 @pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    """A directory a test's jobs bind-mount and wait on (a file appearing in it lets them go on)."""
+    path = tmp_path / "gate"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
 def dclient(docker_host: str) -> Iterator[docker.DockerClient]:
     """An SDK client of the session's test dockerd."""
     with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=30)) as client:

@@ -45,13 +45,6 @@ ALLOCATE = 's=a; while :; do s="$s$s"; done'
 
 
 @pytest.fixture
-def gate(tmp_path: Path) -> Path:
-    path = tmp_path / "gate"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def gpool(pool_env: dict[str, str], gate: Path, docker_host: str) -> Iterator[Pool]:
     """The test pool, allowed to bind-mount the gate; its workers use the session's dockerd."""
     p = Pool.from_env(env={**pool_env, "JOBPOOL_BIND_ROOTS": str(gate)})

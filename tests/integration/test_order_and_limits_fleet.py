@@ -265,13 +265,6 @@ def started(host: str, job_id: str) -> bool:
 
 
 @pytest.fixture
-def gate(tmp_path: Path) -> Path:
-    path = tmp_path / "gate"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def daemon_back(docker_daemon: DockerDaemon) -> Iterator[DockerDaemon]:
     """The session's daemon, running again after the test whatever it did to it."""
     yield docker_daemon
