@@ -13,6 +13,7 @@ jobpool/operations.py `PoolOperations` (docs/architecture.md, "Components").
 from __future__ import annotations
 
 import builtins
+import datetime
 import logging
 import math
 import time
@@ -109,14 +110,31 @@ class Pool(Browsing):
     # ---- submission ---------------------------------------------------------------------------------
 
     def enqueue(self, image: str, command: Sequence[str], env: dict[str, str] | None = None,
-                coalesce: bool = False, coalesce_key: str | None = None, **spec: Any) -> Job:
+                coalesce: bool = False, coalesce_key: str | None = None,
+                not_before: datetime.datetime | float | None = None, after: Sequence[str] | None = None,
+                **spec: Any) -> Job:
         """Queue a job; with `coalesce` (or a `coalesce_key`) return the queued job it equals, if any.
 
         Only queued jobs coalesce: a running job is already reading its inputs, so a job enqueued after it
         starts must run after it. The returned `Job.coalesced` says which happened (jobpool/submit.py).
+        With `not_before` (a timezone-aware datetime or epoch seconds) or `after` (job ids that must succeed
+        first) the job is `waiting` until then, and queued at its priority once nothing holds it; a job it
+        waits for that fails or is cancelled cancels it (`dependency_failed`). The spec's `timeout`,
+        `retries`, `retry_delay` and `retry_on` bound and repeat its attempts (docs/architecture.md, "Time
+        and dependencies").
         """
+        holds = {k: v for k, v in (("not_before", not_before), ("after", after)) if v is not None}
         return submit.enqueue(self, {"image": image, "command": command, "env": env, **spec},
-                              coalesce, coalesce_key)
+                              coalesce, coalesce_key, holds)
+
+    def retry(self, job_id: str) -> Job:
+        """Run a failed or cancelled job again as a new attempt, its history kept and its retries whole
+        again; it waits again for the jobs of its `after` that have not succeeded (scripts/retry_job.lua).
+        A job it waits for that failed or was cancelled must be retried first (`InvalidSpec`)."""
+        self._check_id(job_id)
+        self.store.retry_job(job_id, self.actor)
+        self.store.promote_all(self.actor)
+        return self.get(job_id)
 
     def enqueue_many(self, specs: Iterable[Mapping[str, Any]],
                      batch_size: int = BATCH_SIZE) -> builtins.list[Job]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .contract import EVENTS_MAXLEN, MAX_SLOTS, RESERVE_AFTER_SECS
+from .contract import EVENTS_MAXLEN, MAX_SLOTS, MAX_TIME_SECS, RESERVE_AFTER_SECS, RETRY_DELAY_MAX_SECS
 from .errors import ConfigError
 from .store import redisurl
 from .store.keys import validate_pool_name
@@ -50,6 +50,9 @@ _NUMERIC: dict[str, _Bound] = {
     "events_maxlen": _Bound("JOBPOOL_EVENTS_MAXLEN", int, 100, 100_000_000),
     # Order and limits: how long a queued job may be passed over before it gets a reservation.
     "reserve_after_secs": _Bound("JOBPOOL_RESERVE_AFTER_SECS", float, 0, 30 * 86400),
+    # Time and dependencies: the longest retry delay, and how often a supervisor looks at what is due.
+    "retry_delay_max_secs": _Bound("JOBPOOL_RETRY_DELAY_MAX_SECS", int, 0, MAX_TIME_SECS),
+    "timer_interval_secs": _Bound("JOBPOOL_TIMER_INTERVAL_SECS", float, 0.05, 60),
     # Retention of finished jobs (jobpool/retention.py): 0 turns a cap off.
     "keep_succeeded": _Bound("JOBPOOL_KEEP_SUCCEEDED", int, 0, 100_000_000),
     "keep_failed": _Bound("JOBPOOL_KEEP_FAILED", int, 0, 100_000_000),
@@ -92,6 +95,11 @@ class Settings:
     #: A queued job passed over (others started while it could not) this long gets a reservation: nothing of
     #: its priority or lower starts ahead of it any more (docs/architecture.md, "Order and limits").
     reserve_after_secs: float = RESERVE_AFTER_SECS
+    #: No retry waits longer than this (seconds): a job's retry delay doubles per retry up to it.
+    retry_delay_max_secs: int = RETRY_DELAY_MAX_SECS
+    #: How often each supervisor queues the waiting jobs that are due and fires the schedules that are due
+    #: (jobpool/supervisor/timers.py): a schedule's tick fires within about this much of its time.
+    timer_interval_secs: float = 0.25
     #: Finished jobs kept, per terminal state: the newest N, and none older than the age (seconds); 0 = no
     #: cap of that kind. Failures are kept longer: they are what someone comes back to look at.
     keep_succeeded: int = 10_000

@@ -47,6 +47,15 @@ MAX_LIMIT = 1_000_000
 #: characters (scripts/_lib.lua "Order and limits").
 LIMIT_NAME_CHARS = "A-Za-z0-9_.:/@-"
 LIMIT_NAME_MAX_CHARS = 128
+#: The most retries a job may ask for, and the longest time limit, retry delay or delayed start (seconds).
+MAX_RETRIES = 1000
+MAX_TIME_SECS = 366 * 86400
+#: A job's first retry waits this long by default (seconds), each retry after it twice the one before.
+RETRY_DELAY_SECS = 10
+#: The default of JOBPOOL_RETRY_DELAY_MAX_SECS: no retry waits longer.
+RETRY_DELAY_MAX_SECS = 3600
+#: The most jobs one job may wait for (`after`).
+MAX_AFTER = 256
 #: The default of JOBPOOL_RESERVE_AFTER_SECS: a queued job passed over this long gets a reservation.
 RESERVE_AFTER_SECS = 300
 #: About how many entries the pool's event stream keeps by default (XADD MAXLEN ~ in scripts/_lib.lua; the
@@ -94,6 +103,11 @@ EXIT_UNKNOWN = 255
 #: error_reason of a job whose container the kernel's OOM killer ended (Docker's State.OOMKilled): failed,
 #: since only more memory (the spec's `memory`) or less use makes it pass.
 REASON_OOM_KILLED = "oom_killed"
+#: error_reason of an attempt stopped for running longer than its spec's `timeout` (retried while retries are
+#: left, as a failed exit is).
+REASON_TIMEOUT = "timeout"
+#: error_reason of a job cancelled because a job it waited for (`after`) failed or was cancelled.
+REASON_DEPENDENCY_FAILED = "dependency_failed"
 #: error_reason of an attempt whose exit a restart of its daemon recorded as EXIT_UNKNOWN: the job's own exit
 #: was lost; recovered as a crash (recovery budget), not failed.
 REASON_RESTART_LOST_EXIT = "daemon_restart_lost_exit"
@@ -110,6 +124,8 @@ class JobState(str, enum.Enum):
     (jobpool/store/keys.py)."""
 
     QUEUED = "queued"
+    #: Held by time (a delayed start, a retry's delay) or by the jobs it waits for: holds no slot.
+    WAITING = "waiting"
     RUNNING = "running"
     PAUSED = "paused"
     SUCCEEDED = "succeeded"
@@ -139,7 +155,7 @@ METRIC_REASONS = (
     "queue_paused", "queue_resumed", "slots_set", "limit_set", "limit_removed", "pruned",
     "exit_0", "exit_code_nonzero", "shutdown_handback", "pause_withdrawn_handback", REASON_OOM_KILLED,
     REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, REASON_HOST_REBOOTED, "launch_failed", "host_fault",
-    "bad_spec",
+    "bad_spec", "retry", "wait_over", REASON_DEPENDENCY_FAILED, REASON_TIMEOUT, "retried", "schedule_skipped",
     "evicted", "stale_evicted",
     "orphan_reconciled_no_container", "orphan_reconciled_dead_pid", "orphan_reconciled_never_started",
     "container_exited", "lost_dispatch", "stop_routed", "remote_stopped", "remote_stop_failed",
@@ -174,6 +190,8 @@ LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "INVENTORY_MAX_BYTES": INVENTORY_MAX_BYTES,
     "COMMANDS_MAX": COMMANDS_MAX,
     "REASON_OOM_KILLED": REASON_OOM_KILLED,
+    "REASON_TIMEOUT": REASON_TIMEOUT,
+    "REASON_DEPENDENCY_FAILED": REASON_DEPENDENCY_FAILED,
     "METRIC_REASONS": METRIC_REASONS,
     "JOB_DURATION_BUCKETS": JOB_DURATION_BUCKETS,
 }

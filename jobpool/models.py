@@ -73,6 +73,16 @@ class Job:
     finished_at: int | None = None
     #: The daemon holding the job's checkpoint (scripts/finish.lua), where its next attempt belongs; '' = any.
     affinity: str = ""
+    #: The jobs it waits for (`after`), and for a waiting job until when (ms) and why: 'not_before' (a delayed
+    #: start), 'retry' (a retry's delay) or 'after' (only jobs hold it).
+    after: tuple[str, ...] = ()
+    wait_until: int | None = None
+    wait_reason: str = ""
+    #: How many of its spec's retries it has used.
+    retries_used: int = 0
+    #: The schedule that fired it, and the tick (ms), for a job a schedule made.
+    schedule: str = ""
+    tick: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, str], coalesced: bool = False, job_id: str | None = None) -> Job:
@@ -101,6 +111,9 @@ class Job:
             cancel_requested=row.get("cancel_requested") == "1", promoted_at=r.optional_whole("promoted_at"),
             claimed_at=r.optional_whole("claimed_at"), heartbeat_at=r.optional_whole("heartbeat_at"),
             finished_at=r.optional_whole("finished_at"), affinity=r.text("affinity"),
+            after=tuple(r.text("after").split()), wait_until=r.optional_whole("wait_until"),
+            wait_reason=r.text("wait_reason"), retries_used=r.whole("retries_used", 0),
+            schedule=r.text("schedule"), tick=r.optional_whole("tick"),
         )
 
     def notes(self, exit_code: bool = True) -> list[str]:
@@ -124,12 +137,16 @@ class Job:
             "owner_boot": self.owner_boot, "container_id": self.container_id, "daemon_id": self.daemon_id,
             "pause_requested": self.pause_requested, "cancel_requested": self.cancel_requested,
             "promoted_at": self.promoted_at, "claimed_at": self.claimed_at, "finished_at": self.finished_at,
-            "affinity": self.affinity,
+            "affinity": self.affinity, "after": list(self.after), "wait_until": self.wait_until,
+            "wait_reason": self.wait_reason, "retries_used": self.retries_used, "schedule": self.schedule,
+            "tick": self.tick,
             "spec": {"image": self.spec.image, "command": list(self.spec.command),
                      "env": {k: "<redacted>" for k in self.spec.env},  # values may be secrets
                      "workdir": self.spec.workdir, "user": self.spec.user, "network": self.spec.network,
                      "cpus": self.spec.cpus, "memory": self.spec.memory, "labels": dict(self.spec.labels),
                      "mounts": list(self.spec.mounts), "init": self.spec.init,
                      "checkpoint": self.spec.checkpoint, "priority": self.spec.priority,
-                     "slots": self.spec.slots, "uses": dict(self.spec.uses), "group": self.spec.group},
+                     "slots": self.spec.slots, "uses": dict(self.spec.uses), "group": self.spec.group,
+                     "timeout": self.spec.timeout, "retries": self.spec.retries,
+                     "retry_delay": self.spec.retry_delay, "retry_on": list(self.spec.retry_on)},
         }

@@ -21,7 +21,10 @@ from .contract import (
     LIMIT_NAME_MAX_CHARS,
     MAX_LIMIT,
     MAX_PRIORITY,
+    MAX_RETRIES,
     MAX_SLOTS,
+    MAX_TIME_SECS,
+    RETRY_DELAY_SECS,
 )
 from .errors import InvalidSpec
 from .fastinit import Assembler
@@ -79,6 +82,23 @@ class JobSpec:
     uses: Mapping[str, int] = field(default_factory=dict)
     #: Its fair-share group: among queued jobs of equal priority, promotion takes groups in turn.
     group: str | None = None
+    #: Its time limit per attempt, in seconds (None: none): an attempt running longer is stopped by whoever
+    #: watches it and fails with error_reason `timeout` (docs/architecture.md, "Time and dependencies").
+    timeout: int | None = None
+    #: How many times a failed attempt (a non-zero exit of its own, or a timeout) is tried again.
+    retries: int = 0
+    #: The first retry's delay in seconds, doubled for each retry after it, with jitter, at most
+    #: JOBPOOL_RETRY_DELAY_MAX_SECS.
+    retry_delay: int = RETRY_DELAY_SECS
+    #: The exit codes that are retried (empty: any non-zero exit). A timeout is retried either way.
+    retry_on: tuple[int, ...] = ()
+
+    def retry_arg(self) -> str:
+        """What the enqueue script reads of its retries (scripts/enqueue.lua): '' for none, else
+        'retries;delay ms;code,code...'."""
+        if not self.retries:
+            return ""
+        return f"{self.retries};{self.retry_delay * 1000};{','.join(map(str, self.retry_on))}"
 
     def schedule_arg(self) -> str:
         """What the enqueue script reads of its order and limits (scripts/enqueue.lua); '' for defaults."""
@@ -112,8 +132,17 @@ class JobSpec:
         data["network"] = self.network
         if self.priority:
             data["priority"] = self.priority
+        # Retries and the time limit, like the order and limits, only when set.
+        if self.retries:
+            data["retries"] = self.retries
+            if self.retry_delay != RETRY_DELAY_SECS:
+                data["retry_delay"] = self.retry_delay
+            if self.retry_on:
+                data["retry_on"] = self.retry_on
         if self.slots != 1:
             data["slots"] = self.slots
+        if self.timeout is not None:
+            data["timeout"] = self.timeout
         data["user"] = self.user
         if self.uses:
             data["uses"] = _sorted(self.uses)  # type: ignore[arg-type]  # ints, sorted alike
@@ -258,6 +287,15 @@ def _check_uses(value: Any) -> dict[str, int]:
     return {_limit_name("limit", k): _whole(f"uses of {k}", v, 1, MAX_LIMIT) for k, v in value.items()}
 
 
+def _check_retry_on(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidSpec("retry_on must be a list of exit codes")
+    codes = tuple(_whole("retry_on exit code", v, 1, 255) for v in value)
+    return tuple(sorted(set(codes)))
+
+
 def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
                check_roots: bool = True) -> JobSpec:
     """Validate raw fields into a `JobSpec`, or raise `InvalidSpec` saying what is wrong. `check_roots`
@@ -288,7 +326,7 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
         raise InvalidSpec(f"init must be true or false, got {init!r}")
     if not isinstance(checkpoint, bool):
         raise InvalidSpec(f"checkpoint must be true or false, got {checkpoint!r}")
-    group = fields.get("group")
+    group, timeout = fields.get("group"), fields.get("timeout")
     spec = _assemble({
         "image": image, "command": command, "env": _str_map("env", fields.get("env"), ENV_NAME),
         "workdir": workdir, "user": user, "network": network, "cpus": cpus, "memory": memory,
@@ -298,6 +336,10 @@ def build_spec(fields: Mapping[str, Any], bind_roots: Sequence[str] = (),
         "slots": _whole("slots", fields.get("slots", 1), 1, MAX_SLOTS),
         "uses": _check_uses(fields.get("uses")),
         "group": None if group is None else _limit_name("group", group),
+        "timeout": None if timeout is None else _whole("timeout", timeout, 1, MAX_TIME_SECS),
+        "retries": _whole("retries", fields.get("retries", 0), 0, MAX_RETRIES),
+        "retry_delay": _whole("retry_delay", fields.get("retry_delay", RETRY_DELAY_SECS), 0, MAX_TIME_SECS),
+        "retry_on": _check_retry_on(fields.get("retry_on")),
     })
     if len(spec.to_json()) > MAX_SPEC_BYTES:  # ASCII (the encoder escapes the rest), so characters are bytes
         raise InvalidSpec(f"the spec is larger than {MAX_SPEC_BYTES} bytes")

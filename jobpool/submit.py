@@ -19,13 +19,18 @@ job's JobSpec and Job are made without their frozen dataclass __init__ (jobpool/
 
 from __future__ import annotations
 
+import datetime
+import math
 import os
+import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import errors
 from .config import Settings
+from .contract import MAX_AFTER, MAX_TIME_SECS
 from .fastinit import Assembler
 from .models import Job, JobState
 from .spec import JobSpec, build_spec, utf8_size
@@ -39,26 +44,104 @@ BATCH_SIZE = 100
 MAX_BATCH_SIZE = 1000
 #: A caller's coalesce key is stored in rows and the coalesce hash, so bounded.
 MAX_COALESCE_KEY_BYTES = 1024
-#: The keys of an enqueue_many item besides the spec's own fields: `Pool.enqueue`'s other arguments.
-SUBMIT_OPTIONS = ("coalesce", "coalesce_key")
+#: The keys of an enqueue_many item besides the spec's own fields: `Pool.enqueue`'s other arguments, and
+#: `after_index` (earlier items of the same call to wait for).
+SUBMIT_OPTIONS = ("coalesce", "coalesce_key", "not_before", "after", "after_index")
+#: A job id as `after` may name one: what `prepare` makes (32 hex digits), or any id a pool could hold.
+JOB_ID = re.compile(r"[^\s{}:]{1,128}")
 #: How `send` makes each new job's `Job`: its other fields keep their defaults (jobpool/fastinit.py: why).
 _new_job = Assembler(Job)
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """One validated job, ready to send: its new id, its spec and its coalesce key ('' for none)."""
+    """One validated job, ready to send: its new id, its spec, its coalesce key ('' for none) and what it
+    waits for, as the enqueue script reads it ('' for nothing: `Holds.arg`)."""
 
     id: str
     spec: JobSpec
     coalesce_key: str
+    holds: str = ""
+
+
+@dataclass(frozen=True)
+class Holds:
+    """What a job waits for before it is queued: a start time (`not_before`, ms since the epoch; 0 for
+    none) and jobs that must succeed first (`after`, ids)."""
+
+    not_before_ms: int = 0
+    after: tuple[str, ...] = ()
+
+    def arg(self) -> str:
+        """scripts/enqueue.lua's 'not before ms;id id ...', or '' for nothing."""
+        if not self.not_before_ms and not self.after:
+            return ""
+        return f"{self.not_before_ms or ''};{' '.join(self.after)}"
+
+
+def not_before_ms(value: Any) -> int:
+    """`not_before` (a timezone-aware datetime, or seconds since the epoch) in ms; `InvalidSpec` for
+    anything else (a naive datetime says no zone: refused rather than guessed)."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise errors.InvalidSpec("not_before must be timezone-aware (a naive datetime names no moment)")
+        secs = value.timestamp()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        secs = float(value)
+    else:
+        raise errors.InvalidSpec("not_before must be a timezone-aware datetime or epoch seconds, "
+                                 f"got {value!r}")
+    if not 0 <= secs <= time.time() + MAX_TIME_SECS:
+        raise errors.InvalidSpec(f"not_before must be from 1970 to {MAX_TIME_SECS // 86400} days from now")
+    return int(secs * 1000)
+
+
+def check_after(value: Any) -> tuple[str, ...]:
+    """`after`: the ids of jobs to wait for, each once, in their order."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise errors.InvalidSpec("after must be a list of job ids")
+    if len(value) > MAX_AFTER:
+        raise errors.InvalidSpec(f"after names {len(value)} jobs; at most {MAX_AFTER}")
+    for job_id in value:
+        if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+            raise errors.InvalidSpec(f"after: {job_id!r} is not a job id")
+    return tuple(dict.fromkeys(value))
+
+
+def check_holds(fields: Mapping[str, Any], earlier: Sequence[str] = (), index: int | None = None) -> Holds:
+    """What `fields` (enqueue's arguments) says the job waits for. `after_index` names items of the same
+    `enqueue_many` call before this one (`earlier`, their new ids), so a pipeline is one call."""
+    nb = fields.get("not_before")
+    after = check_after(fields.get("after"))
+    positions = fields.get("after_index")
+    if positions is not None:
+        if index is None:
+            raise errors.InvalidSpec("after_index refers to items of the same enqueue_many call; "
+                                     "enqueue takes after=[job ids]")
+        if isinstance(positions, (str, bytes)) or not isinstance(positions, Sequence):
+            raise errors.InvalidSpec("after_index must be a list of earlier items' positions")
+        for k in positions:
+            if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < index:
+                raise errors.InvalidSpec(f"after_index: {k!r} is not the position of an earlier item "
+                                         f"(0 to {index - 1})")
+        after = check_after([*after, *(earlier[k] for k in positions)])
+    holds = Holds(0 if nb is None else not_before_ms(nb), after)
+    if holds.arg() and (fields.get("coalesce") or fields.get("coalesce_key")):
+        raise errors.InvalidSpec("a job that waits (not_before, after) does not coalesce: only queued jobs "
+                                 "do")
+    return holds
 
 
 def prepare(spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any, bind_roots: Sequence[str],
-            index: int | None = None) -> Prepared:
-    """Validate one job (its spec, `coalesce` and `coalesce_key`), or raise `InvalidSpec` (with `index`, its
-    position in a batch)."""
+            index: int | None = None, holds: Mapping[str, Any] | None = None,
+            earlier: Sequence[str] = ()) -> Prepared:
+    """Validate one job (its spec, `coalesce` and `coalesce_key`, and `holds`: enqueue's not_before, after and
+    after_index), or raise `InvalidSpec` (with `index`, its position in a batch)."""
     try:
+        waits = check_holds({**(holds or {}), "coalesce": coalesce, "coalesce_key": coalesce_key},
+                            earlier, index) if holds else Holds()
         spec = build_spec(spec_fields, bind_roots)
         if not isinstance(coalesce, bool):
             raise errors.InvalidSpec(f"coalesce must be true or false, got {coalesce!r}")
@@ -72,16 +155,23 @@ def prepare(spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any, bi
             raise
         raise errors.InvalidSpec(exc.reason, index=index) from None
     ck = ("key:" + coalesce_key) if coalesce_key else (spec.coalesce_key() if coalesce else "")
-    return Prepared(os.urandom(16).hex(), spec, ck)
+    return Prepared(os.urandom(16).hex(), spec, ck, waits.arg())
 
 
-def prepare_item(item: Any, bind_roots: Sequence[str], index: int) -> Prepared:
-    """One item of `enqueue_many`: a mapping with the keys of `Pool.enqueue`'s arguments."""
+def prepare_item(item: Any, bind_roots: Sequence[str], index: int, earlier: Sequence[str] = ()) -> Prepared:
+    """One item of `enqueue_many`: a mapping with the keys of `Pool.enqueue`'s arguments (and `after_index`:
+    positions of `earlier` items)."""
     if not isinstance(item, Mapping):
         raise errors.InvalidSpec(f"must be a mapping of enqueue's arguments, got {type(item).__name__}",
                                  index=index)
     fields = {k: v for k, v in item.items() if k not in SUBMIT_OPTIONS}
-    return prepare(fields, item.get("coalesce", False), item.get("coalesce_key"), bind_roots, index)
+    holds = {k: item[k] for k in _HOLD_OPTIONS if k in item and item[k] is not None}
+    return prepare(fields, item.get("coalesce", False), item.get("coalesce_key"), bind_roots, index, holds,
+                   earlier)
+
+
+#: The options of what a job waits for (`check_holds`).
+_HOLD_OPTIONS = ("not_before", "after", "after_index")
 
 
 class Submitter(Protocol):
@@ -95,10 +185,12 @@ class Submitter(Protocol):
     def get(self, job_id: str, coalesced: bool = False) -> Job: ...
 
 
-def enqueue(pool: Submitter, spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any) -> Job:
-    """`Pool.enqueue`: one job, a batch of one."""
-    job = prepare(spec_fields, coalesce, coalesce_key, pool.settings.bind_roots)
-    return send(pool, [job])[0]
+def enqueue(pool: Submitter, spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any,
+            holds: Mapping[str, Any] | None = None, fire: str = "") -> Job:
+    """`Pool.enqueue`: one job, a batch of one. `holds` its not_before and after; `fire` a schedule's tick
+    (jobpool/schedules.py: the script fires it once)."""
+    job = prepare(spec_fields, coalesce, coalesce_key, pool.settings.bind_roots, holds=holds)
+    return send(pool, [job], fire)[0]
 
 
 def enqueue_many(pool: Submitter, specs: Iterable[Mapping[str, Any]],
@@ -108,7 +200,7 @@ def enqueue_many(pool: Submitter, specs: Iterable[Mapping[str, Any]],
     if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
         raise errors.InvalidArgument("specs must be an iterable of mappings (one per job)")
     roots = tuple(pool.settings.bind_roots)
-    jobs = [prepare_item(item, roots, i) for i, item in enumerate(specs)]
+    jobs = _prepare_all(specs, roots)
     batches = [jobs[start:start + batch_size] for start in range(0, len(jobs), batch_size)]
     made: list[Job] = []
     replied: list[tuple[list[Prepared], Enqueued]] = []  # batches sent whose Jobs are not made yet
@@ -217,17 +309,31 @@ def _counted(exc: errors.JobpoolError, enqueued: int, total: int, unknown: Seque
     return exc
 
 
-def send(pool: Submitter, batch: list[Prepared]) -> list[Job]:
-    """One enqueue script call for `batch`; its Jobs as the script left them, in order."""
-    reply = _run(pool, _call_args(pool, batch))
+def _prepare_all(specs: Iterable[Any], roots: Sequence[str]) -> list[Prepared]:
+    """Every item of an `enqueue_many` call validated, in order; an item's `after_index` names the new ids of
+    the items before it."""
+    jobs: list[Prepared] = []
+    for i, item in enumerate(specs):
+        refers_back = isinstance(item, Mapping) and item.get("after_index") is not None
+        jobs.append(prepare_item(item, roots, i, [p.id for p in jobs] if refers_back else ()))
+    return jobs
+
+
+def send(pool: Submitter, batch: list[Prepared], fire: str = "") -> list[Job]:
+    """One enqueue script call for `batch`; its Jobs as the script left them, in order. A schedule's fire
+    that made no job (its last still runs: overlap 'skip') returns none."""
+    reply = _run(pool, _call_args(pool, batch, fire))
+    if reply.why_stopped == "skipped":
+        return []
     pool.store.finish_promotion(reply, pool.actor)
     return _resolved(pool, _made(batch, reply))
 
 
-def _call_args(pool: Submitter, batch: list[Prepared]) -> EnqueueCall:
+def _call_args(pool: Submitter, batch: list[Prepared], fire: str = "") -> EnqueueCall:
     """The enqueue script's inputs for `batch` (scripts/enqueue.lua)."""
     return pool.store.enqueue_call(pool.actor, [(p.id, p.spec.to_json(), p.coalesce_key, p.spec.image,
-                                                  p.spec.schedule_arg()) for p in batch])
+                                                  p.spec.schedule_arg(), p.holds, p.spec.retry_arg())
+                                                 for p in batch], fire)
 
 
 def _run(pool: Submitter, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:

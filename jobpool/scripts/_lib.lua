@@ -10,7 +10,9 @@ are store/keys.py's (POOL_KEY_NAMES):
   seq         string global enqueue counter        metrics    hash   counters and histogram buckets (`count`)
   paused_jobs, succeeded, failed, cancelled        zsets  the paused and terminal job indexes
   and those of order and limits ("Order and limits" below): ready (the queued that may be promoted, by
-  order), blocked (the parked), passed, wake, fair, limits, limit_used, holds
+  order), blocked (the parked), passed, wake, fair, limits, limit_used, holds; and those of time and
+  dependencies ("Time and dependencies" below): waiting (the waiting jobs' state index, by when due),
+  dependents, deps, and the schedules' schedules, schedule_ticks, schedule_next (jobpool/schedules.py)
 At load time (jobpool/store/luatext.py) each script is given, before anything else: NKEYS and NARGV (the
 counts of its own KEYS and ARGV), K_<NAME> for each pool key it names (its position in KEYS), and
 STATE_INDEX (state -> position of its index) when it reaches it, which needs all six indexes named. The
@@ -235,7 +237,8 @@ end
 -- history and the answer to a finish sent again (finished_by/finished_as); the fields that only steer a live
 -- attempt go, and so do empty ones: retained finished rows are most of what a long-lived pool stores.
 local LIVE_ONLY = {'claim_token', 'pause_requested', 'cancel_requested', 'pause_withdrawn', 'owner_boot',
-  'heartbeat_at', 'launched_at', 'affinity', 'affinity_queue', 'daemon_queue'}
+  'heartbeat_at', 'launched_at', 'affinity', 'affinity_queue', 'daemon_queue', 'timed_out', 'wait_until',
+  'wait_reason'}
 local DROP_IF_EMPTY = {'coalesce_key', 'identity', 'container_id', 'daemon_id', 'exit_code', 'error_reason',
   'log_tail', 'claimed_at', 'promoted_at'}
 local TERMINAL_STATE = {succeeded = true, failed = true, cancelled = true}
@@ -345,6 +348,62 @@ local function leave_queue(jkey, id)
   unpark(jkey, row[1], row[2])
 end
 
+-- ---- Time and dependencies (docs/architecture.md "Time and dependencies") --------------------------------
+-- A job held by time (a delayed start, a retry's delay) or by the jobs it waits for is `waiting`: in the
+-- `waiting` index, scored by when the release step (release_waiting.lua, run by the supervisors' timers)
+-- should look at it again: its `wait_until` (row, ms), or +inf while jobs it waits for have not all
+-- succeeded. It has no order (no place in the queue) until it is released: then it takes its turn as a job
+-- enqueued at that moment would (`take_turn`), at its priority. Who waits for whom is `dependents` (members
+-- '<dependency> <dependent>', compared as text: one job's dependents are one range); per dependent, `deps`
+-- counts its dependencies not yet succeeded ('<id>') and names the first that failed or was cancelled
+-- ('x:<id>'). Those are pool keys, so a dependency's end updates them in its own step, whichever script
+-- ends it (`tell_dependents`, from set_state), and makes the dependent due at once; the release step then
+-- queues it, or cancels it (REASON_DEPENDENCY_FAILED), in a step of its own: a chain is cancelled one link
+-- per step, and a process dying between two steps leaves the next one due.
+
+-- The ids of the jobs waiting for `id`.
+local function dependents_of(id)
+  local out = {}
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[K_DEPENDENTS], '[' .. id .. ' ', '(' .. id .. ' \255')) do
+    out[#out + 1] = string.sub(m, #id + 2)
+  end
+  return out
+end
+
+-- Job `id` reached terminal state `to` at `now`: each job waiting for it has one dependency fewer left
+-- (succeeded) or learns the first that failed, and is due now. A dependent paused meanwhile is not in
+-- `waiting` (ZADD XX leaves it out): its resume judges it by the same counts.
+local function tell_dependents(id, to, now)
+  for _, d in ipairs(dependents_of(id)) do
+    if to == 'succeeded' then
+      redis.call('HINCRBY', KEYS[K_DEPS], d, -1)
+    else
+      redis.call('HSETNX', KEYS[K_DEPS], 'x:' .. d, id)
+    end
+    redis.call('ZADD', KEYS[K_WAITING], 'XX', now, d)
+  end
+end
+
+-- A job that will wait for nothing any more (it is queued, or it ended): its entries in `dependents` and
+-- `deps` go, so the jobs it waited for may be pruned again.
+local function forget_deps(jkey, id)
+  local after = redis.call('HGET', jkey, 'after')
+  if not after or after == '' then return end
+  for dep in string.gmatch(after, '%S+') do redis.call('ZREM', KEYS[K_DEPENDENTS], dep .. ' ' .. id) end
+  redis.call('HDEL', KEYS[K_DEPS], id, 'x:' .. id)
+end
+
+-- What still holds job `id` (row `jkey`) at `now`: nil when nothing does; 'cancel' and the dependency that
+-- failed; or 'wait' and when to look again (+inf while dependencies are left: their end makes it due).
+local function hold_of(jkey, id, now)
+  local failed = redis.call('HGET', KEYS[K_DEPS], 'x:' .. id)
+  if failed then return 'cancel', failed end
+  if (tonumber(redis.call('HGET', KEYS[K_DEPS], id)) or 0) > 0 then return 'wait', '+inf' end
+  local due = tonumber(redis.call('HGET', jkey, 'wait_until'))
+  if due and due > now then return 'wait', due end
+  return nil
+end
+
 -- A paused job keeps its group's count and its place (it is resumed at its turn): fair share counts the
 -- jobs waiting in `queued` or `paused`.
 local WAITING = {queued = true, paused = true}
@@ -361,7 +420,7 @@ local function set_state(jkey, id, from, to, score)
     place, priority, group, counted = queue_order(jkey)
     if WAITING[to] then score = place or score end
   end
-  score = tonumber(score) or now_ms()
+  if score ~= '+inf' then score = tonumber(score) or now_ms() end
   if from ~= '' and STATE_INDEX[from] then redis.call('ZREM', KEYS[STATE_INDEX[from]], id) end
   if from == 'queued' then leave_queue(jkey, id) end
   redis.call('ZADD', KEYS[STATE_INDEX[to]], score, id)
@@ -371,9 +430,13 @@ local function set_state(jkey, id, from, to, score)
     group_joined(priority, group, score + priority * ORDER_BAND)
   end
   redis.call('HSET', jkey, 'state', to)
+  -- Leaving waiting (or paused, where a waiting job may have gone) for the queue or an end: it waits for
+  -- nothing any more.
+  if (from == 'waiting' or from == 'paused') and to ~= 'waiting' and to ~= 'paused' then forget_deps(jkey, id) end
   if TERMINAL_STATE[to] then
     observe_duration(jkey, to, score)
     compact_finished(jkey)
+    tell_dependents(id, to, score)
   end
 end
 
@@ -717,6 +780,47 @@ local function advance_turn(priority, order)
 end
 
 
+-- A job with no place in the queue (one that waited) takes its turn as a job enqueued now would: its
+-- order, written to its row. Its group's count and newest turn are set_state's to move (`group_joined`).
+local function take_turn(jkey)
+  local row = redis.call('HMGET', jkey, 'priority', 'group')
+  local p, turns = tonumber(row[1]) or 0, {}
+  local start = tonumber(redis.call('GET', KEYS[K_SEQ])) or 0
+  local turn = next_turn(turns, p, row[2] or '', start)
+  if turns['new v:' .. p] then redis.call('HSET', KEYS[K_FAIR], 'v:' .. p, start) end
+  local order = -p * ORDER_BAND + turn
+  redis.call('HSET', jkey, 'order', order)
+  return order
+end
+
+-- Job `id` (row `jkey`, in state `from`: waiting or paused) goes on: to the queue at a new turn when nothing
+-- holds it; cancelled when a job it waited for failed; else back to `waiting` until it is due. Returns the
+-- state it is in after.
+local function judge_hold(jkey, id, from, actor, now, reason)
+  local hold, detail = hold_of(jkey, id, now)
+  if hold == 'cancel' then
+    local was = redis.call('ZSCORE', KEYS[K_FAILED], detail) and 'failed' or 'cancelled'
+    set_state(jkey, id, from, 'cancelled', now)
+    redis.call('HSET', jkey, 'finished_at', now, 'error_reason', REASON_DEPENDENCY_FAILED)
+    event(jkey, id, from, 'cancelled', REASON_DEPENDENCY_FAILED, 'job ' .. detail .. ' ' .. was, actor, now)
+    return 'cancelled'
+  elseif hold == 'wait' then
+    if from == 'waiting' then
+      redis.call('ZADD', KEYS[K_WAITING], detail, id)
+    else
+      set_state(jkey, id, from, 'waiting', detail)
+      event(jkey, id, from, 'waiting', reason, '', actor, now)
+    end
+    return 'waiting'
+  end
+  if from == 'waiting' or not redis.call('HGET', jkey, 'order') then take_turn(jkey) end
+  redis.call('HDEL', jkey, 'wait_until', 'wait_reason')
+  set_state(jkey, id, from, 'queued', now)
+  add_coalesce(jkey, id)
+  event(jkey, id, from, 'queued', reason, '', actor, now)
+  return 'queued'
+end
+
 -- Why the head's row cannot be promoted, or nil when it can: its row key is missing or not a hash, the
 -- row names another job, or RQ's job key holds something other than a hash.
 -- What promotion reads of a row, in one HMGET (`unpromotable`).
@@ -834,14 +938,38 @@ end
 -- RQ list, written by set_container.lua as `daemon_queue`); a row with no daemon queue recorded (a subprocess
 -- job, a launch that never recorded one) keeps what it had.
 local function note_affinity(jkey, to)
-  if to ~= 'queued' and to ~= 'paused' then return end
+  if to ~= 'queued' and to ~= 'paused' and to ~= 'waiting' then return end
   local row = redis.call('HMGET', jkey, 'daemon_id', 'daemon_queue')
   if row[1] and row[1] ~= '' and row[2] and row[2] ~= '' then
     redis.call('HSET', jkey, 'affinity', row[1], 'affinity_queue', row[2])
   end
 end
 
--- Release a running job's slots and units into state `to`. A job handed back to `queued` keeps its order,
+-- A failed attempt of the job's own (a non-zero exit, or REASON_TIMEOUT) that its spec retries: the retry
+-- it becomes, or nil. Its row keeps the policy (enqueue.lua): `retries` (how many), `retry_delay_ms` (the
+-- first delay, doubled per retry after it, at most RETRY_DELAY_MAX_MS), `retry_on` (the exit codes retried,
+-- ',code,...,'; none: any) and `retries_used`. The delay gets up to a fifth off, from the server clock's
+-- microseconds, so jobs failing together do not come back together. Returns the evidence of the retry and
+-- when it is due; the row records both.
+local function retry_of(jkey, reason, now)
+  local code = string.match(reason or '', '^exit_code_(%-?%d+)$')
+  if reason ~= REASON_TIMEOUT and not code then return nil end
+  local row = redis.call('HMGET', jkey, 'retries', 'retries_used', 'retry_delay_ms', 'retry_on')
+  local most, used = whole(row[1]), whole(row[2])
+  if used >= most then return nil end
+  if code and row[4] and row[4] ~= '' and not string.find(row[4], ',' .. code .. ',', 1, true) then return nil end
+  used = used + 1
+  local delay = whole(row[3]) * 2 ^ (used - 1)
+  if delay > RETRY_DELAY_MAX_MS then delay = RETRY_DELAY_MAX_MS end
+  local micros = tonumber(redis.call('TIME')[2]) or 0
+  delay = math.floor(delay - delay * micros / 5e6)
+  redis.call('HSET', jkey, 'retries_used', used, 'wait_until', now + delay, 'wait_reason', 'retry')
+  return string.format('retry %d of %d in %d s after %s', used, most, math.floor(delay / 1000 + 0.5), reason),
+    now + delay
+end
+
+-- Release a running job's slots and units into state `to`, or `waiting` when `to` is a failure its spec
+-- retries (`retry_of`); returns the state it is in after. A job handed back to `queued` keeps its order,
 -- so it returns to its original place; a paused job keeps it too, for when it is resumed.
 local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now)
   -- What it holds is given back only if it holds a slot (a row that says running but is not in `running`
@@ -851,14 +979,26 @@ local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now
   redis.call('DEL', lease_key)
   redis.call('HSET', jkey, 'owner_boot', '', 'pause_requested', '0', 'cancel_requested', '0')
   local score = now
-  if to ~= 'queued' and to ~= 'paused' then redis.call('HSET', jkey, 'finished_at', now) end
+  local retry, due
+  if to == 'failed' then retry, due = retry_of(jkey, reason, now) end
   redis.call('HSET', jkey, 'error_reason', to == 'succeeded' and '' or reason)
+  if retry then
+    -- Waits for its delay, then takes a new turn in the queue (judge_hold) as a new attempt; its checkpoint
+    -- is where it ran, as for a handback.
+    note_affinity(jkey, 'waiting')
+    redis.call('HDEL', jkey, 'order')
+    to, reason, score = 'waiting', 'retry', due
+    evidence = evidence ~= '' and (retry .. '; ' .. evidence) or retry
+  elseif to ~= 'queued' and to ~= 'paused' then
+    redis.call('HSET', jkey, 'finished_at', now)
+  end
   set_state(jkey, id, '', to, score)
   if to == 'queued' then add_coalesce(jkey, id) end
   if to == 'paused' then redis.call('HSET', jkey, 'paused_at', now) end
   event(jkey, id, 'running', to, reason, evidence, actor, now)
   -- A promoted job that no worker took yet must not be run by a late delivery: forget it in RQ's list.
   redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
+  return to
 end
 
 -- How a container's exit ends a job; returns (state, reason, spend) where `spend` says one unit of recovery
@@ -869,7 +1009,9 @@ end
 -- even if a stop was asked meanwhile); an exit after its watcher asked it to stop (`interrupted`: a drain,
 -- or a pause or cancel request since withdrawn) hands the job back to its place, no recovery budget spent; a
 -- crash is recovered as a vanished container is (reconcile_apply.lua 'absent'): queued again at its place
--- while recovery budget `budget` is left, else failed with `reason`; anything else is a failure. The
+-- while recovery budget `budget` is left, else failed with `reason` (never retried: retries are for the job's
+-- own failures); an attempt its watcher stopped for its time limit (time_out.lua marked it) fails with
+-- REASON_TIMEOUT; anything else is a failure. A failure may still become a retry (end_running). The
 -- handback's reason names a pause of this attempt that a resume withdrew (resume_job.lua records
 -- `pause_withdrawn` = attempt): 'pause_withdrawn_handback'; otherwise 'shutdown_handback'.
 local function verdict_for_exit(jkey, code, interrupted, cause, reason, budget)
@@ -877,6 +1019,9 @@ local function verdict_for_exit(jkey, code, interrupted, cause, reason, budget)
   if redis.call('HGET', jkey, 'cancel_requested') == '1' then return 'cancelled', 'cancel_requested', false end
   if redis.call('HGET', jkey, 'pause_requested') == '1' then return 'paused', 'pause_requested', false end
   if cause == 'oom' then return 'failed', REASON_OOM_KILLED, false end
+  -- Stopped by its watcher for running past its time limit (time_out.lua marks the attempt first).
+  local marks = redis.call('HMGET', jkey, 'timed_out', 'attempt')
+  if marks[1] and marks[1] ~= '' and marks[1] == marks[2] then return 'failed', REASON_TIMEOUT, false end
   if interrupted then
     local row = redis.call('HMGET', jkey, 'pause_withdrawn', 'attempt')
     if row[1] and row[1] ~= '' and row[1] == row[2] then return 'queued', 'pause_withdrawn_handback', false end

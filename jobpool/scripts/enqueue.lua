@@ -1,32 +1,73 @@
 --[[ enqueue
 Pool keys: config paused queued running coalesce events rq_queue rq_queues seq paused_jobs succeeded failed
-           cancelled metrics ready blocked passed wake fair limits limit_used holds
+           cancelled metrics ready blocked passed wake fair limits limit_used holds waiting dependents deps
+           schedules schedule_ticks schedule_next
 Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1..]   promotion candidates: the new jobs' keys, two per job in input order: job:<id>, then
              rq:job:<id> (RQ's job hash, outside the hash tag: RQ's own key)
 ARGV[1]      actor
-ARGV[2..]    five per job, in the order of its keys: id, spec JSON, coalesce key ('' = none), image, and its
-             order and limits ('' = priority 0, one slot, no group, no named limit; else
-             'priority;slots;group;name=amount,name=amount...', from the spec: jobpool/store/calls.py)
+ARGV[2]      a schedule's fire ('' = none; then exactly one job): 'name|tick ms|next tick ms' (below)
+ARGV[3..]    seven per job, in the order of its keys: id, spec JSON, coalesce key ('' = none), image, its order
+             and limits ('' = priority 0, one slot, no group, no named limit; else
+             'priority;slots;group;name=amount,name=amount...', from the spec: jobpool/store/calls.py), what it
+             waits for ('' = nothing; else 'not before ms;id id ...': the jobs it waits for, existing ones or
+             earlier ones of this call), and its retries ('' = none; else 'retries;first delay ms;code,...')
 Returns {0, created, promoted, why_stopped, now, then four per job in input order: coalesced 0|1, id, seq,
         state}: a job that coalesced names the queued job it equals (seq and state ''); a new job its own id,
-        seq and state (queued, or running when promoted here). -5 when an id exists or repeats, -6 when
+        seq and state (queued, waiting, or running when promoted here). -5 when an id exists or repeats, -6 when
         ARGV and KEYS disagree or a job's order and limits do not read, -7 when a job needs more slots than
         the pool has, or more of a name than its limit (a limit of 0 holds every job, whatever it needs), or
-        no limit covers a name it uses: all before anything is
+        no limit covers a name it uses, or it waits for a job that does not exist: all before anything is
         written. A pool with no limit stored yet gets the default (DEFAULT_SLOTS, _lib.lua).
 why_stopped 'stale' means slots are free but the new jobs are not the head: the caller should run promote;
-'full' when no slot is free (paused or not); 'none' when every job coalesced.
+'full' when no slot is free (paused or not); 'none' when every job coalesced or waits.
 Create each job's row, or with a coalesce key find the queued job it equals (queued before this call, or
 earlier in it: equal jobs in one call coalesce into the first), and pre-save its RQ job hash in the same
 step: RQ's constant fields (RQ_JOB_FIELDS, generated from jobpool/rqjob.py) and the per-job ones, made here.
-Then promote the new jobs, in order, while they are the head and a slot is free.
+A job with a start time still to come, or jobs to wait for that have not succeeded yet, is born `waiting`
+(_lib.lua "Time and dependencies"): no turn in the queue yet. One that waits for a job that failed or was
+cancelled is born waiting and due at once: the release step cancels it, as it would
+have had that job ended after it (REASON_DEPENDENCY_FAILED). Then promote the new jobs, in order, while they are the head and a slot
+is free.
+A schedule's fire (jobpool/schedules.py) is this call with one job and ARGV[2]: it fires only if `tick` is
+after the schedule's last tick (`schedule_ticks`), so each tick makes one job however many supervisors try
+it (-5 'tick' for one fired already; -1 for a schedule that is gone, -2 for a paused one); with overlap
+'skip' (its definition's) a tick whose last job still waits or runs makes none and is recorded as skipped
+(reply why_stopped 'skipped', no job). Either way the tick is recorded and the schedule's next is `next`.
+The job's row names its schedule and tick.
 ]]
-local actor = ARGV[1]
-local PER = 5
-local njobs = (NARGV - 1) / PER
+local actor, guard = ARGV[1], ARGV[2]
+local PER, FIRST = 7, 3
+local njobs = (NARGV - 2) / PER
 if njobs < 1 or njobs ~= math.floor(njobs) or NKEYS ~= 2 * njobs then
-  return {E_BAD_ARG, 'jobs: ' .. NKEYS .. ' job keys for ' .. (NARGV - 1) .. ' job arguments'}
+  return {E_BAD_ARG, 'jobs: ' .. NKEYS .. ' job keys for ' .. (NARGV - 2) .. ' job arguments'}
+end
+-- A schedule's fire: judged first, since a tick fired already writes nothing.
+local fire
+if guard ~= '' then
+  local name, tick, later = string.match(guard, '^(.+)|(%d+)|(%d+)$')
+  if not name or njobs ~= 1 then return {E_BAD_ARG, 'schedule fire'} end
+  local def = redis.call('HGET', KEYS[K_SCHEDULES], name)
+  if not def then return {E_NOT_FOUND, 'schedule ' .. name} end
+  local last = redis.call('HGET', KEYS[K_SCHEDULE_TICKS], name) or ''
+  if (tonumber(string.match(last, '^(%d+)|')) or -1) >= tonumber(tick) then return {E_EXISTS, 'tick'} end
+  local ok, d = pcall(cjson.decode, def)
+  if not ok or type(d) ~= 'table' then d = {} end
+  if d.paused then return {E_INVALID_STATE, 'paused'} end
+  fire = {name = name, tick = tick, later = later}
+  local last_job = string.match(last, '^%d+|([^|]*)|') or ''
+  if d.overlap ~= 'queue' and last_job ~= '' then
+    for _, s in ipairs({'queued', 'waiting', 'running', 'paused'}) do
+      if redis.call('ZSCORE', KEYS[STATE_INDEX[s]], last_job) then
+        local now = now_ms()
+        redis.call('HSET', KEYS[K_SCHEDULE_TICKS], name, tick .. '|' .. last_job .. '|' .. now)
+        redis.call('ZADD', KEYS[K_SCHEDULE_NEXT], later, name)
+        event(nil, last_job, '', '', 'schedule_skipped', 'schedule ' .. name .. ' tick ' .. iso_utc(tonumber(tick))
+          .. ': its last job is ' .. s, actor, now)
+        return {0, 0, 0, 'skipped', now}
+      end
+    end
+  end
 end
 -- The limit, read once (max_slots in _lib.lua reads it the same way); a pool with none stored gets the default.
 local stored = redis.call('HGET', KEYS[K_CONFIG], 'max_concurrent_jobs')
@@ -65,17 +106,52 @@ end
 -- Each job's coalescing is decided on the way: a job with a coalesce key returns the queued job holding it,
 -- or the job earlier in this call that will (looked up in order: equal jobs in one call coalesce into the
 -- first); any other job is new.
-local seen, twins, mine, created, sched = {}, {}, {}, 0, {}
+-- What a job waits for, read and checked before anything is written: {not before ms, its jobs (all of
+-- them, as given), those not ended yet, the first that failed or was cancelled}, or nil for nothing; an error
+-- reply for a job that does not exist. `seen` maps the ids of this call's earlier jobs to the job each is
+-- (its own, or the queued job it coalesced into).
+local function holds_of(text, seen)
+  if text == '' then return nil end
+  local nb, ids = string.match(text, '^(%d*);(.*)$')
+  if not nb then return nil, {E_BAD_ARG, 'after'} end
+  local h = {tonumber(nb) or 0, {}, {}, nil}
+  for dep in string.gmatch(ids, '%S+') do
+    h[2][#h[2] + 1] = dep
+    if seen[dep] then
+      h[3][#h[3] + 1] = seen[dep]
+    elseif not redis.call('ZSCORE', KEYS[K_SUCCEEDED], dep) then
+      if redis.call('ZSCORE', KEYS[K_FAILED], dep) or redis.call('ZSCORE', KEYS[K_CANCELLED], dep) then
+        h[4] = h[4] or dep
+      else
+        local found = false
+        for _, s in ipairs({'queued', 'waiting', 'running', 'paused'}) do
+          if redis.call('ZSCORE', KEYS[STATE_INDEX[s]], dep) then found = true; break end
+        end
+        if not found then return nil, {E_BAD_SPEC, 'it waits for job ' .. dep .. ', which does not exist'} end
+        h[3][#h[3] + 1] = dep
+      end
+    end
+  end
+  return h
+end
+local seen, twins, mine, created, sched, holds = {}, {}, {}, 0, {}, {}
 for i = 1, njobs do
-  local id, ck = ARGV[PER * (i - 1) + 2], ARGV[PER * (i - 1) + 4]
+  local id, ck = ARGV[PER * (i - 1) + FIRST], ARGV[PER * (i - 1) + FIRST + 2]
   if seen[id] or redis.call('EXISTS', KEYS[2 * i - 1]) == 1 then return {E_EXISTS, id} end
-  seen[id] = true
-  local s, refused = schedule_of(ARGV[PER * (i - 1) + 6])
+  local s, refused = schedule_of(ARGV[PER * (i - 1) + FIRST + 4])
   if not s then return refused end
   sched[i] = s
+  local h
+  h, refused = holds_of(ARGV[PER * (i - 1) + FIRST + 5], seen)
+  if refused then return refused end
+  holds[i] = h
+  local retry = ARGV[PER * (i - 1) + FIRST + 6]
+  if retry ~= '' and not string.match(retry, '^%d+;%d+;[%d,]*$') then return {E_BAD_ARG, 'retries'} end
+  seen[id] = id
   local twin = ck ~= '' and (mine[ck] or coalesce_holder(ck))
   if twin then
     twins[i] = twin
+    seen[id] = twin
   else
     if ck ~= '' then mine[ck] = id end
     created = created + 1
@@ -92,13 +168,49 @@ local cands, first_id, turns = {}, nil, {}
 -- The new jobs take the next `created` numbers of the counter, in order, and are counted once.
 local seq = redis.call('INCRBY', KEYS[K_SEQ], created) - created
 local start = seq  -- a priority nothing reached yet: its first turn is the first new job's seq (next_turn)
-if created > 0 then count(transition_field('queued', 'enqueued'), created) end
+-- Which new jobs wait: counted apart from those queued.
+local held, nheld = {}, 0
 for i = 1, njobs do
-  local at = PER * (i - 1)
-  local id, spec, ck, image = ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
+  local h = holds[i]
+  if not twins[i] and h and (h[1] > now or #h[3] > 0 or h[4]) then held[i] = true; nheld = nheld + 1 end
+end
+if created - nheld > 0 then count(transition_field('queued', 'enqueued'), created - nheld) end
+if nheld > 0 then count(transition_field('waiting', 'enqueued'), nheld) end
+for i = 1, njobs do
+  local at = PER * (i - 1) + FIRST
+  local id, spec, ck, image = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local jkey, rqkey = KEYS[2 * i - 1], KEYS[2 * i]
   if twins[i] then
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 1, twins[i], '', ''
+  elseif held[i] then
+    seq = seq + 1
+    local s, h = sched[i], holds[i]
+    local score, why = '+inf', 'after ' .. table.concat(h[2], ' ')
+    if h[4] then
+      score = now
+      redis.call('HSET', KEYS[K_DEPS], 'x:' .. id, h[4])
+    elseif #h[3] > 0 then
+      redis.call('HSET', KEYS[K_DEPS], id, #h[3])
+      for _, dep in ipairs(h[3]) do redis.call('ZADD', KEYS[K_DEPENDENTS], 0, dep .. ' ' .. id) end
+    end
+    if h[1] > now then
+      why = 'until ' .. iso_utc(h[1]) .. (#h[2] > 0 and ('; ' .. why) or '')
+      if #h[3] == 0 and not h[4] then score = h[1] end
+    end
+    local line = stream_event(id, '', 'waiting', 'enqueued', why, actor, now, true)
+    redis.call('HSET', jkey, 'id', id, 'spec', spec, 'state', 'waiting', 'seq', seq, 'created_at', now,
+      'attempt', 0, 'coalesce_key', ck, 'recovery_attempts', 0, 'pause_requested', '0',
+      'cancel_requested', '0', 'owner_boot', '', 'exit_code', '', 'error_reason', '', 'history', line,
+      'after', table.concat(h[2], ' '), 'wait_reason', h[1] > now and 'not_before' or 'after')
+    if h[1] > now then redis.call('HSET', jkey, 'wait_until', h[1]) end
+    if fire then redis.call('HSET', jkey, 'schedule', fire.name, 'tick', fire.tick) end
+    if s[1] ~= 0 or s[2] ~= 1 or s[3] ~= '' or #s[4] > 0 then
+      redis.call('HSET', jkey, 'priority', s[1], 'slots', s[2], 'group', s[3], 'uses', format_uses(s[4]))
+    end
+    redis.call('ZADD', KEYS[K_WAITING], score, id)
+    redis.call('HSET', rqkey, 'created_at', rq_created_at, 'description', 'jobpool ' .. id .. ' (' .. image .. ')',
+      'origin', origin, unpack(RQ_JOB_FIELDS))
+    reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 0, id, seq, 'waiting'
   else
     seq = seq + 1
     local s = sched[i]
@@ -112,6 +224,8 @@ for i = 1, njobs do
     if s[1] ~= 0 or s[2] ~= 1 or s[3] ~= '' or #s[4] > 0 then
       redis.call('HSET', jkey, 'priority', s[1], 'slots', s[2], 'group', s[3], 'uses', format_uses(s[4]))
     end
+    if holds[i] and #holds[i][2] > 0 then redis.call('HSET', jkey, 'after', table.concat(holds[i][2], ' ')) end
+    if fire then redis.call('HSET', jkey, 'schedule', fire.name, 'tick', fire.tick) end
     redis.call('ZADD', KEYS[K_QUEUED], order, id)
     redis.call('ZADD', KEYS[K_READY], order, id)
     -- No queued job holds this key (looked up above), so the entry becomes this job's alone.
@@ -122,6 +236,23 @@ for i = 1, njobs do
     first_id = first_id or id
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 0, id, seq, 'queued'
   end
+end
+-- Retries, on every new job's row that has them ('' for most: nothing written).
+for i = 1, njobs do
+  local at = PER * (i - 1) + FIRST
+  local retry = ARGV[at + 6]
+  if retry ~= '' and not twins[i] then
+    local n, delay, codes = string.match(retry, '^(%d+);(%d+);([%d,]*)$')
+    if n then
+      redis.call('HSET', KEYS[2 * i - 1], 'retries', n, 'retry_delay_ms', delay, 'retry_on',
+        codes ~= '' and (',' .. codes .. ',') or '')
+    end
+  end
+end
+if fire then
+  local made = twins[1] and '' or ARGV[FIRST]
+  redis.call('HSET', KEYS[K_SCHEDULE_TICKS], fire.name, fire.tick .. '|' .. made .. '|' .. now)
+  redis.call('ZADD', KEYS[K_SCHEDULE_NEXT], fire.later, fire.name)
 end
 save_turns(turns)
 if first_id then
@@ -142,6 +273,7 @@ if first_id then
   for j = 6, #reply, 4 do
     if reply[j] == 0 and running[reply[j + 1]] then reply[j + 3] = 'running' end
   end
-  reply[2], reply[3], reply[4] = #cands / 3, promoted, why
+  reply[3], reply[4] = promoted, why
 end
+reply[2] = created
 return reply

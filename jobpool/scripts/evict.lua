@@ -1,7 +1,8 @@
 --[[ evict
 Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed
-           cancelled metrics ready blocked passed wake fair limits limit_used holds
-Settings: default_slots events_maxlen reserve_after_ms
+           cancelled metrics ready blocked passed wake fair limits limit_used holds seq waiting dependents
+           deps
+Settings: default_slots events_maxlen reserve_after_ms retry_delay_max_ms
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 KEYS[3..]   promotion candidates
 ARGV[1] id   ARGV[2] expected attempt   ARGV[3] reason   ARGV[4] evidence   ARGV[5] actor

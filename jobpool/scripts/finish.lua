@@ -1,13 +1,14 @@
 --[[ finish
 Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed
-           cancelled metrics ready blocked passed wake fair limits limit_used holds
-Settings: default_slots events_maxlen reserve_after_ms
+           cancelled metrics ready blocked passed wake fair limits limit_used holds seq waiting dependents
+           deps
+Settings: default_slots events_maxlen reserve_after_ms retry_delay_max_ms
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 KEYS[3..]   promotion candidates
 ARGV[1] id   ARGV[2] boot   ARGV[3] attempt   ARGV[4] kind   ARGV[5] exit code ('' if none)
 ARGV[6] reason (for 'error' and 'crashed')   ARGV[7] log tail   ARGV[8] recovery budget (for 'crashed')
 ARGV[9] evidence: how the end was seen, in words ('' for none; recorded with the transition)
-Returns {0, new state, promoted, why_stopped}; -1; -3; -6 unknown kind, or 'crashed' or 'handback' without a
+Returns {0, new state (waiting when a failure is retried: end_running), promoted, why_stopped}; -1; -3; -6 unknown kind, or 'crashed' or 'handback' without a
 reason.
 The owner reports how its attempt ended; release the slot and promote in the same step.
 Fenced on (boot, attempt). kind:
@@ -67,9 +68,9 @@ local now = now_ms()
 local evidence = 'exit_code=' .. code
 if kind == 'handback' then evidence = '' end  -- nothing ran: no exit to name
 if seen and seen ~= '' then evidence = evidence == '' and seen or (evidence .. '; ' .. seen) end
-redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail, 'finished_by', boot .. ':' .. attempt,
-  'finished_as', to)
+redis.call('HSET', jkey, 'exit_code', code, 'log_tail', tail)
 if kind == 'exit' or kind == 'interrupted' then note_affinity(jkey, to) end
-end_running(jkey, lkey, id, to, why, evidence, boot, now)
+to = end_running(jkey, lkey, id, to, why, evidence, boot, now)
+redis.call('HSET', jkey, 'finished_by', boot .. ':' .. attempt, 'finished_as', to)
 local promoted, stopped = promote_candidates(3, boot, now)
 return {0, to, promoted, stopped}

@@ -1,12 +1,13 @@
 --[[ pause_job
 Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed
-           cancelled metrics ready blocked passed wake fair limits limit_used holds
-Settings: default_slots events_maxlen reserve_after_ms
+           cancelled metrics ready blocked passed wake fair limits limit_used holds seq waiting dependents
+           deps
+Settings: default_slots events_maxlen reserve_after_ms retry_delay_max_ms
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 KEYS[3..]   promotion candidates
 ARGV[1] id   ARGV[2] reason   ARGV[3] actor
 Returns {0, state after (paused | running), promoted, why_stopped}; -1; -2 when paused or finished already.
-A user's pause. A queued job (or a promoted one no worker has claimed yet) is paused at
+A user's pause. A waiting job is paused and keeps what it waits for. A queued job (or a promoted one no worker has claimed yet) is paused at
 once and keeps its place; a claimed running job gets a persisted pause request that its watcher acts on
 (and that crash recovery honours), so the request survives the worker dying first.
 ]]
@@ -25,6 +26,12 @@ if state == 'queued' then
     local promoted, why = promote_candidates(3, actor, now)
     return {0, 'paused', promoted, why}
   end
+  return {0, 'paused', 0, 'none'}
+elseif state == 'waiting' then
+  -- Keeps what it waits for: its resume judges it again (judge_hold).
+  set_state(jkey, id, 'waiting', 'paused', tonumber(row[3]))
+  redis.call('HSET', jkey, 'paused_at', now, 'pause_reason', reason)
+  event(jkey, id, 'waiting', 'paused', 'pause', reason, actor, now)
   return {0, 'paused', 0, 'none'}
 elseif state == 'running' and row[2] == '' then
   redis.call('HSET', jkey, 'pause_reason', reason)

@@ -1,5 +1,5 @@
 --[[ prune
-Pool keys: config coalesce events succeeded failed cancelled metrics
+Pool keys: config coalesce events succeeded failed cancelled metrics dependents
 Settings: events_maxlen
 KEYS[1]     rq:finished:<queue>   KEYS[2] rq:failed:<queue>   (RQ's registries: RQ's own keys)
 KEYS[3..]   per job, 6 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>, and the RQ
@@ -12,7 +12,8 @@ ARGV[4] actor   ARGV[5..] the jobs' ids, in the order of their keys
 Returns {0, removed, id, id, ...}; -6 for a state that is not terminal or keys that do not match the ids.
 Remove finished jobs past retention (jobpool/retention.py reads the oldest of each index). Each
 job is judged again here, atomically: it must still be in that state's index, its row must say that
-state, and it must be past a cap now. A job that is queued, running or paused is never touched, and a job
+state, and it must be past a cap now. A job that is queued, running or paused is never touched, nor one a
+waiting job waits for (`dependents`), and a job
 that finished a moment ago is the newest in its index, so it is kept. Everything the job left goes with its
 row: RQ's hash and result stream, RQ's registry entries, its lease and adoption pointer, the RQ hash of the
 adoption request that pointer still names (one never run, or whose adopter was killed, has no TTL), and a
@@ -43,7 +44,10 @@ for i = 0, n - 1 do
   local kind = key_type(jkey)
   local row = kind == 'hash' and redis.call('HMGET', jkey, 'state', 'coalesce_key') or {}
   -- An index entry whose row is gone names no job at all: it goes too, or it would stay at the head for ever.
-  if score and (row[1] == state or kind == 'none') then
+  -- A job that a waiting job waits for stays: that job's release and show read it (_lib.lua, "Time and
+  -- dependencies").
+  local needed = #redis.call('ZRANGEBYLEX', KEYS[K_DEPENDENTS], '[' .. id .. ' ', '(' .. id .. ' \255', 'LIMIT', 0, 1) > 0
+  if score and (row[1] == state or kind == 'none') and not needed then
     local rank = redis.call('ZREVRANK', KEYS[index], id)
     if (keep > 0 and rank >= keep) or (cutoff > 0 and tonumber(score) < cutoff) then
       local ck = row[2]

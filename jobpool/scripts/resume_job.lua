@@ -1,6 +1,7 @@
 --[[ resume_job
 Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed
-           cancelled metrics ready blocked passed wake fair limits limit_used holds
+           cancelled metrics ready blocked passed wake fair limits limit_used holds seq waiting dependents
+           deps
 Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1]     job:<id>
 KEYS[2..]   promotion candidates
@@ -9,7 +10,8 @@ ARGV[4] (optional, with ARGV[3] '1') the affinity expected: release it only, and
         it; nothing else is resumed or withdrawn (the supervisor, for a daemon declared gone: sweep.py)
 Returns {0, state after, promoted, why_stopped}; -1; -2 when there is nothing to resume; -4 'affinity' when the
 row names another affinity than ARGV[4].
-A paused job goes back to `queued` at its original place; a running job whose pause
+A paused job goes back to `queued` at its original place (one paused while it waited goes back to waiting
+while it is still held, or is cancelled when a job it waited for failed meanwhile); a running job whose pause
 was requested but has not ended yet has the request withdrawn. Its watcher may have sent the stop signal
 already: it calls off its SIGKILL, and `pause_withdrawn` (= the attempt) lets the exit of a job that stops
 anyway hand it back as 'pause_withdrawn_handback' (verdict_for_exit in _lib.lua) instead of failing it.
@@ -34,10 +36,11 @@ if anywhere and row[5] and row[5] ~= '' and (row[1] == 'queued' or row[1] == 'ru
 end
 if expected then return {0, row[1], 0, 'none'} end
 if row[1] == 'paused' then
-  set_state(jkey, id, 'paused', 'queued', tonumber(row[2]))
   redis.call('HSET', jkey, 'pause_requested', '0', 'pause_reason', '')
-  add_coalesce(jkey, id)
-  event(jkey, id, 'paused', 'queued', 'resume', '', actor, now)
+  -- Back to its place in the queue, or to waiting while what it waited for still holds it (judge_hold).
+  if judge_hold(jkey, id, 'paused', actor, now, 'resume') ~= 'queued' then
+    return {0, redis.call('HGET', jkey, 'state'), 0, 'none'}
+  end
   local promoted, why = promote_candidates(2, actor, now)
   return {0, redis.call('HGET', jkey, 'state'), promoted, why}
 elseif row[1] == 'running' and row[3] == '1' then

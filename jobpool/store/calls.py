@@ -98,7 +98,7 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         self.thread_clients = ThreadClients()
         self.scripts = Scripts(client, settings.max_concurrent_jobs, settings.events_maxlen,
                                settings.redis_wait_replicas, settings.redis_wait_timeout_secs,
-                               settings.reserve_after_secs)
+                               settings.reserve_after_secs, settings.retry_delay_max_secs)
         #: Each script's pool keys, in the order its header names them (luatext.shape): after its own KEYS.
         self._pool_keys = {name: self.keys.named(shape(name).pool_keys) for name in SCRIPT_NAMES}
 
@@ -157,12 +157,14 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
 
     # ---- the queue and the API's changes of a job -----------------------------------------------------
 
-    def enqueue_call(self, actor: str, jobs: Iterable[tuple[str, str, str, str, str]]) -> EnqueueCall:
+    def enqueue_call(self, actor: str, jobs: Iterable[tuple[str, str, str, str, str, str, str]],
+                     fire: str = "") -> EnqueueCall:
         """The enqueue script's inputs for `jobs`, each (id, spec JSON, coalesce key or '', image, its order
-        and limits: `JobSpec.schedule_arg`)."""
+        and limits: `JobSpec.schedule_arg`, what it waits for: jobpool/submit.py `Prepared.holds`, its
+        retries: `JobSpec.retry_arg`); `fire` a schedule's 'name|tick|next tick' (jobpool/schedules.py)."""
         keys = self.keys
         key_list: list[str] = []
-        args: list[Any] = [actor]
+        args: list[Any] = [actor, fire]
         for job in jobs:
             key_list += (keys.job(job[0]), keys.rq_job(job[0]))
             args += job
@@ -183,6 +185,23 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         """One round of scripts/promote.lua with the queue's head as candidates."""
         _, _, promoted, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [actor])
         return Release(promoted=int(promoted), why_stopped=why)
+
+    def retry_job(self, job_id: str, actor: str) -> str:
+        """A failed or cancelled job again as a new attempt (scripts/retry_job.lua); the state it is in after
+        (queued or waiting). The caller promotes."""
+        return str(self.run("retry_job", [self.keys.job(job_id), self.keys.rq_job(job_id)],
+                            [job_id, actor])[1])
+
+    def due_waiting(self, now_ms: int, most: int) -> list[str]:
+        """The ids of up to `most` waiting jobs due at `now_ms` (Redis time), soonest first."""
+        return list(call_redis(self.client.zrangebyscore, self.keys.waiting, "-inf", now_ms, 0, most,
+                               what="due waiting jobs"))
+
+    def release_waiting(self, job_ids: Sequence[str], actor: str) -> tuple[int, int, int]:
+        """Judge the due waiting jobs `job_ids` again (scripts/release_waiting.lua): how many were queued,
+        cancelled, and left waiting."""
+        reply = self.run("release_waiting", [self.keys.job(j) for j in job_ids], [actor, *job_ids])
+        return int(reply[1]), int(reply[2]), int(reply[3])
 
     def cancel(self, job_id: str, reason: str, actor: str) -> Cancelled:
         reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
@@ -285,6 +304,12 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
     def heartbeat(self, job_id: str, boot_id: str, attempt: int, lease_ms: int) -> Requests:
         reply = self.run("heartbeat", self._attempt_keys(job_id), [boot_id, attempt, lease_ms])
         return _requests(reply[1], reply[2])
+
+    def time_out(self, job_id: str, boot_id: str, attempt: int, evidence: str) -> bool:
+        """Mark the attempt as stopped for its time limit before its watcher stops it (scripts/time_out.lua):
+        its exit then fails it as `timeout`, or retries it. False when it was marked already."""
+        reply = self.run("time_out", [self.keys.job(job_id)], [boot_id, attempt, evidence])
+        return bool(reply[1] == "marked")
 
     def set_container(self, job_id: str, boot_id: str, attempt: int, container_id: str, daemon_id: str,
                       identity: dict[str, Any] | None, lease_ms: int, daemon_queue: str) -> Requests:

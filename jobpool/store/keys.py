@@ -22,16 +22,17 @@ RQ_QUEUES = "rq:queues"
 RQ_QUEUE_NAME_PREFIX = "jobpool-"
 
 #: The state indexes, one sorted set each; every job is in exactly one.
-STATE_INDEX_NAMES = ("queued", "running", "paused", "succeeded", "failed", "cancelled")
+STATE_INDEX_NAMES = ("queued", "waiting", "running", "paused", "succeeded", "failed", "cancelled")
 #: Each state's index, as a pool key name (POOL_KEY_NAMES): what `PoolKeys.state_index` gives and what a
 #: script's STATE_INDEX places (jobpool/store/luatext.py).
-STATE_INDEX_KEYS = {"queued": "queued", "running": "running", "paused": "paused_jobs",
+STATE_INDEX_KEYS = {"queued": "queued", "waiting": "waiting", "running": "running", "paused": "paused_jobs",
                     "succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
 #: The pool keys a script may name on its header's `Pool keys:` line (scripts/_lib.lua says what each
 #: holds), as `PoolKeys.named` gives them: attributes of PoolKeys, and RQ's registry of queues.
 POOL_KEY_NAMES = ("config", "paused", "queued", "running", "coalesce", "events", "rq_queue", "rq_queues",
                   "seq", "paused_jobs", "succeeded", "failed", "cancelled", "metrics", "ready", "blocked",
-                  "passed", "wake", "fair", "limits", "limit_used", "holds")
+                  "passed", "wake", "fair", "limits", "limit_used", "holds", "waiting", "dependents", "deps",
+                  "schedules", "schedule_ticks", "schedule_next")
 
 
 def worker_name(pool: str, boot_id: str) -> str:
@@ -109,6 +110,21 @@ class PoolKeys:
         self.limit_used = p + "limit_used"
         #: What each running job holds beyond one plain slot: id -> 'weight|uses'.
         self.holds = p + "holds"
+        # Time and dependencies (scripts/_lib.lua "Time and dependencies"; docs/architecture.md).
+        #: The waiting jobs' index: id -> when to look at it again (ms; +inf: only jobs it waits for hold it).
+        self.waiting = p + "state:waiting"
+        #: Who waits for whom: members '<dependency id> <dependent id>' (every score 0, compared as text), so
+        #: one job's dependents are one range. A job named here as a dependency is never pruned.
+        self.dependents = p + "dependents"
+        #: Per waiting dependent: '<id>' -> how many of its dependencies have not succeeded yet, and
+        #: 'x:<id>' -> the first of them that failed or was cancelled.
+        self.deps = p + "deps"
+        #: Schedules: name -> JSON definition (jobpool/schedules.py writes it through its scripts).
+        self.schedules = p + "schedules"
+        #: Per schedule, its last tick fired or skipped: name -> 'tick ms|job id|at ms'.
+        self.schedule_ticks = p + "schedule_ticks"
+        #: Per schedule, when its next tick is due: name -> ms.
+        self.schedule_next = p + "schedule_next"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"

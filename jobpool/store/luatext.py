@@ -30,6 +30,7 @@ from .keys import POOL_KEY_NAMES, STATE_INDEX_KEYS
 
 #: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
 SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,
+                                                   "retry_job": rqjob.lua_template,
                                                    "reconcile_apply": rqjob.lua_template}
 
 #: A block comment that starts a line (the shared text has no other long bracket: `definitions` refuses one).
@@ -45,7 +46,7 @@ _POOL_KEY_USE = re.compile(r"\bK_([A-Z_]+)\b")
 
 #: The settings a script may name, as `Settings:` spells them, and the Lua name each is given.
 SETTING_NAMES = {"default_slots": "DEFAULT_SLOTS", "events_maxlen": "STREAM_MAXLEN",
-                 "reserve_after_ms": "RESERVE_AFTER_MS"}
+                 "reserve_after_ms": "RESERVE_AFTER_MS", "retry_delay_max_ms": "RETRY_DELAY_MAX_MS"}
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ SCRIPT_NAMES = (
     "pause_job", "resume_job", "cancel", "pause_queue", "resume_queue", "set_slots", "evict",
     "reconcile_apply", "drop_ghost", "prune", "inventory_lead", "publish_inventory",
     "push_command", "take_commands", "command_done", "forget_daemon", "unforget_daemon",
-    "daemon_mark", "daemon_unmark", "give_back", "forget_collision", "limit",
+    "daemon_mark", "daemon_unmark", "give_back", "forget_collision", "limit", "time_out", "release_waiting",
+    "retry_job",
 )
 
 #: The one table from script status codes to exceptions (codes are documented in scripts/_lib.lua).
@@ -213,7 +214,8 @@ class Scripts:
 
     `default_slots` is the limit a pool without a stored one uses (`Settings.max_concurrent_jobs`) and
     `events_maxlen` the event stream's cap (`Settings.events_maxlen`), `reserve_after_secs` how long a queued
-    job may be passed over before it gets a reservation (`Settings.reserve_after_secs`): a script whose header
+    job may be passed over before it gets a reservation (`Settings.reserve_after_secs`),
+    `retry_delay_max_secs` the longest retry delay (`Settings.retry_delay_max_secs`): a script whose header
     names them
     (`Settings:`, luatext.shape) gets them after its own ARGV, so Lua and Python never hold two copies of a
     default.
@@ -222,7 +224,8 @@ class Scripts:
     def __init__(self, client: redis.Redis, default_slots: int,
                  events_maxlen: int = contract.EVENTS_MAXLEN, wait_replicas: int = 0,
                  wait_timeout_secs: float = 1.0,
-                 reserve_after_secs: float = contract.RESERVE_AFTER_SECS) -> None:
+                 reserve_after_secs: float = contract.RESERVE_AFTER_SECS,
+                 retry_delay_max_secs: int = contract.RETRY_DELAY_MAX_SECS) -> None:
         self.client = client
         self.default_slots = int(default_slots)
         self.events_maxlen = int(events_maxlen)
@@ -232,7 +235,8 @@ class Scripts:
             name: client.register_script(script_text(name)) for name in SCRIPT_NAMES
         }
         values = {"default_slots": self.default_slots, "events_maxlen": self.events_maxlen,
-                  "reserve_after_ms": max(0, round(reserve_after_secs * 1000))}
+                  "reserve_after_ms": max(0, round(reserve_after_secs * 1000)),
+                  "retry_delay_max_ms": max(0, int(retry_delay_max_secs) * 1000)}
         #: Each script's settings, in the order its header names them: appended after its own ARGV.
         self._settings: dict[str, tuple[int, ...]] = {
             name: tuple(values[s] for s in shape(name).settings) for name in SCRIPT_NAMES

@@ -17,6 +17,7 @@ from ..store.redispolicy import EvictingRedis
 from .probes import ContainerProber
 from .report import SweepReport
 from .sweep import Supervisor, actor_name
+from .timers import Timers
 
 log = logging.getLogger("jobpool.supervisor")
 
@@ -44,14 +45,16 @@ def reconcile(store: Store, evict_stale: bool = False, dry_run: bool = False,
             sup.close()
 
 
-def _check_redis(sup: Supervisor, once: bool) -> bool:
+def _check_redis(sup: Supervisor, once: bool, timers: Timers | None = None) -> bool:
     """The start-up check of Redis's eviction policy (jobpool/store/redispolicy.py); raises `EvictingRedis`
     for one that may evict job rows, `RedisUnavailable` when Redis is away (the loop then asks again). Then,
-    unless `once`, the loop's mark on its daemon is made (its first write)."""
+    unless `once`, the loop's mark on its daemon is made (its first write) and its `timers` start."""
     store = sup.store
     store.check_policy()
     if not once and sup.marker is None:
         sup.marker = _mark_daemon(store, sup.prober)
+    if timers is not None:
+        timers.start()
     if not once:
         log.info("supervisor for pool %s: sweeping every %gs", store.settings.pool,
                  store.settings.sweep_interval_secs)
@@ -88,11 +91,12 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
     sup = Supervisor(store, prober, actor=actor_name())
     last: SweepReport | None = None
     checked = False
+    timers = None if once else Timers.for_settings(settings, sup.actor)
     try:
         while not stop.is_set():
             began = time.monotonic()
             try:
-                checked = checked or _check_redis(sup, once)  # before the first write
+                checked = checked or _check_redis(sup, once, timers)  # before the first write
                 last = sup.sweep()
             except errors.JobpoolError as exc:
                 if once or isinstance(exc, EvictingRedis):  # refused: one line, said by whoever started it
@@ -108,6 +112,8 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if timers is not None:  # the timer thread stops with the loop, whatever ended it
+            timers.close()
         sup.close()
         store.close()
         if server is not None:

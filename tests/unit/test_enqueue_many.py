@@ -258,10 +258,10 @@ def test_a_bad_batch_size_is_refused(backend: Backend, size: Any) -> None:
 
 def _raw_batch(pool: Pool, ids: list[str]) -> list[Any]:
     keys: list[str] = []
-    args: list[Any] = ["t"]
+    args: list[Any] = ["t", ""]
     for job_id in ids:
         keys += [pool.keys.job(job_id), pool.keys.rq_job(job_id)]
-        args += [job_id, '{"image":"x","command":["y"]}', "", "x", ""]
+        args += [job_id, '{"image":"x","command":["y"]}', "", "x", "", "", ""]
     return pool.store.run("enqueue", keys, args)
 
 
@@ -281,11 +281,11 @@ def test_keys_and_arguments_that_disagree_are_refused(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=0)
     before = backend.keyspace()
     with pytest.raises(errors.InvalidArgument, match="job keys for"):
-        pool.store.run("enqueue", [pool.keys.job("a"), pool.keys.rq_job("a")], ["t", "a", "{}", ""])
+        pool.store.run("enqueue", [pool.keys.job("a"), pool.keys.rq_job("a")], ["t", "", "a", "{}", ""])
     with pytest.raises(errors.InvalidArgument, match="job keys for"):
-        pool.store.run("enqueue", [pool.keys.job("a")], ["t", "a", "{}", "", "x"])
+        pool.store.run("enqueue", [pool.keys.job("a")], ["t", "", "a", "{}", "", "x", "", "", ""])
     with pytest.raises(errors.InvalidArgument, match="job keys for"):
-        pool.store.run("enqueue", [], ["t"])
+        pool.store.run("enqueue", [], ["t", ""])
     assert backend.keyspace() == before
 
 

@@ -106,7 +106,7 @@ def test_enqueue_with_an_existing_id_is_refused_and_writes_nothing(backend: Back
     before = backend.keyspace()
     with pytest.raises(errors.AlreadyExists):
         pool.store.run("enqueue", [pool.keys.job(job.id), pool.keys.rq_job(job.id)],
-                       ["t", job.id, '{"image":"x","command":["y"]}', "", "x", ""])
+                       ["t", "", job.id, '{"image":"x","command":["y"]}', "", "x", "", "", ""])
     assert backend.keyspace() == before
 
 

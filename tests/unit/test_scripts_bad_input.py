@@ -146,8 +146,8 @@ def test_list_and_stats_follow_the_state_indexes(backend: Backend) -> None:
     assert [j.id for j in pool.list()] == [j.id for j in jobs]
     assert [j.id for j in pool.list(limit=2)] == [jobs[3].id, jobs[4].id]
     stats = pool.stats()
-    assert stats["counts"] == {"queued": 0, "running": 1, "paused": 1, "succeeded": 1, "failed": 1,
-                               "cancelled": 1}
+    assert stats["counts"] == {"queued": 0, "waiting": 0, "running": 1, "paused": 1, "succeeded": 1,
+                               "failed": 1, "cancelled": 1}
     assert stats["slots"] == {"used": 1, "max": 2} and not stats["queue_paused"]
 
 

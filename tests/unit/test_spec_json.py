@@ -17,7 +17,8 @@ def test_every_field_is_stored_and_round_trips() -> None:
     spec = build_spec({"image": "img", "command": ["sh", "-c", "x"], "env": {"A": "1"}, "workdir": "/w",
                        "user": "1000", "network": "jobs", "cpus": 1.5, "memory": "512m",
                        "labels": {"team": "data"}, "mounts": [], "init": False, "checkpoint": False,
-                       "priority": -3, "slots": 2, "uses": {"gpu": 2, "dataset:a": 1}, "group": "tenant-a"})
+                       "priority": -3, "slots": 2, "uses": {"gpu": 2, "dataset:a": 1}, "group": "tenant-a",
+                       "timeout": 7200, "retries": 2, "retry_delay": 30, "retry_on": [3, 1]})
     stored = json.loads(spec.to_json())
     assert set(stored) == {f.name for f in dataclasses.fields(JobSpec)}
     assert JobSpec.from_json(spec.to_json()) == spec
@@ -50,7 +51,8 @@ def test_the_json_is_canonical_whatever_the_order_of_env_and_labels(command: lis
     for switch, on in (("init", init), ("checkpoint", checkpoint)):
         if on:
             del fields[switch]
-    for default in ("priority", "slots", "uses", "group"):  # order and limits: only when not the default
+    # Order and limits, time limit and retries: only when not the default.
+    for default in ("priority", "slots", "uses", "group", "timeout", "retries", "retry_delay", "retry_on"):
         del fields[default]
     assert spec.to_json() == json.dumps(fields, separators=(",", ":"), sort_keys=True)
 
