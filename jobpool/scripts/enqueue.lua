@@ -106,8 +106,8 @@ end
 -- Each job's coalescing is decided on the way: a job with a coalesce key returns the queued job holding it,
 -- or the job earlier in this call that will (looked up in order: equal jobs in one call coalesce into the
 -- first); any other job is new.
--- What a job waits for, read and checked before anything is written: {not before ms, its jobs (all of
--- them, as given), those not ended yet, the first that failed or was cancelled}, or nil for nothing; an error
+-- What a job waits for, read and checked before anything is written: {not before ms, its jobs (each once;
+-- one of this call that coalesced named by the job it equals), those not ended yet, the first that failed or was cancelled}, or nil for nothing; an error
 -- reply for a job that does not exist. `seen` maps the ids of this call's earlier jobs to the job each is
 -- (its own, or the queued job it coalesced into).
 local function holds_of(text, seen)
@@ -115,10 +115,17 @@ local function holds_of(text, seen)
   local nb, ids = string.match(text, '^(%d*);(.*)$')
   if not nb then return nil, {E_BAD_ARG, 'after'} end
   local h = {tonumber(nb) or 0, {}, {}, nil}
-  for dep in string.gmatch(ids, '%S+') do
-    h[2][#h[2] + 1] = dep
-    if seen[dep] then
-      h[3][#h[3] + 1] = seen[dep]
+  local named = {}
+  for given in string.gmatch(ids, '%S+') do
+    local dep = seen[given] or given  -- an earlier job of this call that coalesced: the job it equals
+    if not named[dep] then
+      named[dep] = true
+      h[2][#h[2] + 1] = dep
+    end
+    if seen[given] then
+      if not named[' ' .. dep] then h[3][#h[3] + 1] = dep end
+      named[' ' .. dep] = true
+    elseif named[' ' .. dep] then  -- named twice: counted once
     elseif not redis.call('ZSCORE', KEYS[K_SUCCEEDED], dep) then
       if redis.call('ZSCORE', KEYS[K_FAILED], dep) or redis.call('ZSCORE', KEYS[K_CANCELLED], dep) then
         h[4] = h[4] or dep
@@ -129,6 +136,7 @@ local function holds_of(text, seen)
         end
         if not found then return nil, {E_BAD_SPEC, 'it waits for job ' .. dep .. ', which does not exist'} end
         h[3][#h[3] + 1] = dep
+        named[' ' .. dep] = true
       end
     end
   end
