@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable
+from typing import Any
 
 import docker
 
@@ -47,7 +48,7 @@ def test_a_pipeline_runs_in_order_and_a_failed_link_cancels_the_rest(
     spawn("jobpool.cli", ("supervisor",))
     for _ in range(2):
         spawn()
-    items = [{"image": IMAGE, "command": ["sh", "-c", "sleep 0.3"]},
+    items: list[dict[str, Any]] = [{"image": IMAGE, "command": ["sh", "-c", "sleep 0.3"]},
              {"image": IMAGE, "command": ["sh", "-c", "sleep 0.3"], "after_index": [0]},
              {"image": IMAGE, "command": ["true"], "after_index": [1]},
              {"image": IMAGE, "command": ["sh", "-c", "exit 3"]},
