@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any
+from collections.abc import Callable
 
 import click
 
@@ -87,38 +87,27 @@ def parse_moment(text: str) -> datetime.datetime:
     return moment
 
 
-def utc_text(ms: int) -> str:
-    """A time (ms since the epoch) as ISO-8601 UTC to the second: how the CLI and the API say a moment."""
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def duration_option(low: int = 0, high: int = MAX_TIME_SECS) -> Callable[..., int | None]:
+    """A click option's callback reading a duration (`parse_duration`) as whole seconds from `low` to `high`
+    (None when the option is not given); a bad one is click's usage error naming the option."""
 
-
-class Duration(click.ParamType):
-    """A click option's duration (`parse_duration`), in whole seconds from `low` to `high`."""
-
-    name = "duration"
-
-    def __init__(self, low: int = 0, high: int = MAX_TIME_SECS) -> None:
-        self.low, self.high = low, high
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+        if value is None:
+            return None
         try:
-            return parse_duration(value, self.low, self.high)
+            return parse_duration(value, low, high)
         except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return convert
 
 
-class Moment(click.ParamType):
-    """A click option's moment (`parse_moment`): an aware datetime."""
-
-    name = "time"
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> datetime.datetime:
-        if isinstance(value, datetime.datetime):
-            return value
-        try:
-            return parse_moment(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+def moment_option(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime.datetime | None:
+    """A click option's callback reading a moment (`parse_moment`) as an aware datetime (None when the
+    option is not given)."""
+    if value is None:
+        return None
+    try:
+        return parse_moment(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
