@@ -17,8 +17,10 @@ zone (JSON has no datetime: the string is read as `enqueue --at` reads it, jobpo
 `after_index` names earlier jobs of the file by their position among its jobs (from 0; blank lines are not
 jobs), so a whole pipeline is one file. The file is sent `CHUNK` jobs per `enqueue_many` call, whose own
 `after_index` names items of that call: a position in an earlier chunk is sent as that job's id (`after`).
-Only the ids of jobs a later chunk names are kept (`Positions`), so memory stays bounded by the references,
-not the file.
+Only the ids of jobs a later chunk names are kept, so memory stays bounded by the references, not the file.
+The jobs a line names in `after` must exist: the first pass asks Redis about them `AFTER_CHECK` at a time
+(`AfterCheck`), so a line naming a job that does not exist is refused, like any bad line, before anything is
+queued.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, overload
 
 import click
@@ -46,6 +48,8 @@ MAX_DEPTH = 16
 CHUNK = 10_000
 #: The spool stays in memory up to this size, then moves to a temporary file.
 SPOOL_IN_MEMORY = 1 << 20
+#: How many of the jobs the lines name in `after` the first pass asks Redis about at once.
+AFTER_CHECK = 1000
 #: A JSON string (skipped whole: a bracket in it nests nothing) or one bracket.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
@@ -131,13 +135,39 @@ class Placeholders(Sequence[str]):
         return f"{k:032x}"
 
 
+class AfterCheck:
+    """The jobs the file's lines name in `after`, checked to exist (`exists`: one bool per id) in batches as
+    the first pass goes, never all kept: a job that does not exist makes its line a bad line."""
+
+    def __init__(self, exists: Callable[[list[str]], list[bool]]) -> None:
+        self.exists = exists
+        self.pending: dict[str, int] = {}  # id -> the first line naming it
+
+    def add(self, number: int, ids: Sequence[str]) -> None:
+        for job_id in ids:
+            self.pending.setdefault(job_id, number)
+        if len(self.pending) >= AFTER_CHECK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Ask about the pending ids; BadInput naming the first line that names one that does not exist."""
+        ids = list(self.pending)
+        missing = [job_id for job_id, found in zip(ids, self.exists(ids) if ids else [], strict=True)
+                   if not found]
+        if missing:
+            first = min(missing, key=lambda job_id: self.pending[job_id])
+            raise BadInput(f"line {self.pending[first]}: after: job {first} does not exist (never enqueued, "
+                           "or finished and pruned)")
+        self.pending.clear()
+
+
 def _refers_back(item: dict[str, Any]) -> list[int]:
     positions = item.get("after_index")
     return list(positions) if isinstance(positions, list) else []
 
 
-def check(stream: IO[bytes], spool: IO[bytes], coalesce: bool,
-          bind_roots: Sequence[str]) -> tuple[int, set[int]]:
+def check(stream: IO[bytes], spool: IO[bytes], coalesce: bool, bind_roots: Sequence[str],
+          after: AfterCheck) -> tuple[int, set[int]]:
     """The first pass: every line of `stream` checked and copied to `spool`; returns how many jobs there are,
     and the positions of those a job of a later chunk waits for (`after_index`). A bad line raises BadInput
     naming it."""
@@ -150,9 +180,11 @@ def check(stream: IO[bytes], spool: IO[bytes], coalesce: bool,
             prepare_item(item, bind_roots, jobs, Placeholders(jobs))
         except errors.InvalidSpec as exc:
             raise BadInput(f"line {number}: {exc.reason}") from None
+        after.add(number, item.get("after") or ())
         named.update(k for k in _refers_back(item) if k // CHUNK != jobs // CHUNK)
         spool.write(raw if raw.endswith(b"\n") else raw + b"\n")
         jobs += 1
+    after.flush()
     return jobs, named
 
 
@@ -194,15 +226,17 @@ def enqueue_file(state: CliState, stream: IO[bytes], coalesce: bool) -> None:
     one JSON array of them) as they are queued. If Redis fails midway, what was printed is what the earlier
     calls queued (the JSON array closed), and the error says how many of the file's jobs are queued."""
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
-        total, named = check(stream, spool, coalesce, tuple(state.settings().bind_roots))
+        pool = state.pool()
+        exists = AfterCheck(lambda ids: [s is not None for s in pool.store.job_states(ids)])
+        total, named = check(stream, spool, coalesce, tuple(state.settings().bind_roots), exists)
         spool.seek(0)
         twins = 0
         ids: dict[int, str] = {}
         for chunk, done in _chunks(spool, coalesce, ids):
             try:
-                jobs = state.pool().enqueue_many(chunk)
+                jobs = pool.enqueue_many(chunk)
             except errors.JobpoolError as exc:
-                if not done:  # nothing printed yet: the error says all there is
+                if not done and not exc.enqueued:  # nothing queued: the error says all there is
                     raise
                 if state.as_json:
                     click.echo("]")

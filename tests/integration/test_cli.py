@@ -799,7 +799,8 @@ def test_time_options_make_waiting_jobs_and_ls_show_status_say_what_they_wait_fo
     spec = jobs[retried].spec
     assert (spec.timeout, spec.retries, spec.retry_delay, spec.retry_on) == (7200, 2, 30, (3, 4))
     assert jobs[retried].after == (first,) and jobs[retried].wait_reason == "after"
-    assert jobs[later].wait_until is not None and now + 600_000 <= jobs[later].wait_until <= now + 605_000
+    due = jobs[later].wait_until
+    assert due is not None and now + 600_000 <= due <= now + 605_000
     assert (jobs[last].wait_until, jobs[last].after, jobs[last].wait_reason) == (at, (retried, first),
                                                                                  "not_before")
     # ls: the state, and a note saying after which jobs, until when and why.
