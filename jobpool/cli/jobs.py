@@ -129,8 +129,10 @@ def _parse_retry_on(ctx: click.Context, param: click.Parameter, value: str | Non
                    "cancelled, it is cancelled (dependency_failed). JOB must exist.")
 @click.option("--from-file", "from_file", type=click.File("rb"), metavar="FILE",
               help="Queue every job of FILE ('-': stdin), in order: JSON lines, one object per job with "
-                   "the fields of the Python API's enqueue (image, command, env, coalesce, ...). All are "
-                   "checked first; one bad line queues nothing. Prints the ids in order.")
+                   "the fields of the Python API's enqueue (image, command, env, coalesce, ...; not_before as "
+                   "epoch seconds or ISO-8601 with its zone, after_index: earlier jobs of the file by "
+                   "position from 0). All are checked first; one bad line queues nothing. Prints the ids in "
+                   "order.")
 @click.argument("image", required=False, metavar="IMAGE")
 @click.argument("command", nargs=-1, metavar="COMMAND...")
 @pool_command
@@ -240,7 +242,7 @@ class TimeOptions:
               help="At most this many jobs.")
 @pool_command
 def ls_(state: CliState, job_state: str | None, limit: int) -> None:
-    """List jobs: one state in queue order, or the newest of every state."""
+    """List jobs: one state in queue order (waiting: the soonest due first), or the newest of every state."""
     pool = state.pool()
     jobs = pool.list(job_state, limit=limit)
     if state.as_json:

@@ -894,3 +894,17 @@ def test_retry_runs_a_failed_or_cancelled_job_again_and_refuses_the_rest(run: Ru
     assert "is waiting" in run("retry", second).stderr
     history = [(e["to"], e["reason"]) for e in pool.events(first)]
     assert history[-2:] == [("cancelled", "cancel"), ("queued", "retried")]
+
+
+def test_status_of_a_pool_from_before_weights_counts_running_jobs_not_waiting_ones(
+        run: Run, pool: Pool, client: redis.Redis) -> None:
+    """With no `slots_used` stored (a pool from before weights) the slots in use are the running jobs' count:
+    the waiting jobs, whose index comes before `running` in the state order, hold none."""
+    run("slots", "3")
+    enqueue_id(run, "busybox", "--", "sleep", "30")
+    for _ in range(2):
+        enqueue_id(run, "--in", "1h", "busybox", "--", "true")
+    client.hdel(pool.keys.config, "slots_used")
+    doc = json.loads(run("--json", "status").stdout)  # unhealthy (exit 1): no supervisor, no workers
+    assert doc["slots"] == {"used": 1, "max": 3} and doc["counts"]["waiting"] == 2
+    assert "slots       1/3 used" in run("status").stdout
