@@ -129,8 +129,8 @@ def _parse_retry_on(ctx: click.Context, param: click.Parameter, value: str | Non
                    "cancelled, it is cancelled (dependency_failed). JOB must exist.")
 @click.option("--from-file", "from_file", type=click.File("rb"), metavar="FILE",
               help="Queue every job of FILE ('-': stdin), in order: JSON lines, one object per job with "
-                   "the fields of the Python API's enqueue (image, command, env, coalesce, ...; not_before as "
-                   "epoch seconds or ISO-8601 with its zone, after_index: earlier jobs of the file by "
+                   "the fields of the Python API's enqueue (image, command, env, coalesce, ...; not_before "
+                   "as epoch seconds or ISO-8601 with its zone, after_index: earlier jobs of the file by "
                    "position from 0). All are checked first; one bad line queues nothing. Prints the ids in "
                    "order.")
 @click.argument("image", required=False, metavar="IMAGE")
