@@ -33,6 +33,7 @@ more slots than the pool has, or a name no limit covers) is recorded as skipped,
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -129,23 +130,12 @@ class Timing:
 
     def describe(self) -> str:
         if self.every_ms is not None:
-            return "every " + duration_text(self.every_ms)
+            return f"every {self.every_ms / 1000:g}s"
         return f"cron {self.cron}" + ("" if self.tz == "UTC" else f" ({self.tz})")
 
 
-def duration_text(ms: int) -> str:
-    """`ms` in the largest whole unit that says it exactly: 90000 -> '90s', 600000 -> '10m'."""
-    if ms % 1000:
-        return f"{ms / 1000:g}s"
-    secs = ms // 1000
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs % size == 0:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
-
-
 def _switch(zone: datetime.tzinfo, low: int, high: int) -> int:
-    """The first instant (ms) in (`low`, `high`] with the UTC offset `high` has (a clock change between them)."""
+    """The first instant (ms) in (`low`, `high`] at the UTC offset `high` has (the clock changed between)."""
     target = _offset_ms(_at(high, zone))
     while high - low > 1:
         mid = (low + high) // 2
@@ -253,7 +243,8 @@ class Schedule:
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not LIMIT_NAME.fullmatch(name):
         raise errors.InvalidArgument(
-            f"a schedule's name is 1-{LIMIT_NAME_MAX_CHARS} of letters, digits and '_ . : / @ -', got {name!r}")
+            f"a schedule's name is 1-{LIMIT_NAME_MAX_CHARS} of letters, digits and '_ . : / @ -', "
+            f"got {name!r}")
     return name
 
 
@@ -262,7 +253,8 @@ def check_timing(cron: Any, every: Any, tz: Any) -> Timing:
     if (cron is None) == (every is None):
         raise errors.InvalidArgument("a schedule takes cron=EXPRESSION or every=SECONDS (one of them)")
     if not isinstance(tz, str) or not tz or len(tz) > MAX_TZ_CHARS:
-        raise errors.InvalidArgument(f"tz must be a time zone name such as 'UTC' or 'Europe/Paris', got {tz!r}")
+        raise errors.InvalidArgument(f"tz must be a time zone name such as 'UTC' or 'Europe/Paris', "
+                                     f"got {tz!r}")
     try:
         zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
@@ -274,12 +266,12 @@ def check_timing(cron: Any, every: Any, tz: Any) -> Timing:
             raise errors.InvalidArgument(f"every must be a number of seconds from 1 to {MAX_TIME_SECS}, "
                                          f"got {every!r}")
         if tz != "UTC":
-            raise errors.InvalidArgument("tz applies to cron schedules: an `every` schedule ticks on multiples "
-                                         "of its interval since the epoch, whatever the zone")
+            raise errors.InvalidArgument("tz applies to cron schedules: an `every` schedule ticks on "
+                                         "multiples of its interval since the epoch, whatever the zone")
         return Timing(None, round(every * 1000), tz)
     if not isinstance(cron, str) or not cron.strip() or len(cron) > MAX_CRON_CHARS:
-        raise errors.InvalidArgument(f"cron must be a cron expression of at most {MAX_CRON_CHARS} characters, "
-                                     f"got {cron!r}")
+        raise errors.InvalidArgument(f"cron must be a cron expression of at most {MAX_CRON_CHARS} "
+                                     f"characters, got {cron!r}")
     expression = " ".join(cron.split())
     try:
         croniter(expression, datetime.datetime(2000, 1, 1))
@@ -299,8 +291,8 @@ def define(fields: Mapping[str, Any], cron: Any, every: Any, tz: Any, misfire: A
         raise errors.InvalidArgument(f"overlap must be one of {', '.join(OVERLAPS)}, got {overlap!r}")
     refused = sorted(k for k in fields if k in SUBMIT_OPTIONS)
     if refused:
-        raise errors.InvalidArgument(f"a schedule's jobs take no {', '.join(refused)}: each tick makes one new "
-                                     "job, queued at once (overlap says what a tick does while one runs)")
+        raise errors.InvalidArgument(f"a schedule's jobs take no {', '.join(refused)}: each tick makes one "
+                                     "new job, queued at once (overlap says what a tick does while one runs)")
     spec = build_spec(fields, bind_roots)
     try:
         timing.next_after(now_ms)
@@ -380,9 +372,9 @@ def list_schedules(store: Store) -> list[Schedule]:
                 nxt = None
         every_ms = d.timing.every_ms
         every = None if every_ms is None else every_ms // 1000 if every_ms % 1000 == 0 else every_ms / 1000
+        last = int(tick) if isinstance(tick, str) and tick.isascii() and tick.isdigit() else None
         out.append(Schedule(name, d.timing.cron, every, d.timing.tz, d.misfire, d.overlap, d.paused,
-                            d.created_at, d.job, int(tick) if isinstance(tick, str) and tick.isdigit() else None,
-                            job or None, nxt))
+                            d.created_at, d.job, last, job or None, nxt))
     return out
 
 
@@ -487,8 +479,7 @@ def _enqueue(store: Store, name: str, definition: Definition, snap: ScheduleSnap
 def _settle(store: Store, name: str, mark: str, tick: int | None, next_ms: int, why: str, actor: str) -> int:
     """A look that makes no job: `tick` recorded as skipped (None: none) and the next tick set, unless another
     supervisor moved the watermark first."""
-    try:
+    # AlreadyExists, NotFound, InvalidState: handled by another supervisor, removed, or paused meanwhile.
+    with contextlib.suppress(errors.AlreadyExists, errors.NotFound, errors.InvalidState):
         store.schedule_skip(name, mark, tick, next_ms, why, actor)
-    except (errors.AlreadyExists, errors.NotFound, errors.InvalidState):
-        pass  # handled by another supervisor, removed, or paused meanwhile
     return 0

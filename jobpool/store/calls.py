@@ -210,7 +210,8 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
                      actor: str) -> bool:
         """Add schedule `name`, or with `replace` replace its definition (scripts/schedule_set.lua); True when
         one was replaced. `AlreadyExists` when it exists and not `replace`."""
-        reply = self.run("schedule_set", [], [name, definition, now_ms, next_ms, "1" if replace else "0", actor])
+        reply = self.run("schedule_set", [],
+                         [name, definition, now_ms, next_ms, "1" if replace else "0", actor])
         return bool(int(reply[1]))
 
     def schedule_remove(self, name: str, actor: str) -> None:
