@@ -471,7 +471,7 @@ def _enqueue(store: Store, name: str, definition: Definition, snap: ScheduleSnap
                     _at(due.tick or 0, _UTC).isoformat(), exc)
         return _settle(store, name, mark, due.tick, due.next, f"the pool refused its job: {exc}", actor)
     if made:
-        log.info("pool %s: schedule %s fired tick %s: job %s", store.settings.pool, name,
+        log.debug("pool %s: schedule %s fired tick %s: job %s", store.settings.pool, name,
                  _at(due.tick or 0, _UTC).isoformat(), made[0].id)
     return len(made)
 
