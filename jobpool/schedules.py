@@ -66,8 +66,9 @@ FIRE_BATCH = 64
 #: How long a schedule whose definition cannot be read or whose ticks cannot be computed waits before it is
 #: looked at again (each look logs it).
 BROKEN_RETRY_MS = 60_000
-#: Wall-clock times croniter is asked for in one search: every one past the first is a time in a skipped hour
-#: already fired, or one that occurred twice; a search that runs out says the expression is broken.
+#: Wall-clock times croniter is asked for in one search: one past the first is a time the clock skipped, whose
+#: tick (the skip's end) is not after where the search started; a search that runs out says the expression
+#: is broken.
 MAX_CANDIDATES = 10_000
 _UTC = datetime.timezone.utc
 #: What the definition's JSON starts with: the scripts pause and resume it by this prefix
