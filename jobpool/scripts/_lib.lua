@@ -813,9 +813,16 @@ local function judge_hold(jkey, id, from, actor, now, reason)
     end
     return 'waiting'
   end
-  if from == 'waiting' or not redis.call('HGET', jkey, 'order') then take_turn(jkey) end
+  local at = from
+  if from == 'paused' and not redis.call('HGET', jkey, 'order') then
+    -- Paused while it waited: it has no place in the queue, so fair share never counted it. It joins the
+    -- queue as a waiting job does (set_state counts it then); its event still says it was paused.
+    set_state(jkey, id, 'paused', 'waiting', now)
+    at = 'waiting'
+  end
+  if at == 'waiting' or not redis.call('HGET', jkey, 'order') then take_turn(jkey) end
   redis.call('HDEL', jkey, 'wait_until', 'wait_reason')
-  set_state(jkey, id, from, 'queued', now)
+  set_state(jkey, id, at, 'queued', now)
   add_coalesce(jkey, id)
   event(jkey, id, from, 'queued', reason, '', actor, now)
   return 'queued'

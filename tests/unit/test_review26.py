@@ -1,0 +1,62 @@
+"""Adversarial checks of time and dependencies (docs/architecture.md "Time and dependencies"): the paths
+through `waiting`, `paused` and retries that the scripts' own tests do not walk, each checked against the
+pool keys it must leave right (fair share's counts, `dependents`/`deps`, the slots and units held), on
+fakeredis[lua] and a real redis-server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import cast
+
+from jobpool.api import Pool
+from jobpool.supervisor.timers import release_due
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue, row, state_of
+
+
+def release(pool: Pool) -> int:
+    return release_due(pool.store, "test")
+
+
+def fair_counts(pool: Pool) -> dict[str, int]:
+    """`fair`'s counts (c:<priority>:<group>) as stored, zeros left out."""
+    fair = cast("dict[str, str]", pool.store.client.hgetall(pool.keys.fair))
+    return {k: int(v) for k, v in fair.items() if k.startswith("c:") and int(v) != 0}
+
+
+def fair_expected(pool: Pool) -> dict[str, int]:
+    """What fair share must count: each queued or paused job with a place in the queue (an `order`), by its
+    priority and group (_lib.lua `group_left`)."""
+    counts: Counter[str] = Counter()
+    for index in (pool.keys.queued, pool.keys.paused_jobs):
+        for job_id in cast("list[str]", pool.store.client.zrange(index, 0, -1)):
+            r = row(pool, job_id)
+            if "order" in r:
+                counts[f"c:{r.get('priority', '0')}:{r.get('group', '')}"] += 1
+    return dict(counts)
+
+
+def assert_fair(pool: Pool) -> None:
+    assert fair_counts(pool) == fair_expected(pool)
+
+
+# ---- fair share through waiting -------------------------------------------------------------------------
+
+
+def test_a_waiting_job_paused_then_resumed_into_the_queue_is_counted_by_fair_share(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    later = enqueue(pool, "later", group="g", not_before=time.time() + 0.2)
+    other = enqueue(pool, "other", group="g")
+    pool.pause(later.id)
+    deadline = time.monotonic() + 10
+    while row(pool, later.id).get("wait_until") and int(row(pool, later.id)["wait_until"]) > pool.now_ms():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    resumed = pool.resume(later.id)
+    assert resumed is not None and resumed.state.value == "queued"
+    assert_fair(pool)
+    pool.cancel(later.id)
+    assert_fair(pool)
+    assert state_of(pool, other.id) == "queued"
