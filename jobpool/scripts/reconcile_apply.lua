@@ -69,7 +69,7 @@ if EXIT_CAUSE[verdict] and tonumber(code) and not (verdict == 'crashed' and (rea
   end
   redis.call('HSET', jkey, 'exit_code', code)
   if verdict == 'exited' then note_affinity(jkey, to) end  -- its own exit: its checkpoint is on its daemon
-  end_running(jkey, lkey, id, to, why, evidence, actor, now)
+  to = end_running(jkey, lkey, id, to, why, evidence, actor, now)
 elseif verdict == 'absent' then
   if redis.call('HGET', jkey, 'cancel_requested') == '1' then
     to, reason = 'cancelled', 'cancel_requested'

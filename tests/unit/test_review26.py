@@ -13,7 +13,7 @@ from typing import cast
 from jobpool.api import Pool
 from jobpool.supervisor.timers import release_due
 from tests.support.attempts import claim
-from tests.support.pool_helpers import Backend, enqueue, row, state_of
+from tests.support.pool_helpers import Backend, enqueue, orphan, reconcile, row, state_of
 
 
 def release(pool: Pool) -> int:
@@ -60,3 +60,16 @@ def test_a_waiting_job_paused_then_resumed_into_the_queue_is_counted_by_fair_sha
     pool.cancel(later.id)
     assert_fair(pool)
     assert state_of(pool, other.id) == "queued"
+
+
+# ---- the supervisor's verdict on a retried exit ---------------------------------------------------------
+
+
+def test_a_reconciled_exit_that_is_retried_answers_waiting(backend: Backend) -> None:
+    """The supervisor reports (and its sweep's record counts) the state the script left the job in."""
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool, retries=1, retry_delay=60)
+    orphan(backend, pool, job.id)
+    reply = reconcile(pool, job.id, "exited", code="3")
+    assert state_of(pool, job.id) == "waiting"
+    assert reply[1] == "waiting"
