@@ -976,9 +976,10 @@ local function retry_of(jkey, reason, now)
 end
 
 -- Release a running job's slots and units into state `to`, or `waiting` when `to` is a failure its spec
--- retries (`retry_of`); returns the state it is in after. A job handed back to `queued` keeps its order,
--- so it returns to its original place; a paused job keeps it too, for when it is resumed.
-local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now)
+-- retries (`retry_of`) and the caller did not say `final` (an eviction, a crash: never retried, whatever
+-- words their reason holds); returns the state it is in after. A job handed back to `queued` keeps its
+-- order, so it returns to its original place; a paused job keeps it too, for when it is resumed.
+local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now, final)
   -- What it holds is given back only if it holds a slot (a row that says running but is not in `running`
   -- gives nothing back twice), and first: a pool from before weights counts its slots from `running`.
   if redis.call('ZSCORE', KEYS[K_RUNNING], id) then release_hold(id) end
@@ -987,7 +988,7 @@ local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now
   redis.call('HSET', jkey, 'owner_boot', '', 'pause_requested', '0', 'cancel_requested', '0')
   local score = now
   local retry, due
-  if to == 'failed' then retry, due = retry_of(jkey, reason, now) end
+  if to == 'failed' and not final then retry, due = retry_of(jkey, reason, now) end
   redis.call('HSET', jkey, 'error_reason', to == 'succeeded' and '' or reason)
   if retry then
     -- Waits for its delay, then takes a new turn in the queue (judge_hold) as a new attempt; its checkpoint

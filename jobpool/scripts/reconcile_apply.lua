@@ -82,7 +82,7 @@ elseif verdict == 'absent' then
   else
     to = 'failed'
   end
-  end_running(jkey, lkey, id, to, reason, evidence, actor, now)
+  end_running(jkey, lkey, id, to, reason, evidence, actor, now, true)  -- a crash is never retried
 elseif verdict == 'redispatch' and owner == '' then
   local route = redis.call('HGET', jkey, 'affinity_queue')
   if not route or route == '' then route = KEYS[K_RQ_QUEUE] end

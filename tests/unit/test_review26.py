@@ -73,3 +73,14 @@ def test_a_reconciled_exit_that_is_retried_answers_waiting(backend: Backend) -> 
     reply = reconcile(pool, job.id, "exited", code="3")
     assert state_of(pool, job.id) == "waiting"
     assert reply[1] == "waiting"
+
+
+def test_an_eviction_is_never_retried_whatever_its_reason_says(backend: Backend) -> None:
+    """docs: "A pause, a cancel, an eviction or a launch failure is never retried"; an operator's reason is
+    free text, so one reading `timeout` or `exit_code_1` must not turn the eviction into a retry."""
+    pool = backend.pool(max_concurrent_jobs=1)
+    for reason in ("timeout", "exit_code_1"):
+        job = enqueue(pool, reason, retries=2, retry_delay=0)
+        claim(pool, job.id).set_container("cid-1", "daemon-1")
+        got = pool.evict(job.id, 1, reason=reason)
+        assert (got.state.value, got.retries_used) == ("failed", 0)
