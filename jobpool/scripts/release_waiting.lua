@@ -16,9 +16,11 @@ local actor = ARGV[1]
 if NARGV - 1 ~= NKEYS then return {E_BAD_ARG, 'keys'} end
 local now = now_ms()
 local counts = {queued = 0, cancelled = 0, waiting = 0}
+for i = 1, NKEYS do  -- every key checked before the first job is judged: a refusal writes nothing
+  if not is_row_key(KEYS[i], ARGV[1 + i]) then return {E_BAD_ARG, 'keys of ' .. ARGV[1 + i]} end
+end
 for i = 1, NKEYS do
   local id, jkey = ARGV[1 + i], KEYS[i]
-  if not is_row_key(jkey, id) then return {E_BAD_ARG, 'keys of ' .. id} end
   if redis.call('ZSCORE', KEYS[K_WAITING], id) then
     if key_type(jkey) ~= 'hash' or redis.call('HGET', jkey, 'state') ~= 'waiting' then
       redis.call('ZREM', KEYS[K_WAITING], id)

@@ -10,6 +10,9 @@ import time
 from collections import Counter
 from typing import cast
 
+import pytest
+
+from jobpool import errors
 from jobpool.api import Pool
 from jobpool.supervisor.timers import release_due
 from tests.support.attempts import claim
@@ -84,3 +87,18 @@ def test_an_eviction_is_never_retried_whatever_its_reason_says(backend: Backend)
         claim(pool, job.id).set_container("cid-1", "daemon-1")
         got = pool.evict(job.id, 1, reason=reason)
         assert (got.state.value, got.retries_used) == ("failed", 0)
+
+
+# ---- bad input writes nothing -------------------------------------------------------------------------------
+
+
+def test_release_waiting_with_a_key_that_is_not_its_ids_row_writes_nothing(backend: Backend) -> None:
+    """-6 is "the keys are not the ids' rows": refused before the first job is judged, not after."""
+    pool = backend.pool(max_concurrent_jobs=0)
+    a = enqueue(pool, "a", not_before=time.time() + 0.05)
+    b = enqueue(pool, "b", not_before=time.time() + 0.05)
+    time.sleep(0.1)
+    before = backend.keyspace()
+    with pytest.raises(errors.InvalidArgument):
+        pool.store.run("release_waiting", [pool.keys.job(a.id), pool.keys.job(a.id)], ["test", a.id, b.id])
+    assert backend.keyspace() == before
