@@ -6,6 +6,7 @@ fakeredis[lua] and a real redis-server.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from typing import cast
@@ -102,3 +103,94 @@ def test_release_waiting_with_a_key_that_is_not_its_ids_row_writes_nothing(backe
     with pytest.raises(errors.InvalidArgument):
         pool.store.run("release_waiting", [pool.keys.job(a.id), pool.keys.job(a.id)], ["test", a.id, b.id])
     assert backend.keyspace() == before
+
+
+# ---- a random walk through waiting, pause, resume, retry and cancel, the pool keys checked at every step -----
+
+
+def _ids(pool: Pool, index: str) -> list[str]:
+    return cast("list[str]", pool.store.client.zrange(index, 0, -1))
+
+
+def check_pool_keys(pool: Pool) -> None:
+    """What every step must leave right: fair share's counts, the slots in use, the named units, who waits for
+    whom and how many of each one's dependencies are left, and no waiting job with a place in the queue."""
+    k, client = pool.keys, pool.store.client
+    assert_fair(pool)
+    running = _ids(pool, k.running)
+    rows = {j: row(pool, j) for j in running}
+    weights = sum(int(r.get("slots", "1")) for r in rows.values())
+    assert int(cast(str, client.hget(k.config, "slots_used") or 0)) == weights
+    units: Counter[str] = Counter()
+    for r in rows.values():
+        for use in filter(None, r.get("uses", "").split(";")):
+            name, amount, _ = use.split("=")
+            units[name] += int(amount)
+    used = {f: int(v) for f, v in cast("dict[str, str]", client.hgetall(k.limit_used)).items()
+            if not f.startswith("=")}
+    assert used == {n: v for n, v in units.items() if v}
+    holding = set(_ids(pool, k.waiting)) | set(_ids(pool, k.paused_jobs))
+    succeeded = set(_ids(pool, k.succeeded))
+    left: Counter[str] = Counter()
+    for member in cast("list[str]", client.zrange(k.dependents, 0, -1)):
+        dep, dependent = member.split(" ")
+        assert dependent in holding, f"{member}: its dependent is {state_of(pool, dependent)}"
+        if dep not in succeeded:
+            left[dependent] += 1
+    deps = cast("dict[str, str]", client.hgetall(k.deps))
+    for field, value in deps.items():
+        job = field.removeprefix("x:")
+        assert job in holding, f"deps {field}: the job is {state_of(pool, job)}"
+        if not field.startswith("x:"):
+            assert int(value) == left[job], (field, value, left[job])
+    for job in _ids(pool, k.waiting):
+        assert "order" not in row(pool, job), f"waiting {job} has a place in the queue"
+    assert set(_ids(pool, k.ready)) <= set(_ids(pool, k.queued))
+
+
+def test_a_random_walk_keeps_the_pool_keys_right(backend: Backend) -> None:
+    import random
+    rng = random.Random(int(os.environ.get("REVIEW26_SEED", "3")))
+    pool = backend.pool(max_concurrent_jobs=3, reserve_after_secs=0)
+    pool.set_limit("db", 2)
+    jobs: list[str] = []
+    steps = 1000 if backend.name == "fakeredis" else 300
+    for step in range(steps):
+        op = rng.choice(["enqueue", "enqueue", "finish", "finish", "pause", "resume", "cancel", "retry",
+                         "due", "release"])
+        pick = rng.choice(jobs[-30:]) if jobs else None
+        state = state_of(pool, pick) if pick else ""
+        try:
+            if op == "enqueue":
+                kw: dict[str, object] = {"group": rng.choice([None, "g", "h"]),
+                                         "priority": rng.choice([0, 0, 1])}
+                if rng.random() < 0.3:
+                    kw["uses"] = {"db": 1}
+                if rng.random() < 0.2:
+                    kw["slots"] = 2
+                if rng.random() < 0.3:
+                    kw["not_before"] = time.time() + 3600
+                if jobs and rng.random() < 0.5:
+                    kw["after"] = rng.sample(jobs, min(len(jobs), rng.choice([1, 2])))
+                if rng.random() < 0.4:
+                    kw["retries"], kw["retry_delay"] = rng.choice([1, 2]), 0
+                jobs.append(enqueue(pool, str(step), **kw).id)
+            elif op == "finish" and _ids(pool, pool.keys.running):
+                claim(pool, rng.choice(_ids(pool, pool.keys.running))).finish(
+                    "exit", exit_code=rng.choice([0, 0, 1]))
+            elif op == "pause" and pick:
+                pool.pause(pick)
+            elif op == "resume" and pick:
+                pool.resume(pick)
+            elif op == "cancel" and pick and state != "running":
+                pool.cancel(pick)
+            elif op == "retry" and pick and state in ("failed", "cancelled"):
+                pool.retry(pick)
+            elif op == "due" and pick and state in ("waiting", "paused") and row(pool, pick).get("wait_until"):
+                pool.store.client.hset(pool.keys.job(pick), "wait_until", 0)  # its time came
+                pool.store.client.zadd(pool.keys.waiting, {pick: 0}, xx=True)
+            elif op == "release":
+                release(pool)
+        except (errors.InvalidState, errors.InvalidSpec):
+            pass
+        check_pool_keys(pool)
