@@ -7,6 +7,7 @@ fakeredis[lua] and a real redis-server.
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections import Counter
 from typing import cast
@@ -90,7 +91,7 @@ def test_an_eviction_is_never_retried_whatever_its_reason_says(backend: Backend)
         assert (got.state.value, got.retries_used) == ("failed", 0)
 
 
-# ---- bad input writes nothing -------------------------------------------------------------------------------
+# ---- bad input writes nothing ----------------------------------------------------------------------------
 
 
 def test_release_waiting_with_a_key_that_is_not_its_ids_row_writes_nothing(backend: Backend) -> None:
@@ -105,7 +106,7 @@ def test_release_waiting_with_a_key_that_is_not_its_ids_row_writes_nothing(backe
     assert backend.keyspace() == before
 
 
-# ---- a random walk through waiting, pause, resume, retry and cancel, the pool keys checked at every step -----
+# ---- a random walk through waiting, pause, resume, retry and cancel; the pool keys checked at each step ---
 
 
 def _ids(pool: Pool, index: str) -> list[str]:
@@ -113,8 +114,9 @@ def _ids(pool: Pool, index: str) -> list[str]:
 
 
 def check_pool_keys(pool: Pool) -> None:
-    """What every step must leave right: fair share's counts, the slots in use, the named units, who waits for
-    whom and how many of each one's dependencies are left, and no waiting job with a place in the queue."""
+    """What every step must leave right: fair share's counts, the slots in use, the named units, who waits
+    for whom and how many of each one's dependencies are left, and no waiting job with a place in the
+    queue."""
     k, client = pool.keys, pool.store.client
     assert_fair(pool)
     running = _ids(pool, k.running)
@@ -148,8 +150,39 @@ def check_pool_keys(pool: Pool) -> None:
     assert set(_ids(pool, k.ready)) <= set(_ids(pool, k.queued))
 
 
+def _spec_options(rng: random.Random, jobs: list[str]) -> dict[str, object]:
+    """A new job's options: a group, a priority, sometimes a named limit's unit, a weight, a start time far
+    off, jobs to wait for, retries."""
+    kw: dict[str, object] = {"group": rng.choice([None, "g", "h"]), "priority": rng.choice([0, 0, 1])}
+    if rng.random() < 0.3:
+        kw["uses"] = {"db": 1}
+    if rng.random() < 0.2:
+        kw["slots"] = 2
+    if rng.random() < 0.3:
+        kw["not_before"] = time.time() + 3600
+    if jobs and rng.random() < 0.5:
+        kw["after"] = rng.sample(jobs, min(len(jobs), rng.choice([1, 2])))
+    if rng.random() < 0.4:
+        kw["retries"], kw["retry_delay"] = rng.choice([1, 2]), 0
+    return kw
+
+
+def _walk_step(pool: Pool, rng: random.Random, op: str, pick: str) -> None:
+    """One step on job `pick` (finish: on a running job of its own choosing)."""
+    state = state_of(pool, pick)
+    running = _ids(pool, pool.keys.running)
+    if op == "finish" and running:
+        claim(pool, rng.choice(running)).finish("exit", exit_code=rng.choice([0, 0, 1]))
+    elif op in ("pause", "resume", "cancel", "retry") and not (op == "cancel" and state == "running"):
+        getattr(pool, op)(pick)
+    elif op == "due" and state in ("waiting", "paused") and row(pool, pick).get("wait_until"):
+        pool.store.client.hset(pool.keys.job(pick), "wait_until", 0)  # its time came
+        pool.store.client.zadd(pool.keys.waiting, {pick: 0}, xx=True)
+    elif op == "release":
+        release(pool)
+
+
 def test_a_random_walk_keeps_the_pool_keys_right(backend: Backend) -> None:
-    import random
     rng = random.Random(int(os.environ.get("REVIEW26_SEED", "3")))
     pool = backend.pool(max_concurrent_jobs=3, reserve_after_secs=0)
     pool.set_limit("db", 2)
@@ -158,39 +191,11 @@ def test_a_random_walk_keeps_the_pool_keys_right(backend: Backend) -> None:
     for step in range(steps):
         op = rng.choice(["enqueue", "enqueue", "finish", "finish", "pause", "resume", "cancel", "retry",
                          "due", "release"])
-        pick = rng.choice(jobs[-30:]) if jobs else None
-        state = state_of(pool, pick) if pick else ""
         try:
-            if op == "enqueue":
-                kw: dict[str, object] = {"group": rng.choice([None, "g", "h"]),
-                                         "priority": rng.choice([0, 0, 1])}
-                if rng.random() < 0.3:
-                    kw["uses"] = {"db": 1}
-                if rng.random() < 0.2:
-                    kw["slots"] = 2
-                if rng.random() < 0.3:
-                    kw["not_before"] = time.time() + 3600
-                if jobs and rng.random() < 0.5:
-                    kw["after"] = rng.sample(jobs, min(len(jobs), rng.choice([1, 2])))
-                if rng.random() < 0.4:
-                    kw["retries"], kw["retry_delay"] = rng.choice([1, 2]), 0
-                jobs.append(enqueue(pool, str(step), **kw).id)
-            elif op == "finish" and _ids(pool, pool.keys.running):
-                claim(pool, rng.choice(_ids(pool, pool.keys.running))).finish(
-                    "exit", exit_code=rng.choice([0, 0, 1]))
-            elif op == "pause" and pick:
-                pool.pause(pick)
-            elif op == "resume" and pick:
-                pool.resume(pick)
-            elif op == "cancel" and pick and state != "running":
-                pool.cancel(pick)
-            elif op == "retry" and pick and state in ("failed", "cancelled"):
-                pool.retry(pick)
-            elif op == "due" and pick and state in ("waiting", "paused") and row(pool, pick).get("wait_until"):
-                pool.store.client.hset(pool.keys.job(pick), "wait_until", 0)  # its time came
-                pool.store.client.zadd(pool.keys.waiting, {pick: 0}, xx=True)
-            elif op == "release":
-                release(pool)
+            if op == "enqueue" or not jobs:
+                jobs.append(enqueue(pool, str(step), **_spec_options(rng, jobs)).id)
+            else:
+                _walk_step(pool, rng, op, rng.choice(jobs[-30:]))
         except (errors.InvalidState, errors.InvalidSpec):
             pass
         check_pool_keys(pool)
