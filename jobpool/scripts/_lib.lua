@@ -799,7 +799,10 @@ end
 local function judge_hold(jkey, id, from, actor, now, reason)
   local hold, detail = hold_of(jkey, id, now)
   if hold == 'cancel' then
-    local was = redis.call('ZSCORE', KEYS[K_FAILED], detail) and 'failed' or 'cancelled'
+    -- As that job is now: it may have been retried since it failed, which changes nothing for this one.
+    local was = 'failed or was cancelled, and was retried since'
+    if redis.call('ZSCORE', KEYS[K_FAILED], detail) then was = 'failed'
+    elseif redis.call('ZSCORE', KEYS[K_CANCELLED], detail) then was = 'cancelled' end
     set_state(jkey, id, from, 'cancelled', now)
     redis.call('HSET', jkey, 'finished_at', now, 'error_reason', REASON_DEPENDENCY_FAILED)
     event(jkey, id, from, 'cancelled', REASON_DEPENDENCY_FAILED, 'job ' .. detail .. ' ' .. was, actor, now)
