@@ -25,7 +25,7 @@ redis.call('ZREM', KEYS[K_RUNNING], id)
 redis.call('DEL', lkey)
 redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
 event(nil, id, 'running', '', 'dropped_ghost', evidence, actor, now)
--- It will never succeed: the jobs waiting for it are due now, and are cancelled (dependency_failed).
+-- It will never succeed: the jobs waiting for it are due now, and are cancelled.
 tell_dependents(id, 'cancelled', now)
 local promoted, why = promote_candidates(3, actor, now)
 return {0, 1, promoted, why}
