@@ -19,7 +19,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
-from jobpool import Job, JobState, Pool
+from jobpool import Job, JobState, Pool, submit
 from jobpool.cli import jobfile, main
 from jobpool.cli.jobfile import MAX_DEPTH, MAX_LINE_BYTES
 from tests.support.snapshot import keyspace
@@ -353,23 +353,23 @@ def test_a_pipeline_in_a_file_waits_in_order_across_chunks(run: Any, pool: Pool,
 def test_a_failure_after_some_jobs_were_queued_is_not_bad_input(run: Any, pool: Pool, seeded: Job,
                                                                  tmp_path: Path, redis_url: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A job `after` names that is gone between the check and its chunk's call (cancelled and pruned by
-    retention meanwhile) is refused by the enqueue script, after the jobs before it were queued: exit 1,
-    saying how many are, never the exit 2 that means nothing was written."""
+    """A job `after` names that is gone between the last look for it (the file's first pass, then
+    enqueue_many's before its first batch) and its batch's call (cancelled and pruned by retention meanwhile)
+    is refused by the enqueue script, after the jobs before it were queued: exit 1, saying how many are,
+    never the exit 2 that means nothing was written."""
     doomed = pool.enqueue("busybox", ["doomed"])
     items = [GOOD] * 150 + [{**GOOD, "after": [doomed.id]}]
     path = write(tmp_path, lines(*items))
-    real_check = jobfile.check
+    real_check = submit._check_dependencies_exist
 
-    def check_then_prune_it(*args: Any) -> Any:
-        found = real_check(*args)
+    def check_then_prune_it(*args: Any) -> None:
+        real_check(*args)
         with contextlib.closing(Pool.from_url(redis_url, name=POOL, keep_cancelled=1)) as pruner:
             pruner.cancel(doomed.id)
             pruner.cancel(pruner.enqueue("busybox", ["newer"]).id)  # the one cancelled job kept
             assert pruner.prune().ids.get("cancelled") == [doomed.id]
-        return found
 
-    monkeypatch.setattr(jobfile, "check", check_then_prune_it)
+    monkeypatch.setattr(submit, "_check_dependencies_exist", check_then_prune_it)
     result = run("enqueue", "--from-file", path)
     assert result.exit_code == 1, result.output
     assert "which does not exist" in result.stderr and "in all the first 100 of its 151 jobs" in result.stderr
