@@ -7,7 +7,8 @@ faults on a seeded schedule.
 
 Faults: SIGKILL a worker (and its forked horse), SIGTERM a worker (drain), kill and restart a supervisor,
 stop and restart a dockerd, kill -9 and restart redis-server (AOF, fsync always), cancel and pause/resume
-random jobs; and the faults that reach the holes closed most recently:
+random jobs, a person's `Pool.retry` of a failed or cancelled one; and the faults that reach the holes closed
+most recently:
 
 - `shared_id_daemon`: the fleet runs on two daemons that report one Docker ID; a worker on daemon 2 is
   SIGKILLed (with its horse) while jobs run there, and restarted. Each daemon has its own supervisor.
@@ -56,7 +57,11 @@ zeros: lost jobs, instants over the slot limit (the running containers' job weig
 summed), instants over a named limit (a name's units summed over the running containers of the jobs using
 it), jobs with two live containers at once (on one daemon or across the two), jobs stuck non-terminal, and
 illegal transitions in the events stream (read live: see bench/soak_watch.py), events the stream dropped
-before they were read, and rows that retention removed but no prune event accounts for.
+before they were read, and rows that retention removed but no prune event accounts for; and those of time
+and dependencies (bench/soak_time.py): no dependent queued or started before every job it waits for
+succeeded (one whose dependency failed or was cancelled never is), no dependent cancelled for a job that did
+not fail, no schedule tick that fired two jobs, no delayed job queued before its start time, no retry its
+spec does not make.
 
 The job mix has order and limits in it (docs/architecture.md, "Order and limits"; bench/soak_order.py): the
 limits `gpu` = 2 and `dataset:*` = 1 are set before the first job is fed, and each job's priority, weight
@@ -65,6 +70,18 @@ group are drawn from a generator of the seed's own, so a seed gives the same mix
 the reservation (JOBPOOL_RESERVE_AFTER_SECS), so reservations are taken and given back under the faults too.
 The line shows the mix (`mix=`) and the most each limit was seen holding at one instant (`peaks=`: the
 slots by weight, each named limit's busiest name), which shows the limits were met and not only never passed.
+
+It has time and dependencies in it too (docs/architecture.md, "Time and dependencies"; bench/soak_time.py):
+about one job in four is built to time out (some with a retry), to fail and be retried (some only on one exit
+code, some failing once and then passing), to fail with an exit its retries leave out, or to start a few
+seconds later; about one draw in eight is a pipeline of 2 to 4 jobs in one `enqueue_many` call
+(`after_index`), a third of them with a link built to fail, whose dependents must be cancelled. A schedule
+fires a short job every few seconds from the first job fed until the last; its jobs are judged with the
+others. The line gives
+each zero, `timeouts_unenforced` (jobs built to time out that succeeded: a figure, not a zero), the draws by
+kind (`time_mix=`) and what the jobs met (`time_met=`: attempts timed out, retries by a spec and by a person,
+jobs released from waiting, dependents cancelled, ticks fired and skipped). A job that fails as it was built
+to (its time limit, its retries' exit code) is not a fault charged to it.
 
 `--keep N` runs it as a long-lived pool: every process keeps only the newest N finished jobs of each state
 (JOBPOOL_KEEP_*) and the event stream is capped small (`--events-maxlen`, JOBPOOL_EVENTS_MAXLEN), so both

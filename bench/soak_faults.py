@@ -1,7 +1,8 @@
 """The soak's fault injectors, run by `bench/soak.py` against the fleet of `bench/soak_fleet.py` (which puts
 tests/ on the import path, so it is imported first by soak.py).
 
-Most faults are injected at once (a process killed, a daemon or Redis restarted, a user's cancel or pause).
+Most faults are injected at once (a process killed, a daemon or Redis restarted, a user's cancel, pause
+or retry).
 Three are armed and met later, when the moment they need comes: `lost_reply` (the next call of the chosen
 script), `slow_launch` (a launch by the worker behind the dockerd proxy) and `shared_id_daemon` (a worker on
 daemon 2 running a job). A fault counts once it met live jobs.
