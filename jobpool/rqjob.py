@@ -23,7 +23,7 @@ from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
 from .contract import TERMINAL
-from .store.keys import RQ_QUEUE_NAME_PREFIX
+from .store.keys import DAEMON_QUEUE_SUFFIX, RQ_QUEUE_NAME_PREFIX
 from .store.rqconnection import row_state
 
 log = logging.getLogger("jobpool")
@@ -44,12 +44,23 @@ def after_delivery(job: RQJob, connection: redis.Redis, result: Any) -> None:
     if job.result_ttl == 0 or not job.origin.startswith(RQ_QUEUE_NAME_PREFIX):
         return
     try:
-        state = row_state(connection, job.origin.removeprefix(RQ_QUEUE_NAME_PREFIX), job.id)
+        for pool in _pools_of(job.origin.removeprefix(RQ_QUEUE_NAME_PREFIX)):
+            state = row_state(connection, pool, job.id)
+            if state is not None:
+                break
     except (redis.RedisError, ValueError) as exc:
         log.info("job %s: RQ's record kept (%s)", job.id, exc)
         return
     if state is None or state in _TERMINAL:
         job.result_ttl = 0
+
+
+def _pools_of(name: str) -> list[str]:
+    """The pools whose queue `name` (a delivery's origin, without RQ_QUEUE_NAME_PREFIX) may be: a job with a
+    checkpoint affinity is delivered on its daemon's own queue (store/keys.py, `daemon_queue_name`), the
+    pool's queue name and a suffix; a pool's own name may end the same way, so that is asked second."""
+    suffix = DAEMON_QUEUE_SUFFIX.search(name)
+    return [name[:suffix.start()], name] if suffix else [name]
 
 
 #: RQ's per-job fields, written by the enqueue script itself: the creation time (the server's clock, in RQ's

@@ -20,6 +20,10 @@ POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 RQ_QUEUES = "rq:queues"
 #: A pool's RQ queue is named this prefix and the pool's name.
 RQ_QUEUE_NAME_PREFIX = "jobpool-"
+#: How many hex digits of a digest of a daemon's identity name its own queue (`PoolKeys.daemon_queue_name`).
+DAEMON_QUEUE_DIGITS = 16
+#: The end of a daemon's own queue's name, after its pool's queue name.
+DAEMON_QUEUE_SUFFIX = re.compile(rf"\.d-[0-9a-f]{{{DAEMON_QUEUE_DIGITS}}}$")
 
 #: The state indexes, one sorted set each; every job is in exactly one.
 STATE_INDEX_NAMES = ("queued", "waiting", "running", "paused", "succeeded", "failed", "cancelled")
@@ -165,7 +169,7 @@ class PoolKeys:
     def daemon_queue_name(self, daemon_id: str) -> str:
         """The RQ queue only the workers on one Docker daemon listen on (adoption requests for that daemon).
         Named by a digest of the identity: RQ's key names must not hold the identity's ':'."""
-        digest = hashlib.sha256(daemon_id.encode()).hexdigest()[:16]
+        digest = hashlib.sha256(daemon_id.encode()).hexdigest()[:DAEMON_QUEUE_DIGITS]
         return f"{self.rq_queue_name}.d-{digest}"
 
     def daemon_queue(self, daemon_id: str) -> str:

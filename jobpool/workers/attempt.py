@@ -37,6 +37,9 @@ class Attempt:
         #: Whether the job keeps a checkpoint (`JobSpec.checkpoint`), known once claimed or adopted: without
         #: one, no daemon holds anything of it, so a handback gets no affinity and nothing is removed.
         self.checkpoint = True
+        #: Its time limit per attempt in seconds (`JobSpec.timeout`; None: none), known once claimed or
+        #: adopted: its watcher enforces it (workers/timelimit.py).
+        self.timeout: int | None = None
 
     def claim(self, executor: str = "", daemon_id: str = "") -> tuple[JobSpec, Requests]:
         """Take the promoted row for this boot; first claim of an attempt wins (`NotOwner`/`Conflict`/
@@ -54,7 +57,7 @@ class Attempt:
             self.finish("error", reason=f"bad_spec: {exc}")
             raise CorruptRow(f"job {self.job_id}: its spec cannot be read ({exc}); the attempt ended failed",
                              self.job_id, "spec") from None
-        self.checkpoint = spec.checkpoint
+        self.checkpoint, self.timeout = spec.checkpoint, spec.timeout
         return spec, claimed.requests
 
     @classmethod
@@ -65,11 +68,18 @@ class Attempt:
         me = cls(store, job_id, boot_id, attempt)
         adopted = store.adopt(job_id, old_owner, attempt, boot_id, me._lease_ms, evidence, daemon_id)
         spec = JobSpec.from_json(adopted.spec_json)
-        me.checkpoint = spec.checkpoint
+        me.checkpoint, me.timeout = spec.checkpoint, spec.timeout
         return me, spec, adopted.container_id, adopted.requests
 
     def heartbeat(self) -> Requests:
         return self.store.heartbeat(self.job_id, self.boot_id, self.attempt, self._lease_ms)
+
+    def time_out(self, evidence: str) -> bool:
+        """Mark this attempt as stopped for its time limit, before its watcher stops it
+        (scripts/time_out.lua): its exit then fails it as `timeout`, or retries it. False when it was
+        marked already (a mark sent again after a lost reply, or the one of the watcher it was adopted
+        from)."""
+        return self.store.time_out(self.job_id, self.boot_id, self.attempt, evidence)
 
     def set_container(self, container_id: str = "", daemon_id: str = "",
                       identity: dict[str, Any] | None = None) -> Requests:

@@ -26,6 +26,7 @@ from .executors import Executor, Handle, LaunchError, LaunchUnknown
 from .executors.base import Fence, HostFault, NotLaunched
 from .launchlease import LaunchLease
 from .runtime import Runtime
+from .timelimit import REFUSED, STOP, TimeLimit
 
 log = logging.getLogger("jobpool.worker")
 
@@ -53,11 +54,13 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
     next_beat = time.monotonic() + (0.0 if beat_now else settings.heartbeat_secs)
     stop = _Stop()
     drain_deadline: float | None = None
+    limit = TimeLimit.of(attempt.timeout)
+    slice_secs = min(WAIT_SLICE, settings.heartbeat_secs)
     while True:
         try:
             # None while it runs, and while its daemon does not answer: the job is kept and its lease renewed
             # below until the daemon answers with how the container is (executors/docker.py).
-            ended = handle.wait(min(WAIT_SLICE, settings.heartbeat_secs))
+            ended = handle.wait(slice_secs)
         except LaunchUnknown as exc:
             # Removed under us (an operator, or the supervisor finishing an orphan): no exit code to record.
             log.warning("job %s attempt %s: %s; leaving the row to the supervisor", attempt.job_id,
@@ -75,6 +78,14 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
             log.warning("job %s: still running at the drain deadline; left running", attempt.job_id)
             rt.left_running.append(attempt.job_id)
             return
+        if limit is not None:
+            # Past its time limit: marked first, then stopped (workers/timelimit.py); a refused mark is
+            # judged by a heartbeat now, as any refused write is.
+            verdict = limit.check(attempt, handle, now, slice_secs)
+            if verdict == STOP:
+                stop.time_out(handle, now, settings.stop_grace_secs)
+            elif verdict == REFUSED:
+                next_beat = now
         # A SIGKILL falls due only on a fresh read: a pause withdrawn since the last beat calls it off.
         if now >= next_beat or (stop.kill_at is not None and now >= stop.kill_at):
             next_beat = now + settings.heartbeat_secs
@@ -88,14 +99,23 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
 
 @dataclass
 class _Stop:
-    """What the watcher asked of its job. `asked` stays set once a stop signal went out (a drain, a pause or
-    a cancel): the exit is then reported as 'interrupted', so one with no persisted cancel/pause (a pause
-    withdrawn by a resume) hands the job back instead of failing it. `kill_at` is the SIGKILL due at the
-    end of a pause's or cancel's stop grace, called off when the request is withdrawn."""
+    """What the watcher asked of its job. `asked` stays set once a stop signal went out (a drain, a pause, a
+    cancel or its time limit): the exit is then reported as 'interrupted', so one with no persisted
+    cancel/pause (a pause withdrawn by a resume) hands the job back instead of failing it, and one marked
+    for its time limit fails as `timeout` (scripts/_lib.lua, verdict_for_exit). `kill_at` is the SIGKILL due
+    at the end of a pause's or cancel's stop grace, called off when the request is withdrawn; `limit_kill_at`
+    the one due at the end of the time limit's, which nothing calls off, a drain included."""
 
     asked: bool = False
     requested: bool = False
     kill_at: float | None = None
+    limit_kill_at: float | None = None
+
+    def time_out(self, handle: Handle, now: float, grace: float) -> None:
+        """The attempt is marked as past its time limit: the stop signal now, SIGKILL after `grace`."""
+        handle.signal_stop()
+        self.asked = True
+        self.limit_kill_at = now + grace
 
     def act(self, job_id: str, handle: Handle, requests: Requests, now: float, grace: float,
             draining: bool) -> None:
@@ -112,6 +132,10 @@ class _Stop:
         if self.kill_at is not None and now >= self.kill_at and not draining:  # a drain has its own deadline
             handle.kill()
             self.kill_at = None
+        if self.limit_kill_at is not None and now >= self.limit_kill_at:
+            log.info("job %s: still running at the end of its time limit's stop grace; killing it", job_id)
+            handle.kill()
+            self.limit_kill_at = None
 
 
 def _beat(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests) -> Requests | None:

@@ -36,6 +36,19 @@ def test_a_job_that_may_be_delivered_again_keeps_it(backend: Backend, pool: Pool
     assert rq.result_ttl == -1
 
 
+def test_a_delivery_on_a_daemons_own_queue_is_judged_by_its_pools_row(backend: Backend, pool: Pool) -> None:
+    """A job with a checkpoint affinity is delivered on its daemon's queue (its RQ origin): a retry or a
+    handback of it must keep RQ's record, or its next delivery is one RQ skips (no record to load)."""
+    job = enqueue(pool, "true")
+    rq = delivery(backend, pool, job.id)
+    rq.origin = pool.keys.daemon_queue_name("jpd1:daemon@boot")
+    after_delivery(rq, backend.raw, None)
+    assert rq.result_ttl == -1
+    pool.cancel(job.id)
+    after_delivery(rq, backend.raw, None)
+    assert rq.result_ttl == 0
+
+
 def test_a_row_already_pruned_has_its_rq_record_deleted(backend: Backend, pool: Pool) -> None:
     job = enqueue(pool, "true")
     pool.cancel(job.id)

@@ -100,6 +100,12 @@ class Handle(Protocol):
         while that is unknown (its daemon does not answer). Returns within about `timeout` seconds either
         way, so the watcher keeps renewing its lease; raises `LaunchUnknown` when it was removed."""
 
+    def ran_for(self, timeout: float) -> float | None:
+        """Seconds since the job started, from its executor's own record of the start (Docker's
+        `State.StartedAt`, a process's start time in /proc), so every watcher of the attempt reads the same
+        (workers/timelimit.py); None while that cannot be read (its daemon does not answer within about
+        `timeout` seconds)."""
+
     def signal_stop(self) -> None:
         """Send the stop signal (SIGTERM): "checkpoint and stop at the next unit-of-work boundary"."""
 

@@ -28,7 +28,15 @@ import urllib3.exceptions
 
 from ... import dockerclient
 from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
-from ...exits import EXIT_SIGKILL, OOM_EVENT_GRACE_SECS, Ending, Outages, container_events, ending
+from ...exits import (
+    EXIT_SIGKILL,
+    OOM_EVENT_GRACE_SECS,
+    Ending,
+    Outages,
+    container_events,
+    docker_time,
+    ending,
+)
 from ...fleet import daemonid
 from .base import (
     CHECKPOINT_ROOT,
@@ -114,7 +122,8 @@ class DockerHandle:
     answers, it reads how the container is, and how it ended (jobpool/exits.py: the outage window it saw
     is the evidence that tells an exit lost in a daemon restart from the job's own)."""
 
-    def __init__(self, client: docker.DockerClient, container_id: str, daemon_id: str) -> None:
+    def __init__(self, client: docker.DockerClient, container_id: str, daemon_id: str,
+                 started: float | None = None) -> None:
         self._client = client
         self._api = client.api
         self.container_id: str = container_id
@@ -122,6 +131,20 @@ class DockerHandle:
         self.identity: dict[str, Any] | None = None
         self.outages = Outages()
         self._delay = NO_ANSWER_FIRST_DELAY
+        #: The container's `State.StartedAt` (epoch seconds), once read.
+        self._started = started
+
+    def ran_for(self, timeout: float) -> float | None:
+        if self._started is None:
+            try:
+                with _bounded(self._api, timeout):
+                    state = self._api.inspect_container(self.container_id).get("State") or {}
+            except (docker.errors.NotFound, *_NO_ANSWER):
+                return None  # gone (the wait says so) or no answer: no start to measure from yet
+            self._started = docker_time(state.get("StartedAt"))  # None while never started
+            if self._started is None:
+                return None
+        return max(0.0, time.time() - self._started)
 
     def wait(self, timeout: float) -> Ending | None:
         if not self.outages.ongoing:
@@ -474,7 +497,8 @@ class DockerExecutor:
         labels = container.labels or {}
         if labels.get(LABEL_JOB) != job_id or labels.get(LABEL_ATTEMPT) != str(attempt):
             return None
-        return DockerHandle(self.client, str(container.id), self.daemon_id())
+        started = docker_time((container.attrs.get("State") or {}).get("StartedAt"))
+        return DockerHandle(self.client, str(container.id), self.daemon_id(), started)
 
     def remove_checkpoint(self, pool: str, job_id: str) -> None:
         if self.checkpoint_root:

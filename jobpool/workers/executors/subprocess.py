@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 TREE_POLL_SECS = 0.01
 #: How long a removal waits for a killed tree to be gone (a process in uninterruptible sleep dies late).
 REMOVE_WAIT_SECS = 5.0
+#: The kernel's clock ticks per second: the unit of a process's start time in /proc/<pid>/stat.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class ProcessHandle:
@@ -72,6 +74,18 @@ class ProcessHandle:
             return None  # asked again next slice: the slot is not freed while a process of it lives
         self._tree.remove()
         return Ending(self._code)
+
+    def ran_for(self, timeout: float) -> float | None:
+        """From its main process's start time as recorded in its identity (clock ticks since the kernel
+        booted), against the kernel's time since boot now (/proc/uptime): the kernel's own record on one
+        clock, whatever the wall clock does."""
+        assert self.identity is not None  # a process's handle always has one
+        try:
+            with open("/proc/uptime") as f:
+                up = float(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return max(0.0, up - int(self.identity["start_time"]) / CLOCK_TICKS)
 
     def _gone_by(self, deadline: float) -> bool:
         while not self._tree.gone():
