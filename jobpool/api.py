@@ -364,8 +364,11 @@ class Pool(Browsing):
 
     def why_waiting(self, job_id: str) -> builtins.list[str]:
         """What holds a queued job back, a line each: its place, a full limit and who holds it, its weight, a
-        reservation ahead of it, a paused queue ([] for a job that is not queued)."""
+        reservation ahead of it, a paused queue. For a waiting job: the jobs it waits for with their states,
+        until when and why (a retry's delay, a delayed start). [] for a job in another state."""
         job = self.get(job_id)
+        if job.state is JobState.WAITING:
+            return waiting.why_held(self.store, job, self.store.now_ms())
         return waiting.why_waiting(self.store, job, self.store.row(job.id).get("parked", ""))
 
     def limits(self) -> builtins.list[LimitUse]:

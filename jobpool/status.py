@@ -91,6 +91,20 @@ class Queue:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """The jobs held before the queue by time or by the jobs they wait for (docs/architecture.md, "Time and
+    dependencies"): how many, and the one due soonest with when (ms); `next_due_ms` is None when none is
+    held by time (only the jobs they wait for hold them: their end makes them due)."""
+
+    count: int
+    next_job: str | None = None
+    next_due_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "next_job": self.next_job, "next_due_ms": self.next_due_ms}
+
+
+@dataclass(frozen=True)
 class Promotion:
     """Whether promotion is paused (`jobpool pause` with no job), by whom, why and since when (ms)."""
 
@@ -305,6 +319,7 @@ class StatusReport:
     slots: Slots | None = None
     counts: Mapping[str, int] = field(default_factory=dict)
     queue: Queue | None = None
+    waiting: Waiting | None = None
     promotion: Promotion | None = None
     workers: Workers | None = None
     last_sweep: Sweep | None = None
@@ -339,6 +354,7 @@ class StatusReport:
                       **(self.redis_policy.to_dict() if self.redis_policy else {})},
             "slots": self.slots.to_dict() if self.slots else None, "counts": dict(self.counts),
             "queue": self.queue.to_dict() if self.queue else None,
+            "waiting": self.waiting.to_dict() if self.waiting else None,
             # Flat, as `status --json` has printed them from the start (and `pause --json` still does).
             "queue_paused": promotion.paused if promotion else None,
             "paused_by": promotion.by if promotion else None,
@@ -458,7 +474,7 @@ def read_status(store: Store) -> StatusReport:
 
 def _read(store: Store, url: str) -> tuple[StatusReport, tuple[str, ...]]:
     stats = store.stats()
-    now, raw_sweep, boots, running, head, config = store.status_head(MAX_BOOTS)
+    now, raw_sweep, boots, running, head, due, config = store.status_head(MAX_BOOTS)
     warnings: list[str] = []
     sweep = _sweep(raw_sweep, now, warnings)
     records, owners, created = _read_rows(store, [b for b, _ in boots], running, head)
@@ -468,6 +484,7 @@ def _read(store: Store, url: str) -> tuple[StatusReport, tuple[str, ...]]:
         slots=Slots(**stats["slots"]), counts=stats["counts"],
         queue=Queue(depth=stats["counts"]["queued"], oldest_job=head[0] if head else None,
                     oldest_wait_ms=None if created is None else now - created),
+        waiting=_waiting(stats["counts"].get("waiting", 0), due),
         promotion=Promotion(stats["queue_paused"], stats["paused_by"], stats["paused_reason"],
                             _int(stats["paused_since"])),
         workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep,
@@ -475,6 +492,15 @@ def _read(store: Store, url: str) -> tuple[StatusReport, tuple[str, ...]]:
         strays=found, daemons=_daemons(store, running, now), shared_daemons=daemonmark.read_collisions(store),
         limits=tuple(store.limits()))
     return report, tuple(warnings)
+
+
+def _waiting(count: int, due: list[tuple[str, float]]) -> Waiting:
+    """The waiting jobs: their count, and the first of their index (soonest due; +inf: none is held by
+    time)."""
+    if not due:
+        return Waiting(count)
+    job_id, score = due[0]
+    return Waiting(count, job_id, int(score) if score != float("inf") else None)
 
 
 def _strays(store: Store, now: int) -> tuple[Stray, ...]:

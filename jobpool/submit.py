@@ -62,6 +62,9 @@ class Prepared:
     spec: JobSpec
     coalesce_key: str
     holds: str = ""
+    #: The ids it waits for as given in `after` (not those `after_index` names): `enqueue_many` looks for
+    #: them before it sends anything.
+    waits_for: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def check_holds(fields: Mapping[str, Any], earlier: Sequence[str] = (), index: i
         for k in positions:
             if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < index:
                 raise errors.InvalidSpec(f"after_index: {k!r} is not the position of an earlier item "
-                                         f"(0 to {index - 1})")
+                                         + (f"(0 to {index - 1})" if index else "(the first item has none)"))
         after = check_after([*after, *(earlier[k] for k in positions)])
     holds = Holds(0 if nb is None else not_before_ms(nb), after)
     if holds.arg() and (fields.get("coalesce") or fields.get("coalesce_key")):
@@ -155,7 +158,8 @@ def prepare(spec_fields: Mapping[str, Any], coalesce: Any, coalesce_key: Any, bi
             raise
         raise errors.InvalidSpec(exc.reason, index=index) from None
     ck = ("key:" + coalesce_key) if coalesce_key else (spec.coalesce_key() if coalesce else "")
-    return Prepared(os.urandom(16).hex(), spec, ck, waits.arg())
+    explicit = check_after(holds.get("after")) if holds else ()
+    return Prepared(os.urandom(16).hex(), spec, ck, waits.arg(), explicit)
 
 
 def prepare_item(item: Any, bind_roots: Sequence[str], index: int, earlier: Sequence[str] = ()) -> Prepared:
@@ -201,6 +205,7 @@ def enqueue_many(pool: Submitter, specs: Iterable[Mapping[str, Any]],
         raise errors.InvalidArgument("specs must be an iterable of mappings (one per job)")
     roots = tuple(pool.settings.bind_roots)
     jobs = _prepare_all(specs, roots)
+    _check_dependencies_exist(pool, jobs)
     batches = [jobs[start:start + batch_size] for start in range(0, len(jobs), batch_size)]
     made: list[Job] = []
     replied: list[tuple[list[Prepared], Enqueued]] = []  # batches sent whose Jobs are not made yet
@@ -307,6 +312,19 @@ def _counted(exc: errors.JobpoolError, enqueued: int, total: int, unknown: Seque
     if said:
         exc.args = (f"{exc.args[0] if exc.args else exc} ({said})", *exc.args[1:])
     return exc
+
+
+def _check_dependencies_exist(pool: Submitter, jobs: list[Prepared]) -> None:
+    """Every job the items name in `after` exists, read before the first batch is sent (one EXISTS): the
+    script checks each batch's again, but a later batch's refusal would come after the earlier ones were
+    queued. Ids of this call's own items (`after_index`) are not looked for."""
+    own = {p.id for p in jobs}
+    named = {dep: i for i, p in reversed(list(enumerate(jobs))) for dep in p.waits_for if dep not in own}
+    if not named or pool.store.rows_found(list(named), what="the jobs waited for") == len(named):
+        return
+    for dep, i in sorted(named.items(), key=lambda kv: kv[1]):
+        if not pool.store.rows_found([dep], what="a job waited for"):
+            raise errors.InvalidSpec(f"it waits for job {dep}, which does not exist", index=i)
 
 
 def _prepare_all(specs: Iterable[Any], roots: Sequence[str]) -> list[Prepared]:

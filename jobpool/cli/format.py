@@ -18,8 +18,11 @@ from ..contract import ENV_CHECKPOINT_DIR
 from ..digits import ascii_whole
 from ..models import Job, JobState
 from ..status import StatusReport, ago
+from ..waiting import until_words, utc_text, wait_note
+from .durations import format_duration
 
 STATE_COLOURS = {
+    JobState.WAITING: "blue",
     JobState.RUNNING: "cyan",
     JobState.SUCCEEDED: "green",
     JobState.FAILED: "red",
@@ -67,24 +70,35 @@ def command_text(job: Job) -> str:
     return shlex.join(job.spec.command)
 
 
-def job_note(job: Job) -> str:
-    """What a reader of `ls` most needs to know beyond the state (`Job.notes`)."""
-    return ", ".join(job.notes())
+def job_note(job: Job, now_ms: int) -> str:
+    """What a reader of `ls` most needs to know beyond the state (`Job.notes`; for a waiting job what it
+    waits for and until when: `waiting.wait_note`)."""
+    return ", ".join([*job.notes(), *filter(None, [wait_note(job, now_ms)])])
 
 
 def jobs_table(jobs: Sequence[Job], now_ms: int) -> str:
     rows = [
         [j.id, j.state.value, str(j.spec.priority), str(j.attempt), shorten(j.spec.image, 30),
-         shorten(command_text(j), 40), ago(j.created_at, now_ms), job_note(j)]
+         shorten(command_text(j), 40), ago(j.created_at, now_ms), job_note(j, now_ms)]
         for j in jobs
     ]
     styles = [STATE_COLOURS.get(j.state) for j in jobs]
     return table(["ID", "STATE", "PRIO", "ATT", "IMAGE", "COMMAND", "CREATED", "NOTE"], rows, styles)
 
 
+def retries_text(job: Job) -> str:
+    """A job's retries: how many used of how many, the first delay, the exit codes retried."""
+    s = job.spec
+    if not s.retries:
+        return "none"
+    on = f", on exit {', '.join(map(str, s.retry_on))} or a timeout" if s.retry_on else ""
+    return (f"{job.retries_used} of {s.retries} used (first delay {format_duration(s.retry_delay)}, doubled "
+            f"per retry{on})")
+
+
 def job_details(job: Job, now_ms: int, waiting: Sequence[str] = ()) -> str:
-    """Every field a human asks about; env *names* only (values may be secrets); for a queued job, what holds
-    it back (`Pool.why_waiting`)."""
+    """Every field a human asks about; env *names* only (values may be secrets); for a queued or waiting job,
+    what holds it back (`Pool.why_waiting`)."""
     s = job.spec
 
     def when(ms: int | None) -> str:
@@ -110,6 +124,17 @@ def job_details(job: Job, now_ms: int, waiting: Sequence[str] = ()) -> str:
         ("slots", str(s.slots)),
         ("uses", ", ".join(f"{n}={a}" for n, a in sorted(s.uses.items())) or "-"),
         ("group", s.group or "-"),
+        ("timeout", format_duration(s.timeout) + " per attempt" if s.timeout is not None else "-"),
+        ("retries", retries_text(job)),
+        ("after", ", ".join(job.after) or "-"),
+    ]
+    if job.wait_until is not None:
+        items.append(("wait until", f"{utc_text(job.wait_until)} ({until_words(job.wait_until, now_ms)}; "
+                                    f"{clock(job.wait_until)} local)"))
+    if job.schedule:
+        tick = f", tick {utc_text(job.tick)}" if job.tick is not None else ""
+        items.append(("schedule", job.schedule + tick))
+    items += [
         ("created", when(job.created_at)),
         ("promoted", when(job.promoted_at)),
         ("claimed", when(job.claimed_at)),
@@ -187,7 +212,12 @@ def status_report(report: StatusReport) -> str:
         c, q = report.counts, report.queue
         head = (f" (the oldest enqueued {ago(now - q.oldest_wait_ms, now)})"
                 if q is not None and q.oldest_wait_ms is not None else "")
-        items.append(("jobs", f"{c['queued']} queued{head}, {c['paused']} paused, {c['running']} running"))
+        waits = report.waiting
+        due = ("" if waits is None or not waits.count else
+               f" (the next due {until_words(waits.next_due_ms, now)})" if waits.next_due_ms is not None
+               else " (on the jobs they wait for)")
+        items.append(("jobs", f"{c['queued']} queued{head}, {c.get('waiting', 0)} waiting{due}, "
+                              f"{c['paused']} paused, {c['running']} running"))
     if report.promotion is not None:
         p = report.promotion
         why = f": {p.reason}" if p.reason else ""

@@ -1,19 +1,25 @@
-"""The job commands: `enqueue`, `ls`, `show`, `logs`, `cancel`, `pause`, `resume` (a queue pause too)."""
+"""The job commands: `enqueue`, `ls`, `show`, `logs`, `cancel`, `pause`, `resume` (a queue pause too),
+`retry`."""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import click
 
+from .. import errors
 from ..cancel import stop_if_orphaned
-from ..contract import ENV_CHECKPOINT_DIR, MAX_LIMIT, MAX_PRIORITY, MAX_SLOTS
+from ..contract import ENV_CHECKPOINT_DIR, MAX_AFTER, MAX_LIMIT, MAX_PRIORITY, MAX_RETRIES, MAX_SLOTS
 from ..models import Job, JobState
 from ..operations import PoolOperations
 from ..spec import ENV_NAME, build_spec
 from ..status import ago
-from .app import CliState, pool_command
+from ..waiting import wait_note
+from .app import CliState, Failure, pool_command
+from .durations import duration_option, moment_option
 from .format import job_details, jobs_table, orphan_stop_line
 from .jobfile import enqueue_file
 
@@ -56,6 +62,24 @@ def _parse_uses(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label key")
 
 
+#: The highest exit code a process can have.
+MAX_EXIT_CODE = 255
+
+
+def _parse_retry_on(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    """`--retry-on 3,4`: the exit codes retried, each a whole number from 1 to 255."""
+    if value is None:
+        return None
+    codes = []
+    for item in value.split(","):
+        code = item.strip()
+        if not code.isascii() or not code.isdigit() or not 1 <= int(code) <= MAX_EXIT_CODE:
+            raise click.BadParameter(f"{item!r} is not an exit code from 1 to {MAX_EXIT_CODE} (a list: 3,4)",
+                                     ctx, param)
+        codes.append(int(code))
+    return codes
+
+
 # ---- jobs --------------------------------------------------------------------------------------------
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -83,10 +107,32 @@ _parse_labels = _pairs("KEY", lambda k: bool(k) and "\x00" not in k, "a label ke
                    "limit covers is refused (see `jobpool limit`).")
 @click.option("--group", metavar="G",
               help="Its fair-share group: among queued jobs of equal priority, groups take turns.")
+@click.option("--timeout", callback=duration_option(1), metavar="DURATION",
+              help="Its time limit per attempt (90s, 10m, 2h, 1d, 1h30m or seconds): an attempt running "
+                   "longer is stopped and fails as 'timeout' (retried while --retries are left).")
+@click.option("--retries", type=click.IntRange(0, MAX_RETRIES), metavar="N",
+              help="Run it again up to N times after a failed exit of its own or a timeout (default 0); a "
+                   "crash of its worker or host is recovered apart and spends none.")
+@click.option("--retry-delay", "retry_delay", callback=duration_option(), metavar="DURATION",
+              help="The first retry's delay (default 10s), doubled for each retry after it, with jitter, at "
+                   "most JOBPOOL_RETRY_DELAY_MAX_SECS. Needs --retries.")
+@click.option("--retry-on", "retry_on", callback=_parse_retry_on, metavar="CODES",
+              help="Retry only these exit codes, comma-separated (3,4; a timeout is retried either way). "
+                   "Needs --retries.")
+@click.option("--at", "at", callback=moment_option, metavar="TIME",
+              help="Start no sooner than TIME, ISO-8601 with its zone (2026-12-03T02:00:00Z, or +01:00): the "
+                   "job waits until then. A time without a zone is refused.")
+@click.option("--in", "in_", callback=duration_option(), metavar="DURATION",
+              help="Start no sooner than DURATION from now (on the Redis server's clock): the job waits.")
+@click.option("--after", "after", multiple=True, metavar="JOB",
+              help="Start only once JOB has succeeded (repeatable): the job waits; if JOB fails or is "
+                   "cancelled, it is cancelled (dependency_failed). JOB must exist.")
 @click.option("--from-file", "from_file", type=click.File("rb"), metavar="FILE",
               help="Queue every job of FILE ('-': stdin), in order: JSON lines, one object per job with "
-                   "the fields of the Python API's enqueue (image, command, env, coalesce, ...). All are "
-                   "checked first; one bad line queues nothing. Prints the ids in order.")
+                   "the fields of the Python API's enqueue (image, command, env, coalesce, ...; not_before "
+                   "as epoch seconds or ISO-8601 with its zone, after_index: earlier jobs of the file by "
+                   "position from 0). All are checked first; one bad line queues nothing. Prints the ids in "
+                   "order.")
 @click.argument("image", required=False, metavar="IMAGE")
 @click.argument("command", nargs=-1, metavar="COMMAND...")
 @pool_command
@@ -94,19 +140,26 @@ def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coales
             coalesce_key: str | None, env: dict[str, str], workdir: str | None, user: str | None,
             memory: str | None, cpus: float | None, labels: dict[str, str], no_init: bool,
             no_checkpoint: bool, priority: int | None, weight: int | None, uses: dict[str, int],
-            group: str | None, from_file: BinaryIO | None) -> None:
+            group: str | None, timeout: int | None, retries: int | None, retry_delay: int | None,
+            retry_on: list[int] | None, at: datetime.datetime | None, in_: int | None, after: tuple[str, ...],
+            from_file: BinaryIO | None) -> None:
     """Queue IMAGE running CMD; prints the job id. Or queue every job of a file (--from-file).
 
-    Options go before IMAGE: everything after it is the command (a `--` there is optional).
+    Options go before IMAGE: everything after it is the command (a `--` there is optional). A job given
+    --at, --in or --after is `waiting` until its time comes and the jobs it waits for have succeeded, then
+    queued at its priority.
     """
     ctx = click.get_current_context()
+    times = TimeOptions(timeout, retries, retry_delay, retry_on, at, in_, after)
     if from_file is not None:
         if image is not None or any((coalesce_key, env, workdir, user, memory, cpus, labels, no_init,
-                                       no_checkpoint, uses, group)) or priority is not None or weight:
+                                       no_checkpoint, uses, group, weight, times.given())) \
+                or priority is not None:
             raise click.UsageError("--from-file takes every job from the file: no IMAGE, CMD or spec option "
                                    "(--coalesce alone is a default for every line)")
         enqueue_file(state, from_file, coalesce)
         return
+    times.check(coalesce or coalesce_key is not None)
     for name, missing in (("image", image is None), ("command", not command)):
         if missing:  # as click says it of a required argument (they are optional only for --from-file)
             raise click.MissingParameter(ctx=ctx, param=next(p for p in ctx.command.params if p.name == name))
@@ -120,6 +173,7 @@ def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coales
     fields.update({k: v for k, v in (("workdir", workdir), ("user", user), ("memory", memory),
                                      ("cpus", cpus), ("priority", priority), ("slots", weight),
                                      ("group", group)) if v is not None})
+    fields.update(times.spec_fields())
     if uses:
         fields["uses"] = uses
     if no_init:
@@ -127,11 +181,58 @@ def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coales
     if no_checkpoint:
         fields["checkpoint"] = False
     build_spec(fields, state.settings().bind_roots)  # refuse a bad spec before connecting
-    job = state.pool().enqueue(coalesce=coalesce, coalesce_key=coalesce_key, **fields)
+    pool = state.pool()
+    job = pool.enqueue(coalesce=coalesce, coalesce_key=coalesce_key, **times.holds(pool), **fields)
     state.emit(job.to_dict(), lambda: job.id)
     if job.coalesced and not state.as_json:
         click.echo(f"coalesced: an identical job was already queued; this is its id ({job.state.value})",
                    err=True)
+
+
+@dataclass(frozen=True)
+class TimeOptions:
+    """enqueue's options of time and dependencies: the spec's time limit and retries, and what the job waits
+    for before it is queued (`Pool.enqueue`'s not_before and after)."""
+
+    timeout: int | None
+    retries: int | None
+    retry_delay: int | None
+    retry_on: list[int] | None
+    at: datetime.datetime | None
+    in_: int | None
+    after: tuple[str, ...]
+
+    def given(self) -> bool:
+        return bool(self.after) or any(v is not None for v in (self.timeout, self.retries, self.retry_delay,
+                                                               self.retry_on, self.at, self.in_))
+
+    def check(self, coalesce: bool) -> None:
+        """Refuse what the options cannot mean together, before anything connects."""
+        if not self.retries and (self.retry_delay is not None or self.retry_on is not None):
+            raise click.UsageError("--retry-delay and --retry-on say how to retry: they need --retries N "
+                                   "(N > 0)")
+        if self.at is not None and self.in_ is not None:
+            raise click.UsageError("--at and --in both say when to start: give one")
+        if coalesce and (self.at is not None or self.in_ is not None or self.after):
+            raise click.UsageError("a job that waits (--at, --in, --after) does not coalesce: only queued "
+                                   "jobs do")
+        if len(set(self.after)) > MAX_AFTER:
+            raise click.UsageError(f"--after names {len(set(self.after))} jobs; at most {MAX_AFTER}")
+
+    def spec_fields(self) -> dict[str, Any]:
+        return {k: v for k, v in (("timeout", self.timeout), ("retries", self.retries),
+                                  ("retry_delay", self.retry_delay), ("retry_on", self.retry_on))
+                if v is not None}
+
+    def holds(self, pool: PoolOperations) -> dict[str, Any]:
+        """`Pool.enqueue`'s not_before and after. `--in` counts from the clock every wait is judged on, the
+        Redis server's, not this host's."""
+        holds: dict[str, Any] = {"after": list(self.after)} if self.after else {}
+        if self.at is not None:
+            holds["not_before"] = self.at
+        elif self.in_ is not None:
+            holds["not_before"] = (pool.now_ms() + self.in_ * 1000) / 1000
+        return holds
 
 
 @click.command("ls")
@@ -141,7 +242,7 @@ def enqueue(state: CliState, image: str | None, command: tuple[str, ...], coales
               help="At most this many jobs.")
 @pool_command
 def ls_(state: CliState, job_state: str | None, limit: int) -> None:
-    """List jobs: one state in queue order, or the newest of every state."""
+    """List jobs: one state in queue order (waiting: the soonest due first), or the newest of every state."""
     pool = state.pool()
     jobs = pool.list(job_state, limit=limit)
     if state.as_json:
@@ -157,12 +258,13 @@ def ls_(state: CliState, job_state: str | None, limit: int) -> None:
 @click.argument("job_id", metavar="JOB")
 @pool_command
 def show(state: CliState, job_id: str) -> None:
-    """Everything about one job (env values are never shown)."""
+    """Everything about one job (env values are never shown); for a queued or waiting one, what holds it."""
     pool = state.pool()
     job = pool.get(job_id)
-    waits = pool.why_waiting(job.id) if job.state is JobState.QUEUED else []
+    held = job.state in (JobState.QUEUED, JobState.WAITING)
+    waits = pool.why_waiting(job.id) if held else []
     doc = job.to_dict()
-    if job.state is JobState.QUEUED:
+    if held:
         doc["waiting_for"] = waits
     state.emit(doc, lambda: job_details(job, pool.now_ms(), waits))
 
@@ -277,8 +379,31 @@ def resume(state: CliState, job_id: str | None, anywhere: bool) -> None:
         return
     job = pool.resume(job_id, anywhere=anywhere)
     assert job is not None
-    state.emit(job.to_dict(), lambda: f"resumed {job.id} ({job.state.value})"
+    state.emit(job.to_dict(), lambda: f"resumed {job.id} ({_state_words(job, pool.now_ms())})"
                + (", runs on any daemon" if anywhere else ""))
 
 
-COMMANDS = (enqueue, ls_, show, logs, cancel, pause, resume)
+def _state_words(job: Job, now_ms: int) -> str:
+    """The job's state, and for a waiting one what it waits for (`waiting.wait_note`)."""
+    note = wait_note(job, now_ms)
+    return f"{job.state.value}: {note}" if note else job.state.value
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+@pool_command
+def retry(state: CliState, job_id: str) -> None:
+    """Run a failed or cancelled job again, as a new attempt with its history kept.
+
+    Its retries and recovery budget are whole again. If it waits for jobs (--after) that have not succeeded
+    yet it waits for them again; one of them that failed or was cancelled must be retried first.
+    """
+    pool = state.pool()
+    try:
+        job = pool.retry(job_id)
+    except errors.InvalidState as exc:
+        raise Failure(f"retry: only a failed or cancelled job is retried; {job_id} is {exc.state}") from None
+    state.emit(job.to_dict(), lambda: f"retried {job.id} ({_state_words(job, pool.now_ms())})")
+
+
+COMMANDS = (enqueue, ls_, show, logs, cancel, pause, resume, retry)

@@ -1,4 +1,4 @@
-"""The dashboard's actions: pause/resume/cancel a job, pause/resume the queue, set slots, and the
+"""The dashboard's actions: pause/resume/cancel/retry a job, pause/resume the queue, set slots, and the
 operator's `reconcile --evict-stale`, each the same call the CLI makes (jobpool/cli/).
 
 Each is a POST that passes `Auth.check_action` (actions on, from the dashboard's own origin, a live session,
@@ -100,6 +100,15 @@ def _cancel_job(pool: PoolOperations, request: Request, form: FormData) -> str:
     return _cancel(pool, _job_id(request), _text(form, "reason"))
 
 
+def _retry(pool: PoolOperations, request: Request, form: FormData) -> str:
+    """A failed or cancelled job run again as a new attempt (`Pool.retry`), as `jobpool retry` does."""
+    try:
+        job = pool.retry(_job_id(request))
+    except errors.InvalidState as exc:
+        return f"refused: only a failed or cancelled job is retried; {_job_id(request)} is {exc.state}"
+    return f"retried {job.id} ({job.state.value})"
+
+
 def _pause_queue(pool: PoolOperations, request: Request, form: FormData) -> str:
     pool.pause(None, reason=_text(form, "reason"))
     return "promotion paused: queued jobs will not start until it is resumed"
@@ -129,6 +138,7 @@ ACTIONS: dict[str, Callable[[PoolOperations, Request, FormData], str]] = {
     "/actions/jobs/{job_id}/pause": _pause,
     "/actions/jobs/{job_id}/resume": _resume,
     "/actions/jobs/{job_id}/cancel": _cancel_job,
+    "/actions/jobs/{job_id}/retry": _retry,
     "/actions/queue/pause": _pause_queue,
     "/actions/queue/resume": _resume_queue,
     "/actions/slots": _slots,

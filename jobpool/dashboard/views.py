@@ -16,6 +16,7 @@ from typing import Any
 from ..models import Job, JobState
 from ..operations import PoolOperations
 from ..status import ago
+from ..waiting import wait_note
 
 #: Jobs on one page of the jobs list; running jobs shown on the overview.
 PAGE_SIZE = 25
@@ -57,6 +58,7 @@ def job_row(job: Job, now_ms: int) -> dict[str, Any]:
     """A job as a list row: what `ls` shows, plus times relative to `now_ms`."""
     doc = job.to_dict()
     notes = job.notes(exit_code=False)  # the list shows the exit code in its own column
+    notes += filter(None, [wait_note(job, now_ms)])  # a waiting job: what it waits for, until when
     since = job.finished_at or job.claimed_at or job.promoted_at or job.created_at
     return {**doc, "command_text": shlex.join(job.spec.command), "image": job.spec.image,
             "note": ", ".join(notes), "since": ago(since, now_ms), "created": ago(job.created_at, now_ms)}
@@ -82,13 +84,17 @@ def job_detail(pool: PoolOperations, job_id: str) -> dict[str, Any]:
     now = pool.now_ms()
     history, _ = pool.tail_events(job_id, JOB_EVENTS)
     doc = job_row(job, now)
+    held = job.state in (JobState.QUEUED, JobState.WAITING)
+    times = [("created", job.created_at), ("promoted", job.promoted_at), ("claimed", job.claimed_at),
+             ("last heartbeat", job.heartbeat_at), ("finished", job.finished_at)]
+    if job.wait_until is not None:
+        times.insert(1, ("wait until", job.wait_until))
     return {"job": doc, "spec": doc["spec"], "env_names": sorted(job.spec.env),
             "events": history, "log": pool.logs(job_id), "now": now,
-            "waiting": pool.why_waiting(job.id) if job.state is JobState.QUEUED else [],
-            "times": [("created", job.created_at), ("promoted", job.promoted_at), ("claimed", job.claimed_at),
-                      ("last heartbeat", job.heartbeat_at), ("finished", job.finished_at)],
-            "can_pause": job.state in (JobState.QUEUED, JobState.RUNNING),
-            "can_resume": job.state is JobState.PAUSED, "can_cancel": not job.state.terminal}
+            "waiting": pool.why_waiting(job.id) if held else [], "times": times,
+            "can_pause": job.state in (JobState.QUEUED, JobState.WAITING, JobState.RUNNING),
+            "can_resume": job.state is JobState.PAUSED, "can_cancel": not job.state.terminal,
+            "can_retry": job.state in (JobState.FAILED, JobState.CANCELLED)}
 
 
 def events_feed(pool: PoolOperations) -> dict[str, Any]:

@@ -184,11 +184,12 @@ class Reads:
             pipe.zcard(self.keys.state_index(st.value))
         pipe.hmget(self.keys.config, "max_concurrent_jobs", "slots_used")
         pipe.hgetall(self.keys.paused)
-        *counts, (mx, used), paused = call_redis(pipe.execute)
+        *replies, (mx, used), paused = call_redis(pipe.execute)
+        counts = {st.value: int(c) for st, c in zip(JobState, replies, strict=True)}
         return {
             "pool": self.keys.pool,
-            "counts": {st.value: int(c) for st, c in zip(JobState, counts, strict=True)},
-            "slots": {"used": slots_used_of(used, counts[1]), "max": self.limit(mx)},
+            "counts": counts,
+            "slots": {"used": slots_used_of(used, counts[JobState.RUNNING.value]), "max": self.limit(mx)},
             "queue_paused": bool(paused),
             "paused_by": paused.get("by") if paused else None,
             "paused_reason": paused.get("reason") if paused else None,

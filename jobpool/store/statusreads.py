@@ -1,6 +1,7 @@
 """`StatusReads`: the reads the status report is made of (jobpool/status.py judges them), each a bounded
 number of round trips whatever the pool holds. What cannot be read of one key is left as None (or as its
-error, where said), never failing the report: the report is about the pool, not one row.
+error, where said), never failing the report: the report is about the pool, not one row. Also the states of
+the jobs a waiting job waits for, which `show` and the dashboard's job page report (jobpool/waiting.py).
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ class StatusReads:
     client: redis.Redis
     keys: PoolKeys
 
-    def status_head(self, most_boots: int) -> tuple[int, Any, list[Any], list[str], list[str], Any]:
+    def status_head(self, most_boots: int) -> tuple[int, Any, list[Any], list[str], list[str],
+                                                    list[tuple[str, float]], Any]:
         """In one round trip: the server's time (ms); the last-sweep record (or the error its read met: it
         alone may be unreadable); the newest `most_boots` boots with their last heartbeats; the running ids;
-        the head of the queue; and the reply to CONFIG GET of the eviction policy (or its error)."""
+        the head of the queue; the waiting job due soonest with when (ms; +inf while only jobs it waits for
+        hold it); and the reply to CONFIG GET of the eviction policy (or its error)."""
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
@@ -38,13 +41,14 @@ class StatusReads:
         pipe.zrevrange(k.boots, 0, most_boots - 1, withscores=True)
         pipe.zrange(k.running, 0, -1)
         pipe.zrange(k.queued, 0, 0)
+        pipe.zrange(k.waiting, 0, 0, withscores=True)
         pipe.config_get(SETTING)
         replies = call_redis(pipe.execute, raise_on_error=False, what=_WHAT)
         for i, reply in enumerate(replies[:-1]):
             if isinstance(reply, Exception) and i != 1:
                 raise wrap_redis_error(reply, _WHAT)  # type: ignore[arg-type]
-        (secs, usecs), raw_sweep, boots, running, head, config = replies
-        return int(secs) * 1000 + int(usecs) // 1000, raw_sweep, boots, running, head, config
+        (secs, usecs), raw_sweep, boots, running, head, due, config = replies
+        return int(secs) * 1000 + int(usecs) // 1000, raw_sweep, boots, running, head, due, config
 
     def inventory_strays(self) -> list[tuple[str, Any]]:
         """Each daemon of the `inventories` index with its inventory's `at` and `strays` (a list, or the error
@@ -100,3 +104,13 @@ class StatusReads:
         records = [r or {} for r in replies[:len(boot_ids)]]
         owners = replies[len(boot_ids):len(boot_ids) + len(running)]
         return records, owners, replies[-1] if head else None
+
+    def job_states(self, job_ids: Sequence[str]) -> list[str | None]:
+        """Each job's `state` in one round trip, None for a job whose row is gone (or unreadable)."""
+        if not job_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(self.keys.job(job_id), "state")
+        return [r if isinstance(r, str) else None
+                for r in call_redis(pipe.execute, raise_on_error=False, what="job states")]

@@ -9,9 +9,11 @@ and TTL, tests/support/snapshot.py).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -26,7 +28,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
-from jobpool import Job, Pool
+from jobpool import Job, JobState, Pool
 from jobpool.cli import main
 from jobpool.store.calls import Store
 from tests.support.polling import eventually
@@ -551,6 +553,37 @@ BAD_INPUT = [
     (["enqueue", "--priority", "1001", "busybox", "true"], {}, 2, "1001 is not in the range -1000<=x<=1000"),
     (["enqueue", "--slots", "0", "busybox", "true"], {}, 2, "0 is not in the range 1<=x<=100000"),
     (["enqueue", "--group", "", "busybox", "true"], {}, 2, "group '' is not a name"),
+    (["enqueue", "--timeout", "10x", "busybox", "true"], {}, 2, "'10x' is not a duration such as 90s, 10m"),
+    (["enqueue", "--timeout", "0", "busybox", "true"], {}, 2, "'0' is out of range: from 1s to 366d"),
+    (["enqueue", "--timeout", "1.5h", "busybox", "true"], {}, 2, "'1.5h' is not a duration"),
+    (["enqueue", "--retries", "1", "--retry-delay", "10M", "busybox", "true"], {}, 2,
+     "'10M' is not a duration"),
+    (["enqueue", "--in", "-5m", "busybox", "true"], {}, 2, "'-5m': a duration is never negative"),
+    (["enqueue", "--in", "400d", "busybox", "true"], {}, 2, "'400d' is out of range"),
+    (["enqueue", "--at", "2026-12-03T02:00", "busybox", "true"], {}, 2,
+     "'2026-12-03T02:00' names no time zone: add one (Z for UTC"),
+    (["enqueue", "--at", "soon", "busybox", "true"], {}, 2, "'soon' is not an ISO-8601 time"),
+    (["enqueue", "--at", "1969-07-20T20:17:00Z", "busybox", "true"], {}, 2, "not_before must be from 1970"),
+    (["enqueue", "--at", "2026-12-03T02:00Z", "--in", "5m", "busybox", "true"], {}, 2,
+     "--at and --in both say when to start"),
+    (["enqueue", "--after", "0" * 32, "busybox", "true"], {}, 2,
+     f"it waits for job {'0' * 32}, which does not exist"),
+    (["enqueue", "--after", "a b", "busybox", "true"], {}, 2, "after: 'a b' is not a job id"),
+    (["enqueue", "--after", "0" * 32, "--coalesce", "busybox", "true"], {}, 2,
+     "a job that waits (--at, --in, --after) does not coalesce"),
+    (["enqueue", "--in", "5m", "--coalesce-key", "k", "busybox", "true"], {}, 2, "does not coalesce"),
+    (["enqueue", "--retries", "-1", "busybox", "true"], {}, 2, "-1 is not in the range 0<=x<=1000"),
+    (["enqueue", "--retries", "1001", "busybox", "true"], {}, 2, "1001 is not in the range 0<=x<=1000"),
+    (["enqueue", "--retries", "1", "--retry-on", "0", "busybox", "true"], {}, 2,
+     "'0' is not an exit code from 1 to 255"),
+    (["enqueue", "--retries", "1", "--retry-on", "3,300", "busybox", "true"], {}, 2,
+     "'300' is not an exit code"),
+    (["enqueue", "--retries", "1", "--retry-on", "3,", "busybox", "true"], {}, 2, "'' is not an exit code"),
+    (["enqueue", "--retry-on", "3", "busybox", "true"], {}, 2, "they need --retries N"),
+    (["enqueue", "--retries", "0", "--retry-delay", "5s", "busybox", "true"], {}, 2, "they need --retries N"),
+    (["enqueue", "--from-file", "-", "--in", "5m"], {}, 2, "--from-file takes every job from the file"),
+    (["retry", "nope"], {}, 1, "Error: no job nope in this pool (never enqueued"),
+    (["retry", "a b"], {}, 1, "Error: no job 'a b' in this pool"),
     (["limit", "a b", "1"], {}, 2, "a limit is a name"),
     (["limit", "gpu", "-1"], {}, 2, "-1 is not in the range 0<=x<=1000000"),
     (["limit", "--remove"], {}, 2, "NAME is needed"),
@@ -740,3 +773,138 @@ def test_limits_priorities_and_why_a_job_waits(run: Run, pool: Pool) -> None:
     assert run("limit", "dataset:*", "2").stdout.strip() == "dataset:* = 2  (was 1)"
     assert pool.get(second).state.value == "running"
     assert run("limit", "dataset:*", "--remove").stdout.strip() == "removed dataset:* (was 2)"
+
+
+# ---- time and dependencies ------------------------------------------------------------------------------
+
+def _iso(ms: int, hours: int = 0) -> str:
+    """`ms` as ISO-8601 in a zone `hours` east of UTC, as a person in it would type it."""
+    zone = datetime.timezone(datetime.timedelta(hours=hours))
+    return datetime.datetime.fromtimestamp(ms / 1000, zone).isoformat(timespec="seconds")
+
+
+def test_time_options_make_waiting_jobs_and_ls_show_status_say_what_they_wait_for(
+        run: Run, pool: Pool, client: redis.Redis) -> None:
+    run("slots", "0")
+    first = enqueue_id(run, "busybox", "--", "true")
+    retried = enqueue_id(run, "--after", first, "--timeout", "2h", "--retries", "2", "--retry-delay", "30s",
+                         "--retry-on", "3,4", "busybox", "--", "sh", "-c", "exit 3")
+    now = server_ms(client)
+    later = enqueue_id(run, "--in", "10m", "busybox", "--", "true")
+    at = (now // 1000 + 3600) * 1000
+    last = enqueue_id(run, "--at", _iso(at, hours=2), "--after", retried, "--after", first, "busybox", "true")
+    jobs = {j: pool.get(j) for j in (first, retried, later, last)}
+    assert jobs[first].state is JobState.QUEUED
+    assert {jobs[j].state for j in (retried, later, last)} == {JobState.WAITING}
+    spec = jobs[retried].spec
+    assert (spec.timeout, spec.retries, spec.retry_delay, spec.retry_on) == (7200, 2, 30, (3, 4))
+    assert jobs[retried].after == (first,) and jobs[retried].wait_reason == "after"
+    due = jobs[later].wait_until
+    assert due is not None and now + 600_000 <= due <= now + 605_000
+    assert (jobs[last].wait_until, jobs[last].after, jobs[last].wait_reason) == (at, (retried, first),
+                                                                                 "not_before")
+    # ls: the state, and a note saying after which jobs, until when and why.
+    notes = {r.split()[0]: r for r in run("ls", "--state", "waiting").stdout.splitlines()[1:]}
+    assert set(notes) == {retried, later, last}
+    assert notes[retried].endswith(f"after {first}")
+    assert re.search(r"until \S+Z \(in (9|10) min; delayed start\)$", notes[later]), notes[later]
+    assert f"after {retried}, {first}; until " in notes[last] and "(in 59 min; delayed start)" in notes[last]
+    assert "waiting" in run("ls").stdout
+    # show: what each waits for, with the states of the jobs it runs after; the time limit and retries.
+    shown = run("show", retried).stdout
+    assert f"waiting for   jobs {first} (queued): 0 of 1 succeeded" in shown
+    assert "timeout       2h per attempt" in shown
+    assert ("retries       0 of 2 used (first delay 30s, doubled per retry, on exit 3, 4 or a timeout)"
+            in shown)
+    assert f"after         {first}" in shown
+    shown = run("show", last).stdout
+    utc = datetime.datetime.fromtimestamp(at / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"waiting for   jobs {retried} (waiting), {first} (queued): 0 of 2 succeeded" in shown
+    assert f"waiting for   until {utc}, in 59 min (delayed start)" in shown
+    doc = ok_json(run("show", "--json", retried))
+    assert doc["waiting_for"] == [f"jobs {first} (queued): 0 of 1 succeeded"]
+    assert (doc["state"], doc["after"], doc["wait_reason"], doc["retries_used"]) == ("waiting", [first],
+                                                                                     "after", 0)
+    assert (doc["spec"]["timeout"], doc["spec"]["retries"], doc["spec"]["retry_on"]) == (7200, 2, [3, 4])
+    # status: how many wait, and the next due (the one held by time; the others wait on jobs).
+    _live_supervisor(client, pool)
+    human = run("status")
+    assert human.exit_code == 0, human.output
+    assert re.search(r"jobs        1 queued \(.*\), 3 waiting \(the next due in (9|10) min\), 0 paused, "
+                     r"0 running", human.stdout), human.stdout
+    status = ok_json(run("status", "--json"))
+    assert status["counts"]["waiting"] == 3
+    assert status["waiting"] == {"count": 3, "next_job": later, "next_due_ms": jobs[later].wait_until}
+
+
+def test_a_failed_attempt_with_retries_left_waits_and_show_says_which_retry(run: Run, pool: Pool) -> None:
+    from tests.support.attempts import claim
+
+    run("slots", "1")
+    job_id = enqueue_id(run, "--retries", "2", "--retry-delay", "1h", "busybox", "--", "sh", "-c", "exit 3")
+    assert claim(pool, job_id).finish("exit", 3) == "waiting"
+    job = pool.get(job_id)
+    assert (job.state, job.wait_reason, job.retries_used, job.error_reason) == (JobState.WAITING, "retry", 1,
+                                                                                "exit_code_3")
+    shown = run("show", job_id).stdout
+    assert re.search(r"waiting for   until \S+Z, in [45]\d min \(retry 1 of 2, after exit_code_3\)",
+                     shown), shown
+    assert "retries       1 of 2 used (first delay 1h, doubled per retry)" in shown
+    assert re.search(r"until \S+Z \(in \d+ min; retry 1 of 2, after exit_code_3\)$",
+                     run("ls", "--state", "waiting").stdout.splitlines()[1]), run("ls").stdout
+
+
+def test_a_waiting_job_is_paused_resumed_and_cancelled(run: Run, pool: Pool) -> None:
+    run("slots", "0")
+    job_id = enqueue_id(run, "--in", "1h", "busybox", "--", "true")
+    paused = run("pause", job_id, "--reason", "not yet")
+    assert (paused.exit_code, paused.stdout.strip()) == (0, f"paused {job_id}")
+    assert pool.get(job_id).state is JobState.PAUSED
+    resumed = run("resume", job_id)
+    assert resumed.exit_code == 0
+    assert re.fullmatch(rf"resumed {job_id} \(waiting: until \S+Z \(in (59|60) min; delayed start\)\)",
+                        resumed.stdout.strip()), resumed.stdout
+    assert pool.get(job_id).state is JobState.WAITING
+    cancelled = run("cancel", job_id)
+    assert (cancelled.exit_code, cancelled.stdout.strip()) == (0, f"cancelled {job_id}")
+    assert pool.get(job_id).state is JobState.CANCELLED
+
+
+def test_retry_runs_a_failed_or_cancelled_job_again_and_refuses_the_rest(run: Run, pool: Pool) -> None:
+    run("slots", "0")
+    first = enqueue_id(run, "busybox", "--", "true")
+    second = enqueue_id(run, "--after", first, "busybox", "--", "true")
+    refused = run("retry", first)
+    assert (refused.exit_code, refused.stdout) == (1, "")
+    assert refused.stderr.strip() == (f"Error: retry: only a failed or cancelled job is retried; {first} is "
+                                      "queued")
+    run("cancel", first)
+    assert pool.get(first).state is JobState.CANCELLED
+    # Its dependent is cancelled by the release step a supervisor's timer runs (dependency_failed).
+    from jobpool.supervisor.timers import release_due
+    release_due(pool.store, "test")
+    assert (pool.get(second).state, pool.get(second).error_reason) == (JobState.CANCELLED,
+                                                                       "dependency_failed")
+    blocked = run("retry", second)
+    assert blocked.exit_code == 2 and f"job {first}, which it waits for, ended cancelled" in blocked.stderr
+    again = run("retry", first)
+    assert (again.exit_code, again.stdout.strip()) == (0, f"retried {first} (queued)")
+    doc = ok_json(run("retry", second, "--json"))
+    assert (doc["state"], doc["after"]) == ("waiting", [first])
+    assert "is waiting" in run("retry", second).stderr
+    history = [(e["to"], e["reason"]) for e in pool.events(first)]
+    assert history[-2:] == [("cancelled", "cancel"), ("queued", "retried")]
+
+
+def test_status_of_a_pool_from_before_weights_counts_running_jobs_not_waiting_ones(
+        run: Run, pool: Pool, client: redis.Redis) -> None:
+    """With no `slots_used` stored (a pool from before weights) the slots in use are the running jobs' count:
+    the waiting jobs, whose index comes before `running` in the state order, hold none."""
+    run("slots", "3")
+    enqueue_id(run, "busybox", "--", "sleep", "30")
+    for _ in range(2):
+        enqueue_id(run, "--in", "1h", "busybox", "--", "true")
+    client.hdel(pool.keys.config, "slots_used")
+    doc = json.loads(run("--json", "status").stdout)  # unhealthy (exit 1): no supervisor, no workers
+    assert doc["slots"] == {"used": 1, "max": 3} and doc["counts"]["waiting"] == 2
+    assert "slots       1/3 used" in run("status").stdout

@@ -6,6 +6,8 @@ keyspace unchanged (tests/support/snapshot.py).
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import os
 import subprocess
@@ -23,6 +25,7 @@ from jobpool.cli.jobfile import MAX_DEPTH, MAX_LINE_BYTES
 from tests.support.snapshot import keyspace
 
 POOL = "clifile"
+PLUS_TWO = datetime.timezone(datetime.timedelta(hours=2))
 SECRET = "hunter2-do-not-print"
 
 
@@ -134,6 +137,18 @@ BAD_LINES = [
     ('{"image": "busybox", "command": ["x"]', "not JSON"),
     ('["busybox", "true"]', "a JSON list, not an object"),
     ("null", "a JSON NoneType, not an object"),
+    # Time and dependencies (line 5 is the file's fourth job: position 3).
+    ({**GOOD, "not_before": "2026-12-03T02:00"}, "not_before: '2026-12-03T02:00' names no time zone"),
+    ({**GOOD, "not_before": "soon"}, "not_before: 'soon' is not an ISO-8601 time"),
+    ({**GOOD, "not_before": True}, "not_before must be a timezone-aware datetime or epoch seconds"),
+    ({**GOOD, "after_index": [3]}, "after_index: 3 is not the position of an earlier item (0 to 2)"),
+    ({**GOOD, "after_index": [-1]}, "after_index: -1 is not the position of an earlier item"),
+    ({**GOOD, "after_index": 0}, "after_index must be a list of earlier items' positions"),
+    ({**GOOD, "after_index": [0], "coalesce": True}, "does not coalesce"),
+    ({**GOOD, "after": ["a b"]}, "after: 'a b' is not a job id"),
+    ({**GOOD, "after": ["0" * 32]}, f"after: job {'0' * 32} does not exist"),
+    ({**GOOD, "timeout": 0}, "timeout"),
+    ({**GOOD, "retries": 1, "retry_on": [300]}, "retry_on exit code"),
 ]
 
 
@@ -306,3 +321,56 @@ def test_redis_full_midway_says_how_much_of_the_file_is_queued(run: Any, pool: P
                                                                                      range(len(queued))]
     assert len(result.stderr.strip().splitlines()) == 1
     assert f"in all the first {len(queued)} of its {len(items)} jobs were enqueued" in result.stderr
+
+
+# ---- time and dependencies --------------------------------------------------------------------------------
+
+def test_a_pipeline_in_a_file_waits_in_order_across_chunks(run: Any, pool: Pool, seeded: Job, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`after_index` names earlier jobs of the file by position, also jobs sent in an earlier chunk (their ids
+    go as `after`); `not_before` is epoch seconds or ISO-8601 with its zone; `after` names existing jobs."""
+    monkeypatch.setattr(jobfile, "CHUNK", 2)
+    now_s = pool.now_ms() // 1000
+    items: list[dict[str, Any]] = [
+        {**GOOD, "command": ["extract"]},
+        {**GOOD, "command": ["transform"], "after_index": [0], "retries": 2, "timeout": 60},
+        {**GOOD, "command": ["load"], "after_index": [1, 0], "after": [seeded.id]},  # a chunk after 0 and 1
+        {**GOOD, "command": ["at"], "not_before": now_s + 3600},
+        {**GOOD, "command": ["iso"],
+         "not_before": datetime.datetime.fromtimestamp(now_s + 7200, PLUS_TWO).isoformat()},
+    ]
+    result = run("--json", "enqueue", "--from-file", write(tmp_path, lines(*items)))
+    assert result.exit_code == 0, result.output
+    ids = [d["id"] for d in json.loads(result.stdout)]
+    jobs = [pool.get(i) for i in ids]
+    assert [j.state for j in jobs] == [JobState.QUEUED] + [JobState.WAITING] * 4
+    assert jobs[1].after == (ids[0],) and (jobs[1].spec.retries, jobs[1].spec.timeout) == (2, 60)
+    assert set(jobs[2].after) == {seeded.id, ids[0], ids[1]}
+    assert (jobs[3].wait_until, jobs[3].after) == ((now_s + 3600) * 1000, ())
+    assert jobs[4].wait_until == (now_s + 7200) * 1000
+
+
+def test_a_failure_after_some_jobs_were_queued_is_not_bad_input(run: Any, pool: Pool, seeded: Job,
+                                                                 tmp_path: Path, redis_url: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job `after` names that is gone between the check and its chunk's call (cancelled and pruned by
+    retention meanwhile) is refused by the enqueue script, after the jobs before it were queued: exit 1,
+    saying how many are, never the exit 2 that means nothing was written."""
+    doomed = pool.enqueue("busybox", ["doomed"])
+    items = [GOOD] * 150 + [{**GOOD, "after": [doomed.id]}]
+    path = write(tmp_path, lines(*items))
+    real_check = jobfile.check
+
+    def check_then_prune_it(*args: Any) -> Any:
+        found = real_check(*args)
+        with contextlib.closing(Pool.from_url(redis_url, name=POOL, keep_cancelled=1)) as pruner:
+            pruner.cancel(doomed.id)
+            pruner.cancel(pruner.enqueue("busybox", ["newer"]).id)  # the one cancelled job kept
+            assert pruner.prune().ids.get("cancelled") == [doomed.id]
+        return found
+
+    monkeypatch.setattr(jobfile, "check", check_then_prune_it)
+    result = run("enqueue", "--from-file", path)
+    assert result.exit_code == 1, result.output
+    assert "which does not exist" in result.stderr and "in all the first 100 of its 151 jobs" in result.stderr
+    assert len(cast("list[str]", pool.store.client.zrange(pool.keys.queued, 0, -1))) == 1 + 100

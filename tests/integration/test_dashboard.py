@@ -262,3 +262,59 @@ def test_live_fragment_follows_a_state_change(pool: Pool, ro: TestClient) -> Non
     pool.set_slots(1)
     eventually(lambda: 'id="job-state">running<' in ro.get(f"/fragments/jobs/{job.id}").text,
                message="the fragment shows the job running")
+
+
+def test_waiting_jobs_are_listed_counted_and_say_what_they_wait_for(pool: Pool, ro: TestClient) -> None:
+    pool.set_slots(0)
+    first = pool.enqueue(IMAGE, ["true"])
+    later = pool.enqueue(IMAGE, ["true"], not_before=pool.now_ms() / 1000 + 3600)
+    chained = pool.enqueue(IMAGE, ["sh", "-c", "exit 3"], after=[first.id], timeout=90, retries=2,
+                           retry_on=[3])
+    tabs = ro.get("/jobs?state=waiting").text
+    assert re.search(r'<span class="state waiting">waiting</span> 2</a>', tabs)
+    assert re.findall(r'data-job="([0-9a-f]+)"', tabs) == [later.id, chained.id]  # soonest due first
+    rows = dict(re.findall(r'data-job="([0-9a-f]+)".*?<td>([^<]*)</td></tr>', tabs, re.S))
+    assert re.fullmatch(r"until \S+Z \(in (59|60) min; delayed start\)", rows[later.id]), rows
+    assert rows[chained.id] == f"after {first.id}"
+    page = ro.get(f"/jobs/{chained.id}").text
+    waits = page.split('id="waiting"')[1].split("</div></div>")[0]
+    assert f"jobs {first.id} (queued): 0 of 1 succeeded" in waits
+    assert f'<a href="/jobs/{first.id}"><code>{first.id}</code></a>' in page.split('id="after"')[1]
+    assert "1 min 30 s per attempt" in page.split('id="timeout"')[1].split("</td>")[0]
+    retries = page.split('id="retries"')[1].split("</td>")[0]
+    assert "0 of 2 used; first delay 10 s, doubled per retry; on exit 3 or a timeout" in retries
+    assert "wait until" in ro.get(f"/jobs/{later.id}").text
+    overview = ro.get("/fragments/overview").text
+    card = re.sub(r"\s+", " ", overview.split('id="waiting-jobs"')[1].split("</div>")[0])
+    assert "2 waiting</a> ; the next due" in card and later.id[:12] in card
+    assert ro.get("/api/status").json()["waiting"] == {"count": 2, "next_job": later.id,
+                                                       "next_due_ms": pool.get(later.id).wait_until}
+    api = ro.get(f"/api/jobs/{chained.id}").json()
+    assert (api["state"], api["after"], api["spec"]["retry_on"]) == ("waiting", [first.id], [3])
+
+
+def test_a_waiting_job_is_paused_resumed_cancelled_and_retried_from_the_page(pool: Pool,
+                                                                              rw: TestClient) -> None:
+    pool.set_slots(0)
+    job = pool.enqueue(IMAGE, ["true"], not_before=pool.now_ms() / 1000 + 3600)
+    csrf = log_in(rw)
+    assert 'id="job-retry"' not in rw.get(f"/jobs/{job.id}").text  # only a failed or cancelled job
+    back = {"csrf": csrf, "next": f"/jobs/{job.id}"}
+    rw.post(f"/actions/jobs/{job.id}/pause", data=back)
+    assert pool.get(job.id).state is JobState.PAUSED
+    assert "resumed" in rw.post(f"/actions/jobs/{job.id}/resume", data=back).text
+    assert pool.get(job.id).state is JobState.WAITING
+    refused = rw.post(f"/actions/jobs/{job.id}/retry", data=back).text
+    assert f"refused: only a failed or cancelled job is retried; {job.id} is waiting" in refused
+    page = rw.post(f"/actions/jobs/{job.id}/cancel", data=back).text
+    assert f"cancelled {job.id}" in page and 'id="job-retry"' in page
+    assert pool.get(job.id).state is JobState.CANCELLED
+    page = rw.post(f"/actions/jobs/{job.id}/retry", data=back).text
+    assert f"retried {job.id} (queued)" in page
+    assert pool.get(job.id).state is JobState.QUEUED
+    last = pool.events(job.id)[-1]
+    assert (last["to"], last["reason"]) == ("queued", "retried") and last["actor"].startswith("dashboard:")
+    # Without the session's CSRF token, refused like every action.
+    pool.cancel(job.id)
+    assert rw.post(f"/actions/jobs/{job.id}/retry", data={"csrf": "forged"}).status_code == 403
+    assert pool.get(job.id).state is JobState.CANCELLED

@@ -167,6 +167,24 @@ def test_dashboard_in_a_real_browser(pool: Pool, spawn: Callable[..., JobpoolPro
     assert "pause requested" in text_of(browser, "flash") or "paused" in text_of(browser, "flash")
     sources.append(browser.page_source)
 
+    # ---- retry a failed job from its page: a new attempt, its history kept ---------------------------------
+    failing = pool.enqueue(IMAGE, ["sh", "-c", "exit 3"])
+    assert pool.wait(failing.id, timeout=60).state is JobState.FAILED
+    browser.get(f"{dashboard}/jobs/{failing.id}")
+    browser.find_element(By.ID, "job-retry").click()
+    eventually(lambda: "retried" in text_of(browser, "flash"), timeout=10, message="the retry said")
+    again = eventually(lambda: (j := pool.get(failing.id)).attempt == 2 and j.state is JobState.FAILED and j,
+                       timeout=60, message="the retried job's second attempt ends")
+    assert again.exit_code == 3
+    retried = [e for e in pool.events(failing.id) if e["reason"] == "retried"]
+    assert len(retried) == 1 and retried[0]["actor"].startswith("dashboard:")
+
+    # ---- a waiting job's page says what it waits for ---------------------------------------------------
+    later = pool.enqueue(IMAGE, ["true"], not_before=pool.now_ms() / 1000 + 3600)
+    browser.get(f"{dashboard}/jobs/{later.id}")
+    assert text_of(browser, "job-state") == "waiting" and "delayed start" in text_of(browser, "waiting")
+    pool.cancel(later.id)
+
     # ---- every page and JSON document: the secret nowhere ------------------------------------------------
     for path in ("/", "/jobs?state=succeeded", "/jobs?state=paused", "/events", f"/jobs/{job.id}",
                  f"/api/jobs/{job.id}", f"/api/jobs/{running.id}", "/api/jobs?state=paused", "/api/status",

@@ -98,7 +98,7 @@ def test_a_fleet_in_a_known_state_is_what_metrics_says(pool: Pool, spawn: Callab
     assert value(s, "jobpool_slots_max") == 2 and value(s, "jobpool_slots_used") == 1
     assert value(s, "jobpool_slots_unknown") == 0
     assert {st.value: value(s, "jobpool_jobs", state=st.value) for st in JobState} == {
-        "queued": 1, "running": 1, "paused": 0, "succeeded": 2, "failed": 1, "cancelled": 1}
+        "queued": 1, "waiting": 0, "running": 1, "paused": 0, "succeeded": 2, "failed": 1, "cancelled": 1}
     assert value(s, "jobpool_promotion_paused") == 1 and value(s, "jobpool_workers_live") == 2
     assert value(s, "jobpool_queue_oldest_age_seconds") > 0
     assert value(s, "jobpool_redis_reachable") == 1
@@ -128,6 +128,29 @@ def test_a_fleet_in_a_known_state_is_what_metrics_says(pool: Pool, spawn: Callab
     assert {k: v for k, v in s2.items() if k[0] == "jobpool_transitions_total"} == t
     assert value(s2, "jobpool_sweep_duration_seconds_count") >= sweeps
     assert value(s2, "jobpool_jobs", state="queued") == 1 and pool.get(waiting.id).state == JobState.QUEUED
+
+
+def test_waiting_jobs_are_a_state_of_the_jobs_gauge(pool: Pool, spawn: Callable[..., JobpoolProcess],
+                                                    docker_host: str) -> None:
+    """Jobs held by time or by the jobs they wait for are `jobpool_jobs{state="waiting"}` (they hold no slot);
+    once the job one waits for is cancelled, the supervisor's timer cancels it too (dependency_failed), and
+    the gauge and the transitions say so."""
+    pool.set_slots(0)
+    first = pool.enqueue(IMAGE, ["true"])
+    pool.enqueue(IMAGE, ["true"], not_before=pool.now_ms() / 1000 + 3600)
+    dependent = pool.enqueue(IMAGE, ["true"], after=[first.id])
+    port = free_port()
+    start_supervisor(spawn, port)
+    s = scrape(port)[1]
+    assert value(s, "jobpool_jobs", state="waiting") == 2 and value(s, "jobpool_jobs", state="queued") == 1
+    assert value(s, "jobpool_slots_used") == 0
+    assert value(s, "jobpool_transitions_total", to="waiting", reason="enqueued") == 2
+    pool.cancel(first.id)
+    eventually(lambda: pool.get(dependent.id).state is JobState.CANCELLED, timeout=30,
+               message="the dependent cancelled by the supervisor's timer")
+    s = scrape(port)[1]
+    assert value(s, "jobpool_jobs", state="waiting") == 1 and value(s, "jobpool_jobs", state="cancelled") == 2
+    assert value(s, "jobpool_transitions_total", to="cancelled", reason="dependency_failed") == 1
 
 
 def test_probe_results_recoveries_and_unknown_slots(pool_env: dict[str, str],

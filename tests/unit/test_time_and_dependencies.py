@@ -345,3 +345,18 @@ def test_only_a_failed_or_cancelled_job_is_retried(backend: Backend, state: str)
         run_to_end(pool, job.id, 0)
     with pytest.raises(errors.InvalidState):
         pool.retry(job.id)
+
+
+def test_a_missing_job_in_a_later_batch_refuses_the_whole_call_before_anything_is_sent(
+        backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    a = enqueue(pool)
+    before = backend.keyspace()
+    items = [{"image": "i", "command": [str(i)], "after": [a.id]} for i in range(5)]
+    items.append({"image": "i", "command": ["x"], "after": [a.id, "e" * 32]})
+    with pytest.raises(errors.InvalidSpec, match=r"e{32}, which does not exist") as refused:
+        pool.enqueue_many(items, batch_size=2)
+    assert refused.value.index == 5
+    assert backend.keyspace() == before
+    with pytest.raises(errors.InvalidSpec, match="the first item has none"):
+        pool.enqueue_many([{"image": "i", "command": ["x"], "after_index": [0]}])
