@@ -42,9 +42,10 @@ ADOPT_RQ_ID = re.compile(r"jobpool-adopt-([0-9A-Za-z]+)-[0-9]+-[0-9a-f]+")
 class EventLog(threading.Thread):
     """Every event of the pool's stream, read live (every 0.1 s) with its own connection."""
 
-    def __init__(self, url: str, keys: PoolKeys) -> None:
+    def __init__(self, url: str, keys: PoolKeys, client: redis.Redis | None = None) -> None:
+        """Reads through a connection of its own to `url`, or through `client` (a text client) when given."""
         super().__init__(daemon=True)
-        self.client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=5)
+        self.client = client or redis.Redis.from_url(url, decode_responses=True, socket_timeout=5)
         self.key = keys.events
         self.events: list[dict[str, str]] = []
         #: The state each job's last event left it in, and that event's reason (a failure's error_reason).
