@@ -23,12 +23,13 @@ from .errors import (
 from .fleet.daemonmark import forget_collision
 from .fleet.gone import forget_daemon, gone_daemons, unforget_daemon
 from .models import Job, JobState
+from .schedules import Schedule
 from .spec import JobSpec
 
 __all__ = [
     # the API
     "Pool", "Job", "JobSpec", "JobState", "Settings", "forget_daemon", "gone_daemons", "unforget_daemon",
-    "forget_collision",
+    "forget_collision", "Schedule",
     # errors
     "JobpoolError", "ConfigError", "InvalidSpec", "InvalidArgument", "NotFound", "InvalidState",
     "NotOwner", "Conflict", "AlreadyExists", "CorruptRow", "RedisUnavailable", "NotReplicated",

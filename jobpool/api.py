@@ -22,13 +22,14 @@ from typing import Any
 
 import redis
 
-from . import errors, logtail, retention, submit, waiting
+from . import errors, logtail, retention, schedules, submit, waiting
 from . import events as event_stream
 from .browse import Browsing
 from .config import Settings
 from .contract import EVENT_TEXT_MAX_BYTES, LIMIT_NAME_MAX_CHARS, MAX_LIMIT, MAX_SLOTS
 from .models import TERMINAL, Job, JobState
 from .retention import PruneReport
+from .schedules import Schedule
 from .spec import LIMIT_NAME, utf8_size
 from .status import Health, StatusReport, read_status
 from .store.calls import Store
@@ -148,6 +149,36 @@ class Pool(Browsing):
         """
         self._check_count("batch_size", batch_size, MAX_BATCH_SIZE)
         return submit.enqueue_many(self, specs, batch_size)
+
+    # ---- schedules (jobpool/schedules.py; docs/architecture.md, "Schedules") -----------------------------
+
+    def add_schedule(self, name: str, *, cron: str | None = None, every: float | None = None, tz: str = "UTC",
+                     misfire: str = "once", overlap: str = "skip", replace: bool = False,
+                     **job: Any) -> Schedule:
+        """Make a job at each tick of cron expression `cron` in time zone `tz`, or every `every` seconds (on
+        multiples of it since the epoch); `job` holds `enqueue`'s arguments (image, command, env, the spec's
+        fields), checked as enqueue checks them, but no not_before, after or coalesce. The first tick is the
+        first after now. The supervisors fire each tick once; `misfire` says what ticks missed while none
+        ran do ('once': the latest fires; 'skip': none), `overlap` what a tick does while the last job still
+        waits or runs ('skip': nothing; 'queue': a job). A name that exists is `AlreadyExists` unless
+        `replace` (it keeps its last tick, last job and pause)."""
+        return schedules.add(self, name, job, cron, every, tz, misfire, overlap, replace)
+
+    def schedules(self) -> builtins.list[Schedule]:
+        """Every schedule, by name, with its last fire (tick and job) and its next."""
+        return schedules.list_schedules(self.store)
+
+    def remove_schedule(self, name: str) -> None:
+        """Remove a schedule; the jobs it made stay (`NotFound` when there is none)."""
+        schedules.remove(self.store, name, self.actor)
+
+    def pause_schedule(self, name: str) -> Schedule:
+        """Stop a schedule firing until resumed; the ticks of its pause never fire."""
+        return schedules.set_paused(self.store, name, True, self.actor)
+
+    def resume_schedule(self, name: str) -> Schedule:
+        """Fire a paused schedule again, from its first tick after now."""
+        return schedules.set_paused(self.store, name, False, self.actor)
 
     def promote(self) -> int:
         """Promote queued jobs into free slots now (the supervisor also does this every sweep)."""

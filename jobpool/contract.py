@@ -156,6 +156,7 @@ METRIC_REASONS = (
     "exit_0", "exit_code_nonzero", "shutdown_handback", "pause_withdrawn_handback", REASON_OOM_KILLED,
     REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, REASON_HOST_REBOOTED, "launch_failed", "host_fault",
     "bad_spec", "retry", "wait_over", REASON_DEPENDENCY_FAILED, REASON_TIMEOUT, "retried", "schedule_skipped",
+    "schedule_set", "schedule_removed", "schedule_paused", "schedule_resumed",
     "evicted", "stale_evicted",
     "orphan_reconciled_no_container", "orphan_reconciled_dead_pid", "orphan_reconciled_never_started",
     "container_exited", "lost_dispatch", "stop_routed", "remote_stopped", "remote_stop_failed",

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .config import Settings
     from .models import Job, JobState
     from .retention import PruneReport
+    from .schedules import Schedule
     from .status import StatusReport
     from .store.calls import Store
     from .store.orderreads import LimitUse
@@ -80,3 +81,15 @@ class PoolOperations(Protocol):
     def limits(self) -> builtins.list[LimitUse]: ...
 
     def why_waiting(self, job_id: str) -> builtins.list[str]: ...
+
+    def add_schedule(self, name: str, *, cron: str | None = None, every: float | None = None, tz: str = "UTC",
+                     misfire: str = "once", overlap: str = "skip", replace: bool = False,
+                     **job: Any) -> Schedule: ...
+
+    def schedules(self) -> builtins.list[Schedule]: ...
+
+    def remove_schedule(self, name: str) -> None: ...
+
+    def pause_schedule(self, name: str) -> Schedule: ...
+
+    def resume_schedule(self, name: str) -> Schedule: ...

@@ -9,10 +9,10 @@ With ``--json`` each command prints exactly one JSON document on stdout (`events
 
 from __future__ import annotations
 
-from . import jobs, pool, process
+from . import jobs, pool, process, schedules
 from .app import cli
 
-for _module in (jobs, pool, process):
+for _module in (jobs, pool, process, schedules):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

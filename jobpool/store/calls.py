@@ -43,6 +43,7 @@ from .replies import (
     SlotsSet,
 )
 from .runner import SCRIPT_NAMES, Scripts, call_redis
+from .schedulereads import ScheduleReads
 from .statusreads import StatusReads
 from .sweepio import SweepIO
 from .threadclients import ThreadClients
@@ -89,7 +90,7 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
+class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, ScheduleReads):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
@@ -202,6 +203,31 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO):
         cancelled, and left waiting."""
         reply = self.run("release_waiting", [self.keys.job(j) for j in job_ids], [actor, *job_ids])
         return int(reply[1]), int(reply[2]), int(reply[3])
+
+    # ---- schedules (jobpool/schedules.py) ---------------------------------------------------------------
+
+    def schedule_set(self, name: str, definition: str, now_ms: int, next_ms: int, replace: bool,
+                     actor: str) -> bool:
+        """Add schedule `name`, or with `replace` replace its definition (scripts/schedule_set.lua); True when
+        one was replaced. `AlreadyExists` when it exists and not `replace`."""
+        reply = self.run("schedule_set", [],
+                         [name, definition, now_ms, next_ms, "1" if replace else "0", actor])
+        return bool(int(reply[1]))
+
+    def schedule_remove(self, name: str, actor: str) -> None:
+        """Remove schedule `name` (scripts/schedule_remove.lua); `NotFound` when there is none."""
+        self.run("schedule_remove", [], [name, actor])
+
+    def schedule_pause(self, name: str, pause: bool, actor: str) -> bool:
+        """Pause or resume schedule `name` (scripts/schedule_pause.lua); False when it was so already."""
+        return bool(int(self.run("schedule_pause", [], [name, "1" if pause else "0", actor])[1]))
+
+    def schedule_skip(self, name: str, seen: str, tick_ms: int | None, next_ms: int, why: str,
+                      actor: str) -> None:
+        """Record `tick_ms` of schedule `name` as skipped, or with None only set its next tick, if its
+        watermark is still `seen` (as read; '' for none) (scripts/schedule_skip.lua): `AlreadyExists` when
+        it moved, `InvalidState` when it is paused, `NotFound` when it is gone."""
+        self.run("schedule_skip", [], [name, seen, "" if tick_ms is None else tick_ms, next_ms, why, actor])
 
     def cancel(self, job_id: str, reason: str, actor: str) -> Cancelled:
         reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),

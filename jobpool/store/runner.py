@@ -45,7 +45,7 @@ SCRIPT_NAMES = (
     "reconcile_apply", "drop_ghost", "prune", "inventory_lead", "publish_inventory",
     "push_command", "take_commands", "command_done", "forget_daemon", "unforget_daemon",
     "daemon_mark", "daemon_unmark", "give_back", "forget_collision", "limit", "time_out", "release_waiting",
-    "retry_job",
+    "retry_job", "schedule_set", "schedule_remove", "schedule_pause", "schedule_skip",
 )
 
 #: The one table from script status codes to exceptions (codes are documented in scripts/_lib.lua).

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from .. import errors
 from ..config import Settings
+from ..schedules import fire_due
 from ..store.calls import Store
 
 log = logging.getLogger("jobpool.supervisor")
@@ -49,7 +50,7 @@ class Timers:
     def __init__(self, store: Store, actor: str,
                  jobs: list[Callable[[Store, str], object]] | None = None) -> None:
         self.store, self.actor, self.stop = store, actor, threading.Event()
-        self.jobs = jobs if jobs is not None else [release_due]
+        self.jobs = jobs if jobs is not None else [release_due, fire_due]
         self.thread = threading.Thread(target=self.run, name="jobpool-timers", daemon=True)
         self._started = False
 
