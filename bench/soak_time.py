@@ -39,6 +39,7 @@ never among them) and counts the zeros:
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import time
@@ -50,7 +51,7 @@ from typing import Any
 from bench.soak_fleet import IMAGE
 from bench.soak_order import JobMix
 from jobpool import Pool
-from jobpool.errors import InvalidSpec
+from jobpool.errors import InvalidSpec, NotFound
 
 #: The soak's schedule: a short plain job every `SCHEDULE_EVERY` seconds (overlap "skip", the default: no
 #: new job while its last still waits or runs).
@@ -193,18 +194,17 @@ class TimeMix:
         return ids
 
 
-def start_schedule(pool: Pool) -> str | None:
-    """The soak's schedule, added (its name), or None while the pool has no schedules API."""
-    add = getattr(pool, "add_schedule", None)
-    if add is None:
-        return None
-    add(SCHEDULE, every=SCHEDULE_EVERY, image=IMAGE, command=SCHEDULED_COMMAND)
+def start_schedule(pool: Pool) -> str:
+    """Add the soak's schedule; returns its name."""
+    pool.add_schedule(SCHEDULE, every=SCHEDULE_EVERY, image=IMAGE, command=SCHEDULED_COMMAND)
     return SCHEDULE
 
 
 def stop_schedule(pool: Pool, name: str) -> None:
-    """No tick fires after this returns (a fire in flight has landed or will find the schedule gone)."""
-    pool.remove_schedule(name)  # type: ignore[attr-defined]
+    """Remove the schedule: no tick fires after this returns (a fire in flight landed before, or finds it
+    gone). One gone already (its removal's reply lost) is removed."""
+    with contextlib.suppress(NotFound):
+        pool.remove_schedule(name)
 
 
 @dataclass

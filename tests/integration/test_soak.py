@@ -32,7 +32,8 @@ def assert_the_zeros(figures: Figures, jobs: int) -> None:
     t = figures.time  # bench/soak_time.py: dependents, schedule ticks, delayed starts, retries
     assert not (t.dependents_early or t.dependency_cancels_wrong or t.ticks_twice or t.delayed_early
                 or t.retry_breaches), (figures.line(), t.lines())
-    assert t.met["released"] and t.met["retried_by_policy"], "jobs waited and were retried"
+    assert t.met["released"] and t.met["retried_by_policy"] and t.met["fired"], \
+        "jobs waited, were retried, and the schedule fired"
     assert figures.jobs >= jobs and sum(figures.outcomes.values()) == figures.jobs
 
 

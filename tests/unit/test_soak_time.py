@@ -10,6 +10,7 @@ import random
 import time
 
 from bench.soak import Figures
+from bench.soak_fleet import IMAGE
 from bench.soak_order import LIMITS, JobMix
 from bench.soak_report import check_transitions
 from bench.soak_time import (
@@ -20,7 +21,8 @@ from bench.soak_time import (
     fails_as,
     judge_time,
 )
-from jobpool import JobState
+from bench.soak_watch import EventLog
+from jobpool import JobState, schedules
 from tests.support.pool_helpers import Backend
 
 
@@ -320,3 +322,23 @@ def test_the_time_mix_is_the_seeds_and_a_pool_takes_every_draw_as_built(backend:
             assert job.state is JobState.WAITING
     assert any(b.kind == "failing_link" for b in first.built.values())
     assert any(len(b.after) > 1 for b in first.built.values()), "a fan-in"
+
+
+# ---- the jobs a schedule fired, found in the stream --------------------------------------------------------
+
+
+def test_the_event_log_finds_each_job_a_schedule_fired_with_its_tick(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)  # nothing starts; overlap 'queue' fires each tick all the same
+    log = EventLog("", pool.keys, client=backend.client)
+    mine = pool.enqueue(IMAGE, ["true"]).id
+    pool.add_schedule("every-second", every=1, overlap="queue", image=IMAGE, command=["true"])
+    made = 0
+    deadline = time.monotonic() + 10
+    while made < 2 and time.monotonic() < deadline:
+        made += schedules.fire_due(pool.store, "test")
+        time.sleep(0.05)
+    log.read()
+    rows = {j.id: (j.schedule, str(j.tick)) for j in pool.list(JobState.QUEUED, limit=10) if j.schedule}
+    assert made >= 2 and log.fired == rows and mine not in log.fired and not log.unread
+    assert len(set(log.fired.values())) == len(log.fired)
+    assert zeros(judge_time(log.events, {mine: PLAIN}, log.fired)) == (0, 0, 0, 0, 0)
