@@ -53,11 +53,13 @@ from bench.soak_order import JobMix
 from jobpool import Pool
 from jobpool.errors import InvalidSpec, NotFound
 
-#: The soak's schedule: a short plain job every `SCHEDULE_EVERY` seconds (overlap "skip", the default: no
-#: new job while its last still waits or runs).
+#: The soak's schedule: a short job every `SCHEDULE_EVERY` seconds (overlap "skip", the default: no new job
+#: while its last still waits or runs), at the top priority, so it does not wait behind the whole feed and
+#: most ticks fire rather than skip.
 SCHEDULE = "soak-tick"
 SCHEDULE_EVERY = 3
 SCHEDULED_COMMAND = ["sh", "-c", "sleep 0.5"]
+SCHEDULE_PRIORITY = 10
 #: How often each kind is drawn, per job the soak feeds (a pipeline is 2 to 4 jobs); the rest are plain.
 KINDS = (("timeout", 0.07), ("retry_fail", 0.05), ("retry_flaky", 0.05), ("not_retried", 0.03),
          ("delayed", 0.08), ("pipeline", 0.12))
@@ -196,7 +198,8 @@ class TimeMix:
 
 def start_schedule(pool: Pool) -> str:
     """Add the soak's schedule; returns its name."""
-    pool.add_schedule(SCHEDULE, every=SCHEDULE_EVERY, image=IMAGE, command=SCHEDULED_COMMAND)
+    pool.add_schedule(SCHEDULE, every=SCHEDULE_EVERY, image=IMAGE, command=SCHEDULED_COMMAND,
+                      priority=SCHEDULE_PRIORITY)
     return SCHEDULE
 
 
