@@ -799,7 +799,10 @@ end
 local function judge_hold(jkey, id, from, actor, now, reason)
   local hold, detail = hold_of(jkey, id, now)
   if hold == 'cancel' then
-    local was = redis.call('ZSCORE', KEYS[K_FAILED], detail) and 'failed' or 'cancelled'
+    -- As that job is now: it may have been retried since it failed, which changes nothing for this one.
+    local was = 'failed or was cancelled, and was retried since'
+    if redis.call('ZSCORE', KEYS[K_FAILED], detail) then was = 'failed'
+    elseif redis.call('ZSCORE', KEYS[K_CANCELLED], detail) then was = 'cancelled' end
     set_state(jkey, id, from, 'cancelled', now)
     redis.call('HSET', jkey, 'finished_at', now, 'error_reason', REASON_DEPENDENCY_FAILED)
     event(jkey, id, from, 'cancelled', REASON_DEPENDENCY_FAILED, 'job ' .. detail .. ' ' .. was, actor, now)
@@ -813,9 +816,16 @@ local function judge_hold(jkey, id, from, actor, now, reason)
     end
     return 'waiting'
   end
-  if from == 'waiting' or not redis.call('HGET', jkey, 'order') then take_turn(jkey) end
+  local at = from
+  if from == 'paused' and not redis.call('HGET', jkey, 'order') then
+    -- Paused while it waited: it has no place in the queue, so fair share never counted it. It joins the
+    -- queue as a waiting job does (set_state counts it then); its event still says it was paused.
+    set_state(jkey, id, 'paused', 'waiting', now)
+    at = 'waiting'
+  end
+  if at == 'waiting' or not redis.call('HGET', jkey, 'order') then take_turn(jkey) end
   redis.call('HDEL', jkey, 'wait_until', 'wait_reason')
-  set_state(jkey, id, from, 'queued', now)
+  set_state(jkey, id, at, 'queued', now)
   add_coalesce(jkey, id)
   event(jkey, id, from, 'queued', reason, '', actor, now)
   return 'queued'
@@ -969,9 +979,10 @@ local function retry_of(jkey, reason, now)
 end
 
 -- Release a running job's slots and units into state `to`, or `waiting` when `to` is a failure its spec
--- retries (`retry_of`); returns the state it is in after. A job handed back to `queued` keeps its order,
--- so it returns to its original place; a paused job keeps it too, for when it is resumed.
-local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now)
+-- retries (`retry_of`) and the caller did not say `final` (an eviction, a crash: never retried, whatever
+-- words their reason holds); returns the state it is in after. A job handed back to `queued` keeps its
+-- order, so it returns to its original place; a paused job keeps it too, for when it is resumed.
+local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now, final)
   -- What it holds is given back only if it holds a slot (a row that says running but is not in `running`
   -- gives nothing back twice), and first: a pool from before weights counts its slots from `running`.
   if redis.call('ZSCORE', KEYS[K_RUNNING], id) then release_hold(id) end
@@ -980,7 +991,7 @@ local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now
   redis.call('HSET', jkey, 'owner_boot', '', 'pause_requested', '0', 'cancel_requested', '0')
   local score = now
   local retry, due
-  if to == 'failed' then retry, due = retry_of(jkey, reason, now) end
+  if to == 'failed' and not final then retry, due = retry_of(jkey, reason, now) end
   redis.call('HSET', jkey, 'error_reason', to == 'succeeded' and '' or reason)
   if retry then
     -- Waits for its delay, then takes a new turn in the queue (judge_hold) as a new attempt; its checkpoint

@@ -11,7 +11,8 @@ Returns {0, dropped 0|1, promoted, why_stopped}; -4 when the row is a hash again
 Free the slot of a running id that has no row: its key is missing or not a hash, so nothing can ever end
 it and it would hold its slot for ever. The supervisor calls this only after a probe by label found no
 container of the job; the id leaves `running`, its lease and any undelivered RQ entry go, and what it held
-(its slots and named limit units: `holds`, kept apart from the row) is promoted at once. An id no longer in `running` is left alone (dropped 0).
+(its slots and named limit units: `holds`, kept apart from the row) is promoted at once; the jobs waiting for
+it are due, to be cancelled. An id no longer in `running` is left alone (dropped 0).
 ]]
 local jkey, lkey = KEYS[1], KEYS[2]
 local id, evidence, actor = ARGV[1], ARGV[2], ARGV[3]
@@ -24,5 +25,7 @@ redis.call('ZREM', KEYS[K_RUNNING], id)
 redis.call('DEL', lkey)
 redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
 event(nil, id, 'running', '', 'dropped_ghost', evidence, actor, now)
+-- It will never succeed: the jobs waiting for it are due now, and are cancelled.
+tell_dependents(id, 'cancelled', now)
 local promoted, why = promote_candidates(3, actor, now)
 return {0, 1, promoted, why}

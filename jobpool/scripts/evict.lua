@@ -22,6 +22,6 @@ if row[1] ~= 'running' then return {E_INVALID_STATE, row[1]} end
 if row[2] ~= attempt then return {E_CONFLICT, row[2]} end
 if daemon ~= '' and row[3] ~= daemon then return {E_CONFLICT, 'daemon ' .. tostring(row[3] or '')} end
 local now = now_ms()
-end_running(jkey, lkey, id, 'failed', reason, evidence, actor, now)
+end_running(jkey, lkey, id, 'failed', reason, evidence, actor, now, true)  -- an eviction is never retried
 local promoted, why = promote_candidates(3, actor, now)
 return {0, 'failed', promoted, why}

@@ -69,7 +69,7 @@ if EXIT_CAUSE[verdict] and tonumber(code) and not (verdict == 'crashed' and (rea
   end
   redis.call('HSET', jkey, 'exit_code', code)
   if verdict == 'exited' then note_affinity(jkey, to) end  -- its own exit: its checkpoint is on its daemon
-  end_running(jkey, lkey, id, to, why, evidence, actor, now)
+  to = end_running(jkey, lkey, id, to, why, evidence, actor, now)
 elseif verdict == 'absent' then
   if redis.call('HGET', jkey, 'cancel_requested') == '1' then
     to, reason = 'cancelled', 'cancel_requested'
@@ -82,7 +82,7 @@ elseif verdict == 'absent' then
   else
     to = 'failed'
   end
-  end_running(jkey, lkey, id, to, reason, evidence, actor, now)
+  end_running(jkey, lkey, id, to, reason, evidence, actor, now, true)  -- a crash is never retried
 elseif verdict == 'redispatch' and owner == '' then
   local route = redis.call('HGET', jkey, 'affinity_queue')
   if not route or route == '' then route = KEYS[K_RQ_QUEUE] end

@@ -10,19 +10,26 @@ The waiting jobs that are due (their time came, or a job they wait for ended): e
 for failed or was cancelled (its own dependents are then due: the next call cancels them, one link per
 step), or left waiting, scored by when to look again. A job no longer in `waiting` (released by another
 supervisor, paused, cancelled) is left alone, so a stale read or a call sent twice changes nothing twice. A
-row that is gone or says another state leaves the index. The caller promotes afterwards (Store.promote_all).
+row that is gone or says another state leaves the index; when it is gone, the jobs waiting for it are cancelled in turn
+(what it waited for is on its row: its own entries in `dependents` stay, so those jobs are kept from
+retention). The caller promotes afterwards (Store.promote_all).
 ]]
 local actor = ARGV[1]
 if NARGV - 1 ~= NKEYS then return {E_BAD_ARG, 'keys'} end
 local now = now_ms()
 local counts = {queued = 0, cancelled = 0, waiting = 0}
+for i = 1, NKEYS do  -- every key checked before the first job is judged: a refusal writes nothing
+  if not is_row_key(KEYS[i], ARGV[1 + i]) then return {E_BAD_ARG, 'keys of ' .. ARGV[1 + i]} end
+end
 for i = 1, NKEYS do
   local id, jkey = ARGV[1 + i], KEYS[i]
-  if not is_row_key(jkey, id) then return {E_BAD_ARG, 'keys of ' .. id} end
   if redis.call('ZSCORE', KEYS[K_WAITING], id) then
     if key_type(jkey) ~= 'hash' or redis.call('HGET', jkey, 'state') ~= 'waiting' then
       redis.call('ZREM', KEYS[K_WAITING], id)
       event(nil, id, 'waiting', '', 'dropped_corrupt_row', 'its row is gone or not waiting', actor, now)
+      -- A row that is gone will never succeed: those waiting for it are cancelled. One in another state is
+      -- still that job, which may.
+      if key_type(jkey) == 'none' then tell_dependents(id, 'cancelled', now) end
     else
       local to = judge_hold(jkey, id, 'waiting', actor, now, 'wait_over')
       counts[to] = counts[to] + 1

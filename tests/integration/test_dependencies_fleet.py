@@ -40,9 +40,9 @@ def ended(host: str, pool: Pool, since: float) -> dict[str, int]:
 
 def test_a_pipeline_runs_in_order_and_a_failed_link_cancels_the_rest(
         pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str) -> None:
-    """Two chains of three in one call: every dependent starts only after its dependency's container ended
-    and the row said succeeded; in the chain whose first job exits 3 the other two never start and end
-    cancelled, `dependency_failed` naming the link before."""
+    """Two chains in one call: in the first, every dependent starts only after its dependency's container
+    ended; in the second, whose first job exits 3, the chain of three after it never starts and ends
+    cancelled, each `dependency_failed` naming the link before."""
     pool.set_slots(4)
     since = time.time() - 1
     spawn("jobpool.cli", ("supervisor",))
@@ -53,15 +53,16 @@ def test_a_pipeline_runs_in_order_and_a_failed_link_cancels_the_rest(
              {"image": IMAGE, "command": ["true"], "after_index": [1]},
              {"image": IMAGE, "command": ["sh", "-c", "exit 3"]},
              {"image": IMAGE, "command": ["true"], "after_index": [3]},
-             {"image": IMAGE, "command": ["true"], "after_index": [4]}]
+             {"image": IMAGE, "command": ["true"], "after_index": [4]},
+             {"image": IMAGE, "command": ["true"], "after_index": [5]}]
     jobs = pool.enqueue_many(items)
     ok, bad = jobs[:3], jobs[3:]
     for job in jobs:
         pool.wait(job.id, timeout=60)
     assert [pool.get(j.id).state for j in ok] == [JobState.SUCCEEDED] * 3
-    first, second, third = (pool.get(j.id) for j in bad)
+    first, *chain = (pool.get(j.id) for j in bad)
     assert (first.state, first.error_reason) == (JobState.FAILED, "exit_code_3")
-    for job, dep in ((second, first), (third, second)):
+    for job, dep in zip(chain, [first, *chain], strict=False):
         assert (job.state, job.error_reason) == (JobState.CANCELLED, "dependency_failed")
         assert pool.events(job.id)[-1]["evidence"].startswith(f"job {dep.id} ")
         assert job.attempt == 0

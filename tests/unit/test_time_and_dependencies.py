@@ -360,3 +360,18 @@ def test_a_missing_job_in_a_later_batch_refuses_the_whole_call_before_anything_i
     assert backend.keyspace() == before
     with pytest.raises(errors.InvalidSpec, match="the first item has none"):
         pool.enqueue_many([{"image": "i", "command": ["x"], "after_index": [0]}])
+
+
+def test_a_job_whose_row_is_gone_cancels_the_jobs_waiting_for_it(backend: Backend) -> None:
+    """A row deleted by hand (nothing of jobpool's does it) leaves no dependent waiting for ever: a running
+    ghost dropped by the supervisor, or a waiting one found gone by the release step, makes its dependents
+    due, and they are cancelled."""
+    pool = backend.pool(max_concurrent_jobs=1)
+    running, held = enqueue(pool, "a"), enqueue(pool, "b", not_before=time.time() + 3600)
+    after_running, after_held = enqueue(pool, after=[running.id]), enqueue(pool, after=[held.id])
+    backend.client.delete(pool.keys.job(running.id), pool.keys.job(held.id))
+    assert pool.store.drop_ghost(running.id, "no container", "test").dropped
+    backend.client.zadd(pool.keys.waiting, {held.id: 0})  # due now
+    release(pool)
+    for job in (after_running, after_held):
+        assert (state_of(pool, job.id), pool.get(job.id).error_reason) == ("cancelled", "dependency_failed")
