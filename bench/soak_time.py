@@ -30,7 +30,7 @@ never among them) and counts the zeros:
 - `dependents_early`: a job queued or promoted while one of the jobs it waits for had not succeeded yet (a
   dependent whose dependency failed or was cancelled is never queued: its dependency has no success before);
 - `dependency_cancels_wrong`: a job cancelled with `dependency_failed` naming a job it does not wait for, or
-  one that had not failed or been cancelled;
+  one that had not failed, been cancelled or lost its row before (a person may have retried it since);
 - `ticks_twice`: two jobs fired for one tick of one schedule;
 - `delayed_early`: a job queued or promoted before its `not_before` (by the server's clock in the event);
 - `retry_breaches`: a retry after a failure the job's spec does not retry (a crash's, an exit outside
@@ -66,7 +66,7 @@ KINDS = (("timeout", 0.07), ("retry_fail", 0.05), ("retry_flaky", 0.05), ("not_r
 #: The reasons a plain job of the soak may fail with as built (bench/soak.py `job_command`: exit 3).
 PLAIN_FAILS = frozenset({"exit_code_3"})
 RETRY_EVIDENCE = re.compile(r"^retry (\d+) of (\d+) in -?\d+ s after (\S+?)(?:;|$)")
-DEPENDENCY_EVIDENCE = re.compile(r"^job (\S+) (failed|cancelled)$")
+DEPENDENCY_EVIDENCE = re.compile(r"^job (\S+) ")
 
 
 @dataclass(frozen=True)
@@ -262,6 +262,9 @@ class _TimeJudge:
         self.verdict = TimeVerdict()
         self.state: dict[str, str] = {}
         self.succeeded: set[str] = set()
+        #: Jobs that ended failed or cancelled, or whose row was dropped, at some time before (a person may
+        #: have retried them since).
+        self.ended_badly: set[str] = set()
         #: Retries by its spec since the job was enqueued or a person retried it.
         self.retries: Counter[str] = Counter()
         self.user_retried: set[str] = set()
@@ -276,6 +279,8 @@ class _TimeJudge:
             self.judge(e, job, self.built.get(job, PLAIN))
         if to == "succeeded":
             self.succeeded.add(job)
+        if to in ("failed", "cancelled") or (e.get("from") and not to):
+            self.ended_badly.add(job)
         if to:
             self.state[job] = to
 
@@ -298,7 +303,7 @@ class _TimeJudge:
         if to == "cancelled" and reason == "dependency_failed":
             m = DEPENDENCY_EVIDENCE.match(e.get("evidence", ""))
             dep = m.group(1) if m else ""
-            if dep not in b.after or self.state.get(dep) not in ("failed", "cancelled"):
+            if dep not in b.after or dep not in self.ended_badly:
                 self.breach(v.dependency_cancels_wrong, job,
                             f"{where}: {e.get('evidence')!r}, that job {self.state.get(dep) or 'unseen'}; "
                             f"it waits for {list(b.after)}")

@@ -184,6 +184,13 @@ def test_a_dependency_cancel_that_names_a_job_it_does_not_wait_for_or_one_not_en
     stranger("b", "waiting", "cancelled", "dependency_failed", "job x failed")
     early("b", "waiting", "cancelled", "dependency_failed", "job a failed")  # a still queued
     assert zeros(judge_time(good.events, built, {})) == (0, 0, 0, 0, 0)
+    # a failed, and a person retried it before the release step cancelled b: that cancel is right too.
+    retried = Stream()
+    retried.events, retried.at = [dict(e) for e in stranger.events[:-1]], stranger.at
+    retried("a", "failed", "queued", "retried")
+    retried("b", "waiting", "cancelled", "dependency_failed",
+            "job a failed or was cancelled, and was retried since")
+    assert zeros(judge_time(retried.events, built, {})) == (0, 0, 0, 0, 0)
     for s in (stranger, early):
         v = judge_time(s.events, built, {})
         assert zeros(v) == (0, 1, 0, 0, 0), v.lines()
