@@ -7,7 +7,8 @@ faults on a seeded schedule.
 
 Faults: SIGKILL a worker (and its forked horse), SIGTERM a worker (drain), kill and restart a supervisor,
 stop and restart a dockerd, kill -9 and restart redis-server (AOF, fsync always), cancel and pause/resume
-random jobs; and the faults that reach the holes closed most recently:
+random jobs, a person's `Pool.retry` of a failed or cancelled one; and the faults that reach the holes closed
+most recently:
 
 - `shared_id_daemon`: the fleet runs on two daemons that report one Docker ID; a worker on daemon 2 is
   SIGKILLed (with its horse) while jobs run there, and restarted. Each daemon has its own supervisor.
@@ -56,7 +57,11 @@ zeros: lost jobs, instants over the slot limit (the running containers' job weig
 summed), instants over a named limit (a name's units summed over the running containers of the jobs using
 it), jobs with two live containers at once (on one daemon or across the two), jobs stuck non-terminal, and
 illegal transitions in the events stream (read live: see bench/soak_watch.py), events the stream dropped
-before they were read, and rows that retention removed but no prune event accounts for.
+before they were read, and rows that retention removed but no prune event accounts for; and those of time
+and dependencies (bench/soak_time.py): no dependent queued or started before every job it waits for
+succeeded (one whose dependency failed or was cancelled never is), no dependent cancelled for a job that did
+not fail, no schedule tick that fired two jobs, no delayed job queued before its start time, no retry its
+spec does not make.
 
 The job mix has order and limits in it (docs/architecture.md, "Order and limits"; bench/soak_order.py): the
 limits `gpu` = 2 and `dataset:*` = 1 are set before the first job is fed, and each job's priority, weight
@@ -65,6 +70,18 @@ group are drawn from a generator of the seed's own, so a seed gives the same mix
 the reservation (JOBPOOL_RESERVE_AFTER_SECS), so reservations are taken and given back under the faults too.
 The line shows the mix (`mix=`) and the most each limit was seen holding at one instant (`peaks=`: the
 slots by weight, each named limit's busiest name), which shows the limits were met and not only never passed.
+
+It has time and dependencies in it too (docs/architecture.md, "Time and dependencies"; bench/soak_time.py):
+about one job in four is built to time out (some with a retry), to fail and be retried (some only on one exit
+code, some failing once and then passing), to fail with an exit its retries leave out, or to start a few
+seconds later; about one draw in eight is a pipeline of 2 to 4 jobs in one `enqueue_many` call
+(`after_index`), a third of them with a link built to fail, whose dependents must be cancelled. A schedule
+fires a short job every few seconds from the first job fed until the last; its jobs are judged with the
+others. The line gives
+each zero, `timeouts_unenforced` (jobs built to time out that succeeded: a figure, not a zero), the draws by
+kind (`time_mix=`) and what the jobs met (`time_met=`: attempts timed out, retries by a spec and by a person,
+jobs released from waiting, dependents cancelled, ticks fired and skipped). A job that fails as it was built
+to (its time limit, its retries' exit code) is not a fault charged to it.
 
 `--keep N` runs it as a long-lived pool: every process keeps only the newest N finished jobs of each state
 (JOBPOOL_KEEP_*) and the event stream is capped small (`--events-maxlen`, JOBPOOL_EVENTS_MAXLEN), so both
@@ -101,6 +118,7 @@ from bench.soak_fleet import IMAGE, POOL, Fleet, Sampler, stream_id
 from bench.soak_order import LIMITS, RESERVE_AFTER_SECS, JobMix, Judge, mix_counts
 from bench.soak_report import tally, write_findings
 from bench.soak_strays import StrayWatch, excuse_strays
+from bench.soak_time import Built, TimeMix, TimeVerdict, start_schedule, stop_schedule, time_line
 from bench.soak_watch import TERMINAL, EventLog, Keyspace, keyspace_line
 from jobpool import JobState, Pool
 from jobpool.errors import JobpoolError
@@ -119,9 +137,12 @@ TIMINGS = {
     "JOBPOOL_RECOVERY_BUDGET": "20",
 }
 FAULTS = ("worker_sigkill", "worker_sigterm", "supervisor_restart", "dockerd_restart", "redis_restart",
-          "cancel", "pause_resume", "shared_id_daemon", "slow_launch", "redis_rollback", "lost_reply")
+          "cancel", "pause_resume", "retry", "shared_id_daemon", "slow_launch", "redis_rollback",
+          "lost_reply")
 #: Inventories every 0.3 s, stale after 2 s, so the host faults are judged within seconds.
 INVENTORY_TIMINGS = {"JOBPOOL_INVENTORY_SECS": "0.3", "JOBPOOL_INVENTORY_STALE_SECS": "2"}
+#: The states of a job not ended yet: the soak runs until none is in any of them.
+LIVE = ("queued", "waiting", "running", "paused")
 
 
 def faults_for(daemons: int) -> tuple[str, ...]:
@@ -197,6 +218,12 @@ class Figures:
     #: busiest name (bench/soak_order.py's Judge); and how many jobs of the mix had each kind of order.
     peaks: dict[str, int] = field(default_factory=dict)
     mix: Counter[str] = field(default_factory=Counter)
+    #: Time and dependencies (bench/soak_time.py): what `judge_time` found (its zeros, `timeouts_unenforced`,
+    #: what the mix met), the draws of the time mix by kind, and how many jobs a schedule fired.
+    time: TimeVerdict = field(default_factory=TimeVerdict)
+    time_mix: Counter[str] = field(default_factory=Counter)
+    #: Jobs enqueued whose rows were gone before the soak read whether a schedule fired them.
+    fired_unread: int = 0
 
     def line(self) -> str:
         rec = " ".join(
@@ -222,13 +249,17 @@ class Figures:
                 f"volumes:{sum(' volume ' in x for x in self.docker_leftovers)}] "
                 f"mix=[{','.join(f'{k}:{v}' for k, v in sorted(self.mix.items()))}] "
                 f"peaks=[{','.join(f'{k}:{v}' for k, v in sorted(self.peaks.items()))}] "
+                f"{time_line(self.time, self.time_mix)} fired_unread={self.fired_unread} "
                 f"recovery(median/max)=[{rec}] wall={self.wall_secs:.0f}s"
                 + ("" if self.keyspace is None else " " + keyspace_line(self.keyspace)))
 
     def zeros_hold(self) -> bool:
+        t = self.time
         return not (self.lost or self.over_limit_instants or self.over_named_limit_instants
                     or self.double_container_jobs or self.stuck or self.illegal_transitions
-                    or self.events_unseen or self.pruned_unaccounted or self.swallowed)
+                    or self.events_unseen or self.pruned_unaccounted or self.swallowed
+                    or t.dependents_early or t.dependency_cancels_wrong or t.ticks_twice or t.delayed_early
+                    or t.retry_breaches)
 
     def flat_holds(self) -> bool:
         """With --keep, key count and memory stayed flat once the caps were reached (True without)."""
@@ -267,13 +298,30 @@ class Run:
     batch: int = 5
     #: Each job's priority, weight, named limits and group, drawn and recorded as it is fed (None: plain).
     mix: JobMix | None = None
+    #: What each job was built to do with time and dependencies, drawn as it is fed (None: plain jobs only).
+    time: TimeMix | None = None
+    #: The schedule firing while the soak feeds (bench/soak_time.py), until it has fed every job.
+    schedule: str | None = None
 
     def feed(self, n: int) -> None:
-        for _ in range(n):
+        """At least `n` jobs more (a pipeline is fed whole)."""
+        start = len(self.job_ids)
+        while len(self.job_ids) < start + n:
+            if self.time is not None:
+                self.job_ids += self.time.feed(self.pool, lambda: job_command(self.rng), self.job_ids)
+                continue
             command = job_command(self.rng)
             self.job_ids.append(self.mix.enqueue(self.pool, command) if self.mix is not None
                                 else self.pool.enqueue(IMAGE, command).id)
         self.figures.jobs = len(self.job_ids)
+
+    def judged_ids(self) -> list[str]:
+        """The soak's own jobs, then those its schedule fired (found in the event stream)."""
+        mine = set(self.job_ids)
+        return self.job_ids + [j for j in self.log.fired if j not in mine]
+
+    def built(self) -> dict[str, Built]:
+        return {} if self.time is None else self.time.built
 
 
 def retention_env(keep: int, events_maxlen: int) -> dict[str, str]:
@@ -328,9 +376,11 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
         for name, size in LIMITS.items():
             pool.set_limit(name, size)
         batch = max(keep, slots + 1) if keep else 5
-        # Its own generator, so the jobs' commands and the fault schedule drawn from `rng` stay as they were.
+        # Their own generators, so the jobs' commands and the fault schedule drawn from `rng` stay the seed's
+        # whatever the mix draws.
         mix = JobMix(random.Random(seed + 2), slots)
-        job_ids = [mix.enqueue(pool, job_command(rng)) for _ in range(min(jobs, batch) if keep else jobs)]
+        time_mix = TimeMix(random.Random(seed + 3), mix)
+        job_ids: list[str] = []
         fleet = Fleet(root, {**os.environ, **env}, redis_server, docker_daemons, workers)
         sampler = Sampler([d.host for d in docker_daemons], Judge(slots, LIMITS, mix.book, figures))
         sampler.start()
@@ -341,7 +391,9 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
                       hold_events=log.hold)
         chaos.checkpoint_root = shared_root
         keyspace = Keyspace({s: keep for s in TERMINAL}, events_maxlen) if keep else None
-        run = Run(pool, chaos, log, rng, figures, job_ids, jobs, keyspace, batch, mix)
+        run = Run(pool, chaos, log, rng, figures, job_ids, jobs, keyspace, batch, mix, time_mix)
+        run.feed(min(jobs, batch) if keep else jobs)
+        run.schedule = start_schedule(pool)
         drive(run, t0 + max_minutes * 60, fault_every, rounds, faults)
         chaos.disarm()
         sampler.stop()
@@ -349,6 +401,7 @@ def run_soak(jobs: int = 300, slots: int = 3, workers: int = 4, seed: int = 1, m
         figures.strays = len(strays.seen)
         excuse_strays(figures, strays.seen, slots, stray_bound(env))
         figures.mix = mix_counts(mix.book.orders(run.job_ids).values())
+        figures.time_mix = time_mix.kinds
         figures.docker_leftovers = fleet.leftovers()
         tally(run, root)
         write_findings(run, root, slots)
@@ -388,13 +441,8 @@ def drive(run: Run, deadline: float, fault_every: tuple[float, float], rounds: i
             counts = pool.stats()["counts"]
         except JobpoolError:
             counts = None
-        if counts is not None and counts["queued"] + counts["running"] + counts["paused"] == 0:
-            if run.keyspace is not None:
-                run.keyspace.take(pool, run.log)
-            if min(figures.faults[kind] for kind in faults) >= rounds and len(run.job_ids) >= run.jobs:
-                return
-            # Every fault kind must meet live jobs at least once: keep the queue fed until it has.
-            run.feed(run.batch)
+        if counts is not None and sum(counts[s] for s in LIVE) == 0 and at_rest(run, faults, rounds):
+            return
         for gone in chaos.fleet.revive():
             figures.unexpected_exits += 1
             print(f"soak: {gone}; started again", file=sys.stderr)
@@ -416,11 +464,28 @@ def drive(run: Run, deadline: float, fault_every: tuple[float, float], rounds: i
         time.sleep(0.2)
 
 
+def at_rest(run: Run, faults: tuple[str, ...], rounds: int) -> bool:
+    """Nothing is left to run: with --keep, count the keyspace; feed more while some fault kind has not met
+    live jobs `rounds` times or fewer than `jobs` were fed; once all were, remove the schedule (no tick fires
+    after that; a job its last tick fired meanwhile is left to end). Returns whether the soak ends now."""
+    if run.keyspace is not None:
+        run.keyspace.take(run.pool, run.log)
+    if min(run.figures.faults[kind] for kind in faults) < rounds or len(run.job_ids) < run.jobs:
+        run.feed(run.batch)
+        return False
+    if run.schedule is None:
+        return True
+    with contextlib.suppress(JobpoolError):  # Redis away: removed next time
+        stop_schedule(run.pool, run.schedule)
+        run.schedule = None
+    return False
+
+
 def count_met(log: EventLog, figures: Figures, met: list[tuple[str, int]]) -> None:
     """Count the faults that met live jobs, and how long the queue took to move again after each crash."""
     for kind, at_ms in met:
         figures.faults[kind] += 1
-        if kind not in ("cancel", "pause_resume", "slow_launch", "lost_reply"):
+        if kind not in ("cancel", "pause_resume", "retry", "slow_launch", "lost_reply"):
             took = progress_after(log, at_ms, timeout=30)
             if took is not None:
                 figures.recovery[kind].append(took)

@@ -1,7 +1,8 @@
 """The soak's fault injectors, run by `bench/soak.py` against the fleet of `bench/soak_fleet.py` (which puts
 tests/ on the import path, so it is imported first by soak.py).
 
-Most faults are injected at once (a process killed, a daemon or Redis restarted, a user's cancel or pause).
+Most faults are injected at once (a process killed, a daemon or Redis restarted, a user's cancel, pause
+or retry).
 Three are armed and met later, when the moment they need comes: `lost_reply` (the next call of the chosen
 script), `slow_launch` (a launch by the worker behind the dockerd proxy) and `shared_id_daemon` (a worker on
 daemon 2 running a job). A fault counts once it met live jobs.
@@ -26,7 +27,7 @@ from rq.registry import StartedJobRegistry
 
 from bench.soak_edges import EDGE_ARMED, EDGE_FAULTS, EdgeFaults
 from bench.soak_fleet import POOL, Fleet, all_events, remove_path, stamp, stream_id
-from jobpool import Pool
+from jobpool import JobState, Pool
 from jobpool.contract import LABEL_JOB, LABEL_POOL
 from jobpool.errors import JobpoolError
 from jobpool.store.luatext import script_text
@@ -80,6 +81,8 @@ class Chaos:
         if kind in ("cancel", "pause_resume"):
             self._user(kind, self.rng.choice(job_ids))
             return True
+        if kind == "retry":
+            return self._retry(job_ids)
         if kind in EDGE_FAULTS:
             return bool(getattr(self.edges, kind)())
         return bool(getattr(self, kind)())
@@ -225,6 +228,27 @@ class Chaos:
                 self.pool.pause(job_id)  # the main loop resumes it a little later
         except JobpoolError:
             pass  # finished already, or Redis is restarting: a user would see the same
+
+    def _retry(self, job_ids: list[str]) -> bool:
+        """A person's `Pool.retry` of one of the soak's failed or cancelled jobs (one retention kept); met
+        once one was retried. A job that waits for one that failed is refused (that one first): another is
+        drawn next time."""
+        mine = set(job_ids)
+        try:
+            ended = [j.id for state in (JobState.FAILED, JobState.CANCELLED)
+                     for j in self.pool.list(state, limit=100) if j.id in mine]
+        except JobpoolError:
+            return False
+        if not ended:
+            return False
+        job_id = self.rng.choice(sorted(ended))
+        try:
+            state = self.pool.retry(job_id).state.value
+        except JobpoolError as exc:
+            self.note("retry", f"{job_id} refused: {exc}")
+            return False
+        self.note("retry", f"{job_id}: {state}")
+        return True
 
     def redis_rollback(self) -> bool:
         """Redis loses its last writes: the AOF directory is copied now, the fleet runs on for 0.5-2 s,

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,11 +101,23 @@ class JobBook:
         self._lock = threading.Lock()
         self._orders: dict[str, Order] = {}
 
-    def enqueue(self, pool: Pool, command: list[str], order: Order) -> str:
+    def enqueue(self, pool: Pool, command: list[str], order: Order, **fields: Any) -> str:
+        """`Pool.enqueue` of `command` at `order`, with `fields` (its time limit, retries, start time...)."""
         with self._lock:
-            job_id = pool.enqueue(IMAGE, command, **order.fields()).id
+            job_id = pool.enqueue(IMAGE, command, **order.fields(), **fields).id
             self._orders[job_id] = order
         return job_id
+
+    def enqueue_many(self, pool: Pool, items: Sequence[Mapping[str, Any]],
+                     orders: Sequence[Order]) -> list[str]:
+        """`Pool.enqueue_many` of `items` (enqueue's arguments but the image), each at its order: one call,
+        so a pipeline's `after_index` names its own earlier items."""
+        with self._lock:
+            jobs = pool.enqueue_many([{"image": IMAGE, **item, **order.fields()}
+                                      for item, order in zip(items, orders, strict=True)])
+            for job, order in zip(jobs, orders, strict=True):
+                self._orders[job.id] = order
+        return [job.id for job in jobs]
 
     def record(self, job_id: str, order: Order) -> None:
         with self._lock:
@@ -126,8 +138,11 @@ class JobMix:
     slots: int
     book: JobBook = field(default_factory=JobBook)
 
-    def enqueue(self, pool: Pool, command: list[str]) -> str:
-        return self.book.enqueue(pool, command, draw_order(self.rng, self.slots))
+    def enqueue(self, pool: Pool, command: list[str], **fields: Any) -> str:
+        return self.book.enqueue(pool, command, draw_order(self.rng, self.slots), **fields)
+
+    def enqueue_many(self, pool: Pool, items: Sequence[Mapping[str, Any]]) -> list[str]:
+        return self.book.enqueue_many(pool, items, [draw_order(self.rng, self.slots) for _ in items])
 
 
 #: What the sampler lists: container id -> (daemon index, job id, attempt).

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.soak_order import finding_line
+from bench.soak_time import fails_as, judge_time
 from bench.soak_watch import TERMINAL, endings
 from jobpool import Pool
 from jobpool.errors import JobpoolError
@@ -18,13 +19,32 @@ from jobpool.errors import JobpoolError
 if TYPE_CHECKING:
     from bench.soak import Run
 
-#: Legal (from, to) pairs in the events stream; "running"->"running" are claims, adoptions, requests.
-LEGAL = {
-    ("", "queued"), ("queued", "running"), ("queued", "paused"), ("queued", "cancelled"),
-    ("running", "running"), ("running", "queued"), ("running", "paused"), ("running", "succeeded"),
-    ("running", "failed"), ("running", "cancelled"), ("paused", "queued"), ("paused", "cancelled"),
+#: Legal (from, to) pairs in the events stream, each with the reasons it may carry (None: any). The pairs of
+#: the order before issue #26 take any reason ("running"->"running" are claims, adoptions, requests, and an
+#: attempt marked for its time limit); those of time and dependencies (scripts/_lib.lua, "Time and
+#: dependencies") only theirs: born waiting (`enqueued`), released (`wait_over`), cancelled while waiting (a
+#: user's `cancel`, or `dependency_failed` by the release step or a resume), paused and resumed while still
+#: held, a failure its spec retries (`retry`), and a person's `Pool.retry` of a failed or cancelled job.
+LEGAL: dict[tuple[str, str], frozenset[str] | None] = {
+    ("", "queued"): None, ("queued", "running"): None, ("queued", "paused"): None,
+    ("queued", "cancelled"): None, ("running", "running"): None, ("running", "queued"): None,
+    ("running", "paused"): None, ("running", "succeeded"): None, ("running", "failed"): None,
+    ("running", "cancelled"): None, ("paused", "queued"): None, ("paused", "cancelled"): None,
+    ("", "waiting"): frozenset({"enqueued"}),
+    ("waiting", "queued"): frozenset({"wait_over"}),
+    ("waiting", "cancelled"): frozenset({"cancel", "dependency_failed"}),
+    ("waiting", "paused"): frozenset({"pause"}),
+    ("paused", "waiting"): frozenset({"resume"}),
+    ("running", "waiting"): frozenset({"retry"}),
+    ("failed", "queued"): frozenset({"retried"}), ("failed", "waiting"): frozenset({"retried"}),
+    ("cancelled", "queued"): frozenset({"retried"}), ("cancelled", "waiting"): frozenset({"retried"}),
 }
 
+
+def legal(frm: str, to: str, reason: str) -> bool:
+    """Whether `frm`->`to` for `reason` is a transition the scripts make."""
+    reasons = LEGAL.get((frm, to), frozenset())
+    return reasons is None or reason in reasons
 
 
 def check_transitions(events: list[dict[str, str]], job_ids: list[str]) -> int:
@@ -36,13 +56,16 @@ def check_transitions(events: list[dict[str, str]], job_ids: list[str]) -> int:
         job = e.get("job")
         if job not in wanted:
             continue
-        frm, to = e["from"], e["to"]
-        if frm == to and e["reason"] == "stray_stopped" and state.get(job, "") == frm:
-            continue  # a note in the job's history (jobpool/fleet/strays.py), not a transition
-        if (frm, to) not in LEGAL or state.get(job, "") != frm:
+        frm, to, reason = e["from"], e["to"], e["reason"]
+        if frm == to and ((reason == "stray_stopped" and state.get(job, "") == frm)
+                          or (reason == "schedule_skipped" and frm == "")):
+            # A note in the job's history, not a transition: a stray of it stopped (jobpool/fleet/strays.py);
+            # a schedule's tick skipped while this job, its last, still waits or runs (scripts/enqueue.lua).
+            continue
+        if not legal(frm, to, reason) or state.get(job, "") != frm:
             bad += 1
             print(f"soak: illegal transition for {job}: {state.get(job, '')!r} then {frm!r}->{to!r} "
-                  f"({e['reason']})", file=sys.stderr)
+                  f"({reason})", file=sys.stderr)
         state[job] = to
     return bad
 
@@ -52,7 +75,9 @@ def tally(run: Run, root: Path) -> None:
     row, or by its last event once retention removed the row); the transitions check; the prune events
     against the rows gone; with --keep, the keyspace judged."""
     pool, figures, log = run.pool, run.figures, run.log
-    ended = endings(pool, log, run.job_ids)
+    judged = run.judged_ids()
+    figures.jobs = len(judged)
+    ended = endings(pool, log, judged)
     figures.lost, figures.stuck, figures.stuck_jobs = len(ended.lost), len(ended.stuck), ended.stuck
     figures.outcomes, figures.failure_reasons = ended.outcomes, ended.failure_reasons
     figures.pruned = ended.pruned
@@ -61,7 +86,11 @@ def tally(run: Run, root: Path) -> None:
         print(f"soak: rows gone after their jobs ended {dict(ended.pruned)} against prune events "
               f"{dict(log.pruned)}", file=sys.stderr)
     figures.events_unseen = log.unseen
-    figures.illegal_transitions = check_transitions(log.events, run.job_ids)
+    figures.illegal_transitions = check_transitions(log.events, judged)
+    figures.time = judge_time(log.events, run.built(), log.fired)
+    figures.fired_unread = len(log.unread - set(judged))
+    for line in figures.time.lines():
+        print(f"soak: {line}", file=sys.stderr)
     if run.keyspace is not None:
         figures.keyspace = run.keyspace.judge()
         (root / "keyspace.txt").write_text("".join(c.line() + "\n" for c in run.keyspace.censuses))
@@ -78,19 +107,24 @@ def write_findings(run: Run, root: Path, slots: int) -> None:
     rows and what RQ holds of them, and the events the Redis rollbacks took back, in `findings.txt` under
     the soak's dir (its logs are there too); with --keep, the censuses when the keyspace was not flat."""
     figures, pool, log = run.figures, run.pool, run.log
-    lost = [j for j in run.job_ids if log.last.get(j) not in TERMINAL]
+    judged, built = run.judged_ids(), run.built()
+    lost = [j for j in judged if log.last.get(j) not in TERMINAL]
     lost = [j for j in lost if not pool.store.client.exists(pool.keys.job(j))]
-    # A job not built to fail that failed: not a broken promise, but a fault charged to the job.
-    charged = [j for j in run.job_ids if log.last.get(j) == "failed" and log.reason.get(j) != "exit_code_3"]
+    # A job that failed otherwise than it was built to (bench/soak_time.py `Built.fails_as`: a plain job by
+    # exit 3, one built to time out by `timeout`, one built to fail its retries by its exit code): not a
+    # broken promise, but a fault charged to the job.
+    charged = [j for j in judged
+               if log.last.get(j) == "failed" and log.reason.get(j) not in fails_as(built, j)]
     censuses = []
     if figures.keyspace is not None and not figures.flat_holds() and run.keyspace is not None:
         censuses = [f"{c.line()} orphans={c.orphans}" for c in run.keyspace.censuses]
     leftovers = figures.docker_leftovers
-    if not (figures.findings or figures.stuck_jobs or lost or censuses or charged or leftovers):
+    timed = figures.time.lines()
+    if not (figures.findings or figures.stuck_jobs or lost or censuses or charged or leftovers or timed):
         return
     jobs = sorted({job for f in figures.findings for job, *_ in f["live"]}
-                  | set(figures.stuck_jobs) | set(lost) | set(charged))
-    lines = [finding_line(f, slots) for f in figures.findings] + censuses
+                  | set(figures.stuck_jobs) | set(lost) | set(charged) | figures.time.involved)
+    lines = [finding_line(f, slots) for f in figures.findings] + censuses + timed
     for job in jobs:
         tag = (" (stuck)" if job in figures.stuck_jobs else " (lost)" if job in lost
                else f" (failed: {log.reason[job]})" if job in charged else "")

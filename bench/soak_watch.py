@@ -42,9 +42,10 @@ ADOPT_RQ_ID = re.compile(r"jobpool-adopt-([0-9A-Za-z]+)-[0-9]+-[0-9a-f]+")
 class EventLog(threading.Thread):
     """Every event of the pool's stream, read live (every 0.1 s) with its own connection."""
 
-    def __init__(self, url: str, keys: PoolKeys) -> None:
+    def __init__(self, url: str, keys: PoolKeys, client: redis.Redis | None = None) -> None:
+        """Reads through a connection of its own to `url`, or through `client` (a text client) when given."""
         super().__init__(daemon=True)
-        self.client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=5)
+        self.client = client or redis.Redis.from_url(url, decode_responses=True, socket_timeout=5)
         self.key = keys.events
         self.events: list[dict[str, str]] = []
         #: The state each job's last event left it in, and that event's reason (a failure's error_reason).
@@ -53,6 +54,13 @@ class EventLog(threading.Thread):
         #: Rows removed by retention, per state, from the prune scripts' events.
         self.pruned: Counter[str] = Counter()
         self.unseen = 0
+        #: The jobs a schedule fired (their rows name the schedule and tick: scripts/enqueue.lua), in the
+        #: order they were enqueued; the jobs enqueued whose rows were gone before they could be read; and
+        #: those still to read (every enqueued job's row is read once, just after its enqueue is).
+        self.fired: dict[str, tuple[str, str]] = {}
+        self.unread: set[str] = set()
+        self._to_read: list[str] = []
+        self.row_key = keys.job
         self.cursor: str | None = None
         self._lock = threading.Lock()
         self._halt = threading.Event()
@@ -67,6 +75,22 @@ class EventLog(threading.Thread):
         with self._lock, contextlib.suppress(redis.RedisError):
             while self._page() == PAGE:
                 pass
+            self._read_rows()
+
+    def _read_rows(self) -> None:
+        """The schedule and tick of each job enqueued since the last read, from its row: read live, before
+        retention may prune the row. A read Redis does not answer is made again next time."""
+        if not self._to_read:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for job in self._to_read:
+            pipe.hmget(self.row_key(job), "state", "schedule", "tick")
+        for job, (state, schedule, tick) in zip(self._to_read, pipe.execute(), strict=True):
+            if state is None:
+                self.unread.add(job)
+            elif schedule:
+                self.fired[job] = (schedule, tick or "")
+        self._to_read = []
 
     def _page(self) -> int:
         pipe = self.client.pipeline(transaction=True)
@@ -80,7 +104,9 @@ class EventLog(threading.Thread):
         for entry_id, fields in batch:
             event = {"id": entry_id, **fields}
             self.events.append(event)
-            if event.get("job"):
+            if event.get("job") and event.get("reason") == "enqueued" and not event.get("from"):
+                self._to_read.append(event["job"])
+            if event.get("job") and (event.get("from") or event.get("to")):  # not a note of both empty
                 self.last[event["job"]] = event.get("to", "")
                 self.reason[event["job"]] = event.get("reason", "")
             elif event.get("reason") == "pruned":

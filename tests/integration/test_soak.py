@@ -29,6 +29,11 @@ def assert_the_zeros(figures: Figures, jobs: int) -> None:
     assert figures.illegal_transitions == 0, figures.line()
     assert figures.events_unseen == 0, figures.line()
     assert figures.swallowed == 0, figures.line()
+    t = figures.time  # bench/soak_time.py: dependents, schedule ticks, delayed starts, retries
+    assert not (t.dependents_early or t.dependency_cancels_wrong or t.ticks_twice or t.delayed_early
+                or t.retry_breaches), (figures.line(), t.lines())
+    assert t.met["released"] and t.met["retried_by_policy"] and t.met["fired"], \
+        "jobs waited, were retried, and the schedule fired"
     assert figures.jobs >= jobs and sum(figures.outcomes.values()) == figures.jobs
 
 
