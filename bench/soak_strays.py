@@ -6,8 +6,9 @@ attempt is claimed again, that container is a stray, beside the one its row acco
 the workers on its daemon stop it. Losing an unreplicated write is documented; the promise there is a bound,
 not a zero: the settling lease, an inventory period and the stop grace after Redis came back. So at the end,
 an instant of the sampler (bench/soak_fleet.py) that broke a zero within that bound after a rollback is
-counted as a stray instant instead, if a job it involves lost a transition in that rollback or had a
-container published as a stray; any other stays a broken zero. That holds for each zero the sampler judges:
+counted as a stray instant instead, if a job it involves lost a transition in that rollback, had a
+container published as a stray, or has two containers of one attempt (a claim made twice: only a forgotten
+claim allows it); any other stays a broken zero. That holds for each zero the sampler judges:
 the slot limit (by weights), the named limits, and a job's two containers. `StrayWatch` follows the
 containers the daemons' workers publish as strays (a stray that ends on its own first is never published).
 """
@@ -65,8 +66,14 @@ def excuse_strays(figures: Any, strays: dict[str, str], slots: int, bound_secs: 
     for finding in figures.findings:
         at = finding["at"]
         jobs = {x[0] for x in finding["live"]}
+        # Two containers of one job with one attempt number: that attempt was claimed twice, which only a
+        # claim Redis forgot allows (claims are fenced on the attempt). The rollback took it back, even if
+        # the event log never read it (written and taken back between two reads) and the stray ended
+        # before its daemon's workers published it.
+        attempts = [(x[0], x[1]) for x in finding["live"]]
+        reclaimed = {job for job, att in attempts if attempts.count((job, att)) > 1}
         last = [(at - b, lost) for b, lost in backs if b <= at]
-        if last and last[-1][0] <= bound_secs and jobs & (last[-1][1] | stray_jobs):
+        if last and last[-1][0] <= bound_secs and jobs & (last[-1][1] | stray_jobs | reclaimed):
             excused += 1
             longest = max(longest, last[-1][0])
             continue

@@ -210,7 +210,7 @@ for i = 1, njobs do
       'attempt', 0, 'coalesce_key', ck, 'recovery_attempts', 0, 'pause_requested', '0',
       'cancel_requested', '0', 'owner_boot', '', 'exit_code', '', 'error_reason', '', 'history', line,
       'after', table.concat(h[2], ' '), 'wait_reason', h[1] > now and 'not_before' or 'after')
-    if h[1] > now then redis.call('HSET', jkey, 'wait_until', h[1]) end
+    if h[1] > now then redis.call('HSET', jkey, 'wait_until', h[1], 'not_before', h[1]) end
     if fire then redis.call('HSET', jkey, 'schedule', fire.name, 'tick', fire.tick) end
     if s[1] ~= 0 or s[2] ~= 1 or s[3] ~= '' or #s[4] > 0 then
       redis.call('HSET', jkey, 'priority', s[1], 'slots', s[2], 'group', s[3], 'uses', format_uses(s[4]))

@@ -8,8 +8,8 @@ Returns {0, state after (queued | waiting)}; -1; -2 unless failed or cancelled; 
 (`after`) failed, was cancelled or is gone: retry that one first.
 An operator's retry: a failed or cancelled job goes again as a new attempt, its history kept, with its
 retries and recovery budget whole again. A job that waits for others waits for those not yet succeeded again
-(each must still exist and not have failed); one with nothing left to wait for takes a new turn in the
-queue. RQ's record of the job, deleted when it ended (jobpool/rqjob.py), is made again as enqueue makes it.
+(each must still exist and not have failed), and for its start time (`not_before`) if that is still to
+come; one with nothing left to wait for takes a new turn in the queue. RQ's record of the job, deleted when it ended (jobpool/rqjob.py), is made again as enqueue makes it.
 The caller promotes afterwards.
 ]]
 local jkey, rqkey = KEYS[1], KEYS[2]
@@ -38,6 +38,11 @@ for _, dep in ipairs(live) do redis.call('ZADD', KEYS[K_DEPENDENTS], 0, dep .. '
 if #live > 0 then redis.call('HSET', KEYS[K_DEPS], id, #live) end
 redis.call('HDEL', jkey, 'finished_at', 'finished_by', 'finished_as', 'exit_code', 'order', 'timed_out',
   'wait_until', 'wait_reason')
+-- A start time still to come stays: a delayed job cancelled before it and retried waits for it again.
+local not_before = tonumber(redis.call('HGET', jkey, 'not_before'))
+if not_before and not_before > now then
+  redis.call('HSET', jkey, 'wait_until', not_before, 'wait_reason', 'not_before')
+end
 redis.call('HSET', jkey, 'retries_used', 0, 'recovery_attempts', 0, 'error_reason', '', 'pause_requested', '0',
   'cancel_requested', '0', 'owner_boot', '')
 if redis.call('EXISTS', rqkey) == 0 then

@@ -144,3 +144,20 @@ def test_the_mix_is_the_seeds_fits_the_slots_and_every_draw_is_accepted(backend:
         spec = pool.get(job_id).spec
         assert (spec.priority, spec.slots, dict(spec.uses), spec.group) == (
             order.priority, order.slots, dict(order.uses), order.group)
+
+
+def test_a_job_with_two_containers_of_one_attempt_after_a_rollback_is_a_stray_instant() -> None:
+    """One attempt claimed twice is the trace of a claim Redis forgot, even when the event log never read
+    the claim the rollback took back: within the bound it is a stray's instant; two containers of two
+    attempts, or one long after the rollback, stay broken zeros."""
+    judge, figures = judge_with(**ORDERS)
+    judge(listing("heavy", "heavy"))  # both of attempt 1
+    two_attempts = listing("gpu2")
+    two_attempts["other".ljust(64, "0")] = (1, "gpu2", "2")
+    judge(two_attempts)
+    at = figures.findings[0]["at"]
+    figures.rollbacks = [{"at": at - 1.0, "lost": []}]
+    excuse_strays(figures, {}, SLOTS, bound_secs=5.0)
+    assert figures.stray_instants == 1 and figures.double_container_jobs == {"gpu2"}
+    excuse_strays(figures, {}, SLOTS, bound_secs=0.5)
+    assert figures.stray_instants == 0 and figures.double_container_jobs == {"heavy", "gpu2"}

@@ -375,3 +375,18 @@ def test_a_job_whose_row_is_gone_cancels_the_jobs_waiting_for_it(backend: Backen
     release(pool)
     for job in (after_running, after_held):
         assert (state_of(pool, job.id), pool.get(job.id).error_reason) == ("cancelled", "dependency_failed")
+
+
+def test_a_delayed_job_cancelled_then_retried_waits_for_its_start_time_again(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=1)
+    job = enqueue(pool, not_before=time.time() + 3600)
+    pool.cancel(job.id)
+    again = pool.retry(job.id)
+    assert again.state.value == "waiting" and again.wait_reason == "not_before"
+    assert again.wait_until == int(row(pool, job.id)["not_before"]) and release(pool) == 0
+    past = enqueue(pool, "past", not_before=time.time() + 0.05)
+    pool.cancel(past.id)
+    deadline = time.monotonic() + 10
+    while pool.now_ms() <= int(row(pool, past.id)["not_before"]):  # its start time passes, cancelled
+        assert time.monotonic() < deadline
+    assert pool.retry(past.id).state.value == "running"
