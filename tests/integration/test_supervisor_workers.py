@@ -16,6 +16,7 @@ import pytest
 from jobpool import JobState, Pool
 from jobpool.supervisor import Supervisor
 from tests.support.constants import IMAGE
+from tests.support.job_containers import containers, started
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
 
@@ -25,16 +26,6 @@ def sup(pool: Pool, docker_host: str) -> Iterator[Supervisor]:
     s = Supervisor(pool.store)
     yield s
     s.close()
-
-
-def containers(dclient: docker.DockerClient, job_id: str) -> list[docker.models.containers.Container]:
-    found: list[docker.models.containers.Container] = dclient.containers.list(
-        all=True, sparse=True, filters={"label": f"jobpool.job_id={job_id}"})
-    return found
-
-
-def started(dclient: docker.DockerClient, job_id: str) -> bool:
-    return any(b"started" in c.logs() for c in containers(dclient, job_id))
 
 
 def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(

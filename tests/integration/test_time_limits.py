@@ -19,6 +19,7 @@ import pytest
 from jobpool import Job, JobState, Pool
 from jobpool.supervisor import Supervisor
 from tests.support.constants import FAST_ENV, IMAGE, SUB
+from tests.support.job_containers import containers, started
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
 
@@ -32,16 +33,6 @@ SLACK = 5.0
 def supervisor(spawn: Spawn) -> JobpoolProcess:
     """A real supervisor process: its sweep, and its timers releasing the retries when due."""
     return spawn(module="jobpool.cli", args=("supervisor",))
-
-
-def containers(dclient: docker.DockerClient, job_id: str) -> list[docker.models.containers.Container]:
-    found: list[docker.models.containers.Container] = dclient.containers.list(
-        all=True, sparse=True, filters={"label": f"jobpool.job_id={job_id}"})
-    return found
-
-
-def started(dclient: docker.DockerClient, job_id: str) -> bool:
-    return any(b"started" in c.logs() for c in containers(dclient, job_id))
 
 
 def history(pool: Pool, job_id: str) -> list[dict[str, str]]:

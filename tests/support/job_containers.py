@@ -68,3 +68,15 @@ def start_on(spawn: Callable[..., JobpoolProcess], pool: Pool, host: str, comman
     job = pool.enqueue(IMAGE, command)
     eventually(lambda: live_on(host, job.id), timeout=30, message=f"job {job.id} running on {host}")
     return worker, job.id
+
+
+def containers(dclient: docker.DockerClient, job_id: str) -> list[docker.models.containers.Container]:
+    """Every container of a job on one daemon, stopped ones included."""
+    found: list[docker.models.containers.Container] = dclient.containers.list(
+        all=True, sparse=True, filters={"label": f"jobpool.job_id={job_id}"})
+    return found
+
+
+def started(dclient: docker.DockerClient, job_id: str) -> bool:
+    """Whether a container of the job printed "started" (the tests' jobs print it first)."""
+    return any(b"started" in c.logs() for c in containers(dclient, job_id))
