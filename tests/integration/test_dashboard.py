@@ -310,10 +310,10 @@ def test_a_waiting_job_is_paused_resumed_cancelled_and_retried_from_the_page(poo
     assert f"cancelled {job.id}" in page and 'id="job-retry"' in page
     assert pool.get(job.id).state is JobState.CANCELLED
     page = rw.post(f"/actions/jobs/{job.id}/retry", data=back).text
-    assert f"retried {job.id} (queued)" in page
-    assert pool.get(job.id).state is JobState.QUEUED
+    assert f"retried {job.id} (waiting)" in page  # its start time is still to come: it waits for it again
+    assert pool.get(job.id).state is JobState.WAITING
     last = pool.events(job.id)[-1]
-    assert (last["to"], last["reason"]) == ("queued", "retried") and last["actor"].startswith("dashboard:")
+    assert (last["to"], last["reason"]) == ("waiting", "retried") and last["actor"].startswith("dashboard:")
     # Without the session's CSRF token, refused like every action.
     pool.cancel(job.id)
     assert rw.post(f"/actions/jobs/{job.id}/retry", data={"csrf": "forged"}).status_code == 403
