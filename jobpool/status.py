@@ -45,10 +45,16 @@ def ago(ms: int | None, now_ms: int) -> str:
         return "in the future"  # clock skew between whoever wrote it and the Redis server
     if secs < 1:
         return "just now"
+    return f"{coarse_span(secs)} ago"
+
+
+def coarse_span(secs: float) -> str:
+    """A span as people read it at a glance, in its largest whole unit: '3 d', '2 h', '5 min', '12 s'
+    (at least '1 s')."""
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if secs >= size:
-            return f"{int(secs // size)} {unit} ago"
-    return f"{int(secs)} s ago"
+            return f"{int(secs // size)} {unit}"
+    return f"{max(int(secs), 1)} s"
 
 
 def safe_url(url: str) -> str:

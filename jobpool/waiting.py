@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from .models import Job, JobState
+from .status import coarse_span
 from .store.orderreads import LimitUse, QueueFacts
 
 #: How many holders of a full limit are named.
@@ -116,10 +117,7 @@ def until_words(ms: int, now_ms: int) -> str:
     secs = (ms - now_ms) / 1000
     if secs <= 0:
         return "due now"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if secs >= size:
-            return f"in {int(secs // size)} {unit}"
-    return f"in {max(int(secs), 1)} s"
+    return f"in {coarse_span(secs)}"
 
 
 def _why_timed(job: Job) -> str:
