@@ -141,6 +141,13 @@ local function holds_of(text, seen)
   end
   return h
 end
+-- A new job's retries on its row ('' for most: nothing written; the text was checked before any write).
+local function write_retries(jkey, text)
+  if text == '' then return end
+  local n, delay, codes = string.match(text, '^(%d+);(%d+);([%d,]*)$')
+  redis.call('HSET', jkey, 'retries', n, 'retry_delay_ms', delay, 'retry_on',
+    codes ~= '' and (',' .. codes .. ',') or '')
+end
 local seen, twins, mine, created, sched, holds = {}, {}, {}, 0, {}, {}
 for i = 1, njobs do
   local id, ck = ARGV[PER * (i - 1) + FIRST], ARGV[PER * (i - 1) + FIRST + 2]
@@ -211,6 +218,7 @@ for i = 1, njobs do
       'after', table.concat(h[2], ' '), 'wait_reason', h[1] > now and 'not_before' or 'after')
     if h[1] > now then redis.call('HSET', jkey, 'wait_until', h[1], 'not_before', h[1]) end
     if fire then redis.call('HSET', jkey, 'schedule', fire.name, 'tick', fire.tick) end
+    write_retries(jkey, ARGV[at + 6])
     if s[1] ~= 0 or s[2] ~= 1 or s[3] ~= '' or #s[4] > 0 then
       redis.call('HSET', jkey, 'priority', s[1], 'slots', s[2], 'group', s[3], 'uses', format_uses(s[4]))
     end
@@ -233,6 +241,7 @@ for i = 1, njobs do
     end
     if holds[i] and #holds[i][2] > 0 then redis.call('HSET', jkey, 'after', table.concat(holds[i][2], ' ')) end
     if fire then redis.call('HSET', jkey, 'schedule', fire.name, 'tick', fire.tick) end
+    write_retries(jkey, ARGV[at + 6])
     redis.call('ZADD', KEYS[K_QUEUED], order, id)
     redis.call('ZADD', KEYS[K_READY], order, id)
     -- No queued job holds this key (looked up above), so the entry becomes this job's alone.
@@ -242,18 +251,6 @@ for i = 1, njobs do
     cands[#cands + 1], cands[#cands + 2], cands[#cands + 3] = jkey, rqkey, KEYS[K_RQ_QUEUE]
     first_id = first_id or id
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 0, id, seq, 'queued'
-  end
-end
--- Retries, on every new job's row that has them ('' for most: nothing written).
-for i = 1, njobs do
-  local at = PER * (i - 1) + FIRST
-  local retry = ARGV[at + 6]
-  if retry ~= '' and not twins[i] then
-    local n, delay, codes = string.match(retry, '^(%d+);(%d+);([%d,]*)$')
-    if n then
-      redis.call('HSET', KEYS[2 * i - 1], 'retries', n, 'retry_delay_ms', delay, 'retry_on',
-        codes ~= '' and (',' .. codes .. ',') or '')
-    end
   end
 end
 if fire then
