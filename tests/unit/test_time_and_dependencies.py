@@ -291,7 +291,7 @@ def test_a_crash_spends_recovery_budget_not_retries(backend: Backend) -> None:
     assert "retry" not in [e["reason"] for e in events_of(pool, job.id)]
 
 
-def test_a_cancel_or_a_pause_of_a_running_job_is_never_retried(backend: Backend) -> None:
+def test_a_cancel_of_a_running_job_is_never_retried(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=1)
     job = enqueue(pool, retries=2, retry_delay=0)
     att = claim(pool, job.id)
