@@ -42,9 +42,10 @@ import os
 import zoneinfo
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from croniter import croniter
+if TYPE_CHECKING:
+    from croniter import croniter
 
 from . import errors
 from .config import Settings
@@ -108,7 +109,7 @@ class Timing:
         assert self.cron is not None
         zone = self.zone
         start = _wall(ms, zone)
-        search = croniter(self.cron, start)
+        search = _croniter(self.cron, start)
         for _ in range(MAX_CANDIDATES):
             tick = _instant(search.get_next(datetime.datetime), zone)
             if tick > ms:
@@ -122,7 +123,7 @@ class Timing:
         assert self.cron is not None
         zone = self.zone
         # croniter's previous time is strictly before its start: a millisecond on, `ms` itself is a candidate.
-        search = croniter(self.cron, _wall(ms, zone, 1))
+        search = _croniter(self.cron, _wall(ms, zone, 1))
         for _ in range(MAX_CANDIDATES):
             tick = _instant(search.get_prev(datetime.datetime), zone)
             if tick <= ms:
@@ -145,6 +146,15 @@ def _switch(zone: datetime.tzinfo, low: int, high: int) -> int:
         else:
             low = mid
     return high
+
+
+def _croniter(expression: str, start: datetime.datetime) -> croniter:
+    """croniter, imported where a cron expression is first read: importing it runs `file -b` on the Python
+    binary (its 32-bit check, platform.architecture), a child process no worker, CLI command or import of
+    jobpool should start (a worker's children are its horses: jobpool/workers/horses.py)."""
+    from croniter import croniter
+
+    return croniter(expression, start)
 
 
 def _wall(ms: int, zone: datetime.tzinfo, plus_ms: int = 0) -> datetime.datetime:
@@ -275,7 +285,7 @@ def check_timing(cron: Any, every: Any, tz: Any) -> Timing:
                                      f"characters, got {cron!r}")
     expression = " ".join(cron.split())
     try:
-        croniter(expression, datetime.datetime(2000, 1, 1))
+        _croniter(expression, datetime.datetime(2000, 1, 1))
     except (ValueError, KeyError, TypeError) as exc:
         raise errors.InvalidArgument(f"cron {cron!r} does not parse: {exc}") from None
     return Timing(expression, None, tz)

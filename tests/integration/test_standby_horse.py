@@ -35,10 +35,19 @@ def exited(pid: int) -> bool:
     return state_of(pid) in ("", "Z")
 
 
+def program(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
 def one_standby(worker_pid: int) -> int:
-    """The worker's only child once it is idle: its standby horse."""
-    kids = eventually(lambda: len(children(worker_pid)) == 1 and children(worker_pid), timeout=20,
-                      message="the idle worker has one child, its standby horse")
+    """The worker's only child once it is idle: its standby horse, a fork of the worker (its program), never
+    another program the worker ran."""
+    own = program(worker_pid)
+    kids = eventually(lambda: (len(kids := children(worker_pid)) == 1 and program(kids[0]) == own and kids),
+                      timeout=20, message="the idle worker has one child, its standby horse")
     return kids[0]
 
 

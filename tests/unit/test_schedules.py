@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
+import subprocess
+import sys
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
@@ -405,3 +407,19 @@ def test_the_scripts_refuse_what_does_not_read(backend: Backend) -> None:
     assert next_of(pool, "ok") == 3
     with pytest.raises(errors.NotFound):
         store.schedule_skip("gone", "", None, 3, "", "t")
+
+
+def test_importing_jobpool_starts_no_process() -> None:
+    """croniter's import runs `file -b` on the Python binary: imported at the first cron expression read, no
+    worker has a child that is not a horse (tests/integration/test_standby_horse.py counts them), and no
+    import of jobpool starts a process."""
+    code = ("import subprocess, sys\n"
+            "def refuse(*a, **k):\n"
+            "    raise SystemExit(f'a process started on import: {a!r}')\n"
+            "subprocess.Popen.__init__ = refuse\n"
+            "import jobpool, jobpool.cli, jobpool.workers.__main__, jobpool.supervisor, jobpool.schedules\n"
+            "print('croniter' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert (done.returncode, done.stderr, done.stdout) == (0, "", "False\n")
+    assert check_timing("*/5 * * * *", None, "UTC").cron == "*/5 * * * *", "imported when read"
