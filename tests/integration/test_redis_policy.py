@@ -26,6 +26,7 @@ import pytest
 import redis
 
 from jobpool import JobState, Pool, RedisUnavailable
+from jobpool.store import runner
 from jobpool.store.redispolicy import FIX, ROW_LISTPACK_SETTING, ROW_LISTPACK_VALUE, SETTING
 from tests.support.constants import SUB
 from tests.support.polling import eventually
@@ -325,8 +326,11 @@ def test_under_oom_an_api_call_is_refused_whole_or_done_whole(
 
 def test_on_a_replica_every_api_call_is_refused_and_nothing_is_written(
         private_redis: RedisServer, redis_server_factory: Callable[[], RedisServer],
-        pool_env: dict[str, str]) -> None:
-    """A primary demoted to a replica (a failover) answers READONLY to every write."""
+        pool_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A primary demoted to a replica (a failover) answers READONLY to every write. Each refusal is sent
+    again while a failover may be under way (jobpool/store/runner.py): here one second of it, not fifteen,
+    since no new primary comes."""
+    monkeypatch.setattr(runner, "FAILOVER_RETRY_SECS", 1.0)
     primary, jobs = seeded_pool({**pool_env, "JOBPOOL_REDIS_URL": private_redis.url})
     primary.close()
     replica_server = redis_server_factory()

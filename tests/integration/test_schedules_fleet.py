@@ -22,7 +22,7 @@ from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
 
 #: How long the fleet fires the schedule, and how long a killed supervisor stays down (at most).
-RUN_SECS = 60
+RUN_SECS = 30
 DOWN_SECS = (0.5, 3.0)
 #: Between two kills (seconds).
 BETWEEN_KILLS = (2.0, 6.0)
