@@ -25,8 +25,9 @@ publisher could not read, its reason in the place of the cause).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from ..contract import INVENTORY_MAX_BYTES
 from .daemonid import uuid_of
@@ -61,14 +62,41 @@ class Entry:
     @classmethod
     def decode(cls, raw: object) -> Entry | None:
         """An entry as written, or None for anything malformed (it is then simply not evidence)."""
-        if not isinstance(raw, list) or len(raw) != _ENCODED_LEN:
+        if not _readable(raw):
             return None
-        job_id, attempt, state, code, cid, cause, reason = raw
-        if not isinstance(job_id, str) or not isinstance(attempt, int) or state not in STATES:
-            return None
-        if code is not None and not isinstance(code, int):
-            return None
+        job_id, attempt, state, code, cid, cause, reason = cast(list[Any], raw)
         return cls(job_id, attempt, str(state), code, str(cid or ""), str(cause or ""), str(reason or ""))
+
+
+def _readable(raw: object) -> bool:
+    """Whether an item of `containers` is an entry `Entry.decode` makes: a list of its seven values, the job
+    id a string, the attempt and any exit code whole numbers, the state one of `STATES`."""
+    if not isinstance(raw, list) or len(raw) != _ENCODED_LEN:
+        return False
+    job_id, attempt, state, code = raw[:4]
+    return (isinstance(job_id, str) and isinstance(attempt, int) and isinstance(state, str)
+            and state in STATES and (code is None or isinstance(code, int)))
+
+
+class Listed(Mapping[str, list[Entry]]):
+    """An inventory's entries by job id, each job's made into `Entry`s when first asked for: a supervisor
+    asks for a few jobs of inventories that list hundreds (jobpool/supervisor/remote.py)."""
+
+    def __init__(self, raw: dict[str, list[list[Any]]]) -> None:
+        self._raw = raw
+        self._made: dict[str, list[Entry]] = {}
+
+    def __getitem__(self, job_id: str) -> list[Entry]:
+        made = self._made.get(job_id)
+        if made is None:
+            made = self._made[job_id] = [e for e in map(Entry.decode, self._raw[job_id]) if e is not None]
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
 
 
 def encode(entries: Iterable[Entry], max_bytes: int = INVENTORY_MAX_BYTES) -> tuple[str, bool]:
@@ -97,7 +125,7 @@ class Inventory:
     first_at_ms: int
     complete: bool
     publisher: str = ""
-    entries: dict[str, list[Entry]] = field(default_factory=dict)
+    entries: Mapping[str, list[Entry]] = field(default_factory=dict)
 
     def age_secs(self, now_ms: int) -> float:
         return max(0.0, (now_ms - self.at_ms) / 1000.0)
@@ -117,16 +145,15 @@ def parse(fields: Mapping[str, str | None]) -> Inventory | None:
         return None
     if not daemon_id or not isinstance(raw, list):
         return None
-    entries: dict[str, list[Entry]] = {}
+    entries: dict[str, list[list[Any]]] = {}
     complete = fields.get("complete") == "1"
     for item in raw:
-        entry = Entry.decode(item)
-        if entry is None:
+        if _readable(item):
+            entries.setdefault(item[0], []).append(item)
+        else:
             complete = False  # something listed could not be read: "not listed" proves nothing
-            continue
-        entries.setdefault(entry.job_id, []).append(entry)
     return Inventory(daemon_id, str(fields.get("kernel_boot_id") or ""), at_ms, first_at_ms, complete,
-                     str(fields.get("publisher") or ""), entries)
+                     str(fields.get("publisher") or ""), Listed(entries))
 
 
 #: The fields the judge reads (HMGET), in this order.

@@ -208,6 +208,22 @@ def raise_for_code(op: str, reply: Sequence[Any]) -> None:
     raise cls(message)
 
 
+def _typed(op: str, reply: Any) -> list[Any] | errors.JobpoolError:
+    """One reply of `Scripts.run_many`: decoded, or the typed exception its code or error reply maps to; one
+    that says Redis cannot serve is raised."""
+    if isinstance(reply, redis.RedisError):
+        error = wrap_redis_error(reply, op)
+        if isinstance(error, errors.RedisUnavailable):
+            raise error from None
+        return error
+    decoded: list[Any] = _decode(reply)
+    try:
+        raise_for_code(op, decoded)
+    except errors.JobpoolError as exc:
+        return exc
+    return decoded
+
+
 class Scripts:
     """The registered scripts of one Redis client; call as ``scripts.run("claim", keys, args)`` with the keys
     a script takes (its own, then its pool keys: `Store.run` appends those).
@@ -277,6 +293,48 @@ class Scripts:
         decoded: list[Any] = _decode(reply)
         raise_for_code(op, decoded)
         return decoded
+
+    def run_many(self, op: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
+                 ) -> list[list[Any] | errors.JobpoolError]:
+        """Script `op` once per (keys, args) in `calls`, all sent down one pipeline: one round trip for the
+        lot, each call still its own atomic step with its own reply. A call's script code or error reply (a
+        value it could not read) is that call's typed exception, in its place. Anything that says Redis
+        cannot serve (unreachable, a replica's READONLY, a WAIT short of its replicas) fails the whole call
+        with `RedisUnavailable`: which of them ran is then unknown, as for one lost reply, so each must be a
+        compare-and-set its caller can judge again. A server that lost the script (NOSCRIPT) has it loaded
+        and those calls sent again."""
+        script = self._scripts[op]
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for _ in range(2):
+            for i, reply in zip(todo, self._pipelined(op, [calls[i] for i in todo]), strict=True):
+                replies[i] = reply
+            todo = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
+            if not todo:
+                break
+            script.sha = call_redis(self.client.script_load, script.script, what=op)
+        return [_typed(op, reply) for reply in replies]
+
+    def _pipelined(self, op: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """One EVALSHA of `op` per call down one pipeline (then WAIT, when asked for): the raw replies, an
+        error reply in its place."""
+        script, settings = self._scripts[op], self._settings[op]
+        pipe = self.client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, *settings)
+        if self.wait_replicas:
+            pipe.wait(self.wait_replicas, self.wait_timeout_ms)
+        try:
+            got = list(pipe.execute(raise_on_error=False))
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, op) from None
+        if self.wait_replicas:
+            acked = got.pop()
+            if isinstance(acked, Exception) or int(acked) < self.wait_replicas:
+                raise errors.NotReplicated(
+                    f"{op}: applied on the primary but acknowledged by {acked} of {self.wait_replicas} "
+                    f"replicas within {self.wait_timeout_ms} ms, so a failover now could lose it")
+        return got
 
     def _call(self, op: str, conn: redis.Redis, keys: Sequence[str], args: Sequence[Any],
               meanwhile: Callable[[], None] | None = None) -> Any:
