@@ -79,24 +79,47 @@ def _readable(raw: object) -> bool:
 
 
 class Listed(Mapping[str, list[Entry]]):
-    """An inventory's entries by job id, each job's made into `Entry`s when first asked for: a supervisor
-    asks for a few jobs of inventories that list hundreds (jobpool/supervisor/remote.py)."""
+    """An inventory's entries by job id, as read: a supervisor asks for a few jobs of inventories that list
+    hundreds (jobpool/supervisor/remote.py), so the items are grouped by job id at the first question, a
+    job's are made into `Entry`s when it is asked for, and whether every item is readable is found out only
+    when asked (`readable`: what makes "not listed" proof of absence)."""
 
-    def __init__(self, raw: dict[str, list[list[Any]]]) -> None:
-        self._raw = raw
+    def __init__(self, items: list[Any]) -> None:
+        self._items = items
+        self._by_job: dict[str, list[list[Any]]] | None = None
         self._made: dict[str, list[Entry]] = {}
+        self._readable: bool | None = None
+
+    @property
+    def readable(self) -> bool:
+        """Whether every item is an entry `Entry.decode` makes."""
+        if self._readable is None:
+            self._readable = all(map(_readable, self._items))
+        return self._readable
+
+    def _index(self) -> dict[str, list[list[Any]]]:
+        if self._by_job is None:
+            by_job: dict[str, list[list[Any]]] = {}
+            for item in self._items:  # the rest is not an entry of any job, and `readable` says so
+                if type(item) is list and item and type(item[0]) is str:
+                    by_job.setdefault(item[0], []).append(item)
+            self._by_job = by_job
+        return self._by_job
 
     def __getitem__(self, job_id: str) -> list[Entry]:
         made = self._made.get(job_id)
         if made is None:
-            made = self._made[job_id] = [e for e in map(Entry.decode, self._raw[job_id]) if e is not None]
+            made = [e for e in map(Entry.decode, self._index()[job_id]) if e is not None]
+            if not made:
+                raise KeyError(job_id)  # only unreadable items name it: it is not listed
+            self._made[job_id] = made
         return made
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._raw)
+        return (job_id for job_id in self._index() if job_id in self)
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return sum(1 for _ in self)
 
 
 def encode(entries: Iterable[Entry], max_bytes: int = INVENTORY_MAX_BYTES) -> tuple[str, bool]:
@@ -123,9 +146,16 @@ class Inventory:
     kernel_boot_id: str
     at_ms: int
     first_at_ms: int
-    complete: bool
+    #: Whether its publisher listed every container of the pool (`complete` also asks that each be readable).
+    listed_all: bool
     publisher: str = ""
-    entries: Mapping[str, list[Entry]] = field(default_factory=dict)
+    entries: Listed = field(default_factory=lambda: Listed([]))
+
+    @property
+    def complete(self) -> bool:
+        """Every container of the pool on that daemon is listed, readably: only then is a container not listed
+        one that is not there."""
+        return self.listed_all and self.entries.readable
 
     def age_secs(self, now_ms: int) -> float:
         return max(0.0, (now_ms - self.at_ms) / 1000.0)
@@ -145,15 +175,9 @@ def parse(fields: Mapping[str, str | None]) -> Inventory | None:
         return None
     if not daemon_id or not isinstance(raw, list):
         return None
-    entries: dict[str, list[list[Any]]] = {}
-    complete = fields.get("complete") == "1"
-    for item in raw:
-        if _readable(item):
-            entries.setdefault(item[0], []).append(item)
-        else:
-            complete = False  # something listed could not be read: "not listed" proves nothing
-    return Inventory(daemon_id, str(fields.get("kernel_boot_id") or ""), at_ms, first_at_ms, complete,
-                     str(fields.get("publisher") or ""), Listed(entries))
+    # An item that cannot be read makes it incomplete ("not listed" proves nothing): `Inventory.complete`.
+    return Inventory(daemon_id, str(fields.get("kernel_boot_id") or ""), at_ms, first_at_ms,
+                     fields.get("complete") == "1", str(fields.get("publisher") or ""), Listed(raw))
 
 
 #: The fields the judge reads (HMGET), in this order.

@@ -59,18 +59,6 @@ class Snapshot:
         return len(self.rows) + len(self.held)
 
 
-def _past(claimed_at: str | None, now_ms: int, stale_secs: float) -> bool:
-    """Whether a row claimed at `claimed_at` (as read) is past the stale limit: `verdicts.is_stale` for the
-    first pass's fields, without making the row's snapshot (an unreadable time is not stale there either)."""
-    if not claimed_at:
-        return False
-    try:
-        claimed = int(claimed_at)
-    except ValueError:
-        return False
-    return (now_ms - claimed) / 1000.0 > stale_secs
-
-
 class Evidence:
     """Reads the evidence of one pool. Keeps what is learnt between sweeps: whether the server has SORT_RO,
     and when this reader last lost and found Redis again."""
@@ -109,9 +97,15 @@ class Evidence:
         for member, owner, attempt, claimed_at, lease in found:
             job_id = str(member)
             holds = bool(owner) and lease == f"{owner}:{attempt}"
-            if holds and not _past(claimed_at, now_ms, stale_secs):
-                held.append((job_id, owner, attempt))  # verdicts.decide: keep, the lease is held
-                continue
+            if holds:
+                # verdicts.is_stale, inline (this loop runs once a row): an unreadable time is not stale.
+                try:
+                    stale = bool(claimed_at) and (now_ms - int(claimed_at)) / 1000.0 > stale_secs
+                except ValueError:
+                    stale = False
+                if not stale:
+                    held.append((job_id, owner, attempt))  # verdicts.decide: keep, the lease is held
+                    continue
             brief[job_id] = (owner, attempt)
             leases[job_id] = holds
             snap = RowSnapshot.brief(job_id, owner, attempt, claimed_at, executor)
