@@ -23,7 +23,7 @@ from ..redistrust import RedisTrust
 from ..store.calls import Store
 from . import remote
 from .probes import ContainerProber, Probe, Unknown, probe_process
-from .verdicts import EXECUTOR_SUBPROCESS, DispatchFacts, ProbeKind, RowSnapshot, probe_needed
+from .verdicts import EXECUTOR_SUBPROCESS, Brief, DispatchFacts, ProbeKind, RowSnapshot, probe_needed
 
 log = logging.getLogger("jobpool.supervisor")
 
@@ -48,10 +48,10 @@ class Snapshot:
     ghosts: dict[str, str] = field(default_factory=dict)
     #: Whether each ghost's lease key still has a TTL (a worker may still hold it).
     ghost_leases: dict[str, bool] = field(default_factory=dict)
-    #: The rows whose owner holds its lease and that are not past the stale limit: (id, owner, attempt as
-    #: read). Their verdict is `keep` whatever else is true of them (verdicts.decide), so nothing more is
-    #: read or made for them: the common case of a large fleet costs one comparison a row.
-    held: list[tuple[str, str, str]] = field(default_factory=list)
+    #: The rows whose owner holds its lease and that are not past the stale limit, as the first pass read
+    #: them. Their verdict is `keep` whatever else is true of them (verdicts.decide), so nothing more is read
+    #: or made for them: the common case of a large fleet costs one comparison a row.
+    held: list[Brief] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -89,13 +89,13 @@ class Evidence:
         if job_ids is not None:
             found = store.brief_of(list(dict.fromkeys(job_ids)), _BRIEF)
         stale_secs, executor = self.settings.job_stale_seconds, self.settings.executor
-        held: list[tuple[str, str, str]] = []
+        held: list[Brief] = []
         brief: dict[str, tuple[str | None, str | None]] = {}  # the others: id -> (owner, attempt) as read
         snaps: dict[str, RowSnapshot] = {}
         leases: dict[str, bool] = {}
         need = []
-        for member, owner, attempt, claimed_at, lease in found:
-            job_id = str(member)
+        for brief_row in found:
+            job_id, owner, attempt, claimed_at, lease = brief_row
             holds = bool(owner) and lease == f"{owner}:{attempt}"
             if holds:
                 # verdicts.is_stale, inline (this loop runs once a row): an unreadable time is not stale.
@@ -104,7 +104,7 @@ class Evidence:
                 except ValueError:
                     stale = False
                 if not stale:
-                    held.append((job_id, owner, attempt))  # verdicts.decide: keep, the lease is held
+                    held.append(brief_row)  # verdicts.decide: keep, the lease is held
                     continue
             brief[job_id] = (owner, attempt)
             leases[job_id] = holds

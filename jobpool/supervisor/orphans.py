@@ -54,7 +54,7 @@ def stop_orphan(store: Store, job: Job | str, prober: ContainerProber | None = N
     try:
         snap = sup.evidence.read([job_id])
         if snap.held:  # its owner holds the lease (and it is not past the stale limit)
-            _, owner, _ = snap.held[0]
+            owner = snap.held[0][1]
             return OrphanStop(job_id, "owner_alive", detail=f"owner {owner} holds the lease and honours the "
                                                             "persisted request", state="running")
         if not snap.rows:

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .verdicts import Kind, Verdict, attempt_number, held_verdict
+from .verdicts import Brief, Kind, Verdict, attempt_number, held_verdict
 
 #: How many of a sweep's unknown-held jobs its summary names (status and the dashboard show them).
 UNKNOWN_NAMED = 50
@@ -52,8 +52,8 @@ class SweepReport:
     judged: list[Decision] = field(default_factory=list)
     #: The first UNKNOWN_NAMED jobs whose probe was unknown, with why (their slots were kept).
     unknown_jobs: list[dict[str, Any]] = field(default_factory=list)
-    #: The rows kept because their owner holds its lease: (id, owner, attempt as read).
-    held: list[tuple[str, str, str]] = field(default_factory=list)
+    #: The rows kept because their owner holds its lease, as the sweep's first pass read them.
+    held: list[Brief] = field(default_factory=list)
     #: The sweep interval this sweep ran under (ms), and whether the sweep took longer than it: the next one
     #: then starts as soon as this one ended (supervisor/loop.py), never beside it and never more than one.
     interval_ms: float = 0.0
@@ -64,12 +64,13 @@ class SweepReport:
         """Every row's decision: the judged rows', then the held rows' (keep, made on demand)."""
         outcome = "not applied (dry run)" if self.dry_run else "kept"
         made = []
-        for job_id, owner, attempt_read in self.held:
+        for job_id, owner, attempt_read, _, _ in self.held:
             attempt = attempt_number(attempt_read)
-            made.append(Decision(job_id, attempt, owner, held_verdict(owner, attempt), "running", outcome))
+            made.append(Decision(job_id, attempt, owner or "", held_verdict(owner or "", attempt), "running",
+                                 outcome))
         return self.judged + made
 
-    def keep_held(self, held: list[tuple[str, str, str]]) -> None:
+    def keep_held(self, held: list[Brief]) -> None:
         """Count the rows kept on their held lease (no `Decision` is made for them here)."""
         self.held = held
         if held:

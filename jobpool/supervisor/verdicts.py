@@ -287,6 +287,11 @@ def decide(row: RowSnapshot, lease_present: bool, probe: Probe | None, dispatch:
     return _absent(row, probe, gone)
 
 
+#: A running row as the sweep's first pass reads it: id, owner boot, attempt, claimed_at, its lease's value
+#: (None where missing; supervisor/evidence.py).
+Brief = tuple[str, str | None, str | None, str | None, str | None]
+
+
 def held_verdict(owner: str, attempt: int) -> Verdict:
     """A claimed row whose owner holds its lease, not past the stale limit: kept. The sweep gives it without
     calling `decide` for the bulk of a fleet (supervisor/evidence.py `Snapshot.held`)."""

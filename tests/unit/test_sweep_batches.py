@@ -55,7 +55,7 @@ def test_rows_whose_owner_holds_its_lease_are_kept_as_decide_keeps_them(backend:
 
     report = supervisor(pool, sweeper).sweep()
     assert report.rows == 6 and dict(report.verdicts) == {"keep": 4, "warn": 2}
-    assert sorted(job_id for job_id, _, _ in report.held) == sorted(held)
+    assert sorted(brief[0] for brief in report.held) == sorted(held)
     assert {d.job_id for d in report.judged} == {stale, orphan, unclaimed}, "the held rows were judged alone"
     decisions = {d.job_id: d for d in report.decisions}
     assert set(decisions) == {*held, stale, orphan, unclaimed}
