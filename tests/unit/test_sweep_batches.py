@@ -10,18 +10,23 @@ apply.py), on fakeredis[lua] and a real redis-server:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 
 import pytest
+import redis
 
 from jobpool.api import Pool
+from jobpool.config import Settings
 from jobpool.fleet.inventory import Entry
+from jobpool.store.redisurl import connect
 from jobpool.supervisor import ContainerProber, Supervisor, apply, reconcile
 from jobpool.supervisor.verdicts import Kind, RowSnapshot, decide
 from jobpool.workers.attempt import Attempt
 from tests.support.attempts import claim
 from tests.support.inventories import orphan_on, publish
 from tests.support.pool_helpers import Backend, enqueue, row, state_of
+from tests.support.servers import RedisServer, free_port
 
 NOWHERE = "unix:///nonexistent/jobpool-test.sock"  # a supervisor attached to no daemon
 D1 = "jpd1:" + "e" * 32 + "@boot-1"
@@ -122,3 +127,32 @@ def test_a_batch_survives_a_server_that_lost_its_scripts(backend: Backend, sweep
     backend.client.script_flush()  # a restarted or failed-over server: NOSCRIPT, loaded and sent again
     assert sup.applier.apply_all(items, set()) == ["succeeded", "succeeded"]
     assert state_of(pool, first[0]) == state_of(pool, second[0]) == "succeeded"
+
+
+def test_a_batch_a_demoted_primary_refused_is_sent_again_to_the_new_one(
+        redis_server_factory: Callable[[], RedisServer], sweeper: list[Supervisor]) -> None:
+    """Every call of the batch meets READONLY (this server became a replica: nothing of them ran); once it
+    is a primary again (a failover's new primary), they are sent again and applied, as `Scripts.run` does."""
+    server = redis_server_factory()
+    server.start()
+    pool = Pool(connect(server.url), Settings(max_concurrent_jobs=2, recovery_budget=0))
+    admin = redis.Redis.from_url(server.url)
+    try:
+        first, second = orphan_on(pool, D1), orphan_on(pool, D1)
+        publish(pool, D1, [Entry(j, a, "exited", 0, f"cid-{j}") for j, a in (first, second)])
+        sup = supervisor(pool, sweeper)
+        snap = sup.evidence.read()
+        probes = sup.evidence.probe(snap, sup.prober)
+        items = [(r, decide(r, False, probes[r.id], None, snap.now_ms, pool.settings), probes[r.id])
+                 for r in snap.rows]
+        admin.replicaof("127.0.0.1", free_port())  # a primary nobody answers on: refuses every write
+        with pytest.raises(redis.exceptions.ReadOnlyError):
+            admin.set("jobpool-test-probe", "x")
+        promoted = threading.Timer(0.5, admin.replicaof, args=("NO", "ONE"))
+        promoted.start()
+        assert sup.applier.apply_all(items, set()) == ["succeeded", "succeeded"]
+        promoted.join()
+        assert state_of(pool, first[0]) == state_of(pool, second[0]) == "succeeded"
+    finally:
+        admin.close()
+        pool.store.close()
