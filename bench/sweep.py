@@ -15,6 +15,9 @@ Daemon calls are counted on the SDK's HTTP session (a response hook), so every r
 Goal: the steady sweep within 100 ms, with exactly one daemon list call per sweep.
 
     python3 -m bench.sweep [--rows 1000] [--containers 200] [--repeat 5]
+
+`--fleet` measures instead 10,000 and 100,000 running rows over a fleet of daemons, against a baseline tree in
+the same run (bench/sweep_fleet.py, which says how).
 """
 
 from __future__ import annotations
@@ -117,6 +120,10 @@ def calls(prober: ContainerProber) -> tuple[int, int]:
 
 
 def main() -> int:
+    if "--fleet" in sys.argv[1:]:  # the large fleet, against a baseline tree: bench/sweep_fleet.py
+        from . import sweep_fleet
+
+        return sweep_fleet.main(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument("--containers", type=int, default=200)

@@ -16,6 +16,8 @@ MULTI with its last-sweep record. The hash holds a fixed, bounded set of fields,
   probes:<result>                  the supervisor's probes: present, exited, absent, unknown
   sweep_duration:<le>              sweeps whose duration fell in this bucket (<le> in ms,
                                    contract.SWEEP_DURATION_BUCKETS_MS, or 'inf'), with :sum_ms and :count
+  sweep_overruns                   sweeps that took longer than the sweep interval they ran under
+                                   (supervisor/loop.py starts the next one only once such a sweep ended)
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class Counters:
     probes: Mapping[str, int] = field(default_factory=dict)
     job_duration: Mapping[str, Histogram] = field(default_factory=dict)
     sweep_duration: Histogram | None = None
+    sweep_overruns: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         def hist(h: Histogram | None) -> dict[str, Any] | None:
@@ -94,7 +97,7 @@ class Counters:
                                 for (to, reason), n in sorted(self.transitions.items())],
                 "recoveries": self.recoveries, "probes": dict(self.probes),
                 "job_duration": {s: hist(h) for s, h in self.job_duration.items()},
-                "sweep_duration": hist(self.sweep_duration)}
+                "sweep_duration": hist(self.sweep_duration), "sweep_overruns": self.sweep_overruns}
 
 
 def _float(raw: str) -> float | None:
@@ -118,13 +121,15 @@ def parse(fields: Mapping[str, str]) -> Counters:
     probes = dict.fromkeys(PROBE_RESULTS, 0)
     own: dict[str, dict[str, int]] = {}  # histogram name -> bucket -> own count
     sums: dict[str, float] = {}  # histogram name -> sum_ms
-    recoveries = 0
+    recoveries = overruns = 0
     for name, raw in fields.items():
         match name.split(":"):
             case ["transitions", source, target]:
                 transitions[(source, target)] = _int(raw)
             case ["recoveries"]:
                 recoveries = _int(raw)
+            case ["sweep_overruns"]:
+                overruns = _int(raw)
             case ["probes", result] if result in probes:
                 probes[result] = _int(raw)
             case ["job_duration" | "sweep_duration", bucket] | ["job_duration" | "sweep_duration", _, bucket]:
@@ -140,7 +145,8 @@ def parse(fields: Mapping[str, str]) -> Counters:
     return Counters(transitions=transitions, recoveries=recoveries, probes=probes,
                     job_duration={s: hist(f"job_duration:{s}", JOB_DURATION_BUCKETS, 1.0)
                                   for s in TERMINAL_STATES},
-                    sweep_duration=hist("sweep_duration", SWEEP_DURATION_BUCKETS_MS, 0.001))
+                    sweep_duration=hist("sweep_duration", SWEEP_DURATION_BUCKETS_MS, 0.001),
+                    sweep_overruns=overruns)
 
 
 def read_counters(store: CounterStore) -> Counters:
@@ -204,19 +210,24 @@ class ServedCounters:
             probes=self._counts("probes", c.probes),
             job_duration={s: self._histogram(f"job_duration:{s}", h) for s, h in c.job_duration.items()},
             sweep_duration=None if c.sweep_duration is None else self._histogram("sweep_duration",
-                                                                                 c.sweep_duration))
+                                                                                 c.sweep_duration),
+            sweep_overruns=int(self._serve("sweep_overruns", c.sweep_overruns)))
 
 
-def sweep_increments(duration_ms: float, probes: Mapping[str, int]) -> tuple[dict[str, int], float]:
+def sweep_increments(duration_ms: float, probes: Mapping[str, int],
+                     overran: bool = False) -> tuple[dict[str, int], float]:
     """What one sweep adds to the hash: integer increments by field, and the ms to add to the sweep sum."""
     bucket = next((str(b) for b in SWEEP_DURATION_BUCKETS_MS if duration_ms <= b), "inf")
     incr = {f"sweep_duration:{bucket}": 1, "sweep_duration:count": 1}
+    if overran:
+        incr["sweep_overruns"] = 1
     incr.update({f"probes:{result}": n for result, n in probes.items() if n and result in PROBE_RESULTS})
     return incr, duration_ms
 
 
-def record_sweep(store: CounterStore, last_sweep: str, duration_ms: float, probes: Mapping[str, int]) -> None:
+def record_sweep(store: CounterStore, last_sweep: str, duration_ms: float, probes: Mapping[str, int],
+                 overran: bool = False) -> None:
     """The supervisor's write after a sweep: its last-sweep record and its counters, in one MULTI (so a
-    sweep is counted exactly when it is recorded)."""
-    incr, sum_ms = sweep_increments(duration_ms, probes)
+    sweep is counted exactly when it is recorded); `overran`: it took longer than the sweep interval."""
+    incr, sum_ms = sweep_increments(duration_ms, probes, overran)
     store.record_sweep(last_sweep, incr, sum_ms)

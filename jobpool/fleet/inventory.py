@@ -25,8 +25,9 @@ publisher could not read, its reason in the place of the cause).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from ..contract import INVENTORY_MAX_BYTES
 from .daemonid import uuid_of
@@ -61,14 +62,64 @@ class Entry:
     @classmethod
     def decode(cls, raw: object) -> Entry | None:
         """An entry as written, or None for anything malformed (it is then simply not evidence)."""
-        if not isinstance(raw, list) or len(raw) != _ENCODED_LEN:
+        if not _readable(raw):
             return None
-        job_id, attempt, state, code, cid, cause, reason = raw
-        if not isinstance(job_id, str) or not isinstance(attempt, int) or state not in STATES:
-            return None
-        if code is not None and not isinstance(code, int):
-            return None
+        job_id, attempt, state, code, cid, cause, reason = cast(list[Any], raw)
         return cls(job_id, attempt, str(state), code, str(cid or ""), str(cause or ""), str(reason or ""))
+
+
+def _readable(raw: object) -> bool:
+    """Whether an item of `containers` is an entry `Entry.decode` makes: a list of its seven values, the job
+    id a string, the attempt and any exit code whole numbers, the state one of `STATES`."""
+    if not isinstance(raw, list) or len(raw) != _ENCODED_LEN:
+        return False
+    job_id, attempt, state, code = raw[:4]
+    return (isinstance(job_id, str) and isinstance(attempt, int) and isinstance(state, str)
+            and state in STATES and (code is None or isinstance(code, int)))
+
+
+class Listed(Mapping[str, list[Entry]]):
+    """An inventory's entries by job id, as read: a supervisor asks for a few jobs of inventories that list
+    hundreds (jobpool/supervisor/remote.py), so the items are grouped by job id at the first question, a
+    job's are made into `Entry`s when it is asked for, and whether every item is readable is found out only
+    when asked (`readable`: what makes "not listed" proof of absence)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self._items = items
+        self._by_job: dict[str, list[list[Any]]] | None = None
+        self._made: dict[str, list[Entry]] = {}
+        self._readable: bool | None = None
+
+    @property
+    def readable(self) -> bool:
+        """Whether every item is an entry `Entry.decode` makes."""
+        if self._readable is None:
+            self._readable = all(map(_readable, self._items))
+        return self._readable
+
+    def _index(self) -> dict[str, list[list[Any]]]:
+        if self._by_job is None:
+            by_job: dict[str, list[list[Any]]] = {}
+            for item in self._items:  # the rest is not an entry of any job, and `readable` says so
+                if type(item) is list and item and type(item[0]) is str:
+                    by_job.setdefault(item[0], []).append(item)
+            self._by_job = by_job
+        return self._by_job
+
+    def __getitem__(self, job_id: str) -> list[Entry]:
+        made = self._made.get(job_id)
+        if made is None:
+            made = [e for e in map(Entry.decode, self._index()[job_id]) if e is not None]
+            if not made:
+                raise KeyError(job_id)  # only unreadable items name it: it is not listed
+            self._made[job_id] = made
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return (job_id for job_id in self._index() if job_id in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def encode(entries: Iterable[Entry], max_bytes: int = INVENTORY_MAX_BYTES) -> tuple[str, bool]:
@@ -95,9 +146,16 @@ class Inventory:
     kernel_boot_id: str
     at_ms: int
     first_at_ms: int
-    complete: bool
+    #: Whether its publisher listed every container of the pool (`complete` also asks that each be readable).
+    listed_all: bool
     publisher: str = ""
-    entries: dict[str, list[Entry]] = field(default_factory=dict)
+    entries: Listed = field(default_factory=lambda: Listed([]))
+
+    @property
+    def complete(self) -> bool:
+        """Every container of the pool on that daemon is listed, readably: only then is a container not listed
+        one that is not there."""
+        return self.listed_all and self.entries.readable
 
     def age_secs(self, now_ms: int) -> float:
         return max(0.0, (now_ms - self.at_ms) / 1000.0)
@@ -117,16 +175,9 @@ def parse(fields: Mapping[str, str | None]) -> Inventory | None:
         return None
     if not daemon_id or not isinstance(raw, list):
         return None
-    entries: dict[str, list[Entry]] = {}
-    complete = fields.get("complete") == "1"
-    for item in raw:
-        entry = Entry.decode(item)
-        if entry is None:
-            complete = False  # something listed could not be read: "not listed" proves nothing
-            continue
-        entries.setdefault(entry.job_id, []).append(entry)
-    return Inventory(daemon_id, str(fields.get("kernel_boot_id") or ""), at_ms, first_at_ms, complete,
-                     str(fields.get("publisher") or ""), entries)
+    # An item that cannot be read makes it incomplete ("not listed" proves nothing): `Inventory.complete`.
+    return Inventory(daemon_id, str(fields.get("kernel_boot_id") or ""), at_ms, first_at_ms,
+                     fields.get("complete") == "1", str(fields.get("publisher") or ""), Listed(raw))
 
 
 #: The fields the judge reads (HMGET), in this order.

@@ -21,6 +21,7 @@ import redis
 from rq.connections import parse_connection
 
 from ..config import Settings
+from ..errors import JobpoolError
 from .eventreads import EventReads
 from .fleetreads import FleetReads
 from .luatext import shape
@@ -73,6 +74,24 @@ class InventoryFence:
     daemon_id: str
     at: int
     max_age_ms: int
+
+
+@dataclass(frozen=True)
+class ReconcileCall:
+    """One verdict for `Store.reconcile_apply_many`: what `Store.reconcile_apply` takes."""
+
+    job_id: str
+    attempt: int
+    owner_boot: str
+    container_id: str
+    verdict: str
+    reason: str
+    exit_code: int | None
+    recovery_budget: int
+    evidence: str
+    actor: str
+    route: str | None = None
+    fence: InventoryFence | None = None
 
 
 def _requests(pause: Any, cancel: Any) -> Requests:
@@ -292,18 +311,35 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         """Apply a verdict on a row whose owner is gone, only while the row is as the evidence found it
         (scripts/reconcile_apply.lua). `route`: for a redispatch, the RQ list the row routes it to (it
         promotes nothing); `fence`: evidence from a daemon's inventory."""
+        keys, args = self._reconcile_call(ReconcileCall(job_id, attempt, owner_boot, container_id, verdict,
+                                                        reason, exit_code, recovery_budget, evidence, actor,
+                                                        route, fence), self.candidates(CANDIDATES_ON_RELEASE))
+        return _moved(self.scripts.run("reconcile_apply", keys, args))
+
+    def reconcile_apply_many(self, calls: Sequence[ReconcileCall]) -> list[Moved | JobpoolError]:
+        """`reconcile_apply` for many rows in one round trip (a sweep's verdicts: runner.Scripts.run_many),
+        each its own compare-and-set: a row that moved on is its own `Conflict`, in its place. They share one
+        read of the promotion candidates, which each script checks against the queue's head."""
+        if not calls:
+            return []
+        candidates = self.candidates(CANDIDATES_ON_RELEASE)
+        replies = self.scripts.run_many("reconcile_apply",
+                                        [self._reconcile_call(c, candidates) for c in calls])
+        return [r if isinstance(r, JobpoolError) else _moved(r) for r in replies]
+
+    def _reconcile_call(self, c: ReconcileCall, candidates: list[str]) -> tuple[list[str], list[Any]]:
         k = self.keys
-        keys = [k.job(job_id), k.lease(job_id), k.rq_job(job_id)]
-        if route is not None:
-            keys.append(route)
+        keys = [k.job(c.job_id), k.lease(c.job_id), k.rq_job(c.job_id)]
+        if c.route is not None:
+            keys.append(c.route)
         else:
-            if fence is not None:
-                keys.append(k.inventory(fence.daemon_id))
-            keys += self.candidates(CANDIDATES_ON_RELEASE)
-        args = [job_id, attempt, owner_boot, container_id, verdict, reason,
-                "" if exit_code is None else exit_code, recovery_budget, evidence, actor,
-                *([fence.at, fence.max_age_ms] if fence else [])]
-        return _moved(self.run("reconcile_apply", keys, args))
+            if c.fence is not None:
+                keys.append(k.inventory(c.fence.daemon_id))
+            keys += candidates
+        args = [c.job_id, c.attempt, c.owner_boot, c.container_id, c.verdict, c.reason,
+                "" if c.exit_code is None else c.exit_code, c.recovery_budget, c.evidence, c.actor,
+                *([c.fence.at, c.fence.max_age_ms] if c.fence else [])]
+        return [*keys, *self._pool_keys["reconcile_apply"]], args
 
     def drop_ghost(self, job_id: str, evidence: str, actor: str) -> GhostDropped:
         reply = self.run("drop_ghost", [self.keys.job(job_id), self.keys.lease(job_id),

@@ -29,6 +29,8 @@ log = logging.getLogger("jobpool")
 #: How long a script refused with READONLY (its primary demoted) is sent again while Sentinel moves the
 #: primary: a forced failover takes about a second, one after a crash the sentinels' down-after time.
 FAILOVER_RETRY_SECS = 15.0
+#: How many times one `Scripts.run_many` loads a script the server does not have (NOSCRIPT).
+_SCRIPT_LOADS = 2
 #: What redis-py's Sentinel connection raises, having dropped its connection, when a primary it reached
 #: answers READONLY (redis/sentinel.py: the next connection asks the sentinels again).
 _DEMOTED_TEXT = "The previous master is now a slave"
@@ -208,6 +210,22 @@ def raise_for_code(op: str, reply: Sequence[Any]) -> None:
     raise cls(message)
 
 
+def _typed(op: str, reply: Any) -> list[Any] | errors.JobpoolError:
+    """One reply of `Scripts.run_many`: decoded, or the typed exception its code or error reply maps to; one
+    that says Redis cannot serve is raised."""
+    if isinstance(reply, redis.RedisError):
+        error = wrap_redis_error(reply, op)
+        if isinstance(error, errors.RedisUnavailable):
+            raise error from None
+        return error
+    decoded: list[Any] = _decode(reply)
+    try:
+        raise_for_code(op, decoded)
+    except errors.JobpoolError as exc:
+        return exc
+    return decoded
+
+
 class Scripts:
     """The registered scripts of one Redis client; call as ``scripts.run("claim", keys, args)`` with the keys
     a script takes (its own, then its pool keys: `Store.run` appends those).
@@ -277,6 +295,64 @@ class Scripts:
         decoded: list[Any] = _decode(reply)
         raise_for_code(op, decoded)
         return decoded
+
+    def run_many(self, op: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]],
+                 ) -> list[list[Any] | errors.JobpoolError]:
+        """Script `op` once per (keys, args) in `calls`, all sent down one pipeline: one round trip for the
+        lot, each call still its own atomic step with its own reply. A call's script code or error reply (a
+        value it could not read) is that call's typed exception, in its place.
+
+        Calls a server refused whole are sent again, as `run` sends one again: those met by NOSCRIPT once the
+        script is loaded, and those a demoted primary refused (READONLY) until the new primary takes them or
+        `FAILOVER_RETRY_SECS` pass. Anything else that says Redis cannot serve (unreachable, a WAIT short of
+        its replicas) fails the whole call with `RedisUnavailable`: which of them ran is then unknown, as for
+        one lost reply, so each must be a compare-and-set its caller can judge again."""
+        script = self._scripts[op]
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        deadline, delay, loads = time.monotonic() + FAILOVER_RETRY_SECS, 0.05, 0
+        while todo:
+            try:
+                for i, reply in zip(todo, self._pipelined(op, [calls[i] for i in todo]), strict=True):
+                    replies[i] = reply
+            except redis.RedisError as exc:
+                if not _demoted(exc) or time.monotonic() + delay > deadline:
+                    raise wrap_redis_error(exc, op) from None
+                replies = [exc if i in todo else r for i, r in enumerate(replies)]
+            lost = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
+            if lost and loads < _SCRIPT_LOADS:
+                loads += 1
+                script.sha = call_redis(self.client.script_load, script.script, what=op)
+            elif lost:
+                lost = []  # lost again as soon as loaded: left as they are (RedisUnavailable)
+            refused = [i for i in todo if isinstance(replies[i], redis.RedisError) and _demoted(replies[i])]
+            if refused and time.monotonic() + delay <= deadline:
+                log.info("%s: the primary was demoted (%s); sending %d calls again", op, replies[refused[0]],
+                         len(refused))
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            else:
+                refused = []
+            todo = sorted(lost + refused)
+        return [_typed(op, reply) for reply in replies]
+
+    def _pipelined(self, op: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """One EVALSHA of `op` per call down one pipeline (then WAIT, when asked for): the raw replies, an
+        error reply in its place; redis-py's error when the pipeline as a whole failed."""
+        script, settings = self._scripts[op], self._settings[op]
+        pipe = self.client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, *settings)
+        if self.wait_replicas:
+            pipe.wait(self.wait_replicas, self.wait_timeout_ms)
+        got = list(pipe.execute(raise_on_error=False))
+        if self.wait_replicas:
+            acked = got.pop()
+            if isinstance(acked, Exception) or int(acked) < self.wait_replicas:
+                raise errors.NotReplicated(
+                    f"{op}: applied on the primary but acknowledged by {acked} of {self.wait_replicas} "
+                    f"replicas within {self.wait_timeout_ms} ms, so a failover now could lose it")
+        return got
 
     def _call(self, op: str, conn: redis.Redis, keys: Sequence[str], args: Sequence[Any],
               meanwhile: Callable[[], None] | None = None) -> Any:

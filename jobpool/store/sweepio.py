@@ -69,8 +69,8 @@ class SweepIO:
         now_ms = int(secs) * 1000 + int(micros) // 1000
         if not all_rows:
             return now_ms, []
-        flat, width = replies[1], len(get)
-        return now_ms, [tuple(flat[i:i + width]) for i in range(0, len(flat), width)]
+        rows = iter(replies[1])
+        return now_ms, list(zip(*[rows] * len(get), strict=True))  # consecutive groups of len(get)
 
     def brief_of(self, ids: Sequence[str], fields: Sequence[str]) -> list[tuple[Any, ...]]:
         """`running_brief`'s rows for given ids (an operator's one-job call); a row that cannot be read has

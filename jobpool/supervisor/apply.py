@@ -10,10 +10,11 @@ job's container by label on the daemon it was recorded on before failing it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from .. import daemoncommands, errors
-from ..store.calls import InventoryFence, Store
+from ..store.calls import InventoryFence, ReconcileCall, Store
+from ..store.replies import Moved
 from . import remote
 from .adoption import Adoptions
 from .daemon import DaemonClient
@@ -22,6 +23,10 @@ from .stopper import ContainerStopper
 from .verdicts import APPLIED_KINDS, EXECUTOR_SUBPROCESS, EXIT_KINDS, Kind, RowSnapshot, Verdict
 
 log = logging.getLogger("jobpool.supervisor")
+
+#: Verdicts sent to Redis in one round trip (supervisor/apply.py `Applier.apply_all`): each script is its own
+#: step, and Redis serves other clients between the reads of a long pipeline.
+APPLY_BATCH = 200
 
 
 class Applier:
@@ -64,42 +69,83 @@ class Applier:
             log.error("job %s: applying %s failed: %s", row.id, verdict.kind, exc)
             return f"error: {exc}"
 
+    def apply_all(self, items: Sequence[tuple[RowSnapshot, Verdict, Probe | None]],
+                  pending: set[str]) -> list[str]:
+        """Apply one sweep's verdicts; returns each row's outcome, in order (see `apply`). The verdicts
+        `reconcile_apply` changes go `APPLY_BATCH` to a round trip, each still a compare-and-set of its own
+        on the evidence it was judged from; the others (adoption, warnings, evictions) one by one."""
+        outcomes = [""] * len(items)
+        batch = []
+        for i, (row, verdict, probe) in enumerate(items):
+            if verdict.kind in APPLIED_KINDS:
+                batch.append(i)
+            else:
+                outcomes[i] = self.apply(row, verdict, probe, pending)
+        for start in range(0, len(batch), APPLY_BATCH):
+            chunk = batch[start:start + APPLY_BATCH]
+            for i, outcome in zip(chunk, self.reconcile_apply_many([items[i] for i in chunk]), strict=True):
+                outcomes[i] = outcome
+        return outcomes
+
     def reconcile_apply(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None) -> str:
         """End, requeue or redispatch a row whose owner is gone (`reconcile_apply.lua`); returns its state."""
-        never_started = isinstance(probe, Absent) and probe.never_started and bool(probe.container_id)
-        if never_started and not self.stopper.remove(probe.container_id):  # type: ignore[union-attr]
-            # A launcher that stalled between create and start may still start it: "never started" holds
-            # only once the container can no longer be started, so it goes first. Not forced: Docker orders
-            # the remove and a start in flight, and a container started meanwhile refuses a plain remove;
-            # then the slot stays and the next sweep finds its lease renewed.
-            log.warning("job %s attempt %d kept: its created container %s could not be removed (started "
-                        "meanwhile?)", row.id, row.attempt, probe.container_id[:12])  # type: ignore[union-attr]
-            return "kept"
-        inventory = getattr(probe, "inventory", None)  # evidence from a daemon's inventory: fenced on it too
-        fence = None
-        if inventory and probe:
-            fence = InventoryFence(inventory[0], inventory[1], remote.max_age_ms(
-                probe, row.daemon_id, self.settings.inventory_stale_secs, self.settings.lease_secs))
-        # A redispatch promotes nothing: it takes the list its row routes it to instead.
-        route = (row.affinity_queue or self.store.keys.rq_queue) if verdict.kind is Kind.REDISPATCH else None
-        try:
-            done = self.store.reconcile_apply(
+        return self.reconcile_apply_many([(row, verdict, probe)])[0]
+
+    def reconcile_apply_many(self, items: Sequence[tuple[RowSnapshot, Verdict, Probe | None]]) -> list[str]:
+        """`reconcile_apply` for each item, the scripts in one round trip; each row's outcome: its new state,
+        "conflict" (it moved on since its evidence was taken), "kept" or "error: ...". A Redis that cannot
+        serve fails them all (`RedisUnavailable`), as one call's would fail the sweep."""
+        outcomes = ["kept"] * len(items)
+        calls, sent = [], []
+        for i, (row, verdict, probe) in enumerate(items):
+            never_started = isinstance(probe, Absent) and probe.never_started and bool(probe.container_id)
+            if never_started and not self.stopper.remove(probe.container_id):  # type: ignore[union-attr]
+                # A launcher that stalled between create and start may still start it: "never started" holds
+                # only once the container can no longer be started, so it goes first. Not forced: Docker
+                # orders the remove and a start in flight, and a container started meanwhile refuses a plain
+                # remove; then the slot stays and the next sweep finds its lease renewed.
+                log.warning("job %s attempt %d kept: its created container %s could not be removed (started "
+                            "meanwhile?)", row.id, row.attempt, probe.container_id[:12])  # type: ignore[union-attr]
+                continue
+            inventory = getattr(probe, "inventory", None)  # from a daemon's inventory: fenced on it too
+            fence = None
+            if inventory and probe:
+                fence = InventoryFence(inventory[0], inventory[1], remote.max_age_ms(
+                    probe, row.daemon_id, self.settings.inventory_stale_secs, self.settings.lease_secs))
+            # A redispatch promotes nothing: it takes the list its row routes it to instead.
+            route = ((row.affinity_queue or self.store.keys.rq_queue) if verdict.kind is Kind.REDISPATCH
+                     else None)
+            calls.append(ReconcileCall(
                 row.id, row.attempt, row.owner_boot, row.container_id, verdict.kind.value, verdict.reason,
-                verdict.exit_code, self.settings.recovery_budget, verdict.evidence, self.actor, route=route,
-                fence=fence)
-        except errors.Conflict:
+                verdict.exit_code, self.settings.recovery_budget, verdict.evidence, self.actor, route, fence))
+            sent.append(i)
+        try:
+            results: list[Moved | errors.JobpoolError] = self.store.reconcile_apply_many(calls)
+        except errors.RedisUnavailable:
+            raise
+        except errors.JobpoolError as exc:  # the promotion candidates could not be read: nothing was sent
+            results = [exc] * len(calls)
+        for i, result in zip(sent, results, strict=True):
+            row, verdict, probe = items[i]
+            outcomes[i] = self._applied(row, verdict, probe, result)
+        return outcomes
+
+    def _applied(self, row: RowSnapshot, verdict: Verdict, probe: Probe | None,
+                 result: Moved | errors.JobpoolError) -> str:
+        """What one `reconcile_apply` did, logged; the ended container of an exit verdict is removed."""
+        if isinstance(result, (errors.Conflict, errors.NotFound)):
             log.debug("job %s moved on since its evidence was taken; %s not applied", row.id, verdict.kind)
             return "conflict"
-        except errors.NotFound:
-            return "conflict"
-        state = done.state
-        log.info("job %s attempt %d: %s -> %s (%s)", row.id, row.attempt, verdict.kind, state,
+        if isinstance(result, errors.JobpoolError):
+            log.error("job %s: applying %s failed: %s", row.id, verdict.kind, result)
+            return f"error: {result}"
+        log.info("job %s attempt %d: %s -> %s (%s)", row.id, row.attempt, verdict.kind, result.state,
                  verdict.evidence)
         # The exit code is on the row now; the ended container is the supervisor's to clean up, as its
-        # dead watcher would have.
-        if verdict.kind in EXIT_KINDS and verdict.container_id and not inventory:  # else its publisher does
+        # dead watcher would have (an inventory's is its publisher's).
+        if verdict.kind in EXIT_KINDS and verdict.container_id and not getattr(probe, "inventory", None):
             self.stopper.remove(verdict.container_id)
-        return state
+        return result.state
 
     def drop_ghost(self, job_id: str, verdict: Verdict) -> str:
         """Free the slot of a running id with no readable row (`drop_ghost.lua`); returns the outcome."""

@@ -23,7 +23,7 @@ from ..redistrust import RedisTrust
 from ..store.calls import Store
 from . import remote
 from .probes import ContainerProber, Probe, Unknown, probe_process
-from .verdicts import EXECUTOR_SUBPROCESS, DispatchFacts, ProbeKind, RowSnapshot, is_stale, probe_needed
+from .verdicts import EXECUTOR_SUBPROCESS, Brief, DispatchFacts, ProbeKind, RowSnapshot, probe_needed
 
 log = logging.getLogger("jobpool.supervisor")
 
@@ -35,9 +35,12 @@ _BRIEF = ("owner_boot", "attempt", "claimed_at")
 
 @dataclass
 class Snapshot:
-    """One sweep's evidence: the server's time, the rows, whether each owner holds its lease, RQ's facts."""
+    """One sweep's evidence: the server's time, the rows to judge, whether each owner holds its lease, RQ's
+    facts; and the rows kept on their lease alone (`held`)."""
 
     now_ms: int
+    #: The rows a verdict needs more than a held lease to judge (lease gone, never claimed, past the stale
+    #: limit), each with `lease` saying whether its owner's lease is held.
     rows: list[RowSnapshot]
     lease: dict[str, bool]
     dispatch: dict[str, DispatchFacts]
@@ -45,6 +48,15 @@ class Snapshot:
     ghosts: dict[str, str] = field(default_factory=dict)
     #: Whether each ghost's lease key still has a TTL (a worker may still hold it).
     ghost_leases: dict[str, bool] = field(default_factory=dict)
+    #: The rows whose owner holds its lease and that are not past the stale limit, as the first pass read
+    #: them. Their verdict is `keep` whatever else is true of them (verdicts.decide), so nothing more is read
+    #: or made for them: the common case of a large fleet costs one comparison a row.
+    held: list[Brief] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        """Every running row read (ghosts aside)."""
+        return len(self.rows) + len(self.held)
 
 
 class Evidence:
@@ -68,41 +80,52 @@ class Evidence:
         boot records for the orphans whose row lacks an executor or daemon id.
 
         Two passes keep a healthy pool cheap: every row's owner, attempt and times with its lease first, then
-        the whole row only where a decision needs more (lease gone, never claimed, or an eviction to do).
+        the whole row only where a decision needs more (lease gone, never claimed, or an eviction to do). A
+        row whose owner holds its lease and that is not past the stale limit is `held` after the first pass:
+        one comparison, no object made.
         """
         store = self.store
         now_ms, found = store.running_brief(_BRIEF, job_ids is None)
         if job_ids is not None:
-            found = store.brief_of(list(job_ids), _BRIEF)
-        brief: dict[str, dict[str, str | None]] = {}
-        leases: dict[str, bool] = {}
-        for member, owner, attempt, claimed_at, lease in found:
-            job_id = str(member)
-            brief[job_id] = {"owner_boot": owner, "attempt": attempt, "claimed_at": claimed_at}
-            leases[job_id] = bool(owner) and lease == f"{owner}:{attempt}"
+            found = store.brief_of(list(dict.fromkeys(job_ids)), _BRIEF)
+        stale_secs, executor = self.settings.job_stale_seconds, self.settings.executor
+        held: list[Brief] = []
+        brief: dict[str, tuple[str | None, str | None]] = {}  # the others: id -> (owner, attempt) as read
         snaps: dict[str, RowSnapshot] = {}
+        leases: dict[str, bool] = {}
         need = []
-        for job_id, b in brief.items():
-            snap = RowSnapshot.brief(job_id, b["owner_boot"], b["attempt"], b["claimed_at"],
-                                     self.settings.executor)
-            if not leases[job_id] or (evict_stale and is_stale(snap, now_ms, self.settings)):
+        for brief_row in found:
+            job_id, owner, attempt, claimed_at, lease = brief_row
+            holds = bool(owner) and lease == f"{owner}:{attempt}"
+            if holds:
+                # verdicts.is_stale, inline (this loop runs once a row): an unreadable time is not stale.
+                try:
+                    stale = bool(claimed_at) and (now_ms - int(claimed_at)) / 1000.0 > stale_secs
+                except ValueError:
+                    stale = False
+                if not stale:
+                    held.append(brief_row)  # verdicts.decide: keep, the lease is held
+                    continue
+            brief[job_id] = (owner, attempt)
+            leases[job_id] = holds
+            snap = RowSnapshot.brief(job_id, owner, attempt, claimed_at, executor)
+            if not holds or evict_stale:
                 need.append(job_id)
             else:
-                snaps[job_id] = snap
+                snaps[job_id] = snap  # a stale live job: warned about from these fields alone
         full, ghosts = self._full_rows(need)
         boots = self._boot_facts([r for r in full.values() if r.get("owner_boot") and not leases[str(r["id"])]
                                   and not (r.get("executor") and r.get("daemon_id"))])
         for job_id, row in full.items():
-            b = brief[job_id]
-            if (row.get("owner_boot"), row.get("attempt")) != (b["owner_boot"], b["attempt"]):
+            if (row.get("owner_boot"), row.get("attempt")) != brief[job_id]:
                 continue  # claimed, adopted or re-dispatched between the passes: judged next sweep
             boot = boots.get(row.get("owner_boot") or "")
-            snaps[job_id] = RowSnapshot.from_row(row, self.settings.executor, boot)
+            snaps[job_id] = RowSnapshot.from_row(row, executor, boot)
         rows_out = [snaps[job_id] for job_id in brief if job_id in snaps]
         unclaimed = {r.id: (r.affinity_queue, r.attempt) for r in rows_out if not r.claimed}
         dispatch = self._dispatch_facts(unclaimed, now_ms)
         return Snapshot(now_ms, rows_out, {r.id: leases[r.id] for r in rows_out}, dispatch, ghosts,
-                        store.live_leases(list(ghosts)))
+                        store.live_leases(list(ghosts)), held)
 
     def probe(self, snap: Snapshot, prober: ContainerProber,
               untrusted: Callable[[], Mapping[str, str]] | None = None) -> dict[str, Probe]:

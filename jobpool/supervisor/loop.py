@@ -75,11 +75,13 @@ def _mark_daemon(store: Store, prober: ContainerProber) -> daemonmark.Marker | N
 def run_supervisor(settings: Settings, once: bool = False, stop_event: threading.Event | None = None,
                    prober: ContainerProber | None = None) -> SweepReport | None:
     """The supervisor loop: a sweep at start-up (rows left by a previous run are judged at once), then one
-    every `sweep_interval_secs`, until SIGTERM/SIGINT or `stop_event`. A Redis whose `maxmemory-policy` may
-    evict job rows is refused before the first sweep (`EvictingRedis`, jobpool/store/redispolicy.py). A failed
-    sweep (Redis away) is logged and the loop goes on; with `once`, it is raised, so a cron job or health
-    check sees it. Unless `once`, `/metrics` is served while the loop runs when `settings.metrics_port` is set
-    (jobpool/exporter.py). Returns the last sweep's report."""
+    every `sweep_interval_secs` from the start of the last, until SIGTERM/SIGINT or `stop_event`. Sweeps run
+    one at a time on this thread: one that outlasts the interval is followed by the next once it ended, and
+    the ticks it missed are dropped, not run after it (it says so itself: `SweepReport.overran`). A Redis
+    whose `maxmemory-policy` may evict job rows is refused before the first sweep (`EvictingRedis`,
+    jobpool/store/redispolicy.py). A failed sweep (Redis away) is logged and the loop goes on; with `once`, it
+    is raised, so a cron job or health check sees it. Unless `once`, `/metrics` is served while the loop runs
+    when `settings.metrics_port` is set (jobpool/exporter.py). Returns the last sweep's report."""
     stop = stop_event or threading.Event()
     # Before anything else: a port that cannot be served is refused in one line, with nothing written.
     server = None if once else exporter.serve(settings)

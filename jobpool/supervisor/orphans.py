@@ -53,6 +53,10 @@ def stop_orphan(store: Store, job: Job | str, prober: ContainerProber | None = N
     sup = Supervisor(store, prober, actor=actor_name("operator"))
     try:
         snap = sup.evidence.read([job_id])
+        if snap.held:  # its owner holds the lease (and it is not past the stale limit)
+            owner = snap.held[0][1]
+            return OrphanStop(job_id, "owner_alive", detail=f"owner {owner} holds the lease and honours the "
+                                                            "persisted request", state="running")
         if not snap.rows:
             return OrphanStop(job_id, "not_running", state=store.job(job_id).state.value)
         row = snap.rows[0]

@@ -106,6 +106,11 @@ def _int(v: str | None) -> int | None:
         return None
 
 
+def attempt_number(v: str | None) -> int:
+    """An attempt as read from a row (0 when missing or unreadable), as `RowSnapshot` holds it."""
+    return _int(v) or 0
+
+
 def _count(v: str | None) -> int:
     """A count read from a row as the scripts read it (`whole` in scripts/_lib.lua): anything but a
     non-negative whole number is 0, so a dry run predicts what reconcile_apply.lua will do with it."""
@@ -149,7 +154,7 @@ class RowSnapshot:
     def brief(cls, job_id: str, owner_boot: str | None, attempt: str | None, claimed_at: str | None,
               executor: str) -> RowSnapshot:
         """From the few fields that judge a row whose owner holds its lease (the sweep's first pass)."""
-        return cls(id=job_id, attempt=_int(attempt) or 0, owner_boot=owner_boot or "", executor=executor,
+        return cls(id=job_id, attempt=attempt_number(attempt), owner_boot=owner_boot or "", executor=executor,
                    claimed_at=_int(claimed_at))
 
     @classmethod
@@ -162,7 +167,8 @@ class RowSnapshot:
         executor = row.get("executor") or (EXECUTOR_SUBPROCESS if identity else "") \
             or boot_facts.get("executor") or default_executor
         return cls(
-            id=str(row["id"]), attempt=_int(row.get("attempt")) or 0, owner_boot=row.get("owner_boot") or "",
+            id=str(row["id"]), attempt=attempt_number(row.get("attempt")),
+            owner_boot=row.get("owner_boot") or "",
             container_id=row.get("container_id") or "",
             daemon_id=row.get("daemon_id") or boot_facts.get("daemon_id") or "",
             identity=identity, executor=executor,
@@ -255,9 +261,9 @@ def decide(row: RowSnapshot, lease_present: bool, probe: Probe | None, dispatch:
     if not row.claimed:
         return decide_unclaimed(row, dispatch, now_ms, settings)
     stale = is_stale(row, now_ms, settings)
-    owner = f"owner {row.owner_boot} attempt {row.attempt}"
     if lease_present and not stale:  # the common case, first and cheap
-        return Verdict(Kind.KEEP, evidence=f"lease held by {owner}")
+        return held_verdict(row.owner_boot, row.attempt)
+    owner = f"owner {row.owner_boot} attempt {row.attempt}"
     age = _fmt_age(age_secs(row.claimed_at if row.claimed_at is not None else row.promoted_at, now_ms))
     stale_note = f"running {age}, past the stale limit of {settings.job_stale_seconds:g}s"
     if lease_present:
@@ -279,6 +285,17 @@ def decide(row: RowSnapshot, lease_present: bool, probe: Probe | None, dispatch:
     if isinstance(probe, Present):
         return _exited(probe, gone)
     return _absent(row, probe, gone)
+
+
+#: A running row as the sweep's first pass reads it: id, owner boot, attempt, claimed_at, its lease's value
+#: (None where missing; supervisor/evidence.py).
+Brief = tuple[str, str | None, str | None, str | None, str | None]
+
+
+def held_verdict(owner: str, attempt: int) -> Verdict:
+    """A claimed row whose owner holds its lease, not past the stale limit: kept. The sweep gives it without
+    calling `decide` for the bulk of a fleet (supervisor/evidence.py `Snapshot.held`)."""
+    return Verdict(Kind.KEEP, evidence=f"lease held by owner {owner} attempt {attempt}")
 
 
 def _exited(probe: Present, gone: str) -> Verdict:

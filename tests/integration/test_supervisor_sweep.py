@@ -8,6 +8,7 @@ the verdict the design table gives, from ground truth only.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -29,12 +31,14 @@ from rq.serializers import JSONSerializer
 
 from jobpool import Pool
 from jobpool.contract import RQ_QUEUE_PREFIX
+from jobpool.metrics import read_counters
 from jobpool.store.keys import worker_name
 from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
 from jobpool.workers.attempt import Attempt
 from tests.support.attempts import claim
 from tests.support.constants import FAST_SETTINGS, IMAGE
 from tests.support.polling import eventually
+from tests.support.proxies import DockerLaunchHold
 from tests.support.servers import DockerDaemon
 
 DEAD = "dead-boot"
@@ -595,6 +599,72 @@ def test_run_supervisor_loops_until_stopped(make_pool: Callable[..., Pool],
         stop.set()
         t.join(10)
     assert not t.is_alive()
+
+
+def test_a_sweep_longer_than_the_interval_says_so(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient, proxy: DockerLaunchHold,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The daemon holds the sweep's one container list for longer than the sweep interval: the sweep says
+    so in its WARNING line, its record (what `status` reads) and the `sweep_overruns` counter."""
+    pool = make_pool(sweep_interval_secs=0.2)
+    orphan(pool, dclient, command=["sleep", "300"])  # a live orphan: its container is listed every sweep
+    sup = Supervisor(pool.store, ContainerProber(proxy.host, timeout=30))
+    try:
+        assert not sup.sweep().overran  # adoption asked; the client knows its daemon now
+        proxy.hold("list")
+        caplog.set_level(logging.INFO, logger="jobpool.supervisor")
+        reports: list[Any] = []
+        t = threading.Thread(target=lambda: reports.append(sup.sweep()))
+        t.start()
+        eventually(lambda: proxy.held.is_set() and time.monotonic() - cast(float, proxy.held_at) > 0.5,
+                   message="the list held past the interval")
+        proxy.release()
+        t.join(30)
+        report = reports[0]
+        assert report.overran and report.interval_ms == 200 and report.duration_ms > 500
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("longer than the sweep interval of 0.2 s" in m for m in warned), warned
+        last = json.loads(cast(str, pool.store.client.get(pool.keys.last_sweep)))
+        assert (last["overran"], last["interval_ms"]) == (True, 200)
+        assert read_counters(pool.store).sweep_overruns == 1
+        assert not sup.sweep().overran and read_counters(pool.store).sweep_overruns == 1
+    finally:
+        sup.close()
+
+
+def test_the_loop_runs_no_sweep_beside_an_overrun_nor_a_backlog_after_it(
+        make_pool: Callable[..., Pool], dclient: docker.DockerClient, proxy: DockerLaunchHold) -> None:
+    """The start-up sweep is held on its container list for several intervals: no other sweep starts while
+    it runs, the next starts once it ended, and the ticks it missed are not run one after another after it
+    (each sweep lists the pool's containers once, so those list requests are the sweeps; the leftover pass
+    lists the ended ones, by status)."""
+    interval = 0.3
+    pool = make_pool(sweep_interval_secs=interval)
+    orphan(pool, dclient, command=["sleep", "300"])
+    proxy.hold("list")
+
+    def probes() -> list[float]:
+        return [at for at, target in proxy.lists if "status" not in target]
+
+    stop = threading.Event()
+    t = threading.Thread(target=run_supervisor, args=(pool.settings,),
+                         kwargs={"stop_event": stop, "prober": ContainerProber(proxy.host, timeout=30)})
+    t.start()
+    try:
+        eventually(lambda: proxy.held.is_set() and time.monotonic() - cast(float, proxy.held_at)
+                   > 4 * interval, timeout=30, message="the start-up sweep held for four intervals")
+        released = time.monotonic()
+        proxy.release()
+        eventually(lambda: len(probes()) >= 6, timeout=30, message="five sweeps after the held one")
+    finally:
+        stop.set()
+        t.join(30)
+    assert not t.is_alive()
+    lists = probes()
+    assert all(at > released for at in lists[1:]), "a sweep started beside the held one"
+    gaps = [b - a for a, b in itertools.pairwise(lists[1:])]
+    assert min(gaps) > interval / 2, f"sweeps run back to back after the overrun (gaps {gaps})"
+    assert read_counters(pool.store).sweep_overruns >= 1
 
 
 def test_probe_is_one_list_call_per_sweep(make_pool: Callable[..., Pool],

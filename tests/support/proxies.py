@@ -6,7 +6,8 @@
   the caller sent it, the script never ran (a caller stopped on cue just before it).
 - `DockerLaunchHold`: a unix-socket proxy in front of a dockerd that holds the reply of
   `POST /containers/create` until released: the daemon has created the container, the caller still waits
-  (a daemon hiccup, a big image on vfs); or that holds a container's start request.
+  (a daemon hiccup, a big image on vfs); or that holds a container's start request, or a container list
+  (a supervisor's sweep held on a slow daemon).
 
 Both pass bytes through untouched otherwise, so the client and the server are the real ones. Nothing here
 imports pytest; each proxy runs in threads of the test process and is closed by the test.
@@ -280,9 +281,11 @@ class DockerLaunchHold(_Proxy):
     `hold()`: the reply of every later `POST .../containers/create` is kept back until `release()`. The
     request itself goes through at once, so the daemon creates the container while the caller waits.
     `hold("start")`: every later `POST .../containers/<id>/start` request is kept back until `release()`,
-    so the daemon has not started it yet. `refuse(n, message)`: the next `n` creates never reach the daemon
-    and are answered 500 with `message`, as a daemon shutting down answers. `held` is set when something is
-    being held, with `held_at` its monotonic time.
+    so the daemon has not started it yet. `hold("list")`: every later `GET .../containers/json` waits until
+    `release()`. `refuse(n, message)`: the next `n` creates never reach the daemon and are answered 500 with
+    `message`, as a daemon shutting down answers. `held` is set when something is being held, with `held_at`
+    its monotonic time; `lists` holds the monotonic time and the target (path and query) of every container
+    list request.
 
     Request lines are recognised at the start of a read: the SDK writes a request's head in one go and sends
     the next request on a connection only after the reply to the previous one, so a read never starts
@@ -300,6 +303,7 @@ class DockerLaunchHold(_Proxy):
         self.held = threading.Event()
         self.held_at: float | None = None
         self.creates = 0
+        self.lists: list[tuple[float, str]] = []
         self._refusals = 0
         self._refusal = ""
         self.refused = 0
@@ -320,7 +324,7 @@ class DockerLaunchHold(_Proxy):
         return f"unix://{self.path}"
 
     def hold(self, what: str = "create") -> None:
-        assert what in ("create", "start")
+        assert what in ("create", "start", "list")
         self._release.clear()
         self._holding = what
 
@@ -348,11 +352,15 @@ class DockerLaunchHold(_Proxy):
 
     @staticmethod
     def _request(data: bytes) -> str | None:
-        """'create' or 'start' for those container requests, else None."""
+        """'create', 'start' or 'list' for those container requests, else None."""
         words = data.split(b"\r\n", 1)[0].split(b" ")
-        if len(words) < 2 or words[0] != b"POST":
+        if len(words) < 2:
             return None
         path = words[1].split(b"?")[0]
+        if words[0] == b"GET" and path.endswith(b"/containers/json"):
+            return "list"
+        if words[0] != b"POST":
+            return None
         if path.endswith(b"/containers/create"):
             return "create"
         if path.endswith(b"/start") and b"/containers/" in path:
@@ -386,11 +394,13 @@ class DockerLaunchHold(_Proxy):
                 return True
             if request == "create":
                 self.creates += 1
+            if request == "list":
+                self.lists.append((time.monotonic(), data.split(b" ", 2)[1].decode(errors="replace")))
             if request is not None and request == self._holding:
                 if request == "create":
                     hold_next.set()  # before the request goes on, so before its reply can come back
                 else:
-                    self._hold_here()  # the start request itself waits: the daemon has not seen it
+                    self._hold_here()  # the request itself waits: the daemon has not seen it
             upstream.sendall(data)
             return True
 

@@ -134,6 +134,25 @@ def test_unreadable_entries_make_an_inventory_incomplete() -> None:
     assert parse({"daemon_id": "", "at": "5", "containers": "[]"}) is None
 
 
+def test_an_inventory_makes_entries_of_the_jobs_asked_for_and_reads_the_rest_to_say_if_complete() -> None:
+    """A supervisor asks for a few jobs of an inventory that lists hundreds: only theirs are made into
+    entries; an unreadable item still makes the whole inventory incomplete (what it leaves out proves
+    nothing)."""
+    good = [["j1", 1, "running", None, "c1", "", ""], ["j2", 2, "exited", 3, "c2", "oom", "oom_killed"]]
+    bad = [["j3", "x"], ["j1", 2, "bogus", None, "c", "", ""], 7, ["j4", 1, ["running"], None, "c", "", ""]]
+    inv = parse({"daemon_id": D1, "at": "5", "complete": "1", "containers": json.dumps(good + bad)})
+    assert inv is not None
+    assert inv.of("j1") == [Entry("j1", 1, "running", container_id="c1")], "its unreadable item left out"
+    assert inv.of("j3") == [] and inv.of("j4") == [] and inv.of("nowhere") == []
+    assert not inv.complete
+    assert dict(inv.entries) == {"j1": [Entry("j1", 1, "running", container_id="c1")],
+                                 "j2": [Entry("j2", 2, "exited", 3, "c2", "oom", "oom_killed")]}
+    whole = parse({"daemon_id": D1, "at": "5", "complete": "1", "containers": json.dumps(good)})
+    assert whole is not None and whole.complete and len(whole.entries) == 2
+    cut = parse({"daemon_id": D1, "at": "5", "complete": "0", "containers": json.dumps(good)})
+    assert cut is not None and not cut.complete, "its publisher left some out"
+
+
 def test_an_earlier_boot_is_over_only_when_silent_since_before_the_new_one_first_published() -> None:
     me, old, older = D1.replace("boot-1", "boot-3"), D1, D1.replace("boot-1", "boot-0")
     clone, other = D1.replace("boot-1", "clone"), "jpd1:" + "b" * 32 + "@boot-1"

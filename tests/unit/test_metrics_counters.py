@@ -155,6 +155,11 @@ def test_the_sweep_record_and_its_counters_are_written_together(backend: Backend
     assert sweep is not None and sweep.count == 2 and sweep.sum_seconds == pytest.approx(7.03)
     cumulative = dict(sweep.buckets)
     assert cumulative[0.025] == 0 and cumulative[0.05] == 1 and cumulative[5.0] == 1 and cumulative[10.0] == 2
+    assert c.sweep_overruns == 0
+    record_sweep(pool.store, '{"at": 3}', 40_000.0, {}, overran=True)  # longer than its sweep interval
+    c = read_counters(pool.store)
+    assert c.sweep_overruns == 1 and c.to_dict()["sweep_overruns"] == 1
+    assert c.sweep_duration is not None and c.sweep_duration.count == 3
 
 
 def test_histogram_buckets_written_under_other_bounds_are_kept_cumulative() -> None:

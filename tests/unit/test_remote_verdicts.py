@@ -18,7 +18,7 @@ import pytest
 
 from jobpool import errors, forget_daemon, gone_daemons, unforget_daemon
 from jobpool.api import Pool
-from jobpool.fleet.inventory import FORGET_MS, Entry, encode
+from jobpool.fleet.inventory import FORGET_MS, Entry
 from jobpool.status import Daemons, StatusReport
 from jobpool.supervisor import remote
 from jobpool.supervisor.adoption import Adoptions
@@ -26,36 +26,14 @@ from jobpool.supervisor.apply import Applier
 from jobpool.supervisor.evidence import Evidence
 from jobpool.supervisor.probes import Absent, ContainerProber, Present, Unknown
 from jobpool.supervisor.verdicts import Kind, decide
-from tests.support.attempts import claim
-from tests.support.pool_helpers import Backend, enqueue, row, state_of
+from tests.support.inventories import orphan_on, publish
+from tests.support.pool_helpers import Backend, row, state_of
 
 UUID = "jpd1:" + "c" * 32
 D1 = UUID + "@boot-1"
 D2 = UUID + "@boot-2"  # the same daemon after its host rebooted
 NOWHERE = "unix:///nonexistent/jobpool-test.sock"  # a supervisor attached to no daemon
 STALE = 30.0
-
-
-def publish(pool: Pool, daemon: str, entries: list[Entry], boot: str = "pub", complete: bool = True) -> int:
-    k = pool.keys
-    pool.store.client.delete(k.inventory_lead(daemon))
-    pool.store.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, boot, 60_000])
-    text, _ = encode(entries)
-    reply = pool.store.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories,
-                                                 k.gone_daemons, k.returned_daemons],
-                           [daemon, boot, daemon.split("@")[1], 60_000, 600_000, "1" if complete else "0",
-                            text, FORGET_MS, pool.now_ms()])
-    return int(reply[1])
-
-
-def orphan_on(pool: Pool, daemon: str) -> tuple[str, int]:
-    """A job claimed by a worker on `daemon` that then died (its lease gone)."""
-    job = enqueue(pool, "sleep", "60")
-    att = claim(pool, job.id)
-    att.set_container("cid-" + job.id, daemon)
-    pool.store.client.hset(pool.keys.job(job.id), "executor", "docker")
-    pool.store.client.delete(pool.keys.lease(job.id))
-    return job.id, att.attempt
 
 
 def judged(pool: Pool, job_id: str, attempt: int, recorded: str = D1) -> Any:

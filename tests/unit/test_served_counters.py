@@ -81,3 +81,10 @@ def test_nothing_served_ever_goes_back_and_rises_pass_through(reads: list[tuple[
             assert all(b >= a for (_, a), (_, b) in zip(before.buckets, h.buckets, strict=True))
             assert h.sum_seconds >= before.sum_seconds
         last, previous_raw = now, raw
+
+
+def test_sweep_overruns_are_served_as_a_counter_through_a_rollback() -> None:
+    served = ServedCounters()
+    assert served.update(Counters(sweep_overruns=3)).sweep_overruns == 3
+    assert served.update(Counters(sweep_overruns=1)).sweep_overruns == 3, "Redis lost two"
+    assert served.update(Counters(sweep_overruns=2)).sweep_overruns == 4
