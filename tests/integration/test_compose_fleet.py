@@ -56,6 +56,8 @@ def _unavailable(reason: str) -> None:
 
 @dataclass
 class Fleet:
+    """The running fleet: its daemon (and a client of it), how to run docker-compose on it, its Redis."""
+
     daemon: DockerDaemon
     client: docker.DockerClient
     compose_files: tuple[Path, ...]
@@ -181,9 +183,11 @@ def test_down_drains_the_workers_before_the_stop_grace(fleet: Fleet) -> None:
     since = int(time.time()) - 1
     fleet.compose("down")  # the compose file's stop grace (30 s), its SIGTERM, its volumes kept
     exits: dict[str, list[str]] = {}
-    for event in fleet.client.events(since=since, until=int(time.time()) + 1, decode=True,
-                                     filters={"event": "die"}):
-        exits.setdefault(event["id"], []).append(event["Actor"]["Attributes"].get("exitCode", ""))
+    events = fleet.client.events(since=since, until=int(time.time()) + 1, decode=True,
+                                 filters={"event": "die"})
+    with contextlib.closing(events):
+        for event in events:
+            exits.setdefault(event["id"], []).append(event["Actor"]["Attributes"].get("exitCode", ""))
     # Each worker drained and exited on its own (0), none killed at the stop grace (137); the job got its
     # stop signal from the drain and exited 75 ("hand me back").
     assert {w: exits.get(w) for w in workers} == {w: ["0"] for w in workers}, exits

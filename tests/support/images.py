@@ -94,6 +94,25 @@ def _base_key() -> str:
     return _digest(RELEASE.encode(), " ".join(sorted(BASE_PACKAGES)).encode(), " ".join(_TRIMMED).encode())
 
 
+def _apt_mirror(apt: Path = Path("/etc/apt")) -> str | None:
+    """The mirror this host's apt fetches `RELEASE` from (a machine that reaches only its own mirror reaches
+    it for debootstrap too); None: debootstrap's default. Reads deb822 `.sources` files and one-line lists."""
+    for path in sorted((apt / "sources.list.d").glob("*.sources")):
+        for stanza in path.read_text().split("\n\n"):
+            lines = [line.split(":", 1) for line in stanza.splitlines() if ":" in line and line[0] != "#"]
+            fields = {name.strip(): value.split() for name, value in lines}
+            uris = fields.get("URIs")
+            if uris and RELEASE in fields.get("Suites", []) and "deb" in fields.get("Types", []):
+                return uris[0]
+    lists = [apt / "sources.list", *sorted((apt / "sources.list.d").glob("*.list"))]
+    for path in (p for p in lists if p.exists()):
+        for words in (line.split() for line in path.read_text().splitlines()):
+            options = 1 if len(words) > 1 and words[1].startswith("[") else 0  # deb [signed-by=...] URI
+            if len(words) >= 3 + options and words[0] == "deb" and words[2 + options] == RELEASE:
+                return words[1 + options]
+    return None
+
+
 def _rootfs() -> tuple[Path, Path]:
     stem = CACHE_DIR / f"rootfs-{RELEASE}-{_base_key()}"
     return stem.with_suffix(".tar"), stem.with_suffix(".python")
@@ -107,7 +126,7 @@ def rootfs_tarball() -> Path:
         if path.exists() and version.exists():
             return path
         debootstrap = _need("debootstrap", "debootstrap")
-        mirror = os.environ.get("JOBPOOL_TEST_DEBIAN_MIRROR")  # else debootstrap's own default
+        mirror = os.environ.get("JOBPOOL_TEST_DEBIAN_MIRROR") or _apt_mirror()
         work = Path(tempfile.mkdtemp(prefix="jp-rootfs-", dir=CACHE_DIR))
         try:
             root = work / "root"
