@@ -4,12 +4,12 @@ the host, a worker container killed mid-job, and `docker-compose down`.
 Compose is Debian's `docker-compose` (v1.29; the v2 plugin is not packaged there). The images are made with
 no registry (tests/support/images.py): jobpool's from the repo's Dockerfile, and Redis from the same Debian
 base (`JOBPOOL_REDIS_IMAGE`). The fleet runs on a private dockerd of its own, started as the session's is
-but on overlay2 where the kernel mounts it: vfs copies the 250 MB image whole per layer and per container,
-and the fleet came up four times slower. Its `--bridge=none` only drops the default bridge, so Compose's own
-network (a user bridge: service names resolve through Docker's DNS) works, and Redis's port is published on
-127.0.0.1 by the userland proxy (`--iptables=false`). The workers start their jobs on that same daemon
-through its socket, mounted at /var/run/docker.sock (`JOBPOOL_DOCKER_SOCKET`): workers in containers, their
-jobs beside them, as on a real host.
+but on overlay2 where the kernel mounts it: vfs copies the whole image for every layer and every container
+(five of them here), the slowest part of bringing the fleet up. Its `--bridge=none` only drops the default
+bridge, so Compose's own network (a user bridge: service names resolve through Docker's DNS) works, and
+Redis's port is published on 127.0.0.1 by the userland proxy (`--iptables=false`). The workers start their
+jobs on that same daemon through its socket, mounted at /var/run/docker.sock (`JOBPOOL_DOCKER_SOCKET`):
+workers in containers, their jobs beside them, as on a real host.
 
 An override file the test writes publishes Redis's port and sets the fast timings of
 tests/support/constants.py; the compose file's own drain timeout and stop grace are kept, since `down` is

@@ -13,8 +13,8 @@ Each returns (or takes) an image tag on that daemon and does nothing when the da
 session-scoped fixture calls it once and every test shares the result. The slow parts are cached outside the
 repository, in `CACHE_DIR` (/var/cache/jobpool-tests, or $JOBPOOL_TEST_CACHE), across runs and sessions:
 
-- the base's root file system, as a tarball made by `debootstrap` (about a minute), keyed by release and
-  package list; `docker import` turns it into an image;
+- the base's root file system, as a tarball made by `debootstrap` (the slowest step by far), keyed by
+  release and package list; `docker import` turns it into an image;
 - a wheelhouse (`pip wheel` of this repo's dependencies and its build backend, made on the host from PyPI),
   keyed by pyproject.toml and the Python version: the image is then built with no network at all.
 
