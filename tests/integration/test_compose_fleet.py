@@ -38,6 +38,9 @@ from tests.support.constants import CHECKPOINTING, FAST_ENV, IMAGE, IN_CI
 from tests.support.polling import eventually
 from tests.support.servers import DockerDaemon, daemon_identity, free_port, overlay_works
 
+#: The fleet's fixture runs in its first test's time: on a machine with no cache yet it runs debootstrap too.
+pytestmark = pytest.mark.timeout(900)
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "jpfleet"
 WORKERS = 3
