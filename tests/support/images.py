@@ -249,10 +249,10 @@ def _context(wheels: Path) -> tuple[bytes, str]:
 
 def jobpool_image(daemon: DockerDaemon) -> str:
     """jobpool's image on `daemon`, built from this repo's Dockerfile on `base_image` with no network (the
-    wheelhouse is in the context): its tag, which names the sources it was built from."""
+    wheelhouse is in the context): its tag, which names the sources and the base it was built from."""
     base = base_image(daemon)
     context, digest = _context(wheelhouse())
-    tag = f"jobpool-test-app:{digest}"
+    tag = f"jobpool-test-app:{_digest(digest.encode(), base.encode())[:12]}"
     with contextlib.closing(daemon.client(timeout=900)) as client:
         if not _has(client, tag):
             try:
