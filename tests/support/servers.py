@@ -255,16 +255,39 @@ def busybox_rootfs_tar() -> bytes:
     return buf.getvalue()
 
 
+def overlay_works(under: str = "/tmp") -> bool:
+    """Whether an overlay file system mounts on the file system of `under` (dockerd's overlay2 needs it; it
+    does not on some kernels, or on an overlay root). Mounted and unmounted at once, in a private temp dir."""
+    base = Path(tempfile.mkdtemp(prefix="jp-ovl-", dir=under))
+    try:
+        for name in ("lower", "upper", "work", "merged"):
+            (base / name).mkdir()
+        options = f"lowerdir={base}/lower,upperdir={base}/upper,workdir={base}/work"
+        mounted = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(base / "merged")],
+                                 capture_output=True, check=False).returncode == 0
+        if mounted:
+            subprocess.run(["umount", str(base / "merged")], capture_output=True, check=True)
+        return mounted
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 class DockerDaemon:
-    """A private dockerd (vfs, no network setup) with its own containerd, socket and data under one temp dir.
+    """A private dockerd with its own containerd, socket and data under one temp dir: vfs unless asked, no
+    default bridge and no iptables rules (networks a test makes still work: Compose's own, its ports published
+    on the host by docker-proxy).
 
     `--live-restore` lets containers outlive a daemon stop, so tests can take the daemon away (the "probe
     unknown" case) and bring it back without losing the jobs that were running. `live_restore=False` gives a
     daemon that stops its containers as it shuts down and stops those it finds running as it starts.
     """
 
-    def __init__(self, live_restore: bool = True, copy_of: DockerDaemon | None = None) -> None:
+    def __init__(self, live_restore: bool = True, copy_of: DockerDaemon | None = None,
+                 storage_driver: str = "vfs") -> None:
         self.live_restore = live_restore
+        #: vfs works on any file system, at the cost of a full copy of the image per layer and per container;
+        #: a test that runs many containers of a big image (the compose fleet) may ask for overlay2.
+        self.storage_driver = storage_driver
         #: Its first `start` begins from a copy of this daemon's data root (which must be stopped then), as a
         #: second daemon restored from a backup of the first, or a Docker-in-Docker image built with its data,
         #: would: the same volumes (jobpool's identity volume among them), images and key file.
@@ -308,7 +331,7 @@ class DockerDaemon:
         # The containerd namespace keeps our containers apart even if dockerd finds a system containerd.
         args = [
             dockerd,
-            "--storage-driver=vfs",
+            f"--storage-driver={self.storage_driver}",
             "--iptables=false",
             "--ip6tables=false",
             "--bridge=none",
@@ -424,6 +447,10 @@ class DockerDaemon:
                 self.start(timeout=15)
             if self.running:
                 self.remove_containers()
+                # A network's bridge is an interface of the host, left there (with its route) by a daemon
+                # whose data root is deleted.
+                with contextlib.closing(self.client()) as client:
+                    client.networks.prune()
         self.stop()
         self._kill_strays(only_containerd=False)
         self._unmount_leftovers()

@@ -48,11 +48,21 @@ def test_worker_and_supervisor_reach_docker_and_are_configured_by_env() -> None:
     services = _compose()["services"]
     for name in ("worker", "supervisor"):
         svc = services[name]
-        assert "/var/run/docker.sock:/var/run/docker.sock" in svc["volumes"]
+        assert "${JOBPOOL_DOCKER_SOCKET:-/var/run/docker.sock}:/var/run/docker.sock" in svc["volumes"]
         assert all(k.startswith("JOBPOOL_") for k in svc["environment"])
         assert svc["environment"]["JOBPOOL_REDIS_URL"].startswith("redis://redis:")
         assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
     assert services["supervisor"]["deploy"]["replicas"] == 1
+
+
+def test_images_are_variables_whose_defaults_are_a_real_hosts() -> None:
+    """tests/integration/test_compose_fleet.py runs the file with images made on the machine and a private
+    daemon's socket; a user who sets nothing gets redis:7, jobpool:latest and /var/run/docker.sock."""
+    services = _compose()["services"]
+    assert services["redis"]["image"] == "${JOBPOOL_REDIS_IMAGE:-redis:7}"
+    for name in ("worker", "supervisor"):
+        assert services[name]["image"] == "${JOBPOOL_IMAGE:-jobpool:latest}"
+        assert services[name]["build"] == "."
 
 
 def test_every_compose_setting_is_a_valid_jobpool_setting() -> None:
