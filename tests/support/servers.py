@@ -263,8 +263,13 @@ class DockerDaemon:
     daemon that stops its containers as it shuts down and stops those it finds running as it starts.
     """
 
-    def __init__(self, live_restore: bool = True, copy_of: DockerDaemon | None = None) -> None:
+    def __init__(
+        self, live_restore: bool = True, copy_of: DockerDaemon | None = None, swarm_addr: str | None = None
+    ) -> None:
         self.live_restore = live_restore
+        #: A loopback address of its own (127.0.0.2, ...) that the daemon advertises as a Swarm node
+        #: (tests/support/swarm.py): daemons on one machine cannot share the Swarm ports of one address.
+        self.swarm_addr = swarm_addr
         #: Its first `start` begins from a copy of this daemon's data root (which must be stopped then), as a
         #: second daemon restored from a backup of the first, or a Docker-in-Docker image built with its data,
         #: would: the same volumes (jobpool's identity volume among them), images and key file.
@@ -317,6 +322,7 @@ class DockerDaemon:
             f"--exec-root={d}/exec",
             f"--pidfile={d}/d.pid",
             *(["--live-restore"] if self.live_restore else []),
+            *([f"--swarm-default-advertise-addr={self.swarm_addr}"] if self.swarm_addr else []),
             f"--containerd-namespace={self.namespace}",
             f"--containerd-plugins-namespace={self.namespace}p",
         ]
