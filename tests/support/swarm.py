@@ -16,8 +16,8 @@ of them on one kernel needs, each found by trying:
 - **A socket per node at one path template.** All nodes share one file system, so the stack's socket mount
   (`JOBPOOL_DOCKER_SOCKET`) is given as `<dir>/{{.Node.ID}}.sock`: Swarm expands the template per task, and
   each name is a symlink to that node's daemon socket (`socket_template`).
-- **No registry.** Images are copied into every node (`docker save`, then `load`, through the SDK) and the
-  stack is deployed with `--resolve-image never`.
+- **No registry.** Images are loaded into every node (tests/support/images.py, `load_into`) and the stack is
+  deployed with `--resolve-image never`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
-
-import docker
 
 from tests.support.servers import DockerDaemon
 
@@ -83,24 +81,14 @@ class Swarm:
     def daemon_of(self, node_id: str) -> DockerDaemon:
         return self.daemons[self.node_ids.index(node_id)]
 
-    def copy_image(self, source: docker.DockerClient, tag: str) -> None:
-        """Load `tag` from `source` into every node that lacks it (`docker save | docker load`)."""
-        data = b"".join(source.images.get(tag).save(named=True))
-        for daemon in self.daemons:
-            with contextlib.closing(daemon.client(timeout=300)) as client:
-                with contextlib.suppress(docker.errors.ImageNotFound):
-                    client.images.get(tag)
-                    continue
-                client.images.load(data)
-                client.images.get(tag)  # raises ImageNotFound if the load did not tag it
-
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> str:
         """Run `docker ARGS` against the manager; its output, or CalledProcessError with what it printed."""
         cli = docker_cli()
         if cli is None:
             raise FileNotFoundError("the docker command line is not on PATH (apt-get install docker.io)")
         run_env = {**os.environ, **(env or {}), "DOCKER_HOST": self.manager.host}
-        done = subprocess.run([cli, *args], env=run_env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([cli, *args], env=run_env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
         if done.returncode != 0:
             raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
         return done.stdout
@@ -124,6 +112,13 @@ class Swarm:
             for task in self.tasks(service)
             if task["Status"]["State"] == "running" and task["DesiredState"] == "running"
         }
+
+    def set_availability(self, node_id: str, availability: str) -> None:
+        """`docker node update --availability`: active; pause (no new task placed there); drain (its tasks
+        stopped, none placed there)."""
+        with contextlib.closing(self.manager.client()) as client:
+            node = client.nodes.get(node_id)
+            node.update({**node.attrs["Spec"], "Availability": availability})
 
     def close(self) -> None:
         """Leave the Swarm on every running node (workers first), then close every daemon."""
