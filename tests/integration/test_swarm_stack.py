@@ -21,6 +21,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,7 +154,8 @@ class Fleet:
             return job.id in stale.get(self.ids[1], ()) and (job.id in unknown) is claimed
         eventually(held, timeout=60, message=f"job {job.id} held on its node's stale inventory")
         row = self.pool.get(job.id)
-        assert (row.state, row.daemon_id, bool(row.owner_boot)) == (JobState.RUNNING, self.ids[1], claimed)
+        where = row.daemon_id if claimed else row.affinity  # a job handed back is dispatched to its affinity
+        assert (row.state, where, bool(row.owner_boot)) == (JobState.RUNNING, self.ids[1], claimed)
         status = self.status()
         assert status.slots.used == 1
         if claimed:
@@ -182,10 +184,13 @@ def fleet(docker_daemon: DockerDaemon) -> Iterator[Fleet]:
     base = images.base_image(docker_daemon)
     with Swarm(2) as swarm:
         swarm.start()
-        for node in swarm.daemons:
+        def load(node: DockerDaemon) -> None:
             node.import_busybox_image()
-            images.load_into(app, docker_daemon, node)
-            images.load_into(base, docker_daemon, node)
+            for tag in (app, base):
+                images.load_into(tag, docker_daemon, node)
+
+        with ThreadPoolExecutor(len(swarm.daemons)) as loads:  # each node unpacks on its own
+            list(loads.map(load, swarm.daemons))
         gate = swarm.dir / "gate"
         gate.mkdir()
         port = free_port()

@@ -256,7 +256,8 @@ def busybox_rootfs_tar() -> bytes:
 
 
 class DockerDaemon:
-    """A private dockerd (vfs, no network setup) with its own containerd, socket and data under one temp dir.
+    """A private dockerd (vfs by default, no network setup) with its own containerd, socket and data under one
+    temp dir.
 
     `--live-restore` lets containers outlive a daemon stop, so tests can take the daemon away (the "probe
     unknown" case) and bring it back without losing the jobs that were running. `live_restore=False` gives a
@@ -264,9 +265,14 @@ class DockerDaemon:
     """
 
     def __init__(
-        self, live_restore: bool = True, copy_of: DockerDaemon | None = None, swarm_addr: str | None = None
+        self, live_restore: bool = True, copy_of: DockerDaemon | None = None, swarm_addr: str | None = None,
+        storage_driver: str = "vfs",
     ) -> None:
         self.live_restore = live_restore
+        #: vfs works on any file system, at the price of a whole copy of the image per layer and per
+        #: container; overlay2 copies nothing, where the kernel mounts overlays on the data root's file
+        #: system.
+        self.storage_driver = storage_driver
         #: A loopback address of its own (127.0.0.2, ...) that the daemon advertises as a Swarm node
         #: (tests/support/swarm.py): daemons on one machine cannot share the Swarm ports of one address.
         self.swarm_addr = swarm_addr
@@ -313,7 +319,7 @@ class DockerDaemon:
         # The containerd namespace keeps our containers apart even if dockerd finds a system containerd.
         args = [
             dockerd,
-            "--storage-driver=vfs",
+            f"--storage-driver={self.storage_driver}",
             "--iptables=false",
             "--ip6tables=false",
             "--bridge=none",
