@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +139,8 @@ class Swarm:
             with contextlib.suppress(Exception), contextlib.closing(daemon.client(timeout=30)) as client:
                 if daemon.running:
                     client.swarm.leave(force=True)
-        for daemon in self.daemons:
-            daemon.close()
+        with ThreadPoolExecutor(len(self.daemons)) as closing:  # each deletes its own data root
+            list(closing.map(DockerDaemon.close, self.daemons))
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Swarm:
