@@ -39,6 +39,9 @@ def docker_cli() -> str | None:
     return shutil.which("docker")
 
 
+GWBRIDGE = Path("/sys/class/net/docker_gwbridge")
+
+
 def overlay_mounts() -> bool:
     """Whether this kernel mounts overlays, so a node can store images with overlay2: a stack's image is
     then unpacked once per node and shared by its containers, where vfs copies all of it for each layer and
@@ -61,6 +64,9 @@ class Swarm:
         # Short and under /tmp, as the daemons' own dirs: a socket path is limited to ~107 bytes.
         self.dir = Path(tempfile.mkdtemp(prefix="jpsw-", dir="/tmp"))
         self.node_ids: list[str] = []
+        #: Swarm's nodes make a bridge `docker_gwbridge` in the network namespace they share, and leave it
+        #: behind; it is removed on close only when this Swarm made it (a system Docker may own one).
+        self._gwbridge_ours = not GWBRIDGE.exists()
 
     @property
     def manager(self) -> DockerDaemon:
@@ -142,6 +148,8 @@ class Swarm:
         with ThreadPoolExecutor(len(self.daemons)) as closing:  # each deletes its own data root
             list(closing.map(DockerDaemon.close, self.daemons))
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self._gwbridge_ours and GWBRIDGE.exists():
+            subprocess.run(["ip", "link", "delete", GWBRIDGE.name], check=False, capture_output=True)
 
     def __enter__(self) -> Swarm:
         return self
