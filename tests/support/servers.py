@@ -282,12 +282,18 @@ class DockerDaemon:
     daemon that stops its containers as it shuts down and stops those it finds running as it starts.
     """
 
-    def __init__(self, live_restore: bool = True, copy_of: DockerDaemon | None = None,
-                 storage_driver: str = "vfs") -> None:
+    def __init__(
+        self, live_restore: bool = True, copy_of: DockerDaemon | None = None, swarm_addr: str | None = None,
+        storage_driver: str = "vfs",
+    ) -> None:
         self.live_restore = live_restore
-        #: vfs works on any file system, at the cost of a full copy of the image per layer and per container;
-        #: a test that runs many containers of a big image (the compose fleet) may ask for overlay2.
+        #: vfs works on any file system, at the price of a whole copy of the image per layer and per
+        #: container; overlay2 copies nothing, where the kernel mounts overlays on the data root's file
+        #: system.
         self.storage_driver = storage_driver
+        #: A loopback address of its own (127.0.0.2, ...) that the daemon advertises as a Swarm node
+        #: (tests/support/swarm.py): daemons on one machine cannot share the Swarm ports of one address.
+        self.swarm_addr = swarm_addr
         #: Its first `start` begins from a copy of this daemon's data root (which must be stopped then), as a
         #: second daemon restored from a backup of the first, or a Docker-in-Docker image built with its data,
         #: would: the same volumes (jobpool's identity volume among them), images and key file.
@@ -340,6 +346,7 @@ class DockerDaemon:
             f"--exec-root={d}/exec",
             f"--pidfile={d}/d.pid",
             *(["--live-restore"] if self.live_restore else []),
+            *([f"--swarm-default-advertise-addr={self.swarm_addr}"] if self.swarm_addr else []),
             f"--containerd-namespace={self.namespace}",
             f"--containerd-plugins-namespace={self.namespace}p",
         ]

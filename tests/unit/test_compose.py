@@ -82,7 +82,10 @@ def test_the_stack_file_runs_a_worker_on_every_node_and_redis_and_the_supervisor
     services = _stack()["services"]
     worker, supervisor, redis = services["worker"], services["supervisor"], services["redis"]
     assert worker["deploy"]["mode"] == "global"
-    assert "/var/run/docker.sock:/var/run/docker.sock" in worker["volumes"]
+    # Each node's own daemon: its local socket, unless JOBPOOL_DOCKER_SOCKET names another path (the Swarm of
+    # one machine in tests/integration/test_swarm_stack.py gives each node's socket a path of its own).
+    socket = "${JOBPOOL_DOCKER_SOCKET:-/var/run/docker.sock}:/var/run/docker.sock"
+    assert socket in worker["volumes"] and socket in supervisor["volumes"]
     env = worker["environment"]
     assert _seconds(worker["stop_grace_period"]) > float(env["JOBPOOL_DRAIN_TIMEOUT_SECS"])
     assert float(env["JOBPOOL_INVENTORY_STALE_SECS"]) >= 2 * float(env["JOBPOOL_INVENTORY_SECS"])
