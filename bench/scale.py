@@ -92,6 +92,8 @@ def summary(res: dict[str, Any]) -> None:
         line(f"1. sweep, {n:,} rows" + (f" <= {goal:g} ms" if goal else ""),
              f"{s['ms']:.0f} ms, {s['us_per_row']:.1f} us/row, {s['calls']:g} daemon call(s)",
              s["ms"] <= goal if goal else None)
+        line(f"1. sweep, {n:,} rows: one call per daemon it sees", f"{s['calls']:g} call(s) a sweep",
+             s["calls"] <= 1)
     sweeps = res.get("fleet", {}).get("sweep", {})
     if len(sweeps) >= 2:
         lo, hi = min(sweeps), max(sweeps)
@@ -165,22 +167,16 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="jp-scale-"))
     started = time.monotonic()
     try:
-        need_docker = {"calibrate", "sweep", "observe"} & set(parts)
-        dd = valid_daemon() if need_docker else None
-        try:
-            if dd is not None:
+        if "calibrate" in parts:
+            print("\n== calibrate: a simulated idle worker against a real one", flush=True)
+            with valid_daemon() as dd:
                 dd.start()
-            if "calibrate" in parts and dd is not None:
-                print("\n== calibrate: a simulated idle worker against a real one", flush=True)
                 res["calibrate"] = scale_fleet.calibrate(dd, 10.0 if q else 30.0, work)
-            if ({"sweep", "observe"} & set(parts)) and dd is not None:
-                print("\n== parts 1 and 4: the sweep, `status --json` and `/metrics` over a seeded fleet", flush=True)
-                res["fleet"] = scale_fleet.part_fleet(
-                    dd, rows if "sweep" in parts else [], [1000, 10_000] if "observe" in parts else [],
-                    args.workers, args.daemons, 2 if q else 3, args.repeat, 10 if q else 30, not args.no_profile)
-        finally:
-            if dd is not None:
-                dd.close()
+        if {"sweep", "observe"} & set(parts):
+            print("\n== parts 1 and 4: the sweep, `status --json` and `/metrics` over a seeded fleet", flush=True)
+            res["fleet"] = scale_fleet.part_fleet(
+                rows if "sweep" in parts else [], [1000, 10_000] if "observe" in parts else [],
+                args.workers, args.daemons, 2 if q else 3, args.repeat, 10 if q else 30, not args.no_profile)
         if "job" in parts:
             res["job"] = scale_job.part_job(args.jobs, job_secs)
         if "idle" in parts:

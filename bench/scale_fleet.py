@@ -7,9 +7,12 @@ The fleet of parts 1 and 4 is seeded through the scripts, as workers leave it: 1
 every row enqueued (`Pool.enqueue_many`), promoted, claimed by one of the boots on its daemon and its
 container recorded (`Attempt.claim`, `Attempt.set_container`); each daemon's inventory published by the real
 publisher of one of its workers (workers/inventory.py `InventoryPublisher.tick`) over a stand-in for the
-daemon listing those containers running (bench/scale_sim.py `StandInProber`). The supervisor asks one real
-daemon itself, a private dockerd on which nothing runs (no row is on it): its one list call is real.
-Every owner holds its lease (seeded for an hour), so this is the steady state: a sweep changes nothing.
+daemon listing those containers running (bench/scale_sim.py `StandInProber`). The supervisor is on the first
+of those daemons: the rows there are judged from its own listing, one list call of the same stand-in (no
+containers run: the issue's "no containers"), the others from the inventories.
+Most owners hold their lease (seeded for an hour); `ORPHANS` of the rows have lost theirs while their
+container runs on: the first sweep asks for their adoption, and the sweeps after find it pending. That is the
+steady state: sweeping it again changes nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from jobpool import Pool
 from jobpool.config import Settings
 from jobpool.exporter import MetricsServer
 from jobpool.store import redispolicy
-from jobpool.supervisor import ContainerProber, Supervisor
+from jobpool.supervisor import Supervisor
 from jobpool.workers.attempt import Attempt
 from jobpool.workers.boot import Boot
 from tests.support.procs import JobpoolProcess
@@ -50,6 +53,8 @@ POOL = "fleet"
 IMAGE = "jobpool-test:busybox"
 #: The seeding workers' leases and boot records hold for the whole run.
 SEED_LEASE_SECS = 3600
+#: The share of rows whose owner's lease is gone (their containers run on: adoption requested, then pending).
+ORPHANS = 0.005
 #: Part 1's goals: a steady sweep's wall time (ms) by running rows.
 SWEEP_GOAL_MS = {10_000: 150.0, 100_000: 1500.0}
 #: Part 4's goal: the median of a scrape and of a status read (ms).
@@ -66,6 +71,9 @@ class Fleet:
     boots: list[Boot]
     rows: dict[str, tuple[int, str]] = field(default_factory=dict)  # job id -> (boot index, container id)
     publishers: list[SimPublisher] = field(default_factory=list)
+    #: What the supervisor's own daemon (the first) lists: its one list call per sweep.
+    local: StandInProber = field(default_factory=lambda: StandInProber(""))
+    orphans: int = 0
 
 
 def make_fleet(seed_pool: Pool, store_pool: Pool, workers: int, daemons: int, rng: random.Random) -> Fleet:
@@ -77,10 +85,11 @@ def make_fleet(seed_pool: Pool, store_pool: Pool, workers: int, daemons: int, rn
         b.beat()
     fleet.publishers = [SimPublisher(store_pool.store, boots[d].id, StandInProber(ids[d]))
                         for d in range(daemons)]
+    fleet.local = StandInProber(ids[0])
     return fleet
 
 
-def grow(pool: Pool, fleet: Fleet, n: int) -> float:
+def grow(pool: Pool, fleet: Fleet, n: int, rng: random.Random) -> float:
     """Running rows up to `n`, seeded through the scripts (see the module); the seconds it took."""
     t = time.perf_counter()
     have = len(fleet.rows)
@@ -108,6 +117,11 @@ def grow(pool: Pool, fleet: Fleet, n: int) -> float:
     with ThreadPoolExecutor(6) as ex:
         list(ex.map(launch, new))
     fleet.rows.update(new)
+    orphans = set(rng.sample(sorted(new), max(1, round(ORPHANS * len(new)))))
+    local = sorted(j for j, (b, _) in new.items() if b % len(fleet.daemons) == 0)
+    orphans |= set(local[:max(1, round(ORPHANS * len(local)))])  # some for the supervisor's own listing
+    store.client.delete(*[pool.keys.lease(j) for j in orphans])  # their owner died; their containers run on
+    fleet.orphans += len(orphans)
     by_daemon: dict[str, list[dict[str, Any]]] = {d: [] for d in fleet.daemons}
     for job_id, (b, cid) in fleet.rows.items():
         boot = fleet.boots[b]
@@ -115,6 +129,7 @@ def grow(pool: Pool, fleet: Fleet, n: int) -> float:
     for p in fleet.publishers:
         assert isinstance(p.prober, StandInProber)
         p.prober.containers = by_daemon[p.prober.identity]
+    fleet.local.containers = by_daemon[fleet.local.identity]
     return time.perf_counter() - t
 
 
@@ -221,7 +236,7 @@ def sweep_size(sup: Supervisor, fleet: Fleet, admin: Any, n: int, rounds: int, r
     return res
 
 
-def part_fleet(dd: DockerDaemon, sweep_sizes: Sequence[int], observe_sizes: Sequence[int], workers: int,
+def part_fleet(sweep_sizes: Sequence[int], observe_sizes: Sequence[int], workers: int,
                daemons: int, rounds: int, repeat: int, obs_repeat: int, profile: bool) -> dict[str, Any]:
     """Parts 1 and 4 on one seeded fleet, growing: each observed and swept size in turn."""
     results: dict[str, Any] = {"sweep": {}, "observe": {}}
@@ -235,12 +250,13 @@ def part_fleet(dd: DockerDaemon, sweep_sizes: Sequence[int], observe_sizes: Sequ
         pool = Pool.from_settings(settings)
         fleet = make_fleet(seed_pool, pool, workers, daemons, random.Random(27))
         server = MetricsServer(settings)
-        sup = Supervisor(pool.store, ContainerProber(dd.host, timeout=30))
+        sup = Supervisor(pool.store, fleet.local)
+        rng = random.Random(28)
         try:
             for n in sorted(set(sweep_sizes) | set(observe_sizes)):
-                took = grow(seed_pool, fleet, n)
-                print(f"seeded {n:,} running rows on {daemons} daemons, {workers} workers ({took:.0f} s; load "
-                      f"{os.getloadavg()[0]:.1f})", flush=True)
+                took = grow(seed_pool, fleet, n, rng)
+                print(f"seeded {n:,} running rows on {daemons} daemons, {workers} workers, {fleet.orphans} of "
+                      f"them orphans ({took:.0f} s; load {os.getloadavg()[0]:.1f})", flush=True)
                 publish(fleet)
                 if n in observe_sizes:
                     beat(fleet)

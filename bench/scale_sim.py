@@ -139,6 +139,7 @@ class StandInProber(ContainerProber):
 
     def list_pool(self, pool: str) -> list[dict[str, Any]]:
         self.list_calls += 1
+        self.api_calls += 1  # what the daemon would have been asked: one list call
         return list(self.containers)
 
     def client(self) -> Any:
