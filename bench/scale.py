@@ -101,8 +101,8 @@ def summary(res: dict[str, Any]) -> None:
         line(f"1. sweep linear ({lo:,} -> {hi:,} rows)", f"per row {growth:.2f}x", growth <= 1.3)
     if "job" in res:
         j = res["job"]
-        line("2. Redis per job <= 2x RQ's", f"{j['jobpool_us']:.0f} us vs {j['rq_us']:.0f} us = {j['ratio']:.1f}x",
-             j["ratio"] <= 2)
+        line("2. Redis per job <= 2x RQ's",
+             f"{j['jobpool_us']:.0f} us vs {j['rq_us']:.0f} us = {j['ratio']:.1f}x", j["ratio"] <= 2)
     if "idle" in res:
         i = res["idle"]
         line(f"3. idle fleet Redis CPU <= {scale_fleet.IDLE_GOAL_PCT:g} % of a core",
@@ -113,14 +113,16 @@ def summary(res: dict[str, Any]) -> None:
         lo, hi = min(obs), max(obs)
         for name in ("status", "scrape"):
             a, b = obs[lo][name], obs[hi][name]
-            line(f"4. {name}: commands flat ({lo:,} -> {hi:,} running)", f"{a['commands']} -> {b['commands']}",
-                 b["commands"] <= a["commands"] * 1.05 + 2)
+            line(f"4. {name}: commands flat ({lo:,} -> {hi:,} running)",
+                 f"{a['commands']} -> {b['commands']}", b["commands"] <= a["commands"] * 1.05 + 2)
             line(f"4. {name}: median <= {scale_fleet.OBSERVE_GOAL_MS:g} ms at {hi:,} running",
                  f"{b['ms']:.1f} ms", b["ms"] <= scale_fleet.OBSERVE_GOAL_MS)
     if "deep" in res:
         d = res["deep"]
-        line("5. enqueue, deep queue / empty <= 1.2x", f"{d['enqueue_ratio']:.2f}x", d["enqueue_ratio"] <= 1.2)
-        line("5. promotion, deep queue / empty <= 1.2x", f"{d['promote_ratio']:.2f}x", d["promote_ratio"] <= 1.2)
+        line("5. enqueue, deep queue / empty <= 1.2x", f"{d['enqueue_ratio']:.2f}x",
+             d["enqueue_ratio"] <= 1.2)
+        line("5. promotion, deep queue / empty <= 1.2x", f"{d['promote_ratio']:.2f}x",
+             d["promote_ratio"] <= 1.2)
         line("5. memory per queued job <= 1 KB", f"{d['bytes_per_job']:,.0f} B", d["bytes_per_job"] <= 1024)
     if "handoff" in res:
         h = res["handoff"]
@@ -161,8 +163,8 @@ def main() -> int:
     import logging
 
     logging.basicConfig(level=logging.ERROR)
-    print(f"bench.scale: parts {', '.join(parts)}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
-          f"on {os.cpu_count()} CPUs", flush=True)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"bench.scale: parts {', '.join(parts)}; load average {load} on {os.cpu_count()} CPUs", flush=True)
     res: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="jp-scale-"))
     started = time.monotonic()
@@ -173,7 +175,8 @@ def main() -> int:
                 dd.start()
                 res["calibrate"] = scale_fleet.calibrate(dd, 10.0 if q else 30.0, work)
         if {"sweep", "observe"} & set(parts):
-            print("\n== parts 1 and 4: the sweep, `status --json` and `/metrics` over a seeded fleet", flush=True)
+            print("\n== parts 1 and 4: the sweep, `status --json` and `/metrics` over a seeded fleet",
+                  flush=True)
             res["fleet"] = scale_fleet.part_fleet(
                 rows if "sweep" in parts else [], [1000, 10_000] if "observe" in parts else [],
                 args.workers, args.daemons, 2 if q else 3, args.repeat, 10 if q else 30, not args.no_profile)

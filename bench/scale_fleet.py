@@ -77,7 +77,8 @@ class Fleet:
 
 
 def make_fleet(seed_pool: Pool, store_pool: Pool, workers: int, daemons: int, rng: random.Random) -> Fleet:
-    """`workers` live boot records over `daemons` daemons, and one publisher per daemon (its first worker's)."""
+    """`workers` live boot records over `daemons` daemons, and one publisher per daemon (its first
+    worker's)."""
     ids = [identity(rng) for _ in range(daemons)]
     boots = [Boot(seed_pool.store, "docker", ids[i % daemons]) for i in range(workers)]
     fleet = Fleet(ids, boots)
@@ -181,9 +182,10 @@ def observe(pool: Pool, admin: Any, server: MetricsServer, running: int, workers
         med, p90 = _median_ms(fn, repeat)
         out[name] = {"commands": len(top), "server_us": sum(e.usec for e in top), "ms": med, "p90": p90,
                      "top": list(prof.items())[:5]}
+        most = ", ".join(f"{k} {c}x {u / 1000:.1f} ms" for k, (c, u) in list(prof.items())[:4])
         print(f"  {name:6} with {running:>6,} running jobs, {workers} workers: {len(top):5d} Redis commands "
-              f"({sum(e.usec for e in top) / 1000:.1f} ms of server time), median {med:6.1f} ms, p90 {p90:6.1f} "
-              f"ms; most: " + ", ".join(f"{k} {c}x {u / 1000:.1f} ms" for k, (c, u) in list(prof.items())[:4]))
+              f"({sum(e.usec for e in top) / 1000:.1f} ms of server time), median {med:6.1f} ms, p90 "
+              f"{p90:6.1f} ms; most: {most}")
     return out
 
 
@@ -211,7 +213,8 @@ def sweep_size(sup: Supervisor, fleet: Fleet, admin: Any, n: int, rounds: int, r
     med = statistics.median(r["ms"] for r in runs)
     phases = {k: statistics.median(r["phases"].get(k, 0.0) for r in runs) for k in runs[0]["phases"]}
     res = {"rows": n, "ms": med, "cpu": statistics.median(r["cpu"] for r in runs),
-           "calls": statistics.median(r["calls"] for r in runs), "lists": statistics.median(r["lists"] for r in runs),
+           "calls": statistics.median(r["calls"] for r in runs),
+           "lists": statistics.median(r["lists"] for r in runs),
            "phases": phases, "verdicts": runs[-1]["verdicts"], "redis_commands": len(top),
            "redis_ms": sum(e.usec for e in top) / 1000, "us_per_row": 1000 * med / n}
     goal = SWEEP_GOAL_MS.get(n)
@@ -255,8 +258,8 @@ def part_fleet(sweep_sizes: Sequence[int], observe_sizes: Sequence[int], workers
         try:
             for n in sorted(set(sweep_sizes) | set(observe_sizes)):
                 took = grow(seed_pool, fleet, n, rng)
-                print(f"seeded {n:,} running rows on {daemons} daemons, {workers} workers, {fleet.orphans} of "
-                      f"them orphans ({took:.0f} s; load {os.getloadavg()[0]:.1f})", flush=True)
+                print(f"seeded {n:,} running rows on {daemons} daemons, {workers} workers, {fleet.orphans} "
+                      f"of them orphans ({took:.0f} s; load {os.getloadavg()[0]:.1f})", flush=True)
                 publish(fleet)
                 if n in observe_sizes:
                     beat(fleet)
@@ -381,8 +384,8 @@ def calibrate(dd: DockerDaemon, window: float, work: Path) -> dict[str, Any]:
         finally:
             sim.close()
     labels = sorted(set(per_min["real worker"]) | set(per_min["simulated"]))
-    print(f"  calls a minute of one idle worker alone, measured over {window:g} s (commandstats: a script's own "
-          "calls counted too; scripts by name from SLOWLOG):")
+    print(f"  calls a minute of one idle worker alone, measured over {window:g} s (commandstats: a script's "
+          "own calls counted too; scripts by name from SLOWLOG):")
     off = []
     for label in labels:
         a, b = per_min["real worker"].get(label, 0.0), per_min["simulated"].get(label, 0.0)

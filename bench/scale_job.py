@@ -119,7 +119,8 @@ def jobpool_lifecycle(jobs: int, secs: float, work: Path) -> JobCost:
                 return e.command in POLLS or key.startswith(boot_prefix) or key == pool.keys.boots
 
             per_job, idle = split(top, upkeep, sr.script_names())
-            return JobCost("jobpool", jobs, per_job, idle, cpu, window, len(entries), len(entries) >= 2_000_000)
+            return JobCost("jobpool", jobs, per_job, idle, cpu, window, len(entries),
+                           len(entries) >= 2_000_000)
         finally:
             for p in procs:
                 p.stop(timeout=20)
@@ -188,9 +189,10 @@ def part_job(jobs: int, secs: float) -> dict[str, Any]:
               f"(window {c.window_secs:.0f} s, SLOWLOG recording on){' TRUNCATED' if c.truncated else ''}")
         print(sr.show_profile(c.per_job, c.jobs, "job", top=14))
         if c.upkeep:
-            print(f"    idle upkeep, not counted: " + ", ".join(
+            print("    idle upkeep, not counted: " + ", ".join(
                 f"{k} {n / c.jobs:g}x {u / c.jobs:.0f} us" for k, (n, u) in list(c.upkeep.items())[:6]))
-    print(f"  jobpool / RQ, server time per job: {ratio:.2f}x (goal <= 2.0x: {'met' if ratio <= 2 else 'NOT met'})")
+    print(f"  jobpool / RQ, server time per job: {ratio:.2f}x (goal <= 2.0x: "
+          f"{'met' if ratio <= 2 else 'NOT met'})")
     return {"jobpool_us": jp.usec_per_job, "rq_us": rq.usec_per_job, "ratio": ratio,
             "jobpool_calls": jp.calls_per_job, "rq_calls": rq.calls_per_job,
             "jobpool_cpu_ms": 1000 * jp.cpu_secs / jobs, "rq_cpu_ms": 1000 * rq.cpu_secs / jobs}
@@ -230,8 +232,8 @@ def _promote_round(pool: Pool, admin: redis.Redis, n: int) -> tuple[float, float
 
 
 def part_deep(queued: int, rounds: int, per_round: int) -> dict[str, Any]:
-    """Part 5: enqueue and promotion with `queued` jobs queued against an empty queue (same server, alternating),
-    and Redis's memory per queued job."""
+    """Part 5: enqueue and promotion with `queued` jobs queued against an empty queue (same server,
+    alternating), and Redis's memory per queued job."""
     with RedisServer() as rs:
         rs.start()
         admin = sr.admin(rs.url)
@@ -247,7 +249,8 @@ def part_deep(queued: int, rounds: int, per_round: int) -> dict[str, Any]:
                               batch_size=1000)
         fill = time.perf_counter() - t0
         per_job = (int(admin.info("memory")["used_memory"]) - mem0) / queued
-        print(f"\n== part 5: a deep queue: {queued:,} jobs enqueued (enqueue_many, batches of 1000) in {fill:.0f} s "
+        print(f"\n== part 5: a deep queue: {queued:,} jobs enqueued (enqueue_many, batches of 1000) in "
+              f"{fill:.0f} s "
               f"({queued / fill:,.0f} jobs/s); Redis memory {per_job:,.0f} B per queued job "
               f"(goal <= 1024: {'met' if per_job <= 1024 else 'NOT met'}; rows as `jobpool up` keeps them)")
         rates: dict[str, dict[str, list[float]]] = {n: {"enq": [], "enq_us": [], "pro": [], "pro_us": []}

@@ -1,14 +1,14 @@
-"""Redis's own account of what it did, for bench/scale.py: its CPU and its per-command counters read from the
-server itself (never guessed from the client's clock), and SLOWLOG at a threshold of 0 as a profiler that names
-each script.
+"""Redis's own account of what it did, for bench/scale.py: its CPU and its per-command counters read from
+the server itself (never guessed from the client's clock), and SLOWLOG at a threshold of 0 as a profiler that
+names each script.
 
 Why SLOWLOG and not only INFO commandstats for time: on Redis 7.0 commandstats counts a script's own
 `redis.call()`s and a transaction's commands under their own names as well as inside EVALSHA's or EXEC's time,
 so a sum over commandstats counts nested work twice. SLOWLOG at threshold 0 logs every command with its
-duration, its arguments (a script by its SHA) and its client; the commands a script calls are logged too, from
-the client `?:0` (Lua's), which `top_level` leaves out; EXEC is not logged itself, only the commands it ran. So
-the top-level entries add up to the server's time in commands, each one attributable. Recording costs the
-server some CPU, so no CPU figure is read while it records.
+duration, its arguments (a script by its SHA) and its client; the commands a script calls are logged too,
+from the client `?:0` (Lua's), which `top_level` leaves out; EXEC is not logged itself, only the commands it
+ran. So the top-level entries add up to the server's time in commands, each one attributable. Recording
+costs the server some CPU, so no CPU figure is read while it records.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def cpu_secs(client: redis.Redis) -> float:
 
 
 def commandstats(client: redis.Redis) -> dict[str, tuple[int, int]]:
-    """(calls, usec) per command so far (INFO commandstats); nested calls counted under their own names too."""
+    """(calls, usec) per command so far (INFO commandstats); nested calls counted under their own names
+    too."""
     info = client.info("commandstats")
     return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in info.items()}
 
@@ -105,7 +106,8 @@ def parse_slowlog(raw: Iterable[Any]) -> list[Entry]:
 
 
 def top_level(entries: Iterable[Entry]) -> list[Entry]:
-    """The commands clients sent: not those a script ran (inside its time already), nor the benchmark's own."""
+    """The commands clients sent: not those a script ran (inside its time already), nor the benchmark's
+    own."""
     return [e for e in entries if e.addr != LUA_CLIENT and e.name != ADMIN_NAME]
 
 
@@ -151,8 +153,9 @@ def script_split(entries: Sequence[Entry], names: Mapping[str, str]) -> dict[str
 def show_scripts(split: Mapping[str, tuple[int, int, int, int]], indent: str = "    ") -> str:
     lines = []
     for name, (calls, usec, inner, n) in split.items():
-        lines.append(f"{indent}{name:<20} {calls:7d} calls {usec / calls:7.1f} us each, of which its {n / calls:5.1f} "
-                     f"redis.call()s {inner / calls:6.1f} us, Lua's own work {(usec - inner) / calls:6.1f} us")
+        lines.append(f"{indent}{name:<20} {calls:7d} calls {usec / calls:7.1f} us each, of which its "
+                     f"{n / calls:5.1f} redis.call()s {inner / calls:6.1f} us, Lua's own work "
+                     f"{(usec - inner) / calls:6.1f} us")
     return "\n".join(lines)
 
 
@@ -161,7 +164,7 @@ def slowlog_all(client: redis.Redis, max_len: int) -> Iterator[list[Entry]]:
     """Log every command (threshold 0) while the block runs; the list it yields is filled with the entries on
     the way out (oldest first), and the server's settings are put back. `max_len` bounds the memory: the
     oldest entries past it are dropped (`len(entries) == max_len` says the window was too long)."""
-    old = client.config_get("slowlog-*")
+    old = {k: str(v) for k, v in client.config_get("slowlog-*").items()}
     client.config_set("slowlog-max-len", max_len)
     client.slowlog_reset()
     client.config_set("slowlog-log-slower-than", 0)

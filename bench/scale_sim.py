@@ -64,7 +64,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def identity(rng: random.Random) -> str:
-    """A daemon identity as jobpool/fleet/daemonid.py makes them (its uuid, then its host's kernel boot id)."""
+    """A daemon identity as jobpool/fleet/daemonid.py makes them (its uuid, then its host's kernel boot
+    id)."""
     return f"{PREFIX}{uuid.UUID(int=rng.getrandbits(128)).hex}@{uuid.UUID(int=rng.getrandbits(128))}"
 
 
@@ -106,7 +107,8 @@ class Lean:
 
 
 def summary(pool: str, job_id: str, boot: str, container_id: str) -> dict[str, Any]:
-    """A running container as the Docker API's sparse list shows it (what `ContainerProber.list_pool` returns)."""
+    """A running container as the Docker API's sparse list shows it (what `ContainerProber.list_pool`
+    returns)."""
     return {"Id": container_id, "State": "running", "Status": "Up 5 minutes", "Created": int(time.time()),
             "Labels": {LABEL_POOL: pool, LABEL_JOB: job_id, LABEL_ATTEMPT: "1", LABEL_BOOT: boot}}
 
@@ -179,8 +181,19 @@ class SimWorker:
 
     def register(self) -> None:
         """What `run_worker` writes first: its mark record, then its boot record."""
-        self.store.daemon_mark(self.id, self.mark_ttl_ms, 10 * self.mark_ttl_ms, list(self.mark_fields.items()))
+        self.write_mark()
         self.boot.beat()
+
+    def write_mark(self) -> None:
+        self.store.daemon_mark(self.id, self.mark_ttl_ms, 10 * self.mark_ttl_ms,
+                               list(self.mark_fields.items()))
+
+    def mark_round_here(self, lean: Callable[[], Lean]) -> Callable[[], None]:
+        """`mark_round` on the calling thread's lean connection."""
+        return lambda: self.mark_round(lean())
+
+    def tick(self) -> None:
+        self.publisher.tick()
 
     def mark_round(self, lean: Lean) -> None:
         """`Marker._round`'s Redis calls: the index and every record, the standing collision, its own record
@@ -192,18 +205,20 @@ class SimWorker:
             lean.round_trip(payload, len(ids))
         self.store.standing_collision(self.daemon)
         self.mark_fields["verified"] = " ".join(sorted(p for p in self.peers_on_daemon() if p != self.id))
-        self.store.daemon_mark(self.id, self.mark_ttl_ms, 10 * self.mark_ttl_ms, list(self.mark_fields.items()))
+        self.write_mark()
 
 
 async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: Counter[str]) -> None:
-    """One worker's RQ dequeue loop, idle: LMOVE of each queue but the last, then BLMOVE of the last for at most
-    a second (workers/rqworker.py `_Queue._dequeue_routed`, RQ's `Queue.lmove`), until `end` (epoch secs)."""
+    """One worker's RQ dequeue loop, idle: LMOVE of each queue but the last, then BLMOVE of the last for at
+    most a second (workers/rqworker.py `_Queue._dequeue_routed`, RQ's `Queue.lmove`), until `end` (epoch
+    seconds)."""
     reader, writer = await asyncio.open_connection(host, port)
     parser = hiredis.Reader()
     rounds = [encode("LMOVE", q, IntermediateQueue.get_intermediate_queue_key(q), "LEFT", "RIGHT")
               for q in queues[:-1]]
     last = queues[-1]
-    rounds.append(encode("BLMOVE", last, IntermediateQueue.get_intermediate_queue_key(last), "LEFT", "RIGHT", 1))
+    rounds.append(encode("BLMOVE", last, IntermediateQueue.get_intermediate_queue_key(last), "LEFT", "RIGHT",
+                         1))
 
     async def reply() -> Any:
         while True:
@@ -225,7 +240,8 @@ async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: 
         writer.close()
 
 
-def run_pollers(host: str, port: int, queues: Sequence[Sequence[str]], end: float, counts: Counter[str]) -> None:
+def run_pollers(host: str, port: int, queues: Sequence[Sequence[str]], end: float,
+                counts: Counter[str]) -> None:
     async def main() -> None:
         await asyncio.gather(*(poll(host, port, q, end, counts) for q in queues))
 
@@ -283,8 +299,11 @@ def child(cfg: Mapping[str, Any]) -> None:
     daemons: list[str] = cfg["daemons"]
     containers: Mapping[str, Sequence[Mapping[str, Any]]] = cfg.get("containers", {})
     on_daemon: dict[str, list[str]] = {}
-    workers = [SimWorker(store, daemons[d], lambda d=d: on_daemon.get(daemons[d], []),
-                         containers.get(daemons[d], ())) for d in cfg["workers"]]
+
+    def peers(d: int) -> Callable[[], list[str]]:
+        return lambda: on_daemon.get(daemons[d], [])
+
+    workers = [SimWorker(store, daemons[d], peers(d), containers.get(daemons[d], ())) for d in cfg["workers"]]
     for w in workers:
         on_daemon.setdefault(w.daemon, []).append(w.id)
         w.register()
@@ -304,8 +323,8 @@ def child(cfg: Mapping[str, Any]) -> None:
     hb, inv = settings.heartbeat_secs, settings.inventory_secs
     for w in workers:
         sched.add(now + rng.uniform(0, hb), "boot beat", w.boot.beat, hb)
-        sched.add(now + rng.uniform(0, hb), "mark round", lambda w=w: w.mark_round(lean()), hb)
-        sched.add(now + rng.uniform(0, inv), "inventory tick", w.publisher.tick, inv)
+        sched.add(now + rng.uniform(0, hb), "mark round", w.mark_round_here(lean), hb)
+        sched.add(now + rng.uniform(0, inv), "inventory tick", w.tick, inv)
     counts: Counter[str] = Counter()
     queues = [[store.keys.daemon_queue(w.daemon), store.keys.rq_queue] for w in workers]
     pollers = threading.Thread(target=run_pollers, args=(host, port, queues, end, counts), daemon=True)
@@ -321,12 +340,13 @@ def child(cfg: Mapping[str, Any]) -> None:
 
 
 class SimFleet:
-    """`workers` simulated idle workers spread evenly over `daemons` (a daemon's workers in one process, so each
-    knows its peers there), in `procs` child processes: started (registered) by `start`, run from `go` for
-    the seconds given, stopped by pid on `close`."""
+    """`workers` simulated idle workers spread evenly over `daemons` (a daemon's workers in one process, so
+    each knows its peers there), in `procs` child processes: started (registered) by `start`, run from `go`
+    for the seconds given, stopped by pid on `close`."""
 
-    def __init__(self, url: str, pool: str, workers: int, daemons: Sequence[str], procs: int, threads: int = 3,
-                 containers: Mapping[str, Sequence[Mapping[str, Any]]] | None = None, seed: int = 1) -> None:
+    def __init__(self, url: str, pool: str, workers: int, daemons: Sequence[str], procs: int,
+                 threads: int = 3, containers: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                 seed: int = 1) -> None:
         self.url, self.pool = url, pool
         self.workers, self.daemons = workers, list(daemons)
         self.procs = max(1, min(procs, len(self.daemons)))
@@ -337,7 +357,8 @@ class SimFleet:
 
     def start(self) -> None:
         per_daemon = [i % len(self.daemons) for i in range(self.workers)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
         for k in range(self.procs):
             mine = [d for d in per_daemon if d % self.procs == k]
             ds = sorted(set(mine))
