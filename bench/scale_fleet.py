@@ -39,6 +39,7 @@ from jobpool import Pool
 from jobpool.config import Settings
 from jobpool.exporter import MetricsServer
 from jobpool.store import redispolicy
+from jobpool.store.keys import PoolKeys
 from jobpool.supervisor import Supervisor
 from jobpool.workers.attempt import Attempt
 from jobpool.workers.boot import Boot
@@ -178,7 +179,7 @@ def observe(pool: Pool, admin: Any, server: MetricsServer, running: int, workers
     for name, fn in (("status", status), ("scrape", scrape)):
         fn()  # warm: connections, scripts
         top = _top_level_of(admin, fn)
-        prof = sr.profile(top, sr.script_names())
+        prof = sr.profile(top, sr.script_names(), sr.label_key)
         med, p90 = _median_ms(fn, repeat)
         out[name] = {"commands": len(top), "server_us": sum(e.usec for e in top), "ms": med, "p90": p90,
                      "top": list(prof.items())[:5]}
@@ -209,7 +210,7 @@ def sweep_size(sup: Supervisor, fleet: Fleet, admin: Any, n: int, rounds: int, r
     publish(fleet)
     top = _top_level_of(admin, sup.sweep)
     names = sr.script_names()
-    prof = sr.profile(top, names)
+    prof = sr.profile(top, names, sr.label_key)
     med = statistics.median(r["ms"] for r in runs)
     phases = {k: statistics.median(r["phases"].get(k, 0.0) for r in runs) for k in runs[0]["phases"]}
     res = {"rows": n, "ms": med, "cpu": statistics.median(r["cpu"] for r in runs),
@@ -311,8 +312,11 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
         got_polls = delta.get("blmove", (0, 0))[0] / secs
         top = sr.top_level(entries)
         names = sr.script_names()
-        prof = sr.profile(top, names)
+        prof = sr.profile(top, names, sr.label_key)
         cmd_us = sum(u for _, u in prof.values()) / sample
+        keys = PoolKeys("idle")
+        marks_us = sum(e.usec for e in top if (e.command == "HGETALL" and e.first_key().startswith(
+            keys.daemon_mark(""))) or (e.command == "ZRANGE" and e.first_key() == keys.daemon_marks)) / sample
         summary_ = fleet.summary()
     print(f"  Redis CPU {pct:.1f} % of one core over {secs:.0f} s (goal <= {IDLE_GOAL_PCT:g} %: "
           f"{'met' if pct <= IDLE_GOAL_PCT else 'NOT met'}); {sr.calls_of(delta) / secs:,.0f} commands/s "
@@ -324,6 +328,11 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
     print(f"  top-level command time in a {sample:g} s SLOWLOG sample: {cmd_us / 1000:.0f} ms a second "
           f"({cmd_us / 10_000:.1f} % of a core), by command:")
     print(sr.show_profile(prof, sample, "second", top=10))
+    hb = settings.heartbeat_secs
+    print(f"  the daemon marks' reads (each worker reads the index and every process's mark record each "
+          f"{hb:g} s: workers x workers records) take {100 * marks_us / max(cmd_us, 1):.0f} % of that time; "
+          f"the rest is {(cmd_us - marks_us) / 1000:.0f} ms a second, "
+          f"{(cmd_us - marks_us) * hb / workers:.0f} us per worker per {hb:g} s")
     split = sr.script_split(entries, names)
     if split:
         print("  jobpool's scripts in that sample:")
@@ -331,7 +340,8 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
     reach = got_hgetall / want_hgetall if want_hgetall else 1.0
     return {"cpu_pct": pct, "cpu_pct_at_full_rate": pct / reach if reach < 0.95 else pct, "reach": reach,
             "commands_per_s": sr.calls_of(delta) / secs, "profile": list(prof.items())[:8],
-            "command_ms_per_s": cmd_us / 1000}
+            "command_ms_per_s": cmd_us / 1000, "marks_share": marks_us / max(cmd_us, 1),
+            "rest_us_per_worker_period": (cmd_us - marks_us) * hb / workers}
 
 
 # ---- calibration: a simulated worker against a real one ------------------------------------------------

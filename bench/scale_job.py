@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +55,9 @@ class JobCost:
     window_secs: float
     entries: int
     truncated: bool
+    #: Who the job's commands were for: jobpool's scripts, RQ's own keys (rq:*), the rest: (calls, usec).
+    owners: dict[str, tuple[int, int]]
+    scripts: dict[str, tuple[int, int, int, int]]
 
     @property
     def usec_per_job(self) -> float:
@@ -65,12 +68,24 @@ class JobCost:
         return sum(c for c, _ in self.per_job.values()) / self.jobs
 
 
-def split(entries: Sequence[sr.Entry], is_upkeep: Callable[[sr.Entry], bool],
-          names: dict[str, str]) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
-    """The entries' profile, split into a job's work and the workers' idle upkeep."""
-    job = [e for e in entries if not is_upkeep(e)]
-    idle = [e for e in entries if is_upkeep(e)]
-    return sr.profile(job, names), sr.profile(idle, names)
+def owner(e: sr.Entry, names: Mapping[str, str]) -> str:
+    """Whose work a command is: one of jobpool's scripts, RQ's bookkeeping (its own keys), or else."""
+    if e.command == "EVALSHA":
+        return "jobpool's scripts"
+    if e.first_key().startswith("rq:") or e.command in ("MULTI", "WATCH", "UNWATCH"):
+        return "RQ's keys (and transactions)"
+    return "the rest"
+
+
+def cost(system: str, jobs: int, entries: list[sr.Entry], is_upkeep: Callable[[sr.Entry], bool],
+         cpu: float, window: float, max_len: int) -> JobCost:
+    """What the window's top-level commands say a job cost, the idle upkeep apart."""
+    names = sr.script_names()
+    top = sr.top_level(entries)
+    job = [e for e in top if not is_upkeep(e)]
+    idle = [e for e in top if is_upkeep(e)]
+    return JobCost(system, jobs, sr.profile(job, names), sr.profile(idle, names), cpu, window, len(entries),
+                   len(entries) >= max_len, sr.profile(job, names, owner), sr.script_split(entries, names))
 
 
 def _wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
@@ -112,15 +127,12 @@ def jobpool_lifecycle(jobs: int, secs: float, work: Path) -> JobCost:
             with sr.slowlog_all(admin, 2_000_000) as entries:
                 run(["sleep", f"{secs:g}"], secs + 120)
             cpu, window = sr.cpu_secs(admin) - cpu0, time.monotonic() - t0
-            top = sr.top_level(entries)
 
             def upkeep(e: sr.Entry) -> bool:
                 key = e.first_key()
                 return e.command in POLLS or key.startswith(boot_prefix) or key == pool.keys.boots
 
-            per_job, idle = split(top, upkeep, sr.script_names())
-            return JobCost("jobpool", jobs, per_job, idle, cpu, window, len(entries),
-                           len(entries) >= 2_000_000)
+            return cost("jobpool", jobs, entries, upkeep, cpu, window, 2_000_000)
         finally:
             for p in procs:
                 p.stop(timeout=20)
@@ -154,9 +166,7 @@ def rq_lifecycle(jobs: int, secs: float, work: Path) -> JobCost:
             with sr.slowlog_all(admin, 2_000_000) as entries:
                 run(secs, secs + 120)
             cpu, window = sr.cpu_secs(admin) - cpu0, time.monotonic() - t0
-            top = sr.top_level(entries)
-            per_job, idle = split(top, lambda e: e.command in POLLS, sr.script_names())
-            return JobCost("rq", jobs, per_job, idle, cpu, window, len(entries), len(entries) >= 2_000_000)
+            return cost("rq", jobs, entries, lambda e: e.command in POLLS, cpu, window, 2_000_000)
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -187,7 +197,11 @@ def part_job(jobs: int, secs: float) -> dict[str, Any]:
         print(f"  {c.system}: {c.usec_per_job:8.0f} us of server time in {c.calls_per_job:6.0f} top-level "
               f"commands per job; server CPU in the window {1000 * c.cpu_secs / c.jobs:6.1f} ms per job "
               f"(window {c.window_secs:.0f} s, SLOWLOG recording on){' TRUNCATED' if c.truncated else ''}")
+        print("    by whose work: " + ", ".join(f"{k} {n / c.jobs:g} calls {u / c.jobs:.0f} us"
+                                               for k, (n, u) in c.owners.items()))
         print(sr.show_profile(c.per_job, c.jobs, "job", top=14))
+        if c.scripts:
+            print(sr.show_scripts(c.scripts))
         if c.upkeep:
             print("    idle upkeep, not counted: " + ", ".join(
                 f"{k} {n / c.jobs:g}x {u / c.jobs:.0f} us" for k, (n, u) in list(c.upkeep.items())[:6]))
@@ -231,6 +245,21 @@ def _promote_round(pool: Pool, admin: redis.Redis, n: int) -> tuple[float, float
     return done / wall, (_server_usec(admin) - u0) / max(1, done)
 
 
+def memory_by_kind(admin: redis.Redis, pool: Pool, queued: int, sample: int = 200) -> dict[str, float]:
+    """Bytes per queued job by kind of key (MEMORY USAGE): a job's row and RQ's hash of it (the mean of
+    `sample` of each), and each of the pool's own keys shared by its `queued` jobs."""
+    ids = [str(i) for i in admin.zrange(pool.keys.queued, 0, sample - 1)]
+    out: dict[str, float] = {}
+    for kind, key_of in (("row", pool.keys.job), ("RQ's hash", pool.keys.rq_job)):
+        sizes = [admin.memory_usage(key_of(j), samples=0) or 0 for j in ids]
+        out[kind] = statistics.mean(sizes) if sizes else 0.0
+    for name in ("queued", "ready", "events"):
+        key = getattr(pool.keys, name, None)
+        if isinstance(key, str):
+            out[f"{name} (shared)"] = (admin.memory_usage(key, samples=0) or 0) / queued
+    return out
+
+
 def part_deep(queued: int, rounds: int, per_round: int) -> dict[str, Any]:
     """Part 5: enqueue and promotion with `queued` jobs queued against an empty queue (same server,
     alternating), and Redis's memory per queued job."""
@@ -249,10 +278,12 @@ def part_deep(queued: int, rounds: int, per_round: int) -> dict[str, Any]:
                               batch_size=1000)
         fill = time.perf_counter() - t0
         per_job = (int(admin.info("memory")["used_memory"]) - mem0) / queued
+        kinds = memory_by_kind(admin, deep, queued)
         print(f"\n== part 5: a deep queue: {queued:,} jobs enqueued (enqueue_many, batches of 1000) in "
               f"{fill:.0f} s "
               f"({queued / fill:,.0f} jobs/s); Redis memory {per_job:,.0f} B per queued job "
-              f"(goal <= 1024: {'met' if per_job <= 1024 else 'NOT met'}; rows as `jobpool up` keeps them)")
+              f"(goal <= 1024: {'met' if per_job <= 1024 else 'NOT met'}; rows as `jobpool up` keeps them); "
+              "by kind of key (MEMORY USAGE): " + ", ".join(f"{k} {b:,.0f} B" for k, b in kinds.items()))
         rates: dict[str, dict[str, list[float]]] = {n: {"enq": [], "enq_us": [], "pro": [], "pro_us": []}
                                                     for n in ("deep", "empty")}
         for r in range(rounds):

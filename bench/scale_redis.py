@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,12 +119,28 @@ def label(entry: Entry, names: Mapping[str, str]) -> str:
     return entry.command
 
 
-def profile(entries: Iterable[Entry], names: Mapping[str, str]) -> dict[str, tuple[int, int]]:
-    """(calls, usec) per `label`, the costliest first."""
+_ID = re.compile(r"[0-9a-f]{16,}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{27}")
+
+
+def key_kind(key: str) -> str:
+    """A key with its ids (hex digits, uuids) as `*` and a pool's prefix dropped: what kind of key it is."""
+    kind = _ID.sub("*", key)
+    return re.sub(r"^jobpool:\{[^}]*\}:", "", kind)
+
+
+def label_key(entry: Entry, names: Mapping[str, str]) -> str:
+    """`label` and the kind of its first key: `HMGET job:*`."""
+    key = entry.first_key()
+    return f"{label(entry, names)} {key_kind(key)}" if key else label(entry, names)
+
+
+def profile(entries: Iterable[Entry], names: Mapping[str, str],
+            how: Callable[[Entry, Mapping[str, str]], str] = label) -> dict[str, tuple[int, int]]:
+    """(calls, usec) per `label` (or per `how`), the costliest first."""
     calls: Counter[str] = Counter()
     usec: Counter[str] = Counter()
     for e in entries:
-        what = label(e, names)
+        what = how(e, names)
         calls[what] += 1
         usec[what] += e.usec
     return {k: (calls[k], usec[k]) for k in sorted(calls, key=lambda k: (-usec[k], k))}
