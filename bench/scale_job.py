@@ -304,7 +304,9 @@ def part_deep(queued: int, rounds: int, per_round: int) -> dict[str, Any]:
                   f"promotion {m['pro']:7.0f} jobs/s ({m['pro_us']:5.1f} us server each)")
         print(f"  slowdown with {queued:,} queued (medians of {rounds} rounds of {per_round}): enqueue "
               f"{enq_ratio:.2f}x, promotion {pro_ratio:.2f}x (goal <= 1.2x: "
-              f"{'met' if max(enq_ratio, pro_ratio) <= 1.2 else 'NOT met'})")
+              f"{'met' if max(enq_ratio, pro_ratio) <= 1.2 else 'NOT met'}); server time per call: enqueue "
+              f"{med['deep']['enq_us'] / med['empty']['enq_us']:.2f}x, promotion "
+              f"{med['deep']['pro_us'] / med['empty']['pro_us']:.2f}x")
         admin.flushall()
         return {"bytes_per_job": per_job, "fill_rate": queued / fill, "enqueue_ratio": enq_ratio,
                 "promote_ratio": pro_ratio, **{f"{n}_{k}": v for n, d in med.items() for k, v in d.items()}}
