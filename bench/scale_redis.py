@@ -119,7 +119,7 @@ def label(entry: Entry, names: Mapping[str, str]) -> str:
     return entry.command
 
 
-_ID = re.compile(r"[0-9a-f]{16,}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{27}")
+_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{16,}")
 
 
 def key_kind(key: str) -> str:
