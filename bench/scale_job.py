@@ -307,6 +307,5 @@ def part_deep(queued: int, rounds: int, per_round: int) -> dict[str, Any]:
               f"{'met' if max(enq_ratio, pro_ratio) <= 1.2 else 'NOT met'}); server time per call: enqueue "
               f"{med['deep']['enq_us'] / med['empty']['enq_us']:.2f}x, promotion "
               f"{med['deep']['pro_us'] / med['empty']['pro_us']:.2f}x")
-        admin.flushall()
         return {"bytes_per_job": per_job, "fill_rate": queued / fill, "enqueue_ratio": enq_ratio,
                 "promote_ratio": pro_ratio, **{f"{n}_{k}": v for n, d in med.items() for k, v in d.items()}}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-from collections import Counter
+import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -134,37 +134,53 @@ def label_key(entry: Entry, names: Mapping[str, str]) -> str:
     return f"{label(entry, names)} {key_kind(key)}" if key else label(entry, names)
 
 
+#: A command's duration is capped at this many times the median of its kind (and at least `CAP_FLOOR_US`): a
+#: duration is wall time, and a redis-server preempted on a loaded host shows as one command lasting
+#: milliseconds (an EXEC's MULTI at 2 ms), which would otherwise decide a sum.
+CAP_TIMES = 10
+CAP_FLOOR_US = 20
+
+
+def capped(durations: Sequence[int]) -> list[int]:
+    """`durations` with each capped (see `CAP_TIMES`)."""
+    if not durations:
+        return []
+    cap = max(CAP_TIMES * statistics.median(durations), CAP_FLOOR_US)
+    return [min(d, int(cap)) for d in durations]
+
+
 def profile(entries: Iterable[Entry], names: Mapping[str, str],
             how: Callable[[Entry, Mapping[str, str]], str] = label) -> dict[str, tuple[int, int]]:
-    """(calls, usec) per `label` (or per `how`), the costliest first."""
-    calls: Counter[str] = Counter()
-    usec: Counter[str] = Counter()
+    """(calls, usec) per `label` (or per `how`), the costliest first; durations `capped` by kind."""
+    durations: dict[str, list[int]] = {}
     for e in entries:
-        what = how(e, names)
-        calls[what] += 1
-        usec[what] += e.usec
-    return {k: (calls[k], usec[k]) for k in sorted(calls, key=lambda k: (-usec[k], k))}
+        durations.setdefault(how(e, names), []).append(e.usec)
+    usec = {k: sum(capped(v)) for k, v in durations.items()}
+    return {k: (len(durations[k]), usec[k]) for k in sorted(durations, key=lambda k: (-usec[k], k))}
 
 
 def script_split(entries: Sequence[Entry], names: Mapping[str, str]) -> dict[str, tuple[int, int, int, int]]:
     """Per script: (calls, server us, us of the commands it ran, how many), the costliest first. A script runs
     alone, and Redis logs the commands it ran just before the script itself (`parse_slowlog` keeps that
     order), so the entries of Lua's client right before an EVALSHA are that script's. The difference is the
-    script's own Lua work: its definitions run at every call, its arguments read, its replies built."""
-    out: dict[str, list[int]] = {}
+    script's own Lua work: its definitions run at every call, its arguments read, its replies built.
+    A script's durations are `capped` as `profile` caps them, the commands it ran at most its own."""
+    runs: dict[str, list[tuple[int, int, int]]] = {}
     pending: list[Entry] = []
     for e in entries:
         if e.addr == LUA_CLIENT:
             pending.append(e)
             continue
         if e.command == "EVALSHA" and e.name != ADMIN_NAME:
-            row = out.setdefault(label(e, names).removeprefix("script "), [0, 0, 0, 0])
-            row[0] += 1
-            row[1] += e.usec
-            row[2] += sum(p.usec for p in pending)
-            row[3] += len(pending)
+            runs.setdefault(label(e, names).removeprefix("script "), []).append(
+                (e.usec, sum(p.usec for p in pending), len(pending)))
         pending = []
-    return {k: (v[0], v[1], v[2], v[3]) for k, v in sorted(out.items(), key=lambda kv: -kv[1][1])}
+    out = {}
+    for name, rows in runs.items():
+        tops = capped([r[0] for r in rows])
+        out[name] = (len(rows), sum(tops), sum(min(r[1], t) for r, t in zip(rows, tops, strict=True)),
+                     sum(r[2] for r in rows))
+    return dict(sorted(out.items(), key=lambda kv: -kv[1][1]))
 
 
 def show_scripts(split: Mapping[str, tuple[int, int, int, int]], indent: str = "    ") -> str:

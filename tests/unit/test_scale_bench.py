@@ -85,3 +85,9 @@ def test_the_lean_clients_commands_are_resp() -> None:
     reader = hiredis.Reader()
     reader.feed(encode("BLMOVE", "rq:queue:a", b"rq:queue:a:intermediate", "LEFT", "RIGHT", 1))
     assert reader.gets() == [b"BLMOVE", b"rq:queue:a", b"rq:queue:a:intermediate", b"LEFT", b"RIGHT", b"1"]
+
+
+def test_a_preempted_command_is_capped_at_ten_times_the_median_of_its_kind() -> None:
+    reply = [raw(i, 1, "MULTI") for i in range(1, 4)] + [raw(4, 2000, "MULTI"), raw(5, 300, "SORT_RO", "r")]
+    prof = sr.profile(sr.parse_slowlog(reply), {})
+    assert prof == {"SORT_RO": (1, 300), "MULTI": (4, 3 + sr.CAP_FLOOR_US)}
