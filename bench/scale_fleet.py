@@ -39,7 +39,6 @@ from jobpool import Pool
 from jobpool.config import Settings
 from jobpool.exporter import MetricsServer
 from jobpool.store import redispolicy
-from jobpool.store.keys import PoolKeys
 from jobpool.supervisor import Supervisor
 from jobpool.workers.attempt import Attempt
 from jobpool.workers.boot import Boot
@@ -314,9 +313,8 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
         names = sr.script_names()
         prof = sr.profile(top, names, sr.label_key)
         cmd_us = sum(u for _, u in prof.values()) / sample
-        keys = PoolKeys("idle")
-        marks_us = sum(e.usec for e in top if (e.command == "HGETALL" and e.first_key().startswith(
-            keys.daemon_mark(""))) or (e.command == "ZRANGE" and e.first_key() == keys.daemon_marks)) / sample
+        marks_us = sum(u for k, (_, u) in prof.items()
+                       if k.startswith(("HGETALL daemon_mark:", "ZRANGE daemon_marks"))) / sample
         summary_ = fleet.summary()
     print(f"  Redis CPU {pct:.1f} % of one core over {secs:.0f} s (goal <= {IDLE_GOAL_PCT:g} %: "
           f"{'met' if pct <= IDLE_GOAL_PCT else 'NOT met'}); {sr.calls_of(delta) / secs:,.0f} commands/s "
