@@ -39,6 +39,8 @@ from tests.support.servers import RedisServer
 from . import scale_redis as sr
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The fleet the per-job figures are scaled to (issue #27's).
+FLEET_RUNNING = 10_000
 #: The commands that are a worker's idle upkeep, not a job's: dequeue polls.
 POLLS = ("LMOVE", "BLMOVE", "BRPOPLPUSH", "RPOPLPUSH", "BLPOP", "LPOP")
 
@@ -207,6 +209,12 @@ def part_job(jobs: int, secs: float) -> dict[str, Any]:
                 f"{k} {n / c.jobs:g}x {u / c.jobs:.0f} us" for k, (n, u) in list(c.upkeep.items())[:6]))
     print(f"  jobpool / RQ, server time per job: {ratio:.2f}x (goal <= 2.0x: "
           f"{'met' if ratio <= 2 else 'NOT met'})")
+    for c in (jp, rq):  # what that is for a fleet: each running job costs this every second
+        share = FLEET_RUNNING * c.usec_per_job / secs / 1e4
+        print(f"  {c.system}: {FLEET_RUNNING:,} jobs running like these would send "
+              f"{FLEET_RUNNING * c.calls_per_job / secs:,.0f} commands/s, {share:.0f} % of a core in "
+              "commands "
+              "(the workers' idle upkeep aside)")
     return {"jobpool_us": jp.usec_per_job, "rq_us": rq.usec_per_job, "ratio": ratio,
             "jobpool_calls": jp.calls_per_job, "rq_calls": rq.calls_per_job,
             "jobpool_cpu_ms": 1000 * jp.cpu_secs / jobs, "rq_cpu_ms": 1000 * rq.cpu_secs / jobs}
