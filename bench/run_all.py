@@ -27,6 +27,7 @@ BENCHES = [
     ("memory", ["memory"], ["memory"]),
     ("lifetime", ["lifetime"], ["lifetime", "--quick"]),
     ("chaos soak", ["soak"], ["soak", "--jobs", "30", "--slots", "2", "--workers", "3"]),
+    ("one Redis under a large fleet", ["scale"], ["scale", "--quick"]),
 ]
 
 
