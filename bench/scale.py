@@ -28,6 +28,7 @@ script's own Lua work apart from the commands it ran), and a cProfile of the swe
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import shutil
@@ -160,8 +161,6 @@ def main() -> int:
     job_secs = args.job_secs or (10.0 if q else 60.0)
     queued = args.queued or (100_000 if q else 1_000_000)
     signal.signal(signal.SIGTERM, _term_to_exit)
-    import logging
-
     logging.basicConfig(level=logging.ERROR)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"bench.scale: parts {', '.join(parts)}; load average {load} on {os.cpu_count()} CPUs", flush=True)

@@ -17,11 +17,9 @@ steady state: sweeping it again changes nothing.
 
 from __future__ import annotations
 
-import contextlib
 import cProfile
 import io
 import json
-import logging
 import os
 import pstats
 import random
@@ -404,8 +402,3 @@ def calibrate(dd: DockerDaemon, window: float, work: Path) -> dict[str, Any]:
     print(f"  {'every call matches' if not off else 'differ: ' + ', '.join(off)}")
     return {"differs": off, "per_min": per_min}
 
-
-@contextlib.contextmanager
-def quiet_logs() -> Any:
-    logging.getLogger("jobpool").setLevel(logging.ERROR)
-    yield
