@@ -12,7 +12,8 @@ are store/keys.py's (POOL_KEY_NAMES):
   and those of order and limits ("Order and limits" below): ready (the queued that may be promoted, by
   order), blocked (the parked), passed, wake, fair, limits, limit_used, holds; and those of time and
   dependencies ("Time and dependencies" below): waiting (the waiting jobs' state index, by when due),
-  dependents, deps, and the schedules' schedules, schedule_ticks, schedule_next (jobpool/schedules.py)
+  dependents, deps, and the schedules' schedules, schedule_ticks, schedule_next (jobpool/schedules.py); and
+  where the running jobs are ("Where the running jobs are" below): running_by, running_daemons, running_on
 At load time (jobpool/store/luatext.py) each script is given, before anything else: NKEYS and NARGV (the
 counts of its own KEYS and ARGV), K_<NAME> for each pool key it names (its position in KEYS), and
 STATE_INDEX (state -> position of its index) when it reaches it, which needs all six indexes named. The
@@ -249,6 +250,77 @@ local function compact_finished(jkey)
   for i, name in ipairs(DROP_IF_EMPTY) do
     if values[i] == '' then redis.call('HDEL', jkey, name) end
   end
+end
+
+-- ---- Where the running jobs are (docs/architecture.md "Status at scale") ---------------------------------
+-- `status` names each live worker's running jobs and each daemon holding slots on stale evidence. Read from
+-- the rows, that cost a read per running job at every status and every /metrics scrape; so the scripts that
+-- change what it is made of keep it, in the step that changes it, and a reader costs what the workers and
+-- daemons are. A running row is placed under its owner (`owner_boot`, once claimed) and under its daemon (the
+-- `daemon_id` its claim or launch recorded; unclaimed, the `affinity` it was promoted to wait for):
+--   running_by       hash  'b:<boot>' -> the ids it owns, space-separated (a worker runs one at a time);
+--                          'j:<id>' -> '<owner> <daemon>' as placed: what to take back, even once its row is
+--                          gone (drop_ghost.lua)
+--   running_daemons  hash  daemon -> how many running rows are placed under it
+--   running_on       zset  '<daemon> <id>', every score 0: one daemon's rows are one range
+-- Every script that changes a running row's state, owner_boot, daemon_id or affinity calls place_running
+-- after it, so each always equals a recount of the rows (tests/unit/test_running_index.py). Ids hold no
+-- whitespace (submit.JOB_ID); an owner or daemon that does (a row edited by hand: no boot id or daemon identity
+-- has any) is not placed, so that members split back exactly.
+local function running_placement(jkey)
+  if key_type(jkey) ~= 'hash' then return '', '' end
+  local row = redis.call('HMGET', jkey, 'state', 'owner_boot', 'daemon_id', 'affinity')
+  if row[1] ~= 'running' then return '', '' end
+  local owner, daemon = row[2] or '', row[4] or ''
+  if owner ~= '' then daemon = row[3] or '' end
+  if string.find(owner, '%s') then owner = '' end
+  if string.find(daemon, '%s') then daemon = '' end
+  return owner, daemon
+end
+
+-- Boot `boot`'s list of owned ids with `id` added (`add`) or taken out.
+local function running_owned(boot, id, add)
+  local field = 'b:' .. boot
+  local ids = redis.call('HGET', KEYS[K_RUNNING_BY], field) or ''
+  local padded = ' ' .. ids .. ' '
+  local at = string.find(padded, ' ' .. id .. ' ', 1, true)
+  if add then
+    if at then return end
+    ids = ids == '' and id or (ids .. ' ' .. id)
+  else
+    if not at then return end
+    ids = string.sub(padded, 2, at - 1) .. string.sub(padded, at + #id + 1, -2)
+    ids = string.gsub(ids, '^ +', '')
+    ids = string.gsub(ids, ' +$', '')
+  end
+  if ids == '' then redis.call('HDEL', KEYS[K_RUNNING_BY], field)
+  else redis.call('HSET', KEYS[K_RUNNING_BY], field, ids) end
+end
+
+-- Job `id` placed as its row `jkey` now says (none once it does not run, or has no row): what it was placed
+-- under and is not any more is taken back first.
+local function place_running(jkey, id)
+  local owner, daemon = running_placement(jkey)
+  local now = (owner == '' and daemon == '') and '' or (owner .. ' ' .. daemon)
+  local was = redis.call('HGET', KEYS[K_RUNNING_BY], 'j:' .. id) or ''
+  if was == now then return end
+  local old_owner, old_daemon = string.match(was, '^(%S*) (%S*)$')
+  old_owner, old_daemon = old_owner or '', old_daemon or ''
+  if old_owner ~= owner then
+    if old_owner ~= '' then running_owned(old_owner, id, false) end
+    if owner ~= '' then running_owned(owner, id, true) end
+  end
+  if old_daemon ~= daemon then
+    if old_daemon ~= '' and redis.call('ZREM', KEYS[K_RUNNING_ON], old_daemon .. ' ' .. id) == 1
+        and redis.call('HINCRBY', KEYS[K_RUNNING_DAEMONS], old_daemon, -1) <= 0 then
+      redis.call('HDEL', KEYS[K_RUNNING_DAEMONS], old_daemon)
+    end
+    if daemon ~= '' and redis.call('ZADD', KEYS[K_RUNNING_ON], 0, daemon .. ' ' .. id) == 1 then
+      redis.call('HINCRBY', KEYS[K_RUNNING_DAEMONS], daemon, 1)
+    end
+  end
+  if now == '' then redis.call('HDEL', KEYS[K_RUNNING_BY], 'j:' .. id)
+  else redis.call('HSET', KEYS[K_RUNNING_BY], 'j:' .. id, now) end
 end
 
 -- ---- Order and limits (docs/architecture.md "Order and limits") -----------------------------------------
@@ -835,7 +907,7 @@ end
 -- row names another job, or RQ's job key holds something other than a hash.
 -- What promotion reads of a row, in one HMGET (`unpromotable`).
 local PROMOTE_FIELDS = {'id', 'affinity_queue', 'slots', 'uses', 'priority', 'group', 'order', 'seq', 'attempt',
-  'coalesce_key', 'parked', 'passed'}
+  'coalesce_key', 'parked', 'passed', 'affinity'}
 
 local function unpromotable(jkey, rqkey, head)
   local kind = key_type(jkey)
@@ -876,13 +948,20 @@ local function promote_candidates(first, actor, now, cands, out)
   local n = math.floor(((cands and #cands) or (NKEYS - first + 1)) / 3)
   if n > PROMOTE_BATCH_LIMIT then n = PROMOTE_BATCH_LIMIT end
   local promoted = 0
-  local config = redis.call('HMGET', KEYS[K_CONFIG], 'max_concurrent_jobs', 'slots_used', 'reserved', 'ready_kept')
+  local config = redis.call('HMGET', KEYS[K_CONFIG], 'max_concurrent_jobs', 'slots_used', 'reserved', 'ready_kept',
+    'placed_kept')
   if not config[4] then
     -- A pool from before `ready` (its queued jobs in `queued` alone; a new pool's first enqueue marks it):
     -- they are all promotable, and nothing is parked before this first promotion, so `ready` becomes
     -- `queued` whole, once.
     redis.call('ZUNIONSTORE', KEYS[K_READY], 2, KEYS[K_READY], KEYS[K_QUEUED], 'AGGREGATE', 'MIN')
     redis.call('HSET', KEYS[K_CONFIG], 'ready_kept', 1)
+  end
+  if not config[5] and redis.call('ZCARD', KEYS[K_RUNNING]) == 0 then
+    -- No job runs: every job that runs from now on is placed as it starts (place_running), so `status` may
+    -- read where they are from the placement; until then (a pool from before it, with jobs running) it reads
+    -- their rows (jobpool/status.py).
+    redis.call('HSET', KEYS[K_CONFIG], 'placed_kept', 1)
   end
   if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
   local max, used = tonumber(config[1]) or DEFAULT_SLOTS, slots_used(config[2])
@@ -929,6 +1008,8 @@ local function promote_candidates(first, actor, now, cands, out)
           'origin', string.sub(qkey, #RQ_QUEUE_KEY_PREFIX + 1))
         redis.call('RPUSH', qkey, head)
         redis.call('SADD', KEYS[K_RQ_QUEUES], qkey)
+        -- Promoted to wait for the daemon holding its checkpoint: placed under it until claimed.
+        if row[13] and row[13] ~= '' then place_running(jkey, head) end
         event(jkey, head, 'queued', 'running', 'promoted', 'attempt=' .. attempt, actor, now)
         promoted = promoted + 1
         if out then out[#out + 1] = head end
@@ -1004,6 +1085,7 @@ local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now
     redis.call('HSET', jkey, 'finished_at', now)
   end
   set_state(jkey, id, '', to, score)
+  place_running(jkey, id)
   if to == 'queued' then add_coalesce(jkey, id) end
   if to == 'paused' then redis.call('HSET', jkey, 'paused_at', now) end
   event(jkey, id, 'running', to, reason, evidence, actor, now)

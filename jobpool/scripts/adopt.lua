@@ -1,5 +1,5 @@
 --[[ adopt
-Pool keys: events metrics
+Pool keys: events metrics running_by running_daemons running_on
 Settings: events_maxlen
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 ARGV[1] id   ARGV[2] old owner boot   ARGV[3] attempt   ARGV[4] new boot id   ARGV[5] lease ms
@@ -32,6 +32,7 @@ if row[2] ~= attempt or row[3] ~= old or held or daemon == '' or (row[8] or '') 
 end
 local now = now_ms()
 redis.call('HSET', jkey, 'owner_boot', boot, 'heartbeat_at', now, 'adopted_from', old)
+place_running(jkey, id)
 redis.call('SET', lkey, boot .. ':' .. attempt, 'PX', lease_ms)
 event(jkey, id, 'running', 'running', 'adopted', evidence, boot, now)
 return {0, row[4], row[5], row[6], row[7]}

@@ -1,5 +1,5 @@
 --[[ claim
-Pool keys: events metrics
+Pool keys: events metrics running_by running_daemons running_on
 Settings: events_maxlen
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 ARGV[1] id   ARGV[2] boot id   ARGV[3] attempt   ARGV[4] lease ms   ARGV[5] executor   ARGV[6] daemon id
@@ -31,6 +31,7 @@ if row[3] ~= '' then return {E_NOT_OWNER, row[3]} end
 -- Recorded before launch, so the supervisor knows where to look even if the worker dies mid-launch.
 redis.call('HSET', jkey, 'owner_boot', boot, 'claimed_at', now, 'heartbeat_at', now, 'executor', executor or '',
   'daemon_id', daemon or '', 'claim_token', token)
+place_running(jkey, id)
 redis.call('SET', lkey, boot .. ':' .. attempt, 'PX', lease_ms)
 event(jkey, id, 'running', 'running', 'claimed', 'boot=' .. boot .. ' attempt=' .. attempt, boot, now)
 return {0, row[4], row[5], row[6]}

@@ -1,6 +1,7 @@
 --[[ drop_ghost
 Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics ready
            blocked passed wake fair limits limit_used holds seq waiting dependents deps
+           running_by running_daemons running_on
 Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 KEYS[3..]   promotion candidates
@@ -21,6 +22,7 @@ if redis.call('PTTL', lkey) > 0 then return {E_CONFLICT, 'lease'} end
 local now = now_ms()
 release_hold(id)  -- first: a pool from before weights counts its slots in use from `running` (slots_used)
 redis.call('ZREM', KEYS[K_RUNNING], id)
+place_running(jkey, id)  -- no row: what it was placed under is taken back
 redis.call('DEL', lkey)
 redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
 event(nil, id, 'running', '', 'dropped_ghost', evidence, actor, now)

@@ -1,6 +1,7 @@
 --[[ enqueue
 Pool keys: config paused queued running coalesce events rq_queue rq_queues seq paused_jobs succeeded failed cancelled metrics
            ready blocked passed wake fair limits limit_used holds waiting dependents deps schedules schedule_ticks schedule_next
+           running_by running_daemons running_on
 Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1..]   promotion candidates: the new jobs' keys, two per job in input order: job:<id>, then
              rq:job:<id> (RQ's job hash, outside the hash tag: RQ's own key)

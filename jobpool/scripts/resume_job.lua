@@ -1,6 +1,7 @@
 --[[ resume_job
 Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics ready
            blocked passed wake fair limits limit_used holds seq waiting dependents deps
+           running_by running_daemons running_on
 Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1]     job:<id>
 KEYS[2..]   promotion candidates
@@ -30,6 +31,7 @@ local expected = anywhere and NARGV >= 4 and ARGV[4] ~= '' and ARGV[4] or nil
 if expected and row[5] ~= expected then return {E_CONFLICT, 'affinity'} end
 if anywhere and row[5] and row[5] ~= '' and (row[1] == 'queued' or row[1] == 'running' or row[1] == 'paused') then
   redis.call('HDEL', jkey, 'affinity', 'affinity_queue')
+  if row[1] == 'running' then place_running(jkey, id) end  -- no longer waiting for that daemon
   event(jkey, id, row[1], row[1], 'affinity_released', 'daemon=' .. row[5], actor, now)
   released = true
 end

@@ -1,5 +1,5 @@
 --[[ set_container
-Pool keys: rq_queue
+Pool keys: rq_queue running_by running_daemons running_on
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 ARGV[1] boot id   ARGV[2] attempt   ARGV[3] container id   ARGV[4] daemon id   ARGV[5] identity JSON
 ARGV[6] lease ms   ARGV[7] the RQ list key of the daemon's own queue (store/keys.py: PoolKeys.daemon_queue;
@@ -19,6 +19,7 @@ local now = now_ms()
 redis.call('SET', lkey, ARGV[1] .. ':' .. ARGV[2], 'PX', ARGV[6])
 redis.call('HSET', jkey, 'container_id', ARGV[3], 'daemon_id', ARGV[4], 'identity', ARGV[5],
   'launched_at', now, 'heartbeat_at', now)
+place_running(jkey, string.match(jkey, 'job:([^:]*)$') or '')
 local dq = NARGV >= 7 and ARGV[7] or ''
 local daemon_prefix = KEYS[K_RQ_QUEUE] .. '.d-'
 if ARGV[4] == '' or string.sub(dq, 1, #daemon_prefix) ~= daemon_prefix then dq = '' end

@@ -36,7 +36,7 @@ STATE_INDEX_KEYS = {"queued": "queued", "waiting": "waiting", "running": "runnin
 POOL_KEY_NAMES = ("config", "paused", "queued", "running", "coalesce", "events", "rq_queue", "rq_queues",
                   "seq", "paused_jobs", "succeeded", "failed", "cancelled", "metrics", "ready", "blocked",
                   "passed", "wake", "fair", "limits", "limit_used", "holds", "waiting", "dependents", "deps",
-                  "schedules", "schedule_ticks", "schedule_next")
+                  "schedules", "schedule_ticks", "schedule_next", "running_by", "running_daemons", "running_on")
 
 
 def worker_name(pool: str, boot_id: str) -> str:
@@ -129,6 +129,15 @@ class PoolKeys:
         self.schedule_ticks = p + "schedule_ticks"
         #: Per schedule, when its next tick is due: name -> ms.
         self.schedule_next = p + "schedule_next"
+        # Where the running jobs are (scripts/_lib.lua `place_running`; docs/architecture.md "Status at
+        # scale"): what `status` reports per worker and per daemon, kept by the scripts, so that reading it
+        # costs what the workers and daemons are, not what runs.
+        #: 'b:<boot>' -> the running ids it owns (space-separated); 'j:<id>' -> '<owner> <daemon>' as placed.
+        self.running_by = p + "running_by"
+        #: Daemon identity -> how many running rows are on it (claimed there, or promoted to wait for it).
+        self.running_daemons = p + "running_daemons"
+        #: '<daemon> <id>' for each of those rows, every score 0: one daemon's rows are one range.
+        self.running_on = p + "running_on"
         self.rq_queue_name = RQ_QUEUE_NAME_PREFIX + pool
         self.rq_queue = RQ_QUEUE_PREFIX + self.rq_queue_name
         self.rq_intermediate = self.rq_queue + ":intermediate"
