@@ -36,7 +36,8 @@ STATE_INDEX_KEYS = {"queued": "queued", "waiting": "waiting", "running": "runnin
 POOL_KEY_NAMES = ("config", "paused", "queued", "running", "coalesce", "events", "rq_queue", "rq_queues",
                   "seq", "paused_jobs", "succeeded", "failed", "cancelled", "metrics", "ready", "blocked",
                   "passed", "wake", "fair", "limits", "limit_used", "holds", "waiting", "dependents", "deps",
-                  "schedules", "schedule_ticks", "schedule_next", "running_by", "running_daemons", "running_on")
+                  "schedules", "schedule_ticks", "schedule_next", "running_by", "running_daemons",
+                  "running_on")
 
 
 def worker_name(pool: str, boot_id: str) -> str:

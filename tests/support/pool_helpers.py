@@ -127,3 +127,49 @@ def orphan(backend: Backend, pool: Pool, job_id: str, boot: str = "boot-a") -> A
     att.set_container("cid-1", "daemon-1")
     backend.client.delete(pool.keys.lease(job_id))
     return att
+
+
+def placement(pool: Pool) -> dict[str, Any]:
+    """Where the running jobs are placed, as the scripts keep it (scripts/_lib.lua `place_running`): each
+    owner's ids (sorted), each daemon's count and ids, and what each job was placed as."""
+    c = pool.store.client
+    by = cast("dict[str, str]", c.hgetall(pool.keys.running_by))
+    members = cast("list[str]", c.zrange(pool.keys.running_on, 0, -1))
+    on: dict[str, list[str]] = {}
+    for m in members:
+        daemon, job_id = m.split(" ")
+        on.setdefault(daemon, []).append(job_id)
+    counts = cast("dict[str, str]", c.hgetall(pool.keys.running_daemons))
+    return {"owned": {k[2:]: sorted(v.split(" ")) for k, v in by.items() if k.startswith("b:")},
+            "as": {k[2:]: v for k, v in by.items() if k.startswith("j:")},
+            "counts": {d: int(n) for d, n in counts.items()},
+            "on": {d: sorted(ids) for d, ids in on.items()},
+            "other": sorted(k for k in by if not k.startswith(("b:", "j:")))}
+
+
+def placement_recount(pool: Pool) -> dict[str, Any]:
+    """The same, counted again from the rows of every job in `running`: a claimed row under its owner and the
+    daemon its claim or launch recorded, an unclaimed one under its affinity (none for a value holding
+    whitespace, as the scripts place it)."""
+    c = pool.store.client
+    ids = cast("list[str]", c.zrange(pool.keys.running, 0, -1))
+    pipe = c.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hmget(pool.keys.job(job_id), "state", "owner_boot", "daemon_id", "affinity")
+    owned: dict[str, list[str]] = {}
+    on: dict[str, list[str]] = {}
+    placed_as: dict[str, str] = {}
+    for job_id, (state, owner_boot, daemon_id, affinity) in zip(ids, pipe.execute(), strict=True):
+        if state != "running":
+            continue
+        owner, daemon = ("" if any(ch.isspace() for ch in v) else v
+                         for v in (owner_boot or "", (daemon_id if owner_boot else affinity) or ""))
+        if owner:
+            owned.setdefault(owner, []).append(job_id)
+        if daemon:
+            on.setdefault(daemon, []).append(job_id)
+        if owner or daemon:
+            placed_as[job_id] = f"{owner} {daemon}"
+    return {"owned": {b: sorted(v) for b, v in owned.items()}, "as": placed_as,
+            "counts": {d: len(v) for d, v in on.items()}, "on": {d: sorted(v) for d, v in on.items()},
+            "other": []}

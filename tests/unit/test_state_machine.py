@@ -9,6 +9,8 @@ registry's invariants after every step:
 - terminal jobs hold no slot, no lease and no owner; a lease exists only for a claimed running row;
 - RQ's list holds running jobs only, each once (a late delivery can never run a job that is not running);
 - the events stream, replayed, gives exactly the running set;
+- the running jobs are placed under their owners and daemons as their rows say (scripts/_lib.lua
+  `place_running`, what `status` reads: tests/unit/test_running_index.py drives every script that moves them);
 - a refused fenced write (wrong boot, old attempt) or a refused transition changes nothing at all.
 
 Its length comes from the hypothesis profile tests/conftest.py loads: a quick pass locally, and under CI at
@@ -35,7 +37,7 @@ from jobpool.models import JobState
 from jobpool.spec import build_spec
 from jobpool.workers.attempt import Attempt
 from tests.support.constants import IN_CI, MACHINE_STEPS_CI
-from tests.support.pool_helpers import Backend, queued_ids
+from tests.support.pool_helpers import Backend, placement, placement_recount, queued_ids
 from tests.support.snapshot import keyspace
 
 #: The daemon identity every claim records (adoption compares it: scripts/adopt.lua).
@@ -318,6 +320,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert len(rq_listed) == len(set(rq_listed)), "a job is on RQ's list twice"
         assert set(rq_listed) == running, "RQ's list holds a job not running (nothing consumes it here)"
         assert replay_running(events) == running, "the events stream does not replay to the running set"
+        assert placement(self.pool) == placement_recount(self.pool), "running jobs placed as no row says"
 
     def check_slots(self, running: int, mx: int, paused: bool, queued: int) -> None:
         assert running <= mx or running <= self.prev_running, f"running grew to {running} above limit {mx}"
