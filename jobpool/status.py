@@ -34,6 +34,9 @@ MAX_BOOTS = 1000
 TRUTHY = ("1", "true", "yes")
 #: How many workers, daemons or jobs one note names before it says '...' (and how many more).
 _NAMED, _NAMED_WORKERS = 5, 3
+#: How many of a worker's running jobs the report names (`Worker.running` counts them all): a worker runs one
+#: at a time, more only when it adopted others or rows were edited.
+WORKER_JOBS = 10
 
 
 def ago(ms: int | None, now_ms: int) -> str:
@@ -122,7 +125,8 @@ class Promotion:
 
 @dataclass(frozen=True)
 class Worker:
-    """One live worker boot, from its record (workers/boot.py) and the running rows that name it."""
+    """One live worker boot, from its record (workers/boot.py) and the running jobs whose rows name it as
+    their owner (as the scripts place them: scripts/_lib.lua `place_running`)."""
 
     id: str
     host: str = ""
@@ -138,8 +142,10 @@ class Worker:
     #: Its last heartbeat (ms since the epoch, the `boots` index score) and its age on the server's clock.
     heartbeat_ms: int | None = None
     heartbeat_age_ms: int | None = None
-    #: The running jobs whose rows name this boot as owner (one at a time, unless rows were edited).
+    #: The first `WORKER_JOBS` of the running jobs whose rows name this boot as owner (one at a time, unless
+    #: it adopted others or rows were edited), and how many there are.
     jobs: tuple[str, ...] = ()
+    running: int = 0
     #: Why its work loop cannot take work, as its last beat said ('' when it can: workers/horses.py,
     #: `HorseWorker.stuck`): its heartbeat thread beats on regardless, so a live record alone is no proof.
     stuck: str = ""
@@ -149,7 +155,7 @@ class Worker:
 
     @classmethod
     def from_record(cls, boot_id: str, row: Mapping[str, str], heartbeat_ms: float, now_ms: int,
-                    jobs: tuple[str, ...]) -> Worker:
+                    jobs: tuple[str, ...], running: int | None = None) -> Worker:
         beat = _int(heartbeat_ms)
         return cls(id=boot_id, host=row.get("host", ""), pid=_int(row.get("pid")), pidns=row.get("pidns", ""),
                    kernel_boot_id=row.get("kernel_boot_id", ""), daemon_id=row.get("daemon_id", ""),
@@ -157,6 +163,7 @@ class Worker:
                    draining=row.get("draining", "").lower() in TRUTHY,
                    cannot_claim=row.get("cannot_claim", ""), heartbeat_ms=beat,
                    heartbeat_age_ms=None if beat is None else now_ms - beat, jobs=jobs,
+                   running=len(jobs) if running is None else running,
                    stuck=row.get("stuck", ""),
                    live_restore={"1": True, "0": False}.get(row.get("live_restore", "")))
 
@@ -165,7 +172,8 @@ class Worker:
                 "kernel_boot_id": self.kernel_boot_id, "daemon_id": self.daemon_id, "executor": self.executor,
                 "started_at": self.started_at, "draining": self.draining, "cannot_claim": self.cannot_claim,
                 "heartbeat_ms": self.heartbeat_ms,
-                "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs), "stuck": self.stuck,
+                "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs), "running": self.running,
+                "stuck": self.stuck,
                 "live_restore": self.live_restore}
 
 
@@ -468,36 +476,83 @@ def _daemon_notes(daemons: Daemons | None, now: int) -> list[str]:
     return notes
 
 
-def read_status(store: Store) -> StatusReport:
-    """Read and judge the pool's status; an unreachable Redis is an unhealthy report, not an error."""
+def read_status(store: Store, detail: bool = True) -> StatusReport:
+    """Read and judge the pool's status; an unreachable Redis is an unhealthy report, not an error.
+
+    Its cost is what the workers, daemons and processes of the fleet are, whatever runs: where the running
+    jobs are is read as the scripts place them (scripts/_lib.lua `place_running`), and rows only of the jobs
+    a daemon holds on stale evidence. Without `detail` (the metrics, which serve none of them) neither the
+    workers' jobs nor the `daemons` section are read: the health verdict is the same, its warnings about
+    daemons are not there."""
     url = safe_url(store.settings.redis_url)
     try:
-        report, warnings = _read(store, url)
+        report, warnings = _read(store, url, detail)
     except errors.RedisUnavailable as exc:
         return StatusReport(pool=store.keys.pool, redis_url=url, reachable=False, health=Health((str(exc),)))
     return dataclasses.replace(report, health=judge(report, store.settings.sweep_interval_secs, warnings))
 
 
-def _read(store: Store, url: str) -> tuple[StatusReport, tuple[str, ...]]:
+def _read(store: Store, url: str, detail: bool) -> tuple[StatusReport, tuple[str, ...]]:
     stats = store.stats()
-    now, raw_sweep, boots, running, head, due, config = store.status_head(MAX_BOOTS)
+    now, raw_sweep, boots, head, due, config, placed = store.status_head(MAX_BOOTS)
     warnings: list[str] = []
     sweep = _sweep(raw_sweep, now, warnings)
-    records, owners, created = _read_rows(store, [b for b, _ in boots], running, head)
+    boot_ids = [b for b, _ in boots]
+    records, created = store.status_rows(boot_ids, head)
+    jobs_of: dict[str, list[str]] = {}
+    daemons = None
+    if detail:
+        where = _Placement.read(store, boot_ids) if placed else _Placement.recount(store)
+        jobs_of, daemons = where.jobs_of, _daemons(store, where, now)
     found = _strays(store, now)
+    created_at = _int(created) if head else None
     report = StatusReport(
         pool=store.keys.pool, redis_url=url, reachable=True, health=Health(), now_ms=now,
         slots=Slots(**stats["slots"]), counts=stats["counts"],
         queue=Queue(depth=stats["counts"]["queued"], oldest_job=head[0] if head else None,
-                    oldest_wait_ms=None if created is None else now - created),
+                    oldest_wait_ms=None if created_at is None else now - created_at),
         waiting=_waiting(stats["counts"].get("waiting", 0), due),
         promotion=Promotion(stats["queue_paused"], stats["paused_by"], stats["paused_reason"],
                             _int(stats["paused_since"])),
-        workers=_workers(boots, records, dict(zip(running, owners, strict=True)), now), last_sweep=sweep,
+        workers=_workers(boots, records, jobs_of, now), last_sweep=sweep,
         redis_policy=redispolicy.from_reply(config),  # a CONFIG GET refused (an ACL) is a warning
-        strays=found, daemons=_daemons(store, running, now), shared_daemons=daemonmark.read_collisions(store),
+        strays=found, daemons=daemons, shared_daemons=daemonmark.read_collisions(store),
         limits=tuple(store.limits()))
     return report, tuple(warnings)
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where the running jobs are: the ids each boot owns, how many rows each daemon has placed under it,
+    and (read from the rows) those rows' ids, or None where they are to be read from `running_on`."""
+
+    jobs_of: dict[str, list[str]]
+    counts: dict[str, int]
+    on: dict[str, list[str]] | None = None
+
+    @classmethod
+    def read(cls, store: Store, boot_ids: list[str]) -> _Placement:
+        """As the scripts keep it: one round trip, whatever runs."""
+        owned, counts = store.placement(boot_ids)
+        return cls({b: ids.split() for b, ids in zip(boot_ids, owned, strict=True) if ids},
+                   {d: n for d, raw in counts.items() if (n := _int(raw))})
+
+    @classmethod
+    def recount(cls, store: Store) -> _Placement:
+        """From every running row, for a pool whose running jobs are not all placed yet: one started before
+        the scripts placed them runs still (`placed_kept` is written once none does)."""
+        running = store.running_ids()
+        jobs_of: dict[str, list[str]] = {}
+        on: dict[str, list[str]] = {}
+        for job_id, (fields, _) in zip(running, store.running_rows(running), strict=True):
+            state, daemon_id, owner, _, affinity, _ = fields if isinstance(fields, list) else (None,) * 6
+            if state != "running":
+                continue
+            if owner:
+                jobs_of.setdefault(owner, []).append(job_id)
+            if daemon := (daemon_id if owner else affinity):
+                on.setdefault(daemon, []).append(job_id)
+        return cls(jobs_of, {d: len(ids) for d, ids in on.items()}, on)
 
 
 def _waiting(count: int, due: list[tuple[str, float]]) -> Waiting:
@@ -519,33 +574,45 @@ def _strays(store: Store, now: int) -> tuple[Stray, ...]:
                  for x in strays.decode(reply[1], daemon))
 
 
-def _daemons(store: Store, running: list[str], now: int) -> Daemons:
-    """Two round trips, O(running): each running row's daemon and lease, the declarations and the records of
-    lifted ones; then the inventories of the daemons whose rows have no lease. A value that cannot be read
+def _daemons(store: Store, where: _Placement, now: int) -> Daemons:
+    """The daemons declared gone and back, and those holding slots on stale evidence: of the daemons with
+    running rows placed under them (neither declared nor a value no identity has), those whose inventory is
+    stale or missing, and of their rows those with no lease (claimed there; promoted to wait for it, any).
+    Reads one key per such daemon, and rows only of the daemons found stale. A value that cannot be read
     counts as missing."""
-    rows, gone_keys, returned = store.running_daemons(running, now - FORGET_MS)
+    gone_keys, returned = store.declared_daemons(now - FORGET_MS)
     gone = sorted(str(d) for d in gone_keys or ())
-    held: dict[str, list[tuple[str, int | None]]] = {}
-    for job_id, (fields, lease) in zip(running, rows, strict=True):
-        daemon, owner, beat, affinity, promoted = fields if isinstance(fields, list) else (None,) * 5
-        if daemon and is_identity(daemon) and owner and not lease and daemon not in gone:
-            held.setdefault(daemon, []).append((job_id, _int(beat)))
-        elif not owner and affinity and is_identity(affinity) and affinity not in gone:
-            # Promoted, waiting on the queue of the daemon holding its checkpoint: its workers take it.
-            held.setdefault(affinity, []).append((job_id, _int(promoted)))
-    inv = store.inventory_ats(list(held))
+    candidates = [d for d in sorted(where.counts) if is_identity(d) and d not in gone]
     stale_ms = store.settings.inventory_stale_secs * 1000
-    stale = []
-    for (daemon, jobs), (raw_at, raw_last) in zip(held.items(), inv, strict=True):
+    silent: dict[str, tuple[int | None, int | None]] = {}
+    for daemon, (raw_at, raw_last) in zip(candidates, store.inventory_ats(candidates), strict=True):
         at, last = _int(raw_at), _int(raw_last)
-        if at is not None and now - at <= stale_ms:
-            continue  # fresh: the sweep judges its jobs from it
-        last = at if at is not None else last
-        beats = [b for _, b in jobs if b is not None]
-        stale.append(StaleDaemon(daemon, tuple(j for j, _ in jobs),
+        if at is None or now - at > stale_ms:  # fresh: the sweep judges its jobs from it
+            silent[daemon] = (at, last)
+    on = where.on or {}
+    ids_of = (dict(zip(silent, store.placed_on(list(silent)), strict=True)) if where.on is None
+              else {d: on.get(d, []) for d in silent})
+    ids = [j for d in silent for j in ids_of[d]]
+    rows = dict(zip(ids, store.running_rows(ids), strict=True))
+    stale = []
+    for daemon, (at, published) in silent.items():
+        held: list[tuple[str, int | None]] = []
+        for job_id in ids_of[daemon]:
+            fields, lease = rows[job_id]
+            state, daemon_id, owner, beat, affinity, promoted = (
+                fields if isinstance(fields, list) else (None,) * 6)
+            if state == "running" and owner and daemon_id == daemon and not lease:
+                held.append((job_id, _int(beat)))
+            elif state == "running" and not owner and affinity == daemon:
+                # Promoted, waiting on the queue of the daemon holding its checkpoint: its workers take it.
+                held.append((job_id, _int(promoted)))
+        if not held:
+            continue
+        last = at if at is not None else published
+        beats = [b for _, b in held if b is not None]
+        stale.append(StaleDaemon(daemon, tuple(j for j, _ in held),
                                  last if last is not None else max(beats, default=None), last))
-    return Daemons(tuple(sorted(stale, key=lambda d: d.daemon_id)), tuple(gone),
-                   tuple(_returned(r) for r in returned or ()))
+    return Daemons(tuple(stale), tuple(gone), tuple(_returned(r) for r in returned or ()))
 
 
 def _returned(raw: str) -> ReturnedDaemon:
@@ -572,25 +639,14 @@ def _sweep(raw: str | Exception | None, now: int, warnings: list[str]) -> Sweep 
         return None
 
 
-def _workers(boots: list[tuple[str, float]], records: list[dict[str, str]], owner_of: dict[str, str | None],
-             now: int) -> Workers:
-    jobs_of: dict[str, list[str]] = {}
-    for job_id, owner in owner_of.items():
-        if owner:
-            jobs_of.setdefault(owner, []).append(job_id)
+def _workers(boots: list[tuple[str, float]], records: list[dict[str, str]],
+             jobs_of: Mapping[str, list[str]], now: int) -> Workers:
     shown: list[Worker] = []
     stale = 0
     for (boot_id, score), row in zip(boots, records, strict=True):
         if not row:  # its TTL ran out: the process is gone
             stale += 1
         elif row.get("role", "worker") == "worker":  # a boot record of another process kind is not counted
-            shown.append(Worker.from_record(boot_id, row, score, now, tuple(jobs_of.get(boot_id, ()))))
+            jobs = jobs_of.get(boot_id, [])
+            shown.append(Worker.from_record(boot_id, row, score, now, tuple(jobs[:WORKER_JOBS]), len(jobs)))
     return Workers(live=len(shown), draining=sum(w.draining for w in shown), stale=stale, boots=tuple(shown))
-
-
-def _read_rows(store: Store, boot_ids: list[str], running: list[str],
-               head: list[str]) -> tuple[list[dict[str, str]], list[str | None], int | None]:
-    """Boot records, the owner of each running row and when the head of the queue was enqueued, in one
-    round trip; a key that cannot be read counts as missing (the report is about the pool, not one row)."""
-    records, owners, created = store.status_rows(boot_ids, running, head)
-    return records, owners, _int(created) if head else None

@@ -230,7 +230,9 @@ def status_report(report: StatusReport) -> str:
         items.append(("workers", f"{w.live} live{draining}{stale}"))
         for boot in w.boots:
             where = " ".join(f"{k}={v}" for k, v in (("host", boot.host), ("pid", boot.pid)) if v)
-            running = f"  running {', '.join(boot.jobs)}" if boot.jobs else ""
+            more = boot.running - len(boot.jobs)
+            running = (f"  running {', '.join(boot.jobs)}" + (f" and {more} more" if more > 0 else "")
+                       if boot.jobs else "")
             hold = ("  " + click.style(f"NOT CLAIMING: {boot.cannot_claim}", fg="yellow")
                     if boot.cannot_claim else "")
             beat = ago(boot.heartbeat_ms, now)

@@ -70,7 +70,11 @@ def limit(state: CliState, name: str | None, n: int | None, remove: bool) -> Non
 @click.command()
 @pool_command
 def status(state: CliState) -> None:
-    """Slots, queue, workers and the supervisor; exits 1 when the pool is unhealthy."""
+    """Slots, queue, workers and the supervisor; exits 1 when the pool is unhealthy.
+
+    Each worker is listed with the first 10 of its running jobs and how many it runs (`jobs` and `running`
+    in --json): a worker runs one job at a time, more only when it adopted others. The read costs what the
+    workers and daemons are, not what runs."""
     report = state.pool().status()
     state.emit(report.to_dict(), lambda: status_report(report))
     if not report.healthy:

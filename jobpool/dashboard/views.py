@@ -18,9 +18,11 @@ from ..operations import PoolOperations
 from ..status import ago
 from ..waiting import wait_note
 
-#: Jobs on one page of the jobs list; running jobs shown on the overview.
+#: Jobs on one page of the jobs list; running jobs shown on the overview (the rest a page at a time, from
+#: its link); jobs named per daemon held on stale evidence (`/api/status` has them all).
 PAGE_SIZE = 25
 OVERVIEW_RUNNING = 20
+DAEMON_JOBS = 20
 #: Events on the feed, and the most of one job's history its page shows (its newest).
 FEED_EVENTS = 100
 JOB_EVENTS = 500
@@ -66,7 +68,8 @@ def job_row(job: Job, now_ms: int) -> dict[str, Any]:
 
 def overview(pool: PoolOperations) -> dict[str, Any]:
     report = pool.status()
-    ctx: dict[str, Any] = {"report": report, "summary": report.to_dict(), "running": [], "now": report.now_ms}
+    ctx: dict[str, Any] = {"report": report, "summary": report.to_dict(), "running": [], "now": report.now_ms,
+                           "daemon_jobs": DAEMON_JOBS}
     if report.reachable and report.now_ms is not None:
         ctx["running"] = [job_row(j, report.now_ms) for j in pool.page("running", 0, OVERVIEW_RUNNING).jobs]
     return ctx

@@ -28,27 +28,29 @@ class StatusReads:
     client: redis.Redis
     keys: PoolKeys
 
-    def status_head(self, most_boots: int) -> tuple[int, Any, list[Any], list[str], list[str],
-                                                    list[tuple[str, float]], Any]:
+    def status_head(self, most_boots: int) -> tuple[int, Any, list[Any], list[str], list[tuple[str, float]],
+                                                    Any, bool]:
         """In one round trip: the server's time (ms); the last-sweep record (or the error its read met: it
-        alone may be unreadable); the newest `most_boots` boots with their last heartbeats; the running ids;
-        the head of the queue; the waiting job due soonest with when (ms; +inf while only jobs it waits for
-        hold it); and the reply to CONFIG GET of the eviction policy (or its error)."""
+        alone may be unreadable); the newest `most_boots` boots with their last heartbeats; the head of the
+        queue; the waiting job due soonest with when (ms; +inf while only jobs it waits for hold it); the
+        reply to CONFIG GET of the eviction policy (or its error); and whether the scripts place every running
+        job (`placed_kept`: scripts/_lib.lua `place_running`), so that where they are is read from that."""
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
         pipe.get(k.last_sweep)
         pipe.zrevrange(k.boots, 0, most_boots - 1, withscores=True)
-        pipe.zrange(k.running, 0, -1)
         pipe.zrange(k.queued, 0, 0)
         pipe.zrange(k.waiting, 0, 0, withscores=True)
+        pipe.hget(k.config, "placed_kept")
         pipe.config_get(SETTING)
         replies = call_redis(pipe.execute, raise_on_error=False, what=_WHAT)
         for i, reply in enumerate(replies[:-1]):
             if isinstance(reply, Exception) and i != 1:
                 raise wrap_redis_error(reply, _WHAT)  # type: ignore[arg-type]
-        (secs, usecs), raw_sweep, boots, running, head, due, config = replies
-        return int(secs) * 1000 + int(usecs) // 1000, raw_sweep, boots, running, head, due, config
+        (secs, usecs), raw_sweep, boots, head, due, placed, config = replies
+        return (int(secs) * 1000 + int(usecs) // 1000, raw_sweep, boots, head, due, config,
+                placed is not None)
 
     def inventory_strays(self) -> list[tuple[str, Any]]:
         """Each daemon of the `inventories` index with its inventory's `at` and `strays` (a list, or the error
@@ -62,21 +64,53 @@ class StatusReads:
         replies = call_redis(pipe.execute, raise_on_error=False, what=_WHAT)
         return list(zip(daemons, replies, strict=True))
 
-    def running_daemons(self, running: Sequence[str],
-                        returned_since_ms: int) -> tuple[list[tuple[Any, Any]], Any, Any]:
-        """In one round trip: each running row's daemon_id, owner_boot, heartbeat_at, affinity and
-        promoted_at with whether its lease exists; the daemons declared gone; the records of declarations
-        lifted since `returned_since_ms`."""
+    def declared_daemons(self, returned_since_ms: int) -> tuple[Any, Any]:
+        """In one round trip: the daemons declared gone; the records of declarations lifted since
+        `returned_since_ms`."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hkeys(self.keys.gone_daemons)
+        pipe.zrangebyscore(self.keys.returned_daemons, returned_since_ms, "+inf")
+        gone, returned = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
+        return gone, returned
+
+    def placement(self, boot_ids: Sequence[str]) -> tuple[list[str | None], dict[str, str]]:
+        """Where the running jobs are, as the scripts place them (scripts/_lib.lua `place_running`), in one
+        round trip of two commands: the ids each of `boot_ids` owns (space-separated; None for none), and each
+        daemon's count of the running rows placed under it. Costs what the boots and daemons are."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.running_by, [f"b:{b}" for b in boot_ids]) if boot_ids else pipe.echo("")
+        pipe.hgetall(self.keys.running_daemons)
+        owned, counts = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
+        return (list(owned) if boot_ids and isinstance(owned, list) else [None] * len(boot_ids),
+                counts if isinstance(counts, dict) else {})
+
+    def placed_on(self, daemons: Sequence[str]) -> list[list[str]]:
+        """The ids of the running rows placed under each of `daemons` (one range of `running_on` each)."""
+        if not daemons:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for daemon in daemons:
+            pipe.zrangebylex(self.keys.running_on, f"[{daemon} ", f"({daemon}!")
+        replies = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
+        return [[m.rpartition(" ")[2] for m in r] if isinstance(r, list) else [] for r in replies]
+
+    def running_rows(self, job_ids: Sequence[str]) -> list[tuple[Any, Any]]:
+        """In one round trip: each row's state, daemon_id, owner_boot, heartbeat_at, affinity and promoted_at
+        (None when unreadable), with whether its lease exists."""
+        if not job_ids:
+            return []
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
-        for job_id in running:
-            pipe.hmget(k.job(job_id), "daemon_id", "owner_boot", "heartbeat_at", "affinity", "promoted_at")
+        for job_id in job_ids:
+            pipe.hmget(k.job(job_id), "state", "daemon_id", "owner_boot", "heartbeat_at", "affinity",
+                       "promoted_at")
             pipe.exists(k.lease(job_id))
-        pipe.hkeys(k.gone_daemons)
-        pipe.zrangebyscore(k.returned_daemons, returned_since_ms, "+inf")
         replies = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
-        rows = [(replies[2 * i], replies[2 * i + 1]) for i in range(len(running))]
-        return rows, replies[-2], replies[-1]
+        return [(replies[2 * i], replies[2 * i + 1]) for i in range(len(job_ids))]
+
+    def running_ids(self) -> list[str]:
+        """Every running id: for a pool whose running jobs are not all placed yet (`status_head`)."""
+        return list(call_redis(self.client.zrange, self.keys.running, 0, -1, what=_WHAT))
 
     def inventory_ats(self, daemons: Sequence[str]) -> list[tuple[Any, Any]]:
         """Each daemon's inventory `at` and its last publication in the `inventories` index."""
@@ -89,21 +123,17 @@ class StatusReads:
         inv = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
         return [(inv[2 * i], inv[2 * i + 1]) for i in range(len(daemons))]
 
-    def status_rows(self, boot_ids: Sequence[str], running: Sequence[str],
-                    head: Sequence[str]) -> tuple[list[dict[str, str]], list[str | None], Any]:
-        """In one round trip: the boot records ({} for none), the owner of each running row, and the
-        `created_at` of the head of the queue (None when there is none)."""
+    def status_rows(self, boot_ids: Sequence[str], head: Sequence[str]) -> tuple[list[dict[str, str]], Any]:
+        """In one round trip: the boot records ({} for none), and the `created_at` of the head of the queue
+        (None when there is none)."""
         pipe = self.client.pipeline(transaction=False)
         for boot_id in boot_ids:
             pipe.hgetall(self.keys.boot(boot_id))
-        for job_id in running:
-            pipe.hget(self.keys.job(job_id), "owner_boot")
         for job_id in head:
             pipe.hget(self.keys.job(job_id), "created_at")
         replies = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
         records = [r or {} for r in replies[:len(boot_ids)]]
-        owners = replies[len(boot_ids):len(boot_ids) + len(running)]
-        return records, owners, replies[-1] if head else None
+        return records, replies[-1] if head else None
 
     def job_states(self, job_ids: Sequence[str]) -> list[str | None]:
         """Each job's `state` in one round trip, None for a job whose row is gone (or unreadable)."""

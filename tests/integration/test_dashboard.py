@@ -15,7 +15,9 @@ from starlette.testclient import TestClient
 
 from jobpool import JobState, Pool, Settings
 from jobpool.dashboard import create_app
-from jobpool.dashboard.views import PAGE_SIZE
+from jobpool.dashboard.views import OVERVIEW_RUNNING, PAGE_SIZE
+from jobpool.status import WORKER_JOBS
+from jobpool.workers.attempt import Attempt
 from tests.support.constants import IMAGE, SUB
 from tests.support.dashboard import TOKEN, client_for, csrf_of, log_in
 from tests.support.polling import eventually
@@ -114,13 +116,35 @@ def test_overview_names_the_daemons_holding_slots_on_stale_evidence(pool: Pool, 
     the daemon, its job and the command that frees it (StatusReport.daemons, jobpool/status.py)."""
     daemon = "jpd1:" + "e" * 32 + "@boot-1"
     job = pool.enqueue(IMAGE, ["true"])
-    pool.store.client.hset(pool.keys.job(job.id), mapping={"owner_boot": "dead-boot", "daemon_id": daemon,
-                                                     "heartbeat_at": pool.now_ms() - 60_000})
+    Attempt(pool.store, job.id, "dead-boot", pool.get(job.id).attempt).claim("docker", daemon)
+    pool.store.client.delete(pool.keys.lease(job.id))  # its worker died
     html = ro.get("/fragments/overview").text
     table = html.split('id="daemons"')[1].split("</table>")[0]
     assert daemon in table and job.id[:12] in table and f"jobpool forget-daemon {daemon}" in table
     (stale,) = ro.get("/api/status").json()["daemons"]["stale"]
     assert (stale["daemon_id"], stale["jobs"]) == (daemon, [job.id])
+
+
+def test_overview_pages_the_running_jobs_and_bounds_each_workers(pool: Pool, ro: TestClient) -> None:
+    """The overview reads the first OVERVIEW_RUNNING running jobs, and links to the rest a page at a time; a
+    worker owning more jobs than the report names (adopted) says how many more (StatusReport, `running`)."""
+    n = OVERVIEW_RUNNING + 5
+    pool.set_slots(n)
+    jobs = [pool.enqueue(IMAGE, ["sleep", "60"]) for _ in range(n)]
+    now = pool.now_ms()
+    pool.store.client.hset(pool.keys.boot("w1"), mapping={"host": "h1", "pid": 42, "executor": "docker"})
+    pool.store.client.zadd(pool.keys.boots, {"w1": now})
+    for job in jobs[:WORKER_JOBS + 2]:
+        Attempt(pool.store, job.id, "w1", pool.get(job.id).attempt).claim("docker", "")
+    html = ro.get("/fragments/overview").text
+    running = html.split('id="running"')[1].split("</table>")[0]
+    assert running.count("<tr>") - 1 == OVERVIEW_RUNNING
+    more = html.split('id="running-more"')[1].split("</p>")[0]
+    assert f"the first {OVERVIEW_RUNNING} of {n}" in more and 'href="/jobs?state=running"' in more
+    workers = html.split('id="workers"')[1].split("</table>")[0]
+    assert "and 2 more" in workers and sum(j.id[:12] in workers for j in jobs) == WORKER_JOBS
+    (boot,) = ro.get("/api/status").json()["workers"]["boots"]
+    assert (boot["running"], boot["jobs"]) == (WORKER_JOBS + 2, [j.id for j in jobs[:WORKER_JOBS]])
 
 
 def test_paging_and_find_by_id(pool: Pool, ro: TestClient) -> None:

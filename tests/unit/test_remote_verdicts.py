@@ -425,9 +425,11 @@ def test_a_slot_waiting_on_an_affinity_to_a_daemon_silent_for_a_week_is_named_an
     long ago it last published; the sweep then releases the affinity."""
     pool = backend.pool(max_concurrent_jobs=2)
     job_id = pool.enqueue("img", ["true"]).id
-    queue = pool.keys.daemon_queue(D1)
-    pool.store.client.hset(pool.keys.job(job_id), mapping={"affinity": D1, "affinity_queue": queue})
-    assert pool.store.client.zscore(pool.keys.running, job_id) is not None
+    att = claim(pool, job_id)
+    att.set_container("cid-" + job_id, D1)
+    assert att.finish("interrupted", 143) == "queued", "a drain's handback: its checkpoint is on D1"
+    assert row(pool, job_id)["affinity_queue"] == pool.keys.daemon_queue(D1)
+    assert pool.store.client.zscore(pool.keys.running, job_id) is not None, "promoted onto D1's queue at once"
     assert pool.get(job_id).owner_boot == ""
     assert pool.store.client.zscore(pool.keys.inventories, D1) is None, \
         "never in the index (or aged out of it)"
