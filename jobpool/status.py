@@ -596,21 +596,23 @@ def _daemons(store: Store, where: _Placement, now: int) -> Daemons:
     rows = dict(zip(ids, store.running_rows(ids), strict=True))
     stale = []
     for daemon, (at, published) in silent.items():
-        held: list[tuple[str, int | None]] = []
+        held: list[tuple[int, str, int | None]] = []  # (promoted at, id, since): in promotion order
         for job_id in ids_of[daemon]:
             fields, lease = rows[job_id]
             state, daemon_id, owner, beat, affinity, promoted = (
                 fields if isinstance(fields, list) else (None,) * 6)
+            order = _int(promoted) or 0
             if state == "running" and owner and daemon_id == daemon and not lease:
-                held.append((job_id, _int(beat)))
+                held.append((order, job_id, _int(beat)))
             elif state == "running" and not owner and affinity == daemon:
                 # Promoted, waiting on the queue of the daemon holding its checkpoint: its workers take it.
-                held.append((job_id, _int(promoted)))
+                held.append((order, job_id, _int(promoted)))
         if not held:
             continue
+        held.sort()
         last = at if at is not None else published
-        beats = [b for _, b in held if b is not None]
-        stale.append(StaleDaemon(daemon, tuple(j for j, _ in held),
+        beats = [b for _, _, b in held if b is not None]
+        stale.append(StaleDaemon(daemon, tuple(j for _, j, _ in held),
                                  last if last is not None else max(beats, default=None), last))
     return Daemons(tuple(stale), tuple(gone), tuple(_returned(r) for r in returned or ()))
 

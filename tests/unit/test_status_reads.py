@@ -1,0 +1,124 @@
+"""What `status` (and the metrics' scrape) reads costs what the fleet's workers and daemons are, never what
+runs (jobpool/status.py `read_status`): where the running jobs are comes from the scripts' placement
+(scripts/_lib.lua `place_running`), and rows only of a daemon found stale. A pool whose jobs started before
+the placement reads their rows instead, and says the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import redis
+
+from jobpool.api import Pool
+from jobpool.config import Settings
+from jobpool.fleet.inventory import FORGET_MS, encode
+from jobpool.status import WORKER_JOBS, read_status
+from jobpool.store.redisurl import connect
+from jobpool.workers.attempt import Attempt
+from tests.support.pool_helpers import Backend
+
+D1 = "jpd1:" + "c" * 32 + "@boot-1"
+D2 = "jpd1:" + "d" * 32 + "@boot-1"
+STALE = 30.0
+
+
+def live_boot(pool: Pool, boot: str) -> None:
+    """A worker's boot record and its place in the boots index, as its heartbeat writes them."""
+    pool.store.client.hset(pool.keys.boot(boot), mapping={"host": "h", "pid": "1", "executor": "docker",
+                                                         "daemon_id": D1, "role": "worker"})
+    pool.store.client.zadd(pool.keys.boots, {boot: pool.now_ms()})
+
+
+def publish(pool: Pool, daemon: str, at_ms: int | None = None) -> None:
+    """`daemon`'s inventory, fresh (or as of `at_ms`): what its workers publish."""
+    k = pool.keys
+    pool.store.client.delete(k.inventory_lead(daemon))
+    pool.store.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, "pub", 60_000])
+    text, _ = encode([])
+    pool.store.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories,
+                                         k.gone_daemons, k.returned_daemons],
+                   [daemon, "pub", "boot-1", 60_000, 600_000, "1", text, FORGET_MS, pool.now_ms()])
+    if at_ms is not None:
+        pool.store.client.hset(k.inventory(daemon), "at", at_ms)
+
+
+def run_on(pool: Pool, n: int, boots: list[str], daemon: str) -> list[str]:
+    """`n` more jobs running, claimed in turn by `boots`, each launched on `daemon`."""
+    pool.set_slots(int(cast(str, pool.store.client.zcard(pool.keys.running))) + n)
+    ids = []
+    for i in range(n):
+        job = pool.enqueue(image="img", command=["sleep", "60"])
+        att = Attempt(pool.store, job.id, boots[i % len(boots)], pool.get(job.id).attempt)
+        att.claim("docker", daemon)
+        att.set_container("cid-" + job.id, daemon)
+        ids.append(job.id)
+    return ids
+
+
+def commands(client: redis.Redis) -> int:
+    stats = cast("dict[str, dict[str, Any]]", client.info("commandstats"))
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+def test_a_status_and_a_scrape_send_as_many_commands_with_40_running_as_with_4(redis_url: str) -> None:
+    """Three workers on a daemon that publishes: the commands of a status read (and of the metrics' read,
+    without detail) are the same whatever runs; each worker's jobs and count are right."""
+    pool = Pool(connect(redis_url), Settings(redis_url=redis_url, inventory_stale_secs=STALE))
+    boots = ["w1", "w2", "w3"]
+    for b in boots:
+        live_boot(pool, b)
+    publish(pool, D1)
+    sent: dict[int, tuple[int, int]] = {}
+    for total in (4, 40):
+        run_on(pool, total - int(cast(str, pool.store.client.zcard(pool.keys.running))), boots, D1)
+        before = commands(pool.store.client)
+        report = read_status(pool.store)
+        middle = commands(pool.store.client)
+        read_status(pool.store, detail=False)
+        sent[total] = (middle - before, commands(pool.store.client) - middle)
+        assert report.workers is not None and report.daemons is not None
+        assert sum(w.running for w in report.workers.boots) == total
+        assert all(len(w.jobs) == min(w.running, WORKER_JOBS) for w in report.workers.boots)
+        assert report.daemons.stale == (), "a daemon that publishes holds nothing on stale evidence"
+    assert sent[4] == sent[40], f"commands per read grew with what runs: {sent}"
+    assert sent[4][1] < sent[4][0], "the metrics read less than status"
+
+
+def test_a_pool_from_before_the_placement_reads_its_rows_and_reports_the_same(backend: Backend) -> None:
+    """Workers with jobs, a daemon gone silent whose workers died (its rows without leases), one whose
+    workers live, a job promoted to wait for the silent one: the report read from the placement is the
+    report read from the rows, as a pool whose jobs started before the placement (no `placed_kept`, nothing
+    placed) reads it."""
+    pool = backend.pool(max_concurrent_jobs=1, inventory_stale_secs=STALE)
+    for b in ("w1", "w2"):
+        live_boot(pool, b)
+    publish(pool, D2)
+    run_on(pool, 3, ["w1", "w2"], D2)
+    dead = run_on(pool, 2, ["gone-boot"], D1)
+    pool.store.client.delete(*[pool.keys.lease(j) for j in dead])
+    handed = run_on(pool, 1, ["gone-boot"], D1)[0]
+    assert Attempt(pool.store, handed, "gone-boot", pool.get(handed).attempt).finish("interrupted", 143) == \
+        "queued"
+    pool.promote()
+    assert pool.get(handed).state.value == "running" and pool.get(handed).affinity == D1
+    publish(pool, D1, at_ms=pool.now_ms() - int(STALE * 1000) - 5000)
+
+    def seen(report: Any) -> dict[str, Any]:
+        doc = report.to_dict()
+        for b in doc["workers"]["boots"]:
+            b.pop("heartbeat_age_ms")
+        doc.pop("now")
+        doc["last_sweep"] = None
+        return cast("dict[str, Any]", doc)
+
+    placed = pool.status()
+    assert placed.daemons is not None
+    (stale,) = placed.daemons.stale
+    assert (stale.daemon_id, sorted(stale.jobs)) == (D1, sorted([*dead, handed]))
+    assert {w.id: w.running for w in placed.workers.boots} == {"w1": 2, "w2": 1}  # type: ignore[union-attr]
+
+    c = pool.store.client
+    c.hdel(pool.keys.config, "placed_kept")
+    c.delete(pool.keys.running_by, pool.keys.running_daemons, pool.keys.running_on)
+    assert seen(pool.status()) == seen(placed)
