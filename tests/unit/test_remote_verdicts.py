@@ -26,6 +26,7 @@ from jobpool.supervisor.apply import Applier
 from jobpool.supervisor.evidence import Evidence
 from jobpool.supervisor.probes import Absent, ContainerProber, Present, Unknown
 from jobpool.supervisor.verdicts import Kind, decide
+from tests.support.attempts import claim
 from tests.support.inventories import orphan_on, publish
 from tests.support.pool_helpers import Backend, row, state_of
 

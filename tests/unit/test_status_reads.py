@@ -12,10 +12,10 @@ import redis
 
 from jobpool.api import Pool
 from jobpool.config import Settings
-from jobpool.fleet.inventory import FORGET_MS, encode
 from jobpool.status import WORKER_JOBS, read_status
 from jobpool.store.redisurl import connect
 from jobpool.workers.attempt import Attempt
+from tests.support.inventories import publish
 from tests.support.pool_helpers import Backend
 
 D1 = "jpd1:" + "c" * 32 + "@boot-1"
@@ -30,17 +30,11 @@ def live_boot(pool: Pool, boot: str) -> None:
     pool.store.client.zadd(pool.keys.boots, {boot: pool.now_ms()})
 
 
-def publish(pool: Pool, daemon: str, at_ms: int | None = None) -> None:
+def publish_at(pool: Pool, daemon: str, at_ms: int | None = None) -> None:
     """`daemon`'s inventory, fresh (or as of `at_ms`): what its workers publish."""
-    k = pool.keys
-    pool.store.client.delete(k.inventory_lead(daemon))
-    pool.store.run("inventory_lead", [k.inventory_lead(daemon)], [daemon, "pub", 60_000])
-    text, _ = encode([])
-    pool.store.run("publish_inventory", [k.inventory(daemon), k.inventory_lead(daemon), k.inventories,
-                                         k.gone_daemons, k.returned_daemons],
-                   [daemon, "pub", "boot-1", 60_000, 600_000, "1", text, FORGET_MS, pool.now_ms()])
+    publish(pool, daemon, [])
     if at_ms is not None:
-        pool.store.client.hset(k.inventory(daemon), "at", at_ms)
+        pool.store.client.hset(pool.keys.inventory(daemon), "at", at_ms)
 
 
 def run_on(pool: Pool, n: int, boots: list[str], daemon: str) -> list[str]:
@@ -68,7 +62,7 @@ def test_a_status_and_a_scrape_send_as_many_commands_with_40_running_as_with_4(r
     boots = ["w1", "w2", "w3"]
     for b in boots:
         live_boot(pool, b)
-    publish(pool, D1)
+    publish_at(pool, D1)
     sent: dict[int, tuple[int, int]] = {}
     for total in (4, 40):
         run_on(pool, total - int(cast(str, pool.store.client.zcard(pool.keys.running))), boots, D1)
@@ -93,7 +87,7 @@ def test_a_pool_from_before_the_placement_reads_its_rows_and_reports_the_same(ba
     pool = backend.pool(max_concurrent_jobs=1, inventory_stale_secs=STALE)
     for b in ("w1", "w2"):
         live_boot(pool, b)
-    publish(pool, D2)
+    publish_at(pool, D2)
     run_on(pool, 3, ["w1", "w2"], D2)
     dead = run_on(pool, 2, ["gone-boot"], D1)
     pool.store.client.delete(*[pool.keys.lease(j) for j in dead])
@@ -102,7 +96,7 @@ def test_a_pool_from_before_the_placement_reads_its_rows_and_reports_the_same(ba
         "queued"
     pool.promote()
     assert pool.get(handed).state.value == "running" and pool.get(handed).affinity == D1
-    publish(pool, D1, at_ms=pool.now_ms() - int(STALE * 1000) - 5000)
+    publish_at(pool, D1, at_ms=pool.now_ms() - int(STALE * 1000) - 5000)
 
     def seen(report: Any) -> dict[str, Any]:
         doc = report.to_dict()
