@@ -1,42 +1,132 @@
-"""Benchmark: one `/metrics` scrape of a pool that retains 100,000 finished jobs, against a scrape of an
-empty pool on the same redis-server in the same run.
+"""Benchmark: `/metrics` scrapes and `jobpool status --json` reads of a pool that retains 100,000 finished
+jobs and runs `--running` jobs over `--workers` live worker boots on `--daemons` Docker daemons, against a
+scrape of an empty pool on the same redis-server, and (`--baseline DIR`) against another tree's code, in the
+same run.
 
 Starts its own redis-server (tests/support/servers.py). The loaded pool gets its first jobs through the
 scripts (enqueue, claim, finish: succeeded, failed with assorted exit codes, cancelled), so its counters and
 histograms are populated as a real pool's are; the rest of the retained rows are copies of those rows added
-in bulk (a scrape never reads a finished row: it counts indexes), then `--running` claimed rows held by
-`--workers` live worker boot records. Each pool is served by the supervisor's own server
-(jobpool/exporter.py, `MetricsServer`) and scraped over HTTP, alternating, `--repeat` times.
-Redis commands per scrape are counted from INFO commandstats, before and after the bulk rows are added: they
-grow with the running rows and live workers (at most the slots and the boots the status report reads), never
-with the retained jobs.
-Goal: a scrape with 100,000 retained jobs within 50 ms.
+in bulk (a scrape never reads a finished row: it counts indexes). Its running jobs are enqueued, promoted and
+claimed through the scripts, as workers leave them: each by one of the live worker boot records, on that
+worker's daemon, whose inventory its publisher keeps fresh (`publish_inventory`); a queue of 100 waits behind
+a paused promotion.
 
-    python3 -m bench.scrape [--retained 100000] [--running 64] [--workers 8] [--repeat 50]
+Each tree serves both pools from a process of its own (`PYTHONPATH` set to the tree: this one, and with
+`--baseline DIR` a checkout of the code before, e.g. /work/main or `git archive main | tar -x -C DIR`), with
+the supervisor's own metrics server (jobpool/exporter.py, `MetricsServer`), scraped over HTTP, and reads the
+status report as `jobpool status --json` does (`read_status`, `to_dict`, `json.dumps`) on command. The trees
+alternate, `--repeat` scrapes and status reads each per round. Redis commands per scrape and per status read
+are counted from INFO commandstats, at three points: with a tenth of the running jobs, with all of them, and
+with the retained rows added. Goals: a scrape with 100,000 retained jobs within 50 ms at p95; commands per
+scrape and per status read that do not grow with the running jobs; a scrape within 20 ms median (issue #27:
+10,000 running jobs and 1,000 workers).
+
+    python3 -m bench.scrape [--retained 100000] [--running 64] [--workers 8] [--daemons N] [--repeat 50]
+                            [--baseline DIR]
+    python3 -m bench.scrape --running 10000 --workers 1000 --baseline /work/main
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import signal
 import statistics
+import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, cast
 
 from jobpool import Pool
 from jobpool.config import Settings
-from jobpool.exporter import MetricsServer
+from jobpool.fleet.inventory import FORGET_MS, encode
 from jobpool.workers.attempt import Attempt
 from tests.support.servers import RedisServer, free_port
 
+ROOT = Path(__file__).resolve().parents[1]
 THROUGH_SCRIPTS = 1000
 BULK = 5000
+LEAD_MS = 600_000
+POOLS = ("empty", "loaded")
+
+#: One tree's server of both pools' /metrics, and its status reads on command ("status POOL N": N reads,
+#: replying with each one's ms; "quit").
+CHILD = r"""
+import json, sys, time
+from jobpool.config import Settings
+from jobpool.exporter import MetricsServer
+from jobpool.status import read_status
+from jobpool.store.calls import Store
+
+cfg = json.loads(sys.argv[1])
+servers, stores = {}, {}
+for name, port in cfg["ports"].items():
+    settings = Settings(redis_url=cfg["url"], pool=name, metrics_port=port)
+    servers[name], stores[name] = MetricsServer(settings), Store.from_settings(settings)
+print(json.dumps({name: s.url for name, s in servers.items()}), flush=True)
+for line in sys.stdin:
+    words = line.split()
+    if not words or words[0] == "quit":
+        break
+    name, n = words[1], int(words[2])
+    times, size = [], 0
+    for _ in range(n):
+        t = time.perf_counter()
+        size = len(json.dumps(read_status(stores[name]).to_dict()))
+        times.append((time.perf_counter() - t) * 1000)
+    print(json.dumps({"ms": times, "bytes": size}), flush=True)
+for s in servers.values():
+    s.close()
+for s in stores.values():
+    s.close()
+"""
 
 
 def _term_to_exit(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
+
+
+class Child:
+    """One tree's process: both pools' metrics servers, and status reads on command."""
+
+    def __init__(self, name: str, tree: Path, url: str) -> None:
+        self.name = name
+        cfg = {"url": url, "ports": {p: free_port() for p in POOLS}}
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg)], cwd=tree, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.urls: dict[str, str] = json.loads(self._line())
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name}'s server exited ({self.proc.wait()})")
+        return line
+
+    def status(self, pool: str, n: int) -> tuple[list[float], int]:
+        """`n` status reads of `pool`: each one's ms, and the size of its JSON document."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"status {pool} {n}\n")
+        self.proc.stdin.flush()
+        reply = json.loads(self._line())
+        return list(reply["ms"]), int(reply["bytes"])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def through_scripts(pool: Pool, n: int) -> list[str]:
@@ -73,21 +163,52 @@ def bulk_rows(pool: Pool, templates: list[str], total: int) -> None:
         pipe.execute()
 
 
-def live_fleet(pool: Pool, running: int, workers: int) -> None:
-    """`running` claimed rows spread over `workers` boot records that are alive (heartbeat now)."""
-    pool.set_slots(running)
-    boots = [f"boot{i:04d}" for i in range(workers)]
+def daemon_of(worker: int, daemons: int) -> str:
+    """The identity of worker `worker`'s Docker daemon (jobpool/fleet/daemonid.py's form)."""
+    return f"jpd1:{worker % daemons:032x}@bench-host-{worker % daemons}"
+
+
+def live_workers(pool: Pool, workers: int, daemons: int) -> list[str]:
+    """`workers` boot records that are alive (heartbeat now), each on its daemon."""
+    boots = [f"boot{i:05d}" for i in range(workers)]
     now = int(time.time() * 1000)
-    for b in boots:
-        pool.store.client.hset(pool.keys.boot(b), mapping={"host": "bench", "pid": "1", "executor": "docker",
-                                                      "started_at": now, "role": "worker"})
-        pool.store.client.zadd(pool.keys.boots, {b: now})
-    for i in range(running):
-        job = pool.enqueue(image="busybox", command=["sleep", "3600"])
-        Attempt(pool.store, job.id, boots[i % workers], pool.get(job.id).attempt).claim()
-    pool.pause(None, reason="bench")
-    for _ in range(100):  # a queue behind them
-        pool.enqueue(image="busybox", command=["true"])
+    pipe = pool.store.client.pipeline(transaction=False)
+    for i, b in enumerate(boots):
+        pipe.hset(pool.keys.boot(b), mapping={"host": f"bench-host-{i % daemons}", "pid": "1",
+                                             "executor": "docker", "started_at": now, "role": "worker",
+                                             "daemon_id": daemon_of(i, daemons), "live_restore": "1"})
+        pipe.zadd(pool.keys.boots, {b: now})
+    pipe.execute()
+    return boots
+
+
+def run_more(pool: Pool, n: int, boots: list[str], daemons: int) -> None:
+    """`n` more jobs running: enqueued ahead of the queue (it holds lower priorities), promoted by as many
+    more slots, each claimed by the next worker, on its daemon."""
+    running = int(pool.store.client.zcard(pool.keys.running))
+    jobs = pool.enqueue_many([{"image": "busybox", "command": ["sleep", "3600"]}] * n)
+    pool.set_slots(running + n)
+    while pool.promote():
+        pass
+    assert pool.store.client.zcard(pool.keys.running) == running + n
+
+    def claim(k: int) -> None:
+        w = (running + k) % len(boots)
+        Attempt(pool.store, jobs[k].id, boots[w], 1).claim("docker", daemon_of(w, daemons))
+
+    with ThreadPoolExecutor(8) as ex:
+        list(ex.map(claim, range(n)))
+
+
+def publish(pool: Pool, daemons: int) -> None:
+    """Every daemon's inventory, fresh, as its publisher writes it (nothing stray on it)."""
+    store = pool.store
+    containers, complete = encode([])
+    for d in range(daemons):
+        daemon = daemon_of(d, daemons)
+        store.inventory_lead(daemon, f"publisher-{d}", LEAD_MS)
+        store.publish_inventory(daemon, f"publisher-{d}", f"bench-host-{d}", LEAD_MS, LEAD_MS, complete,
+                                containers, FORGET_MS, store.now_ms(), "")
 
 
 def commands(pool: Pool) -> int:
@@ -97,11 +218,75 @@ def commands(pool: Pool) -> int:
 
 def scrape(url: str) -> float:
     t = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=30) as reply:
+    with urllib.request.urlopen(url, timeout=60) as reply:
         body = reply.read()
     ms = (time.perf_counter() - t) * 1000
     assert b"jobpool_transitions_total" in body or b"jobpool_slots_max" in body
     return ms
+
+
+def counted(pools: dict[str, Pool], children: list[Child]) -> dict[str, dict[str, int]]:
+    """Redis commands of one scrape of each pool and one status read of the loaded one, per tree (after one
+    of each uncounted: a new connection's CLIENT SETINFO is no read's)."""
+    out: dict[str, dict[str, int]] = {}
+    loaded = pools["loaded"]
+    for child in children:
+        for name in POOLS:
+            scrape(child.urls[name])
+        child.status("loaded", 1)
+        out[child.name] = {}
+        for name in POOLS:
+            before = commands(loaded)
+            scrape(child.urls[name])
+            out[child.name][f"scrape {name}"] = commands(loaded) - before
+        before = commands(loaded)
+        child.status("loaded", 1)
+        out[child.name]["status"] = commands(loaded) - before
+    return out
+
+
+def p95(values: list[float]) -> float:
+    return sorted(values)[int(0.95 * (len(values) - 1))]
+
+
+Counts = dict[str, dict[str, int]]
+
+
+def show(runs: dict[tuple[str, str], list[float]], size: dict[str, int],
+         counts: tuple[Counts, Counts, Counts], args: argparse.Namespace, first: int) -> int:
+    """Each tree's figures, the ratios, and the goals of this tree (0 when all are met)."""
+    few, all_running, per = counts
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    high = {k: p95(v) for k, v in runs.items()}
+    for n in dict.fromkeys(name for name, _ in runs):
+        for name in POOLS:
+            print(f"  {n:9} {name:6} pool: scrape median {med[(n, name)]:.2f} ms, p95 "
+                  f"{high[(n, name)]:.2f} ms, {per[n][f'scrape {name}']} redis commands per scrape")
+        print(f"  {n:9} status --json of the loaded pool: median {med[(n, 'status')]:.2f} ms, p95 "
+              f"{high[(n, 'status')]:.2f} ms, {per[n]['status']} redis commands, {size[n]:,} bytes")
+        print(f"  {n:9} redis commands per scrape of the loaded pool / per status read: "
+              f"{few[n]['scrape loaded']} / {few[n]['status']} with {first:,} running, "
+              f"{all_running[n]['scrape loaded']} / {all_running[n]['status']} with {args.running:,} "
+              "running, "
+              f"{per[n]['scrape loaded']} / {per[n]['status']} with {args.retained:,} retained")
+    me, base = "this tree", "baseline"
+    if args.baseline:
+        print(f"  baseline / this tree: scrape {med[(base, 'loaded')] / med[(me, 'loaded')]:.2f}x median, "
+              f"status {med[(base, 'status')] / med[(me, 'status')]:.2f}x median; commands "
+              f"{per[base]['scrape loaded'] / per[me]['scrape loaded']:.1f}x per scrape, "
+              f"{per[base]['status'] / per[me]['status']:.1f}x per status read")
+    ratio = med[(me, "loaded")] / med[(me, "empty")]
+    retained_ok = high[(me, "loaded")] <= 50.0
+    print(f"scrape with {args.retained:,} retained jobs: {med[(me, 'loaded')]:.2f} ms median "
+          f"({ratio:.2f}x an empty pool's {med[(me, 'empty')]:.2f} ms); goal <= 50 ms at p95: "
+          f"{'met' if retained_ok else 'NOT met'} ({high[(me, 'loaded')]:.2f} ms)")
+    flat = all(few[me][k] == all_running[me][k] for k in ("scrape loaded", "status"))
+    print(f"redis commands per scrape and per status read, {first:,} running against {args.running:,}: the "
+          f"same: {'met' if flat else 'NOT met'}")
+    fast = med[(me, "loaded")] <= 20.0
+    print(f"scrape with {args.running:,} running and {args.workers:,} workers: goal <= 20 ms median: "
+          f"{'met' if fast else 'NOT met'} ({med[(me, 'loaded')]:.2f} ms)", flush=True)
+    return 0 if retained_ok and flat and fast else 1
 
 
 def main() -> int:
@@ -109,60 +294,57 @@ def main() -> int:
     ap.add_argument("--retained", type=int, default=100_000)
     ap.add_argument("--running", type=int, default=64)
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--daemons", type=int, help="the workers' Docker daemons (default: a tenth of them)")
     ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--baseline", help="a checkout of the code to compare with (its root directory)")
     args = ap.parse_args()
+    daemons = args.daemons or max(1, args.workers // 10)
     signal.signal(signal.SIGTERM, _term_to_exit)
     rs = RedisServer()
-    servers: list[MetricsServer] = []
+    children: list[Child] = []
+    pools: dict[str, Pool] = {}
     try:
         rs.start()
-        pools = {}
-        for name in ("empty", "loaded"):
-            settings = Settings(redis_url=rs.url, pool=name, metrics_port=free_port())
-            servers.append(MetricsServer(settings))
-            pools[name] = Pool.from_settings(settings)
+        pools = {name: Pool.from_settings(Settings(redis_url=rs.url, pool=name)) for name in POOLS}
+        trees = [("this tree", ROOT)] + ([("baseline", Path(args.baseline))] if args.baseline else [])
+        children = [Child(name, tree, rs.url) for name, tree in trees]
         loaded = pools["loaded"]
         t = time.perf_counter()
         ids = through_scripts(loaded, min(THROUGH_SCRIPTS, args.retained))
-        live_fleet(loaded, args.running, args.workers)
-        scrape(servers[1].url)
-        before = commands(loaded)
-        scrape(servers[1].url)
-        few = commands(loaded) - before
+        boots = live_workers(loaded, args.workers, daemons)
+        loaded.set_slots(0)
+        loaded.enqueue_many([{"image": "busybox", "command": ["true"], "priority": -1}] * 100)  # a queue
+        first = max(1, args.running // 10)
+        run_more(loaded, first, boots, daemons)
+        publish(loaded, daemons)
+        few = counted(pools, children)
+        run_more(loaded, args.running - first, boots, daemons)
+        publish(loaded, daemons)
+        all_running = counted(pools, children)
         bulk_rows(loaded, ids, args.retained)
         report = loaded.status()
         version = loaded.store.client.info("server")["redis_version"]
         print(f"seeded in {time.perf_counter() - t:.0f} s: {dict(report.counts)}, {args.workers} live "
-              f"workers (redis-server {version})", flush=True)
-        urls = {name: s.url for name, s in zip(pools, servers, strict=True)}
-        for url in urls.values():
-            scrape(url)  # warm-up: connections, script-free first reads
-        per_scrape = {}
-        for name, pool in pools.items():
-            before = commands(pool)
-            scrape(urls[name])
-            per_scrape[name] = commands(pool) - before
-        runs: dict[str, list[float]] = {name: [] for name in pools}
-        for _ in range(args.repeat):
-            for name in pools:
-                runs[name].append(scrape(urls[name]))
-        med = {name: statistics.median(r) for name, r in runs.items()}
-        p95 = {name: sorted(r)[int(0.95 * (len(r) - 1))] for name, r in runs.items()}
-        for name in pools:
-            print(f"  {name:6} pool: median {med[name]:.2f} ms, p95 {p95[name]:.2f} ms, "
-                  f"{per_scrape[name]} redis commands per scrape", flush=True)
-        print(f"  redis commands per scrape of the loaded pool: {few} with {len(ids):,} retained jobs, "
-              f"{per_scrape['loaded']} with {args.retained:,} (they grow with running rows and workers only)",
-              flush=True)
-        ratio = med["loaded"] / med["empty"]
-        ok = p95["loaded"] <= 50.0
-        print(f"scrape with {args.retained:,} retained jobs: {med['loaded']:.2f} ms median "
-              f"({ratio:.2f}x an empty pool's {med['empty']:.2f} ms); goal <= 50 ms at p95: "
-              f"{'met' if ok else 'NOT met'} ({p95['loaded']:.2f} ms)", flush=True)
-        return 0 if ok else 1
+              f"workers on {daemons} daemon(s) (redis-server {version})", flush=True)
+        publish(loaded, daemons)
+        per = counted(pools, children)
+        runs = {(c.name, p): cast("list[float]", []) for c in children for p in (*POOLS, "status")}
+        size: dict[str, int] = {}
+        rounds = 5
+        for rnd in range(rounds):
+            publish(loaded, daemons)  # the publishers' period: inventories stay fresh
+            for child in children if rnd % 2 == 0 else children[::-1]:
+                for _ in range(max(1, args.repeat // rounds)):
+                    for name in POOLS:
+                        runs[(child.name, name)].append(scrape(child.urls[name]))
+                ms, size[child.name] = child.status("loaded", max(1, args.repeat // rounds))
+                runs[(child.name, "status")] += ms
+        return show(runs, size, (few, all_running, per), args, first)
     finally:
-        for s in servers:
-            s.close()
+        for child in children:
+            child.close()
+        for pool in pools.values():
+            pool.store.client.close()
         rs.close()
 
 
