@@ -263,12 +263,11 @@ end
 --                          gone (drop_ghost.lua)
 --   running_daemons  hash  daemon -> how many running rows are placed under it
 --   running_on       zset  '<daemon> <id>', every score 0: one daemon's rows are one range
--- Every script that changes a running row's state, owner_boot, daemon_id or affinity calls place_running
--- after it, so each always equals a recount of the rows (tests/unit/test_running_index.py). Ids hold no
--- whitespace (submit.JOB_ID); an owner or daemon that does (a row edited by hand: no boot id or daemon identity
--- has any) is not placed, so that members split back exactly.
+-- Every script that changes a running row's state, owner_boot, daemon_id or affinity places it again after
+-- the change (below), so each always equals a recount of the rows (tests/unit/test_running_index.py). Ids
+-- hold no whitespace (submit.JOB_ID); an owner or daemon that does (a row edited by hand: no boot id or
+-- daemon identity has any) is not placed, so that members split back exactly.
 local function running_placement(jkey)
-  if key_type(jkey) ~= 'hash' then return '', '' end
   local row = redis.call('HMGET', jkey, 'state', 'owner_boot', 'daemon_id', 'affinity')
   if row[1] ~= 'running' then return '', '' end
   local owner, daemon = row[2] or '', row[4] or ''
@@ -297,10 +296,12 @@ local function running_owned(boot, id, add)
   else redis.call('HSET', KEYS[K_RUNNING_BY], field, ids) end
 end
 
--- Job `id` placed as its row `jkey` now says (none once it does not run, or has no row): what it was placed
--- under and is not any more is taken back first.
+-- Job `id` placed as its row `jkey` (a hash) now says; with no `jkey`, placed under nothing (a caller that
+-- knows it does not run, or has no row: drop_ghost.lua). What it was placed under and is not any more is
+-- taken back first.
 local function place_running(jkey, id)
-  local owner, daemon = running_placement(jkey)
+  local owner, daemon = '', ''
+  if jkey then owner, daemon = running_placement(jkey) end
   local now = (owner == '' and daemon == '') and '' or (owner .. ' ' .. daemon)
   local was = redis.call('HGET', KEYS[K_RUNNING_BY], 'j:' .. id) or ''
   if was == now then return end
@@ -1085,7 +1086,7 @@ local function end_running(jkey, lease_key, id, to, reason, evidence, actor, now
     redis.call('HSET', jkey, 'finished_at', now)
   end
   set_state(jkey, id, '', to, score)
-  place_running(jkey, id)
+  place_running(nil, id)  -- it runs no more
   if to == 'queued' then add_coalesce(jkey, id) end
   if to == 'paused' then redis.call('HSET', jkey, 'paused_at', now) end
   event(jkey, id, 'running', to, reason, evidence, actor, now)

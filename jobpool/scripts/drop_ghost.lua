@@ -22,7 +22,7 @@ if redis.call('PTTL', lkey) > 0 then return {E_CONFLICT, 'lease'} end
 local now = now_ms()
 release_hold(id)  -- first: a pool from before weights counts its slots in use from `running` (slots_used)
 redis.call('ZREM', KEYS[K_RUNNING], id)
-place_running(jkey, id)  -- no row: what it was placed under is taken back
+place_running(nil, id)  -- no row: what it was placed under is taken back
 redis.call('DEL', lkey)
 redis.call('LREM', KEYS[K_RQ_QUEUE], 0, id)
 event(nil, id, 'running', '', 'dropped_ghost', evidence, actor, now)
