@@ -11,6 +11,7 @@ from typing import Any, cast
 import redis
 
 from jobpool.api import Pool
+from jobpool.cli.format import status_report
 from jobpool.config import Settings
 from jobpool.status import WORKER_JOBS, read_status
 from jobpool.store.redisurl import connect
@@ -116,3 +117,18 @@ def test_a_pool_from_before_the_placement_reads_its_rows_and_reports_the_same(ba
     c.hdel(pool.keys.config, "placed_kept")
     c.delete(pool.keys.running_by, pool.keys.running_daemons, pool.keys.running_on)
     assert seen(pool.status()) == seen(placed)
+
+
+def test_a_worker_names_its_first_jobs_and_says_how_many_more(backend: Backend) -> None:
+    """A worker that owns more jobs than the report names (it adopted them): the report names the first
+    WORKER_JOBS, in the order it took them, counts them all, and `jobpool status` says how many more."""
+    pool = backend.pool(inventory_stale_secs=STALE)
+    live_boot(pool, "w1")
+    ids = run_on(pool, WORKER_JOBS + 2, ["w1"], D1)
+    report = pool.status()
+    assert report.workers is not None
+    (w1,) = report.workers.boots
+    assert (w1.jobs, w1.running) == (tuple(ids[:WORKER_JOBS]), WORKER_JOBS + 2)
+    assert report.to_dict()["workers"]["boots"][0]["running"] == WORKER_JOBS + 2
+    line = next(x for x in status_report(report).splitlines() if "w1" in x)
+    assert line.endswith(f"running {', '.join(ids[:WORKER_JOBS])} and 2 more")
