@@ -587,7 +587,7 @@ def _daemons(store: Store, where: _Placement, now: int) -> Daemons:
     silent: dict[str, tuple[int | None, int | None]] = {}
     for daemon, (raw_at, raw_last) in zip(candidates, store.inventory_ats(candidates), strict=True):
         at, last = _int(raw_at), _int(raw_last)
-        if at is None or now - at > stale_ms:  # fresh: the sweep judges its jobs from it
+        if at is None or now - at > stale_ms:  # (from a fresh one the sweep judges its jobs)
             silent[daemon] = (at, last)
     on = where.on or {}
     ids_of = (dict(zip(silent, store.placed_on(list(silent)), strict=True)) if where.on is None
