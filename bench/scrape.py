@@ -169,7 +169,9 @@ def daemon_of(worker: int, daemons: int) -> str:
 
 
 def live_workers(pool: Pool, workers: int, daemons: int) -> list[str]:
-    """`workers` boot records that are alive (heartbeat now), each on its daemon."""
+    """`workers` boot records that are alive (heartbeat now), each on its daemon, each with the record of its
+    mark on that daemon (jobpool/fleet/daemonmark.py: every process on a daemon marks it, and names the peers
+    whose marks it found there)."""
     boots = [f"boot{i:05d}" for i in range(workers)]
     now = int(time.time() * 1000)
     pipe = pool.store.client.pipeline(transaction=False)
@@ -179,6 +181,13 @@ def live_workers(pool: Pool, workers: int, daemons: int) -> list[str]:
                                              "daemon_id": daemon_of(i, daemons), "live_restore": "1"})
         pipe.zadd(pool.keys.boots, {b: now})
     pipe.execute()
+    for i, b in enumerate(boots):
+        peers = " ".join(boots[j] for j in range(i % daemons, workers, daemons) if j != i)
+        fields = {"role": "worker", "host": f"bench-host-{i % daemons}", "pid": "1",
+                  "docker_host": "unix:///var/run/docker.sock", "daemon_id": daemon_of(i, daemons),
+                  "mark": f"jobpool-daemon-mark-{b}", "verified": peers, "collision": "",
+                  "process": json.dumps({"pid": 1, "start": 1, "boot_id": f"k{i % daemons}", "pidns": "p"})}
+        pool.store.daemon_mark(b, LEAD_MS, 10 * LEAD_MS, list(fields.items()))
     return boots
 
 

@@ -343,8 +343,9 @@ class StatusReport:
     #: stop them (jobpool/fleet/strays.py).
     strays: tuple[Stray, ...] = ()
     daemons: Daemons | None = None
-    #: Daemon identity -> why two Docker daemons share it: its standing collision, which holds until an
-    #: operator clears it (`jobpool forget-collision`), or a process's report (jobpool/fleet/daemonmark.py).
+    #: Daemon identity -> why two Docker daemons share it: its standing collision, recorded with the first
+    #: process's report of it and held until an operator clears it (`jobpool forget-collision`;
+    #: jobpool/fleet/daemonmark.py).
     shared_daemons: Mapping[str, str] = field(default_factory=dict)
     #: The named limits, by name, with their size and the units in use ("Order and limits").
     limits: tuple[LimitUse, ...] = ()
@@ -516,7 +517,7 @@ def _read(store: Store, url: str, detail: bool) -> tuple[StatusReport, tuple[str
                             _int(stats["paused_since"])),
         workers=_workers(boots, records, jobs_of, now), last_sweep=sweep,
         redis_policy=redispolicy.from_reply(config),  # a CONFIG GET refused (an ACL) is a warning
-        strays=found, daemons=daemons, shared_daemons=daemonmark.read_collisions(store),
+        strays=found, daemons=daemons, shared_daemons=_shared(store),
         limits=tuple(store.limits()))
     return report, tuple(warnings)
 
@@ -553,6 +554,14 @@ class _Placement:
             if daemon := (daemon_id if owner else affinity):
                 on.setdefault(daemon, []).append(job_id)
         return cls(jobs_of, {d: len(ids) for d, ids in on.items()}, on)
+
+
+def _shared(store: Store) -> dict[str, str]:
+    """The standing collisions (one read, whatever the fleet): every process that finds two daemons sharing
+    its identity records it there in the very step that writes its report (scripts/daemon_mark.lua), so the
+    processes' records, one read each, would add nothing. (A report an operator's `forget-collision` missed,
+    a process registering as it ran, stands again at that process's next period.)"""
+    return {identity: s.line for identity, s in daemonmark.read_standing(store).items()}
 
 
 def _waiting(count: int, due: list[tuple[str, float]]) -> Waiting:

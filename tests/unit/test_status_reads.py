@@ -13,6 +13,7 @@ import redis
 from jobpool.api import Pool
 from jobpool.cli.format import status_report
 from jobpool.config import Settings
+from jobpool.fleet import daemonmark
 from jobpool.status import WORKER_JOBS, read_status
 from jobpool.store.redisurl import connect
 from jobpool.workers.attempt import Attempt
@@ -56,9 +57,17 @@ def commands(client: redis.Redis) -> int:
     return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
 
 
+def mark(pool: Pool, process: str, daemon: str, collision: str = "") -> None:
+    """A process's record of its mark on `daemon` (jobpool/fleet/daemonmark.py), reporting `collision`."""
+    fields = dict.fromkeys(daemonmark.FIELDS, "")
+    fields.update(role="worker", host="h", daemon_id=daemon, mark="m-" + process, collision=collision)
+    pool.store.daemon_mark(process, 60_000, 600_000, list(fields.items()))
+
+
 def test_a_status_and_a_scrape_send_as_many_commands_with_40_running_as_with_4(redis_url: str) -> None:
     """Three workers on a daemon that publishes: the commands of a status read (and of the metrics' read,
-    without detail) are the same whatever runs; each worker's jobs and count are right."""
+    without detail) are the same whatever runs, and whatever processes marked their daemons; each worker's
+    jobs and count are right."""
     pool = Pool(connect(redis_url), Settings(redis_url=redis_url, inventory_stale_secs=STALE))
     boots = ["w1", "w2", "w3"]
     for b in boots:
@@ -67,6 +76,8 @@ def test_a_status_and_a_scrape_send_as_many_commands_with_40_running_as_with_4(r
     sent: dict[int, tuple[int, int]] = {}
     for total in (4, 40):
         run_on(pool, total - int(cast(str, pool.store.client.zcard(pool.keys.running))), boots, D1)
+        for i in range(total):
+            mark(pool, f"p{i}", D1)
         before = commands(pool.store.client)
         report = read_status(pool.store)
         middle = commands(pool.store.client)
@@ -76,8 +87,25 @@ def test_a_status_and_a_scrape_send_as_many_commands_with_40_running_as_with_4(r
         assert sum(w.running for w in report.workers.boots) == total
         assert all(len(w.jobs) == min(w.running, WORKER_JOBS) for w in report.workers.boots)
         assert report.daemons.stale == (), "a daemon that publishes holds nothing on stale evidence"
-    assert sent[4] == sent[40], f"commands per read grew with what runs: {sent}"
+    assert sent[4] == sent[40], f"commands per read grew with what runs, or with the marks: {sent}"
     assert sent[4][1] < sent[4][0], "the metrics read less than status"
+
+
+def test_a_reported_collision_makes_status_unhealthy_until_cleared(backend: Backend) -> None:
+    """A process's report that two daemons share its identity stands from the step that writes it: `status`
+    names it (from the standing collisions: one read), after the process is gone too, until cleared."""
+    pool = backend.pool()
+    mark(pool, "p1", D1)
+    assert pool.status().shared_daemons == {}
+    mark(pool, "p2", D1, collision="two daemons share it: here and there")
+    report = pool.status()
+    assert report.shared_daemons == {D1: "two daemons share it: here and there"}
+    assert any("two daemons share it" in r for r in report.health.reasons)
+    k = pool.keys
+    pool.store.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks], ["p2"])
+    assert pool.status().shared_daemons == {D1: "two daemons share it: here and there"}, "it stands"
+    daemonmark.forget_collision(pool, D1)
+    assert pool.status().shared_daemons == {}
 
 
 def test_a_pool_from_before_the_placement_reads_its_rows_and_reports_the_same(backend: Backend) -> None:
