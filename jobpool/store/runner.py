@@ -47,10 +47,8 @@ SCRIPT_NAMES = (
     "reconcile_apply", "drop_ghost", "prune", "inventory_lead", "publish_inventory",
     "push_command", "take_commands", "command_done", "forget_daemon", "unforget_daemon",
     "daemon_mark", "daemon_unmark", "give_back", "forget_collision", "limit", "time_out", "release_waiting",
-    "retry_job", "schedule_set", "schedule_remove", "schedule_pause", "schedule_skip", "boot_records",
+    "retry_job", "schedule_set", "schedule_remove", "schedule_pause", "schedule_skip",
 )
-#: Scripts that only read: no WAIT for replicas after them (they wrote nothing to be lost in a failover).
-READ_ONLY = frozenset({"boot_records"})
 
 #: The one table from script status codes to exceptions (codes are documented in scripts/_lib.lua).
 ERROR_CODES: dict[int, type[errors.JobpoolError]] = {
@@ -362,11 +360,10 @@ class Scripts:
         call on a pooled client, or once the command is sent on a single-connection one."""
         script = self._scripts[op]
         full = (*args, *self._settings[op])
-        wait = bool(self.wait_replicas) and op not in READ_ONLY
-        single = None if wait else getattr(conn, "connection", None)
+        single = None if self.wait_replicas else getattr(conn, "connection", None)
         if meanwhile is not None and single is None:  # nothing to overlap with: the caller's work first
             meanwhile()
-        if wait:
+        if self.wait_replicas:
             return self._call_and_wait(script, conn, keys, full)
         # What redis-py's `Script.__call__` does, without its per-call tuple copies and import: EVALSHA, and
         # on NOSCRIPT (a restarted or flushed server, a new primary) load the script through the same client

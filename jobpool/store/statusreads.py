@@ -7,7 +7,7 @@ the jobs a waiting job waits for, which `show` and the dashboard's job page repo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
@@ -27,9 +27,6 @@ class StatusReads:
 
     client: redis.Redis
     keys: PoolKeys
-
-    if TYPE_CHECKING:
-        def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]: ...
 
     def status_head(self, most_boots: int) -> tuple[int, Any, list[Any], list[str], list[tuple[str, float]],
                                                     Any, bool]:
@@ -127,19 +124,16 @@ class StatusReads:
         return [(inv[2 * i], inv[2 * i + 1]) for i in range(len(daemons))]
 
     def status_rows(self, boot_ids: Sequence[str], head: Sequence[str]) -> tuple[list[dict[str, str]], Any]:
-        """The boot records ({} for none), in one call of scripts/boot_records.lua (one command, however many
-        workers), and the `created_at` of the head of the queue (None when there is none, or unreadable)."""
-        records: list[dict[str, str]] = []
-        if boot_ids:
-            replies = self.run("boot_records", [self.keys.boot(b) for b in boot_ids], [])[1:]
-            records = [dict(zip(r[::2], r[1::2], strict=True)) if isinstance(r, list) else {}
-                       for r in replies]
-        created = None
-        if head:  # a row that cannot be read counts as missing: the report is about the pool, not one row
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hget(self.keys.job(head[0]), "created_at")
-            (created,) = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
-        return records, created
+        """In one round trip: the boot records ({} for none), and the `created_at` of the head of the queue
+        (None when there is none)."""
+        pipe = self.client.pipeline(transaction=False)
+        for boot_id in boot_ids:
+            pipe.hgetall(self.keys.boot(boot_id))
+        for job_id in head:
+            pipe.hget(self.keys.job(job_id), "created_at")
+        replies = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
+        records = [r or {} for r in replies[:len(boot_ids)]]
+        return records, replies[-1] if head else None
 
     def job_states(self, job_ids: Sequence[str]) -> list[str | None]:
         """Each job's `state` in one round trip, None for a job whose row is gone (or unreadable)."""

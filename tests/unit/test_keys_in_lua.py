@@ -34,9 +34,8 @@ ALL_KEYS = {"DEL", "EXISTS", "UNLINK", "TOUCH"}
 #: Never inside a script: they scan the keyspace or read a whole collection of unbounded size.
 FORBIDDEN = {"KEYS", "SCAN", "HSCAN", "SSCAN", "ZSCAN", "SMEMBERS", "HKEYS", "HVALS", "FLUSHALL", "FLUSHDB",
              "RANDOMKEY", "SORT", "SUNION", "SINTER", "SDIFF"}
-#: Hashes that are one job's row, or one worker's boot record (bounded); HGETALL of anything else (the
-#: coalesce map) is unbounded.
-BOUNDED_HASH_VARS = {"jkey", "record"}
+#: Hashes that are one job's row (bounded); HGETALL of anything else (the coalesce map) is unbounded.
+BOUNDED_HASH_VARS = {"jkey"}
 
 
 def strip_comments(text: str) -> str:

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import pytest
 import redis
 
-from jobpool import errors
 from jobpool.api import Pool
 from jobpool.cli.format import status_report
 from jobpool.config import Settings
@@ -75,7 +73,6 @@ def test_a_status_and_a_scrape_send_as_many_commands_with_40_running_as_with_4(r
     for b in boots:
         live_boot(pool, b)
     publish_at(pool, D1)
-    read_status(pool.store)  # the first loads its script (NOSCRIPT, SCRIPT LOAD): no read's own commands
     sent: dict[int, tuple[int, int]] = {}
     for total in (4, 40):
         run_on(pool, total - int(cast(str, pool.store.client.zcard(pool.keys.running))), boots, D1)
@@ -163,33 +160,3 @@ def test_a_worker_names_its_first_jobs_and_says_how_many_more(backend: Backend) 
     assert report.to_dict()["workers"]["boots"][0]["running"] == WORKER_JOBS + 2
     line = next(x for x in status_report(report).splitlines() if "w1" in x)
     assert line.endswith(f"running {', '.join(ids[:WORKER_JOBS])} and 2 more")
-
-
-def test_the_boot_records_are_read_in_one_call_each_as_it_is(backend: Backend) -> None:
-    """scripts/boot_records.lua: each record whole, in the order asked; one whose TTL ran out (none) or that
-    is no hash (edited by hand) reads as none, and the report counts it as a stale boot, failing nothing."""
-    pool = backend.pool()
-    live_boot(pool, "w1")
-    live_boot(pool, "w3")
-    c = pool.store.client
-    c.zadd(pool.keys.boots, {"w2": pool.now_ms(), "w4": pool.now_ms()})  # w2's record expired
-    c.set(pool.keys.boot("w4"), "not a hash")
-    records, created = pool.store.status_rows(["w3", "w2", "w1", "w4"], [])
-    assert records == [c.hgetall(pool.keys.boot("w3")), {}, c.hgetall(pool.keys.boot("w1")), {}]
-    assert records[0]["daemon_id"] == D1 and created is None
-    assert pool.store.status_rows([], []) == ([], None)
-    report = pool.status()
-    assert report.workers is not None
-    assert (report.workers.live, report.workers.stale) == (2, 2)
-
-
-def test_a_read_waits_for_no_replica(redis_url: str) -> None:
-    """With JOBPOOL_REDIS_WAIT_REPLICAS and no replica, a script that writes is `NotReplicated`; the boot
-    records' script wrote nothing a failover could lose, so status reads them without WAIT
-    (runner.READ_ONLY)."""
-    pool = Pool(connect(redis_url), Settings(redis_wait_replicas=1, redis_wait_timeout_secs=0.01))
-    live_boot(pool, "w1")
-    report = pool.status()
-    assert report.reachable and report.workers is not None and report.workers.live == 1
-    with pytest.raises(errors.NotReplicated):
-        pool.set_slots(3)
