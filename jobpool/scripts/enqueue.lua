@@ -1,8 +1,4 @@
 --[[ enqueue
-Pool keys: config paused queued running coalesce events rq_queue rq_queues seq paused_jobs succeeded failed cancelled metrics
-           ready blocked passed wake fair limits limit_used holds waiting dependents deps schedules schedule_ticks schedule_next
-           running_by running_daemons running_on
-Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1..]   promotion candidates: the new jobs' keys, two per job in input order: job:<id>, then
              rq:job:<id> (RQ's job hash, outside the hash tag: RQ's own key)
 ARGV[1]      actor
@@ -12,6 +8,10 @@ ARGV[3..]    seven per job, in the order of its keys: id, spec JSON, coalesce ke
              'priority;slots;group;name=amount,name=amount...', from the spec: jobpool/store/calls.py), what it
              waits for ('' = nothing; else 'not before ms;id id ...': the jobs it waits for, existing ones or
              earlier ones of this call), and its retries ('' = none; else 'retries;first delay ms;code,...')
+Pool keys: config paused queued running coalesce events rq_queue rq_queues seq paused_jobs succeeded failed cancelled metrics
+           ready blocked passed wake fair limits limit_used holds waiting dependents deps schedules schedule_ticks schedule_next
+           running_by running_daemons running_on
+Settings: default_slots events_maxlen reserve_after_ms
 Returns {0, created, promoted, why_stopped, now, then four per job in input order: coalesced 0|1, id, seq,
         state}: a job that coalesced names the queued job it equals (seq and state ''); a new job its own id,
         seq and state (queued, waiting, or running when promoted here). -5 when an id exists or repeats, -6 when

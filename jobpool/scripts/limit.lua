@@ -1,7 +1,6 @@
 --[[ limit
 Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics ready
-           blocked passed wake fair limits limit_used holds seq waiting dependents deps
-           running_by running_daemons running_on
+           blocked passed wake fair limits limit_used holds seq waiting dependents deps running_by running_daemons running_on
 Settings: default_slots events_maxlen reserve_after_ms
 KEYS[1..]   promotion candidates
 ARGV[1] name (a limit name, or a prefix and '*': a pattern)   ARGV[2] size (0..MAX_LIMIT), '' to remove it

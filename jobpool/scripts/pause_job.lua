@@ -1,7 +1,6 @@
 --[[ pause_job
 Pool keys: config paused queued running coalesce events rq_queue rq_queues paused_jobs succeeded failed cancelled metrics ready
-           blocked passed wake fair limits limit_used holds seq waiting dependents deps
-           running_by running_daemons running_on
+           blocked passed wake fair limits limit_used holds seq waiting dependents deps running_by running_daemons running_on
 Settings: default_slots events_maxlen reserve_after_ms retry_delay_max_ms
 KEYS[1]     job:<id>      KEYS[2] lease:<id>
 KEYS[3..]   promotion candidates

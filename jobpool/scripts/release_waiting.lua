@@ -1,6 +1,6 @@
 --[[ release_waiting
-Pool keys: config queued running coalesce events paused_jobs succeeded failed cancelled metrics ready blocked
-           passed wake fair limits limit_used waiting dependents deps seq
+Pool keys: config queued running coalesce events paused_jobs succeeded failed cancelled metrics ready blocked passed wake fair
+           limits limit_used waiting dependents deps seq
 Settings: events_maxlen reserve_after_ms
 KEYS[1..]   job:<id> of each job to look at (the due head of `waiting`, read by the caller just before)
 ARGV[1] actor   ARGV[2..] their ids, in the order of their keys

@@ -1,6 +1,6 @@
 --[[ retry_job
-Pool keys: config queued running coalesce events rq_queue paused_jobs succeeded failed cancelled metrics ready
-           blocked passed wake fair limits limit_used waiting dependents deps seq
+Pool keys: config queued running coalesce events rq_queue paused_jobs succeeded failed cancelled metrics ready blocked passed
+           wake fair limits limit_used waiting dependents deps seq
 Settings: events_maxlen reserve_after_ms
 KEYS[1]     job:<id>      KEYS[2] rq:job:<id> (RQ's job hash, outside the hash tag: RQ's own key)
 ARGV[1] id   ARGV[2] actor
