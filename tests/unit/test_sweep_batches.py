@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -115,8 +116,9 @@ def test_a_batch_of_verdicts_applies_each_on_its_own_evidence(backend: Backend, 
     assert {d.job_id: d.outcome for d in sup.sweep().judged} == {fresh[0]: "succeeded"}
 
 
-def test_a_batch_survives_a_server_that_lost_its_scripts(backend: Backend, sweeper: list[Supervisor]) -> None:
-    pool = backend.pool(max_concurrent_jobs=2, recovery_budget=0)
+def two_exited_orphans_judged(pool: Pool, sweeper: list[Supervisor]) -> tuple[
+        tuple[str, int], tuple[str, int], Supervisor, list[Any]]:
+    """Two orphans on D1 whose containers exited 0, read, probed and judged: the batch a sweep would apply."""
     first, second = orphan_on(pool, D1), orphan_on(pool, D1)
     publish(pool, D1, [Entry(j, a, "exited", 0, f"cid-{j}") for j, a in (first, second)])
     sup = supervisor(pool, sweeper)
@@ -124,6 +126,12 @@ def test_a_batch_survives_a_server_that_lost_its_scripts(backend: Backend, sweep
     probes = sup.evidence.probe(snap, sup.prober)
     items = [(r, decide(r, False, probes[r.id], None, snap.now_ms, pool.settings), probes[r.id])
              for r in snap.rows]
+    return first, second, sup, items
+
+
+def test_a_batch_survives_a_server_that_lost_its_scripts(backend: Backend, sweeper: list[Supervisor]) -> None:
+    pool = backend.pool(max_concurrent_jobs=2, recovery_budget=0)
+    first, second, sup, items = two_exited_orphans_judged(pool, sweeper)
     backend.client.script_flush()  # a restarted or failed-over server: NOSCRIPT, loaded and sent again
     assert sup.applier.apply_all(items, set()) == ["succeeded", "succeeded"]
     assert state_of(pool, first[0]) == state_of(pool, second[0]) == "succeeded"
@@ -138,13 +146,7 @@ def test_a_batch_a_demoted_primary_refused_is_sent_again_to_the_new_one(
     pool = Pool(connect(server.url), Settings(max_concurrent_jobs=2, recovery_budget=0))
     admin = redis.Redis.from_url(server.url)
     try:
-        first, second = orphan_on(pool, D1), orphan_on(pool, D1)
-        publish(pool, D1, [Entry(j, a, "exited", 0, f"cid-{j}") for j, a in (first, second)])
-        sup = supervisor(pool, sweeper)
-        snap = sup.evidence.read()
-        probes = sup.evidence.probe(snap, sup.prober)
-        items = [(r, decide(r, False, probes[r.id], None, snap.now_ms, pool.settings), probes[r.id])
-                 for r in snap.rows]
+        first, second, sup, items = two_exited_orphans_judged(pool, sweeper)
         admin.replicaof("127.0.0.1", free_port())  # a primary nobody answers on: refuses every write
         with pytest.raises(redis.exceptions.ReadOnlyError):
             admin.set("jobpool-test-probe", "x")
