@@ -10,7 +10,11 @@ from __future__ import annotations
 import contextlib
 import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import docker.transport.unixconn
 import pytest
@@ -21,6 +25,10 @@ from tests.support.constants import IN_CI
 from tests.support.servers import DockerDaemon, RedisServer, redis_server_binary
 
 REDIS_FIXTURES = {"redis_server", "redis_url", "redis_server_factory"}
+#: The modules that run jobpool's own image (tests/support/images.py): the run takes them last, and makes
+#: the image's slow cached parts (debootstrap, the wheelhouse) in the background from its start.
+IMAGE_MODULES = ("test_compose_fleet.py", "test_swarm_stack.py")
+_WARMING = pytest.StashKey[subprocess.Popen[bytes]]()
 
 
 def _connect_closing_on_error(self: docker.transport.unixconn.UnixHTTPConnection) -> None:
@@ -57,14 +65,48 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def _needs_image(item: pytest.Item) -> bool:
+    return item.path.name in IMAGE_MODULES
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without redis-server: skip the tests that need it, except under CI, where its fixtures fail them."""
+    """The tests that need jobpool's image go last (a stable sort), so the background build of its cached
+    parts (`pytest_collection_finish`) runs beside every other test. Without redis-server: skip the tests
+    that need it, except under CI, where its fixtures fail them."""
+    items.sort(key=_needs_image)
     if redis_server_binary() or IN_CI:
         return
     skip = pytest.mark.skip(reason="redis-server is not on PATH (apt-get install redis-server)")
     for item in items:
         if REDIS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a machine that has never made the image's base (debootstrap takes minutes), start making it in a
+    child process now, while the other tests run; the image tests wait on its file locks and take the result
+    (or, if the child failed, make it themselves and fail with the real error)."""
+    from tests.support import images  # imports docker; only a session that collects tests pays for it
+
+    if not any(_needs_image(item) for item in session.items) or images.cache_is_warm():
+        return
+    log = Path(tempfile.gettempdir()) / "jobpool-test-image-cache.log"
+    with open(log, "wb") as out:
+        child = subprocess.Popen([sys.executable, "-m", "tests.support.images"], cwd=images.ROOT,
+                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    session.config.stash[_WARMING] = child
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A session that ends before the image tests ran (interrupted, -x) lets the child finish its item, so
+    no half-made cache entry is left behind (each is made in a temporary directory and renamed)."""
+    child = config.stash.get(_WARMING, None)
+    if child is not None:
+        try:
+            child.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def _require_redis_server() -> None:

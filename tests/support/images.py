@@ -272,3 +272,20 @@ def load_into(tag: str, source: DockerDaemon, target: DockerDaemon) -> None:
         with contextlib.closing(source.client(timeout=900)) as src:
             dst.api.load_image(src.images.get(tag).save(named=True))
         dst.images.get(tag)
+
+
+def warm_cache() -> None:
+    """Make the cached items that need no daemon (the base's root file system, the wheelhouse): what the
+    test session starts in the background (tests/conftest.py) so debootstrap runs beside the other tests."""
+    rootfs_tarball()
+    wheelhouse()
+
+
+def cache_is_warm() -> bool:
+    """Whether `warm_cache` would find everything made already (no lock taken: a hint, not a promise)."""
+    path, version = _rootfs()
+    return path.exists() and version.exists() and any(CACHE_DIR.glob("wheels-*"))
+
+
+if __name__ == "__main__":
+    warm_cache()
