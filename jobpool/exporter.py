@@ -127,6 +127,11 @@ def counters(pool: str, c: Counters) -> Iterator[Metric]:
                                        "took.", labels=["pool"])
         _histogram(sweeps, [pool], c.sweep_duration)
         yield sweeps
+    overruns = CounterMetricFamily("jobpool_sweep_overruns", "Sweeps that took longer than the sweep "
+                                   "interval they ran under (the ticks they covered were dropped, not run "
+                                   "late).", labels=["pool"])
+    overruns.add_metric([pool], c.sweep_overruns)
+    yield overruns
 
 
 class PoolCollector(Collector):

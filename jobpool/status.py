@@ -226,6 +226,10 @@ class Sweep:
     phases_ms: Mapping[str, float] = field(default_factory=dict)
     #: The first of the `unknown` jobs, with the verdict's reason and evidence (a bounded list).
     unknown_jobs: tuple[UnknownHeld, ...] = ()
+    #: The sweep interval it ran under, and whether it took longer (supervisor/sweep.py: the ticks it covered
+    #: were dropped, so dead jobs' slots are freed that much later).
+    interval_ms: float | None = None
+    overran: bool = False
 
     @classmethod
     def parse(cls, raw: str, now_ms: int) -> Sweep:
@@ -242,13 +246,16 @@ class Sweep:
                    verdicts={str(k): int(v) for k, v in verdicts.items() if _is_number(v)}
                    if isinstance(verdicts, dict) else {},
                    phases_ms={str(k): float(v) for k, v in phases.items() if _is_number(v)}
-                   if isinstance(phases, dict) else {}, unknown_jobs=_unknown_jobs(doc.get("unknown_jobs")))
+                   if isinstance(phases, dict) else {}, unknown_jobs=_unknown_jobs(doc.get("unknown_jobs")),
+                   interval_ms=float(doc["interval_ms"]) if _is_number(doc.get("interval_ms")) else None,
+                   overran=doc.get("overran") is True)
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": self.at, "age_ms": self.age_ms, "rows": self.rows, "unknown": self.unknown,
                 "conflicts": self.conflicts, "promoted": self.promoted, "duration_ms": self.duration_ms,
                 "verdicts": dict(self.verdicts), "phases_ms": dict(self.phases_ms),
-                "unknown_jobs": [u.to_dict() for u in self.unknown_jobs]}
+                "unknown_jobs": [u.to_dict() for u in self.unknown_jobs], "interval_ms": self.interval_ms,
+                "overran": self.overran}
 
 
 @dataclass(frozen=True)
@@ -403,6 +410,10 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
     elif now - sweep.at > SWEEP_GRACE_INTERVALS * sweep_interval_secs * 1000:
         reasons.append(f"no live supervisor: the last sweep was {ago(sweep.at, now)}, more than "
                        f"{SWEEP_GRACE_INTERVALS} x JOBPOOL_SWEEP_INTERVAL_SECS ({sweep_interval_secs:g} s)")
+    if sweep is not None and sweep.overran:
+        notes.append(f"the last sweep took {sweep.duration_ms or 0:.0f} ms, longer than its interval of "
+                     f"{(sweep.interval_ms or 0) / 1000:g} s: slots of dead jobs are freed that much later "
+                     "(`jobpool_sweep_overruns_total` counts them)")
     mx = report.slots.max if report.slots else 0
     ready = (report.workers.live - report.workers.draining) if report.workers else 0
     held = [w for w in report.workers.boots if w.cannot_claim] if report.workers else []

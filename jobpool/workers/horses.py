@@ -92,6 +92,14 @@ from .standby import CLOSE_WAIT_SECS, HANDOFF_ACK_SECS, TOOK, Standby, reap
 
 log = logging.getLogger("jobpool.worker")
 
+#: How often, while a horse runs, the worker renews RQ's records of it: the worker's hash, the delivery's
+#: execution and started-registry entry, the job hash's heartbeat, the job's working time. RQ's monitor wakes
+#: every `job_monitoring_interval`, a second here (the drain bound and a stopped horse are looked at that
+#: often: jobpool/workers/rqworker.py), and would renew them at each wake, a Redis transaction per running
+#: job per second: most of a long job's Redis work. Each renewal lasts `job_monitoring_interval` + 60 s (RQ's
+#: TTLs), so renewed this often, each record is renewed about three times within one lifetime.
+RQ_RENEW_SECS = 20.0
+
 
 class HorseWorker(Worker):
     """RQ's forking worker, with a standby horse (`Standby`) and RQ's record of an ended delivery deleted in
@@ -119,6 +127,8 @@ class HorseWorker(Worker):
         self._clean_end: tuple[int, int, None] | None = None
         self._monitoring = False
         self._launched_due = False
+        #: When RQ's records of the running delivery were last written (monotonic): `maintain_heartbeats`.
+        self._rq_renewed = float("-inf")
         #: The standby being handed a job, and since when (monotonic): read by `stuck`, in another thread.
         self._handing: tuple[int, float] | None = None
         #: The running horse seen stopped, and since when (monotonic): `check_stopped_horse`.
@@ -160,6 +170,7 @@ class HorseWorker(Worker):
     def prepare_execution(self, job: Any) -> Execution:
         """RQ's preparation (the job's execution record, the worker busy), and, when a standby is to take the
         job, what RQ's horse writes first (see `prepare_job_execution`), in one round trip."""
+        self._rq_renewed = time.monotonic()  # written fresh here (and by the horse), with RQ's TTLs
         if self._standby is None:
             return super().prepare_execution(job)
         with self.connection.pipeline() as pipe:
@@ -258,15 +269,28 @@ class HorseWorker(Worker):
         return super().wait_for_horse()
 
     def maintain_heartbeats(self, job: Any) -> None:
-        """RQ's periodic work while its horse runs, every second; or, when the wait was cut short because the
-        job runs, the next standby instead. Not both: RQ's heartbeat writes the delivery's execution record,
-        which a short job's horse may be deleting at that moment (it would be made again, to expire)."""
+        """RQ's periodic work while its horse runs, called every second: the stopped-horse check each time,
+        RQ's renewal of its records every `RQ_RENEW_SECS`; or, when the wait was cut short because the job
+        runs, the next standby instead. Not both: RQ's renewal writes the delivery's execution record, which
+        a short job's horse may be deleting at that moment (it would be made again, to expire)."""
         self.check_stopped_horse()
-        if not self._launched_due:
-            super().maintain_heartbeats(job)
+        if self._launched_due:
+            self._launched_due = False
+            self.have_standby()
             return
-        self._launched_due = False
-        self.have_standby()
+        if time.monotonic() - self._rq_renewed < RQ_RENEW_SECS:
+            return
+        self._rq_renewed = time.monotonic()
+        super().set_current_job_working_time(self.current_job_working_time)
+        super().maintain_heartbeats(job)
+
+    def set_current_job_working_time(self, current_job_working_time: float, pipeline: Any = None) -> None:
+        """RQ's monitor sets the running job's working time at each wake: kept here, and written with RQ's
+        renewal (`maintain_heartbeats`); its reset to 0 as the job ends is written at once."""
+        if pipeline is None and current_job_working_time and self.horse_pid:
+            self.current_job_working_time = current_job_working_time
+            return
+        super().set_current_job_working_time(current_job_working_time, pipeline)
 
     def check_stopped_horse(self) -> None:
         """Kill the running horse once it has been stopped (SIGSTOP, SIGTSTP: `stopped`) for

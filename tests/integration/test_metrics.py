@@ -34,6 +34,7 @@ EVERY_METRIC = {
     "jobpool_queue_oldest_age_seconds", "jobpool_workers_live", "jobpool_transitions",
     "jobpool_probe_results", "jobpool_sweep_duration_seconds", "jobpool_job_duration_seconds",
     "jobpool_recoveries", "jobpool_promotion_paused", "jobpool_redis_reachable", "jobpool_healthy",
+    "jobpool_sweep_overruns",
 }
 
 
@@ -120,6 +121,7 @@ def test_a_fleet_in_a_known_state_is_what_metrics_says(pool: Pool, spawn: Callab
     sweeps = value(s, "jobpool_sweep_duration_seconds_count")
     assert sweeps >= 1 and value(s, "jobpool_sweep_duration_seconds_bucket", le="+Inf") == sweeps
     assert value(s, "jobpool_sweep_duration_seconds_sum") > 0
+    assert value(s, "jobpool_sweep_overruns_total") == 0  # a sweep of a few rows fits its interval
     # Another supervisor (the first one gone) serves the very same counters: they live in Redis.
     sup.stop()
     port2 = free_port()

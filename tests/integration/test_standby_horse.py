@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
@@ -121,6 +122,36 @@ def test_rqs_record_of_the_worker_after_jobs_whose_horses_said_done_early(
                         message="RQ counted the three deliveries")
     assert record["state"] == "idle"
     assert "current_job" not in record, record
+
+
+def test_rqs_records_of_a_running_job_are_renewed_at_rqs_period_not_at_each_wake(
+        sub_pool: Pool, spawn: Callable[..., JobpoolProcess], tmp_path: Path) -> None:
+    """RQ's monitor wakes every second (the drain bound), and used to renew RQ's records at each wake: a
+    transaction per running job per second. They are renewed every `RQ_RENEW_SECS` now (RQ's working time
+    with them), and stay alive meanwhile: the worker's hash, and the delivery in RQ's started registry."""
+    worker = spawn(**SUB, JOBPOOL_HEARTBEAT_SECS="0.5")
+    one_standby(worker.pid)
+    job_id, go = gated(sub_pool, tmp_path)
+    eventually(lambda: sub_pool.get(job_id).identity, timeout=20, message="the job was launched")
+    client = sub_pool.store.client
+    (key,) = [cast(str, k) for k in client.smembers(f"rq:workers:{sub_pool.keys.rq_queue_name}")]
+    beats: set[str] = set()
+
+    def beat_seen() -> bool:  # jobpool's own lease renewal, every 0.5 s: a clock the worker keeps
+        beats.add(cast(str, client.hget(sub_pool.keys.job(job_id), "heartbeat_at")))
+        return len(beats) >= 6
+
+    eventually(beat_seen, timeout=30, message="six of the job's own heartbeats: its horse ran 2.5 s or more")
+    assert float(cast(str, client.hget(key, "current_job_working_time")) or 0) == 0, \
+        "RQ's working time not written at each of the monitor's wakes"
+    assert client.ttl(key) > 0, "the worker's hash lives on"
+    started = f"rq:wip:{sub_pool.keys.rq_queue_name}"
+    assert any(m.startswith(job_id) for m in cast("list[str]", client.zrange(started, 0, -1))), \
+        "the delivery is in RQ's started registry"
+    assert min(cast("list[tuple[str, float]]", client.zrange(started, 0, -1, withscores=True)),
+               key=lambda m: m[1])[1] > time.time(), "and not expired there"
+    go.touch()
+    assert sub_pool.wait(job_id, timeout=30).state is JobState.SUCCEEDED
 
 
 def test_a_suspended_worker_takes_no_job_until_resumed(sub_pool: Pool, spawn: Callable[..., JobpoolProcess],

@@ -31,7 +31,9 @@ from rq.serializers import JSONSerializer
 
 from jobpool import Pool
 from jobpool.contract import RQ_QUEUE_PREFIX
+from jobpool.exporter import PoolCollector
 from jobpool.metrics import read_counters
+from jobpool.status import read_status
 from jobpool.store.keys import worker_name
 from jobpool.supervisor import ContainerProber, Kind, Supervisor, reconcile, run_supervisor, stop_orphan
 from jobpool.workers.attempt import Attempt
@@ -627,7 +629,14 @@ def test_a_sweep_longer_than_the_interval_says_so(
         last = json.loads(cast(str, pool.store.client.get(pool.keys.last_sweep)))
         assert (last["overran"], last["interval_ms"]) == (True, 200)
         assert read_counters(pool.store).sweep_overruns == 1
+        served = {m.name: m for m in PoolCollector(pool.store).collect()}  # what /metrics serves
+        assert [s.value for s in served["jobpool_sweep_overruns"].samples] == [1]
+        status = read_status(pool.store)  # `jobpool status` warns of it, text and --json
+        assert status.last_sweep is not None and status.last_sweep.overran
+        assert status.to_dict()["last_sweep"]["overran"] is True
+        assert any("longer than its interval of 0.2 s" in w for w in status.health.warnings), status.health
         assert not sup.sweep().overran and read_counters(pool.store).sweep_overruns == 1
+        assert not any("longer than its interval" in w for w in read_status(pool.store).health.warnings)
     finally:
         sup.close()
 
