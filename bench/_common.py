@@ -8,10 +8,13 @@ nothing behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -172,3 +175,41 @@ def loadavg() -> str:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         return "?"
+
+
+class TreeChild:
+    """A process of its own running `code` (python -c) over the jobpool of source `tree` (the code before a
+    change, or after it), driven by lines: it is sent a command line, it answers one JSON line. The baseline
+    and the change run side by side this way in bench/scrape.py and bench/sweep_fleet.py."""
+
+    def __init__(self, name: str, tree: Path, code: str, cfg: dict[str, Any], close_secs: float = 60) -> None:
+        self.name, self.close_secs = name, close_secs
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        self.proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(cfg)], cwd=tree, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.hello: Any = self.read()
+
+    def read(self) -> Any:
+        """The child's next JSON line."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name}'s process exited ({self.proc.wait()})")
+        return json.loads(line)
+
+    def ask(self, command: str) -> Any:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=self.close_secs)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

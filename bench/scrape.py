@@ -29,12 +29,9 @@ scrape and per status read that do not grow with the running jobs; a scrape with
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
@@ -42,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
+from bench._common import TreeChild
 from jobpool import Pool
 from jobpool.config import Settings
 from jobpool.fleet.inventory import FORGET_MS, encode
@@ -91,42 +89,17 @@ def _term_to_exit(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-class Child:
+class Child(TreeChild):
     """One tree's process: both pools' metrics servers, and status reads on command."""
 
     def __init__(self, name: str, tree: Path, url: str) -> None:
-        self.name = name
-        cfg = {"url": url, "ports": {p: free_port() for p in POOLS}}
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg)], cwd=tree, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.urls: dict[str, str] = json.loads(self._line())
-
-    def _line(self) -> str:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.name}'s server exited ({self.proc.wait()})")
-        return line
+        super().__init__(name, tree, CHILD, {"url": url, "ports": {p: free_port() for p in POOLS}}, 30)
+        self.urls: dict[str, str] = self.hello
 
     def status(self, pool: str, n: int) -> tuple[list[float], int]:
         """`n` status reads of `pool`: each one's ms, and the size of its JSON document."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(f"status {pool} {n}\n")
-        self.proc.stdin.flush()
-        reply = json.loads(self._line())
+        reply = self.ask(f"status {pool} {n}")
         return list(reply["ms"]), int(reply["bytes"])
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def through_scripts(pool: Pool, n: int) -> list[str]:

@@ -32,13 +32,11 @@ import argparse
 import contextlib
 import cProfile
 import io
-import json
 import logging
 import os
 import pstats
 import random
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -60,6 +58,7 @@ from jobpool.supervisor import ContainerProber, Supervisor
 from jobpool.workers.attempt import Attempt
 from tests.support.servers import DockerDaemon, RedisServer
 
+from ._common import TreeChild
 from .sweep import valid_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,39 +199,15 @@ def recovery_set(pool: Pool, fleet: Fleet, share: float, rng: random.Random) -> 
     return exited, absent
 
 
-class Child:
+class Child(TreeChild):
     """A supervisor of one tree in a process of its own, swept on command."""
 
     def __init__(self, name: str, tree: Path, cfg: dict[str, Any]) -> None:
-        self.name = name
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg)], cwd=tree, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert json.loads(self._line())["ready"]
-
-    def _line(self) -> str:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.name}'s supervisor exited ({self.proc.wait()})")
-        return line
+        super().__init__(name, tree, CHILD, cfg)
+        assert self.hello["ready"]
 
     def sweep(self, n: int) -> list[dict[str, Any]]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(f"sweep {n}\n")
-        self.proc.stdin.flush()
-        return list(json.loads(self._line()))
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        return list(self.ask(f"sweep {n}"))
 
 
 def commandstats(pool: Pool) -> dict[str, tuple[int, int]]:
