@@ -36,6 +36,7 @@ from .contract import JobState
 from .metrics import TERMINAL_STATES, Counters, Histogram, ServedCounters, read_counters
 from .status import StatusReport, read_status
 from .store.calls import Store
+from .store.redispolicy import Verdict
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -62,6 +63,18 @@ def gauges(report: StatusReport) -> Iterator[Metric]:
     if not report.reachable:
         return
     yield _gauge("jobpool_healthy", "1 when `jobpool status` would say healthy.", pool, int(report.healthy))
+    policy = report.redis_policy
+    if policy is not None:
+        yield _gauge("jobpool_redis_eviction_policy_ok", "1 when Redis's maxmemory-policy is noeviction; 0 "
+                     "when it may evict jobpool's keys or could not be read (`jobpool status` says which).",
+                     pool, int(policy.verdict is Verdict.OK))
+    sweep = report.last_sweep
+    if sweep is not None:
+        yield _gauge("jobpool_last_sweep_age_seconds", "Seconds since the last sweep any supervisor recorded "
+                     "(absent: none ever).", pool, max(0, sweep.age_ms) / 1000)
+        if sweep.interval_ms:
+            yield _gauge("jobpool_sweep_interval_seconds", "The sweep interval the last sweep ran under.",
+                         pool, sweep.interval_ms / 1000)
     slots = report.slots
     if slots is not None:
         yield _gauge("jobpool_slots_max", "The fleet-wide limit of jobs running at once.", pool, slots.max)

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import os
 import socket
-import urllib.request
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import redis
-from prometheus_client.parser import text_string_to_metric_families
 
 from jobpool import JobState, Pool
 from jobpool.contract import JOB_DURATION_BUCKETS
@@ -22,52 +19,20 @@ from jobpool.procid import kernel_boot_id, pid_namespace, start_time
 from tests.support.attempts import claim
 from tests.support.bad_input import cli, one_line_error
 from tests.support.constants import IMAGE, SUB
+from tests.support.metrics_scrape import Samples, scrape, start_supervisor, value
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
 from tests.support.servers import RedisServer, free_port
 from tests.support.snapshot import keyspace
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 EVERY_METRIC = {
     "jobpool_slots_max", "jobpool_slots_used", "jobpool_slots_unknown", "jobpool_jobs",
     "jobpool_queue_oldest_age_seconds", "jobpool_workers_live", "jobpool_transitions",
     "jobpool_probe_results", "jobpool_sweep_duration_seconds", "jobpool_job_duration_seconds",
     "jobpool_recoveries", "jobpool_promotion_paused", "jobpool_redis_reachable", "jobpool_healthy",
-    "jobpool_sweep_overruns",
+    "jobpool_sweep_overruns", "jobpool_redis_eviction_policy_ok", "jobpool_last_sweep_age_seconds",
+    "jobpool_sweep_interval_seconds",
 }
-
-
-def scrape(port: int) -> tuple[set[str], Samples]:
-    """The metric families and every sample of one scrape, keyed by (sample name, its labels)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        assert reply.status == 200
-        text = reply.read().decode()
-    families, samples = set(), {}
-    for family in text_string_to_metric_families(text):
-        families.add(family.name)
-        for s in family.samples:
-            samples[(s.name, frozenset(s.labels.items()))] = s.value
-    return families, samples
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples[(name, frozenset({"pool": "it", **labels}.items()))]
-
-
-def serving(port: int) -> Callable[[], Any]:
-    def ready() -> Any:
-        try:
-            return scrape(port)
-        except OSError:
-            return None
-    return ready
-
-
-def start_supervisor(spawn: Callable[..., JobpoolProcess], port: int, **env: str) -> JobpoolProcess:
-    sup = spawn("jobpool.cli", ("supervisor",), JOBPOOL_METRICS_PORT=str(port), **env)
-    eventually(serving(port), timeout=30, message=f"the supervisor serving /metrics on {port}")
-    return sup
 
 
 def test_a_fleet_in_a_known_state_is_what_metrics_says(pool: Pool, spawn: Callable[..., JobpoolProcess],
