@@ -18,6 +18,7 @@ from .errors import (
     NotFound,
     NotOwner,
     NotReplicated,
+    PoolTooNew,
     RedisUnavailable,
 )
 from .fleet.daemonmark import forget_collision
@@ -33,5 +34,5 @@ __all__ = [
     # errors
     "JobpoolError", "ConfigError", "InvalidSpec", "InvalidArgument", "NotFound", "InvalidState",
     "NotOwner", "Conflict", "AlreadyExists", "CorruptRow", "RedisUnavailable", "NotReplicated",
-    "JobTimeout",
+    "JobTimeout", "PoolTooNew",
 ]

@@ -56,6 +56,9 @@ RETRY_DELAY_SECS = 10
 RETRY_DELAY_MAX_SECS = 3600
 #: The most jobs one job may wait for (`after`).
 MAX_AFTER = 256
+#: The layout of keys and rows this release writes and reads (jobpool/store/schema.py): raised by a release
+#: that changes it, with its step in jobpool/migrate.py. 1: jobpool 0.1.0's, which recorded none.
+SCHEMA_VERSION = 1
 #: The default of JOBPOOL_RESERVE_AFTER_SECS: a queued job passed over this long gets a reservation.
 RESERVE_AFTER_SECS = 300
 #: About how many entries the pool's event stream keeps by default (XADD MAXLEN ~ in scripts/_lib.lua; the
@@ -175,6 +178,7 @@ SWEEP_DURATION_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 100
 #: (jobpool/store/luatext.py).
 LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "EXIT_TEMPFAIL": EXIT_TEMPFAIL,
+    "SCHEMA_VERSION": SCHEMA_VERSION,
     "MAX_SLOTS": MAX_SLOTS,
     "MAX_PRIORITY": MAX_PRIORITY,
     "MAX_LIMIT": MAX_LIMIT,

@@ -97,5 +97,10 @@ class JobTimeout(JobpoolError, TimeoutError):
     """`Pool.wait` gave up before the job reached the state waited for."""
 
 
+class PoolTooNew(JobpoolError):
+    """The pool's Redis holds a layout of keys and rows newer than this release knows
+    (jobpool/store/schema.py): nothing was written; upgrade jobpool on this host."""
+
+
 class InvalidArgument(JobpoolError, ValueError):
     """An argument to an API call is out of range (a negative slot count, an empty id)."""

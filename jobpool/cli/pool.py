@@ -1,5 +1,5 @@
-"""The pool commands: `slots`, `limit`, `status`, `events`, and the operator's `reconcile`, `prune` and
-`forget-daemon` and `forget-collision`."""
+"""The pool commands: `slots`, `limit`, `status`, `events`, and the operator's `reconcile`, `prune`,
+`forget-daemon`, `forget-collision` and `migrate`."""
 
 from __future__ import annotations
 
@@ -201,5 +201,20 @@ def forget_collision_command(state: CliState, daemon_id: str, note: str) -> None
                        "their marks agree")
 
 
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Say what it would do; change nothing.")
+@pool_command
+def migrate(state: CliState, dry_run: bool) -> None:
+    """Bring the pool's Redis to the layout of keys and rows this jobpool writes.
+
+    Run it once per pool when the CHANGELOG says an upgrade needs it, after the supervisors are upgraded
+    (docs/architecture.md, "Upgrades"). Idempotent and resumable: run again, it does nothing more, and one
+    that stopped part way resumes. A pool newer than this jobpool is refused, unchanged."""
+    from ..migrate import migrate as run  # here: no other command needs it
+
+    done = run(state.pool().store, dry_run=dry_run)
+    state.emit(done.to_dict(), done.line)
+
+
 COMMANDS = (slots, limit, status, events, reconcile, prune, forget_daemon_command,
-            forget_collision_command)
+            forget_collision_command, migrate)

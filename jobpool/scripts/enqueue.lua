@@ -173,7 +173,7 @@ for i = 1, njobs do
   end
 end
 if not stored then  -- a new pool: its queued jobs are in `ready` from the start (promote_candidates)
-  redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', DEFAULT_SLOTS, 'ready_kept', 1)
+  redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', DEFAULT_SLOTS, 'ready_kept', 1, 'schema', SCHEMA_VERSION)
 end
 local now = now_ms()
 local rq_created_at = iso_utc(now)

@@ -15,13 +15,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis
 from rq.connections import parse_connection
 
+from .. import errors
 from ..config import Settings
 from ..errors import JobpoolError
+from . import schema
 from .eventreads import EventReads
 from .fleetreads import FleetReads
 from .luatext import shape
@@ -119,6 +121,7 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         self.scripts = Scripts(client, settings.max_concurrent_jobs, settings.events_maxlen,
                                settings.redis_wait_replicas, settings.redis_wait_timeout_secs,
                                settings.reserve_after_secs, settings.retry_delay_max_secs)
+        self.scripts.config_key, self.scripts.pool = self.keys.config, self.keys.pool
         #: Each script's pool keys, in the order its header names them (luatext.shape): after its own KEYS.
         self._pool_keys = {name: self.keys.named(shape(name).pool_keys) for name in SCRIPT_NAMES}
 
@@ -283,6 +286,28 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         reply = self.run("limit", self.candidates(CANDIDATES_ON_PROMOTE), args)
         return LimitSet(old=None if reply[1] == "" else int(reply[1]), promoted=int(reply[2]),
                         why_stopped=reply[3])
+
+    def check_schema(self) -> int:
+        """The pool's layout version, read now; `PoolTooNew` when this release does not know it (what a
+        process does at its start, beside `check_policy`: jobpool/store/schema.py)."""
+        return cast(int, self.scripts.check_schema(force=True))
+
+    def recorded_schema(self) -> str | None:
+        """The layout version the pool records, as stored (None: none recorded, a pool of jobpool 0.1.0)."""
+        raw = call_redis(self.client.hget, self.keys.config, schema.FIELD,
+                         what="reading the pool's layout version")
+        return None if raw is None else str(raw)
+
+    def set_schema(self, version: int) -> str:
+        """Record that the pool holds layout `version` (scripts/set_schema.lua): the version recorded before
+        ('' for none); `PoolTooNew` when the pool records a newer one (nothing changed)."""
+        try:
+            return str(self.run("set_schema", [], [version])[1])
+        except JobpoolError as exc:
+            if not isinstance(exc, errors.Conflict):
+                raise
+            schema.refuse_newer(self.keys.pool, self.recorded_schema())
+            raise  # recorded newer than `version`, yet known to this release: a caller's mistake
 
     def set_slots(self, n: int, actor: str) -> SlotsSet:
         reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, actor])

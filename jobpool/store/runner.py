@@ -14,6 +14,7 @@ directly (`_held_call`), without redis-py's per-command layers; its failures are
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ import redis
 from redis.commands.core import Script
 
 from .. import contract, errors
+from . import schema
 from .luatext import script_text, shape
 
 log = logging.getLogger("jobpool")
@@ -47,7 +49,7 @@ SCRIPT_NAMES = (
     "reconcile_apply", "drop_ghost", "prune", "inventory_lead", "publish_inventory",
     "push_command", "take_commands", "command_done", "forget_daemon", "unforget_daemon",
     "daemon_mark", "daemon_unmark", "give_back", "forget_collision", "limit", "time_out", "release_waiting",
-    "retry_job", "schedule_set", "schedule_remove", "schedule_pause", "schedule_skip",
+    "retry_job", "schedule_set", "schedule_remove", "schedule_pause", "schedule_skip", "set_schema",
 )
 
 #: The one table from script status codes to exceptions (codes are documented in scripts/_lib.lua).
@@ -259,6 +261,26 @@ class Scripts:
         self._settings: dict[str, tuple[int, ...]] = {
             name: tuple(values[s] for s in shape(name).settings) for name in SCRIPT_NAMES
         }
+        #: The pool's config hash and name, set by its store: before a state change, and again once
+        #: `schema.RECHECK_SECS` have passed, the pool's layout version is read, and a pool newer than this
+        #: release knows is refused (`PoolTooNew`) with nothing written (jobpool/store/schema.py).
+        self.config_key: str | None = None
+        self.pool = ""
+        self._schema_read_at = -math.inf
+
+    def check_schema(self, conn: redis.Redis | None = None, force: bool = False) -> int | None:
+        """The pool's layout version, read unless it was read within `schema.RECHECK_SECS` (None then);
+        `PoolTooNew` when it is newer than this release knows."""
+        if self.config_key is None or (not force and time.monotonic() - self._schema_read_at
+                                       < schema.RECHECK_SECS):
+            return None
+        try:
+            raw = (conn or self.client).hget(self.config_key, schema.FIELD)
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, "reading the pool's layout version") from None
+        version = schema.refuse_newer(self.pool, raw)
+        self._schema_read_at = time.monotonic()
+        return version
 
     def run(self, op: str, keys: Sequence[str], args: Sequence[Any],
             client: redis.Redis | None = None, meanwhile: Callable[[], None] | None = None) -> list[Any]:
@@ -277,6 +299,7 @@ class Scripts:
         server runs the script, otherwise before the call. If it raises, that is raised and the call's
         outcome is unknown, as for a lost reply."""
         conn = client or self.client
+        self.check_schema(conn)
         deadline, delay = time.monotonic() + FAILOVER_RETRY_SECS, 0.05
         once = _once(meanwhile) if meanwhile is not None else None  # a call sent again does not run it again
         while True:
@@ -307,6 +330,7 @@ class Scripts:
         `FAILOVER_RETRY_SECS` pass. Anything else that says Redis cannot serve (unreachable, a WAIT short of
         its replicas) fails the whole call with `RedisUnavailable`: which of them ran is then unknown, as for
         one lost reply, so each must be a compare-and-set its caller can judge again."""
+        self.check_schema()
         script = self._scripts[op]
         replies: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))

@@ -51,6 +51,7 @@ def _check_redis(sup: Supervisor, once: bool, timers: Timers | None = None) -> b
     unless `once`, the loop's mark on its daemon is made (its first write) and its `timers` start."""
     store = sup.store
     store.check_policy()
+    store.check_schema()  # PoolTooNew: a pool this release does not know is not swept
     if not once and sup.marker is None:
         sup.marker = _mark_daemon(store, sup.prober)
     if timers is not None:
@@ -101,7 +102,9 @@ def run_supervisor(settings: Settings, once: bool = False, stop_event: threading
                 checked = checked or _check_redis(sup, once, timers)  # before the first write
                 last = sup.sweep()
             except errors.JobpoolError as exc:
-                if once or isinstance(exc, EvictingRedis):  # refused: one line, said by whoever started it
+                # Refused (a Redis that evicts, a pool newer than this release): one line, said by whoever
+                # started it.
+                if once or isinstance(exc, EvictingRedis | errors.PoolTooNew):
                     raise
                 log.error("sweep of pool %s failed: %s", settings.pool, exc)
             except Exception:  # a dead supervisor wedges the queue; log and sweep again

@@ -39,6 +39,7 @@ def run_worker(settings: Settings, burst: bool = False) -> int:
     rows."""
     store = Store.from_settings(settings)
     store.check_policy()
+    store.check_schema()  # PoolTooNew: a pool this release does not know is not written to
     daemon_id, api_version, live_restore = establish_daemon(settings)
     boot = Boot(store, settings.executor, daemon_id)
     boot.set_live_restore(live_restore)
