@@ -97,8 +97,12 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The previous release installed in a directory of its own (its wheel, built from its commit), to put
     first on PYTHONPATH; its dependencies are this release's."""
     work = tmp_path_factory.mktemp("previous")
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", PREVIOUS],
-                             capture_output=True, check=False)
+    git = ["git", "-C", str(ROOT)]
+    shallow = subprocess.run([*git, "rev-parse", "--is-shallow-repository"], capture_output=True, text=True,
+                             check=False)
+    if shallow.stdout.strip() == "true":  # a shallow clone (a CI's) has not got the commit: fetch history
+        subprocess.run([*git, "fetch", "--quiet", "--unshallow"], capture_output=True, check=False)
+    archive = subprocess.run([*git, "archive", "--format=tar", PREVIOUS], capture_output=True, check=False)
     assert archive.returncode == 0, f"commit {PREVIOUS} (the previous release) must be in this clone: " \
                                     f"{archive.stderr.decode()[-500:]}"
     src = work / "src"
