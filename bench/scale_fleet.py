@@ -326,8 +326,9 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
           f"({cmd_us / 10_000:.1f} % of a core), by command:")
     print(sr.show_profile(prof, sample, "second", top=10))
     hb = settings.heartbeat_secs
-    print(f"  the daemon marks' reads (each worker reads its identity's index and its processes' records each "
-          f"{hb:g} s; one process a period reads the pool-wide index and one field of each record) take {100 * marks_us / max(cmd_us, 1):.0f} % of that time; "
+    print(f"  the daemon marks' reads (each worker reads its identity's index and its processes' records "
+          f"each {hb:g} s; one process a period reads the pool-wide index and one field of each record) "
+          f"take {100 * marks_us / max(cmd_us, 1):.0f} % of that time; "
           f"the rest is {(cmd_us - marks_us) / 1000:.0f} ms a second, "
           f"{(cmd_us - marks_us) * hb / workers:.0f} us per worker per {hb:g} s")
     split = sr.script_split(entries, names)

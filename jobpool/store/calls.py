@@ -450,17 +450,22 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
     def daemon_mark(self, process_id: str, ttl_ms: int, forget_ms: int, fields: Iterable[tuple[str, str]],
                     scan_ms: int = 0) -> Marked:
         """Register (or refresh) one process that marked its Docker daemon, its record's `fields` in order
-        (`daemon_id` among them: the identity's index it enters). `scan_ms`: the caller takes the pool's turn
-        to index unindexed records for that long when no one holds it (`Marked.scan`; 0: never)."""
+        (`daemon_id` among them: the identity's index it enters; a `collision` reported is recorded).
+        `scan_ms`: the caller takes the pool's turn to index unindexed records for that long when no one
+        holds it (`Marked.scan`; 0: never)."""
         k = self.keys
         args: list[Any] = [process_id, ttl_ms, forget_ms, scan_ms]
-        daemon_id = ""
-        for name, value in fields:
+        given = dict(fields)
+        for name, value in given.items():
             args += [name, value]
-            if name == "daemon_id":
-                daemon_id = value
-        reply = self.run("daemon_mark", [k.daemon_mark(process_id), k.daemon_marks, k.shared_daemons,
-                                         k.daemon_marks_of(daemon_id), k.daemon_marks_scan], args)
+        keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_marks_of(given.get("daemon_id", "")),
+                k.daemon_marks_scan]
+        # A report of a collision is recorded in `shared_daemons` too, by a script of its own: the period's
+        # refresh, the common call, runs a script without the event's definitions (jobpool/store/luatext.py).
+        if given.get("collision"):
+            reply = self.run("daemon_collision", [*keys, k.shared_daemons], args)
+        else:
+            reply = self.run("daemon_mark", keys, args)
         return Marked(at=int(reply[1]), recorded=bool(int(reply[2])), scan=bool(int(reply[3])))
 
     def daemon_mark_index(self, records: Iterable[tuple[str, str]]) -> int:
