@@ -19,7 +19,8 @@ costs Redis what the processes of one identity hold, not the fleet's.
   and for `status` to read;
 - anything else (I am not registered yet, a peer has not yet seen my mark): not trusted, with the reason.
 
-A collision is **remembered**: the script that writes a record reporting one also records it in the pool's
+A collision is **remembered**: the script that writes a record reporting one (scripts/daemon_collision.lua)
+also records it in the pool's
 `shared_daemons` hash (identity -> the line, when, by whom), and it stands there until an operator clears it
 (`forget_collision`, `jobpool forget-collision`) once one of the daemons has an identity of its own. The
 death of the processes on either side ends nothing: a clone's containers run on when every jobpool process

@@ -1187,7 +1187,9 @@ local function write_mark(rec, index, of_daemon, scan_turn, collision_allowed)
     if ARGV[i] == 'collision' then collision = ARGV[i + 1] end
   end
   local prefix = string.sub(index, 1, -#'daemon_marks' - 1)
-  if daemon == '' or of_daemon ~= prefix .. 'daemon_marks_of:' .. daemon then return nil, 'daemon mark index' end
+  if daemon == '' or of_daemon ~= prefix .. 'daemon_marks_of:' .. daemon then
+    return nil, 'daemon mark index'
+  end
   if (collision ~= '') ~= collision_allowed then return nil, 'collision' end
   local at = now_ms()
   redis.call('DEL', rec)
@@ -1197,7 +1199,8 @@ local function write_mark(rec, index, of_daemon, scan_turn, collision_allowed)
   redis.call('PEXPIRE', rec, ttl)
   redis.call('ZADD', index, at, id)
   redis.call('ZREMRANGEBYSCORE', index, '-inf', at - forget)
-  if key_type(of_daemon) ~= 'zset' and key_type(of_daemon) ~= 'none' then redis.call('DEL', of_daemon) end
+  local kind = key_type(of_daemon)
+  if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', of_daemon) end
   redis.call('ZADD', of_daemon, at + ttl, id)
   redis.call('ZREMRANGEBYSCORE', of_daemon, '-inf', at)
   redis.call('PEXPIREAT', of_daemon, tonumber(redis.call('ZRANGE', of_daemon, -1, -1, 'WITHSCORES')[2]))

@@ -22,7 +22,8 @@ for i = 1, NKEYS, 2 do
   local left = redis.call('PTTL', rec)
   if key_type(rec) == 'hash' and left > 0 and redis.call('HEXISTS', rec, 'indexed') == 0
       and redis.call('HGET', rec, 'daemon_id') == daemon then
-    if key_type(of_daemon) ~= 'zset' and key_type(of_daemon) ~= 'none' then redis.call('DEL', of_daemon) end
+    local kind = key_type(of_daemon)
+    if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', of_daemon) end
     redis.call('ZADD', of_daemon, now + left, id)
     redis.call('ZREMRANGEBYSCORE', of_daemon, '-inf', now)
     redis.call('PEXPIREAT', of_daemon, tonumber(redis.call('ZRANGE', of_daemon, -1, -1, 'WITHSCORES')[2]))

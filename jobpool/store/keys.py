@@ -98,7 +98,7 @@ class PoolKeys:
         #: release's: scripts/daemon_mark.lua, daemon_mark_index.lua): its process id, for a period.
         self.daemon_marks_scan = p + "daemon_marks_scan"
         #: Daemon identities two Docker daemons were found to share (jobpool/fleet/daemonmark.py): identity ->
-        #: JSON {line, at, by}, written by scripts/daemon_mark.lua when a process concludes a collision,
+        #: JSON {line, at, by}, written by scripts/daemon_collision.lua when a process concludes a collision,
         #: removed only by an operator (scripts/forget_collision.lua). Bounded by the fleet's identities.
         self.shared_daemons = p + "shared_daemons"
         # Order and limits (scripts/_lib.lua "Order and limits"; docs/architecture.md).
