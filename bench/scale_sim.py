@@ -6,11 +6,11 @@ checked against a real worker by `bench.scale --parts calibrate`):
 
 - its boot record, every `heartbeat_secs` (workers/boot.py `Boot.beat`: one MULTI of four commands): the real
   `Boot.beat`;
-- its daemon mark's round, every `heartbeat_secs` (fleet/daemonmark.py `Marker._round`): the index of marks
-  (ZRANGE), every process's mark record (one HGETALL each, pipelined: `read_peers`), the standing collision on
-  its daemon (HGET) and its own record (scripts/daemon_mark.lua): the HGET and the script through the real
-  store, the two reads as the same commands on a lean connection (`Lean`): redis-py cannot parse the 200,000
-  records a second that 1,000 workers read on this machine's two cores, and the load on Redis is the point;
+- its daemon mark's round, every `heartbeat_secs` (fleet/daemonmark.py `Marker._round`): its identity's index
+  of marks (ZRANGE), the records of the processes there (one HGETALL each, pipelined: `read_peers`), the
+  standing collision on its daemon (HGET) and its own record (scripts/daemon_mark.lua), which gives one
+  process a period the turn to index records of an earlier release (`index_unindexed`: the pool-wide index
+  and one HMGET per record): all through the real store and functions;
 - its inventory publisher's period, every `inventory_secs` (workers/inventory.py `InventoryPublisher.tick`):
   the real `tick`, with a stand-in for the Docker daemon it lists (`StandInProber`: the daemon's identity and
   the containers it is given, no calls); the first worker of a daemon to ask holds the lead and publishes,
@@ -76,34 +76,6 @@ def encode(*args: Any) -> bytes:
         b = a if isinstance(a, bytes) else str(a).encode()
         out.append(b"$%d\r\n%s\r\n" % (len(b), b))
     return b"".join(out)
-
-
-class Lean:
-    """A bare connection: commands written as RESP, replies parsed by hiredis, nothing else (no per-command
-    layers: the client's cost is not what is measured)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.sock = socket.create_connection((host, port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = hiredis.Reader()
-
-    def round_trip(self, payload: bytes, n: int) -> list[Any]:
-        """Send `payload` (n commands) in one write; the n replies."""
-        self.sock.sendall(payload)
-        replies: list[Any] = []
-        while len(replies) < n:
-            reply = self.reader.gets()
-            if reply is False:
-                data = self.sock.recv(1 << 20)
-                if not data:
-                    raise ConnectionError("redis closed the connection")
-                self.reader.feed(data)
-            else:
-                replies.append(reply)
-        return replies
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def summary(pool: str, job_id: str, boot: str, container_id: str) -> dict[str, Any]:
@@ -172,7 +144,7 @@ class SimWorker:
         self.publisher.on_earlier_boot = lambda _identity: None  # a worker listens on those queues
         self.peers_on_daemon = peers_on_daemon
         settings = store.settings
-        period = max(settings.heartbeat_secs, daemonmark.MIN_PERIOD_SECS)
+        period = self.mark_period = max(settings.heartbeat_secs, daemonmark.MIN_PERIOD_SECS)
         self.mark_ttl_ms = int(max(settings.lease_secs, 4 * period) * 1000)
         self.mark_fields = {"role": "worker", "host": socket.gethostname(), "pid": "4242",
                             "docker_host": "unix:///var/run/docker.sock", "daemon_id": daemon,
@@ -185,24 +157,18 @@ class SimWorker:
         self.boot.beat()
 
     def write_mark(self) -> None:
-        self.store.daemon_mark(self.id, self.mark_ttl_ms, 10 * self.mark_ttl_ms,
-                               list(self.mark_fields.items()))
-
-    def mark_round_here(self, lean: Callable[[], Lean]) -> Callable[[], None]:
-        """`mark_round` on the calling thread's lean connection."""
-        return lambda: self.mark_round(lean())
+        marked = self.store.daemon_mark(self.id, self.mark_ttl_ms, 10 * self.mark_ttl_ms,
+                                        list(self.mark_fields.items()), int(self.mark_period * 1000))
+        if marked.scan:
+            daemonmark.index_unindexed(self.store)
 
     def tick(self) -> None:
         self.publisher.tick()
 
-    def mark_round(self, lean: Lean) -> None:
-        """`Marker._round`'s Redis calls: the index and every record, the standing collision, its own record
-        (its `verified`: the other processes on its daemon, whose marks it found there)."""
-        keys = self.store.keys
-        ids = lean.round_trip(encode("ZRANGE", keys.daemon_marks, 0, -1), 1)[0]
-        if ids:
-            payload = b"".join(encode("HGETALL", keys.daemon_mark(i.decode())) for i in ids)
-            lean.round_trip(payload, len(ids))
+    def mark_round(self) -> None:
+        """`Marker._round`'s Redis calls: its identity's index and records, the standing collision, its own
+        record (its `verified`: the other processes on its daemon, whose marks it found there)."""
+        daemonmark.read_peers(self.store, self.daemon)
         self.store.standing_collision(self.daemon)
         self.mark_fields["verified"] = " ".join(sorted(p for p in self.peers_on_daemon() if p != self.id))
         self.write_mark()
@@ -311,19 +277,11 @@ def child(cfg: Mapping[str, Any]) -> None:
     line = sys.stdin.readline().split()
     end = float(line[1])
     sched = Scheduler(cfg["threads"])
-    local = threading.local()
-
-    def lean() -> Lean:
-        if not hasattr(local, "lean"):
-            local.lean = Lean(host, port)
-        conn: Lean = local.lean
-        return conn
-
     now = time.time()
     hb, inv = settings.heartbeat_secs, settings.inventory_secs
     for w in workers:
         sched.add(now + rng.uniform(0, hb), "boot beat", w.boot.beat, hb)
-        sched.add(now + rng.uniform(0, hb), "mark round", w.mark_round_here(lean), hb)
+        sched.add(now + rng.uniform(0, hb), "mark round", w.mark_round, hb)
         sched.add(now + rng.uniform(0, inv), "inventory tick", w.tick, inv)
     counts: Counter[str] = Counter()
     queues = [[store.keys.daemon_queue(w.daemon), store.keys.rq_queue] for w in workers]

@@ -569,9 +569,9 @@ class _Placement:
 
 def _shared(store: Store) -> dict[str, str]:
     """The standing collisions (one read, whatever the fleet): every process that finds two daemons sharing
-    its identity records it there in the very step that writes its report (scripts/daemon_mark.lua), so the
-    processes' records, one read each, would add nothing. (A report an operator's `forget-collision` missed,
-    a process registering as it ran, stands again at that process's next period.)"""
+    its identity records it there in the very step that writes its report (scripts/daemon_collision.lua), so
+    the processes' records, one read each, would add nothing. (A report an operator's `forget-collision`
+    missed, a process registering as it ran, stands again at that process's next period.)"""
     return {identity: s.line for identity, s in daemonmark.read_standing(store).items()}
 
 

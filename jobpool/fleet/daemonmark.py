@@ -6,8 +6,10 @@ on the daemon. Two daemons share it when one's data root is a copy of the other'
 listing would speak for the other's containers. Nothing the daemons say tells them apart, so each process that
 uses a daemon (a worker, a supervisor's loop) **marks** it with something only that daemon holds: a volume
 `jobpool-daemon-mark-<process id>`, made before the process registers in Redis (`daemon_mark:<id>`,
-scripts/daemon_mark.lua, with its identity, host, DOCKER_HOST and mark). Every period each process lists the
-marks on its own daemon and reads who else claims its identity (`judge`):
+scripts/daemon_mark.lua, with its identity, host, DOCKER_HOST and mark; the script enters it in its identity's
+index, `daemon_marks_of:<identity>`, scored by when the record expires). Every period each process lists the
+marks on its own daemon and reads who else claims its identity, from that index alone (`judge`): a period
+costs Redis what the processes of one identity hold, not the fleet's.
 
 - a live peer's mark is on my daemon, and my mark is on the peer's (the peer says so in its record,
   `verified`): one daemon, trusted;
@@ -17,7 +19,8 @@ marks on its own daemon and reads who else claims its identity (`judge`):
   and for `status` to read;
 - anything else (I am not registered yet, a peer has not yet seen my mark): not trusted, with the reason.
 
-A collision is **remembered**: the script that writes a record reporting one also records it in the pool's
+A collision is **remembered**: the script that writes a record reporting one (scripts/daemon_collision.lua)
+also records it in the pool's
 `shared_daemons` hash (identity -> the line, when, by whom), and it stands there until an operator clears it
 (`forget_collision`, `jobpool forget-collision`) once one of the daemons has an identity of its own. The
 death of the processes on either side ends nothing: a clone's containers run on when every jobpool process
@@ -28,7 +31,13 @@ While its daemon is not trusted, a worker takes no job and publishes no inventor
 supervisor judges no row recorded on that identity (jobpool/supervisor/evidence.py); every supervisor judges
 no row on an identity with a standing or reported collision (`read_collisions`). A process removes its record
 and then its mark as it stops; marks whose process has had no record for `GONE_SECS` are removed by any
-process on the daemon. See docs/architecture.md ("The daemon's identity").
+process on the daemon.
+
+A process of an earlier release (before the per-identity indexes) writes its record and the pool-wide index
+only, and reads every record. So that a pool upgraded process by process keeps every comparison both ways,
+each period one process (the turn daemon_mark.lua gives) enters the records without `indexed` in their
+identity's index (`index_unindexed`, scripts/daemon_mark_index.lua): such a process is read by the others
+within a period of its registering. See docs/architecture.md ("The daemon's identity").
 """
 
 from __future__ import annotations
@@ -118,13 +127,26 @@ def describe(role: str, pid: Any, host: str, docker_host: str) -> str:
     return f"{role or 'process'} pid {pid} on host {host} at DOCKER_HOST {docker_host}"
 
 
-def read_peers(store: Store) -> dict[str, Peer]:
-    """Every live process's record (one read of the index, one pipelined read of the records)."""
-    ids = store.daemon_mark_ids()
+def read_peers(store: Store, identity: str | None = None) -> dict[str, Peer]:
+    """Every live process's record (one read of the index, one pipelined read of the records); with
+    `identity`, those in that identity's index only (scripts/daemon_mark.lua), which holds every live record
+    naming it: what a process comparing its marks needs, at a cost in its identity's processes, not the
+    fleet's. A record there that names another identity now (its process moved) is left out."""
+    ids = store.daemon_mark_ids() if identity is None else store.daemon_mark_ids_of(identity)
     if not ids:
         return {}
     replies = store.daemon_mark_records(ids)
-    return {i: Peer.from_record(i, r) for i, r in zip(ids, replies, strict=True) if isinstance(r, dict) and r}
+    return {i: Peer.from_record(i, r) for i, r in zip(ids, replies, strict=True)
+            if isinstance(r, dict) and r and (identity is None or r.get("daemon_id") == identity)}
+
+
+def index_unindexed(store: Store) -> int:
+    """Enter in their identity's index the live records that lack one: those of processes of an earlier
+    release (before the per-identity indexes), which compare against every record but index none, so that a
+    pool upgraded process by process keeps every comparison both ways. One process at a time does it, each
+    period (the turn daemon_mark.lua gives): one read of the index and one small read per record."""
+    ids = store.daemon_mark_ids()
+    return store.daemon_mark_index(store.daemon_mark_unindexed(ids)) if ids else 0
 
 
 def collisions(peers: Mapping[str, Peer], standing: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -317,7 +339,7 @@ class Marker:
         if self._thread is not None:
             self._thread.join(self.timeout + 1)
         try:
-            self.store.daemon_unmark(self.id)
+            self.store.daemon_unmark(self.id, self.daemon_id)
         except JobpoolError as exc:
             log.warning("could not remove this process's daemon mark record: %s", exc)
         if self.marked:
@@ -373,7 +395,7 @@ class Marker:
         if not self.registered:
             self._register()  # marked first: no peer reads this record while the mark is not there
             self.registered = True
-        peers = read_peers(self.store)
+        peers = read_peers(self.store, ours)
         # Seen dead from here: not waited for. A collision stands whatever becomes of the processes.
         gone = frozenset(i for i, p in peers.items() if i != self.id and p.daemon_id == ours and p.gone())
         standing = read_standing(self.store, ours).get(ours)
@@ -397,8 +419,13 @@ class Marker:
                   "docker_host": self.docker_host, "daemon_id": self.daemon_id, "mark": self.mark,
                   "verified": " ".join(sorted(self._verified)), "collision": self._collision,
                   "process": self._process}
-        self.store.daemon_mark(self.id, self.ttl_ms, 10 * self.ttl_ms,
-                                    [(name, values[name]) for name in FIELDS])
+        marked = self.store.daemon_mark(self.id, self.ttl_ms, 10 * self.ttl_ms,
+                                        [(name, values[name]) for name in FIELDS], int(self.period * 1000))
+        if marked.scan:
+            try:
+                index_unindexed(self.store)
+            except JobpoolError as exc:  # the next holder of the turn does it
+                log.info("could not index the daemon marks of earlier releases: %s", exc)
 
     def _remove_gone(self, client: Any, listed: list[dict[str, Any]], peers: Mapping[str, Peer]) -> None:
         """Marks of this pool on this daemon whose process has had no record for GONE_SECS (never a live

@@ -1161,3 +1161,50 @@ local function lift_gone(gone, returned, daemon, how, by, note, keep, reason, no
     .. (note ~= '' and ('; ' .. note) or ''), by, now)
   return true
 end
+
+-- ---- Daemon marks (jobpool/fleet/daemonmark.py; docs/architecture.md "The daemon's identity") ------------
+-- A process's mark record, written whole by daemon_mark.lua (no collision reported: the common period, kept
+-- short since Redis runs a script's whole text each call) or daemon_collision.lua (one reported, recorded in
+-- shared_daemons with an event). ARGV: process id, record ttl ms, forget ms (entries of `index` older than
+-- this are trimmed), scan ms (how long the turn to index unindexed records lasts; 0: no turn taken), then
+-- field, value, ... The record enters `index` (by refresh) and `of_daemon`, the index of its `daemon_id`
+-- (by when it expires: entries past their score are trimmed, and the index expires with its last record).
+-- It says `indexed`: records without it (an earlier release's) are indexed by whoever holds the turn
+-- (`scan_turn`, daemon_mark_index.lua). Returns at, daemon, collision, took (1 when the turn was taken), or
+-- nil and why for bad arguments (nothing written).
+local function write_mark(rec, index, of_daemon, scan_turn, collision_allowed)
+  local id, ttl, forget, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+  if id == '' or not ttl or ttl <= 0 or ttl ~= math.floor(ttl) or not forget or not scan or scan < 0
+      or scan ~= math.floor(scan) or (NARGV - 4) % 2 ~= 0 then
+    return nil, 'daemon mark'
+  end
+  local fields = {'indexed', '1'}
+  local daemon, collision = '', ''
+  for i = 5, NARGV, 2 do
+    fields[#fields + 1] = ARGV[i]
+    fields[#fields + 1] = ARGV[i + 1]
+    if ARGV[i] == 'daemon_id' then daemon = ARGV[i + 1] end
+    if ARGV[i] == 'collision' then collision = ARGV[i + 1] end
+  end
+  local prefix = string.sub(index, 1, -#'daemon_marks' - 1)
+  if daemon == '' or of_daemon ~= prefix .. 'daemon_marks_of:' .. daemon then
+    return nil, 'daemon mark index'
+  end
+  if (collision ~= '') ~= collision_allowed then return nil, 'collision' end
+  local at = now_ms()
+  redis.call('DEL', rec)
+  fields[#fields + 1] = 'at'
+  fields[#fields + 1] = at
+  redis.call('HSET', rec, unpack(fields))
+  redis.call('PEXPIRE', rec, ttl)
+  redis.call('ZADD', index, at, id)
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', at - forget)
+  local kind = key_type(of_daemon)
+  if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', of_daemon) end
+  redis.call('ZADD', of_daemon, at + ttl, id)
+  redis.call('ZREMRANGEBYSCORE', of_daemon, '-inf', at)
+  redis.call('PEXPIREAT', of_daemon, tonumber(redis.call('ZRANGE', of_daemon, -1, -1, 'WITHSCORES')[2]))
+  local took = 0
+  if scan > 0 and redis.call('SET', scan_turn, id, 'NX', 'PX', scan) then took = 1 end
+  return at, daemon, collision, took
+end

@@ -1,44 +1,19 @@
 --[[ daemon_mark
-Pool keys: events metrics
-Settings: events_maxlen
-KEYS[1]     daemon_mark:<process id>   KEYS[2] daemon_marks   KEYS[3] shared_daemons
+Pool keys: none
+KEYS[1]     daemon_mark:<process id>   KEYS[2] daemon_marks
+KEYS[3]     daemon_marks_of:<daemon identity> (the record's `daemon_id`)   KEYS[4] daemon_marks_scan
 ARGV[1] process id   ARGV[2] record ttl ms   ARGV[3] forget ms (index entries older than this are trimmed)
-ARGV[4..NARGV] field, value, field, value, ... (jobpool/fleet/daemonmark.py FIELDS)
-Returns {0, at, recorded} (at: ms, the server's time; recorded: 1 when this call recorded a new collision);
--6 bad arguments.
-Register (or refresh) one process that marked its Docker daemon (jobpool/fleet/daemonmark.py): its record, written
-whole, lives ARGV[2] ms unless refreshed, so a process that dies drops out on its own; the index says when
-each was last refreshed, for the readers (every process comparing marks, `status`).
-A record whose `collision` is not empty (this process concluded that two daemons share its `daemon_id`) is
-also remembered in shared_daemons (daemon identity -> JSON {line, at, by}), the first report kept, with a
-pool-wide `daemon_collision` event: it stands, whatever becomes of the processes, until an operator clears
-it (forget_collision.lua).
+ARGV[4] scan ms (how long the turn to look for unindexed records lasts; 0: this caller takes no turn)
+ARGV[5..NARGV] field, value, field, value, ... (jobpool/fleet/daemonmark.py FIELDS), `collision` empty
+Returns {0, at, 0, scan} (at: ms, the server's time; scan: 1 when this caller took the pool's turn to index the
+records of processes that do not index their own, daemon_mark_index.lua); -6 bad arguments (a record that
+reports a collision among them: daemon_collision.lua writes it).
+Register (or refresh) one process that marked its Docker daemon (jobpool/fleet/daemonmark.py) and reports no
+collision: its record, written whole, lives ARGV[2] ms unless refreshed, so a process that dies drops out on
+its own; `daemon_marks` says when each was last refreshed, for the readers of the whole fleet (`status`, the
+supervisors' `read_collisions`), and the index of its daemon identity (KEYS[3]) holds it by when its record
+expires: a process comparing marks reads only its own identity's records there (_lib.lua `write_mark`).
 ]]
-local rec, index, shared = KEYS[1], KEYS[2], KEYS[3]
-local id, ttl, forget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-if id == '' or not ttl or ttl <= 0 or ttl ~= math.floor(ttl) or not forget or (NARGV - 3) % 2 ~= 0 then
-  return {E_BAD_ARG, 'daemon mark'}
-end
-local at = now_ms()
-redis.call('DEL', rec)
-local fields = {'at', at}
-local daemon, collision = '', ''
-for i = 4, NARGV, 2 do
-  fields[#fields + 1] = ARGV[i]
-  fields[#fields + 1] = ARGV[i + 1]
-  if ARGV[i] == 'daemon_id' then daemon = ARGV[i + 1] end
-  if ARGV[i] == 'collision' then collision = ARGV[i + 1] end
-end
-redis.call('HSET', rec, unpack(fields))
-redis.call('PEXPIRE', rec, ttl)
-redis.call('ZADD', index, at, id)
-redis.call('ZREMRANGEBYSCORE', index, '-inf', at - forget)
-local recorded = 0
-if collision ~= '' and daemon ~= '' then
-  if key_type(shared) ~= 'hash' and key_type(shared) ~= 'none' then redis.call('DEL', shared) end
-  recorded = redis.call('HSETNX', shared, daemon, cjson.encode({line = collision, at = at, by = id}))
-  if recorded == 1 then
-    event(nil, '', '', '', 'daemon_collision', 'daemon=' .. daemon .. '; ' .. collision, 'process ' .. id, at)
-  end
-end
-return {0, at, recorded}
+local at, why, _, took = write_mark(KEYS[1], KEYS[2], KEYS[3], KEYS[4], false)
+if not at then return {E_BAD_ARG, why} end
+return {0, at, 0, took}

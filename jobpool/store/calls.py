@@ -472,20 +472,47 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
                          [daemon_id, actor, note, keep_ms])
         return int(reply[1])
 
-    def daemon_mark(self, process_id: str, ttl_ms: int, forget_ms: int,
-                    fields: Iterable[tuple[str, str]]) -> Marked:
-        """Register (or refresh) one process that marked its Docker daemon, its record's `fields` in order."""
+    def daemon_mark(self, process_id: str, ttl_ms: int, forget_ms: int, fields: Iterable[tuple[str, str]],
+                    scan_ms: int = 0) -> Marked:
+        """Register (or refresh) one process that marked its Docker daemon, its record's `fields` in order
+        (`daemon_id` among them: the identity's index it enters; a `collision` reported is recorded).
+        `scan_ms`: the caller takes the pool's turn to index unindexed records for that long when no one
+        holds it (`Marked.scan`; 0: never)."""
         k = self.keys
-        args: list[Any] = [process_id, ttl_ms, forget_ms]
-        for name, value in fields:
+        args: list[Any] = [process_id, ttl_ms, forget_ms, scan_ms]
+        given = dict(fields)
+        for name, value in given.items():
             args += [name, value]
-        reply = self.run("daemon_mark", [k.daemon_mark(process_id), k.daemon_marks, k.shared_daemons], args)
-        return Marked(at=int(reply[1]), recorded=bool(int(reply[2])))
+        keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_marks_of(given.get("daemon_id", "")),
+                k.daemon_marks_scan]
+        # A report of a collision is recorded in `shared_daemons` too, by a script of its own: the period's
+        # refresh, the common call, runs a script without the event's definitions (jobpool/store/luatext.py).
+        if given.get("collision"):
+            reply = self.run("daemon_collision", [*keys, k.shared_daemons], args)
+        else:
+            reply = self.run("daemon_mark", keys, args)
+        return Marked(at=int(reply[1]), recorded=bool(int(reply[2])), scan=bool(int(reply[3])))
 
-    def daemon_unmark(self, process_id: str) -> bool:
-        """Remove a process's mark record; True when it was there."""
+    def daemon_mark_index(self, records: Iterable[tuple[str, str]]) -> int:
+        """Index records written without their identity's index entry: (process id, its `daemon_id` as read),
+        each only if it still says so and still lacks one. Returns how many were indexed."""
         k = self.keys
-        reply = self.run("daemon_unmark", [k.daemon_mark(process_id), k.daemon_marks], [process_id])
+        keys: list[str] = []
+        args: list[Any] = []
+        for process_id, daemon_id in records:
+            keys += [k.daemon_mark(process_id), k.daemon_marks_of(daemon_id)]
+            args += [process_id, daemon_id]
+        if not keys:
+            return 0
+        return int(self.run("daemon_mark_index", keys, args)[1])
+
+    def daemon_unmark(self, process_id: str, daemon_id: str = "") -> bool:
+        """Remove a process's mark record (and its entry in `daemon_id`'s index); True when it was there."""
+        k = self.keys
+        keys = [k.daemon_mark(process_id), k.daemon_marks]
+        if daemon_id:
+            keys.append(k.daemon_marks_of(daemon_id))
+        reply = self.run("daemon_unmark", keys, [process_id])
         return bool(int(reply[1]))
 
     def forget_collision(self, daemon_id: str, actor: str, note: str,

@@ -27,6 +27,24 @@ class FleetReads:
         """Every process in the `daemon_marks` index."""
         return [str(i) for i in call_redis(self.client.zrange, self.keys.daemon_marks, 0, -1, what=_MARKS)]
 
+    def daemon_mark_ids_of(self, daemon_id: str) -> list[str]:
+        """The processes in `daemon_id`'s index (scripts/daemon_mark.lua): those of that identity."""
+        return [str(i) for i in call_redis(self.client.zrange, self.keys.daemon_marks_of(daemon_id), 0, -1,
+                                           what=_MARKS)]
+
+    def daemon_mark_unindexed(self, process_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(process id, daemon identity) of each record among `process_ids` that lacks `indexed` (written by
+        an earlier release), in one round trip of one HMGET each."""
+        pipe = self.client.pipeline(transaction=False)
+        for process_id in process_ids:
+            pipe.hmget(self.keys.daemon_mark(process_id), "indexed", "daemon_id")
+        out = []
+        for process_id, reply in zip(process_ids, call_redis(pipe.execute, raise_on_error=False, what=_MARKS),
+                                     strict=True):
+            if isinstance(reply, list) and reply[0] is None and reply[1]:
+                out.append((process_id, str(reply[1])))
+        return out
+
     def daemon_mark_records(self, process_ids: Sequence[str]) -> list[Any]:
         """Each process's mark record ({} for none), or the error its read met, in one round trip."""
         pipe = self.client.pipeline(transaction=False)

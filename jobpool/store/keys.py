@@ -94,8 +94,11 @@ class PoolKeys:
         #: Every process that marked its Docker daemon (jobpool/fleet/daemonmark.py): process id -> its last
         #: refresh (ms, Redis time). Bounded by the fleet (entries long expired are trimmed by the script).
         self.daemon_marks = p + "daemon_marks"
+        #: Who holds the turn to index the records of processes that do not index their own (an earlier
+        #: release's: scripts/daemon_mark.lua, daemon_mark_index.lua): its process id, for a period.
+        self.daemon_marks_scan = p + "daemon_marks_scan"
         #: Daemon identities two Docker daemons were found to share (jobpool/fleet/daemonmark.py): identity ->
-        #: JSON {line, at, by}, written by scripts/daemon_mark.lua when a process concludes a collision,
+        #: JSON {line, at, by}, written by scripts/daemon_collision.lua when a process concludes a collision,
         #: removed only by an operator (scripts/forget_collision.lua). Bounded by the fleet's identities.
         self.shared_daemons = p + "shared_daemons"
         # Order and limits (scripts/_lib.lua "Order and limits"; docs/architecture.md).
@@ -190,6 +193,11 @@ class PoolKeys:
     def daemon_mark(self, process_id: str) -> str:
         """One process that marked its Docker daemon (hash + TTL; jobpool/fleet/daemonmark.py)."""
         return f"{self.prefix}daemon_mark:{process_id}"
+
+    def daemon_marks_of(self, daemon_id: str) -> str:
+        """The processes that marked a daemon of identity `daemon_id`, scored by when their record expires
+        (zset; scripts/daemon_mark.lua): what a process comparing marks reads."""
+        return f"{self.prefix}daemon_marks_of:{daemon_id}"
 
     def boot(self, boot_id: str) -> str:
         return f"{self.prefix}boot:{boot_id}"

@@ -126,10 +126,12 @@ class Lead:
 
 @dataclass(frozen=True)
 class Marked:
-    """daemon_mark's reply: when (ms, the server's time), and whether this call recorded a new collision."""
+    """daemon_mark's reply: when (ms, the server's time), whether this call recorded a new collision, and
+    whether the caller took the pool's turn to index unindexed records (daemonmark.index_unindexed)."""
 
     at: int
     recorded: bool
+    scan: bool = False
 
 
 @dataclass(frozen=True)

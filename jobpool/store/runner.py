@@ -48,7 +48,8 @@ SCRIPT_NAMES = (
     "pause_job", "resume_job", "cancel", "pause_queue", "resume_queue", "set_slots", "evict",
     "reconcile_apply", "drop_ghost", "prune", "inventory_lead", "publish_inventory",
     "push_command", "take_commands", "command_done", "forget_daemon", "unforget_daemon",
-    "daemon_mark", "daemon_unmark", "give_back", "forget_collision", "limit", "time_out", "release_waiting",
+    "daemon_mark", "daemon_collision", "daemon_mark_index", "daemon_unmark", "give_back", "forget_collision",
+    "limit", "time_out", "release_waiting",
     "retry_job", "schedule_set", "schedule_remove", "schedule_pause", "schedule_skip", "set_schema",
 )
 

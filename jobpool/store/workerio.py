@@ -73,11 +73,14 @@ class WorkerIO:
         replies = pipe.execute(raise_on_error=False)
         return [(replies[2 * i], replies[2 * i + 1]) for i in range(len(job_ids))]
 
-    def daemon_boots(self, daemon_id: str) -> tuple[dict[str, int], str | None, int]:
-        """When each daemon last published (ms), when `daemon_id` first published (None if never), and the
-        server's time (ms), in one round trip."""
+    def daemon_boots(self, daemon_id: str,
+                     before_ms: int | None = None) -> tuple[dict[str, int], str | None, int]:
+        """When each daemon last published (ms; only those last published before `before_ms` when given: an
+        earlier boot is one of them, and a fleet's live daemons are not), when `daemon_id` first published
+        (None if never), and the server's time (ms), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.zrange(self.keys.inventories, 0, -1, withscores=True)
+        pipe.zrangebyscore(self.keys.inventories, "-inf", "+inf" if before_ms is None else f"({before_ms}",
+                           withscores=True)
         pipe.hget(self.keys.inventory(daemon_id), "first_at")
         pipe.time()
         index, first, (secs, micros) = call_redis(pipe.execute, what="reading the daemons' boots")

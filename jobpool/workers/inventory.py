@@ -98,6 +98,8 @@ class InventoryPublisher:
         self.on_earlier_boot_back: Callable[[str], None] | None = None
         self.earlier: set[str] = set()
         self._boots_at = -math.inf
+        #: When each daemon this publisher looked for earlier boots of first published (ms, Redis's clock).
+        self._first_ms: dict[str, int] = {}
         self._volumes_at = -math.inf
         #: The rule every clean-up and stop below waits on after Redis restarted or failed over
         #: (jobpool/redistrust.py).
@@ -188,9 +190,12 @@ class InventoryPublisher:
             return
         self._boots_at = time.monotonic()
         try:
-            index, first, now_ms = self.store.daemon_boots(daemon)
+            # Only the daemons silent since before this one's first publication (as last read): an earlier
+            # boot is one of them, and the fleet's publishing daemons are not read every look.
+            index, first, now_ms = self.store.daemon_boots(daemon, self._first_ms.get(daemon))
             if not first:
                 return  # this boot has not published yet: nothing can be said to precede it
+            self._first_ms[daemon] = int(first)
             found = set(earlier_boots(daemon, index, int(first), now_ms,
                                       int(self.settings.inventory_stale_secs * 1000)))
             for identity in sorted(found - self.earlier):

@@ -250,12 +250,9 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
     removed by a process on its daemon; a recent one, or one whose process has a record, is kept."""
     long_ago = str(int(time.time() - daemonmark.GONE_SECS - 60))
     marks = {"gone": long_ago, "recent": str(int(time.time())), "alive": long_ago}
-    k = pool.keys
     fields = {"daemon_id": "jpd1:" + "c" * 32 + "@elsewhere", "mark": daemonmark.volume_name("alive")}
-    args: list[object] = ["alive", 600_000, 6_000_000]
-    for name in daemonmark.FIELDS:
-        args += [name, fields.get(name, "")]
-    pool.store.run("daemon_mark", [k.daemon_mark("alive"), k.daemon_marks, k.shared_daemons], args)
+    pool.store.daemon_mark("alive", 600_000, 6_000_000,
+                           [(name, fields.get(name, "")) for name in daemonmark.FIELDS])
     with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=10)) as client:
         for owner, at in marks.items():
             client.api.create_volume(daemonmark.volume_name(owner), labels={
@@ -281,4 +278,4 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
         assert not any(p.mark in own for p in daemonmark.read_peers(pool.store).values()), "its record too"
         for owner in ("recent", "alive"):
             client.api.remove_volume(daemonmark.volume_name(owner))
-    pool.store.run("daemon_unmark", [k.daemon_mark("alive"), k.daemon_marks], ["alive"])
+    pool.store.daemon_unmark("alive", fields["daemon_id"])

@@ -96,11 +96,10 @@ def test_collisions_by_identity() -> None:
 
 
 def mark(pool: Pool, pid: str, ttl_ms: int = 60_000, **fields: str) -> list[object]:
-    k = pool.keys
-    args: list[object] = [pid, ttl_ms, 10 * ttl_ms]
-    for name in daemonmark.FIELDS:
-        args += [name, fields.get(name, "")]
-    return pool.store.run("daemon_mark", [k.daemon_mark(pid), k.daemon_marks, k.shared_daemons], args)
+    """Register `pid` (scripts/daemon_mark.lua, daemon_collision.lua); the reply as the scripts give it."""
+    marked = pool.store.daemon_mark(pid, ttl_ms, 10 * ttl_ms,
+                                    [(name, fields.get(name, "")) for name in daemonmark.FIELDS])
+    return [0, marked.at, int(marked.recorded)]
 
 
 def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:

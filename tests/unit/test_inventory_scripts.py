@@ -180,6 +180,11 @@ def test_every_worker_learns_the_earlier_boots_of_its_daemon_once(backend: Backe
     publisher._boots_at = -1e9
     publisher.find_earlier_boots(new)
     assert told == [old]
+    # A look reads only the daemons silent since before this one first published, not the live fleet's.
+    first = publisher._first_ms[new]
+    assert lead(pool, "w-other", D2)[1] and publish(pool, "w-other", daemon=D2)
+    assert set(pool.store.daemon_boots(new, first)[0]) == {old}
+    assert {old, new, D2} <= set(pool.store.daemon_boots(new)[0])
     # It publishes again after all: a clone of the data root, not an earlier boot. Taken back.
     back: list[str] = []
     publisher.on_earlier_boot_back = back.append
