@@ -24,7 +24,6 @@ from tests.support.bad_input import cli, one_line_error
 from tests.support.constants import SUB
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
-from tests.support.servers import RedisServer
 from tests.support.snapshot import keyspace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +147,7 @@ def sampler(pool: Pool) -> Iterator[Sampler]:
 
 def test_a_rolling_upgrade_with_jobs_running_loses_none_and_runs_none_twice(
         previous_release: Path, pool: Pool, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess],
-        tmp_path: Path, redis_server: RedisServer, sampler: Sampler) -> None:
+        tmp_path: Path, sampler: Sampler) -> None:
     runs = tmp_path / "runs.log"
     old_env = {**SUB, "PYTHONPATH": str(previous_release)}
     # `python -m` puts its working directory first on sys.path: run the old side from elsewhere, so that it
