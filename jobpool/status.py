@@ -152,6 +152,9 @@ class Worker:
     #: Whether its Docker daemon runs with live-restore, as the worker last read it (workers/boot.py,
     #: `live_restore_of`): None when unknown (not read yet, the subprocess executor, an older worker).
     live_restore: bool | None = None
+    #: Its daemon is a Swarm node (live-restore off, as Swarm requires: a drain, not live-restore, keeps its
+    #: jobs through a daemon restart).
+    swarm: bool = False
 
     @classmethod
     def from_record(cls, boot_id: str, row: Mapping[str, str], heartbeat_ms: float, now_ms: int,
@@ -165,7 +168,8 @@ class Worker:
                    heartbeat_age_ms=None if beat is None else now_ms - beat, jobs=jobs,
                    running=len(jobs) if running is None else running,
                    stuck=row.get("stuck", ""),
-                   live_restore={"1": True, "0": False}.get(row.get("live_restore", "")))
+                   live_restore={"1": True, "0": False, "swarm": False}.get(row.get("live_restore", "")),
+                   swarm=row.get("live_restore") == "swarm")
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "host": self.host, "pid": self.pid, "pidns": self.pidns,
@@ -174,7 +178,7 @@ class Worker:
                 "heartbeat_ms": self.heartbeat_ms,
                 "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs), "running": self.running,
                 "stuck": self.stuck,
-                "live_restore": self.live_restore}
+                "live_restore": self.live_restore, "swarm": self.swarm}
 
 
 @dataclass(frozen=True)
@@ -454,18 +458,29 @@ def _live_restore_notes(workers: Workers | None) -> list[str]:
     daemon identity (many workers share one daemon): restarting such a daemon stops every job running on it,
     charged to each as a crash or, stopped cleanly, as its own exit (README.md, "The container contract")."""
     without: dict[str, list[Worker]] = {}
+    swarm: dict[str, list[Worker]] = {}
     for w in workers.boots if workers else ():
         if w.live_restore is False:
-            without.setdefault(w.daemon_id or f"the daemon of host {w.host or '?'}", []).append(w)
-    if not without:
-        return []
+            (swarm if w.swarm else without).setdefault(
+                w.daemon_id or f"the daemon of host {w.host or '?'}", []).append(w)
+    notes = []
+    if without:
+        notes.append(f"{len(without)} Docker daemon(s) run without live-restore, so restarting one stops the "
+                     f"jobs running on it: {_named(without)}. Turn it on: \"live-restore\": true in "
+                     "/etc/docker/daemon.json, then reload dockerd")
+    if swarm:  # Swarm refuses live-restore: the advice above would keep the daemon from starting
+        notes.append(f"{len(swarm)} Docker daemon(s) are Swarm nodes, which cannot run with live-restore, so "
+                     f"restarting one stops its jobs and its worker: {_named(swarm)}. Drain the node first "
+                     "(docker node update --availability drain NODE): its jobs are handed back or resume")
+    return notes
+
+
+def _named(daemons: dict[str, list[Worker]]) -> str:
     named = [f"{daemon} (host {', '.join(sorted({w.host or '?' for w in ws}))}: worker "
              f"{', '.join(w.id for w in ws[:_NAMED_WORKERS])}{' ...' if len(ws) > _NAMED_WORKERS else ''})"
-             for daemon, ws in sorted(without.items())[:_NAMED]]
-    more = f"; ... and {len(without) - _NAMED} more" if len(without) > _NAMED else ""
-    return [f"{len(without)} Docker daemon(s) run without live-restore, so restarting one stops the jobs "
-            f"running on it: {'; '.join(named)}{more}. Turn it on: \"live-restore\": true in "
-            "/etc/docker/daemon.json, then reload dockerd"]
+             for daemon, ws in sorted(daemons.items())[:_NAMED]]
+    more = f"; ... and {len(daemons) - _NAMED} more" if len(daemons) > _NAMED else ""
+    return "; ".join(named) + more
 
 
 def _daemon_notes(daemons: Daemons | None, now: int) -> list[str]:

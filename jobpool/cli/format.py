@@ -237,7 +237,8 @@ def status_report(report: StatusReport) -> str:
                     if boot.cannot_claim else "")
             beat = ago(boot.heartbeat_ms, now)
             # Its daemon's restart would stop its job (jobpool/status.py, `_live_restore_notes`).
-            bare = ("  " + click.style("NO LIVE-RESTORE", fg="yellow")) if boot.live_restore is False else ""
+            label = "SWARM NODE: DRAIN BEFORE A DAEMON RESTART" if boot.swarm else "NO LIVE-RESTORE"
+            bare = ("  " + click.style(label, fg="yellow")) if boot.live_restore is False else ""
             items.append(("", f"{boot.id}  {where}  heartbeat {beat}{running}{hold}{bare}"))
     if report.reachable:
         sweep = report.last_sweep

@@ -26,13 +26,17 @@ log = logging.getLogger("jobpool.worker")
 
 def live_restore_of(api: Any) -> str:
     """Whether the Docker daemon behind `api` (an SDK `APIClient`) runs with live-restore, as the boot record
-    keeps it: "1", "0", or '' when it cannot be told (no answer, or a daemon that does not say). Its
-    `GET /info` `LiveRestoreEnabled`, as jobpool/exits.py reads it to judge an exit."""
+    keeps it: "1", "0", "swarm" (off, on a Swarm node, where dockerd refuses to start with it), or '' when it
+    cannot be told (no answer, or a daemon that does not say). Its `GET /info` `LiveRestoreEnabled`, as
+    jobpool/exits.py reads it to judge an exit, and `Swarm.LocalNodeState`."""
     try:
-        enabled = api.info().get("LiveRestoreEnabled")
+        info = api.info()
     except Exception as exc:  # noqa: BLE001 - unknown, not a reason to stop: only a warning hangs on it
         log.debug("could not read the docker daemon's live-restore setting: %s", exc)
         return ""
+    enabled = info.get("LiveRestoreEnabled")
+    if enabled is False and (info.get("Swarm") or {}).get("LocalNodeState") == "active":
+        return "swarm"
     return "1" if enabled is True else "0" if enabled is False else ""
 
 

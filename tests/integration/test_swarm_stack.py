@@ -228,8 +228,12 @@ def test_each_node_runs_jobs_on_its_own_daemon(stack: Fleet) -> None:
     assert [stack.pool.wait(j.id, timeout=60).state for j in (first, second)] == [JobState.SUCCEEDED] * 2
     status = stack.status()
     assert not status.whole.shared_daemons and not status.whole.strays
-    # Swarm refuses live-restore, so every node's worker says its daemon runs without it.
-    assert [b.live_restore for b in status.workers.boots] == [False, False]
+    # Swarm refuses live-restore, so every node's worker says its daemon runs without it, on a Swarm node:
+    # status advises draining the node, never turning live-restore on (the daemon would not start).
+    assert [(b.live_restore, b.swarm) for b in status.workers.boots] == [(False, True), (False, True)]
+    warnings = status.whole.health.warnings
+    assert any("Swarm nodes" in w and "drain" in w for w in warnings), warnings
+    assert not any("live-restore\": true" in w for w in warnings), warnings
 
 
 def test_a_job_whose_nodes_worker_died_keeps_its_slot_until_a_worker_there_adopts_it(stack: Fleet) -> None:

@@ -59,3 +59,22 @@ def test_what_a_worker_records_of_its_daemons_answer() -> None:
     assert live_restore_of(Api({"LiveRestoreEnabled": False})) == "0"
     assert live_restore_of(Api({})) == ""  # a daemon that does not say: unknown, no warning
     assert live_restore_of(Api(ConnectionError("no answer"))) == ""
+
+
+def test_a_swarm_node_is_advised_a_drain_never_live_restore() -> None:
+    """Swarm refuses live-restore (dockerd would not start with it): a Swarm node's daemon gets the advice to
+    drain the node before a restart, not the one to turn live-restore on."""
+    from jobpool.workers.boot import live_restore_of
+
+    def node(state: str) -> Api:
+        return Api({"LiveRestoreEnabled": False, "Swarm": {"LocalNodeState": state}})
+
+    assert live_restore_of(node("active")) == "swarm"
+    assert live_restore_of(node("inactive")) == "0"
+    r = report(docker("jpd1:a@k1", "h1", "swarm"), docker("jpd1:b@k2", "h2", "0"))
+    warnings = judge(r, sweep_interval_secs=1).warnings
+    drain, = [w for w in warnings if "Swarm" in w]
+    assert "jpd1:a@k1" in drain and "docker node update --availability drain" in drain
+    turn_on, = [w for w in warnings if "Turn it on" in w]
+    assert "jpd1:b@k2" in turn_on and "jpd1:a@k1" not in turn_on
+    assert [(w.live_restore, w.swarm) for w in r.workers.boots] == [(False, True), (False, False)]  # type: ignore[union-attr]
