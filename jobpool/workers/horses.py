@@ -268,21 +268,23 @@ class HorseWorker(Worker):
             return end
         return super().wait_for_horse()
 
-    def maintain_heartbeats(self, job: Any) -> None:
+    def maintain_heartbeats(self, job: Any) -> bool:
         """RQ's periodic work while its horse runs, called every second: the stopped-horse check each time,
         RQ's renewal of its records every `RQ_RENEW_SECS`; or, when the wait was cut short because the job
         runs, the next standby instead. Not both: RQ's renewal writes the delivery's execution record, which
-        a short job's horse may be deleting at that moment (it would be made again, to expire)."""
+        a short job's horse may be deleting at that moment (it would be made again, to expire). Whether it
+        wrote to Redis (a wake that wrote nothing is no news of Redis: jobpool/workers/rqworker.py)."""
         self.check_stopped_horse()
         if self._launched_due:
             self._launched_due = False
             self.have_standby()
-            return
+            return False
         if time.monotonic() - self._rq_renewed < RQ_RENEW_SECS:
-            return
+            return False
         self._rq_renewed = time.monotonic()
         super().set_current_job_working_time(self.current_job_working_time)
         super().maintain_heartbeats(job)
+        return True
 
     def set_current_job_working_time(self, current_job_working_time: float, pipeline: Any = None) -> None:
         """RQ's monitor sets the running job's working time at each wake: kept here, and written with RQ's

@@ -179,23 +179,27 @@ class JobpoolWorker(BooksWorker):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.horse_pid, DRAIN_SIGNAL)
 
-    def maintain_heartbeats(self, job: Any) -> None:
+    def maintain_heartbeats(self, job: Any) -> bool:
         # RQ's heartbeats for the running job; missed ones during an outage only age keys that live a minute.
+        # Only a write that went through says Redis serves again (most wakes write nothing: horses.py).
+        wrote = False
         try:
-            super().maintain_heartbeats(job)
+            wrote = super().maintain_heartbeats(job)
         except Exception as exc:
             if not is_transient(exc):
                 raise
             self.outage.failed("the running job's RQ heartbeat", exc)
         else:
-            self.outage.recovered()
+            if wrote:
+                self.outage.recovered()
         if self._drain_kill_at is None:
-            return
+            return wrote
         # Repeat the request: it is idempotent, and covers a horse that had not yet set its handler.
         self._signal_horse()
         if time.monotonic() >= self._drain_kill_at and self.horse_pid:
             log.warning("worker %s: horse did not finish draining; killing it", self.name)
             self.kill_horse(signal.SIGKILL)
+        return wrote
 
     def setup_work_horse_signals(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
