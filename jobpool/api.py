@@ -36,6 +36,7 @@ from .store.calls import Store
 from .store.orderreads import LimitUse
 from .store.redisurl import connect
 from .submit import BATCH_SIZE, MAX_BATCH_SIZE
+from .trends import TrendPoint, read_trends
 
 log = logging.getLogger("jobpool")
 
@@ -236,6 +237,11 @@ class Pool(Browsing):
     def stats(self) -> dict[str, Any]:
         """Counts per state, slots, and whether promotion is paused (by whom, why, since when)."""
         return self.store.stats()
+
+    def trends(self) -> builtins.list[TrendPoint]:
+        """The pool's history, oldest first: a point per `trend_secs` of the last TREND_POINTS, each recorded
+        by a supervisor once its span ended (jobpool/trends.py); a span no supervisor recorded is missing."""
+        return read_trends(self.store)
 
     def events(self, job_id: str | None = None, count: int = 1000,
                after: str = "-") -> builtins.list[dict[str, str]]:

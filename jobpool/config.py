@@ -53,6 +53,7 @@ _NUMERIC: dict[str, _Bound] = {
     # Time and dependencies: the longest retry delay, and how often a supervisor looks at what is due.
     "retry_delay_max_secs": _Bound("JOBPOOL_RETRY_DELAY_MAX_SECS", int, 0, MAX_TIME_SECS),
     "timer_interval_secs": _Bound("JOBPOOL_TIMER_INTERVAL_SECS", float, 0.05, 60),
+    "trend_secs": _Bound("JOBPOOL_TREND_SECS", int, 1, 3600),
     # Retention of finished jobs (jobpool/retention.py): 0 turns a cap off.
     "keep_succeeded": _Bound("JOBPOOL_KEEP_SUCCEEDED", int, 0, 100_000_000),
     "keep_failed": _Bound("JOBPOOL_KEEP_FAILED", int, 0, 100_000_000),
@@ -100,6 +101,9 @@ class Settings:
     #: How often each supervisor queues the waiting jobs that are due and fires the schedules that are due
     #: (jobpool/supervisor/timers.py): a schedule's tick fires within about this much of its time.
     timer_interval_secs: float = 0.25
+    #: The span of one point of the pool's history (jobpool/trends.py): it keeps TREND_POINTS of them
+    #: (contract.py), a day of minutes by default.
+    trend_secs: int = 60
     #: Finished jobs kept, per terminal state: the newest N, and none older than the age (seconds); 0 = no
     #: cap of that kind. Failures are kept longer: they are what someone comes back to look at.
     keep_succeeded: int = 10_000

@@ -169,6 +169,11 @@ METRIC_REASONS = (
 #: Upper bounds (seconds) of `jobpool_job_duration_seconds`, from enqueue to the terminal state: jobs run for
 #: minutes to hours. The scripts count each job in the first bucket that holds it (+Inf past the last).
 JOB_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400)
+#: The pool's history (jobpool/trends.py): how many points it keeps, one per `Settings.trend_secs` (a day
+#: of minutes by default), so its size is fixed whatever the load; and how many of the jobs that ended in a
+#: point's span, per terminal state, are read for its wait and run time percentiles (a bounded sample).
+TREND_POINTS = 1440
+TREND_SAMPLE_JOBS = 200
 #: Upper bounds (milliseconds) of `jobpool_sweep_duration_seconds`, written by the supervisor after a sweep.
 SWEEP_DURATION_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 
@@ -199,6 +204,7 @@ LUA_CONSTANTS: dict[str, int | str | tuple[int | str, ...]] = {
     "REASON_DEPENDENCY_FAILED": REASON_DEPENDENCY_FAILED,
     "METRIC_REASONS": METRIC_REASONS,
     "JOB_DURATION_BUCKETS": JOB_DURATION_BUCKETS,
+    "TREND_POINTS": TREND_POINTS,
 }
 _LUA_STRING = re.compile(r"[A-Za-z0-9_.:/@-]*")
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .status import StatusReport
     from .store.calls import Store
     from .store.orderreads import LimitUse
+    from .trends import TrendPoint
 
 
 class PoolOperations(Protocol):
@@ -51,6 +52,8 @@ class PoolOperations(Protocol):
     def slots(self) -> tuple[int, int]: ...
 
     def stats(self) -> dict[str, Any]: ...
+
+    def trends(self) -> builtins.list[TrendPoint]: ...
 
     def tail_events(self, job_id: str | None = None,
                     count: int = 20) -> tuple[builtins.list[dict[str, str]], str]: ...

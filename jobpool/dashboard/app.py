@@ -140,6 +140,9 @@ class Dashboard:
     def api_status(self, request: Request) -> Response:
         return JSONResponse(self.pool.status().to_dict())
 
+    def api_trends(self, request: Request) -> Response:
+        return JSONResponse({"points": [p.as_dict() for p in self.pool.trends()]})
+
     def api_jobs(self, request: Request) -> Response:
         state, offset = self._jobs_args(request)
         return JSONResponse(self.pool.page(state, offset, views.PAGE_SIZE).to_dict())
@@ -197,6 +200,7 @@ def create_app(pool: PoolOperations, allowed_hosts: list[str] | None = None) -> 
         Route("/events", g(d.events), name="events"),
         Route("/fragments/events", g(d.events_fragment)),
         Route("/api/status", g(d.api_status)),
+        Route("/api/trends", g(d.api_trends)),
         Route("/api/jobs", g(d.api_jobs)),
         Route("/api/jobs/{job_id}", g(d.api_job)),
         Route("/api/events", g(d.api_events)),

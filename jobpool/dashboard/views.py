@@ -17,6 +17,7 @@ from ..models import Job, JobState
 from ..operations import PoolOperations
 from ..status import ago
 from ..waiting import wait_note
+from .charts import history_charts
 
 #: Jobs on one page of the jobs list; running jobs shown on the overview (the rest a page at a time, from
 #: its link); jobs named per daemon held on stale evidence (`/api/status` has them all).
@@ -72,6 +73,7 @@ def overview(pool: PoolOperations) -> dict[str, Any]:
                            "daemon_jobs": DAEMON_JOBS}
     if report.reachable and report.now_ms is not None:
         ctx["running"] = [job_row(j, report.now_ms) for j in pool.page("running", 0, OVERVIEW_RUNNING).jobs]
+        ctx["charts"] = history_charts(pool.trends())
     return ctx
 
 

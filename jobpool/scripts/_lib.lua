@@ -13,7 +13,9 @@ are store/keys.py's (POOL_KEY_NAMES):
   order), blocked (the parked), passed, wake, fair, limits, limit_used, holds; and those of time and
   dependencies ("Time and dependencies" below): waiting (the waiting jobs' state index, by when due),
   dependents, deps, and the schedules' schedules, schedule_ticks, schedule_next (jobpool/schedules.py); and
-  where the running jobs are ("Where the running jobs are" below): running_by, running_daemons, running_on
+  where the running jobs are ("Where the running jobs are" below): running_by, running_daemons, running_on;
+  and the pool's history (scripts/trend_sample.lua): last_sweep (string, the last sweep's summary as JSON,
+  written by the supervisor) and trends (hash, one point per position of a ring: jobpool/trends.py)
 At load time (jobpool/store/luatext.py) each script is given, before anything else: NKEYS and NARGV (the
 counts of its own KEYS and ARGV), K_<NAME> for each pool key it names (its position in KEYS), and
 STATE_INDEX (state -> position of its index) when it reaches it, which needs all six indexes named. The

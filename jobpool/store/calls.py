@@ -50,6 +50,7 @@ from .schedulereads import ScheduleReads
 from .statusreads import StatusReads
 from .sweepio import SweepIO
 from .threadclients import ThreadClients
+from .trendreads import TrendReads
 from .workerio import WorkerIO
 
 #: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
@@ -111,7 +112,7 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, ScheduleReads):
+class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, ScheduleReads, TrendReads):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
@@ -286,6 +287,11 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         reply = self.run("limit", self.candidates(CANDIDATES_ON_PROMOTE), args)
         return LimitSet(old=None if reply[1] == "" else int(reply[1]), promoted=int(reply[2]),
                         why_stopped=reply[3])
+
+    def trend_sample(self, point: int, width_ms: int, percentiles: str) -> bool:
+        """Record point `point` of the pool's history, unless recorded already (scripts/trend_sample.lua);
+        True when this call recorded it. `percentiles` as jobpool/trends.py `percentiles_arg` makes it."""
+        return bool(int(self.run("trend_sample", [], [point, width_ms, percentiles])[1]))
 
     def check_schema(self) -> int:
         """The pool's layout version, read now; `PoolTooNew` when this release does not know it (what a

@@ -37,7 +37,7 @@ POOL_KEY_NAMES = ("config", "paused", "queued", "running", "coalesce", "events",
                   "seq", "paused_jobs", "succeeded", "failed", "cancelled", "metrics", "ready", "blocked",
                   "passed", "wake", "fair", "limits", "limit_used", "holds", "waiting", "dependents", "deps",
                   "schedules", "schedule_ticks", "schedule_next", "running_by", "running_daemons",
-                  "running_on")
+                  "running_on", "last_sweep", "trends")
 
 
 def worker_name(pool: str, boot_id: str) -> str:
@@ -74,6 +74,10 @@ class PoolKeys:
         self.cancelled = p + "state:cancelled"
         self.boots = p + "boots"
         self.last_sweep = p + "last_sweep"
+        #: The pool's history: one point per `Settings.trend_secs`, in a field per position of a ring of
+        #: TREND_POINTS (contract.py), so a fixed size whatever the load (jobpool/trends.py,
+        #: scripts/trend_sample.lua). Never removed by retention: it is no job's.
+        self.trends = p + "trends"
         #: The pool's counters and histogram buckets (jobpool/metrics.py): a fixed, bounded set of fields,
         #: incremented by the scripts as they make each transition and by the supervisor after each sweep.
         #: Never removed by retention: it is no job's.

@@ -3,7 +3,8 @@
 The sweep (supervisor/sweep.py) runs every `sweep_interval_secs` (30 s by default): too seldom for a job that
 waits until 02:00 or a schedule that fires every second. So each supervisor also runs this, on a thread of
 its own: the waiting jobs whose time came or whose dependencies ended are judged again
-(scripts/release_waiting.lua), and the schedules that are due fire (jobpool/schedules.py). Every step is
+(scripts/release_waiting.lua), the schedules that are due fire (jobpool/schedules.py), and the pool's history
+gets its point for each span that ended (jobpool/trends.py). Every step is
 one script that judges again what the read before it saw, so several supervisors may run it at once, and
 any of them may die between two steps: the next one finds the same work due and does it once.
 """
@@ -18,6 +19,7 @@ from .. import errors
 from ..config import Settings
 from ..schedules import fire_due
 from ..store.calls import Store
+from ..trends import Sampler
 
 log = logging.getLogger("jobpool.supervisor")
 
@@ -50,7 +52,8 @@ class Timers:
     def __init__(self, store: Store, actor: str,
                  jobs: list[Callable[[Store, str], object]] | None = None) -> None:
         self.store, self.actor, self.stop = store, actor, threading.Event()
-        self.jobs = jobs if jobs is not None else [release_due, fire_due]
+        default: list[Callable[[Store, str], object]] = [release_due, fire_due, Sampler()]
+        self.jobs = jobs if jobs is not None else default
         self.thread = threading.Thread(target=self.run, name="jobpool-timers", daemon=True)
         self._started = False
 

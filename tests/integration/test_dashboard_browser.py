@@ -115,7 +115,8 @@ def test_dashboard_in_a_real_browser(pool: Pool, spawn: Callable[..., JobpoolPro
     command = "echo '<script>window.__xss = 1</script>'; sleep 3; echo finished"
     job = pool.enqueue(IMAGE, ["sh", "-c", command], env={"API_KEY": SECRET})
     spawn()
-    spawn("jobpool.cli", ("supervisor",))
+    # A point of the pool's history a second (a minute by default), so the overview's charts fill as it runs.
+    spawn("jobpool.cli", ("supervisor",), JOBPOOL_TREND_SECS="1")
     sources: list[str] = []
 
     # ---- a job goes queued -> running -> succeeded on its page, which never reloads ----------------
@@ -188,7 +189,7 @@ def test_dashboard_in_a_real_browser(pool: Pool, spawn: Callable[..., JobpoolPro
     # ---- every page and JSON document: the secret nowhere ------------------------------------------------
     for path in ("/", "/jobs?state=succeeded", "/jobs?state=paused", "/events", f"/jobs/{job.id}",
                  f"/api/jobs/{job.id}", f"/api/jobs/{running.id}", "/api/jobs?state=paused", "/api/status",
-                 "/api/events"):
+                 "/api/events", "/api/trends"):
         browser.get(dashboard + path)
         sources.append(browser.page_source)
     for source in sources:
@@ -204,6 +205,17 @@ def test_dashboard_in_a_real_browser(pool: Pool, spawn: Callable[..., JobpoolPro
                timeout=60, message="the overview shows the running job on its worker and the waiting one")
     assert busy.id[:12] in text_of(browser, "running")
     assert browser.execute_script(f"return {MARK};") is None  # a fresh page: the mark went with the last
+    # The history, drawn live: the jobs that ended above in the throughput chart, the queue against the slots
+    # with the waiting job queued behind the one running, and the waits of the jobs that ended.
+    points = pool.trends()
+    assert points and points[-1].width_ms == 1000
+    assert sum(p.finished["succeeded"] or 0 for p in points) >= 1, [p.as_dict() for p in points[-30:]]
+    assert any(p.wait_p50_ms is not None for p in points)
+    eventually(lambda: "queued 1" in text_of(browser, "chart-queue") and "slots max 1" in
+               text_of(browser, "chart-queue"), timeout=30, message="the queue chart has the latest point")
+    for chart in ("throughput", "queue", "waits"):
+        assert browser.find_elements(By.CSS_SELECTOR, f"#chart-{chart} svg path, #chart-{chart} svg circle"), \
+            f"the {chart} chart"
     shot = tmp_path / "dashboard.png"
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000

@@ -38,12 +38,18 @@ def test_a_guessable_token_is_refused_without_being_shown(token: str) -> None:
     assert token_bits(token) < MIN_TOKEN_BITS
 
 
-@pytest.mark.parametrize("token", STRONG)
+# Ids that do not change from one collection to the next: pytest-xdist's workers must collect the same tests.
+STRONG_IDS = ["token_hex(24)", "token_urlsafe(32)", "hex-32", "test_dashboard", "test_dashboard_browser",
+              "token_hex(200)"]
+
+
+@pytest.mark.parametrize("token", STRONG, ids=STRONG_IDS)
 def test_a_random_token_is_taken(token: str) -> None:
     assert Settings.from_env({"JOBPOOL_DASHBOARD_TOKEN": token}).dashboard_token == token
 
 
-@pytest.mark.parametrize("token", ["short-one", " " + secrets.token_hex(24), secrets.token_hex(12) + "\n"])
+@pytest.mark.parametrize("token", ["short-one", " " + secrets.token_hex(24), secrets.token_hex(12) + "\n"],
+                         ids=["short", "leading-space", "trailing-newline"])
 def test_a_short_or_malformed_token_is_still_refused(token: str) -> None:
     with pytest.raises(ConfigError, match="JOBPOOL_DASHBOARD_TOKEN") as caught:
         Settings.from_env({"JOBPOOL_DASHBOARD_TOKEN": token})

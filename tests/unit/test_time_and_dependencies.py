@@ -69,7 +69,7 @@ def test_a_start_time_already_past_queues_at_once(backend: Backend) -> None:
 
 
 @pytest.mark.parametrize("bad", [datetime.datetime(2030, 1, 1), "tomorrow", True, float("nan"), -5,
-                                 time.time() + 400 * 86400])
+                                 pytest.param(time.time() + 400 * 86400, id="over-a-year-ahead")])
 def test_a_bad_start_time_is_refused_and_writes_nothing(backend: Backend, bad: object) -> None:
     pool = backend.pool()
     enqueue(pool)
