@@ -90,7 +90,7 @@ def draw(points: Sequence[TrendPoint], series: Sequence[Series]) -> Markup:
         for run in _runs(points, s.values):
             if len(run) == 1:  # no neighbour to draw a line to: a dot
                 p, v = run[0]
-                parts.append(f'<circle class="{s.css}" cx="{x(p):.1f}" cy="{y(v):.1f}" r="2"/>')
+                parts.append(f'<circle class="{s.css}" cx="{x(p):.1f}" cy="{y(v):.1f}" r="3"/>')
                 continue
             d = " ".join(f"{'M' if i == 0 else 'L'}{x(p):.1f} {y(v):.1f}" for i, (p, v) in enumerate(run))
             parts.append(f'<path class="{s.css}" d="{d}"><title>{escape(s.name)}</title></path>')

@@ -66,6 +66,9 @@ BAD_ENV = [
     ("JOBPOOL_METRICS_PORT", "65536"),
     ("JOBPOOL_METRICS_HOST", "not a host"),
     ("JOBPOOL_HOST_CHECK_SECS", "0"),
+    ("JOBPOOL_TREND_SECS", "0"),
+    ("JOBPOOL_TREND_SECS", "1.5"),
+    ("JOBPOOL_TREND_SECS", "3601"),
 ]
 
 
@@ -83,7 +86,8 @@ def test_every_bad_jobpool_variable_is_one_line_exit_2_naming_it(redis_url: str,
             "JOBPOOL_KEEP_FAILED",
         "JOBPOOL_KEEP_CANCELLED", "JOBPOOL_KEEP_SUCCEEDED_SECS", "JOBPOOL_KEEP_FAILED_SECS",
         "JOBPOOL_KEEP_CANCELLED_SECS", "JOBPOOL_METRICS_PORT", "JOBPOOL_METRICS_HOST",
-        "JOBPOOL_REDIS_WAIT_REPLICAS", "JOBPOOL_REDIS_WAIT_TIMEOUT_SECS", "JOBPOOL_HOST_CHECK_SECS"}
+        "JOBPOOL_REDIS_WAIT_REPLICAS", "JOBPOOL_REDIS_WAIT_TIMEOUT_SECS", "JOBPOOL_HOST_CHECK_SECS",
+        "JOBPOOL_TREND_SECS"}
     raw.set("canary", "1")
     before = keyspace(raw)
     runs: list[tuple[tuple[str, ...], str, str]] = [(("ls",), var, value) for var, value in first.items()]
