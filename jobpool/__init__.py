@@ -3,6 +3,7 @@
 The one import surface: everything a user needs is importable from here.
 """
 
+from .aio import AsyncPool
 from .api import Pool
 from .config import Settings
 from .errors import (
@@ -30,9 +31,10 @@ from .spec import JobSpec
 __all__ = [
     # the API
     "Pool", "Job", "JobSpec", "JobState", "Settings", "forget_daemon", "gone_daemons", "unforget_daemon",
-    "forget_collision", "Schedule",
+    "forget_collision", "Schedule", "AsyncPool",
     # errors
     "JobpoolError", "ConfigError", "InvalidSpec", "InvalidArgument", "NotFound", "InvalidState",
     "NotOwner", "Conflict", "AlreadyExists", "CorruptRow", "RedisUnavailable", "NotReplicated",
     "JobTimeout", "PoolTooNew",
 ]
+

@@ -15,22 +15,22 @@ from __future__ import annotations
 import builtins
 import datetime
 import logging
-import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import redis
 
-from . import errors, logtail, retention, schedules, submit, waiting
+from . import apichecks, errors, logtail, retention, schedules, submit, waiting
 from . import events as event_stream
+from .apichecks import MAX_LIST
 from .browse import Browsing
 from .config import Settings
-from .contract import EVENT_TEXT_MAX_BYTES, LIMIT_NAME_MAX_CHARS, MAX_LIMIT, MAX_SLOTS
+from .contract import LIMIT_NAME_MAX_CHARS, MAX_LIMIT, MAX_SLOTS
 from .models import TERMINAL, Job, JobState
 from .retention import PruneReport
 from .schedules import Schedule
-from .spec import LIMIT_NAME, utf8_size
+from .spec import LIMIT_NAME
 from .status import Health, StatusReport, read_status
 from .store.calls import Store
 from .store.orderreads import LimitUse
@@ -39,18 +39,6 @@ from .submit import BATCH_SIZE, MAX_BATCH_SIZE
 from .trends import TrendPoint, read_trends
 
 log = logging.getLogger("jobpool")
-
-#: The most jobs a caller may ask for in one read: generous, but finite, so a huge number is a clear
-#: InvalidArgument and never a Redis overflow.
-MAX_LIST = 1_000_000
-#: A reason or evidence text: stored in rows and events, so bounded; half of what the scripts keep of an
-#: event's text (contract.py), so what a caller gives is recorded whole.
-MAX_TEXT_BYTES = EVENT_TEXT_MAX_BYTES // 2
-#: The longest job id a lookup takes; a longer one is not found.
-MAX_JOB_ID_CHARS = 128
-#: `wait` polls at least once a day.
-MAX_WAIT_INTERVAL_SECS = 86400
-
 
 class Pool(Browsing):
     """One pool: a fleet-wide slot limit, a FIFO queue, and the jobs in it (`page`: jobpool/browse.py)."""
@@ -82,32 +70,15 @@ class Pool(Browsing):
         """Close the Redis connections (the pool may be used again: redis-py reconnects)."""
         self.store.close()
 
-    # ---- plumbing shared by every call -------------------------------------------------------------
+    # ---- plumbing shared by every call (jobpool/apichecks.py) ----------------------------------------
 
-    @staticmethod
-    def _check_id(job_id: Any) -> str:
-        if (not isinstance(job_id, str) or not job_id or len(job_id) > MAX_JOB_ID_CHARS
-                or any(c in job_id for c in " {}:\n")):
-            raise errors.NotFound(errors.no_job(repr(job_id)))
-        return job_id
+    _check_id = staticmethod(apichecks.check_id)
+    _check_text = staticmethod(apichecks.check_text)
+    _check_count = staticmethod(apichecks.check_count)
+    _check_state = staticmethod(apichecks.check_state)
+    _states = staticmethod(apichecks.check_states)
+    _check_wait_args = staticmethod(apichecks.check_wait_args)
 
-    @staticmethod
-    def _check_text(name: str, value: Any) -> str:
-        if not isinstance(value, str):
-            raise errors.InvalidArgument(f"{name} must be a string, got {value!r}")
-        try:
-            size = utf8_size(name, value)
-        except errors.InvalidSpec as exc:
-            raise errors.InvalidArgument(str(exc)) from None
-        if size > MAX_TEXT_BYTES:
-            raise errors.InvalidArgument(f"{name} is longer than {MAX_TEXT_BYTES} bytes")
-        return value
-
-    @staticmethod
-    def _check_count(name: str, value: Any, high: int) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
-            raise errors.InvalidArgument(f"{name} must be a whole number from 1 to {high}, got {value!r}")
-        return value
 
     # ---- submission ---------------------------------------------------------------------------------
 
@@ -195,29 +166,14 @@ class Pool(Browsing):
     def _rows(self, ids: Iterable[str]) -> list[Job]:
         """The rows of `ids` that can be read; a missing row is skipped, a corrupt one skipped and logged."""
         ids = builtins.list(ids)
-        rows = self.store.rows(ids)
-        jobs = []
-        for job_id, row in zip(ids, rows, strict=True):
-            if not row:
-                continue
-            try:
-                if isinstance(row, Exception):
-                    raise errors.CorruptRow(f"job {job_id}: its row is unreadable ({row})", job_id)
-                jobs.append(Job.from_row(row, job_id=job_id))
-            except errors.CorruptRow as exc:
-                log.warning("pool %s: skipping a corrupt row: %s", self.keys.pool, exc)
-        return jobs
+        return apichecks.jobs_of(ids, self.store.rows(ids), self.keys.pool)
 
     def list(self, state: str | JobState | None = None, limit: int = 100) -> builtins.list[Job]:
         """Jobs in one state (queued/paused in queue order, running by promotion, finished newest first),
         or, with no state, the newest `limit` jobs of every state in creation order."""
         self._check_count("limit", limit, MAX_LIST)
         if state is not None:
-            try:
-                st = JobState(state)
-            except ValueError:
-                states = ", ".join(s.value for s in JobState)
-                raise errors.InvalidArgument(f"unknown state {state!r} (one of {states})") from None
+            st = self._check_state(state)
             return self._rows(self.store.state_ids(st.value, limit, newest_first=st in TERMINAL))
         jobs: builtins.list[Job] = []
         for st in JobState:
@@ -298,12 +254,7 @@ class Pool(Browsing):
         """Poll until the job is in one of `states` (terminal by default; one state may be given alone);
         `JobTimeout` after `timeout` s, polling every `interval` s."""
         wanted = self._states(states)
-        for name, value, low_ok in (("timeout", timeout, True), ("interval", interval, False)):
-            if (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
-                    or value < 0 or (value == 0 and not low_ok)
-                    or (name == "interval" and value > MAX_WAIT_INTERVAL_SECS)):
-                raise errors.InvalidArgument(f"{name} must be a number of seconds above "
-                                             f"{'or at ' if low_ok else ''}0, got {value!r}")
+        self._check_wait_args(timeout, interval, "interval")
         deadline = time.monotonic() + timeout
         while True:
             job = self.get(job_id)
@@ -312,18 +263,6 @@ class Pool(Browsing):
             if time.monotonic() >= deadline:
                 raise errors.JobTimeout(f"job {job_id} is still {job.state} after {timeout:g}s")
             time.sleep(interval)
-
-    @staticmethod
-    def _states(states: Any) -> set[JobState]:
-        items = [states] if isinstance(states, str) else states
-        try:
-            wanted = {JobState(s) for s in items}
-        except (TypeError, ValueError):
-            names = ", ".join(s.value for s in JobState)
-            raise errors.InvalidArgument(f"states must be job states ({names}), got {states!r}") from None
-        if not wanted:
-            raise errors.InvalidArgument("states must name at least one job state")
-        return wanted
 
     # ---- control ------------------------------------------------------------------------------------
 

@@ -76,9 +76,14 @@ def history(store: Store, job_id: str) -> tuple[list[Event] | None, str]:
     row that keeps them: a row written before rows did, or none at all (a job pruned, dropped as a ghost or a
     corrupt row, or never there), whose traces only the stream may still hold."""
     found, newest = store.history_and_newest(job_id)
-    newest_id = newest[0][0] if newest else "0-0"
+    return history_entries(job_id, found), newest[0][0] if newest else "0-0"
+
+
+def history_entries(job_id: str, found: str | None) -> list[Event] | None:
+    """A job's `history` field as read (None: the row keeps none) as its events, oldest first (`history`;
+    the asyncio API reads the field itself)."""
     if found is None:
-        return None, newest_id
+        return None
     entries = []
     for line in found.split("\n"):
         try:
@@ -90,27 +95,41 @@ def history(store: Store, job_id: str) -> tuple[list[Event] | None, str]:
                                     job_id, "history")
         fields = dict(zip(_HISTORY_FIELDS, map(str, values), strict=True))
         entries.append({"id": fields.pop("id"), "job": job_id, **fields})
-    return entries, newest_id
+    return entries
 
 
-def read(store: Store, job_id: str | None, count: int, after: str) -> list[Event]:
-    """`count` entries from `after` ("-" or a stream id, "(" first: exclusive), oldest first; those of
-    `job_id` alone when it is given."""
+def check_read(job_id: Any, count: Any, after: Any) -> None:
+    """`read`'s arguments: `InvalidArgument` for a bad one."""
     _check_job(job_id)
     _check_count(count, 1)
     if after != "-" and not _is_stream_id(after, exclusive_ok=True):
         raise errors.InvalidArgument(f"after must be '-' or a stream id like '1700000000000-0', "
                                      f"got {after!r}")
+
+
+def own_after(own: list[Event], after: str, count: int) -> list[Event]:
+    """A job's own events from `after` ("-" or a stream id, "(" first: exclusive), at most `count`."""
+    if after != "-":
+        bound = _id_key(after)
+        own = [e for e in own
+               if _id_key(e["id"]) > bound or (not after.startswith("(") and _id_key(e["id"]) == bound)]
+    return own[:count]
+
+
+def stream_entries(entries: list[Any], job_id: str | None) -> list[Event]:
+    """Stream entries as events, those of `job_id` alone when it is given."""
+    return [_entry(entry_id, fields) for entry_id, fields in entries
+            if job_id is None or fields.get("job") == job_id]
+
+
+def read(store: Store, job_id: str | None, count: int, after: str) -> list[Event]:
+    """`count` entries from `after` ("-" or a stream id, "(" first: exclusive), oldest first; those of
+    `job_id` alone when it is given."""
+    check_read(job_id, count, after)
     own = history(store, job_id)[0] if job_id is not None else None
     if own is not None:
-        if after != "-":
-            bound = _id_key(after)
-            own = [e for e in own
-                   if _id_key(e["id"]) > bound or (not after.startswith("(") and _id_key(e["id"]) == bound)]
-        return own[:count]
-    return [_entry(entry_id, fields)
-            for entry_id, fields in store.events_after(after, count)
-            if job_id is None or fields.get("job") == job_id]
+        return own_after(own, after, count)
+    return stream_entries(store.events_after(after, count), job_id)
 
 
 def tail(store: Store, job_id: str | None, count: int) -> tuple[list[Event], str]:

@@ -204,7 +204,7 @@ def enqueue_many(pool: Submitter, specs: Iterable[Mapping[str, Any]],
     if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
         raise errors.InvalidArgument("specs must be an iterable of mappings (one per job)")
     roots = tuple(pool.settings.bind_roots)
-    jobs = _prepare_all(specs, roots)
+    jobs = prepare_all(specs, roots)
     _check_dependencies_exist(pool, jobs)
     batches = [jobs[start:start + batch_size] for start in range(0, len(jobs), batch_size)]
     made: list[Job] = []
@@ -213,7 +213,7 @@ def enqueue_many(pool: Submitter, specs: Iterable[Mapping[str, Any]],
 
     def catch_up() -> None:
         while replied:
-            made.extend(_resolved(pool, _made(*replied.pop(0))))
+            made.extend(_resolved(pool, jobs_made(*replied.pop(0))))
     call = _call_args(pool, batches[0]) if batches else None
     for k, batch in enumerate(batches):
         following: list[EnqueueCall] = []
@@ -246,12 +246,12 @@ def enqueue_many(pool: Submitter, specs: Iterable[Mapping[str, Any]],
             # A promotion the script left undone; batch k stands either way.
             pool.store.finish_promotion(reply, pool.actor)
         except errors.JobpoolError as exc:
-            raise _counted(exc, end, len(jobs)) from None
+            raise counted(exc, end, len(jobs)) from None
         call = following[0] if following else None
     try:
         catch_up()
     except errors.JobpoolError as exc:
-        raise _counted(exc, len(jobs), len(jobs)) from None
+        raise counted(exc, len(jobs), len(jobs)) from None
     return made
 
 
@@ -270,31 +270,46 @@ def _settled(pool: Submitter, exc: errors.JobpoolError, batch: list[Prepared], s
     by the replicas asked for (`NotReplicated`: a failover may still lose them), the batch's ids are the
     error's `unknown`; so is a batch found after a lost reply when JOBPOOL_REDIS_WAIT_REPLICAS asks for
     replicas (the reply lost was the WAIT's, or came before it: nothing says the replicas have it)."""
-    if not sent or not isinstance(exc, errors.RedisUnavailable):
-        return _counted(exc, start, total)
+    if not needs_lookup(exc, sent):
+        return counted(exc, start, total)
+    try:
+        found: int | errors.JobpoolError = pool.store.rows_found(
+            [p.id for p in batch], what="enqueue_many's look for its last batch")
+    except errors.JobpoolError as why:
+        found = why
+    return settled_by(exc, batch, start, total, found, pool.settings.redis_wait_replicas)
+
+
+def needs_lookup(exc: errors.JobpoolError, sent: bool) -> bool:
+    """Whether a batch's failure `exc` may have been applied, so Redis must be asked (`_settled`)."""
+    return sent and isinstance(exc, errors.RedisUnavailable)
+
+
+def settled_by(exc: errors.JobpoolError, batch: list[Prepared], start: int, total: int,
+               found: int | errors.JobpoolError, wait_replicas: int) -> errors.JobpoolError:
+    """`_settled`'s verdict once Redis was asked how many of the batch's rows exist (`found`; the error met
+    when it could not be asked): shared with the asyncio API (jobpool/aio.py)."""
     probe = next((p.id for p in batch if not p.coalesce_key), None)  # a job that makes a row if applied
     look = (f"if job {probe} exists (`jobpool show {probe}`)" if probe else
             "if any of its ids (the error's `unknown`) exists") + \
         f", the first {start + len(batch)} were enqueued, else the first {start}"
-    try:
-        found = pool.store.rows_found([p.id for p in batch], what="enqueue_many's look for its last batch")
-    except errors.JobpoolError as why:
-        return _counted(exc, start, total, batch, f"Redis could not be asked ({why}). That batch was "
+    if isinstance(found, errors.JobpoolError):
+        return counted(exc, start, total, batch, f"Redis could not be asked ({found}). That batch was "
                         f"applied whole or not at all: {look}")
-    if found and (isinstance(exc, errors.NotReplicated) or pool.settings.redis_wait_replicas):
+    if found and (isinstance(exc, errors.NotReplicated) or wait_replicas):
         # On the primary now, but a failover could still lose it: counting it would be a guess either way.
-        return _counted(exc, start, total, batch, "its jobs are on the primary but on too few replicas, so a "
+        return counted(exc, start, total, batch, "its jobs are on the primary but on too few replicas, so a "
                         f"failover could still lose them. Once the primary is settled: {look}")
     if found:
-        return _counted(exc, start + len(batch), total, lost=len(batch))
+        return counted(exc, start + len(batch), total, lost=len(batch))
     if any(not p.coalesce_key for p in batch):
-        return _counted(exc, start, total)
-    return _counted(exc, start, total, batch, "every job of that batch has a coalesce key and none made a "
+        return counted(exc, start, total)
+    return counted(exc, start, total, batch, "every job of that batch has a coalesce key and none made a "
                     "row, so it was not applied or each of its jobs coalesced into a queued job; sent again, "
                     "they coalesce the same way while those stay queued")
 
 
-def _counted(exc: errors.JobpoolError, enqueued: int, total: int, unknown: Sequence[Prepared] = (),
+def counted(exc: errors.JobpoolError, enqueued: int, total: int, unknown: Sequence[Prepared] = (),
              why: str = "", lost: int = 0) -> errors.JobpoolError:
     """`exc` with what stands in its message and attributes (`JobpoolError.enqueued`, `.unknown`): the same
     exception, so callers handle it as ever. `unknown` is the batch after the first `enqueued` jobs whose
@@ -318,8 +333,7 @@ def _check_dependencies_exist(pool: Submitter, jobs: list[Prepared]) -> None:
     """Every job the items name in `after` exists, read before the first batch is sent (one EXISTS): the
     script checks each batch's again, but a later batch's refusal would come after the earlier ones were
     queued. Ids of this call's own items (`after_index`) are not looked for."""
-    own = {p.id for p in jobs}
-    named = {dep: i for i, p in reversed(list(enumerate(jobs))) for dep in p.waits_for if dep not in own}
+    named = dependencies_named(jobs)
     if not named or pool.store.rows_found(list(named), what="the jobs waited for") == len(named):
         return
     for dep, i in sorted(named.items(), key=lambda kv: kv[1]):
@@ -327,7 +341,14 @@ def _check_dependencies_exist(pool: Submitter, jobs: list[Prepared]) -> None:
             raise errors.InvalidSpec(f"it waits for job {dep}, which does not exist", index=i)
 
 
-def _prepare_all(specs: Iterable[Any], roots: Sequence[str]) -> list[Prepared]:
+def dependencies_named(jobs: list[Prepared]) -> dict[str, int]:
+    """The jobs the items name in `after`, each with the first item naming it; this call's own items
+    (`after_index`) left out."""
+    own = {p.id for p in jobs}
+    return {dep: i for i, p in reversed(list(enumerate(jobs))) for dep in p.waits_for if dep not in own}
+
+
+def prepare_all(specs: Iterable[Any], roots: Sequence[str]) -> list[Prepared]:
     """Every item of an `enqueue_many` call validated, in order; an item's `after_index` names the new ids of
     the items before it."""
     jobs: list[Prepared] = []
@@ -344,7 +365,7 @@ def send(pool: Submitter, batch: list[Prepared], fire: str = "") -> list[Job]:
     if reply.why_stopped == "skipped":
         return []
     pool.store.finish_promotion(reply, pool.actor)
-    return _resolved(pool, _made(batch, reply))
+    return _resolved(pool, jobs_made(batch, reply))
 
 
 def _call_args(pool: Submitter, batch: list[Prepared], fire: str = "") -> EnqueueCall:
@@ -360,7 +381,7 @@ def _run(pool: Submitter, call: EnqueueCall, meanwhile: Callable[[], None] | Non
     return pool.store.enqueue(call, meanwhile=meanwhile)
 
 
-def _made(batch: list[Prepared], reply: Enqueued) -> list[Job | str]:
+def jobs_made(batch: list[Prepared], reply: Enqueued) -> list[Job | str]:
     """The Jobs of `batch` as the enqueue script left them (`reply`), in order; a job that coalesced is the
     id of the queued job it coalesced into (`_resolved` reads those)."""
     now = reply.now
@@ -391,7 +412,11 @@ def _twins(pool: Submitter, ids: list[str]) -> dict[str, Job]:
     """The queued jobs that new jobs coalesced into, read back (one round trip), as `coalesced`."""
     if len(ids) == 1:
         return {ids[0]: pool.get(ids[0], coalesced=True)}
-    rows = pool.store.rows(ids)
+    return twins_from_rows(ids, pool.store.rows(ids))
+
+
+def twins_from_rows(ids: list[str], rows: list[Any]) -> dict[str, Job]:
+    """The queued jobs that new jobs coalesced into, from their rows as read (`Store.rows`)."""
     out = {}
     for job_id, row in zip(ids, rows, strict=True):
         if isinstance(row, Exception):

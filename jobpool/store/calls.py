@@ -97,11 +97,76 @@ class ReconcileCall:
     fence: InventoryFence | None = None
 
 
+def candidate_keys(keys: Any, ids: Sequence[str], routes: Sequence[Any]) -> list[str]:
+    """The promotion candidates' keys for queued `ids` and the RQ list each row routes it to (`routes`: its
+    `affinity_queue` as read, else the pool's queue): what `Store.candidates` and the asyncio store pass."""
+    return [key for job_id, route in zip(ids, routes, strict=True)  # a row not a hash: the script drops
+            for key in (keys.job(job_id), keys.rq_job(job_id),
+                        route if isinstance(route, str) and route else keys.rq_queue)]
+
+
+#: A script's own KEYS and ARGV, as both stores (this one and store/asyncstore.py) send them: (keys, args).
+Call = tuple[list[str], list[Any]]
+
+
+def cancel_call(keys: Any, job_id: str, reason: str, actor: str, candidates: list[str]) -> Call:
+    """cancel.lua's own KEYS and ARGV."""
+    return [keys.job(job_id), keys.lease(job_id), *candidates], [job_id, reason, actor]
+
+
+def pause_job_call(keys: Any, job_id: str, reason: str, actor: str, candidates: list[str]) -> Call:
+    """pause_job.lua's own KEYS and ARGV."""
+    return [keys.job(job_id), keys.lease(job_id), *candidates], [job_id, reason, actor]
+
+
+def resume_job_call(keys: Any, job_id: str, actor: str, anywhere: bool, candidates: list[str]) -> Call:
+    """resume_job.lua's own KEYS and ARGV (`anywhere`: release the job's affinity first)."""
+    return [keys.job(job_id), *candidates], [job_id, actor, "1" if anywhere else "0"]
+
+
+def enqueue_call(keys: Any, pool_keys: list[str], actor: str,
+                 jobs: Iterable[tuple[str, str, str, str, str, str, str]], fire: str = "") -> EnqueueCall:
+    """The enqueue script's inputs for `jobs`, each (id, spec JSON, coalesce key or '', image, its order and
+    limits: `JobSpec.schedule_arg`, what it waits for: jobpool/submit.py `Prepared.holds`, its retries:
+    `JobSpec.retry_arg`); `fire` a schedule's 'name|tick|next tick' (jobpool/schedules.py); `pool_keys` the
+    script's pool keys."""
+    key_list: list[str] = []
+    args: list[Any] = [actor, fire]
+    for job in jobs:
+        key_list += (keys.job(job[0]), keys.rq_job(job[0]))
+        args += job
+    key_list += pool_keys
+    return EnqueueCall(key_list, args)
+
+
+def cancelled(reply: list[Any]) -> Cancelled:
+    """cancel.lua's reply."""
+    return Cancelled(state=str(reply[1]), promoted=int(reply[2]), why_stopped=reply[3],
+                     owner_boot=reply[4] or "", attempt="" if reply[5] is None else str(reply[5]))
+
+
+def enqueued(reply: list[Any]) -> Enqueued:
+    """enqueue.lua's reply. Positional: this is every enqueue's path (bench/enqueue.py), and keywords cost
+    it more."""
+    return Enqueued(reply[2], reply[3], reply[1], reply[4], tuple(reply[5:]))
+
+
+def queue_resumed(reply: list[Any]) -> QueueResumed:
+    """resume_queue.lua's reply."""
+    return QueueResumed(was_paused=bool(int(reply[1])), promoted=int(reply[2]), why_stopped=reply[3])
+
+
+def released(reply: list[Any]) -> Release:
+    """promote.lua's reply."""
+    return Release(promoted=int(reply[2]), why_stopped=reply[3])
+
+
 def _requests(pause: Any, cancel: Any) -> Requests:
     return Requests(pause == "1", cancel == "1")
 
 
-def _moved(reply: list[Any]) -> Moved:
+def moved(reply: list[Any]) -> Moved:
+    """The reply of a script that moves a job and may promote (pause_job.lua, resume_job.lua, ...)."""
     return Moved(state=str(reply[1]), promoted=int(reply[2]), why_stopped=reply[3])
 
 
@@ -160,9 +225,7 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         for job_id in ids:
             pipe.hget(self.keys.job(job_id), "affinity_queue")
         routes = call_redis(pipe.execute, raise_on_error=False, what="candidates") if ids else []
-        return [key for job_id, route in zip(ids, routes, strict=True)  # a row not a hash: the script drops
-                for key in (self.keys.job(job_id), self.keys.rq_job(job_id),
-                            route if isinstance(route, str) and route else self.keys.rq_queue)]
+        return candidate_keys(self.keys, ids, routes)
 
     def promote_all(self, actor: str) -> int:
         """Promote queued jobs into free slots until the queue, the slots or promotion stop it."""
@@ -183,17 +246,8 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
 
     def enqueue_call(self, actor: str, jobs: Iterable[tuple[str, str, str, str, str, str, str]],
                      fire: str = "") -> EnqueueCall:
-        """The enqueue script's inputs for `jobs`, each (id, spec JSON, coalesce key or '', image, its order
-        and limits: `JobSpec.schedule_arg`, what it waits for: jobpool/submit.py `Prepared.holds`, its
-        retries: `JobSpec.retry_arg`); `fire` a schedule's 'name|tick|next tick' (jobpool/schedules.py)."""
-        keys = self.keys
-        key_list: list[str] = []
-        args: list[Any] = [actor, fire]
-        for job in jobs:
-            key_list += (keys.job(job[0]), keys.rq_job(job[0]))
-            args += job
-        key_list += self._pool_keys["enqueue"]
-        return EnqueueCall(key_list, args)
+        """The enqueue script's inputs for `jobs` (`enqueue_call`)."""
+        return enqueue_call(self.keys, self._pool_keys["enqueue"], actor, jobs, fire)
 
     def enqueue(self, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:
         """scripts/enqueue.lua for one batch, on this thread's single-connection client (`thread_clients`),
@@ -201,14 +255,11 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         once, so a Redis that cannot be reached fails there, before anything is sent: typed like the call's
         own failures."""
         client = call_redis(self.thread_clients.get, self.client, what="enqueue")
-        reply = self.scripts.run("enqueue", call.keys, call.args, client=client, meanwhile=meanwhile)
-        # Positional: this is every enqueue's path (bench/enqueue.py), and keywords cost it more.
-        return Enqueued(reply[2], reply[3], reply[1], reply[4], tuple(reply[5:]))
+        return enqueued(self.scripts.run("enqueue", call.keys, call.args, client=client, meanwhile=meanwhile))
 
     def promote(self, actor: str) -> Release:
         """One round of scripts/promote.lua with the queue's head as candidates."""
-        _, _, promoted, why = self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [actor])
-        return Release(promoted=int(promoted), why_stopped=why)
+        return released(self.run("promote", self.candidates(CANDIDATES_ON_PROMOTE), [actor]))
 
     def retry_job(self, job_id: str, actor: str) -> str:
         """A failed or cancelled job again as a new attempt (scripts/retry_job.lua); the state it is in after
@@ -253,33 +304,30 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         self.run("schedule_skip", [], [name, seen, "" if tick_ms is None else tick_ms, next_ms, why, actor])
 
     def cancel(self, job_id: str, reason: str, actor: str) -> Cancelled:
-        reply = self.run("cancel", [self.keys.job(job_id), self.keys.lease(job_id),
-                                    *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, reason, actor])
-        return Cancelled(state=str(reply[1]), promoted=int(reply[2]), why_stopped=reply[3],
-                         owner_boot=reply[4] or "", attempt="" if reply[5] is None else str(reply[5]))
+        return cancelled(self.run("cancel", *cancel_call(self.keys, job_id, reason, actor,
+                                                         self.candidates(CANDIDATES_ON_RELEASE))))
 
     def pause_job(self, job_id: str, reason: str, actor: str) -> Moved:
-        keys = [self.keys.job(job_id), self.keys.lease(job_id), *self.candidates(CANDIDATES_ON_RELEASE)]
-        return _moved(self.run("pause_job", keys, [job_id, reason, actor]))
+        return moved(self.run("pause_job", *pause_job_call(self.keys, job_id, reason, actor,
+                                                           self.candidates(CANDIDATES_ON_RELEASE))))
 
     def resume_job(self, job_id: str, actor: str, anywhere: bool = False) -> Moved:
         """Resume a paused job, withdraw a pause requested of a running one; `anywhere` first releases its
         affinity (scripts/resume_job.lua)."""
-        keys = [self.keys.job(job_id), *self.candidates(CANDIDATES_ON_RELEASE)]
-        return _moved(self.run("resume_job", keys, [job_id, actor, "1" if anywhere else "0"]))
+        return moved(self.run("resume_job", *resume_job_call(self.keys, job_id, actor, anywhere,
+                                                             self.candidates(CANDIDATES_ON_RELEASE))))
 
     def release_affinity(self, job_id: str, daemon_id: str, actor: str) -> Moved:
         """Only release the job's affinity to `daemon_id`, if its row still names it (scripts/resume_job.lua
         with an expected affinity: nothing else is resumed; `Conflict` when the row names another)."""
-        return _moved(self.run("resume_job", [self.keys.job(job_id)], [job_id, actor, "1", daemon_id]))
+        return moved(self.run("resume_job", [self.keys.job(job_id)], [job_id, actor, "1", daemon_id]))
 
     def pause_queue(self, actor: str, reason: str) -> bool:
         """Hold promotion; True when it was not held before."""
         return bool(int(self.run("pause_queue", [], [actor, reason])[1]))
 
     def resume_queue(self, actor: str) -> QueueResumed:
-        reply = self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [actor])
-        return QueueResumed(was_paused=bool(int(reply[1])), promoted=int(reply[2]), why_stopped=reply[3])
+        return queue_resumed(self.run("resume_queue", self.candidates(CANDIDATES_ON_PROMOTE), [actor]))
 
     def set_limit(self, name: str, size: int | None, actor: str) -> LimitSet:
         """Set a named limit to `size`, or remove it (None; `NotFound` when there is none): limit.lua."""
@@ -322,7 +370,7 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
     def evict(self, job_id: str, attempt: int, reason: str, evidence: str, actor: str,
               daemon_id: str = "") -> Moved:
         """Fail a running job if it is still at `attempt` (and on `daemon_id`, when given)."""
-        return _moved(self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
+        return moved(self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
                                          *self.candidates(CANDIDATES_ON_RELEASE)],
                                [job_id, attempt, reason, evidence, actor, daemon_id]))
 
@@ -345,7 +393,7 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         keys, args = self._reconcile_call(ReconcileCall(job_id, attempt, owner_boot, container_id, verdict,
                                                         reason, exit_code, recovery_budget, evidence, actor,
                                                         route, fence), self.candidates(CANDIDATES_ON_RELEASE))
-        return _moved(self.scripts.run("reconcile_apply", keys, args))
+        return moved(self.scripts.run("reconcile_apply", keys, args))
 
     def reconcile_apply_many(self, calls: Sequence[ReconcileCall]) -> list[Moved | JobpoolError]:
         """`reconcile_apply` for many rows in one round trip (a sweep's verdicts: runner.Scripts.run_many),
@@ -356,7 +404,7 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         candidates = self.candidates(CANDIDATES_ON_RELEASE)
         replies = self.scripts.run_many("reconcile_apply",
                                         [self._reconcile_call(c, candidates) for c in calls])
-        return [r if isinstance(r, JobpoolError) else _moved(r) for r in replies]
+        return [r if isinstance(r, JobpoolError) else moved(r) for r in replies]
 
     def _reconcile_call(self, c: ReconcileCall, candidates: list[str]) -> tuple[list[str], list[Any]]:
         k = self.keys
@@ -417,7 +465,7 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
                log_tail: bytes | str, recovery_budget: int, evidence: str) -> Moved:
         """Report how an attempt ended (scripts/finish.lua, `kind`), releasing its slot; `log_tail` as the row
         stores it (jobpool/logtail.py)."""
-        return _moved(self.run(
+        return moved(self.run(
             "finish", [*self._attempt_keys(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
             [job_id, boot_id, attempt, kind, "" if exit_code is None else exit_code, reason, log_tail,
              recovery_budget, evidence]))

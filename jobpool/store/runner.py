@@ -38,7 +38,7 @@ _SCRIPT_LOADS = 2
 _DEMOTED_TEXT = "The previous master is now a slave"
 
 
-def _demoted(exc: redis.RedisError) -> bool:
+def demoted(exc: redis.RedisError) -> bool:
     """A refusal by a replica (READONLY): nothing of the script was applied."""
     return isinstance(exc, redis.ReadOnlyError) or (
         isinstance(exc, redis.ConnectionError) and _DEMOTED_TEXT in str(exc))
@@ -194,11 +194,11 @@ def _once(fn: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
-def _decode(value: Any) -> Any:
+def decode_reply(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode()
     if isinstance(value, list):  # one pass, recursing only into a nested list (most replies are flat)
-        return [v.decode() if type(v) is bytes else _decode(v) if type(v) is list else v for v in value]
+        return [v.decode() if type(v) is bytes else decode_reply(v) if type(v) is list else v for v in value]
     return value
 
 
@@ -222,12 +222,22 @@ def _typed(op: str, reply: Any) -> list[Any] | errors.JobpoolError:
         if isinstance(error, errors.RedisUnavailable):
             raise error from None
         return error
-    decoded: list[Any] = _decode(reply)
+    decoded: list[Any] = decode_reply(reply)
     try:
         raise_for_code(op, decoded)
     except errors.JobpoolError as exc:
         return exc
     return decoded
+
+
+def script_settings(default_slots: int, events_maxlen: int, reserve_after_secs: float,
+                    retry_delay_max_secs: int) -> dict[str, tuple[int, ...]]:
+    """Each script's settings, in the order its header names them (`Settings:`, luatext.shape), as sent after
+    its own ARGV: what `Scripts` and the asyncio store (store/asyncstore.py) append."""
+    values = {"default_slots": int(default_slots), "events_maxlen": int(events_maxlen),
+              "reserve_after_ms": max(0, round(reserve_after_secs * 1000)),
+              "retry_delay_max_ms": max(0, int(retry_delay_max_secs) * 1000)}
+    return {name: tuple(values[s] for s in shape(name).settings) for name in SCRIPT_NAMES}
 
 
 class Scripts:
@@ -256,13 +266,9 @@ class Scripts:
         self._scripts: dict[str, Script] = {
             name: client.register_script(script_text(name)) for name in SCRIPT_NAMES
         }
-        values = {"default_slots": self.default_slots, "events_maxlen": self.events_maxlen,
-                  "reserve_after_ms": max(0, round(reserve_after_secs * 1000)),
-                  "retry_delay_max_ms": max(0, int(retry_delay_max_secs) * 1000)}
         #: Each script's settings, in the order its header names them: appended after its own ARGV.
-        self._settings: dict[str, tuple[int, ...]] = {
-            name: tuple(values[s] for s in shape(name).settings) for name in SCRIPT_NAMES
-        }
+        self._settings = script_settings(self.default_slots, self.events_maxlen, reserve_after_secs,
+                                         retry_delay_max_secs)
         #: The pool's config hash and name, set by its store: before a state change, and again once
         #: `schema.RECHECK_SECS` have passed, the pool's layout version is read, and a pool newer than this
         #: release knows is refused (`PoolTooNew`) with nothing written (jobpool/store/schema.py).
@@ -309,7 +315,7 @@ class Scripts:
                 reply = self._call(op, conn, keys, args, once)
                 break
             except redis.RedisError as exc:
-                if not _demoted(exc) or time.monotonic() + delay > deadline:
+                if not demoted(exc) or time.monotonic() + delay > deadline:
                     raise wrap_redis_error(exc, op) from None
                 log.info("%s: the primary was demoted (%s); sending it again", op, exc)
                 time.sleep(delay)
@@ -317,7 +323,7 @@ class Scripts:
                 single = getattr(conn, "connection", None)  # a single-connection client (jobpool/submit.py)
                 if single is not None:
                     reopen(single)
-        decoded: list[Any] = _decode(reply)
+        decoded: list[Any] = decode_reply(reply)
         raise_for_code(op, decoded)
         return decoded
 
@@ -342,7 +348,7 @@ class Scripts:
                 for i, reply in zip(todo, self._pipelined(op, [calls[i] for i in todo]), strict=True):
                     replies[i] = reply
             except redis.RedisError as exc:
-                if not _demoted(exc) or time.monotonic() + delay > deadline:
+                if not demoted(exc) or time.monotonic() + delay > deadline:
                     raise wrap_redis_error(exc, op) from None
                 replies = [exc if i in todo else r for i, r in enumerate(replies)]
             lost = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
@@ -351,7 +357,7 @@ class Scripts:
                 script.sha = call_redis(self.client.script_load, script.script, what=op)
             elif lost:
                 lost = []  # lost again as soon as loaded: left as they are (RedisUnavailable)
-            refused = [i for i in todo if isinstance(replies[i], redis.RedisError) and _demoted(replies[i])]
+            refused = [i for i in todo if isinstance(replies[i], redis.RedisError) and demoted(replies[i])]
             if refused and time.monotonic() + delay <= deadline:
                 log.info("%s: the primary was demoted (%s); sending %d calls again", op, replies[refused[0]],
                          len(refused))

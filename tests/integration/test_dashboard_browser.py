@@ -214,8 +214,8 @@ def test_dashboard_in_a_real_browser(pool: Pool, spawn: Callable[..., JobpoolPro
     eventually(lambda: "queued 1" in text_of(browser, "chart-queue") and "slots max 1" in
                text_of(browser, "chart-queue"), timeout=30, message="the queue chart has the latest point")
     for chart in ("throughput", "queue", "waits"):
-        assert browser.find_elements(By.CSS_SELECTOR, f"#chart-{chart} svg path, #chart-{chart} svg circle"), \
-            f"the {chart} chart"
+        drawn = f"#chart-{chart} svg path, #chart-{chart} svg circle"
+        assert browser.find_elements(By.CSS_SELECTOR, drawn), f"the {chart} chart"
     shot = tmp_path / "dashboard.png"
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from jobpool import Pool
-from jobpool.api import MAX_TEXT_BYTES
+from jobpool.apichecks import MAX_TEXT_BYTES
 from jobpool.contract import HISTORY_HEAD_EVENTS, HISTORY_MAX_BYTES, REASON_HISTORY_TRIMMED
 
 POOL = "history"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from typing import cast
 
-from jobpool.api import MAX_TEXT_BYTES, Pool
+from jobpool.api import Pool
+from jobpool.apichecks import MAX_TEXT_BYTES
 from jobpool.contract import (
     EVENT_TEXT_MAX_BYTES,
     HISTORY_HEAD_EVENTS,
