@@ -53,6 +53,9 @@ class EventLog(threading.Thread):
         self.reason: dict[str, str] = {}
         #: Rows removed by retention, per state, from the prune scripts' events.
         self.pruned: Counter[str] = Counter()
+        #: Jobs that left a terminal state again (a retry), per state left: once that state was pruned to its
+        #: cap, each such leaving is a row the cap no longer holds (`Keyspace.fewest_rows`).
+        self.reopened: Counter[str] = Counter()
         self.unseen = 0
         #: The jobs a schedule fired (their rows name the schedule and tick: scripts/enqueue.lua), in the
         #: order they were enqueued; the jobs enqueued whose rows were gone before they could be read; and
@@ -107,6 +110,9 @@ class EventLog(threading.Thread):
             if event.get("job") and event.get("reason") == "enqueued" and not event.get("from"):
                 self._to_read.append(event["job"])
             if event.get("job") and (event.get("from") or event.get("to")):  # not a note of both empty
+                before = self.last.get(event["job"], "")
+                if before in TERMINAL and event.get("to", "") not in TERMINAL:
+                    self.reopened[before] += 1
                 self.last[event["job"]] = event.get("to", "")
                 self.reason[event["job"]] = event.get("reason", "")
             elif event.get("reason") == "pruned":
@@ -181,6 +187,9 @@ class Census:
     #: Jobs ended so far (last event terminal), per state; and how many rows the caps keep of them.
     ended: dict[str, int]
     expected_rows: int
+    #: The fewest rows the caps may hold: fewer than `expected_rows` once a job left a state already pruned
+    #: to its cap (a retry of a failed job): the cap keeps the newest N, and a pruned row does not come back.
+    fewest_rows: int
     keys: int
     rows: int
     #: Keys without a TTL that belong to a job with a row (RQ's record of a delivery its horse did not end).
@@ -209,6 +218,11 @@ class Census:
     settled: bool = True
 
     @property
+    def rows_right(self) -> bool:
+        """The rows are what the caps keep: no fewer, none over."""
+        return self.fewest_rows <= self.rows <= self.expected_rows
+
+    @property
     def persistent(self) -> int:
         return self.keys - sum(self.volatile.values())
 
@@ -226,7 +240,8 @@ class Census:
         at = time.strftime("%H:%M:%S", time.localtime(self.at))
         ttl = ",".join(f"{k}:{n}" for k, n in sorted(self.volatile.items()))
         return (f"census {at} ended=[{ended}] keys={self.keys} persistent={self.persistent} "
-                f"rows={self.rows}/{self.expected_rows} kept={self.kept} orphans={len(self.orphans)} "
+                f"rows={self.rows}/{self.fewest_rows}-{self.expected_rows} kept={self.kept} "
+                f"orphans={len(self.orphans)} "
                 f"other={len(self.other)} unexpected={self.unexpected} with_ttl=[{ttl}] "
                 f"max_ttl={self.max_ttl_secs:.0f}s used_memory={self.used_memory} "
                 f"clients={self.clients_memory} scripts={self.scripts_memory} "
@@ -275,6 +290,11 @@ class Keyspace:
     def expected_rows(self, ended: Counter[str]) -> int:
         return sum(min(ended[s], self.caps[s]) if self.caps[s] else ended[s] for s in TERMINAL)
 
+    def fewest_rows(self, ended: Counter[str], log: EventLog) -> int:
+        """`expected_rows` less, in each state already pruned, the jobs that left it since (at most)."""
+        return sum(max(0, (min(ended[s], self.caps[s]) if self.caps[s] else ended[s])
+                          - (log.reopened[s] if self.caps[s] and log.pruned[s] else 0)) for s in TERMINAL)
+
     def take(self, pool: Pool, log: EventLog, timeout: float = 20.0) -> Census:
         """A census once the keyspace has settled: the rows are what the caps keep (the supervisors prune
         every sweep) and two readings 0.3 s apart agree (a horse deletes RQ's record of its delivery just
@@ -284,7 +304,7 @@ class Keyspace:
         while True:
             log.read()
             census = self._read(pool, log)
-            if prev is not None and census.same(prev) and census.rows == census.expected_rows:
+            if prev is not None and census.same(prev) and census.rows_right:
                 break
             if time.monotonic() > deadline:
                 census.settled = False
@@ -313,7 +333,8 @@ class Keyspace:
         ended = log.ended()
         memory = c.info("memory")
         return Census(
-            at=time.time(), ended=dict(ended), expected_rows=self.expected_rows(ended), keys=len(names),
+            at=time.time(), ended=dict(ended), expected_rows=self.expected_rows(ended),
+            fewest_rows=self.fewest_rows(ended, log), keys=len(names),
             rows=len(rows), kept=sum(1 for _, o in owned if o in rows) - len(rows),
             orphans=[n for n, o in owned if o is not None and o not in rows],
             other=other, unexpected=[n for n in other if not shared(n, pool.keys)],
@@ -370,7 +391,7 @@ class Keyspace:
             "keys": (min(c.keys for c in cs), max(c.keys for c in cs)),
             "persistent": (min(c.persistent for c in cs), max(c.persistent for c in cs)),
             "rows": (min(c.rows for c in cs), max(c.rows for c in cs)),
-            "rows_off": sum(c.rows != c.expected_rows for c in cs),
+            "rows_off": sum(not c.rows_right for c in cs),
             "orphans": sorted({n for c in cs for n in c.orphans}),
             "unexpected": sorted({n for c in cs for n in c.unexpected}),
             "kept_over": sum(c.kept > 2 * c.rows for c in cs),
