@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from jobpool.dashboard.charts import history_charts, nice_ceiling
+from jobpool.dashboard.charts import MAX_DRAWN, Series, downsample, history_charts, nice_ceiling
 from jobpool.trends import TrendPoint
 
 W = 60_000
@@ -49,3 +49,17 @@ def test_a_point_without_a_figure_is_not_drawn_as_zero() -> None:
     assert dict((name, latest) for name, _, latest in waits.legend)["run p50"] == "-"
     throughput = next(c for c in history_charts(points) if c.id == "throughput")
     assert throughput.unit == "jobs per minute"
+
+
+def test_a_day_of_minutes_is_drawn_in_at_most_max_drawn_points_and_keeps_its_peaks() -> None:
+    points = [point(i, queued=1) for i in range(1440)]
+    points[700] = point(700, queued=37)  # one minute's peak
+    del points[1000:1100]  # a hundred minutes no supervisor recorded
+    drawn, [queued] = downsample(points, [Series("queued", "s-queued", [p.queued for p in points])])
+    assert len(drawn) <= MAX_DRAWN and max(v for v in queued.values if v is not None) == 37
+    step = drawn[0].width_ms
+    assert step == 6 * W and all(p.at_ms % step == 0 for p in drawn)
+    assert not any(1000 * W <= p.at_ms < 1098 * W for p in drawn), "a long gap stays a gap"
+    chart = next(c for c in history_charts(points) if c.id == "queue")
+    assert len(str(chart.svg)) < 20_000 and ">50<" in str(chart.svg), "the peak sets the top"
+    assert dict((name, latest) for name, _, latest in chart.legend)["queued"] == "1", "the newest, not merged"
