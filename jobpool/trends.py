@@ -16,6 +16,7 @@ however fast jobs end or retention prunes them; the percentiles are a bounded sa
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +74,9 @@ def percentiles_arg(ended: Sequence[EndedTimes]) -> str:
 
 class Sampler:
     """A timer job (supervisor/timers.py): records the last ended point of the history, once per point. Its
-    only state is the last point it saw recorded, to skip the reads until the next one ends."""
+    only state is the last point it saw recorded, to skip the reads until the next one ends: it asks Redis's
+    clock (the points' clock) only once this host's says a point ended, so a clock behind Redis's records a
+    point that much later, and one ahead asks at each tick until Redis's catches up."""
 
     def __init__(self) -> None:
         self.last_point = -1
@@ -81,6 +84,8 @@ class Sampler:
     def __call__(self, store: Store, actor: str) -> bool:
         """Record the point that ended last, unless it is recorded; True when this call recorded it."""
         width = store.settings.trend_secs * 1000
+        if int(time.time() * 1000) // width - 1 <= self.last_point:
+            return False  # by this host's clock no new point has ended: Redis is not asked the time
         point = store.now_ms() // width - 1
         if point <= self.last_point:
             return False
