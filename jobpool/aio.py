@@ -20,7 +20,7 @@ import contextlib
 import datetime
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from . import apichecks, errors, logtail, submit
@@ -42,8 +42,8 @@ FOLLOW_COUNT = 1000
 
 class AsyncPool:
     """One pool, for asyncio: `enqueue`, `enqueue_many`, `get`, `list`, `cancel`, `pause`, `resume`,
-    `events`, `logs` and a `wait` that wakes on the job's transition. Close it with `await pool.close()` (or
-    `async with`)."""
+    `events`, `follow_events`, `logs` and a `wait` that wakes on the job's transition. Close it with
+    `await pool.close()` (or `async with`)."""
 
     def __init__(self, client: AsyncRedis, settings: Settings | None = None,
                  actor: str = "api") -> None:
@@ -180,6 +180,26 @@ class AsyncPool:
             if own is not None:
                 return event_stream.own_after(own, after, count)
         return event_stream.stream_entries(await self.store.events_after(after, count), job_id)
+
+    def follow_events(self, job_id: str | None = None, after: str | None = None,
+                      block_secs: float = 1.0) -> AsyncIterator[dict[str, str]]:
+        """`Pool.follow_events`: the events written after stream id `after` (default: from now on), as they
+        come (those of `job_id` alone when it is given); never ends by itself: stop iterating to stop. Each
+        wait blocks on the server at most `block_secs`, on a connection of the client's pool. The arguments
+        are checked at once, as `Pool`'s are."""
+        event_stream.check_follow(job_id, after, block_secs)
+        return self._follow(job_id, after, int(block_secs * 1000))
+
+    async def _follow(self, job_id: str | None, after: str | None,
+                      block_ms: int) -> AsyncIterator[dict[str, str]]:
+        position = after if after is not None else await self.store.newest_event_id()
+        while True:
+            reply = await self.store.events_following(position, FOLLOW_COUNT, block_ms)
+            for _stream, entries in reply or []:
+                for event in event_stream.stream_entries(entries, job_id):
+                    yield event
+                if entries:
+                    position = entries[-1][0]  # a concrete id, never "$": no gap between two reads
 
     async def wait(self, job_id: str, timeout: float = 60.0, states: Iterable[str | JobState] = TERMINAL,
                    fallback_secs: float = 5.0) -> Job:

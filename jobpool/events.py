@@ -168,6 +168,12 @@ def _newest(store: Store) -> str:
 def follow(store: Store, job_id: str | None, after: str | None, block_secs: float) -> Iterator[Event]:
     """Entries written after stream id `after` (None: after the newest now), as they come; each wait for
     new ones blocks at most `block_secs` on the server. Checked at once; the iterator never ends by itself."""
+    check_follow(job_id, after, block_secs)
+    return _follow(store, job_id, after if after is not None else _newest(store), int(block_secs * 1000))
+
+
+def check_follow(job_id: Any, after: Any, block_secs: Any) -> None:
+    """`follow`'s arguments (the asyncio API's too): `InvalidArgument` for a bad one."""
     _check_job(job_id)
     if after is not None and not _is_stream_id(after, exclusive_ok=False):
         raise errors.InvalidArgument(f"after must be a stream id like '1700000000000-0', got {after!r}")
@@ -175,7 +181,6 @@ def follow(store: Store, job_id: str | None, after: str | None, block_secs: floa
             or not MIN_BLOCK_SECS <= block_secs <= MAX_BLOCK_SECS):
         raise errors.InvalidArgument(f"block_secs must be from {MIN_BLOCK_SECS} to {MAX_BLOCK_SECS} seconds, "
                                      f"got {block_secs!r}")
-    return _follow(store, job_id, after if after is not None else _newest(store), int(block_secs * 1000))
 
 
 def _follow(store: Store, job_id: str | None, after: str, block_ms: int) -> Iterator[Event]:

@@ -134,3 +134,30 @@ def test_many_waiters_share_one_reader_and_each_wakes_on_its_own_job(sub_pool: P
     assert readers == 1, "twenty waiters, one XREAD"
     assert ended == [JobState.CANCELLED] * len(jobs) and left == 0
     raw.close()
+
+
+def test_follow_events_yields_the_events_after_a_point_in_order_and_new_ones_as_they_come(
+        sub_pool: Pool) -> None:
+    sub_pool.set_slots(0)
+    sub_pool.enqueue("img", ["before"])
+    _, after = sub_pool.tail_events(None, 0)
+    a, b = sub_pool.enqueue("img", ["a"]), sub_pool.enqueue("img", ["b"])
+
+    async def body(apool: AsyncPool) -> tuple[list[dict[str, str]], dict[str, str], type[Exception]]:
+        stream = apool.follow_events(after=after, block_secs=0.5)
+        written = [await anext(stream) for _ in range(2)]
+        _, now = await asyncio.get_running_loop().run_in_executor(None, sub_pool.tail_events, None, 0)
+        mine = apool.follow_events(b.id, after=now, block_secs=0.5)
+        coming = asyncio.ensure_future(anext(mine))  # blocks in XREAD until b's event is written
+        for job in (a, b):  # a's cancel first: not b's, so not given
+            await asyncio.get_running_loop().run_in_executor(None, sub_pool.cancel, job.id)
+        event = await asyncio.wait_for(coming, 10)
+        with pytest.raises(errors.InvalidArgument) as caught:
+            apool.follow_events(after="yesterday")  # refused at once, before any iteration
+        return written, event, type(caught.value)
+
+    written, event, refused = run(sub_pool, body)
+    assert [(e["job"], e["reason"]) for e in written] == [(a.id, "enqueued"), (b.id, "enqueued")]
+    assert written == sub_pool.events(after=f"({after}", count=2)
+    assert (event["job"], event["to"]) == (b.id, "cancelled")
+    assert refused is errors.InvalidArgument
