@@ -70,15 +70,6 @@ class Pool(Browsing):
         """Close the Redis connections (the pool may be used again: redis-py reconnects)."""
         self.store.close()
 
-    # ---- plumbing shared by every call (jobpool/apichecks.py) ----------------------------------------
-
-    _check_id = staticmethod(apichecks.check_id)
-    _check_text = staticmethod(apichecks.check_text)
-    _check_count = staticmethod(apichecks.check_count)
-    _check_state = staticmethod(apichecks.check_state)
-    _states = staticmethod(apichecks.check_states)
-    _check_wait_args = staticmethod(apichecks.check_wait_args)
-
 
     # ---- submission ---------------------------------------------------------------------------------
 
@@ -104,7 +95,7 @@ class Pool(Browsing):
         """Run a failed or cancelled job again as a new attempt, its history kept and its retries whole
         again; it waits again for the jobs of its `after` that have not succeeded (scripts/retry_job.lua).
         A job it waits for that failed or was cancelled must be retried first (`InvalidSpec`)."""
-        self._check_id(job_id)
+        apichecks.check_id(job_id)
         self.store.retry_job(job_id, self.actor)
         self.store.promote_all(self.actor)
         return self.get(job_id)
@@ -119,7 +110,7 @@ class Pool(Browsing):
         one batch coalesce into the first. If Redis fails midway, the input's first jobs stay enqueued: the
         error's `enqueued` says how many, a batch whose reply was lost included (`unknown`: see JobpoolError).
         """
-        self._check_count("batch_size", batch_size, MAX_BATCH_SIZE)
+        apichecks.check_count("batch_size", batch_size, MAX_BATCH_SIZE)
         return submit.enqueue_many(self, specs, batch_size)
 
     # ---- schedules (jobpool/schedules.py; docs/architecture.md, "Schedules") -----------------------------
@@ -160,7 +151,7 @@ class Pool(Browsing):
 
     def get(self, job_id: str, coalesced: bool = False) -> Job:
         """The job's row; `CorruptRow` when it holds something that cannot be read."""
-        self._check_id(job_id)
+        apichecks.check_id(job_id)
         return self.store.job(job_id, coalesced)
 
     def _rows(self, ids: Iterable[str]) -> list[Job]:
@@ -171,9 +162,9 @@ class Pool(Browsing):
     def list(self, state: str | JobState | None = None, limit: int = 100) -> builtins.list[Job]:
         """Jobs in one state (queued/paused in queue order, running by promotion, finished newest first),
         or, with no state, the newest `limit` jobs of every state in creation order."""
-        self._check_count("limit", limit, MAX_LIST)
+        apichecks.check_count("limit", limit, MAX_LIST)
         if state is not None:
-            st = self._check_state(state)
+            st = apichecks.check_state(state)
             return self._rows(self.store.state_ids(st.value, limit, newest_first=st in TERMINAL))
         jobs: builtins.list[Job] = []
         for st in JobState:
@@ -253,8 +244,8 @@ class Pool(Browsing):
              interval: float = 0.05) -> Job:
         """Poll until the job is in one of `states` (terminal by default; one state may be given alone);
         `JobTimeout` after `timeout` s, polling every `interval` s."""
-        wanted = self._states(states)
-        self._check_wait_args(timeout, interval, "interval")
+        wanted = apichecks.check_states(states)
+        apichecks.check_wait_args(timeout, interval, "interval")
         deadline = time.monotonic() + timeout
         while True:
             job = self.get(job_id)
@@ -269,20 +260,20 @@ class Pool(Browsing):
     def cancel(self, job_id: str, reason: str = "") -> Job:
         """Cancel a job. A running job is asked to stop (the request is persisted): see
         `Job.cancel_requested`."""
-        self._check_id(job_id)
-        self._check_text("reason", reason)
+        apichecks.check_id(job_id)
+        apichecks.check_text("reason", reason)
         self.store.finish_promotion(self.store.cancel(job_id, reason, self.actor), self.actor)
         return self.get(job_id)
 
     def pause(self, job_id: str | None = None, reason: str = "") -> Job | None:
         """Pause one job, or with no id the whole queue's promotion (reconciling goes on)."""
         if job_id is not None:
-            self._check_id(job_id)
-        self._check_text("reason", reason)
+            apichecks.check_id(job_id)
+        apichecks.check_text("reason", reason)
         if job_id is None:
             self.store.pause_queue(self.actor, reason)
             return None
-        self._check_id(job_id)
+        apichecks.check_id(job_id)
         self.store.finish_promotion(self.store.pause_job(job_id, reason, self.actor), self.actor)
         return self.get(job_id)
 
@@ -294,7 +285,7 @@ class Pool(Browsing):
         if job_id is None:
             self.store.finish_promotion(self.store.resume_queue(self.actor), self.actor)
             return None
-        self._check_id(job_id)
+        apichecks.check_id(job_id)
         self.store.finish_promotion(self.store.resume_job(job_id, self.actor, anywhere), self.actor)
         return self.get(job_id)
 
@@ -356,13 +347,13 @@ class Pool(Browsing):
         """Fail a running job and free its slot, if it is still at `attempt` (and recorded on `daemon_id`,
         when given: the daemon the caller stopped its containers on). The caller stops the container first;
         the old owner's next fenced write is refused."""
-        self._check_id(job_id)
+        apichecks.check_id(job_id)
         if (not isinstance(attempt, int) or isinstance(attempt, bool)
                 or not 0 <= attempt <= event_stream.UINT64_MAX):
             raise errors.InvalidArgument(f"attempt must be a whole number, got {attempt!r}")
         for name, text in (("reason", reason), ("evidence", evidence), ("actor", actor),
                            ("daemon_id", daemon_id)):
-            self._check_text(name, text)
+            apichecks.check_text(name, text)
         self.store.finish_promotion(self.store.evict(job_id, attempt, reason, evidence, actor, daemon_id),
                                     self.actor)
         return self.get(job_id)

@@ -1,4 +1,5 @@
-"""The pool's history: what the dashboard draws to answer "since when?" (docs/architecture.md, "History").
+"""The pool's history: what the dashboard draws to answer "since when?" (docs/architecture.md, "The
+dashboard").
 
 Each supervisor's timer thread (jobpool/supervisor/timers.py) records one point per `Settings.trend_secs` of
 Redis time, once it has ended: the gauges at its end (queued, waiting, running, slots used and max, slots held
@@ -95,19 +96,30 @@ class Sampler:
         return recorded
 
 
-def _int(raw: str) -> int | None:
-    return int(raw) if raw.isdigit() else None
+@dataclass(frozen=True)
+class Recorded:
+    """A point as scripts/trend_sample.lua stores it (FIELDS): the gauges are queued, waiting, running, slots
+    used and max, held on unknown; the totals are ENDED's running totals; a percentile is None when no job
+    was read for it."""
+
+    point: int
+    width_ms: int
+    gauges: tuple[int, int, int, int, int, int]
+    totals: tuple[int, int, int]
+    percentiles: tuple[int | None, int | None, int | None, int | None]
+    sampled: int
 
 
-def parse_point(record: str) -> dict[str, int | None] | None:
-    """A stored point's fields (FIELDS) as numbers, '' as None; None for a record that is not one."""
+def parse_point(record: str) -> Recorded | None:
+    """A stored point, or None for a record that is not one."""
     parts = record.split("|")
-    if len(parts) != len(FIELDS):
+    if len(parts) != len(FIELDS) or not all(p.isdigit() for p in parts[:11]) or parts[1] == "0" \
+            or not parts[-1].isdigit() or not all(p.isdigit() or p == "" for p in parts[11:15]):
         return None
-    values = dict(zip(FIELDS, (_int(p) for p in parts), strict=True))
-    if any(values[k] is None for k in FIELDS[:11]) or not values["width_ms"]:
-        return None
-    return values
+    n = [int(p) for p in parts[:11]]
+    w50, w95, r50, r95 = (int(p) if p else None for p in parts[11:15])
+    return Recorded(n[0], n[1], (n[2], n[3], n[4], n[5], n[6], n[7]), (n[8], n[9], n[10]),
+                    (w50, w95, r50, r95), int(parts[-1]))
 
 
 def read_trends(store: Store, now_ms: int | None = None) -> list[TrendPoint]:
@@ -115,30 +127,21 @@ def read_trends(store: Store, now_ms: int | None = None) -> list[TrendPoint]:
     supervisors' `trend_secs`, whatever the reader's own setting says); points of another span, from before
     it was changed, and those of the ring's older turns are left out."""
     now = store.now_ms() if now_ms is None else now_ms
-    parsed = [v for v in map(parse_point, store.trend_points().values()) if v is not None]
+    parsed = [r for r in map(parse_point, store.trend_points().values()) if r is not None]
     if not parsed:
         return []
-    newest = max(parsed, key=lambda v: int(v["point"] or 0) * int(v["width_ms"] or 0))
-    width = int(newest["width_ms"] or 0)
+    width = max(parsed, key=lambda r: r.point * r.width_ms).width_ms
     oldest = now - TREND_POINTS * width
-    rows = [(int(v["point"] or 0) * width, v) for v in parsed if v["width_ms"] == width]
-    rows = [(at, v) for at, v in rows if at >= oldest]
-    rows.sort(key=lambda r: r[0])
+    kept = sorted((r for r in parsed if r.width_ms == width and r.point * width >= oldest),
+                  key=lambda r: r.point)
     points: list[TrendPoint] = []
-    before: dict[str, int | None] | None = None
-    for at, v in rows:
-        adjacent = before is not None and int(before["point"] or 0) == int(v["point"] or 0) - 1
-        finished: dict[str, int | None] = {s: None for s in ENDED}
-        if adjacent and before is not None:
-            for s in ENDED:
-                delta = int(v[f"total_{s}"] or 0) - int(before[f"total_{s}"] or 0)
-                finished[s] = delta if delta >= 0 else None  # a counter reset (a flushed pool): no figure
-        points.append(TrendPoint(
-            at_ms=at, width_ms=width, queued=int(v["queued"] or 0), waiting=int(v["waiting"] or 0),
-            running=int(v["running"] or 0), slots_used=int(v["slots_used"] or 0),
-            slots_max=int(v["slots_max"] or 0), unknown=int(v["unknown"] or 0), finished=finished,
-            wait_p50_ms=v["wait_p50_ms"], wait_p95_ms=v["wait_p95_ms"], run_p50_ms=v["run_p50_ms"],
-            run_p95_ms=v["run_p95_ms"], sampled=int(v["sampled"] or 0)))
-        before = v
+    for before, r in zip([None, *kept], kept, strict=False):
+        finished: dict[str, int | None] = dict.fromkeys(ENDED)
+        if before is not None and before.point == r.point - 1:
+            for s, now_total, then_total in zip(ENDED, r.totals, before.totals, strict=True):
+                # A total that went down (a flushed pool) gives no figure.
+                finished[s] = now_total - then_total if now_total >= then_total else None
+        (queued, waiting, running, used, most, unknown), (w50, w95, r50, r95) = r.gauges, r.percentiles
+        points.append(TrendPoint(r.point * width, width, queued, waiting, running, used, most, unknown,
+                                 finished, w50, w95, r50, r95, r.sampled))
     return points
-

@@ -216,20 +216,8 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
     reply was lost may have been applied, and only its caller knows how to find out (runner.Scripts.run,
     the fenced retries of jobpool/workers/watch.py). redis-py's default has changed between releases, so it
     is set here rather than left to the installed version."""
-    kwargs.setdefault("retry", Retry(NoBackoff(), 0))
-    if _DRIVER_INFO is not None:
-        kwargs.setdefault("driver_info", _DRIVER_INFO)
-    if not url.startswith(SENTINEL_SCHEME):
-        return redis.Redis.from_url(url, **kwargs)
-    parsed = parse_sentinel(url)
-    sentinel = Sentinel(list(parsed.sentinels),
-                        sentinel_kwargs={"socket_timeout": SENTINEL_TIMEOUT_SECS,
-                                         "socket_connect_timeout": SENTINEL_TIMEOUT_SECS,
-                                         **parsed.sentinel_options})
-    client: redis.Redis = sentinel.master_for(parsed.service, redis_class=redis.Redis,
-                               **{**kwargs, **parsed.options, "db": parsed.db, "username": parsed.username,
-                                  "password": parsed.password})
-    return client
+    found: redis.Redis = _client(url, kwargs, redis.Redis, Sentinel, Retry(NoBackoff(), 0))
+    return found
 
 
 def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
@@ -239,33 +227,41 @@ def async_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
     from redis.asyncio.retry import Retry as AsyncRetry
     from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 
-    kwargs.setdefault("retry", AsyncRetry(NoBackoff(), 0))
+    found: redis.asyncio.Redis = _client(url, kwargs, redis.asyncio.Redis, AsyncSentinel,
+                                         AsyncRetry(NoBackoff(), 0))
+    return found
+
+
+def _client(url: str, kwargs: dict[str, Any], redis_class: Any, sentinel_class: Any, retry: Any) -> Any:
+    """`client`'s making of one, for redis-py's client classes of either kind (blocking or asyncio)."""
+    kwargs.setdefault("retry", retry)
     if _DRIVER_INFO is not None:
         kwargs.setdefault("driver_info", _DRIVER_INFO)
     if not url.startswith(SENTINEL_SCHEME):
-        return redis.asyncio.Redis.from_url(url, **kwargs)
+        return redis_class.from_url(url, **kwargs)
     parsed = parse_sentinel(url)
-    sentinel = AsyncSentinel(list(parsed.sentinels),
-                             sentinel_kwargs={"socket_timeout": SENTINEL_TIMEOUT_SECS,
-                                              "socket_connect_timeout": SENTINEL_TIMEOUT_SECS,
-                                              **parsed.sentinel_options})
-    found: redis.asyncio.Redis = sentinel.master_for(
-        parsed.service, redis_class=redis.asyncio.Redis,
-        **{**kwargs, **parsed.options, "db": parsed.db, "username": parsed.username,
-           "password": parsed.password})
-    return found
+    sentinel = sentinel_class(list(parsed.sentinels),
+                              sentinel_kwargs={"socket_timeout": SENTINEL_TIMEOUT_SECS,
+                                               "socket_connect_timeout": SENTINEL_TIMEOUT_SECS,
+                                               **parsed.sentinel_options})
+    return sentinel.master_for(parsed.service, redis_class=redis_class,
+                               **{**kwargs, **parsed.options, "db": parsed.db, "username": parsed.username,
+                                  "password": parsed.password})
+
+
+#: How jobpool's own clients talk: replies decoded as text (a log tail that is not UTF-8 is replaced).
+_OWN_OPTIONS: dict[str, Any] = {"decode_responses": True, "encoding_errors": "replace",
+                                "socket_connect_timeout": 5, "health_check_interval": 30}
 
 
 def connect_async(url: str) -> redis.asyncio.Redis:
     """`connect`, on redis.asyncio."""
-    return async_client(url, decode_responses=True, encoding_errors="replace",
-                        socket_connect_timeout=5, health_check_interval=30)
+    return async_client(url, **_OWN_OPTIONS)
 
 
 def connect(url: str) -> redis.Redis:
     """A client for jobpool's own keys: replies decoded as text (a log tail that is not UTF-8 is replaced)."""
-    return client(url, decode_responses=True, encoding_errors="replace",
-                  socket_connect_timeout=5, health_check_interval=30)
+    return client(url, **_OWN_OPTIONS)
 
 
 def safe(url: Any) -> str:
