@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
-from . import apichecks, errors, logtail, submit
+from . import apichecks, errors, livelogs, logtail, submit
 from . import events as event_stream
 from .apichecks import MAX_LIST
 from .config import Settings
@@ -166,8 +166,19 @@ class AsyncPool:
         return apichecks.jobs_of(ids, await self.store.rows(ids), self.keys.pool)
 
     async def logs(self, job_id: str) -> str:
-        """`Pool.logs`: the last 64 KiB of the job's output."""
-        await self.get(job_id)
+        """`Pool.logs`: while the job runs, what its live log holds; once it ended, the last 64 KiB of its
+        output (jobpool/livelogs.py)."""
+        apichecks.check_id(job_id)
+        state = await self.store.log_state(job_id)
+        if state is None:
+            raise errors.NotFound(errors.no_job(job_id))
+        if not livelogs.ended(state):
+            found: builtins.list[livelogs.Piece] = []
+            while batch := livelogs.pieces(await self.store.log_after(
+                    job_id, found[-1].end if found else 0, livelogs.READ_ENTRIES)):
+                found += batch
+            if found:
+                return livelogs.text_of(found)
         return logtail.decode(await self.store.log_tail(job_id))
 
     async def events(self, job_id: str | None = None, count: int = 1000,

@@ -17,16 +17,17 @@ import datetime
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import redis
 
-from . import apichecks, errors, logtail, retention, schedules, submit, waiting
+from . import apichecks, errors, retention, schedules, submit, waiting
 from . import events as event_stream
 from .apichecks import MAX_LIST
 from .browse import Browsing
 from .config import Settings
 from .contract import LIMIT_NAME_MAX_CHARS, MAX_LIMIT, MAX_SLOTS
+from .livelogs import LiveText
 from .models import TERMINAL, Job, JobState
 from .retention import PruneReport
 from .schedules import Schedule
@@ -50,6 +51,7 @@ class Pool(Browsing):
         #: The pool's Redis, and the only way to it: its keys and one typed method per script
         #: (jobpool/store/calls.py), its reads and its client (`store.client`).
         self.store = Store(client, self.settings)
+        self._live = LiveText(self.store)
         self.keys = self.store.keys
 
     @classmethod
@@ -172,10 +174,21 @@ class Pool(Browsing):
         jobs.sort(key=lambda j: j.seq)
         return jobs[-limit:]
 
-    def logs(self, job_id: str) -> str:
-        """The last 64 KiB of the job's output, kept after its container is gone."""
-        self.get(job_id)
-        return logtail.decode(self.store.log_tail(job_id))
+    @overload
+    def logs(self, job_id: str, follow: Literal[False] = False) -> str: ...
+
+    @overload
+    def logs(self, job_id: str, follow: Literal[True]) -> Iterator[str]: ...
+
+    def logs(self, job_id: str, follow: bool = False) -> str | Iterator[str]:
+        """What the job printed: while it runs, its live log, sent by its worker about every second and
+        read from Redis, whichever host runs it; once it ended, the last 64 KiB of its output, kept after
+        its container is gone. With `follow`, an iterator of its lines as they are printed, which ends
+        once the job has ended (jobpool/livelogs.py)."""
+        apichecks.check_id(job_id)
+        if follow:
+            return self._live.follow(job_id)
+        return self._live.now(job_id)
 
     def slots(self) -> tuple[int, int]:
         """(used, max) of the fleet-wide limit."""

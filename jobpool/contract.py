@@ -174,6 +174,18 @@ JOB_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400
 #: point's span, per terminal state, are read for its wait and run time percentiles (a bounded sample).
 TREND_POINTS = 1440
 TREND_SAMPLE_JOBS = 200
+#: A running job's live log (jobpool/livelogs.py, workers/livelog.py, scripts/log_append.lua). Its worker
+#: reads what the job printed every `LIVE_LOG_POLL_SECS`, at most `LIVE_LOG_READ_LINES` lines a read, and
+#: sends at most `LIVE_LOG_RATE_BYTES` of it a read in one fenced append: a job that prints faster costs its
+#: worker and Redis no more, and what was not sent is said to be dropped, in the log itself. The stream keeps
+#: about the newest `LIVE_LOG_CAP_BYTES` (one append more at most), and lives `LIVE_LOG_LINGER_SECS` after
+#: the attempt's last append (its row's log tail is the record of a finished job), or until the job's row is
+#: pruned.
+LIVE_LOG_POLL_SECS = 1.0
+LIVE_LOG_READ_LINES = 256
+LIVE_LOG_RATE_BYTES = 16 * 1024
+LIVE_LOG_CAP_BYTES = 256 * 1024
+LIVE_LOG_LINGER_SECS = 600
 #: Upper bounds (milliseconds) of `jobpool_sweep_duration_seconds`, written by the supervisor after a sweep.
 SWEEP_DURATION_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 

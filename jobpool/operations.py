@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 if TYPE_CHECKING:
     from .browse import JobPage
@@ -47,7 +47,11 @@ class PoolOperations(Protocol):
 
     def page(self, state: str | JobState, offset: int = 0, limit: int = 50) -> JobPage: ...
 
-    def logs(self, job_id: str) -> str: ...
+    @overload
+    def logs(self, job_id: str, follow: Literal[False] = False) -> str: ...
+
+    @overload
+    def logs(self, job_id: str, follow: Literal[True]) -> Iterator[str]: ...
 
     def slots(self) -> tuple[int, int]: ...
 

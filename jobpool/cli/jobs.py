@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import datetime
+import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -271,9 +273,21 @@ def show(state: CliState, job_id: str) -> None:
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
+@click.option("--follow", "-f", is_flag=True,
+              help="Print its output as it is printed, from any host, until the job ends or Ctrl-C "
+                   "(JSON lines with --json).")
 @pool_command
-def logs(state: CliState, job_id: str) -> None:
-    """The last 64 KiB of a job's output, kept after its container is gone."""
+def logs(state: CliState, job_id: str, follow: bool) -> None:
+    """A job's output: while it runs, its live log (sent by its worker about every second); once it ended,
+    the last 64 KiB, kept after its container is gone."""
+    if follow:
+        try:
+            for line in state.pool().logs(job_id, follow=True):
+                click.echo(json.dumps({"id": job_id, "line": line}) if state.as_json else line)
+                sys.stdout.flush()  # a line as it comes, into a pipe or a file too
+        except KeyboardInterrupt:
+            pass  # Ctrl-C is how a follow may end: exit 0, no "Aborted!"
+        return
     text = state.pool().logs(job_id)
     if state.as_json:
         state.emit({"id": job_id, "log": text}, lambda: None)

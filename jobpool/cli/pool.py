@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
@@ -84,6 +85,7 @@ def status(state: CliState) -> None:
 def _print_event(state: CliState, entry: dict[str, str]) -> None:
     doc = event_json(entry)
     click.echo(json.dumps(doc, sort_keys=True) if state.as_json else event_line(doc))
+    sys.stdout.flush()  # an event as it comes, into a pipe or a file too
 
 
 @click.command()

@@ -13,6 +13,7 @@ import shlex
 import time
 from typing import Any
 
+from ..logtail import LOG_TAIL_BYTES
 from ..models import Job, JobState
 from ..operations import PoolOperations
 from ..status import ago
@@ -95,7 +96,7 @@ def job_detail(pool: PoolOperations, job_id: str) -> dict[str, Any]:
     if job.wait_until is not None:
         times.insert(1, ("wait until", job.wait_until))
     return {"job": doc, "spec": doc["spec"], "env_names": sorted(job.spec.env),
-            "events": history, "log": pool.logs(job_id), "now": now,
+            "events": history, "log": pool.logs(job_id)[-LOG_TAIL_BYTES:], "now": now,
             "waiting": pool.why_waiting(job.id) if held else [], "times": times,
             "can_pause": job.state in (JobState.QUEUED, JobState.WAITING, JobState.RUNNING),
             "can_resume": job.state is JobState.PAUSED, "can_cancel": not job.state.terminal,

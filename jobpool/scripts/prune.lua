@@ -2,7 +2,7 @@
 Pool keys: config coalesce events succeeded failed cancelled metrics dependents
 Settings: events_maxlen
 KEYS[1]     rq:finished:<queue>   KEYS[2] rq:failed:<queue>   (RQ's registries: RQ's own keys)
-KEYS[3..]   per job, 6 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>, and the RQ
+KEYS[3..]   per job, 7 keys: job:<id>, rq:job:<id>, rq:results:<id>, lease:<id>, adopt:<id>, joblog:<id>, and the RQ
              hash of the adoption request adopt:<id> names (rq:job:, ADOPT_RQ_PREFIX, <id>, '-', ...),
              '' for none
 ARGV[1] state (succeeded | failed | cancelled)
@@ -15,14 +15,14 @@ job is judged again here, atomically: it must still be in that state's index, it
 state, and it must be past a cap now. A job that is queued, running or paused is never touched, nor one a
 waiting job waits for (`dependents`), and a job
 that finished a moment ago is the newest in its index, so it is kept. Everything the job left goes with its
-row: RQ's hash and result stream, RQ's registry entries, its lease and adoption pointer, the RQ hash of the
+row: RQ's hash and result stream, RQ's registry entries, its lease and adoption pointer, its live log, the RQ hash of the
 adoption request that pointer still names (one never run, or whose adopter was killed, has no TTL), and a
 coalesce entry still naming it. One event records the batch (not one per job: pruning must not fill the stream it caps).
 ]]
 local state, keep, cutoff, actor = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local index = ({succeeded = K_SUCCEEDED, failed = K_FAILED, cancelled = K_CANCELLED})[state]
 if not TERMINAL_STATE[state] or not keep or not cutoff then return {E_BAD_ARG, state} end
-local first, per = 3, 6
+local first, per = 3, 7
 local n = NARGV - 4
 if NKEYS ~= first - 1 + per * n then return {E_BAD_ARG, 'keys'} end
 -- The keys must be this id's, or a caller's slip would delete another job's: compare names, call none.
@@ -31,7 +31,8 @@ for i = 0, n - 1 do
   local id, k = ARGV[5 + i], first + per * i
   if KEYS[k] ~= prefix .. 'job:' .. id or KEYS[k + 1] ~= 'rq:job:' .. id or KEYS[k + 2] ~= 'rq:results:' .. id
       or KEYS[k + 3] ~= prefix .. 'lease:' .. id or KEYS[k + 4] ~= prefix .. 'adopt:' .. id
-      or (KEYS[k + 5] ~= '' and string.sub(KEYS[k + 5], 1, #'rq:job:' + #ADOPT_RQ_PREFIX + #id + 1)
+      or KEYS[k + 5] ~= prefix .. 'joblog:' .. id
+      or (KEYS[k + 6] ~= '' and string.sub(KEYS[k + 6], 1, #'rq:job:' + #ADOPT_RQ_PREFIX + #id + 1)
           ~= 'rq:job:' .. ADOPT_RQ_PREFIX .. id .. '-') then
     return {E_BAD_ARG, 'keys of ' .. id}
   end
@@ -57,10 +58,10 @@ for i = 0, n - 1 do
       redis.call('ZREM', KEYS[2], id)
       local k = first + per * i
       -- The adoption request's hash goes only while the pointer still names it (read by the caller before).
-      if KEYS[k + 5] ~= '' and redis.call('GET', KEYS[k + 4]) == string.sub(KEYS[k + 5], #'rq:job:' + 1) then
-        redis.call('DEL', KEYS[k + 5])
+      if KEYS[k + 6] ~= '' and redis.call('GET', KEYS[k + 4]) == string.sub(KEYS[k + 6], #'rq:job:' + 1) then
+        redis.call('DEL', KEYS[k + 6])
       end
-      redis.call('DEL', jkey, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4])
+      redis.call('DEL', jkey, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5])
       removed[#removed + 1] = id
     end
   end

@@ -236,6 +236,17 @@ class AsyncStore:
         tail: str | None = await self.call(self.client.hget, self.keys.job(job_id), "log_tail", what="logs")
         return tail
 
+    async def log_state(self, job_id: str) -> str | None:
+        """The job's state (None with no row): `LogReads.log_end` without the log's newest entry."""
+        state: str | None = await self.call(self.client.hget, self.keys.job(job_id), "state", what="live log")
+        return state
+
+    async def log_after(self, job_id: str, offset: int, count: int) -> list[Any]:
+        """`LogReads.log_after`: entries of the job's live log that end past byte `offset`."""
+        after = f"({offset}-0" if offset else "-"
+        return list(await self.call(self.client.xrange, self.keys.job_log(job_id), after, "+", count,
+                                    what="live log"))
+
     async def history_and_newest(self, job_id: str) -> tuple[str | None, list[Any]]:
         """`EventReads.history_and_newest`, in one transaction."""
         pipe = self.client.pipeline(transaction=True)

@@ -22,10 +22,12 @@ from rq.connections import parse_connection
 
 from .. import errors
 from ..config import Settings
+from ..contract import LIVE_LOG_CAP_BYTES
 from ..errors import JobpoolError
 from . import schema
 from .eventreads import EventReads
 from .fleetreads import FleetReads
+from .logreads import LogReads
 from .luatext import shape
 from .orderreads import OrderReads
 from .redisurl import connect
@@ -177,7 +179,8 @@ class HasStore(Protocol):
     def store(self) -> Store: ...
 
 
-class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, ScheduleReads, TrendReads):
+class Store(OrderReads, EventReads, LogReads, FleetReads, StatusReads, SweepIO, WorkerIO, ScheduleReads,
+            TrendReads):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
@@ -377,7 +380,7 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
     def prune(self, state: str, keep: int, cutoff_ms: int, actor: str, ids: Sequence[str],
               job_keys: Sequence[str]) -> list[str]:
         """Remove the finished jobs `ids` still past retention; returns the ids removed. `job_keys` are the
-        six keys per job scripts/prune.lua takes (jobpool/retention.py `batch_keys`)."""
+        seven keys per job scripts/prune.lua takes (jobpool/retention.py `batch_keys`)."""
         keys = [self.keys.rq_finished, self.keys.rq_failed, *job_keys]
         reply = self.run("prune", keys, [state, keep, cutoff_ms, actor, *ids])
         return [str(i) for i in reply[2:]]
@@ -451,6 +454,14 @@ class Store(OrderReads, EventReads, FleetReads, StatusReads, SweepIO, WorkerIO, 
         its exit then fails it as `timeout`, or retries it. False when it was marked already."""
         reply = self.run("time_out", [self.keys.job(job_id)], [boot_id, attempt, evidence])
         return bool(reply[1] == "marked")
+
+    def append_log(self, job_id: str, boot_id: str, attempt: int, text: str, position: str,
+                   linger_ms: int = 0) -> int:
+        """Append what the attempt printed to the job's live log (scripts/log_append.lua), up to `position`
+        in its output; returns the log's length in bytes. `linger_ms` > 0 on the attempt's last append."""
+        reply = self.run("log_append", [self.keys.job(job_id), self.keys.job_log(job_id)],
+                         [boot_id, attempt, text, position, LIVE_LOG_CAP_BYTES, linger_ms])
+        return int(reply[1])
 
     def set_container(self, job_id: str, boot_id: str, attempt: int, container_id: str, daemon_id: str,
                       identity: dict[str, Any] | None, lease_ms: int, daemon_queue: str) -> Requests:

@@ -167,6 +167,10 @@ class PoolKeys:
     def lease(self, job_id: str) -> str:
         return f"{self.prefix}lease:{job_id}"
 
+    def job_log(self, job_id: str) -> str:
+        """A job's live log: what its attempts printed while they ran (stream; scripts/log_append.lua)."""
+        return f"{self.prefix}joblog:{job_id}"
+
     def adoption(self, job_id: str) -> str:
         """The RQ job id of the latest adoption request for a job (supervisor/adoption.py)."""
         return f"{self.prefix}adopt:{job_id}"
@@ -218,4 +222,4 @@ class PoolKeys:
     def leftovers(self, job_id: str) -> list[str]:
         """Every key a finished job may leave, its row first, in the order scripts/prune.lua takes them."""
         return [self.job(job_id), self.rq_job(job_id), self.rq_results(job_id), self.lease(job_id),
-                self.adoption(job_id)]
+                self.adoption(job_id), self.job_log(job_id)]

@@ -51,7 +51,7 @@ SCRIPT_NAMES = (
     "daemon_mark", "daemon_collision", "daemon_mark_index", "daemon_unmark", "give_back", "forget_collision",
     "limit", "time_out", "release_waiting",
     "retry_job", "schedule_set", "schedule_remove", "schedule_pause", "schedule_skip", "set_schema",
-    "trend_sample",
+    "trend_sample", "log_append",
 )
 
 #: The one table from script status codes to exceptions (codes are documented in scripts/_lib.lua).

@@ -81,6 +81,11 @@ class Attempt:
         from)."""
         return self.store.time_out(self.job_id, self.boot_id, self.attempt, evidence)
 
+    def append_log(self, text: str, position: str, linger_ms: int = 0) -> int:
+        """Append to the job's live log what the attempt printed, up to `position` in its output
+        (scripts/log_append.lua); `linger_ms` > 0 on its last append."""
+        return self.store.append_log(self.job_id, self.boot_id, self.attempt, text, position, linger_ms)
+
     def set_container(self, container_id: str = "", daemon_id: str = "",
                       identity: dict[str, Any] | None = None) -> Requests:
         """Record what was launched. Fenced, and it renews the lease and reads the requests back as

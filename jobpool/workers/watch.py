@@ -25,6 +25,7 @@ from .attempt import LOG_TAIL_BYTES, Attempt
 from .executors import Executor, Handle, LaunchError, LaunchUnknown
 from .executors.base import Fence, HostFault, NotLaunched
 from .launchlease import LaunchLease
+from .livelog import LiveLog
 from .runtime import Runtime
 from .timelimit import REFUSED, STOP, TimeLimit
 
@@ -50,6 +51,17 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
     first heartbeat goes at once (the row may have been lost while the launch went on)."""
     if rt.job_launched is not None:
         rt.job_launched()  # it runs, and is recorded: the worker may fork its next standby
+    live = LiveLog(attempt, handle).start()
+    ended = _watch(rt, attempt, handle, requests, beat_now)
+    live.close(last=ended is not None)  # what is left goes to the live log before the end is recorded
+    if ended is not None:
+        _finish(rt, attempt, handle, executor, *ended)
+
+
+def _watch(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests,
+           beat_now: bool) -> tuple[Ending, bool] | None:
+    """The watch loop of `watch`: how the attempt ended and whether a stop was asked of it, or None when
+    the watcher leaves it (the row lost, the drain deadline passed, its container removed)."""
     settings = rt.store.settings
     next_beat = time.monotonic() + (0.0 if beat_now else settings.heartbeat_secs)
     stop = _Stop()
@@ -65,9 +77,9 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
             # Removed under us (an operator, or the supervisor finishing an orphan): no exit code to record.
             log.warning("job %s attempt %s: %s; leaving the row to the supervisor", attempt.job_id,
                         attempt.attempt, exc)
-            return
+            return None
         if ended is not None:
-            break
+            return ended, stop.asked
         now = time.monotonic()
         if rt.drain_requested_at is not None and drain_deadline is None:
             drain_deadline = rt.drain_requested_at + settings.drain_timeout_secs
@@ -77,7 +89,7 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
         if drain_deadline is not None and now >= drain_deadline:
             log.warning("job %s: still running at the drain deadline; left running", attempt.job_id)
             rt.left_running.append(attempt.job_id)
-            return
+            return None
         if limit is not None:
             # Past its time limit: marked first, then stopped (workers/timelimit.py); a refused mark is
             # judged by a heartbeat now, as any refused write is.
@@ -91,10 +103,9 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
             next_beat = now + settings.heartbeat_secs
             beat = _beat(rt, attempt, handle, requests)
             if beat is None:
-                return
+                return None
             requests = beat
         stop.act(attempt.job_id, handle, requests, now, settings.stop_grace_secs, drain_deadline is not None)
-    _finish(rt, attempt, handle, executor, ended, stop.asked)
 
 
 @dataclass

@@ -112,7 +112,7 @@ def text_of(driver: Chrome, element_id: str) -> str:
 def test_dashboard_in_a_real_browser(pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str,
                                      dashboard: str, browser: Chrome, tmp_path: Path) -> None:
     pool.set_slots(0)  # nothing starts until the test says so
-    command = "echo '<script>window.__xss = 1</script>'; sleep 3; echo finished"
+    command = "echo '<script>window.__xss = 1</script>'; sleep 6; echo finished"
     job = pool.enqueue(IMAGE, ["sh", "-c", command], env={"API_KEY": SECRET})
     spawn()
     # A point of the pool's history a second (a minute by default), so the overview's charts fill as it runs.
@@ -127,6 +127,10 @@ def test_dashboard_in_a_real_browser(pool: Pool, spawn: Callable[..., JobpoolPro
     pool.set_slots(1)
     eventually(lambda: text_of(browser, "job-state") == "running", timeout=60,
                message="the page shows the job running")
+    # Its live log, tailed on the page while it runs (its worker sends it about every second).
+    eventually(lambda: "<script>window.__xss = 1</script>" in text_of(browser, "log"), timeout=30,
+               message="the page tails the running job's live log")
+    assert pool.get(job.id).state is JobState.RUNNING and "finished" not in text_of(browser, "log")
     eventually(lambda: text_of(browser, "job-state") == "succeeded", timeout=60,
                message="the page shows the job succeeded")
     assert browser.execute_script(f"return {MARK};") is True, "the page was reloaded"

@@ -87,6 +87,29 @@ class Launch:
                 LABEL_BOOT: self.boot_id}
 
 
+@dataclass(frozen=True)
+class Output:
+    """What one read of a job's output returned: `text`, oldest first, and the `position` after it. What
+    the read skipped to stay within its bounds: `dropped` bytes, and `more`: lines beyond the most one read
+    takes were skipped (how many bytes they held is not known)."""
+
+    text: bytes
+    position: str
+    dropped: int = 0
+    more: bool = False
+
+
+def newest(text: bytes, budget: int) -> tuple[bytes, int]:
+    """The newest `budget` bytes of `text` and how many bytes before them were left out; when some were, the
+    kept part starts at a line's start (the first newline in it, if any), so the reader's lines are whole."""
+    skip = max(0, len(text) - budget)
+    if skip:
+        cut = text.find(b"\n", skip - 1)  # the byte before the kept part: a newline keeps it whole
+        if 0 <= cut < len(text) - 1:
+            skip = cut + 1
+    return text[skip:], skip
+
+
 class Handle(Protocol):
     """A launched job."""
 
@@ -114,6 +137,12 @@ class Handle(Protocol):
 
     def log_tail(self, max_bytes: int) -> bytes:
         """The last `max_bytes` of the job's output."""
+
+    def read_output(self, position: str, budget: int, timeout: float) -> Output | None:
+        """What the job printed after `position` ('' for its start; a token this method returned), of which
+        at most the newest `budget` bytes, for its live log (workers/livelog.py); None when it cannot be
+        read now (its daemon does not answer within about `timeout` seconds). Bounded work whatever the job
+        prints: what is skipped is said in the `Output`."""
 
     def remove(self) -> None:
         """Remove what is left of this attempt once its exit code is recorded."""

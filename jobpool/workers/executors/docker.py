@@ -11,6 +11,7 @@ every container back with a second request (an inspect) that a launch does not n
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import logging
 import os
@@ -27,7 +28,7 @@ import requests.exceptions
 import urllib3.exceptions
 
 from ... import dockerclient
-from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
+from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL, LIVE_LOG_READ_LINES
 from ...exits import (
     EXIT_SIGKILL,
     OOM_EVENT_GRACE_SECS,
@@ -48,6 +49,8 @@ from .base import (
     LaunchError,
     LaunchUnknown,
     NotLaunched,
+    Output,
+    newest,
     no_fence,
 )
 from .refusals import create_refused, names_the_spec, words_of
@@ -225,6 +228,12 @@ class DockerHandle:
         except _NO_ANSWER as exc:
             return f"[jobpool: logs unavailable: {exc}]".encode()
 
+    def read_output(self, position: str, budget: int, timeout: float) -> Output | None:
+        try:
+            return read_output(self._api, self.container_id, position, budget, timeout)
+        except _NO_ANSWER:
+            return None  # no answer, or gone: the watcher learns which from its wait
+
     def remove(self) -> None:
         remove_container(self._api, self.container_id)
 
@@ -232,16 +241,28 @@ class DockerHandle:
 def read_logs(api: Any, container_id: str, tail: int, max_bytes: int | None = None) -> bytes:
     """The last `tail` lines of a container's stdout and stderr, in the order written, of which only the last
     `max_bytes` are kept (all, with None) as they stream in: a job that printed one 100 MB line without a
-    newline is one line to Docker's `tail`, and its log tail costs no more memory than what is kept. The
-    SDK's `logs` first inspects the container to learn whether it has a TTY, one more daemon request per job;
-    jobpool never gives one a TTY, so its log stream is always multiplexed as the Docker Engine API documents
-    it ("Stream format"): frames of an 8-byte header (stream type, three zero bytes, a big-endian uint32
-    length) and that many bytes. Raises `requests` errors as the SDK would."""
+    newline is one line to Docker's `tail`, and its log tail costs no more memory than what is kept. Raises
+    `requests` errors as the SDK would."""
+    out = bytearray()
+    for frame in _log_frames(api, container_id, {"tail": tail}, api.timeout):
+        out += frame
+        if max_bytes is not None and len(out) > 2 * max_bytes:
+            del out[:len(out) - max_bytes]
+    return bytes(out if max_bytes is None else out[-max_bytes:])
+
+
+def _log_frames(api: Any, container_id: str, params: dict[str, Any], timeout: float) -> Iterator[bytes]:
+    """The frames of a container's log (stdout and stderr, with `params`), each one message as Docker
+    logged it. The SDK's `logs` first inspects the container to learn whether it has a TTY, one more daemon
+    request per read; jobpool never gives one a TTY, so its log stream is always multiplexed as the Docker
+    Engine API documents it ("Stream format"): frames of an 8-byte header (stream type, three zero bytes, a
+    big-endian uint32 length) and that many bytes. `timeout` is the request's own, so a thread other than
+    the handle's (its live log reader) reads with it while the handle's `_bounded` changes the client's."""
     response = api.get(f"{api.base_url}/v{api.api_version}/containers/{container_id}/logs",
-                       params={"stdout": 1, "stderr": 1, "tail": tail}, timeout=api.timeout, stream=True)
+                       params={"stdout": 1, "stderr": 1, **params}, timeout=timeout, stream=True)
     try:
         response.raise_for_status()
-        out, head, left = bytearray(), bytearray(), 0
+        frame, head, left = bytearray(), bytearray(), 0
         for chunk in response.iter_content(1 << 16):
             view, at = memoryview(chunk), 0
             while at < len(view):
@@ -254,13 +275,61 @@ def read_logs(api: Any, container_id: str, tail: int, max_bytes: int | None = No
                         head.clear()
                     continue
                 take = min(left, len(view) - at)
-                out += view[at:at + take]
+                frame += view[at:at + take]
                 at, left = at + take, left - take
-            if max_bytes is not None and len(out) > 2 * max_bytes:
-                del out[:len(out) - max_bytes]
-        return bytes(out if max_bytes is None else out[-max_bytes:])
+                if not left:
+                    yield bytes(frame)
+                    frame.clear()
     finally:
         response.close()
+
+
+def read_output(api: Any, container_id: str, position: str, budget: int, timeout: float) -> Output:
+    """The live log's read of a container's output (`Handle.read_output`). `position` is
+    '<nanoseconds>:<count>': the time Docker stamped the last message read, and how many messages with
+    that very stamp were read. Bounded whatever the job prints: Docker reads its log back from the end for
+    `tail`, so one read costs at most LIVE_LOG_READ_LINES + 1 messages of the daemon and of this worker; one
+    more than a read keeps, so that a message past them proves that lines were skipped."""
+    since, seen = _position(position)
+    params: dict[str, Any] = {"timestamps": 1, "tail": LIVE_LOG_READ_LINES + 1}
+    if since:
+        params["since"] = f"{since // 10**9}.{since % 10**9:09d}"
+    new: list[tuple[int, bytes]] = []
+    same = 0  # messages stamped `since` met so far: the first `seen` of them were read before
+    for frame in _log_frames(api, container_id, params, timeout):
+        stamp, _, text = frame.partition(b" ")
+        at = _nanoseconds(stamp)
+        if at is None or at < since:
+            continue
+        if at == since:
+            same += 1
+            if same <= seen:
+                continue
+        new.append((at, text))
+    more = len(new) > LIVE_LOG_READ_LINES
+    if more:
+        del new[:len(new) - LIVE_LOG_READ_LINES]
+    if not new:
+        return Output(b"", position)
+    last = new[-1][0]
+    count = sum(1 for at, _ in new if at == last) + (seen if last == since else 0)
+    text, dropped = newest(b"".join(t for _, t in new), budget)
+    return Output(text, f"{last}:{count}", dropped, more)
+
+
+def _position(position: str) -> tuple[int, int]:
+    at, _, count = position.partition(":")
+    return (int(at), int(count)) if at.isdigit() and count.isdigit() else (0, 0)
+
+
+def _nanoseconds(stamp: bytes) -> int | None:
+    """Docker's RFC 3339 time stamp of a log message (UTC, up to nine digits of fraction) in nanoseconds."""
+    try:
+        whole, _, fraction = stamp.decode("ascii").rstrip("Z").partition(".")
+        seconds = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
+        return seconds * 10**9 + int(fraction[:9].ljust(9, "0") or 0)
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 #: How long a removal waits for another one of the same container (Docker's 409 "removal ... is already in

@@ -28,7 +28,7 @@ from ... import jobcgroup
 from ...contract import ENV_CHECKPOINT_DIR
 from ...exits import Ending
 from ...procid import identity_of
-from .base import STATE_DIR, Fence, HostFault, Launch, LaunchError, no_fence
+from .base import STATE_DIR, Fence, HostFault, Launch, LaunchError, Output, newest, no_fence
 from .tree import CgroupTree, GroupTree, ProcessTree
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,21 @@ class ProcessHandle:
                 return f.read()
         except OSError as exc:
             return f"[jobpool: logs unavailable: {exc}]".encode()
+
+    def read_output(self, position: str, budget: int, timeout: float) -> Output | None:
+        """From its output file, where `position` is a byte offset: what was written past it, of which the
+        newest `budget` bytes (the rest counted as dropped)."""
+        try:
+            with open(self._log_path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                start = int(position) if position.isdigit() else 0
+                start = min(start, size)  # a shorter file than the position: not the same file, read its end
+                before = max(0, size - start - budget - 1)  # with the byte before the newest `budget`
+                f.seek(start + before)
+                text, cut = newest(f.read(size - start - before), budget)
+                return Output(text, str(size), before + cut)
+        except OSError:
+            return None
 
     def remove(self) -> None:
         # Its end is recorded, or nothing will record it (the row is someone else's): whatever of it still

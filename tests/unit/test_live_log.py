@@ -1,0 +1,117 @@
+"""A job's live log: scripts/log_append.lua and its reader (jobpool/livelogs.py), on fakeredis[lua] and a real
+redis-server.
+
+Appends are fenced on (boot, attempt), counted in bytes, sent again without a repeat, capped in bytes, and
+linger after the attempt's last; a reader sees the lines as they come, says what was trimmed before it read
+it and which attempt printed what, and ends once the job has ended.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from jobpool import errors
+from jobpool.api import Pool
+from jobpool.contract import LIVE_LOG_CAP_BYTES, LIVE_LOG_LINGER_SECS
+from jobpool.livelogs import pieces
+from jobpool.retention import batch_keys
+from jobpool.workers.attempt import Attempt
+from tests.support.attempts import claim
+from tests.support.pool_helpers import Backend, enqueue
+
+
+def running(pool: Pool) -> tuple[str, Attempt]:
+    job = enqueue(pool, "echo")
+    att = claim(pool, job.id)
+    att.set_container("cid", "daemon")
+    return job.id, att
+
+
+def test_appends_are_counted_in_bytes_and_a_resend_adds_nothing(pool: Pool) -> None:
+    job_id, att = running(pool)
+    assert att.append_log("héllo\n", "1:1") == 7  # bytes, as Lua counts them
+    assert att.append_log("héllo\n", "1:1") == 7  # its reply was lost: sent again, added once
+    assert att.append_log("world\n", "2:1") == 13
+    got = pieces(pool.store.log_after(job_id, 0, 10))
+    assert [(p.start, p.end, p.attempt, p.text, p.position) for p in got] == [
+        (0, 7, "1", "héllo\n", "1:1"), (7, 13, "1", "world\n", "2:1")]
+    assert pool.logs(job_id) == "héllo\nworld\n"  # while it runs, what the live log holds
+
+
+def test_only_the_attempts_owner_appends(backend: Backend, pool: Pool) -> None:
+    job_id, _ = running(pool)
+    before = backend.keyspace()
+    stranger = Attempt(pool.store, job_id, "boot-b", 1)
+    with pytest.raises(errors.NotOwner):
+        stranger.append_log("not mine\n", "1:1")
+    with pytest.raises(errors.NotOwner):
+        Attempt(pool.store, job_id, "boot-a", 2).append_log("a later attempt\n", "1:1")
+    assert backend.keyspace() == before
+
+
+def test_the_log_keeps_about_its_cap_and_a_late_reader_is_told_what_it_missed(pool: Pool) -> None:
+    job_id, att = running(pool)
+    chunk = ("x" * 1023 + "\n") * 16  # 16 KiB of whole lines
+    appends = LIVE_LOG_CAP_BYTES // len(chunk) * 2
+    for i in range(appends):
+        att.append_log(chunk, str(i))
+    kept = pieces(pool.store.log_after(job_id, 0, 1000))
+    held = sum(len(p.text) for p in kept)
+    assert LIVE_LOG_CAP_BYTES <= held <= LIVE_LOG_CAP_BYTES + len(chunk)
+    assert kept[-1].end == appends * len(chunk)
+    att.finish("exit", 0, log_tail="the end\n")
+    follower = pool.logs(job_id, follow=True)  # ended: the row's tail
+    assert list(follower) == ["the end"]
+
+
+def test_a_follower_reads_lines_whole_names_each_attempt_and_ends_with_the_job(pool: Pool) -> None:
+    job_id, att = running(pool)
+    follower = pool.logs(job_id, follow=True)  # started while it runs
+    att.append_log("one\ntw", "a")
+    att.append_log("o\n", "b")
+    att.finish("interrupted", 75)  # handed back: a second attempt
+    second = claim(pool, job_id)
+    second.set_container("cid2", "daemon")
+    second.append_log("three\n", "c", LIVE_LOG_LINGER_SECS * 1000)
+    second.finish("exit", 0, log_tail="three\n")
+    assert list(follower) == ["one", "two", "[jobpool: attempt 2]", "three"]
+    assert 0 < pool.store.client.ttl(pool.keys.job_log(job_id)) <= LIVE_LOG_LINGER_SECS
+
+
+def test_a_follower_says_what_was_trimmed_before_it_read_it(pool: Pool) -> None:
+    job_id, att = running(pool)
+    follower = pool.logs(job_id, follow=True)
+    chunk = "y" * 16383 + "\n"
+    for i in range(LIVE_LOG_CAP_BYTES // len(chunk) + 4):
+        att.append_log(chunk, str(i))
+    att.finish("exit", 0)
+    lines = list(follower)
+    assert lines[0].startswith("[jobpool: ") and "bytes of this log were trimmed" in lines[0]
+    missed = int(lines[0].split()[1].replace(",", ""))
+    assert missed + len(chunk) * (len(lines) - 1) == len(chunk) * (LIVE_LOG_CAP_BYTES // len(chunk) + 4)
+
+
+def test_a_job_ended_before_its_first_append_follows_as_its_tail(pool: Pool) -> None:
+    job_id, att = running(pool)
+    follower = pool.logs(job_id, follow=True)
+    att.finish("exit", 0, log_tail="short\njob\n")
+    assert list(follower) == ["short", "job"]
+
+
+def test_an_unknown_job_is_refused_at_once(backend: Backend, pool: Pool) -> None:
+    before = backend.keyspace()
+    with pytest.raises(errors.NotFound):
+        pool.logs("nosuchjob", follow=True)  # at the call, not at the first line
+    with pytest.raises(errors.NotFound):
+        pool.logs("no:such {job}", follow=True)
+    assert backend.keyspace() == before
+
+
+def test_retention_removes_the_live_log_with_the_row(pool: Pool) -> None:
+    job_id, att = running(pool)
+    att.append_log("kept until pruned\n", "1")
+    att.finish("exit", 0)
+    assert pool.store.client.exists(pool.keys.job_log(job_id))
+    assert pool.store.prune("succeeded", 0, pool.now_ms() + 1, "test", [job_id],
+                            batch_keys(pool.store, [job_id])) == [job_id]
+    assert not pool.store.client.exists(pool.keys.job_log(job_id))
