@@ -64,7 +64,10 @@ class LiveLog:
         self._stop.set()
         self._thread.join(READ_TIMEOUT_SECS + 1)
         if last and self._reads and self._owned and not self._thread.is_alive():
-            self._send(LIVE_LOG_LINGER_SECS * 1000)
+            try:
+                self._send(LIVE_LOG_LINGER_SECS * 1000)
+            except Exception:  # the watcher records the exit next: a live log must never keep it from that
+                log.exception("job %s: the live log's last append failed", self.attempt.job_id)
 
     def _run(self) -> None:
         while self._owned and not self._stop.wait(LIVE_LOG_POLL_SECS):

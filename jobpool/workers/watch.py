@@ -53,9 +53,10 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
         rt.job_launched()  # it runs, and is recorded: the worker may fork its next standby
     live = LiveLog(attempt, handle).start()
     ended = _watch(rt, attempt, handle, requests, beat_now)
-    live.close(last=ended is not None)  # what is left goes to the live log before the end is recorded
-    if ended is not None:
-        _finish(rt, attempt, handle, executor, *ended)
+    if ended is None:
+        live.close(last=False)  # the attempt goes on, or is someone else's: an adopter goes on sending
+        return
+    _finish(rt, attempt, handle, executor, *ended, live)
 
 
 def _watch(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests,
@@ -305,14 +306,17 @@ def finish_kind(ended: Ending, stop_asked: bool) -> str:
 
 
 def _finish(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, ended: Ending,
-            stop_asked: bool) -> None:
+            stop_asked: bool, live: LiveLog | None = None) -> None:
     """Record the exit code, however long Redis is away. A subprocess job's code lives only here, and a
     dropped code makes the supervisor re-run a job that succeeded (it finds a dead pid and nothing else).
     Only an answer ends the wait: recorded, or refused (the row moved on: proof it was superseded); the
     worker's force stop kills this horse, and then the supervisor decides from what it can see."""
     # Reading the log tail can take seconds (a job that printed a lot): the lease is renewed meanwhile, or the
-    # supervisor could judge the exit first and the tail be lost.
+    # supervisor could judge the exit first and the tail be lost. So is the live log's last append, made
+    # before the end is recorded so that its followers read it before they learn the job ended.
     with LaunchLease(attempt, rt.store.settings.heartbeat_secs):
+        if live is not None:
+            live.close(last=True)
         tail = handle.log_tail(LOG_TAIL_BYTES)
     kind, code = finish_kind(ended, stop_asked), ended.code
     try:
