@@ -27,6 +27,7 @@ from . import apichecks, errors, livelogs, logtail, submit
 from . import events as event_stream
 from .apichecks import MAX_LIST
 from .config import Settings
+from .contract import LIVE_LOG_POLL_SECS
 from .models import TERMINAL, Job, JobState
 from .store.asyncstore import AsyncRedis, AsyncStore
 from .store.redisurl import connect_async
@@ -169,7 +170,7 @@ class AsyncPool:
         """`Pool.logs`: while the job runs, what its live log holds; once it ended, the last 64 KiB of its
         output (jobpool/livelogs.py)."""
         apichecks.check_id(job_id)
-        state = await self.store.log_state(job_id)
+        state, _ = await self.store.log_end(job_id)
         if state is None:
             raise errors.NotFound(errors.no_job(job_id))
         if not livelogs.ended(state):
@@ -180,6 +181,47 @@ class AsyncPool:
             if found:
                 return livelogs.text_of(found)
         return logtail.decode(await self.store.log_tail(job_id))
+
+    def follow_logs(self, job_id: str, block_secs: float = LIVE_LOG_POLL_SECS) -> AsyncIterator[str]:
+        """`Pool.logs(job_id, follow=True)`: the job's output, line by line, as it is printed, from the
+        oldest its live log still holds; ends once the job has ended (a job that ended already yields its
+        row's log tail). Each wait blocks on the server at most `block_secs`. An id that cannot be a job's is
+        `NotFound` at once; a job that is not there, at the first line."""
+        apichecks.check_id(job_id)
+        return self._follow_logs(job_id, max(1, int(block_secs * 1000)))
+
+    async def _follow_logs(self, job_id: str, block_ms: int) -> AsyncIterator[str]:
+        state, _ = await self.store.log_end(job_id)
+        if state is None:
+            raise errors.NotFound(errors.no_job(job_id))
+        lines = livelogs.Following()
+        if livelogs.ended(state):
+            for line in logtail.decode(await self.store.log_tail(job_id)).splitlines():
+                yield line
+            return
+        while True:
+            batch = livelogs.pieces(
+                await self.store.log_following(job_id, lines.offset, livelogs.READ_ENTRIES, block_ms))
+            for line in lines.take(batch):
+                yield line
+            if not batch:
+                now, newest = await self.store.log_end(job_id)
+                if lines.idle(now, newest):
+                    break
+        for line in await self._rest_of_log(job_id, lines, now):
+            yield line
+
+    async def _rest_of_log(self, job_id: str, lines: livelogs.Following,
+                           state: str | None) -> builtins.list[str]:
+        """Once the job ended: the log read to its end (the worker's last append), or its row's tail."""
+        out: builtins.list[str] = []
+        read = livelogs.READ_ENTRIES
+        while batch := livelogs.pieces(await self.store.log_after(job_id, lines.offset, read)):
+            out += lines.take(batch)
+        out += lines.rest()
+        if lines.wants_tail(state):
+            out += logtail.decode(await self.store.log_tail(job_id)).splitlines()
+        return out
 
     async def events(self, job_id: str | None = None, count: int = 1000,
                      after: str = "-") -> builtins.list[dict[str, str]]:

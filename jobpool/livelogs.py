@@ -78,34 +78,36 @@ class LiveText:
         return self._follow(job_id, state, block_secs)
 
     def _follow(self, job_id: str, state: str, block_secs: float) -> Iterator[str]:
-        if state in _ENDED:
+        lines = Following()
+        if ended(state):
             yield from logtail.decode(self.store.log_tail(job_id)).splitlines()
             return
-        lines = _Lines()
         block_ms = max(1, int(block_secs * 1000))
         while True:
             batch = pieces(self.store.log_following(job_id, lines.offset, READ_ENTRIES, block_ms))
-            if batch:
-                yield from lines.take(batch)
-                continue
-            now, newest = self.store.log_end(job_id)
-            ended = now is None or now in _ENDED
-            last = pieces(newest)
-            if not ended and last and last[0].end < lines.offset:
-                lines.offset = 0  # the log expired between attempts and was started again
-            if ended:
-                # The worker appends what is left before it records the end: read to the log's end, once.
-                while batch := pieces(self.store.log_after(job_id, lines.offset, READ_ENTRIES)):
-                    yield from lines.take(batch)
-                yield from lines.rest()
-                if not lines.offset and now is not None:  # it ended before its first append: its tail
-                    yield from logtail.decode(self.store.log_tail(job_id)).splitlines()
-                return
+            yield from lines.take(batch)
+            if not batch:
+                now, newest = self.store.log_end(job_id)
+                if lines.idle(now, newest):
+                    break
+        yield from self._rest_of_log(job_id, lines, now)
+
+    def _rest_of_log(self, job_id: str, lines: Following, state: str | None) -> list[str]:
+        """Once the job ended: the log read to its end once (the worker appends what is left before it
+        records the end), or its row's tail."""
+        out: list[str] = []
+        while batch := pieces(self.store.log_after(job_id, lines.offset, READ_ENTRIES)):
+            out += lines.take(batch)
+        out += lines.rest()
+        if lines.wants_tail(state):
+            out += logtail.decode(self.store.log_tail(job_id)).splitlines()
+        return out
 
 
-class _Lines:
-    """Appends made into lines: a line split across appends is yielded whole, an attempt's change and a
-    gap (bytes trimmed before they were read) are said in a line of their own."""
+class Following:
+    """A follower between its reads (`LiveText.follow`, and `AsyncPool.follow_logs` the same with asyncio):
+    appends made into lines, a line split across appends yielded whole, an attempt's change and a gap
+    (bytes trimmed before they were read) said in a line of their own; and when to stop."""
 
     def __init__(self) -> None:
         self.offset = 0
@@ -134,10 +136,26 @@ class _Lines:
             yield self.partial
             self.partial = ""
 
+    def idle(self, state: str | None, newest: Entries) -> bool:
+        """A read that waited found nothing: whether the job ended (its row's `state` now, None when it is
+        gone); then the follower reads the log to its end once and stops. A log whose newest entry ends
+        before this follower's position expired between attempts and was started again: read from 0."""
+        if state is None or ended(state):
+            return True
+        last = pieces(newest)
+        if last and last[0].end < self.offset:
+            self.offset = 0
+        return False
+
+    def wants_tail(self, state: str | None) -> bool:
+        """After the end: the job's row is there and its log had nothing (an attempt shorter than a read
+        sends none), so its row's log tail is what it printed."""
+        return not self.offset and state is not None
+
 
 def text_of(batch: list[Piece]) -> str:
     """The text of `batch` as `follow` shows it: its lines, and jobpool's lines between them."""
-    lines = _Lines()
+    lines = Following()
     return "".join(line + "\n" for line in [*lines.take(batch), *lines.rest()])
 
 

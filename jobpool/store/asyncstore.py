@@ -236,10 +236,23 @@ class AsyncStore:
         tail: str | None = await self.call(self.client.hget, self.keys.job(job_id), "log_tail", what="logs")
         return tail
 
-    async def log_state(self, job_id: str) -> str | None:
-        """The job's state (None with no row): `LogReads.log_end` without the log's newest entry."""
-        state: str | None = await self.call(self.client.hget, self.keys.job(job_id), "state", what="live log")
-        return state
+    async def log_end(self, job_id: str) -> tuple[str | None, list[Any]]:
+        """`LogReads.log_end`: the job's state and its live log's newest entry, at one time."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hget(self.keys.job(job_id), "state")
+        pipe.xrevrange(self.keys.job_log(job_id), "+", "-", 1)
+        state, newest = await self.call(pipe.execute, raise_on_error=False, what="live log")
+        for reply in (state, newest):
+            if isinstance(reply, redis.RedisError) and not isinstance(reply, redis.ResponseError):
+                raise wrap_redis_error(reply, "live log")
+        return (state if isinstance(state, str) else None,
+                list(newest) if isinstance(newest, list) else [])
+
+    async def log_following(self, job_id: str, offset: int, count: int, block_ms: int) -> list[Any]:
+        """`LogReads.log_following`: entries past byte `offset`, waiting at most `block_ms` for the first."""
+        reply = await self.call(self.client.xread, {self.keys.job_log(job_id): f"{offset}-0"}, count=count,
+                                block=block_ms, what="live log")
+        return list(reply[0][1]) if reply else []
 
     async def log_after(self, job_id: str, offset: int, count: int) -> list[Any]:
         """`LogReads.log_after`: entries of the job's live log that end past byte `offset`."""

@@ -8,6 +8,7 @@ holds about the cap).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -73,14 +74,25 @@ def test_a_running_jobs_output_is_followed_from_another_process_until_it_ends(
     assert pool.logs(job.id).splitlines() == expected(25)  # then the row's tail: the same
 
 
-def test_a_job_on_local_processes_is_followed_the_same(
-        sub_pool: Pool, spawn: Callable[..., JobpoolProcess]) -> None:
+def test_a_job_on_local_processes_is_followed_the_same_and_by_asyncio(
+        sub_pool: Pool, pool_env: dict[str, str], spawn: Callable[..., JobpoolProcess]) -> None:
     job = sub_pool.enqueue("ignored", ["sh", "-c", TICKS.format(n=15)])
     follower = follow(spawn, job.id)
+    followed: list[str] = []
+
+    async def follow_async() -> None:
+        async with AsyncPool.from_env(env=pool_env) as apool:
+            async for line in apool.follow_logs(job.id):
+                followed.append(line)
+    reader = threading.Thread(target=asyncio.run, args=(follow_async(),))
+    reader.start()
     spawn(**SUB)
-    eventually(lambda: "tick 1" in printed(follower), timeout=60, message="the first lines, live")
+    eventually(lambda: "tick 1" in printed(follower) and "tick 1" in followed, timeout=60,
+               message="the first lines, live, in both")
     assert sub_pool.get(job.id).state is JobState.RUNNING
     assert ended(follower) == expected(15)
+    reader.join(60)
+    assert not reader.is_alive() and followed == expected(15)
 
 
 def test_the_log_goes_on_across_the_workers_death_and_an_adoption(
