@@ -27,7 +27,7 @@ from . import apichecks, errors, livelogs, logtail, submit
 from . import events as event_stream
 from .apichecks import MAX_LIST
 from .config import Settings
-from .contract import LIVE_LOG_POLL_SECS
+from .contract import LIVE_LOG_POLL_SECS, LIVE_LOG_WATCH_SECS
 from .models import TERMINAL, Job, JobState
 from .store.asyncstore import AsyncRedis, AsyncStore
 from .store.redisurl import connect_async
@@ -174,6 +174,7 @@ class AsyncPool:
         if state is None:
             raise errors.NotFound(errors.no_job(job_id))
         if not livelogs.ended(state):
+            await self.store.watch_log(job_id, LIVE_LOG_WATCH_SECS)
             found: builtins.list[livelogs.Piece] = []
             while batch := livelogs.pieces(await self.store.log_after(
                     job_id, found[-1].end if found else 0, livelogs.READ_ENTRIES)):
@@ -200,6 +201,8 @@ class AsyncPool:
                 yield line
             return
         while True:
+            if lines.watch_due():
+                await self.store.watch_log(job_id, LIVE_LOG_WATCH_SECS)
             batch = livelogs.pieces(
                 await self.store.log_following(job_id, lines.offset, livelogs.READ_ENTRIES, block_ms))
             for line in lines.take(batch):

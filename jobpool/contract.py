@@ -175,13 +175,17 @@ JOB_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400
 TREND_POINTS = 1440
 TREND_SAMPLE_JOBS = 200
 #: A running job's live log (jobpool/livelogs.py, workers/livelog.py, scripts/log_append.lua). Its worker
-#: reads what the job printed every `LIVE_LOG_POLL_SECS`, at most `LIVE_LOG_READ_LINES` lines a read, and
-#: sends at most `LIVE_LOG_RATE_BYTES` of it a read in one fenced append: a job that prints faster costs its
-#: worker and Redis no more, and what was not sent is said to be dropped, in the log itself. The stream keeps
-#: about the newest `LIVE_LOG_CAP_BYTES` (one append more at most), and lives `LIVE_LOG_LINGER_SECS` after
-#: the attempt's last append (its row's log tail is the record of a finished job), or until the job's row is
-#: pruned.
+#: reads what the job printed every `LIVE_LOG_POLL_SECS` while someone follows it (a reader keeps the job's
+#: `logwatch` key for `LIVE_LOG_WATCH_SECS`, and the heartbeat tells the worker), else every
+#: `LIVE_LOG_IDLE_SECS`: so a job nobody watches costs Redis one append in ten seconds, not ten. A read
+#: takes at most `LIVE_LOG_READ_LINES` lines and sends at most `LIVE_LOG_RATE_BYTES` of them per second it
+#: covers, in one fenced append: a job that prints faster costs its worker and Redis no more, and what was
+#: not sent is said to be dropped, in the log itself. The stream keeps about the newest `LIVE_LOG_CAP_BYTES`
+#: (one append more at most), and lives `LIVE_LOG_LINGER_SECS` after the attempt's last append (its row's
+#: log tail is the record of a finished job), or until the job's row is pruned.
 LIVE_LOG_POLL_SECS = 1.0
+LIVE_LOG_IDLE_SECS = 10.0
+LIVE_LOG_WATCH_SECS = 10.0
 LIVE_LOG_READ_LINES = 256
 LIVE_LOG_RATE_BYTES = 16 * 1024
 LIVE_LOG_CAP_BYTES = 256 * 1024

@@ -11,11 +11,12 @@ it started, or before its first append (an attempt shorter than a read sends non
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from . import logtail
-from .contract import LIVE_LOG_POLL_SECS, TERMINAL
+from .contract import LIVE_LOG_POLL_SECS, LIVE_LOG_WATCH_SECS, TERMINAL
 from .errors import NotFound, no_job
 from .store.calls import Store
 from .store.eventreads import Entries
@@ -61,6 +62,7 @@ class LiveText:
         if state is None:
             raise NotFound(no_job(job_id))
         if state not in _ENDED:
+            self.store.watch_log(job_id, LIVE_LOG_WATCH_SECS)  # read again soon: fresher then
             found: list[Piece] = []
             while batch := pieces(self.store.log_after(job_id, found[-1].end if found else 0, READ_ENTRIES)):
                 found += batch
@@ -84,6 +86,8 @@ class LiveText:
             return
         block_ms = max(1, int(block_secs * 1000))
         while True:
+            if lines.watch_due():
+                self.store.watch_log(job_id, LIVE_LOG_WATCH_SECS)
             batch = pieces(self.store.log_following(job_id, lines.offset, READ_ENTRIES, block_ms))
             yield from lines.take(batch)
             if not batch:
@@ -113,6 +117,16 @@ class Following:
         self.offset = 0
         self.attempt = ""
         self.partial = ""
+        self._watched_at: float | None = None
+
+    def watch_due(self) -> bool:
+        """Whether the follower renews its mark now (`LogReads.watch_log`): thrice a mark's life, so that
+        the worker sees it on every heartbeat while the follower reads."""
+        now = time.monotonic()
+        if self._watched_at is not None and now - self._watched_at < LIVE_LOG_WATCH_SECS / 3:
+            return False
+        self._watched_at = now
+        return True
 
     def take(self, batch: list[Piece]) -> Iterator[str]:
         for piece in batch:

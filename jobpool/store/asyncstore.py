@@ -236,6 +236,11 @@ class AsyncStore:
         tail: str | None = await self.call(self.client.hget, self.keys.job(job_id), "log_tail", what="logs")
         return tail
 
+    async def watch_log(self, job_id: str, secs: float) -> None:
+        """`LogReads.watch_log`: the job's live log is being read."""
+        await self.call(self.client.set, self.keys.log_watch(job_id), "1", px=int(secs * 1000),
+                        what="live log")
+
     async def log_end(self, job_id: str) -> tuple[str | None, list[Any]]:
         """`LogReads.log_end`: the job's state and its live log's newest entry, at one time."""
         pipe = self.client.pipeline(transaction=True)

@@ -446,8 +446,9 @@ class Store(OrderReads, EventReads, LogReads, FleetReads, StatusReads, SweepIO, 
         return Adopted(spec_json=reply[1], container_id=reply[2], requests=_requests(reply[3], reply[4]))
 
     def heartbeat(self, job_id: str, boot_id: str, attempt: int, lease_ms: int) -> Requests:
-        reply = self.run("heartbeat", self._attempt_keys(job_id), [boot_id, attempt, lease_ms])
-        return _requests(reply[1], reply[2])
+        reply = self.run("heartbeat", [*self._attempt_keys(job_id), self.keys.log_watch(job_id)],
+                         [boot_id, attempt, lease_ms])
+        return Requests(reply[1] == "1", reply[2] == "1", reply[3] == 1)
 
     def time_out(self, job_id: str, boot_id: str, attempt: int, evidence: str) -> bool:
         """Mark the attempt as stopped for its time limit before its watcher stops it (scripts/time_out.lua):

@@ -171,6 +171,11 @@ class PoolKeys:
         """A job's live log: what its attempts printed while they ran (stream; scripts/log_append.lua)."""
         return f"{self.prefix}joblog:{job_id}"
 
+    def log_watch(self, job_id: str) -> str:
+        """Present (string + TTL) while someone reads a job's live log: its worker then sends it every
+        second (jobpool/livelogs.py keeps it; heartbeat.lua reads it)."""
+        return f"{self.prefix}logwatch:{job_id}"
+
     def adoption(self, job_id: str) -> str:
         """The RQ job id of the latest adoption request for a job (supervisor/adoption.py)."""
         return f"{self.prefix}adopt:{job_id}"

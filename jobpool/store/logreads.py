@@ -29,6 +29,11 @@ class LogReads:
                            block=block_ms)
         return list(reply[0][1]) if reply else []
 
+    def watch_log(self, job_id: str, secs: float) -> None:
+        """Say that the job's live log is being read, for `secs`: its worker then sends it every second
+        (heartbeat.lua tells it). A presence mark of the reader, no state of the job's: it only expires."""
+        call_redis(self.client.set, self.keys.log_watch(job_id), "1", px=int(secs * 1000), what="live log")
+
     def log_end(self, job_id: str) -> tuple[str | None, Entries]:
         """The job's state (None with no row) and its live log's newest entry (none: no log), at one time."""
         pipe = self.client.pipeline(transaction=True)

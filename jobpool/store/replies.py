@@ -20,6 +20,8 @@ class Requests:
 
     pause: bool
     cancel: bool
+    #: Someone follows the job's live log (heartbeat.lua): its watcher sends it every second.
+    followed: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """An attempt's live log: a thread of its watcher that sends what the job prints to Redis as it runs.
 
-Every `LIVE_LOG_POLL_SECS` it reads what the job printed since its last read (`Handle.read_output`: a
-bounded read whatever the job prints) and appends it, fenced on (boot, attempt), to the job's live log
+Every `LIVE_LOG_POLL_SECS` while someone follows the log (the heartbeat says so: scripts/heartbeat.lua),
+else every `LIVE_LOG_IDLE_SECS`, it reads what the job printed since its last read (`Handle.read_output`:
+a bounded read whatever the job prints) and appends it, fenced on (boot, attempt), to the job's live log
 (scripts/log_append.lua); jobpool/livelogs.py reads it from any host. A job that prints more than a read
 keeps costs its worker and Redis no more: what was skipped is said in the log, in a line of jobpool's own.
 Its own thread, so that a daemon slow to answer a log read never delays the watcher's heartbeat.
@@ -16,8 +17,15 @@ from __future__ import annotations
 import codecs
 import logging
 import threading
+import time
 
-from ..contract import LIVE_LOG_LINGER_SECS, LIVE_LOG_POLL_SECS, LIVE_LOG_RATE_BYTES, LIVE_LOG_READ_LINES
+from ..contract import (
+    LIVE_LOG_IDLE_SECS,
+    LIVE_LOG_LINGER_SECS,
+    LIVE_LOG_POLL_SECS,
+    LIVE_LOG_RATE_BYTES,
+    LIVE_LOG_READ_LINES,
+)
 from ..errors import JobpoolError, NotFound, NotOwner, RedisUnavailable
 from ..livelogs import pieces
 from .attempt import Attempt
@@ -30,13 +38,14 @@ log = logging.getLogger("jobpool.worker")
 READ_TIMEOUT_SECS = 5.0
 
 
-def dropped_line(got: Output) -> str:
-    """jobpool's line in the log for what a read skipped to stay within its bounds."""
+def dropped_line(got: Output, secs: int) -> str:
+    """jobpool's line in the log for what a read of `secs` seconds of output skipped to stay within its
+    bounds."""
     said = []
     if got.dropped:
-        said.append(f"{got.dropped:,} bytes skipped (more than {LIVE_LOG_RATE_BYTES:,} bytes in a read)")
+        said.append(f"{got.dropped:,} bytes skipped (more than {LIVE_LOG_RATE_BYTES:,} a second)")
     if got.more:
-        said.append(f"lines skipped (more than {LIVE_LOG_READ_LINES} in a read)")
+        said.append(f"lines skipped (more than {LIVE_LOG_READ_LINES * secs:,} in {secs} s)")
     return f"[jobpool: live log: {'; '.join(said)}; the job's output itself is whole]\n" if said else ""
 
 
@@ -45,6 +54,10 @@ class LiveLog:
 
     def __init__(self, attempt: Attempt, handle: Handle) -> None:
         self.attempt, self.handle = attempt, handle
+        #: Someone follows the log (the watcher sets it from each heartbeat): sent every second, not every
+        #: LIVE_LOG_IDLE_SECS.
+        self.followed = False
+        self._last = time.monotonic()
         self.position: str | None = None  # read from the log itself first: an adopted attempt goes on
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending: tuple[str, str] | None = None
@@ -71,10 +84,14 @@ class LiveLog:
 
     def _run(self) -> None:
         while self._owned and not self._stop.wait(LIVE_LOG_POLL_SECS):
-            self._reads += 1
-            self._send(0)
+            if self.followed or time.monotonic() - self._last >= LIVE_LOG_IDLE_SECS:
+                self._reads += 1
+                self._send(0)
 
     def _send(self, linger_ms: int) -> None:
+        # A read covers the seconds since the last one, within the same bounds a second.
+        secs = max(1, min(round(time.monotonic() - self._last), int(LIVE_LOG_IDLE_SECS)))
+        self._last = time.monotonic()
         try:
             if self._pending is not None:  # its reply was lost: sent again as it was, adding nothing twice
                 self.attempt.append_log(*self._pending, linger_ms)
@@ -83,10 +100,11 @@ class LiveLog:
                 newest = pieces(self.attempt.store.log_end(self.attempt.job_id)[1])
                 mine = [p for p in newest if p.attempt == str(self.attempt.attempt)]
                 self.position = mine[0].position if mine else ""
-            got = self.handle.read_output(self.position, LIVE_LOG_RATE_BYTES, READ_TIMEOUT_SECS)
+            got = self.handle.read_output(self.position, LIVE_LOG_RATE_BYTES * secs,
+                                          LIVE_LOG_READ_LINES * secs, READ_TIMEOUT_SECS)
             if got is None:
                 return
-            text = dropped_line(got) + self._decoder.decode(got.text, final=linger_ms > 0)
+            text = dropped_line(got, secs) + self._decoder.decode(got.text, final=linger_ms > 0)
             self.position = got.position
             if text or linger_ms:
                 self._pending = (text, got.position)

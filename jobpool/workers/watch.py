@@ -52,7 +52,7 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
     if rt.job_launched is not None:
         rt.job_launched()  # it runs, and is recorded: the worker may fork its next standby
     live = LiveLog(attempt, handle).start()
-    ended = _watch(rt, attempt, handle, requests, beat_now)
+    ended = _watch(rt, attempt, handle, requests, beat_now, live)
     if ended is None:
         live.close(last=False)  # the attempt goes on, or is someone else's: an adopter goes on sending
         return
@@ -60,7 +60,7 @@ def watch(rt: Runtime, attempt: Attempt, handle: Handle, executor: Executor, req
 
 
 def _watch(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests,
-           beat_now: bool) -> tuple[Ending, bool] | None:
+           beat_now: bool, live: LiveLog) -> tuple[Ending, bool] | None:
     """The watch loop of `watch`: how the attempt ended and whether a stop was asked of it, or None when
     the watcher leaves it (the row lost, the drain deadline passed, its container removed)."""
     settings = rt.store.settings
@@ -106,6 +106,7 @@ def _watch(rt: Runtime, attempt: Attempt, handle: Handle, requests: Requests,
             if beat is None:
                 return None
             requests = beat
+            live.followed = requests.followed
         stop.act(attempt.job_id, handle, requests, now, settings.stop_grace_secs, drain_deadline is not None)
 
 

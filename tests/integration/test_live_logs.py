@@ -16,7 +16,7 @@ import docker
 import pytest
 
 from jobpool import AsyncPool, JobState, Pool
-from jobpool.contract import LIVE_LOG_CAP_BYTES, LIVE_LOG_RATE_BYTES
+from jobpool.contract import LIVE_LOG_CAP_BYTES, LIVE_LOG_IDLE_SECS, LIVE_LOG_RATE_BYTES
 from jobpool.livelogs import pieces
 from jobpool.supervisor import Supervisor
 from tests.support.constants import IMAGE, SUB
@@ -113,6 +113,17 @@ def test_the_log_goes_on_across_the_workers_death_and_an_adoption(
     # Every line once, in order: the adopter went on from where the dead worker's last append ended.
     assert ended(follower) == expected(60)
     assert "adopted" in [e["reason"] for e in pool.events(job.id)]
+
+
+def test_a_log_nobody_reads_is_sent_every_ten_seconds_and_read_whole_at_the_end(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str) -> None:
+    job = pool.enqueue(IMAGE, ["sh", "-c", TICKS.format(n=60)])  # about 12 s
+    spawn()
+    assert pool.wait(job.id, timeout=120).state is JobState.SUCCEEDED
+    appends = pieces(pool.store.log_after(job.id, 0, 1000))
+    # One read after LIVE_LOG_IDLE_SECS, one at the end: far fewer appends than seconds it ran.
+    assert 1 <= len(appends) <= 2 + int(12 / LIVE_LOG_IDLE_SECS), [(p.start, p.end) for p in appends]
+    assert "".join(p.text for p in appends).splitlines() == expected(60)
 
 
 FLOOD = ("echo before; sleep 2; timeout 5 yes 'a line printed as fast as the job can, again and again'; "

@@ -12,7 +12,7 @@ import pytest
 
 from jobpool import errors
 from jobpool.api import Pool
-from jobpool.contract import LIVE_LOG_CAP_BYTES, LIVE_LOG_LINGER_SECS
+from jobpool.contract import LIVE_LOG_CAP_BYTES, LIVE_LOG_LINGER_SECS, LIVE_LOG_WATCH_SECS
 from jobpool.livelogs import pieces
 from jobpool.retention import batch_keys
 from jobpool.workers.attempt import Attempt
@@ -36,6 +36,16 @@ def test_appends_are_counted_in_bytes_and_a_resend_adds_nothing(pool: Pool) -> N
     assert [(p.start, p.end, p.attempt, p.text, p.position) for p in got] == [
         (0, 7, "1", "héllo\n", "1:1"), (7, 13, "1", "world\n", "2:1")]
     assert pool.logs(job_id) == "héllo\nworld\n"  # while it runs, what the live log holds
+
+
+def test_the_heartbeat_tells_the_worker_whether_someone_reads_the_log(pool: Pool) -> None:
+    job_id, att = running(pool)
+    assert att.heartbeat().followed is False  # nobody reads: sent every LIVE_LOG_IDLE_SECS
+    assert pool.logs(job_id) == ""  # a read of a running job's log marks it read, for a while
+    assert att.heartbeat().followed is True
+    assert 0 < pool.store.client.pttl(pool.keys.log_watch(job_id)) <= LIVE_LOG_WATCH_SECS * 1000
+    pool.store.client.delete(pool.keys.log_watch(job_id))  # the mark expired: nobody reads any more
+    assert att.heartbeat().followed is False
 
 
 def test_only_the_attempts_owner_appends(backend: Backend, pool: Pool) -> None:

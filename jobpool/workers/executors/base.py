@@ -138,11 +138,12 @@ class Handle(Protocol):
     def log_tail(self, max_bytes: int) -> bytes:
         """The last `max_bytes` of the job's output."""
 
-    def read_output(self, position: str, budget: int, timeout: float) -> Output | None:
+    def read_output(self, position: str, budget: int, lines: int, timeout: float) -> Output | None:
         """What the job printed after `position` ('' for its start; a token this method returned), of which
-        at most the newest `budget` bytes, for its live log (workers/livelog.py); None when it cannot be
-        read now (its daemon does not answer within about `timeout` seconds). Bounded work whatever the job
-        prints: what is skipped is said in the `Output`."""
+        at most the newest `budget` bytes (and, where the executor reads by messages, `lines` of them), for
+        its live log (workers/livelog.py); None when it cannot be read now (its daemon does not answer within
+        about `timeout` seconds). Bounded work whatever the job prints: what is skipped is said in the
+        `Output`."""
 
     def remove(self) -> None:
         """Remove what is left of this attempt once its exit code is recorded."""

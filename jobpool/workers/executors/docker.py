@@ -28,7 +28,7 @@ import requests.exceptions
 import urllib3.exceptions
 
 from ... import dockerclient
-from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL, LIVE_LOG_READ_LINES
+from ...contract import ENV_CHECKPOINT_DIR, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
 from ...exits import (
     EXIT_SIGKILL,
     OOM_EVENT_GRACE_SECS,
@@ -228,9 +228,9 @@ class DockerHandle:
         except _NO_ANSWER as exc:
             return f"[jobpool: logs unavailable: {exc}]".encode()
 
-    def read_output(self, position: str, budget: int, timeout: float) -> Output | None:
+    def read_output(self, position: str, budget: int, lines: int, timeout: float) -> Output | None:
         try:
-            return read_output(self._api, self.container_id, position, budget, timeout)
+            return read_output(self._api, self.container_id, position, budget, lines, timeout)
         except _NO_ANSWER:
             return None  # no answer, or gone: the watcher learns which from its wait
 
@@ -284,14 +284,15 @@ def _log_frames(api: Any, container_id: str, params: dict[str, Any], timeout: fl
         response.close()
 
 
-def read_output(api: Any, container_id: str, position: str, budget: int, timeout: float) -> Output:
+def read_output(api: Any, container_id: str, position: str, budget: int, lines: int,
+                timeout: float) -> Output:
     """The live log's read of a container's output (`Handle.read_output`). `position` is
     '<nanoseconds>:<count>': the time Docker stamped the last message read, and how many messages with
     that very stamp were read. Bounded whatever the job prints: Docker reads its log back from the end for
-    `tail`, so one read costs at most LIVE_LOG_READ_LINES + 1 messages of the daemon and of this worker; one
-    more than a read keeps, so that a message past them proves that lines were skipped."""
+    `tail`, so one read costs at most `lines` + 1 messages of the daemon and of this worker; one more than a
+    read keeps, so that a message past them proves that lines were skipped."""
     since, seen = _position(position)
-    params: dict[str, Any] = {"timestamps": 1, "tail": LIVE_LOG_READ_LINES + 1}
+    params: dict[str, Any] = {"timestamps": 1, "tail": lines + 1}
     if since:
         params["since"] = f"{since // 10**9}.{since % 10**9:09d}"
     new: list[tuple[int, bytes]] = []
@@ -306,9 +307,9 @@ def read_output(api: Any, container_id: str, position: str, budget: int, timeout
             if same <= seen:
                 continue
         new.append((at, text))
-    more = len(new) > LIVE_LOG_READ_LINES
+    more = len(new) > lines
     if more:
-        del new[:len(new) - LIVE_LOG_READ_LINES]
+        del new[:len(new) - lines]
     if not new:
         return Output(b"", position)
     last = new[-1][0]

@@ -110,7 +110,7 @@ class ProcessHandle:
         except OSError as exc:
             return f"[jobpool: logs unavailable: {exc}]".encode()
 
-    def read_output(self, position: str, budget: int, timeout: float) -> Output | None:
+    def read_output(self, position: str, budget: int, lines: int, timeout: float) -> Output | None:
         """From its output file, where `position` is a byte offset: what was written past it, of which the
         newest `budget` bytes (the rest counted as dropped)."""
         try:
