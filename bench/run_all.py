@@ -28,6 +28,7 @@ BENCHES = [
     ("lifetime", ["lifetime"], ["lifetime", "--quick"]),
     ("chaos soak", ["soak"], ["soak", "--jobs", "30", "--slots", "2", "--workers", "3"]),
     ("one Redis under a large fleet", ["scale"], ["scale", "--quick"]),
+    ("live logs", ["livelog"], ["livelog", "--secs", "5"]),
 ]
 
 
