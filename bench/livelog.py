@@ -13,7 +13,8 @@ jobs of `--secs` seconds each:
 - chatty, read: the same, followed.
 
 For each: the worker's CPU (its process and its horses, from /proc), Redis's CPU (INFO cpu) and its
-`log_append` calls and their time (INFO commandstats of EVALSHA, less the quiet job's), what Docker stored of
+appends to the live log (its stream's entries added) and the time of each (INFO commandstats of EVALSHA, less
+the quiet job's, shared among them), what Docker stored of
 the job's output (its json-file log) against what reached Redis, and the longest gap between two of the
 row's heartbeats. Ratios are against the quiet job of the same run.
 """
@@ -21,6 +22,7 @@ row's heartbeats. Ratios are against the quiet job of the same run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import threading
@@ -40,7 +42,7 @@ class Run:
     name: str
     worker_cpu: float
     redis_cpu: float
-    evalsha: int
+    appends: int
     evalsha_usec: int
     docker_bytes: int
     sent_bytes: int
@@ -59,8 +61,8 @@ def evalsha(pool: Pool) -> tuple[int, int]:
 
 
 def run(pool: Pool, worker_pid: int, name: str, command: str, follow: bool, secs: float,
-        log_paths: dict[str, str]) -> Run:
-    cpu0, rcpu0, (calls0, usec0) = cpu_secs(worker_pid), redis_cpu(pool), evalsha(pool)
+        log_sizes: dict[str, int]) -> Run:
+    cpu0, rcpu0, usec0 = cpu_secs(worker_pid), redis_cpu(pool), evalsha(pool)[1]
     job = pool.enqueue(IMAGE, ["sh", "-c", command])
     lines: list[str] = []
     reader = None
@@ -78,11 +80,13 @@ def run(pool: Pool, worker_pid: int, name: str, command: str, follow: bool, secs
     if reader is not None:
         reader.join(30)
     time.sleep(1)  # its horse reaped, its CPU counted in the worker's children
-    calls, usec = evalsha(pool)
-    log_path = Path(log_paths.get(job.id, "/nonexistent"))
+    usec = evalsha(pool)[1]
     sent = pieces(pool.store.log_after(job.id, 0, 100_000))
-    return Run(name, cpu_secs(worker_pid) - cpu0, redis_cpu(pool) - rcpu0, calls - calls0, usec - usec0,
-               log_path.stat().st_size if log_path.is_file() else 0, sent[-1].end if sent else 0, len(lines),
+    key = pool.keys.job_log(job.id)
+    client = pool.store.client
+    appends = int(client.xinfo_stream(key)["entries-added"]) if client.exists(key) else 0
+    return Run(name, cpu_secs(worker_pid) - cpu0, redis_cpu(pool) - rcpu0, appends, usec - usec0,
+               log_sizes.get(job.id, 0), sent[-1].end if sent else 0, len(lines),
                max((b - a for a, b in itertools.pairwise(beats)), default=0) / 1000)
 
 
@@ -98,21 +102,23 @@ def main() -> None:
         client = b.client()
         watcher = threading.Event()
         paths: dict[str, str] = {}
+        sizes: dict[str, int] = {}
 
-        def record_log_paths() -> None:  # where Docker keeps each job's json-file log, for its size
+        def record_log_sizes() -> None:  # Docker's json-file log of each job, its size while it exists
             while not watcher.is_set():
                 for c in client.api.containers(all=True, filters={"label": "jobpool.job_id"}):
                     job_id = c["Labels"]["jobpool.job_id"]
-                    if job_id not in paths:
-                        paths[job_id] = client.api.inspect_container(c["Id"])["LogPath"]
-                time.sleep(0.2)
-        threading.Thread(target=record_log_paths, daemon=True).start()
+                    with contextlib.suppress(Exception):
+                        paths.setdefault(job_id, client.api.inspect_container(c["Id"])["LogPath"])
+                        sizes[job_id] = max(sizes.get(job_id, 0), Path(paths[job_id]).stat().st_size)
+                time.sleep(0.1)
+        threading.Thread(target=record_log_sizes, daemon=True).start()
         n = int(secs * 10)
         chatty = f'i=0; while [ $i -lt {n} ]; do i=$((i+1)); echo "line $i {LINE}"; sleep 0.1; done'
-        runs = [run(pool, pid, "quiet", f"sleep {secs:g}", False, secs, paths),
-                run(pool, pid, "flood, read", f"timeout {secs:g} yes {LINE} || true", True, secs, paths),
-                run(pool, pid, "chatty, unread", chatty, False, secs, paths),
-                run(pool, pid, "chatty, read", chatty, True, secs, paths)]
+        runs = [run(pool, pid, "quiet", f"sleep {secs:g}", False, secs, sizes),
+                run(pool, pid, "flood, read", f"timeout {secs:g} yes {LINE} || true", True, secs, sizes),
+                run(pool, pid, "chatty, unread", chatty, False, secs, sizes),
+                run(pool, pid, "chatty, read", chatty, True, secs, sizes)]
         watcher.set()
     base = runs[0]
     print(f"live logs, {secs:g} s jobs, default settings; load {loadavg()}; {os.cpu_count()} CPUs")
@@ -120,10 +126,9 @@ def main() -> None:
           f"{'appends':>7} {'append us':>9} {'Docker log B':>13} {'sent B':>9} {'lines read':>10} "
           f"{'max beat gap s':>14}")
     for r in runs:
-        appends = r.evalsha - base.evalsha
         print(f"{r.name:16} {r.worker_cpu:12.2f} {r.worker_cpu / base.worker_cpu:8.2f} {r.redis_cpu:11.2f} "
-              f"{r.redis_cpu / max(base.redis_cpu, 0.01):8.2f} {appends:7d} "
-              f"{(r.evalsha_usec - base.evalsha_usec) / max(appends, 1):9.1f} {r.docker_bytes:13,d} "
+              f"{r.redis_cpu / max(base.redis_cpu, 0.01):8.2f} {r.appends:7d} "
+              f"{(r.evalsha_usec - base.evalsha_usec) / max(r.appends, 1):9.1f} {r.docker_bytes:13,d} "
               f"{r.sent_bytes:9,d} {r.lines:10,d} {r.beat_gap:14.2f}")
 
 
