@@ -11,6 +11,8 @@ write is reported to the worker's outage tracker (`outage`, jobpool/workers/outa
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import Any
 
@@ -21,8 +23,13 @@ from rq.worker import WorkerStatus
 from .horses import HorseWorker
 from .outage import Backoff, Outage, is_transient
 
+log = logging.getLogger("jobpool.worker")
+
 #: The least time between two of RQ's worker heartbeats sent on their own (see `BooksWorker.heartbeat`).
 HEARTBEAT_GAP_SECS = 1.0
+
+#: How long a stopping worker waits for RQ's pubsub to close (`unsubscribe`).
+UNSUBSCRIBE_WAIT_SECS = 3.0
 
 
 class BooksWorker(HorseWorker):
@@ -111,6 +118,18 @@ class BooksWorker(HorseWorker):
     def teardown(self) -> None:
         self.close_standby()
         self._best_effort("the worker's RQ deregistration", super().teardown)
+
+    def unsubscribe(self) -> None:
+        """RQ's, within `UNSUBSCRIBE_WAIT_SECS`: closing its pubsub waits on the thread listening on it, and a
+        read of that thread's that never returns kept a drained worker from exiting (seen once in this
+        suite, tests/integration/test_workers_subprocess.py, its jobs all ended). The worker exits then; the
+        connection goes with its process."""
+        closing = threading.Thread(target=super().unsubscribe, name="rq-unsubscribe", daemon=True)
+        closing.start()
+        closing.join(UNSUBSCRIBE_WAIT_SECS)
+        if closing.is_alive():
+            log.warning("worker %s: RQ's pubsub did not close within %.0fs; exiting without it", self.name,
+                        UNSUBSCRIBE_WAIT_SECS)
 
     def _best_effort(self, what: str, call: Any, *args: Any) -> None:
         try:
