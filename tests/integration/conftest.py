@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from jobpool import Pool
+from jobpool.supervisor import Supervisor
 from tests.support.bad_input import Jobs
 from tests.support.constants import FAST_ENV, IMAGE, SUB
 from tests.support.procs import JobpoolProcess
@@ -29,6 +30,14 @@ def pool(pool_env: dict[str, str]) -> Iterator[Pool]:
     p = Pool.from_env(env=pool_env)
     yield p
     p.close()
+
+
+@pytest.fixture
+def sup(pool: Pool, docker_host: str) -> Iterator[Supervisor]:
+    """A supervisor of `pool`, in this process, judging by the test dockerd: a test calls its `sweep`."""
+    s = Supervisor(pool.store)
+    yield s
+    s.close()
 
 
 @pytest.fixture

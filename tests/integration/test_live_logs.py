@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import docker
-import pytest
 
 from jobpool import AsyncPool, JobState, Pool
 from jobpool.contract import LIVE_LOG_CAP_BYTES, LIVE_LOG_IDLE_SECS, LIVE_LOG_RATE_BYTES
@@ -46,13 +45,6 @@ def ended(follower: JobpoolProcess) -> list[str]:
     """What the follower printed, once it ended by itself (the job ended), with exit code 0."""
     assert follower.wait(60) == 0, follower.log()
     return printed(follower)
-
-
-@pytest.fixture
-def sup(pool: Pool, docker_host: str) -> Iterator[Supervisor]:
-    s = Supervisor(pool.store)
-    yield s
-    s.close()
 
 
 def test_a_running_jobs_output_is_followed_from_another_process_until_it_ends(

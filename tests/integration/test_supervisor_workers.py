@@ -8,10 +8,9 @@ next job run).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import docker
-import pytest
 
 from jobpool import JobState, Pool
 from jobpool.supervisor import Supervisor
@@ -19,13 +18,6 @@ from tests.support.constants import IMAGE
 from tests.support.job_containers import containers, started
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
-
-
-@pytest.fixture
-def sup(pool: Pool, docker_host: str) -> Iterator[Supervisor]:
-    s = Supervisor(pool.store)
-    yield s
-    s.close()
 
 
 def test_killed_worker_container_gone_fails_the_job_and_the_next_runs(
