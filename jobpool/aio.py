@@ -222,8 +222,8 @@ class AsyncPool:
         while batch := livelogs.pieces(await self.store.log_after(job_id, lines.offset, read)):
             out += lines.take(batch)
         out += lines.rest()
-        if lines.wants_tail(state):
-            out += logtail.decode(await self.store.log_tail(job_id)).splitlines()
+        if state is not None:
+            out += lines.tail_lines(*await self.store.log_tail_and_attempt(job_id))
         return out
 
     async def events(self, job_id: str | None = None, count: int = 1000,

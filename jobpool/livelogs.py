@@ -103,8 +103,8 @@ class LiveText:
         while batch := pieces(self.store.log_after(job_id, lines.offset, READ_ENTRIES)):
             out += lines.take(batch)
         out += lines.rest()
-        if lines.wants_tail(state):
-            out += logtail.decode(self.store.log_tail(job_id)).splitlines()
+        if state is not None:
+            out += lines.tail_lines(*self.store.log_tail_and_attempt(job_id))
         return out
 
 
@@ -161,10 +161,13 @@ class Following:
             self.offset = 0
         return False
 
-    def wants_tail(self, state: str | None) -> bool:
-        """After the end: the job's row is there and its log had nothing (an attempt shorter than a read
-        sends none), so its row's log tail is what it printed."""
-        return not self.offset and state is not None
+    def tail_lines(self, tail: str | None, attempt: str) -> list[str]:
+        """After the end, the row's log tail (as stored, and the job's last `attempt`) if the follower never
+        read that attempt's live log: it ended before its first read, which sends none."""
+        if not attempt or attempt == self.attempt:
+            return []
+        said = [f"[jobpool: attempt {attempt}]"] if self.attempt else []
+        return said + logtail.decode(tail).splitlines()
 
 
 def text_of(batch: list[Piece]) -> str:

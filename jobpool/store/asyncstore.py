@@ -236,6 +236,12 @@ class AsyncStore:
         tail: str | None = await self.call(self.client.hget, self.keys.job(job_id), "log_tail", what="logs")
         return tail
 
+    async def log_tail_and_attempt(self, job_id: str) -> tuple[str | None, str]:
+        """`LogReads.log_tail_and_attempt`."""
+        tail, attempt = await self.call(self.client.hmget, self.keys.job(job_id), ["log_tail", "attempt"],
+                                        what="live log")
+        return tail, attempt or ""
+
     async def watch_log(self, job_id: str, secs: float) -> None:
         """`LogReads.watch_log`: the job's live log is being read."""
         await self.call(self.client.set, self.keys.log_watch(job_id), "1", px=int(secs * 1000),

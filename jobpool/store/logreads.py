@@ -29,6 +29,12 @@ class LogReads:
                            block=block_ms)
         return list(reply[0][1]) if reply else []
 
+    def log_tail_and_attempt(self, job_id: str) -> tuple[str | None, str]:
+        """The row's log tail as stored (jobpool/logtail.py decodes it) and its attempt ('' with no row)."""
+        tail, attempt = call_redis(self.client.hmget, self.keys.job(job_id), ["log_tail", "attempt"],
+                                   what="live log")
+        return tail, attempt or ""
+
     def watch_log(self, job_id: str, secs: float) -> None:
         """Say that the job's live log is being read, for `secs`: its worker then sends it every second
         (heartbeat.lua tells it). A presence mark of the reader, no state of the job's: it only expires."""

@@ -15,6 +15,7 @@ append, made before it records the attempt's end, carries what is left and start
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import logging
 import threading
 import time
@@ -104,7 +105,12 @@ class LiveLog:
                                           LIVE_LOG_READ_LINES * secs, READ_TIMEOUT_SECS)
             if got is None:
                 return
-            text = dropped_line(got, secs) + self._decoder.decode(got.text, final=linger_ms > 0)
+            text = self._decoder.decode(got.text, final=linger_ms > 0)
+            over = len(text.encode()) - LIVE_LOG_RATE_BYTES * secs
+            if over > 0:  # undecodable bytes became U+FFFD, three bytes each: kept within the budget too
+                text = text.encode()[over:].decode(errors="ignore")
+                got = dataclasses.replace(got, dropped=got.dropped + over)
+            text = dropped_line(got, secs) + text
             self.position = got.position
             if text or linger_ms:
                 self._pending = (text, got.position)

@@ -108,6 +108,17 @@ def test_a_job_ended_before_its_first_append_follows_as_its_tail(pool: Pool) -> 
     assert list(follower) == ["short", "job"]
 
 
+def test_a_last_attempt_shorter_than_a_read_follows_as_its_tail(pool: Pool) -> None:
+    job_id, att = running(pool)
+    follower = pool.logs(job_id, follow=True)
+    att.append_log("first attempt\n", "a")
+    att.finish("interrupted", 75)  # handed back; its next attempt fails before its first read
+    second = claim(pool, job_id)
+    second.set_container("cid2", "daemon")
+    second.finish("exit", 3, log_tail="error: X\n")
+    assert list(follower) == ["first attempt", "[jobpool: attempt 2]", "error: X"]
+
+
 def test_an_unknown_job_is_refused_at_once(backend: Backend, pool: Pool) -> None:
     before = backend.keyspace()
     with pytest.raises(errors.NotFound):

@@ -290,32 +290,45 @@ def read_output(api: Any, container_id: str, position: str, budget: int, lines: 
     '<nanoseconds>:<count>': the time Docker stamped the last message read, and how many messages with
     that very stamp were read. Bounded whatever the job prints: Docker reads its log back from the end for
     `tail`, so one read costs at most `lines` + 1 messages of the daemon and of this worker; one more than a
-    read keeps, so that a message past them proves that lines were skipped."""
+    read keeps, so that a message past them proves that lines were skipped.
+
+    Docker takes the `tail` before it filters by `since`, and stamps every piece of a line longer than its
+    16 KiB buffer with the line's first time: a window of `lines` + 1 messages all past or at `since`, the
+    first stamped `since`, may start inside a run of that stamp, where the count of those read before cannot
+    be matched. Then every message of that stamp is taken as read, the read says lines were skipped, and
+    the rest of that run is skipped too (count `ALL_OF_STAMP`) until a message of another time comes."""
     since, seen = _position(position)
     params: dict[str, Any] = {"timestamps": 1, "tail": lines + 1}
     if since:
         params["since"] = f"{since // 10**9}.{since % 10**9:09d}"
-    new: list[tuple[int, bytes]] = []
-    same = 0  # messages stamped `since` met so far: the first `seen` of them were read before
+    window: list[tuple[int, bytes]] = []
     for frame in _log_frames(api, container_id, params, timeout):
         stamp, _, text = frame.partition(b" ")
         at = _nanoseconds(stamp)
-        if at is None or at < since:
-            continue
+        if at is not None and at >= since:
+            window.append((at, text))
+    unsure = len(window) > lines and window[0][0] == since
+    new: list[tuple[int, bytes]] = []
+    same = 0  # messages stamped `since` met so far: the first `seen` of them were read before
+    for at, text in window:
         if at == since:
             same += 1
-            if same <= seen:
+            if unsure or same <= seen:
                 continue
         new.append((at, text))
-    more = len(new) > lines
+    more = len(new) > lines or (unsure and seen < ALL_OF_STAMP)
     if more:
-        del new[:len(new) - lines]
+        del new[:max(0, len(new) - lines)]
     if not new:
-        return Output(b"", position)
+        return Output(b"", f"{since}:{ALL_OF_STAMP}" if unsure else position, 0, more)
     last = new[-1][0]
-    count = sum(1 for at, _ in new if at == last) + (seen if last == since else 0)
+    count = ALL_OF_STAMP if unsure and last == since else sum(1 for at, _ in window if at == last)
     text, dropped = newest(b"".join(t for _, t in new), budget)
     return Output(text, f"{last}:{count}", dropped, more)
+
+
+#: A position's count that skips every message of its stamp (`read_output`).
+ALL_OF_STAMP = 10**9
 
 
 def _position(position: str) -> tuple[int, int]:
