@@ -147,3 +147,21 @@ def test_a_job_printing_as_fast_as_it_can_is_bounded_and_says_what_was_skipped(
     assert pieces(pool.store.log_after(job.id, 0, 10_000))[-1].end < 10 * (LIVE_LOG_RATE_BYTES + 1024)
     assert pool.get(job.id).state is JobState.SUCCEEDED
     assert pool.store.client.ttl(log_key) > 0  # lingers after the end, then goes
+
+
+def test_a_line_longer_than_a_read_is_said_skipped_and_the_log_goes_on(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str) -> None:
+    """Docker cuts a line into 16 KiB pieces, all stamped with the line's first time, and takes its `tail`
+    before `since`: a 6 MB line is more pieces of one stamp than a read takes. The live log says that lines
+    were skipped, and goes on with the lines after it while the job still runs."""
+    job = pool.enqueue(IMAGE, ["sh", "-c", "echo before; sleep 2; head -c 6000000 /dev/zero | tr '\\0' x; "
+                                           "echo; echo after; sleep 3; echo end"])
+    follower = follow(spawn, job.id)
+    spawn()
+    eventually(lambda: "after" in printed(follower), timeout=60, message="the lines after the long one")
+    assert pool.get(job.id).state is JobState.RUNNING
+    lines = ended(follower)
+    assert (lines[0], lines[-2:]) == ("before", ["after", "end"]), lines[:2] + lines[-3:]
+    assert any(line.startswith("[jobpool: live log: ") and "skipped" in line for line in lines), [
+        line[:80] for line in lines]
+
