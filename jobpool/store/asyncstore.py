@@ -243,9 +243,13 @@ class AsyncStore:
         return tail, attempt or ""
 
     async def watch_log(self, job_id: str, secs: float) -> None:
-        """`LogReads.watch_log`: the job's live log is being read."""
-        await self.call(self.client.set, self.keys.log_watch(job_id), "1", px=int(secs * 1000),
-                        what="live log")
+        """`LogReads.watch_log`: the job's live log is being read (refused: left at its slower rate)."""
+        try:
+            await self.client.set(self.keys.log_watch(job_id), "1", px=int(secs * 1000))
+        except redis.ResponseError:
+            return
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, "live log") from None
 
     async def log_end(self, job_id: str) -> tuple[str | None, list[Any]]:
         """`LogReads.log_end`: the job's state and its live log's newest entry, at one time."""

@@ -37,8 +37,15 @@ class LogReads:
 
     def watch_log(self, job_id: str, secs: float) -> None:
         """Say that the job's live log is being read, for `secs`: its worker then sends it every second
-        (heartbeat.lua tells it). A presence mark of the reader, no state of the job's: it only expires."""
-        call_redis(self.client.set, self.keys.log_watch(job_id), "1", px=int(secs * 1000), what="live log")
+        (heartbeat.lua tells it). A presence mark of the reader, no state of the job's: it only expires. A
+        Redis that refuses it (a reader's ACL with no writes) leaves the log at its slower rate; the read
+        goes on."""
+        try:
+            self.client.set(self.keys.log_watch(job_id), "1", px=int(secs * 1000))
+        except redis.ResponseError:
+            return
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, "live log") from None
 
     def log_end(self, job_id: str) -> tuple[str | None, Entries]:
         """The job's state (None with no row) and its live log's newest entry (none: no log), at one time."""

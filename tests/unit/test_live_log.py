@@ -9,6 +9,7 @@ it and which attempt printed what, and ends once the job has ended.
 from __future__ import annotations
 
 import pytest
+import redis
 
 from jobpool import errors
 from jobpool.api import Pool
@@ -136,3 +137,23 @@ def test_retention_removes_the_live_log_with_the_row(pool: Pool) -> None:
     assert pool.store.prune("succeeded", 0, pool.now_ms() + 1, "test", [job_id],
                             batch_keys(pool.store, [job_id])) == [job_id]
     assert not pool.store.client.exists(pool.keys.job_log(job_id))
+
+
+def test_a_reader_that_may_not_write_still_reads_a_running_jobs_log(backend: Backend, pool: Pool) -> None:
+    if backend.name != "real":
+        pytest.skip("ACLs are the real server's")
+    job_id, att = running(pool)
+    att.append_log("readable\n", "1")
+    client = pool.store.client
+    client.acl_setuser("jobpool-test-reader", enabled=True, passwords=["+pw"], keys=["*"],
+                       commands=["+@read", "+@connection", "+@transaction"])  # reads in MULTI, no writes
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        reader = Pool(redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs.get("db", 0),
+                                  username="jobpool-test-reader", password="pw", decode_responses=True),
+                      pool.settings)
+        assert reader.logs(job_id) == "readable\n"  # its mark refused: the log is read all the same
+        assert not client.exists(pool.keys.log_watch(job_id))
+        reader.store.client.close()
+    finally:
+        client.acl_deluser("jobpool-test-reader")
