@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import redis
+
 
 def children(pid: int) -> list[int]:
     """Direct children of `pid` (e.g. an RQ worker's work horse)."""
@@ -21,6 +23,48 @@ def children(pid: int) -> list[int]:
     except FileNotFoundError:
         pass
     return out
+
+
+def tcp_ports(pids: list[int]) -> set[int]:
+    """The local ports of the TCP sockets `pids` hold (their Redis connections among them), from /proc."""
+    inodes: set[str] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
+    ports: set[int] = set()
+    for pid in pids[:1]:
+        for table in ("tcp", "tcp6"):
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                    fields = line.split()
+                    if fields[9] in inodes:
+                        ports.add(int(fields[1].rpartition(":")[2], 16))
+    return ports
+
+
+def forgotten_by_redis(url: str, ports: set[int], timeout: float = 10.0) -> None:
+    """Return once the Redis server at `url` lists no client connected from `ports` (it has read their
+    end), or it does not answer. A process killed while blocked in BLPOP is dropped by Redis only when
+    Redis reads the closed socket: a push handled before that is popped for the dead client and lost (the
+    supervisor redispatches it, past the claim grace). Tests that kill a worker and then enqueue wait for
+    this, so a test without a supervisor does not wait for a delivery that went to the dead."""
+    if not ports or not url.startswith("redis://"):
+        return
+    deadline = time.monotonic() + timeout
+    with contextlib.closing(redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)) as client:
+        while time.monotonic() < deadline:
+            try:
+                clients = client.client_list()
+            except redis.RedisError:
+                return
+            if not any(int(c["addr"].rpartition(":")[2]) in ports for c in clients):
+                return
+            time.sleep(0.02)
+    raise AssertionError(f"Redis still lists connections from ports {sorted(ports)} {timeout}s after a kill")
 
 
 def state_of(pid: int) -> str:
@@ -94,13 +138,19 @@ class JobpoolProcess:
         return bool(int(caught, 16) >> (sig - 1) & 1)
 
     def kill_with_children(self) -> None:
-        """SIGKILL the process and its forked children at once (a crash, not a stop)."""
+        """SIGKILL the process and its forked children at once (a crash, not a stop); return once they are
+        gone and the pool's Redis has dropped their connections (`forgotten_by_redis`)."""
         kids = children(self.proc.pid)
+        ports = tcp_ports([self.proc.pid, *kids])
         self.signal(signal.SIGKILL)
         for kid in kids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(kid, signal.SIGKILL)
         self.proc.wait(10)
+        deadline = time.monotonic() + 10
+        while any(state_of(kid) not in ("", "Z") for kid in kids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        forgotten_by_redis(self.env.get("JOBPOOL_REDIS_URL", ""), ports)
 
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
