@@ -253,7 +253,7 @@ def test_a_tick_makes_one_job_however_many_fire_it(backend: Backend) -> None:
     after = pool.now_ms()
     assert fire_due(pool.store, "another") == 0  # the same tick: the watermark is there
     [job] = made(pool)
-    assert latest_due(job.tick, now, after) and job.state is JobState.QUEUED
+    assert job.tick is not None and latest_due(job.tick, now, after) and job.state is JobState.QUEUED
     assert row(pool, job.id)["schedule"] == "s"
     mark, last, _ = ticks_record(pool)
     assert (int(mark), last) == (job.tick, job.id)
