@@ -4,8 +4,8 @@ private redis-server.
 Starts its own redis-server (tests/support/servers.py) and measures, in the same run, medians of several
 rounds:
 
-- `Pool.enqueue` with no free slot (the job stays queued: one script call, row + pre-saved RQ hash + event);
-- `Pool.enqueue` with free slots (the same call also promotes it: RQ hash flipped, id pushed on RQ's list);
+- `Pool.enqueue` with no free slot (the job stays queued: one script call, row + event);
+- `Pool.enqueue` with free slots (the same call also promotes it: RQ hash written, id pushed on RQ's list);
 - `rq.Queue.enqueue` with RQ's JSON serializer and a trivial function by dotted path (the baseline: what a
   plain RQ user pays to make a job visible to workers);
 - promotion: N queued jobs promoted into N free slots by `Pool.promote()` (batches of 32 candidates);

@@ -104,9 +104,7 @@ class AsyncPool:
         made: list[Job] = []
         for start in range(0, len(jobs), batch_size):
             batch = jobs[start:start + batch_size]
-            call = self.store.enqueue_call(self.actor, [
-                (p.id, p.spec.to_json(), p.coalesce_key, p.spec.image, p.spec.schedule_arg(), p.holds,
-                 p.spec.retry_arg()) for p in batch])
+            call = self.store.enqueue_call(self.actor, [p.script_args() for p in batch])
             try:
                 reply = await self.store.enqueue(call)
             except errors.JobpoolError as exc:

@@ -1,9 +1,9 @@
-"""The RQ half of a job: the RQ job hash that jobpool pre-saves at enqueue and promote makes visible.
+"""The RQ half of a job: the RQ job hash that a job's promotion writes and makes visible.
 
 Every RQ job of a pool calls the same function with no arguments (it reads its job id and attempt from
 RQ's current job), so the serialized payload is the same for every job of every pool: it is built once,
-with RQ's own `Job.create` and `to_dict`, and generated into the enqueue script as a Lua constant
-(`lua_template`); the script fills in the per-job fields itself.
+with RQ's own `Job.create` and `to_dict`, and generated into the scripts that promote as a Lua constant
+(`lua_template`); scripts/_lib.lua's `rq_record` fills in the per-job fields itself.
 
 RQ keeps what it records of a delivery (its job hash, a result stream, a registry entry) for as long as the
 job's `result_ttl` says. jobpool needs that hash while the job may be delivered again (a job handed back or
@@ -63,8 +63,9 @@ def _pools_of(name: str) -> list[str]:
     return [name[:suffix.start()], name] if suffix else [name]
 
 
-#: RQ's per-job fields, written by the enqueue script itself: the creation time (the server's clock, in RQ's
-#: format), a description naming the job and its image, and the origin (the pool's queue, from its key).
+#: RQ's per-job fields, written by the promoting script itself (`rq_record`, scripts/_lib.lua): the creation
+#: time (the row's, in RQ's format), a description naming the job and its image, and the origin (the RQ list
+#: the delivery is pushed on, from its key).
 PER_JOB_FIELDS = ("created_at", "description", "origin")
 
 
@@ -93,11 +94,11 @@ def _lua_string(value: bytes | str | int) -> str:
 
 
 def lua_template() -> str:
-    """The Lua block jobpool/store/luatext.py adds to the shared text of the scripts that write RQ's job hash
-    (enqueue, reconcile_apply): `RQ_JOB_FIELDS`, the flat field/value list of `rq_hash_template`, generated
-    once when the script is loaded. The script adds the
-    per-job fields (`PER_JOB_FIELDS`: the origin is its RQ queue key less `RQ_QUEUE_KEY_PREFIX`, from
-    jobpool/contract.py) and writes the lot in one HSET, so an enqueue sends none of it."""
+    """The Lua block jobpool/store/luatext.py puts in the shared text before scripts/_lib.lua (kept in the
+    scripts that reach it: those that promote, through `rq_record`): `RQ_JOB_FIELDS`, the flat field/value
+    list of `rq_hash_template`, generated once when a script is loaded. `rq_record` adds the per-job fields
+    (`PER_JOB_FIELDS`: the origin is its RQ queue key less `RQ_QUEUE_KEY_PREFIX`, from jobpool/contract.py),
+    so no caller sends any of it."""
     flat = [_lua_string(x) for kv in sorted(rq_hash_template().items()) for x in kv]
     return ("-- Generated from jobpool/rqjob.py (rq_hash_template) when the script is loaded.\n"
             f"local RQ_JOB_FIELDS = {{{', '.join(flat)}}}\n")

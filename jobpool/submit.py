@@ -66,6 +66,11 @@ class Prepared:
     #: them before it sends anything.
     waits_for: tuple[str, ...] = ()
 
+    def script_args(self) -> tuple[str, str, str, str, str, str]:
+        """Its six arguments of scripts/enqueue.lua (store/calls.py `enqueue_call`)."""
+        return (self.id, self.spec.to_json(), self.coalesce_key, self.spec.schedule_arg(), self.holds,
+                self.spec.retry_arg())
+
 
 @dataclass(frozen=True)
 class Holds:
@@ -370,9 +375,7 @@ def send(pool: Submitter, batch: list[Prepared], fire: str = "") -> list[Job]:
 
 def _call_args(pool: Submitter, batch: list[Prepared], fire: str = "") -> EnqueueCall:
     """The enqueue script's inputs for `batch` (scripts/enqueue.lua)."""
-    return pool.store.enqueue_call(pool.actor, [(p.id, p.spec.to_json(), p.coalesce_key, p.spec.image,
-                                                  p.spec.schedule_arg(), p.holds, p.spec.retry_arg())
-                                                 for p in batch], fire)
+    return pool.store.enqueue_call(pool.actor, [p.script_args() for p in batch], fire)
 
 
 def _run(pool: Submitter, call: EnqueueCall, meanwhile: Callable[[], None] | None = None) -> Enqueued:

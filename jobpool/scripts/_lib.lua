@@ -906,6 +906,25 @@ local function judge_hold(jkey, id, from, actor, now, reason)
   return 'queued'
 end
 
+-- RQ's record of a delivery of job `id` (its job hash, `rqkey`): queued on RQ list `qkey` as attempt
+-- `attempt`, as RQ's own enqueue would leave it. A record without RQ's payload (`data`) is written whole
+-- first: RQ's constant fields (RQ_JOB_FIELDS, generated from jobpool/rqjob.py) and the per-job ones, the
+-- creation time the row's and the description naming the job and its image. That is every job's first
+-- delivery (a queued job has no record: a deep queue costs only its rows), a job delivered again after it
+-- ended (its record was deleted then: jobpool/rqjob.py), and a record a Redis rollback left partial (RQ
+-- skips such an entry in silence: its delivery would never be claimed).
+local function rq_record(jkey, rqkey, id, attempt, qkey, now)
+  if redis.call('HEXISTS', rqkey, 'data') == 0 then
+    local row = redis.call('HMGET', jkey, 'spec', 'created_at')
+    local ok, spec = pcall(cjson.decode, row[1] or '')
+    local image = ok and type(spec) == 'table' and type(spec.image) == 'string' and spec.image or '?'
+    redis.call('HSET', rqkey, 'created_at', iso_utc(tonumber(row[2]) or now),
+      'description', 'jobpool ' .. id .. ' (' .. image .. ')', unpack(RQ_JOB_FIELDS))
+  end
+  redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
+    'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}), 'origin', string.sub(qkey, #RQ_QUEUE_KEY_PREFIX + 1))
+end
+
 -- Why the head's row cannot be promoted, or nil when it can: its row key is missing or not a hash, the
 -- row names another job, or RQ's job key holds something other than a hash.
 -- What promotion reads of a row, in one HMGET (`unpromotable`).
@@ -1005,10 +1024,9 @@ local function promote_candidates(first, actor, now, cands, out)
         advance_turn(p, order)
         redis.call('HSET', jkey, 'state', 'running', 'attempt', attempt, 'promoted_at', now, 'owner_boot', '',
           'container_id', '', 'daemon_id', '', 'daemon_queue', '', 'identity', '', 'claimed_at', '')
-        -- Make the pre-saved RQ job visible to workers in this same step, as RQ's own enqueue would.
-        redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
-          'meta', cjson.encode({[RQ_META_ATTEMPT] = attempt}),
-          'origin', string.sub(qkey, #RQ_QUEUE_KEY_PREFIX + 1))
+        -- RQ's record of the delivery, and the delivery visible to workers in this same step, as RQ's own
+        -- enqueue would make them.
+        rq_record(jkey, rqkey, head, attempt, qkey, now)
         redis.call('RPUSH', qkey, head)
         redis.call('SADD', KEYS[K_RQ_QUEUES], qkey)
         -- Promoted to wait for the daemon holding its checkpoint: placed under it until claimed.

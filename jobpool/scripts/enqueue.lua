@@ -1,9 +1,9 @@
 --[[ enqueue
 KEYS[1..]   promotion candidates: the new jobs' keys, two per job in input order: job:<id>, then
-             rq:job:<id> (RQ's job hash, outside the hash tag: RQ's own key)
+             rq:job:<id> (RQ's job hash, outside the hash tag: RQ's own key; written if promoted here)
 ARGV[1]      actor
 ARGV[2]      a schedule's fire ('' = none; then exactly one job): 'name|tick ms|next tick ms' (below)
-ARGV[3..]    seven per job, in the order of its keys: id, spec JSON, coalesce key ('' = none), image, its order
+ARGV[3..]    six per job, in the order of its keys: id, spec JSON, coalesce key ('' = none), its order
              and limits ('' = priority 0, one slot, no group, no named limit; else
              'priority;slots;group;name=amount,name=amount...', from the spec: jobpool/store/calls.py), what it
              waits for ('' = nothing; else 'not before ms;id id ...': the jobs it waits for, existing ones or
@@ -22,8 +22,8 @@ Returns {0, created, promoted, why_stopped, now, then four per job in input orde
 why_stopped 'stale' means slots are free but the new jobs are not the head: the caller should run promote;
 'full' when no slot is free (paused or not); 'none' when every job coalesced or waits.
 Create each job's row, or with a coalesce key find the queued job it equals (queued before this call, or
-earlier in it: equal jobs in one call coalesce into the first), and pre-save its RQ job hash in the same
-step: RQ's constant fields (RQ_JOB_FIELDS, generated from jobpool/rqjob.py) and the per-job ones, made here.
+earlier in it: equal jobs in one call coalesce into the first). RQ's job hash is not written here: a job's
+first promotion writes it (rq_record, _lib.lua), so a queued job costs Redis only its row and its places.
 A job with a start time still to come, or jobs to wait for that have not succeeded yet, is born `waiting`
 (_lib.lua "Time and dependencies"): no turn in the queue yet. One that waits for a job that failed or was
 cancelled is born waiting and due at once: the release step cancels it, as it would
@@ -37,7 +37,7 @@ it (-5 'tick' for one fired already; -1 for a schedule that is gone, -2 for a pa
 The job's row names its schedule and tick.
 ]]
 local actor, guard = ARGV[1], ARGV[2]
-local PER, FIRST = 7, 3
+local PER, FIRST = 6, 3
 local njobs = (NARGV - 2) / PER
 if njobs < 1 or njobs ~= math.floor(njobs) or NKEYS ~= 2 * njobs then
   return {E_BAD_ARG, 'jobs: ' .. NKEYS .. ' job keys for ' .. (NARGV - 2) .. ' job arguments'}
@@ -153,14 +153,14 @@ local seen, twins, mine, created, sched, holds = {}, {}, {}, 0, {}, {}
 for i = 1, njobs do
   local id, ck = ARGV[PER * (i - 1) + FIRST], ARGV[PER * (i - 1) + FIRST + 2]
   if seen[id] or redis.call('EXISTS', KEYS[2 * i - 1]) == 1 then return {E_EXISTS, id} end
-  local s, refused = schedule_of(ARGV[PER * (i - 1) + FIRST + 4])
+  local s, refused = schedule_of(ARGV[PER * (i - 1) + FIRST + 3])
   if not s then return refused end
   sched[i] = s
   local h
-  h, refused = holds_of(ARGV[PER * (i - 1) + FIRST + 5], seen)
+  h, refused = holds_of(ARGV[PER * (i - 1) + FIRST + 4], seen)
   if refused then return refused end
   holds[i] = h
-  local retry = ARGV[PER * (i - 1) + FIRST + 6]
+  local retry = ARGV[PER * (i - 1) + FIRST + 5]
   if retry ~= '' and not string.match(retry, '^%d+;%d+;[%d,]*$') then return {E_BAD_ARG, 'retries'} end
   seen[id] = id
   local twin = ck ~= '' and (mine[ck] or coalesce_holder(ck))
@@ -176,8 +176,6 @@ if not stored then  -- a new pool: its queued jobs are in `ready` from the start
   redis.call('HSET', KEYS[K_CONFIG], 'max_concurrent_jobs', DEFAULT_SLOTS, 'ready_kept', 1, 'schema', SCHEMA_VERSION)
 end
 local now = now_ms()
-local rq_created_at = iso_utc(now)
-local origin = string.sub(KEYS[K_RQ_QUEUE], #RQ_QUEUE_KEY_PREFIX + 1)
 local reply = {0, 0, 0, 'none', now}
 local cands, first_id, turns = {}, nil, {}
 -- The new jobs take the next `created` numbers of the counter, in order, and are counted once.
@@ -193,7 +191,7 @@ if created - nheld > 0 then count(transition_field('queued', 'enqueued'), create
 if nheld > 0 then count(transition_field('waiting', 'enqueued'), nheld) end
 for i = 1, njobs do
   local at = PER * (i - 1) + FIRST
-  local id, spec, ck, image = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  local id, spec, ck = ARGV[at], ARGV[at + 1], ARGV[at + 2]
   local jkey, rqkey = KEYS[2 * i - 1], KEYS[2 * i]
   if twins[i] then
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 1, twins[i], '', ''
@@ -219,13 +217,11 @@ for i = 1, njobs do
       'after', table.concat(h[2], ' '), 'wait_reason', h[1] > now and 'not_before' or 'after')
     if h[1] > now then redis.call('HSET', jkey, 'wait_until', h[1], 'not_before', h[1]) end
     if fire then redis.call('HSET', jkey, 'schedule', fire.name, 'tick', fire.tick) end
-    write_retries(jkey, ARGV[at + 6])
+    write_retries(jkey, ARGV[at + 5])
     if s[1] ~= 0 or s[2] ~= 1 or s[3] ~= '' or #s[4] > 0 then
       redis.call('HSET', jkey, 'priority', s[1], 'slots', s[2], 'group', s[3], 'uses', format_uses(s[4]))
     end
     redis.call('ZADD', KEYS[K_WAITING], score, id)
-    redis.call('HSET', rqkey, 'created_at', rq_created_at, 'description', 'jobpool ' .. id .. ' (' .. image .. ')',
-      'origin', origin, unpack(RQ_JOB_FIELDS))
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 0, id, seq, 'waiting'
   else
     seq = seq + 1
@@ -242,13 +238,11 @@ for i = 1, njobs do
     end
     if holds[i] and #holds[i][2] > 0 then redis.call('HSET', jkey, 'after', table.concat(holds[i][2], ' ')) end
     if fire then redis.call('HSET', jkey, 'schedule', fire.name, 'tick', fire.tick) end
-    write_retries(jkey, ARGV[at + 6])
+    write_retries(jkey, ARGV[at + 5])
     redis.call('ZADD', KEYS[K_QUEUED], order, id)
     redis.call('ZADD', KEYS[K_READY], order, id)
     -- No queued job holds this key (looked up above), so the entry becomes this job's alone.
     if ck ~= '' then set_coalesce_ids(ck, {id}) end
-    redis.call('HSET', rqkey, 'created_at', rq_created_at, 'description', 'jobpool ' .. id .. ' (' .. image .. ')',
-      'origin', origin, unpack(RQ_JOB_FIELDS))
     cands[#cands + 1], cands[#cands + 2], cands[#cands + 3] = jkey, rqkey, KEYS[K_RQ_QUEUE]
     first_id = first_id or id
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 0, id, seq, 'queued'

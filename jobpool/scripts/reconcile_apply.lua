@@ -32,7 +32,7 @@ The exit verdicts are judged by verdict_for_exit in _lib.lua, as a worker's fini
               with reason ARGV[6]
   redispatch  promoted but never claimed and lost from RQ: push again with a new attempt, slot kept, on the
               list its row routes it to (KEYS[4]; RQ's origin set to it, as promote_candidates does); RQ's
-              record is written whole again if it lost its fields (RQ_JOB_FIELDS, as enqueue.lua)
+              record is written whole again if it lost its fields (rq_record, _lib.lua)
 ]]
 local jkey, lkey, rqkey = KEYS[1], KEYS[2], KEYS[3]
 local id, attempt, owner, cid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -90,17 +90,7 @@ elseif verdict == 'redispatch' and owner == '' then
   local next_attempt = whole(row[2]) + 1
   redis.call('HSET', jkey, 'attempt', next_attempt, 'promoted_at', now)
   redis.call('ZADD', KEYS[K_RUNNING], now, id)
-  if redis.call('HEXISTS', rqkey, 'data') == 0 then
-    -- RQ's record is gone or partial (deleted as its delivery ended, then a Redis rollback restored the row):
-    -- RQ skips such an entry in silence, leaving it in its intermediate list, so no dispatch of it would ever
-    -- be claimed. Written whole again, as enqueue.lua writes it.
-    local ok, spec = pcall(cjson.decode, redis.call('HGET', jkey, 'spec') or '')
-    local image = ok and type(spec) == 'table' and type(spec.image) == 'string' and spec.image or '?'
-    redis.call('HSET', rqkey, 'created_at', iso_utc(now), 'description', 'jobpool ' .. id .. ' (' .. image .. ')',
-      unpack(RQ_JOB_FIELDS))
-  end
-  redis.call('HSET', rqkey, 'status', 'queued', 'enqueued_at', iso_utc(now),
-    'meta', cjson.encode({[RQ_META_ATTEMPT] = next_attempt}), 'origin', string.sub(rq_list, #RQ_QUEUE_KEY_PREFIX + 1))
+  rq_record(jkey, rqkey, id, next_attempt, rq_list, now)
   redis.call('LREM', rq_list, 0, id)
   redis.call('RPUSH', rq_list, id)
   redis.call('SADD', KEYS[K_RQ_QUEUES], rq_list)

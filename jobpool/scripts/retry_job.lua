@@ -1,21 +1,22 @@
 --[[ retry_job
-Pool keys: config queued running coalesce events rq_queue paused_jobs succeeded failed cancelled metrics ready blocked passed
+Pool keys: config queued running coalesce events paused_jobs succeeded failed cancelled metrics ready blocked passed
            wake fair limits limit_used waiting dependents deps seq
 Settings: events_maxlen reserve_after_ms
-KEYS[1]     job:<id>      KEYS[2] rq:job:<id> (RQ's job hash, outside the hash tag: RQ's own key)
+KEYS[1]     job:<id>
 ARGV[1] id   ARGV[2] actor
 Returns {0, state after (queued | waiting)}; -1; -2 unless failed or cancelled; -7 when a job it waits for
 (`after`) failed, was cancelled or is gone: retry that one first.
 An operator's retry: a failed or cancelled job goes again as a new attempt, its history kept, with its
 retries and recovery budget whole again. A job that waits for others waits for those not yet succeeded again
 (each must still exist and not have failed), and for its start time (`not_before`) if that is still to
-come; one with nothing left to wait for takes a new turn in the queue. RQ's record of the job, deleted when it ended (jobpool/rqjob.py), is made again as enqueue makes it.
+come; one with nothing left to wait for takes a new turn in the queue. RQ's record of the job, deleted when it ended
+(jobpool/rqjob.py), is made again when it is promoted (rq_record, _lib.lua).
 The caller promotes afterwards.
 ]]
-local jkey, rqkey = KEYS[1], KEYS[2]
+local jkey = KEYS[1]
 local id, actor = ARGV[1], ARGV[2]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
-local row = redis.call('HMGET', jkey, 'state', 'after', 'spec')
+local row = redis.call('HMGET', jkey, 'state', 'after')
 local state = row[1]
 if state ~= 'failed' and state ~= 'cancelled' then return {E_INVALID_STATE, state} end
 local live = {}
@@ -45,10 +46,4 @@ if not_before and not_before > now then
 end
 redis.call('HSET', jkey, 'retries_used', 0, 'recovery_attempts', 0, 'error_reason', '', 'pause_requested', '0',
   'cancel_requested', '0', 'owner_boot', '')
-if redis.call('EXISTS', rqkey) == 0 then
-  local ok, spec = pcall(cjson.decode, row[3] or '')
-  local image = ok and type(spec) == 'table' and tostring(spec.image) or '?'
-  redis.call('HSET', rqkey, 'created_at', iso_utc(now), 'description', 'jobpool ' .. id .. ' (' .. image .. ')',
-    'origin', string.sub(KEYS[K_RQ_QUEUE], #RQ_QUEUE_KEY_PREFIX + 1), unpack(RQ_JOB_FIELDS))
-end
 return {0, judge_hold(jkey, id, state, actor, now, 'retried')}

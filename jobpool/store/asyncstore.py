@@ -179,7 +179,7 @@ class AsyncStore:
             await self.promote_all(actor)
 
     def enqueue_call(self, actor: str,
-                     jobs: Sequence[tuple[str, str, str, str, str, str, str]]) -> EnqueueCall:
+                     jobs: Sequence[tuple[str, str, str, str, str, str]]) -> EnqueueCall:
         return enqueue_call(self.keys, self._pool_keys["enqueue"], actor, jobs)
 
     async def enqueue(self, call: EnqueueCall) -> Enqueued:

@@ -127,8 +127,8 @@ def resume_job_call(keys: Any, job_id: str, actor: str, anywhere: bool, candidat
 
 
 def enqueue_call(keys: Any, pool_keys: list[str], actor: str,
-                 jobs: Iterable[tuple[str, str, str, str, str, str, str]], fire: str = "") -> EnqueueCall:
-    """The enqueue script's inputs for `jobs`, each (id, spec JSON, coalesce key or '', image, its order and
+                 jobs: Iterable[tuple[str, str, str, str, str, str]], fire: str = "") -> EnqueueCall:
+    """The enqueue script's inputs for `jobs`, each (id, spec JSON, coalesce key or '', its order and
     limits: `JobSpec.schedule_arg`, what it waits for: jobpool/submit.py `Prepared.holds`, its retries:
     `JobSpec.retry_arg`); `fire` a schedule's 'name|tick|next tick' (jobpool/schedules.py); `pool_keys` the
     script's pool keys."""
@@ -247,7 +247,7 @@ class Store(OrderReads, EventReads, LogReads, FleetReads, StatusReads, SweepIO, 
 
     # ---- the queue and the API's changes of a job -----------------------------------------------------
 
-    def enqueue_call(self, actor: str, jobs: Iterable[tuple[str, str, str, str, str, str, str]],
+    def enqueue_call(self, actor: str, jobs: Iterable[tuple[str, str, str, str, str, str]],
                      fire: str = "") -> EnqueueCall:
         """The enqueue script's inputs for `jobs` (`enqueue_call`)."""
         return enqueue_call(self.keys, self._pool_keys["enqueue"], actor, jobs, fire)
@@ -267,7 +267,7 @@ class Store(OrderReads, EventReads, LogReads, FleetReads, StatusReads, SweepIO, 
     def retry_job(self, job_id: str, actor: str) -> str:
         """A failed or cancelled job again as a new attempt (scripts/retry_job.lua); the state it is in after
         (queued or waiting). The caller promotes."""
-        return str(self.run("retry_job", [self.keys.job(job_id), self.keys.rq_job(job_id)],
+        return str(self.run("retry_job", [self.keys.job(job_id)],
                             [job_id, actor])[1])
 
     def due_waiting(self, now_ms: int, most: int) -> list[str]:

@@ -21,17 +21,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from importlib import resources
 
 from .. import contract, rqjob
 from .keys import POOL_KEY_NAMES, STATE_INDEX_KEYS
-
-#: Constant blocks only some scripts need, generated from Python like the contract's (name -> generator).
-SCRIPT_CONSTANTS: dict[str, Callable[[], str]] = {"enqueue": rqjob.lua_template,
-                                                   "retry_job": rqjob.lua_template,
-                                                   "reconcile_apply": rqjob.lua_template}
 
 #: A block comment that starts a line (the shared text has no other long bracket: `definitions` refuses one).
 _BLOCK_COMMENT = re.compile(r"^--\[\[.*?\]\]\n?", re.DOTALL | re.MULTILINE)
@@ -146,10 +141,12 @@ def prelude(shape: Shape, code: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _shared(name: str) -> str:
-    pkg = resources.files("jobpool") / "scripts"
-    own = SCRIPT_CONSTANTS[name]() if name in SCRIPT_CONSTANTS else ""
-    return contract.lua_constants() + (pkg / "_lib.lua").read_text() + "\n" + own
+@functools.cache
+def _shared() -> str:
+    """The text every script's definitions are taken from: the contract's constants, RQ's job hash fields
+    (jobpool/rqjob.py, for `rq_record`), then scripts/_lib.lua."""
+    return (contract.lua_constants() + rqjob.lua_template()
+            + (resources.files("jobpool") / "scripts" / "_lib.lua").read_text() + "\n")
 
 
 def _own(name: str) -> str:
@@ -169,7 +166,7 @@ def checked_shape(name: str, script: str) -> Shape:
     does."""
     declared = Shape(_header_names(script, "Pool keys", POOL_KEY_NAMES),
                      _header_names(script, "Settings", SETTING_NAMES))
-    code = _BLOCK_COMMENT.sub("", needed(definitions(_shared(name)), script) + script)
+    code = _BLOCK_COMMENT.sub("", needed(definitions(_shared()), script) + script)
     keys, settings = _reached(_LINE_COMMENT.sub("", code))
     for what, named, used in (("Pool keys", set(declared.pool_keys), keys),
                               ("Settings", set(declared.settings), settings)):
@@ -181,9 +178,9 @@ def checked_shape(name: str, script: str) -> Shape:
 
 @functools.cache
 def script_text(name: str) -> str:
-    """The text loaded as script `name`: what it reaches of the contract's constants, scripts/_lib.lua and
-    its own generated constants (`SCRIPT_CONSTANTS`), in that order, each preceded by the `prelude` of its
+    """The text loaded as script `name`: what it reaches of the contract's constants, RQ's job hash fields
+    and scripts/_lib.lua, in that order, each preceded by the `prelude` of its
     `shape`, then the script itself. Fixed for the life of the process, and so is its SHA."""
     script = _own(name)
-    body = needed(definitions(_shared(name)), script) + script
+    body = needed(definitions(_shared()), script) + script
     return prelude(shape(name), _LINE_COMMENT.sub("", _BLOCK_COMMENT.sub("", body))) + body

@@ -33,7 +33,8 @@ def test_a_worker_skips_junk_rq_ids_and_stale_attempts_and_runs_the_next_job(
     raw.lrem(pool.keys.rq_queue, 0, owned.id)
     claim(pool, owned.id, "otherboot")
     raw.pexpire(pool.keys.lease(owned.id), 120_000)
-    # A queued job not yet promoted (its RQ job hash says 'created'): delivered before its time.
+    # A queued job not yet promoted (RQ's record of it is made at promotion: RQ skips an id it has no record
+    # of): delivered before its time.
     pool.pause()
     early = pool.enqueue("ignored", ["sh", "-c", "echo early"])
     # Garbage rows no worker was asked about: they must not matter.
@@ -50,8 +51,8 @@ def test_a_worker_skips_junk_rq_ids_and_stale_attempts_and_runs_the_next_job(
     worker = spawn(**SUB)
     eventually(lambda: alive(worker) and raw.llen(pool.keys.rq_queue) == 0, timeout=20,
                message="the worker took every junk id")
-    eventually(lambda: alive(worker) and worker.log().count("not claimed") >= 3, timeout=10,
-               message="the worker refused the three stale deliveries")
+    eventually(lambda: alive(worker) and worker.log().count("not claimed") >= 2, timeout=10,
+               message="the worker refused the two stale deliveries")
     assert pool.get(early.id).state is JobState.QUEUED and pool.get(early.id).attempt == 0
     pool.resume()
     good = pool.enqueue("ignored", ["sh", "-c", "echo good"])

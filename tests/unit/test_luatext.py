@@ -28,9 +28,8 @@ def top_level_names(text: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("name", SCRIPT_NAMES)
-def test_the_split_loses_no_text_and_finds_every_definition(name: str) -> None:
-    shared = luatext._shared(name)
+def test_the_split_loses_no_text_and_finds_every_definition() -> None:
+    shared = luatext._shared()
     defs = luatext.definitions(shared)
     body = re.sub(r"--\[\[.*?\]\]\n?", "", shared, flags=re.DOTALL)
     assert body.endswith("".join(d.text for d in defs))
@@ -43,7 +42,7 @@ def test_the_split_loses_no_text_and_finds_every_definition(name: str) -> None:
 def test_a_loaded_script_has_every_shared_definition_it_names(name: str) -> None:
     text = script_text(name)
     words = set(WORD.findall(text))
-    for d in luatext.definitions(luatext._shared(name)):
+    for d in luatext.definitions(luatext._shared()):
         if d.names & words:
             assert d.text in text, f"{name} names {sorted(d.names & words)} but was loaded without it"
 
@@ -57,7 +56,7 @@ def test_a_script_is_loaded_without_what_it_does_not_reach() -> None:
     # A helper reached only through another helper is kept, and before the helper that calls it.
     enqueue = script_text("enqueue")
     assert enqueue.index("local function metric_reason(") < enqueue.index("local function transition_field(")
-    alone = luatext.needed(luatext.definitions(luatext._shared("enqueue")), "return now_ms()")
+    alone = luatext.needed(luatext.definitions(luatext._shared()), "return now_ms()")
     assert "local function now_ms(" in alone and "local function metric_reason(" not in alone
 
 
@@ -81,7 +80,7 @@ def test_a_shared_text_the_split_cannot_read_is_refused() -> None:
 
 def test_what_the_split_keeps_runs_and_what_it_leaves_out_is_refused_by_redis(backend: Backend) -> None:
     # The guarantee the closure rests on: a name the loaded text lacks is not silently nil, Redis refuses it.
-    defs = luatext.definitions(luatext._shared("claim"))
+    defs = luatext.definitions(luatext._shared())
     script = "return {whole('7'), EXIT_TEMPFAIL}"
     assert backend.raw.eval(luatext.needed(defs, script) + script, 0) == [7, contract.EXIT_TEMPFAIL]
     with pytest.raises(redis.ResponseError):

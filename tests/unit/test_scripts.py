@@ -37,6 +37,7 @@ from tests.support.pool_helpers import (
     lease,
     paused_pool,
     queued_ids,
+    reconcile,
     row,
     rq_hash,
     rq_list,
@@ -47,7 +48,7 @@ from tests.support.pool_helpers import (
 # ---- enqueue ------------------------------------------------------------------------------------------
 
 
-def test_enqueue_creates_queued_row_and_presaves_rq_hash(backend: Backend) -> None:
+def test_enqueue_creates_a_queued_row_and_no_rq_record_yet(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=0)
     job = enqueue(pool, "echo", "hi", env={"A": "1"})
     assert job.state is JobState.QUEUED and job.seq == 1 and job.attempt == 0 and not job.coalesced
@@ -61,12 +62,8 @@ def test_enqueue_creates_queued_row_and_presaves_rq_hash(backend: Backend) -> No
     assert index_of(pool, job.id) == ["queued"]
     assert pool.store.client.zscore(pool.keys.queued, job.id) == 1.0
     assert pool.store.client.hget(pool.keys.config, "max_concurrent_jobs") == "0"
-    # RQ's hash is saved now, invisible to workers (status created, not on RQ's list) until promoted.
-    rq = rq_hash(backend, pool, job.id)
-    assert rq[b"status"] == b"created" and rq[b"origin"] == b"jobpool-default" and rq[b"timeout"] == b"-1"
-    assert b"meta" not in rq and rq_list(pool) == []
-    fetched = RQJob.fetch(job.id, connection=backend.raw, serializer=JSONSerializer)
-    assert fetched.func_name == ENTRY_POINT and fetched.get_status() == JobStatus.CREATED
+    # RQ's record of the job is made when it is promoted: nothing of it yet, nothing on RQ's list.
+    assert rq_hash(backend, pool, job.id) == {} and rq_list(pool) == []
     assert_event(last_event(pool, job.id), job.id, "", "queued", "enqueued", actor="api")
 
 
@@ -106,7 +103,7 @@ def test_enqueue_with_an_existing_id_is_refused_and_writes_nothing(backend: Back
     before = backend.keyspace()
     with pytest.raises(errors.AlreadyExists):
         pool.store.run("enqueue", [pool.keys.job(job.id), pool.keys.rq_job(job.id)],
-                       ["t", "", job.id, '{"image":"x","command":["y"]}', "", "x", "", "", ""])
+                       ["t", "", job.id, '{"image":"x","command":["y"]}', "", "", "", ""])
     assert backend.keyspace() == before
 
 
@@ -201,15 +198,17 @@ def test_promote_fills_free_slots_in_fifo_order(backend: Backend) -> None:
     assert pool.promote() == 0  # full
 
 
-def test_promote_flips_the_rq_hash_to_queued_with_the_attempt(backend: Backend) -> None:
+def test_promote_writes_rqs_record_whole_then_only_the_delivery(backend: Backend) -> None:
     pool, (job,) = paused_pool(backend, 1)
-    before = rq_hash(backend, pool, job.id)
+    assert rq_hash(backend, pool, job.id) == {}
     assert pool.promote() == 1
     after = rq_hash(backend, pool, job.id)
     assert after[b"status"] == b"queued" and json.loads(after[b"meta"]) == {"jobpool_attempt": 1}
-    # Nothing but status, enqueued_at and meta changes: the payload is the pre-saved one.
-    assert {k: v for k, v in after.items() if k not in (b"status", b"enqueued_at", b"meta")} == {
-        k: v for k, v in before.items() if k != b"status"}
+    # Written whole at the first promotion: RQ's payload, the description naming the job and its image, and
+    # the creation time the row's (the server's clock), in RQ's own format.
+    fetched = RQJob.fetch(job.id, connection=backend.raw, serializer=JSONSerializer)
+    assert fetched.func_name == ENTRY_POINT and fetched.description == f"jobpool {job.id} ({job.spec.image})"
+    assert int(fetched.created_at.timestamp() * 1000) == job.created_at
     # enqueued_at is the promotion time, in RQ's ISO format (computed in Lua by hand).
     promoted_at = pool.get(job.id).promoted_at
     assert promoted_at is not None
@@ -217,11 +216,16 @@ def test_promote_flips_the_rq_hash_to_queued_with_the_attempt(backend: Backend) 
     enqueued = enqueued.replace(tzinfo=timezone.utc)
     assert enqueued == datetime.fromtimestamp(promoted_at / 1000, timezone.utc)
     # RQ itself reads it as an ordinary queued job on the pool's queue.
-    fetched = RQJob.fetch(job.id, connection=backend.raw, serializer=JSONSerializer)
     assert fetched.get_status() == JobStatus.QUEUED and fetched.meta == {"jobpool_attempt": 1}
     assert fetched.origin == "jobpool-default" and fetched.enqueued_at is not None
     rq_queue = RQQueue(pool.keys.rq_queue_name, connection=backend.raw, serializer=JSONSerializer)
     assert rq_queue.job_ids == [job.id]
+    # A later delivery of the same record (a redispatch) changes only enqueued_at and meta.
+    assert reconcile(pool, job.id, "redispatch")[0] == 0
+    again = rq_hash(backend, pool, job.id)
+    assert json.loads(again[b"meta"]) == {"jobpool_attempt": 2}
+    assert {k: v for k, v in again.items() if k not in (b"enqueued_at", b"meta")} == {
+        k: v for k, v in after.items() if k not in (b"enqueued_at", b"meta")}
 
 
 @pytest.mark.parametrize("seconds", [0, 951782400, 4107542399, 1709164800])
