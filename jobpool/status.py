@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from .fastinit import Assembler
 from .fleet import daemonmark, strays
 from .fleet.daemonid import is_identity
 from .fleet.inventory import FORGET_MS
@@ -159,17 +160,19 @@ class Worker:
     @classmethod
     def from_record(cls, boot_id: str, row: Mapping[str, str], heartbeat_ms: float, now_ms: int,
                     jobs: tuple[str, ...], running: int | None = None) -> Worker:
+        """Made without the dataclass `__init__` (jobpool/fastinit.py): a status read makes one per live
+        worker, a thousand in a large fleet, and `__init__` was half of each one's cost."""
         beat = _int(heartbeat_ms)
-        return cls(id=boot_id, host=row.get("host", ""), pid=_int(row.get("pid")), pidns=row.get("pidns", ""),
-                   kernel_boot_id=row.get("kernel_boot_id", ""), daemon_id=row.get("daemon_id", ""),
-                   executor=row.get("executor", ""), started_at=_int(row.get("started_at")),
-                   draining=row.get("draining", "").lower() in TRUTHY,
-                   cannot_claim=row.get("cannot_claim", ""), heartbeat_ms=beat,
-                   heartbeat_age_ms=None if beat is None else now_ms - beat, jobs=jobs,
-                   running=len(jobs) if running is None else running,
-                   stuck=row.get("stuck", ""),
-                   live_restore={"1": True, "0": False, "swarm": False}.get(row.get("live_restore", "")),
-                   swarm=row.get("live_restore") == "swarm")
+        get = row.get
+        restore = get("live_restore", "")
+        return _assemble_worker({
+            "id": boot_id, "host": get("host", ""), "pid": _int(get("pid")), "pidns": get("pidns", ""),
+            "kernel_boot_id": get("kernel_boot_id", ""), "daemon_id": get("daemon_id", ""),
+            "executor": get("executor", ""), "started_at": _int(get("started_at")),
+            "draining": get("draining", "").lower() in TRUTHY, "cannot_claim": get("cannot_claim", ""),
+            "heartbeat_ms": beat, "heartbeat_age_ms": None if beat is None else now_ms - beat, "jobs": jobs,
+            "running": len(jobs) if running is None else running, "stuck": get("stuck", ""),
+            "live_restore": _LIVE_RESTORE.get(restore), "swarm": restore == "swarm"})
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "host": self.host, "pid": self.pid, "pidns": self.pidns,
@@ -179,6 +182,11 @@ class Worker:
                 "heartbeat_age_ms": self.heartbeat_age_ms, "jobs": list(self.jobs), "running": self.running,
                 "stuck": self.stuck,
                 "live_restore": self.live_restore, "swarm": self.swarm}
+
+
+_assemble_worker = Assembler(Worker)
+#: A worker record's `live_restore` (workers/boot.py): on, off, off on a Swarm node; anything else unknown.
+_LIVE_RESTORE = {"1": True, "0": False, "swarm": False}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import pytest
 from jobpool.fastinit import Assembler
 from jobpool.models import Job
 from jobpool.spec import JobSpec, build_spec
+from jobpool.status import Worker
 from tests.support.pool_helpers import Backend
 
 SPECS = [
@@ -77,3 +78,19 @@ class _Slots:
 def test_a_class_init_does_more_for_is_refused(cls: type) -> None:
     with pytest.raises(TypeError):
         Assembler(cls)
+
+
+@pytest.mark.parametrize(("record", "live_restore"), [
+    ({}, None),
+    ({"host": "h", "pid": "12", "pidns": "pid:[1]", "kernel_boot_id": "k", "daemon_id": "d",
+      "executor": "docker", "started_at": "1700000000000", "draining": "True", "cannot_claim": "disk",
+      "stuck": "x", "live_restore": "swarm"}, False),
+    ({"pid": "junk", "started_at": "", "live_restore": "1"}, True),
+], ids=["empty", "every-field", "junk"])
+def test_a_status_worker_is_what_init_makes(record: dict[str, str], live_restore: bool | None) -> None:
+    made = Worker.from_record("boot", record, 1_700_000_001_000.0, 1_700_000_002_500, ("a", "b"), 3)
+    by_init = Worker(**{f.name: getattr(made, f.name) for f in dataclasses.fields(Worker)})
+    same(made, by_init)
+    assert (made.heartbeat_age_ms, made.running, made.jobs) == (1_500, 3, ("a", "b"))
+    assert made.live_restore is live_restore and made.swarm == (record.get("live_restore") == "swarm")
+    assert made.pid == (12 if record.get("pid") == "12" else None)

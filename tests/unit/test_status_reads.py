@@ -73,6 +73,7 @@ def test_a_status_and_a_scrape_send_as_many_commands_with_40_running_as_with_4(r
     for b in boots:
         live_boot(pool, b)
     publish_at(pool, D1)
+    read_status(pool.store)  # the first read of a server loads its script (store/statusreads.py), once
     sent: dict[int, tuple[int, int]] = {}
     for total in (4, 40):
         run_on(pool, total - int(cast(str, pool.store.client.zcard(pool.keys.running))), boots, D1)
@@ -160,3 +161,17 @@ def test_a_worker_names_its_first_jobs_and_says_how_many_more(backend: Backend) 
     assert report.to_dict()["workers"]["boots"][0]["running"] == WORKER_JOBS + 2
     line = next(x for x in status_report(report).splitlines() if "w1" in x)
     assert line.endswith(f"running {', '.join(ids[:WORKER_JOBS])} and 2 more")
+
+
+def test_a_boot_record_that_is_not_a_hash_fails_only_itself(redis_url: str) -> None:
+    """The boot records are read in one script (store/statusreads.py): one that cannot be read as a hash (a
+    key edited by hand) is a record gone, counted stale; the others are read."""
+    pool = Pool(connect(redis_url), Settings(redis_url=redis_url, inventory_stale_secs=STALE))
+    for b in ("w1", "w2", "w3"):
+        live_boot(pool, b)
+    pool.store.client.delete(pool.keys.boot("w2"))
+    pool.store.client.set(pool.keys.boot("w2"), "junk")
+    report = read_status(pool.store)
+    assert report.workers is not None
+    assert sorted(w.id for w in report.workers.boots) == ["w1", "w3"] and report.workers.stale == 1
+    assert {w.host for w in report.workers.boots} == {"h"}
