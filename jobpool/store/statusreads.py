@@ -17,18 +17,6 @@ from .runner import call_redis, wrap_redis_error
 
 _WHAT = "status"
 
-#: Every live boot's record (workers/boot.py) in one command, {} for a record gone or unreadable. A status
-#: read of a large fleet reads a thousand: a pipeline of HGETALLs cost the client a command to pack and a
-#: reply to parse for each, most of the read's time (BENCHMARKS.md, "Scale"). It writes nothing (no state
-#: change: no script of jobpool/scripts/, no schema check), and a record that is not a hash fails only itself.
-_BOOT_RECORDS = """local out = {}
-for i = 1, #KEYS do
-  local r = redis.pcall('HGETALL', KEYS[i])
-  if type(r) ~= 'table' or r.err then r = {} end
-  out[i] = r
-end
-return out"""
-
 
 def _or_none(replies: list[Any]) -> list[Any]:
     return [None if isinstance(r, Exception) else r for r in replies]
@@ -136,19 +124,15 @@ class StatusReads:
         return [(inv[2 * i], inv[2 * i + 1]) for i in range(len(daemons))]
 
     def status_rows(self, boot_ids: Sequence[str], head: Sequence[str]) -> tuple[list[dict[str, str]], Any]:
-        """In one round trip (and redis-py's look for the script, SCRIPT EXISTS): the boot records ({} for
-        none), and the `created_at` of the head of the queue (None when there is none)."""
-        script = self.__dict__.get("_boot_records")
-        if script is None:
-            script = self.__dict__["_boot_records"] = self.client.register_script(_BOOT_RECORDS)
+        """In one round trip: the boot records ({} for none), and the `created_at` of the head of the queue
+        (None when there is none)."""
         pipe = self.client.pipeline(transaction=False)
-        if boot_ids:
-            script(keys=[self.keys.boot(b) for b in boot_ids], client=pipe)
+        for boot_id in boot_ids:
+            pipe.hgetall(self.keys.boot(boot_id))
         for job_id in head:
             pipe.hget(self.keys.job(job_id), "created_at")
-        replies = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))  # [] for nothing sent
-        flat = (replies[0] or [[]] * len(boot_ids)) if boot_ids else []
-        records = [dict(zip(r[::2], r[1::2], strict=True)) for r in flat]
+        replies = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
+        records = [r or {} for r in replies[:len(boot_ids)]]
         return records, replies[-1] if head else None
 
     def job_states(self, job_ids: Sequence[str]) -> list[str | None]:

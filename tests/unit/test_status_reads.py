@@ -73,7 +73,6 @@ def test_a_status_and_a_scrape_send_as_many_commands_with_40_running_as_with_4(r
     for b in boots:
         live_boot(pool, b)
     publish_at(pool, D1)
-    read_status(pool.store)  # the first read of a server loads its script (store/statusreads.py), once
     sent: dict[int, tuple[int, int]] = {}
     for total in (4, 40):
         run_on(pool, total - int(cast(str, pool.store.client.zcard(pool.keys.running))), boots, D1)
@@ -164,8 +163,8 @@ def test_a_worker_names_its_first_jobs_and_says_how_many_more(backend: Backend) 
 
 
 def test_a_boot_record_that_is_not_a_hash_fails_only_itself(redis_url: str) -> None:
-    """The boot records are read in one script (store/statusreads.py): one that cannot be read as a hash (a
-    key edited by hand) is a record gone, counted stale; the others are read."""
+    """A boot record that cannot be read as a hash (a key edited by hand) is a record gone, counted stale;
+    the others are read."""
     pool = Pool(connect(redis_url), Settings(redis_url=redis_url, inventory_stale_secs=STALE))
     for b in ("w1", "w2", "w3"):
         live_boot(pool, b)
