@@ -1,10 +1,11 @@
 """`AsyncStore`: one pool's Redis on redis.asyncio, for the asyncio API (jobpool/aio.py).
 
-The same scripts with the same KEYS, ARGV and settings (their builders and reply readers are store/calls.py's
-and runner.py's), the same error mapping, and the same rules for sending again: a script refused whole (a
-server that lost its scripts, NOSCRIPT; a demoted primary, READONLY) is sent again, anything else is the
-caller's, because a lost reply may have been applied. The pool's layout version is checked before the first
-script and again once `schema.RECHECK_SECS` have passed (store/schema.py), as `Scripts` does.
+The same scripts with the same KEYS, ARGV and settings (their builders and reply readers are those of
+store/calls.py, store/scriptcalls.py and runner.py), the same error mapping, and the same rules for sending
+again: a script refused whole (a server that lost its scripts, NOSCRIPT; a demoted primary, READONLY) is sent
+again, anything else is the caller's, because a lost reply may have been applied. The pool's layout version is
+checked before the first script and again once `schema.RECHECK_SECS` have passed (store/schema.py), as
+`Scripts` does.
 
 Only what the asyncio API offers is here: submitting, the changes a user makes to a job, and the reads.
 """
@@ -27,16 +28,11 @@ from ..config import Settings
 from ..models import Job
 from . import schema
 from .calls import (
-    CANDIDATES_ON_PROMOTE,
-    CANDIDATES_ON_RELEASE,
-    PROMOTE_ROUNDS,
     EnqueueCall,
     cancel_call,
     cancelled,
-    candidate_keys,
     enqueue_call,
     enqueued,
-    moved,
     pause_job_call,
     queue_resumed,
     released,
@@ -54,6 +50,7 @@ from .runner import (
     script_settings,
     wrap_redis_error,
 )
+from .scriptcalls import CANDIDATES_ON_PROMOTE, CANDIDATES_ON_RELEASE, PROMOTE_ROUNDS, candidate_keys, moved
 
 #: The client type `AsyncStore` takes (redisurl.connect_async makes one).
 AsyncRedis = redis.asyncio.Redis

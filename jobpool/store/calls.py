@@ -1,9 +1,10 @@
-"""`Store`: one pool's Redis, and one typed method per Lua script.
+"""`Store`: one pool's Redis, its reads and one typed method per Lua script; the API's script calls here.
 
 Each method takes the script's inputs by name, builds the KEYS and ARGV that script's header declares (in
 jobpool/scripts/), runs it (jobpool/store/runner.py: by SHA, codes mapped to exceptions) and reads its reply
 into a value of jobpool/store/replies.py. Callers never see KEYS, ARGV or a reply's positions: a script's
-layout changes here and in its Lua file only.
+layout changes here (or in the part of the store its caller uses: store/scriptcalls.py says which) and in its
+Lua file only.
 
 The scripts that may free a slot take the head of the queue as promotion candidates (`candidates`, read
 just before the call); when the candidates ran out or went stale the reply says so, and a caller that
@@ -12,7 +13,6 @@ promotes (`finish_promotion`) finishes the promotion with fresh ones.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -22,44 +22,26 @@ from rq.connections import parse_connection
 
 from .. import errors
 from ..config import Settings
-from ..contract import LIVE_LOG_CAP_BYTES
 from ..errors import JobpoolError
 from . import schema
 from .eventreads import EventReads
+from .fleetcalls import FleetCalls
 from .fleetreads import FleetReads
 from .logreads import LogReads
 from .luatext import shape
 from .orderreads import OrderReads
 from .redisurl import connect
-from .replies import (
-    Adopted,
-    Cancelled,
-    Claimed,
-    CollisionCleared,
-    Enqueued,
-    GhostDropped,
-    Lead,
-    LimitSet,
-    Marked,
-    Moved,
-    QueueResumed,
-    Release,
-    Requests,
-    SlotsSet,
-)
+from .replies import Cancelled, Enqueued, LimitSet, Moved, QueueResumed, Release, SlotsSet
 from .runner import SCRIPT_NAMES, Scripts, call_redis
 from .schedulereads import ScheduleReads
+from .scriptcalls import CANDIDATES_ON_PROMOTE, CANDIDATES_ON_RELEASE, PROMOTE_ROUNDS, Call, moved
 from .statusreads import StatusReads
+from .sweepcalls import SweepCalls
 from .sweepio import SweepIO
 from .threadclients import ThreadClients
 from .trendreads import TrendReads
+from .workercalls import WorkerCalls
 from .workerio import WorkerIO
-
-#: How many head-of-queue candidates a slot-freeing call carries (scripts/_lib.lua caps a batch at 64).
-CANDIDATES_ON_RELEASE = 4
-CANDIDATES_ON_PROMOTE = 32
-#: A promotion finished by `promote_all` is bounded: each round promotes or stops.
-PROMOTE_ROUNDS = 1000
 
 
 @dataclass(frozen=True)
@@ -69,46 +51,6 @@ class EnqueueCall:
 
     keys: list[str]
     args: list[Any]
-
-
-@dataclass(frozen=True)
-class InventoryFence:
-    """Evidence read from a daemon's inventory (jobpool/supervisor/remote.py): reconcile_apply is applied only
-    while that inventory is the very one judged (same `at`) and no older than `max_age_ms`."""
-
-    daemon_id: str
-    at: int
-    max_age_ms: int
-
-
-@dataclass(frozen=True)
-class ReconcileCall:
-    """One verdict for `Store.reconcile_apply_many`: what `Store.reconcile_apply` takes."""
-
-    job_id: str
-    attempt: int
-    owner_boot: str
-    container_id: str
-    verdict: str
-    reason: str
-    exit_code: int | None
-    recovery_budget: int
-    evidence: str
-    actor: str
-    route: str | None = None
-    fence: InventoryFence | None = None
-
-
-def candidate_keys(keys: Any, ids: Sequence[str], routes: Sequence[Any]) -> list[str]:
-    """The promotion candidates' keys for queued `ids` and the RQ list each row routes it to (`routes`: its
-    `affinity_queue` as read, else the pool's queue): what `Store.candidates` and the asyncio store pass."""
-    return [key for job_id, route in zip(ids, routes, strict=True)  # a row not a hash: the script drops
-            for key in (keys.job(job_id), keys.rq_job(job_id),
-                        route if isinstance(route, str) and route else keys.rq_queue)]
-
-
-#: A script's own KEYS and ARGV, as both stores (this one and store/asyncstore.py) send them: (keys, args).
-Call = tuple[list[str], list[Any]]
 
 
 def cancel_call(keys: Any, job_id: str, reason: str, actor: str, candidates: list[str]) -> Call:
@@ -163,15 +105,6 @@ def released(reply: list[Any]) -> Release:
     return Release(promoted=int(reply[2]), why_stopped=reply[3])
 
 
-def _requests(pause: Any, cancel: Any) -> Requests:
-    return Requests(pause == "1", cancel == "1")
-
-
-def moved(reply: list[Any]) -> Moved:
-    """The reply of a script that moves a job and may promote (pause_job.lua, resume_job.lua, ...)."""
-    return Moved(state=str(reply[1]), promoted=int(reply[2]), why_stopped=reply[3])
-
-
 class HasStore(Protocol):
     """What holds a pool's store: `Pool`, as the public functions outside api.py that take a pool see it."""
 
@@ -180,7 +113,7 @@ class HasStore(Protocol):
 
 
 class Store(OrderReads, EventReads, LogReads, FleetReads, StatusReads, SweepIO, WorkerIO, ScheduleReads,
-            TrendReads):
+            TrendReads, WorkerCalls, SweepCalls, FleetCalls):
     """One pool's keys and scripts on one Redis client."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
@@ -191,7 +124,6 @@ class Store(OrderReads, EventReads, LogReads, FleetReads, StatusReads, SweepIO, 
                                settings.redis_wait_replicas, settings.redis_wait_timeout_secs,
                                settings.reserve_after_secs, settings.retry_delay_max_secs)
         self.scripts.config_key, self.scripts.pool = self.keys.config, self.keys.pool
-        #: Each script's pool keys, in the order its header names them (luatext.shape): after its own KEYS.
         self._pool_keys = {name: self.keys.named(shape(name).pool_keys) for name in SCRIPT_NAMES}
 
     def close(self) -> None:
@@ -206,29 +138,6 @@ class Store(OrderReads, EventReads, LogReads, FleetReads, StatusReads, SweepIO, 
         kwargs = {**kwargs, "decode_responses": False}
         client: redis.Redis = cls(connection_pool=redis.ConnectionPool(connection_class=conn_cls, **kwargs))
         return client
-
-    # ---- plumbing ------------------------------------------------------------------------------------
-
-    def pool_keys(self, op: str) -> list[str]:
-        """The pool keys script `op` takes after its own (its header's `Pool keys:`; a fresh list)."""
-        return list(self._pool_keys[op])
-
-    def run(self, op: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """Script `op` with its own `keys`, then the pool keys it names (scripts/_lib.lua), its reply as a
-        list: what the typed methods below use, and what the scripts' own tests call to reach a script's raw
-        contract."""
-        return self.scripts.run(op, [*keys, *self._pool_keys[op]], args)
-
-    def candidates(self, n: int) -> list[str]:
-        """Keys of the first `n` jobs of `ready` (the queued less the parked), what a slot-freeing script may
-        promote (checked there): row, RQ
-        job hash, and the RQ list the row routes it to (`affinity_queue`, else the pool's queue)."""
-        ids = call_redis(self.client.zrange, self.keys.ready, 0, n - 1)
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hget(self.keys.job(job_id), "affinity_queue")
-        routes = call_redis(pipe.execute, raise_on_error=False, what="candidates") if ids else []
-        return candidate_keys(self.keys, ids, routes)
 
     def promote_all(self, actor: str) -> int:
         """Promote queued jobs into free slots until the queue, the slots or promotion stop it."""
@@ -369,225 +278,6 @@ class Store(OrderReads, EventReads, LogReads, FleetReads, StatusReads, SweepIO, 
     def set_slots(self, n: int, actor: str) -> SlotsSet:
         reply = self.run("set_slots", self.candidates(CANDIDATES_ON_PROMOTE), [n, actor])
         return SlotsSet(old=int(reply[1]), promoted=int(reply[2]), why_stopped=reply[3])
-
-    def evict(self, job_id: str, attempt: int, reason: str, evidence: str, actor: str,
-              daemon_id: str = "") -> Moved:
-        """Fail a running job if it is still at `attempt` (and on `daemon_id`, when given)."""
-        return moved(self.run("evict", [self.keys.job(job_id), self.keys.lease(job_id),
-                                         *self.candidates(CANDIDATES_ON_RELEASE)],
-                               [job_id, attempt, reason, evidence, actor, daemon_id]))
-
-    def prune(self, state: str, keep: int, cutoff_ms: int, actor: str, ids: Sequence[str],
-              job_keys: Sequence[str]) -> list[str]:
-        """Remove the finished jobs `ids` still past retention; returns the ids removed. `job_keys` are the
-        seven keys per job scripts/prune.lua takes (jobpool/retention.py `batch_keys`)."""
-        keys = [self.keys.rq_finished, self.keys.rq_failed, *job_keys]
-        reply = self.run("prune", keys, [state, keep, cutoff_ms, actor, *ids])
-        return [str(i) for i in reply[2:]]
-
-    # ---- the supervisor's verdicts -------------------------------------------------------------------
-
-    def reconcile_apply(self, job_id: str, attempt: int, owner_boot: str, container_id: str, verdict: str,
-                        reason: str, exit_code: int | None, recovery_budget: int, evidence: str, actor: str,
-                        route: str | None = None, fence: InventoryFence | None = None) -> Moved:
-        """Apply a verdict on a row whose owner is gone, only while the row is as the evidence found it
-        (scripts/reconcile_apply.lua). `route`: for a redispatch, the RQ list the row routes it to (it
-        promotes nothing); `fence`: evidence from a daemon's inventory."""
-        keys, args = self._reconcile_call(ReconcileCall(job_id, attempt, owner_boot, container_id, verdict,
-                                                        reason, exit_code, recovery_budget, evidence, actor,
-                                                        route, fence), self.candidates(CANDIDATES_ON_RELEASE))
-        return moved(self.scripts.run("reconcile_apply", keys, args))
-
-    def reconcile_apply_many(self, calls: Sequence[ReconcileCall]) -> list[Moved | JobpoolError]:
-        """`reconcile_apply` for many rows in one round trip (a sweep's verdicts: runner.Scripts.run_many),
-        each its own compare-and-set: a row that moved on is its own `Conflict`, in its place. They share one
-        read of the promotion candidates, which each script checks against the queue's head."""
-        if not calls:
-            return []
-        candidates = self.candidates(CANDIDATES_ON_RELEASE)
-        replies = self.scripts.run_many("reconcile_apply",
-                                        [self._reconcile_call(c, candidates) for c in calls])
-        return [r if isinstance(r, JobpoolError) else moved(r) for r in replies]
-
-    def _reconcile_call(self, c: ReconcileCall, candidates: list[str]) -> tuple[list[str], list[Any]]:
-        k = self.keys
-        keys = [k.job(c.job_id), k.lease(c.job_id), k.rq_job(c.job_id)]
-        if c.route is not None:
-            keys.append(c.route)
-        else:
-            if c.fence is not None:
-                keys.append(k.inventory(c.fence.daemon_id))
-            keys += candidates
-        args = [c.job_id, c.attempt, c.owner_boot, c.container_id, c.verdict, c.reason,
-                "" if c.exit_code is None else c.exit_code, c.recovery_budget, c.evidence, c.actor,
-                *([c.fence.at, c.fence.max_age_ms] if c.fence else [])]
-        return [*keys, *self._pool_keys["reconcile_apply"]], args
-
-    def drop_ghost(self, job_id: str, evidence: str, actor: str) -> GhostDropped:
-        reply = self.run("drop_ghost", [self.keys.job(job_id), self.keys.lease(job_id),
-                                        *self.candidates(CANDIDATES_ON_RELEASE)], [job_id, evidence, actor])
-        return GhostDropped(dropped=bool(int(reply[1])), promoted=int(reply[2]), why_stopped=reply[3])
-
-    # ---- one attempt, fenced on (boot, attempt) -------------------------------------------------------
-
-    def _attempt_keys(self, job_id: str) -> list[str]:
-        return [self.keys.job(job_id), self.keys.lease(job_id)]
-
-    def claim(self, job_id: str, boot_id: str, attempt: int, lease_ms: int, executor: str, daemon_id: str,
-              token: str) -> Claimed:
-        reply = self.run("claim", self._attempt_keys(job_id),
-                         [job_id, boot_id, attempt, lease_ms, executor, daemon_id, token])
-        return Claimed(spec_json=reply[1], requests=_requests(reply[2], reply[3]))
-
-    def adopt(self, job_id: str, old_owner: str, attempt: int, boot_id: str, lease_ms: int, evidence: str,
-              daemon_id: str) -> Adopted:
-        reply = self.run("adopt", self._attempt_keys(job_id),
-                         [job_id, old_owner, attempt, boot_id, lease_ms, evidence, daemon_id])
-        return Adopted(spec_json=reply[1], container_id=reply[2], requests=_requests(reply[3], reply[4]))
-
-    def heartbeat(self, job_id: str, boot_id: str, attempt: int, lease_ms: int) -> Requests:
-        reply = self.run("heartbeat", [*self._attempt_keys(job_id), self.keys.log_watch(job_id)],
-                         [boot_id, attempt, lease_ms])
-        return Requests(reply[1] == "1", reply[2] == "1", reply[3] == 1)
-
-    def time_out(self, job_id: str, boot_id: str, attempt: int, evidence: str) -> bool:
-        """Mark the attempt as stopped for its time limit before its watcher stops it (scripts/time_out.lua):
-        its exit then fails it as `timeout`, or retries it. False when it was marked already."""
-        reply = self.run("time_out", [self.keys.job(job_id)], [boot_id, attempt, evidence])
-        return bool(reply[1] == "marked")
-
-    def append_log(self, job_id: str, boot_id: str, attempt: int, text: str, position: str,
-                   linger_ms: int = 0) -> int:
-        """Append what the attempt printed to the job's live log (scripts/log_append.lua), up to `position`
-        in its output; returns the log's length in bytes. `linger_ms` > 0 on the attempt's last append."""
-        reply = self.run("log_append", [self.keys.job(job_id), self.keys.job_log(job_id)],
-                         [boot_id, attempt, text, position, LIVE_LOG_CAP_BYTES, linger_ms])
-        return int(reply[1])
-
-    def set_container(self, job_id: str, boot_id: str, attempt: int, container_id: str, daemon_id: str,
-                      identity: dict[str, Any] | None, lease_ms: int, daemon_queue: str) -> Requests:
-        """Record what was launched (renewing the lease, reading the requests back); `daemon_queue` is the
-        daemon's own RQ list for a handback with its checkpoint ('' for none)."""
-        reply = self.run("set_container", self._attempt_keys(job_id),
-                         [boot_id, attempt, container_id, daemon_id,
-                          json.dumps(identity, sort_keys=True) if identity else "", lease_ms, daemon_queue])
-        return _requests(reply[1], reply[2])
-
-    def finish(self, job_id: str, boot_id: str, attempt: int, kind: str, exit_code: int | None, reason: str,
-               log_tail: bytes | str, recovery_budget: int, evidence: str) -> Moved:
-        """Report how an attempt ended (scripts/finish.lua, `kind`), releasing its slot; `log_tail` as the row
-        stores it (jobpool/logtail.py)."""
-        return moved(self.run(
-            "finish", [*self._attempt_keys(job_id), *self.candidates(CANDIDATES_ON_RELEASE)],
-            [job_id, boot_id, attempt, kind, "" if exit_code is None else exit_code, reason, log_tail,
-             recovery_budget, evidence]))
-
-    def give_back(self, queue_key: str, intermediate_key: str, rq_job_id: str) -> bool:
-        """Put a job a worker just took back at the head of its RQ queue; False when it was not taken."""
-        return bool(int(self.run("give_back", [queue_key, intermediate_key], [rq_job_id])[1]))
-
-    # ---- the fleet: inventories, routed commands, daemons ---------------------------------------------
-
-    def inventory_lead(self, daemon_id: str, boot_id: str, lead_ms: int) -> Lead:
-        reply = self.run("inventory_lead", [self.keys.inventory_lead(daemon_id)],
-                         [daemon_id, boot_id, lead_ms])
-        return Lead(held=bool(int(reply[1])), holder=str(reply[2]))
-
-    def publish_inventory(self, daemon_id: str, boot_id: str, kernel_boot_id: str, lead_ms: int,
-                          ttl_ms: int, complete: bool, containers: str, forget_ms: int, listed_at: int,
-                          strays: str) -> int:
-        """Write a daemon's inventory whole (by the holder of its lead); returns its `at` (ms)."""
-        k = self.keys
-        reply = self.run("publish_inventory", [k.inventory(daemon_id), k.inventory_lead(daemon_id),
-                                               k.inventories, k.gone_daemons, k.returned_daemons],
-                         [daemon_id, boot_id, kernel_boot_id, lead_ms, ttl_ms, "1" if complete else "0",
-                          containers, forget_ms, listed_at, strays])
-        return int(reply[1])
-
-    def push_command(self, job_id: str, attempt: int, daemon_id: str, command: str, ttl_ms: int,
-                     evidence: str, actor: str) -> int:
-        """Route a command to the workers on `daemon_id`; returns how many wait there."""
-        reply = self.run("push_command", [self.keys.job(job_id), self.keys.commands(daemon_id)],
-                         [job_id, attempt, daemon_id, command, ttl_ms, evidence, actor])
-        return int(reply[1])
-
-    def take_commands(self, daemon_id: str, boot_id: str, most: int) -> list[str]:
-        """The commands routed to `daemon_id`, oldest first, taken by the holder of its lead."""
-        k = self.keys
-        reply = self.run("take_commands", [k.commands(daemon_id), k.inventory_lead(daemon_id)],
-                         [boot_id, most])
-        return [str(text) for text in reply[1:]]
-
-    def command_done(self, job_id: str, reason: str, evidence: str, actor: str) -> str:
-        """Record in a job's events what a worker did on its daemon; returns the job's state."""
-        return str(self.run("command_done", [self.keys.job(job_id)], [job_id, reason, evidence, actor])[1])
-
-    def forget_daemon(self, daemon_id: str, stale_ms: int, actor: str, note: str,
-                      rows: Sequence[str]) -> int:
-        """Declare a daemon gone for good; `rows` are the ids of the running jobs read as on it. Returns when
-        (ms)."""
-        k = self.keys
-        reply = self.run("forget_daemon", [k.gone_daemons, k.inventory(daemon_id), k.commands(daemon_id),
-                                           k.inventory_lead(daemon_id), k.inventories,
-                                           *(k.job(job_id) for job_id in rows)],
-                         [daemon_id, stale_ms, actor, note])
-        return int(reply[1])
-
-    def unforget_daemon(self, daemon_id: str, actor: str, note: str, keep_ms: int) -> int:
-        reply = self.run("unforget_daemon", [self.keys.gone_daemons, self.keys.returned_daemons],
-                         [daemon_id, actor, note, keep_ms])
-        return int(reply[1])
-
-    def daemon_mark(self, process_id: str, ttl_ms: int, forget_ms: int, fields: Iterable[tuple[str, str]],
-                    scan_ms: int = 0) -> Marked:
-        """Register (or refresh) one process that marked its Docker daemon, its record's `fields` in order
-        (`daemon_id` among them: the identity's index it enters; a `collision` reported is recorded).
-        `scan_ms`: the caller takes the pool's turn to index unindexed records for that long when no one
-        holds it (`Marked.scan`; 0: never)."""
-        k = self.keys
-        args: list[Any] = [process_id, ttl_ms, forget_ms, scan_ms]
-        given = dict(fields)
-        for name, value in given.items():
-            args += [name, value]
-        keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_marks_of(given.get("daemon_id", "")),
-                k.daemon_marks_scan]
-        # A report of a collision is recorded in `shared_daemons` too, by a script of its own: the period's
-        # refresh, the common call, runs a script without the event's definitions (jobpool/store/luatext.py).
-        if given.get("collision"):
-            reply = self.run("daemon_collision", [*keys, k.shared_daemons], args)
-        else:
-            reply = self.run("daemon_mark", keys, args)
-        return Marked(at=int(reply[1]), recorded=bool(int(reply[2])), scan=bool(int(reply[3])))
-
-    def daemon_mark_index(self, records: Iterable[tuple[str, str]]) -> int:
-        """Index records written without their identity's index entry: (process id, its `daemon_id` as read),
-        each only if it still says so and still lacks one. Returns how many were indexed."""
-        k = self.keys
-        keys: list[str] = []
-        args: list[Any] = []
-        for process_id, daemon_id in records:
-            keys += [k.daemon_mark(process_id), k.daemon_marks_of(daemon_id)]
-            args += [process_id, daemon_id]
-        if not keys:
-            return 0
-        return int(self.run("daemon_mark_index", keys, args)[1])
-
-    def daemon_unmark(self, process_id: str, daemon_id: str = "") -> bool:
-        """Remove a process's mark record (and its entry in `daemon_id`'s index); True when it was there."""
-        k = self.keys
-        keys = [k.daemon_mark(process_id), k.daemon_marks]
-        if daemon_id:
-            keys.append(k.daemon_marks_of(daemon_id))
-        reply = self.run("daemon_unmark", keys, [process_id])
-        return bool(int(reply[1]))
-
-    def forget_collision(self, daemon_id: str, actor: str, note: str,
-                         process_ids: Iterable[str]) -> CollisionCleared:
-        """Clear the standing collision on `daemon_id`, and the reports in the records of `process_ids`."""
-        k = self.keys
-        reply = self.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in process_ids)],
-                         [daemon_id, actor, note])
-        return CollisionCleared(at=int(reply[1]), cleared=int(reply[2]))
 
     # ---- made by a process ------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 judges it): the running rows and their leases, whole rows, owners' boot records, what RQ holds of the
 unclaimed jobs, daemons' inventories; the sweep's record of itself (`record_sweep`), and the pointer to a
 job's latest adoption request (`repoint_adoption`). Every change a sweep makes to a job is a script
-(store/calls.py).
+(store/sweepcalls.py).
 
 An error reply of one command (a key of the wrong type) is left in that command's place, for the judge to
 call that row's problem and not the sweep's, except where said.

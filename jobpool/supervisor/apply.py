@@ -13,8 +13,9 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from .. import daemoncommands, errors
-from ..store.calls import InventoryFence, ReconcileCall, Store
+from ..store.calls import Store
 from ..store.replies import Moved
+from ..store.sweepcalls import InventoryFence, ReconcileCall
 from . import remote
 from .adoption import Adoptions
 from .daemon import DaemonClient

@@ -227,7 +227,7 @@ def test_a_crash_finish_sent_again_after_a_lost_reply_gets_the_same_answer(backe
 def test_a_finish_with_only_the_seven_old_arguments_still_reads_right(backend: Backend) -> None:
     """A caller from before ARGV[8..9] (budget, evidence): the two values the registry appends are not taken
     for them."""
-    from jobpool.store.calls import CANDIDATES_ON_RELEASE
+    from jobpool.store.scriptcalls import CANDIDATES_ON_RELEASE
 
     pool, job_id, att = started(backend)
     pool.store.run("finish", [pool.keys.job(att.job_id), pool.keys.lease(att.job_id),

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jobpool.api import Pool
-from jobpool.store.calls import CANDIDATES_ON_RELEASE
+from jobpool.store.scriptcalls import CANDIDATES_ON_RELEASE
 from tests.support.attempts import claim
 from tests.support.pool_helpers import Backend, enqueue, orphan, reconcile
 

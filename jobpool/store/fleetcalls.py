@@ -1,0 +1,118 @@
+"""`FleetCalls`: the fleet's records of its Docker daemons, each one script: a daemon's inventory lead and
+its inventory, the commands routed to the workers on a daemon, a daemon declared gone or back, and each
+process's mark on its daemon with the collisions they report (docs/architecture.md, "Many hosts" and "The
+daemon's identity").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .replies import CollisionCleared, Lead, Marked
+from .scriptcalls import ScriptCalls
+
+
+class FleetCalls(ScriptCalls):
+    """The fleet's script calls (a part of `store.calls.Store`)."""
+
+    def inventory_lead(self, daemon_id: str, boot_id: str, lead_ms: int) -> Lead:
+        reply = self.run("inventory_lead", [self.keys.inventory_lead(daemon_id)],
+                         [daemon_id, boot_id, lead_ms])
+        return Lead(held=bool(int(reply[1])), holder=str(reply[2]))
+
+    def publish_inventory(self, daemon_id: str, boot_id: str, kernel_boot_id: str, lead_ms: int,
+                          ttl_ms: int, complete: bool, containers: str, forget_ms: int, listed_at: int,
+                          strays: str) -> int:
+        """Write a daemon's inventory whole (by the holder of its lead); returns its `at` (ms)."""
+        k = self.keys
+        reply = self.run("publish_inventory", [k.inventory(daemon_id), k.inventory_lead(daemon_id),
+                                               k.inventories, k.gone_daemons, k.returned_daemons],
+                         [daemon_id, boot_id, kernel_boot_id, lead_ms, ttl_ms, "1" if complete else "0",
+                          containers, forget_ms, listed_at, strays])
+        return int(reply[1])
+
+    def push_command(self, job_id: str, attempt: int, daemon_id: str, command: str, ttl_ms: int,
+                     evidence: str, actor: str) -> int:
+        """Route a command to the workers on `daemon_id`; returns how many wait there."""
+        reply = self.run("push_command", [self.keys.job(job_id), self.keys.commands(daemon_id)],
+                         [job_id, attempt, daemon_id, command, ttl_ms, evidence, actor])
+        return int(reply[1])
+
+    def take_commands(self, daemon_id: str, boot_id: str, most: int) -> list[str]:
+        """The commands routed to `daemon_id`, oldest first, taken by the holder of its lead."""
+        k = self.keys
+        reply = self.run("take_commands", [k.commands(daemon_id), k.inventory_lead(daemon_id)],
+                         [boot_id, most])
+        return [str(text) for text in reply[1:]]
+
+    def command_done(self, job_id: str, reason: str, evidence: str, actor: str) -> str:
+        """Record in a job's events what a worker did on its daemon; returns the job's state."""
+        return str(self.run("command_done", [self.keys.job(job_id)], [job_id, reason, evidence, actor])[1])
+
+    def forget_daemon(self, daemon_id: str, stale_ms: int, actor: str, note: str,
+                      rows: Sequence[str]) -> int:
+        """Declare a daemon gone for good; `rows` are the ids of the running jobs read as on it. Returns when
+        (ms)."""
+        k = self.keys
+        reply = self.run("forget_daemon", [k.gone_daemons, k.inventory(daemon_id), k.commands(daemon_id),
+                                           k.inventory_lead(daemon_id), k.inventories,
+                                           *(k.job(job_id) for job_id in rows)],
+                         [daemon_id, stale_ms, actor, note])
+        return int(reply[1])
+
+    def unforget_daemon(self, daemon_id: str, actor: str, note: str, keep_ms: int) -> int:
+        reply = self.run("unforget_daemon", [self.keys.gone_daemons, self.keys.returned_daemons],
+                         [daemon_id, actor, note, keep_ms])
+        return int(reply[1])
+
+    def daemon_mark(self, process_id: str, ttl_ms: int, forget_ms: int, fields: Iterable[tuple[str, str]],
+                    scan_ms: int = 0) -> Marked:
+        """Register (or refresh) one process that marked its Docker daemon, its record's `fields` in order
+        (`daemon_id` among them: the identity's index it enters; a `collision` reported is recorded).
+        `scan_ms`: the caller takes the pool's turn to index unindexed records for that long when no one
+        holds it (`Marked.scan`; 0: never)."""
+        k = self.keys
+        args: list[Any] = [process_id, ttl_ms, forget_ms, scan_ms]
+        given = dict(fields)
+        for name, value in given.items():
+            args += [name, value]
+        keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_marks_of(given.get("daemon_id", "")),
+                k.daemon_marks_scan]
+        # A report of a collision is recorded in `shared_daemons` too, by a script of its own: the period's
+        # refresh, the common call, runs a script without the event's definitions (jobpool/store/luatext.py).
+        if given.get("collision"):
+            reply = self.run("daemon_collision", [*keys, k.shared_daemons], args)
+        else:
+            reply = self.run("daemon_mark", keys, args)
+        return Marked(at=int(reply[1]), recorded=bool(int(reply[2])), scan=bool(int(reply[3])))
+
+    def daemon_mark_index(self, records: Iterable[tuple[str, str]]) -> int:
+        """Index records written without their identity's index entry: (process id, its `daemon_id` as read),
+        each only if it still says so and still lacks one. Returns how many were indexed."""
+        k = self.keys
+        keys: list[str] = []
+        args: list[Any] = []
+        for process_id, daemon_id in records:
+            keys += [k.daemon_mark(process_id), k.daemon_marks_of(daemon_id)]
+            args += [process_id, daemon_id]
+        if not keys:
+            return 0
+        return int(self.run("daemon_mark_index", keys, args)[1])
+
+    def daemon_unmark(self, process_id: str, daemon_id: str = "") -> bool:
+        """Remove a process's mark record (and its entry in `daemon_id`'s index); True when it was there."""
+        k = self.keys
+        keys = [k.daemon_mark(process_id), k.daemon_marks]
+        if daemon_id:
+            keys.append(k.daemon_marks_of(daemon_id))
+        reply = self.run("daemon_unmark", keys, [process_id])
+        return bool(int(reply[1]))
+
+    def forget_collision(self, daemon_id: str, actor: str, note: str,
+                         process_ids: Iterable[str]) -> CollisionCleared:
+        """Clear the standing collision on `daemon_id`, and the reports in the records of `process_ids`."""
+        k = self.keys
+        reply = self.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in process_ids)],
+                         [daemon_id, actor, note])
+        return CollisionCleared(at=int(reply[1]), cleared=int(reply[2]))
