@@ -98,6 +98,19 @@ def test_the_rq_hash_is_read_by_rq_as_its_own(backend: Backend) -> None:
     assert int(ours.created_at.timestamp() * 1000) == job.created_at
 
 
+def test_an_empty_input_writes_nothing(backend: Backend) -> None:
+    pool = backend.pool()
+    before = backend.keyspace()
+    assert pool.enqueue_many([]) == [] and pool.enqueue_many(iter(())) == []
+    assert backend.keyspace() == before
+
+
+def test_any_iterable_is_taken_once(backend: Backend) -> None:
+    pool = backend.pool(max_concurrent_jobs=0)
+    jobs = pool.enqueue_many(spec("g", str(i)) for i in range(3))
+    assert [j.spec.command[1] for j in jobs] == ["0", "1", "2"]
+
+
 # ---- coalescing ---------------------------------------------------------------------------------------
 
 
