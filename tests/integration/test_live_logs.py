@@ -126,7 +126,9 @@ def test_a_job_printing_as_fast_as_it_can_is_bounded_and_says_what_was_skipped(
         pool: Pool, spawn: Callable[..., JobpoolProcess], docker_host: str) -> None:
     job = pool.enqueue(IMAGE, ["sh", "-c", FLOOD])
     follower = follow(spawn, job.id)
-    spawn()
+    # A lease of 3 s (the tests' is 1 s): a heartbeat held behind the log's reads for seconds still lapses
+    # it; a loaded host's scheduling hiccup does not.
+    spawn(JOBPOOL_LEASE_SECS="3")
     eventually(lambda: "before" in printed(follower), timeout=60, message="the job started")
     lease, log_key = pool.keys.lease(job.id), pool.keys.job_log(job.id)
     held, lapsed = 0, []

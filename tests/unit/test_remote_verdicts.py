@@ -225,14 +225,21 @@ def test_a_supervisor_attached_to_no_daemon_sweeps_from_inventories(backend: Bac
     # A short lease: "absent" waits one lease after redis-server started (the session's started moments ago).
     pool = backend.pool(max_concurrent_jobs=3, recovery_budget=1, lease_secs=0.2, heartbeat_secs=0.1)
     running, exited, gone = (orphan_on(pool, D1) for _ in range(3))
-    publish(pool, D1, [Entry(running[0], running[1], "running", container_id="c1"),
-                       Entry(exited[0], exited[1], "exited", 0, "c2")])
+
+    def fresh() -> None:
+        """The daemon's inventory published again: judged and applied only while at most one lease (0.2 s)
+        old, which a loaded host can pass between a publication and a sweep."""
+        publish(pool, D1, [Entry(running[0], running[1], "running", container_id="c1"),
+                           Entry(exited[0], exited[1], "exited", 0, "c2")])
+
     sup = Supervisor(pool.store, ContainerProber(NOWHERE, timeout=1))
     try:
+        fresh()
         report = sup.sweep(job_ids=[running[0], exited[0], gone[0]], dry_run=True)
         kinds = {d.job_id: d.verdict.kind for d in report.decisions}
         assert kinds == {running[0]: Kind.ADOPT, exited[0]: Kind.EXITED, gone[0]: Kind.ABSENT}
         pool.store.client.hset(pool.keys.config, "max_concurrent_jobs", 3)
+        fresh()
         sup.sweep(job_ids=[exited[0], gone[0]])
         assert state_of(pool, exited[0]) == "succeeded"
         # Absent with budget left: queued again (and promoted again at once into the freed slot).

@@ -154,6 +154,13 @@ def backdate(pool: Pool, name: str = "s", secs: float = 1.0) -> int:
     return now
 
 
+def early_in_a_second(pool: Pool) -> None:
+    """Wait until the server's clock is early in a second: the few round trips a test makes next then see the
+    same second, and so the same due tick of an every-second schedule (a second turning between two fires
+    makes the next tick due, a job the test does not expect)."""
+    eventually(lambda: pool.now_ms() % 1000 < 200, timeout=5, interval=0.02, message="early in a second")
+
+
 def latest_due(tick: int | None, before: int, after: int) -> bool:
     """Whether `tick` is the latest tick of an every-second schedule due at the fire's look: the fire reads
     the clock once, between `before` and `after` (ms), and a second may turn in between."""
@@ -248,6 +255,7 @@ def test_bad_input_is_refused_with_nothing_written(backend: Backend, kw: dict[st
 def test_a_tick_makes_one_job_however_many_fire_it(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=0)
     add(pool, overlap="queue")
+    early_in_a_second(pool)
     now = backdate(pool, secs=5)
     assert fire_due(pool.store, SUP) == 1
     after = pool.now_ms()
@@ -337,6 +345,7 @@ def test_a_paused_schedule_fires_nothing_and_its_resume_skips_the_pause(backend:
     spec = pool.schedules()[0].spec
     with pytest.raises(errors.InvalidState):
         send(pool, [Prepared("e" * 32, spec, "")], f"s|{pool.now_ms()}|{pool.now_ms() + 1000}")
+    early_in_a_second(pool)  # the resume's next tick is then still to come at the fire below
     before = pool.now_ms()
     resumed = pool.resume_schedule("s")
     assert not resumed.paused and resumed.next_fire is not None and resumed.next_fire > before
