@@ -201,9 +201,9 @@ def test_fenced_after_operator_eviction(pool: Pool, spawn: Callable[..., Jobpool
 
 
 def test_log_tail_reads_what_the_sdk_reads(client: docker.DockerClient) -> None:
-    """The watcher reads a log tail with one request (executors/docker.py `read_logs`, no inspect for the
+    """The watcher reads a log tail with one request (executors/dockerlogs.py `read_logs`, no inspect for the
     TTY): the same bytes as the SDK's `logs`, stdout and stderr interleaved in order, frames of any size."""
-    from jobpool.workers.executors.docker import read_logs
+    from jobpool.workers.executors.dockerlogs import read_logs
 
     script = ("echo out-1; echo err-1 >&2; seq 1 20000; echo err-2 >&2; "
               "printf 'no newline at the end'")
