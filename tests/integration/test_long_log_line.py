@@ -1,8 +1,8 @@
-"""A job that prints one very long line: its log tail is read as it streams, keeping
-only the bytes recorded (jobpool/workers/executors/dockerlogs.py, `read_logs`), and the lease is renewed while it
-is read (workers/watch.py, `_finish`). Before, the work horse read the whole line (the read alone held 192 MiB
-at its peak for a 100 MB line) for seconds without renewing its lease: with a short lease the supervisor
-recorded the exit first, and the log tail was lost. Real dockerd, real worker and supervisor processes."""
+"""A job that prints one very long line: its log tail is read as it streams, keeping only the bytes
+recorded (jobpool/workers/executors/dockerlogs.py, `read_logs`), and the lease is renewed while it is read
+(workers/watch.py, `_finish`). Before, the work horse read the whole line (the read alone held 192 MiB at its
+peak for a 100 MB line) for seconds without renewing its lease: with a short lease the supervisor recorded the
+exit first, and the log tail was lost. Real dockerd, real worker and supervisor processes."""
 
 from __future__ import annotations
 
