@@ -147,13 +147,12 @@ def live_workers(pool: Pool, workers: int, daemons: int) -> list[str]:
     whose marks it found there)."""
     boots = [f"boot{i:05d}" for i in range(workers)]
     now = int(time.time() * 1000)
-    pipe = pool.store.client.pipeline(transaction=False)
-    for i, b in enumerate(boots):
-        pipe.hset(pool.keys.boot(b), mapping={"host": f"bench-host-{i % daemons}", "pid": "1",
-                                             "executor": "docker", "started_at": now, "role": "worker",
-                                             "daemon_id": daemon_of(i, daemons), "live_restore": "1"})
-        pipe.zadd(pool.keys.boots, {b: now})
-    pipe.execute()
+    for i, b in enumerate(boots):  # as a worker's beat writes them (jobpool/workers/boot.py)
+        record: dict[str, str | int] = {"host": f"bench-host-{i % daemons}", "pid": 1, "pidns": "4026531836",
+                  "kernel_boot_id": f"k{i % daemons}", "daemon_id": daemon_of(i, daemons),
+                  "executor": "docker", "started_at": now, "draining": 0, "role": "worker",
+                  "cannot_claim": "", "live_restore": "1", "heartbeat_at": now, "stuck": ""}
+        pool.store.beat_boot(b, record, 10 * LEAD_MS, now)
     for i, b in enumerate(boots):
         peers = " ".join(boots[j] for j in range(i % daemons, workers, daemons) if j != i)
         fields = {"role": "worker", "host": f"bench-host-{i % daemons}", "pid": "1",

@@ -215,6 +215,11 @@ class PoolKeys:
     def boot(self, boot_id: str) -> str:
         return f"{self.prefix}boot:{boot_id}"
 
+    def boot_json(self, boot_id: str) -> str:
+        """The same boot record as one JSON string, written and expiring with `boot` (store/workerio.py): a
+        status read takes a thousand of them in one MGET (store/statusreads.py)."""
+        return f"{self.prefix}boot_json:{boot_id}"
+
     @staticmethod
     def rq_job(job_id: str) -> str:
         return RQ_JOB_PREFIX + job_id

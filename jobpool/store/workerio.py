@@ -9,6 +9,7 @@ every outage (jobpool/workers/outage.py).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,11 +27,19 @@ class WorkerIO:
 
     def beat_boot(self, boot_id: str, record: Mapping[Any, str | int], ttl_ms: int, now_ms: int) -> None:
         """Write a boot's record whole with a TTL of `ttl_ms`, and its place in the `boots` index; forget
-        boots whose records expired long ago, so the index stays the size of the fleet. One MULTI."""
+        boots whose records expired long ago, so the index stays the size of the fleet. One MULTI.
+
+        The record is written twice, as the hash every reader of one boot reads (HMGET of its fields, EXISTS)
+        and as its JSON twin (`boot_json`, the values as the hash returns them: strings), which a status read
+        takes for the whole fleet in one MGET instead of a HGETALL per boot. Both in the same MULTI with the
+        same TTL, removed together (`remove_boot`), so they never disagree; a boot with no twin (a worker of
+        an earlier release) is read from its hash."""
         key = self.keys.boot(boot_id)
+        fields: dict[Any, str] = {str(k): str(v) for k, v in record.items()}
         pipe = self.client.pipeline(transaction=True)
-        pipe.hset(key, mapping=dict(record))
+        pipe.hset(key, mapping=fields)
         pipe.pexpire(key, ttl_ms)
+        pipe.set(self.keys.boot_json(boot_id), json.dumps(fields, separators=(",", ":")), px=ttl_ms)
         pipe.zadd(self.keys.boots, {boot_id: now_ms})
         pipe.zremrangebyscore(self.keys.boots, 0, now_ms - 10 * ttl_ms)
         pipe.execute()
@@ -38,7 +47,7 @@ class WorkerIO:
     def remove_boot(self, boot_id: str) -> None:
         """A clean exit's removal of a boot's record and index entry (a crash lets the record expire)."""
         pipe = self.client.pipeline(transaction=True)
-        pipe.delete(self.keys.boot(boot_id))
+        pipe.delete(self.keys.boot(boot_id), self.keys.boot_json(boot_id))
         pipe.zrem(self.keys.boots, boot_id)
         pipe.execute()
 

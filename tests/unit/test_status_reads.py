@@ -17,6 +17,7 @@ from jobpool.fleet import daemonmark
 from jobpool.status import WORKER_JOBS, read_status
 from jobpool.store.redisurl import connect
 from jobpool.workers.attempt import Attempt
+from jobpool.workers.boot import Boot
 from tests.support.inventories import publish
 from tests.support.pool_helpers import Backend
 
@@ -174,3 +175,73 @@ def test_a_boot_record_that_is_not_a_hash_fails_only_itself(redis_url: str) -> N
     assert report.workers is not None
     assert sorted(w.id for w in report.workers.boots) == ["w1", "w3"] and report.workers.stale == 1
     assert {w.host for w in report.workers.boots} == {"h"}
+
+
+def boot_reads(pool: Pool) -> tuple[int, int]:
+    """The MGETs and HGETALLs of one status read (the HGETALLs of the pool's own keys among them)."""
+    client = pool.store.client
+    client.config_resetstat()
+    read_status(pool.store)
+    stats = cast("dict[str, dict[str, Any]]", client.info("commandstats"))
+    mgets, hgetalls = (int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("mget", "hgetall"))
+    return mgets, hgetalls
+
+
+def test_a_status_read_takes_the_beaten_records_from_their_twins_in_one_mget(redis_url: str) -> None:
+    """A worker's beat writes its record as a hash and as a JSON twin with the same TTL (store/workerio.py
+    `beat_boot`); a status read takes the twins of every boot in one MGET and reads no hash, and reports each
+    worker as its hash says. A clean stop removes both."""
+    pool = Pool(connect(redis_url), Settings(redis_url=redis_url, inventory_stale_secs=STALE))
+    boots = [Boot(pool.store, "docker", D1) for _ in range(3)]
+    for i, boot in enumerate(boots):
+        boot.fields["cannot_claim"] = "disk full" if i == 1 else ""
+        boot.fields["draining"] = 1 if i == 2 else 0
+        boot.beat()
+    client = pool.store.client
+    for boot in boots:
+        ttls = client.pttl(pool.keys.boot(boot.id)), client.pttl(pool.keys.boot_json(boot.id))
+        assert all(0 < t <= boot.ttl_ms for t in ttls), ttls
+    mgets, hgetalls = boot_reads(pool)
+    more = [Boot(pool.store, "docker", D1) for _ in range(3)]
+    for boot in more:
+        boot.beat()
+    assert mgets == 1 and boot_reads(pool) == (1, hgetalls)  # no boot read from its hash
+    for boot in more:
+        boot.stop()
+    report = read_status(pool.store)
+    assert report.workers is not None and report.workers.live == 3 and report.workers.draining == 1
+    by_id = {w.id: w for w in report.workers.boots}
+    for boot in boots:
+        record = cast("dict[str, str]", client.hgetall(pool.keys.boot(boot.id)))
+        shown = by_id[boot.id]
+        assert (shown.host, shown.pid, shown.daemon_id, shown.cannot_claim, shown.draining) == (
+            record["host"], int(record["pid"]), record["daemon_id"], record["cannot_claim"],
+            record["draining"] == "1")
+    boots[0].stop()
+    assert not client.exists(pool.keys.boot(boots[0].id), pool.keys.boot_json(boots[0].id))
+    report = read_status(pool.store)
+    assert report.workers is not None and {w.id for w in report.workers.boots} == {b.id for b in boots[1:]}
+
+
+def test_a_boot_with_no_readable_twin_is_read_from_its_hash(redis_url: str) -> None:
+    """A worker of an earlier release writes no twin, and a twin edited by hand may be anything: those
+    boots, and only those, are read from their hashes (a second round trip), the others from their twins;
+    a twin that is JSON but not one record (here two) misleads no other boot's record."""
+    pool = Pool(connect(redis_url), Settings(redis_url=redis_url, inventory_stale_secs=STALE))
+    client = pool.store.client
+    beaten = [Boot(pool.store, "docker", D1) for _ in range(3)]
+    for boot in beaten:
+        boot.beat()
+    _, hgetalls = boot_reads(pool)
+    live_boot(pool, "older")  # a hash and no twin
+    client.set(pool.keys.boot_json(beaten[1].id), '{"host":"x"},{"host":"y"}')
+    assert boot_reads(pool) == (1, hgetalls + 2)
+    report = read_status(pool.store)
+    assert report.workers is not None and report.workers.live == 4 and report.workers.stale == 0
+    assert {w.id: w.host for w in report.workers.boots} == {
+        **{b.id: str(b.fields["host"]) for b in beaten}, "older": "h"}
+    client.set(pool.keys.boot_json(beaten[1].id), "not json")
+    assert boot_reads(pool) == (1, hgetalls + 2)
+    report = read_status(pool.store)
+    assert report.workers is not None and {w.id: w.host for w in report.workers.boots} == {
+        **{b.id: str(b.fields["host"]) for b in beaten}, "older": "h"}
