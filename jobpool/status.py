@@ -67,7 +67,12 @@ def safe_url(url: str) -> str:
 
 
 def _int(value: Any) -> int | None:
-    """A stored number, or None when it is missing or not one (records may be edited by hand)."""
+    """A stored number, or None when it is missing or not one (records may be edited by hand). Whole
+    numbers, what is stored, are read without a float between (a status read takes thousands)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        pass
     try:
         return int(float(value))
     except (TypeError, ValueError, OverflowError):
@@ -536,10 +541,11 @@ def _read(store: Store, url: str, detail: bool) -> tuple[StatusReport, tuple[str
     records, created = store.status_rows(boot_ids, head)
     jobs_of: dict[str, list[str]] = {}
     daemons = None
+    inventories = store.inventories()
     if detail:
         where = _Placement.read(store, boot_ids) if placed else _Placement.recount(store)
-        jobs_of, daemons = where.jobs_of, _daemons(store, where, now)
-    found = _strays(store, now)
+        jobs_of, daemons = where.jobs_of, _daemons(store, where, inventories, now)
+    found = _strays(store, inventories, now)
     created_at = _int(created) if head else None
     report = StatusReport(
         pool=store.keys.pool, redis_url=url, reachable=True, health=Health(), now_ms=now,
@@ -607,28 +613,34 @@ def _waiting(count: int, due: list[tuple[str, float]]) -> Waiting:
     return Waiting(count, job_id, int(score) if score != float("inf") else None)
 
 
-def _strays(store: Store, now: int) -> tuple[Stray, ...]:
-    """The strays the fresh inventories list (bounded: one read per daemon of the `inventories` index). A
-    stale one's list is not news: its workers are not there to stop them, and `daemons` names it instead;
-    an inventory that cannot be read lists none."""
+def _strays(store: Store, inventories: Mapping[str, tuple[Any, Any, Any]], now: int) -> tuple[Stray, ...]:
+    """The strays the fresh inventories list (`inventories`: one read per daemon of the `inventories`
+    index). A stale one's list is not news: its workers are not there to stop them, and `daemons` names it
+    instead; an inventory that cannot be read lists none."""
     stale_ms = store.settings.inventory_stale_secs * 1000
-    return tuple(x for daemon, reply in store.inventory_strays()
-                 if isinstance(reply, list) and (at := _int(reply[0])) is not None and now - at <= stale_ms
-                 for x in strays.decode(reply[1], daemon))
+    return tuple(x for daemon, (raw_at, raw, _) in inventories.items()
+                 if (at := _int(raw_at)) is not None and now - at <= stale_ms
+                 for x in strays.decode(raw, daemon))
 
 
-def _daemons(store: Store, where: _Placement, now: int) -> Daemons:
+def _daemons(store: Store, where: _Placement, inventories: Mapping[str, tuple[Any, Any, Any]],
+             now: int) -> Daemons:
     """The daemons declared gone and back, and those holding slots on stale evidence: of the daemons with
     running rows placed under them (neither declared nor a value no identity has), those whose inventory is
     stale or missing, and of their rows those with no lease (claimed there; promoted to wait for it, any).
-    Reads one key per such daemon, and rows only of the daemons found stale. A value that cannot be read
-    counts as missing."""
+    Each daemon's inventory is as `inventories` read it (the index's daemons), read here only for a daemon
+    not in the index; rows are read only of the daemons found stale. A value that cannot be read counts as
+    missing."""
     gone_keys, returned = store.declared_daemons(now - FORGET_MS)
     gone = sorted(str(d) for d in gone_keys or ())
     candidates = [d for d in sorted(where.counts) if is_identity(d) and d not in gone]
+    unindexed = [d for d in candidates if d not in inventories]
+    ats = {**{d: (at, last) for d, (at, _, last) in inventories.items()},
+           **dict(zip(unindexed, store.inventory_ats(unindexed), strict=True))}
     stale_ms = store.settings.inventory_stale_secs * 1000
     silent: dict[str, tuple[int | None, int | None]] = {}
-    for daemon, (raw_at, raw_last) in zip(candidates, store.inventory_ats(candidates), strict=True):
+    for daemon in candidates:
+        raw_at, raw_last = ats[daemon]
         at, last = _int(raw_at), _int(raw_last)
         if at is None or now - at > stale_ms:  # (from a fresh one the sweep judges its jobs)
             silent[daemon] = (at, last)
