@@ -23,6 +23,7 @@ BENCHES = [
     ("handoff trace", ["handoff_trace"], ["handoff_trace", "--jobs", "10"]),
     ("sweep", ["sweep"], ["sweep"]),
     ("metrics scrape", ["scrape"], ["scrape", "--retained", "20000", "--repeat", "20"]),
+    ("status read phases", ["status_phases"], ["status_phases", "--running", "1000", "--workers", "100"]),
     ("failure detection", ["failover"], ["failover", "--rounds", "2"]),
     ("memory", ["memory"], ["memory"]),
     ("lifetime", ["lifetime"], ["lifetime", "--quick"]),
