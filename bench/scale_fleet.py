@@ -214,14 +214,16 @@ def sweep_size(sup: Supervisor, fleet: Fleet, admin: Any, n: int, rounds: int, r
            "calls": statistics.median(r["calls"] for r in runs),
            "lists": statistics.median(r["lists"] for r in runs),
            "phases": phases, "verdicts": runs[-1]["verdicts"], "redis_commands": len(top),
-           "redis_ms": sum(e.usec for e in top) / 1000, "us_per_row": 1000 * med / n}
+           "redis_ms": sum(e.usec for e in top) / 1000, "us_per_row": 1000 * med / n,
+           "longest_ms": max((e.usec for e in top), default=0) / 1000}
     goal = SWEEP_GOAL_MS.get(n)
     print(f"  {n:>7,} rows: steady sweep median {med:7.1f} ms (process CPU {res['cpu']:.1f} ms), "
           f"{res['us_per_row']:.1f} us a row; daemon calls per sweep {res['calls']:g} (list calls "
           f"{res['lists']:g}); phases " + " ".join(f"{k} {v:.0f}" for k, v in phases.items())
           + f"; verdicts {res['verdicts']}" + (f"; goal <= {goal:g} ms: {'met' if med <= goal else 'NOT met'}"
                                                if goal else ""))
-    print(f"    Redis per sweep: {len(top)} top-level commands, {res['redis_ms']:.1f} ms of server time: "
+    print(f"    Redis per sweep: {len(top)} top-level commands, {res['redis_ms']:.1f} ms of server time, the "
+          f"longest command {res['longest_ms']:.1f} ms: "
           + ", ".join(f"{k} {c}x {u / 1000:.1f} ms" for k, (c, u) in list(prof.items())[:6]))
     if profile:
         prof_c = cProfile.Profile()

@@ -10,6 +10,7 @@ call that row's problem and not the sweep's, except where said.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,10 @@ from .runner import call_redis, wrap_redis_error
 
 #: Keys read per pipeline when whole rows are read.
 READ_CHUNK = 1000
+#: Running rows read per command by `running_brief` (about 5 ms of Redis's time), and how many rows each
+#: slice reads again of the one before.
+BRIEF_SLICE = 1000
+BRIEF_OVERLAP = 50
 
 
 def run_pipeline(pipe: Any, raise_on_error: bool = True, what: str = "sweep read") -> list[Any]:
@@ -44,33 +49,62 @@ class SweepIO:
     def running_brief(self, fields: Sequence[str], all_rows: bool) -> tuple[int, list[tuple[Any, ...]]]:
         """The server's time (ms) and, with `all_rows`, every running row as (id, its `fields`, its lease).
 
-        One command reads them all: SORT_RO ... BY nosort GET reads each member's hash fields and lease (the
-        patterns carry the pool's hash tag, so they stay in the key's cluster slot). SORT_RO, not SORT: SORT
-        counts as a write (it can STORE), so a replica or a server at its memory limit refuses it, and the
-        sweep must read there too. Redis 6.2 has no SORT_RO; there plain SORT is used."""
+        SORT_RO ... BY nosort GET reads each member's hash fields and lease in the `running` index's order
+        (the patterns carry the pool's hash tag, so they stay in the key's cluster slot), `BRIEF_SLICE` rows a
+        command: one command for every row held Redis for a third of a second at 100,000 rows, every other
+        client waiting behind it. Consecutive slices overlap by `BRIEF_OVERLAP` rows, so a row is missed only
+        if that many rows before it leave the index between two slices (a few ms); one read again by the next
+        slice (rows entering before it) is kept once. A row missed is judged at the next sweep, as one that
+        started after the read. SORT_RO, not SORT: SORT counts as a write (it can STORE), so a replica or a
+        server at its memory limit refuses it, and the sweep must read there too. Redis 6.2 has no SORT_RO;
+        there plain SORT is used."""
         k = self.keys
         get = ["#", *(f"{k.job('*')}->{f}" for f in fields), k.lease("*")]
+        gets = [a for g in get for a in ("GET", g)]
+
+        def sort(offset: int) -> list[Any]:
+            # By hand: redis-py's `sort_ro()` (8.1) sends a plain SORT.
+            return ["SORT_RO" if self._sort_ro else "SORT", k.running, "BY", "nosort", "LIMIT", offset,
+                    BRIEF_SLICE, *gets]
+
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
         if all_rows:
-            # By hand: redis-py's `sort_ro()` (8.1) sends a plain SORT.
-            args = [k.running, "BY", "nosort", *(a for g in get for a in ("GET", g))]
-            pipe.execute_command("SORT_RO" if self._sort_ro else "SORT", *args)
-        try:
-            replies = list(pipe.execute())
-        except redis.ResponseError as exc:
-            if self._sort_ro and "unknown command" in str(exc).lower():
-                self._sort_ro = False
-                return self.running_brief(fields, all_rows)
-            raise wrap_redis_error(exc, "sweep read") from None
-        except redis.RedisError as exc:
-            raise wrap_redis_error(exc, "sweep read") from None
+            pipe.execute_command(*sort(0))
+        replies = self._brief_replies(pipe.execute)
+        if replies is None:
+            return self.running_brief(fields, all_rows)
         secs, micros = replies[0]
         now_ms = int(secs) * 1000 + int(micros) // 1000
         if not all_rows:
             return now_ms, []
-        rows = iter(replies[1])
-        return now_ms, list(zip(*[rows] * len(get), strict=True))  # consecutive groups of len(get)
+        found = list(zip(*[iter(replies[1])] * len(get), strict=True))  # consecutive groups of len(get)
+        rows, offset = found, 0
+        while len(found) == BRIEF_SLICE:
+            offset += BRIEF_SLICE - BRIEF_OVERLAP
+            reply = self._brief_replies(functools.partial(self.client.execute_command, *sort(offset)))
+            if reply is None:
+                return self.running_brief(fields, all_rows)
+            tail = [row[0] for row in found[-BRIEF_OVERLAP:]]
+            before, found = found, list(zip(*[iter(reply)] * len(get), strict=True))
+            if [row[0] for row in found[:BRIEF_OVERLAP]] == tail:  # nothing moved: the overlap read again
+                rows.extend(found[BRIEF_OVERLAP:])
+            else:  # rows left or entered before it: a row read twice is in the slice before
+                seen = {row[0] for row in before}
+                rows.extend(row for row in found if row[0] not in seen)
+        return now_ms, rows
+
+    def _brief_replies(self, read: Any) -> Any:
+        """What `read()` returns; None when the server turned out to have no SORT_RO (then SORT is used)."""
+        try:
+            return read()
+        except redis.ResponseError as exc:
+            if self._sort_ro and "unknown command" in str(exc).lower():
+                self._sort_ro = False
+                return None
+            raise wrap_redis_error(exc, "sweep read") from None
+        except redis.RedisError as exc:
+            raise wrap_redis_error(exc, "sweep read") from None
 
     def brief_of(self, ids: Sequence[str], fields: Sequence[str]) -> list[tuple[Any, ...]]:
         """`running_brief`'s rows for given ids (an operator's one-job call); a row that cannot be read has

@@ -5,7 +5,9 @@ apply.py), on fakeredis[lua] and a real redis-server:
   no snapshot or verdict made for it, and reported exactly as `decide` would have judged it;
 - the verdicts that change rows go to Redis a batch at a time, each still a compare-and-set on the evidence
   it was judged from: a row that moved on between the read and the apply (its worker back, its worker's own
-  finish, a newer inventory of its daemon) is refused in its place, and the others of the batch are applied.
+  finish, a newer inventory of its daemon) is refused in its place, and the others of the batch are applied;
+- the running rows are read a slice at a time (store/sweepio.py `running_brief`), each once, none that stays
+  missed while rows leave the index between slices.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import redis
 from jobpool.api import Pool
 from jobpool.config import Settings
 from jobpool.fleet.inventory import Entry
+from jobpool.store import sweepio
 from jobpool.store.redisurl import connect
 from jobpool.supervisor import ContainerProber, Supervisor, apply, reconcile
 from jobpool.supervisor.verdicts import Kind, RowSnapshot, decide
@@ -158,3 +161,66 @@ def test_a_batch_a_demoted_primary_refused_is_sent_again_to_the_new_one(
     finally:
         admin.close()
         pool.store.close()
+
+
+def _running(pool: Pool, n: int) -> list[str]:
+    """`n` running rows, each claimed by a worker of its own (lease held), in the `running` index's order."""
+    pool.set_slots(n)
+    ids = [enqueue(pool).id for _ in range(n)]
+    for job_id in ids:
+        claim(pool, job_id, f"boot-{job_id}")
+    return [str(m) for m in pool.store.client.zrange(pool.keys.running, 0, -1)]
+
+
+def test_the_running_rows_are_read_a_slice_at_a_time_each_once(backend: Backend,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep's first read takes the running rows `BRIEF_SLICE` a command (store/sweepio.py), never all
+    of them in one: every row comes back once, with its owner and lease, in the index's order."""
+    monkeypatch.setattr(sweepio, "BRIEF_SLICE", 10)
+    monkeypatch.setattr(sweepio, "BRIEF_OVERLAP", 3)
+    pool = backend.pool()
+    ids = _running(pool, 35)
+    sorts: list[int] = []
+    replies = pool.store._brief_replies
+
+    def counted(pipe: Any) -> Any:
+        sorts.append(1)
+        return replies(pipe)
+
+    monkeypatch.setattr(pool.store, "_brief_replies", counted)
+    _, rows = pool.store.running_brief(("owner_boot", "attempt"), True)
+    assert [r[0] for r in rows] == ids
+    assert all(r[1] == f"boot-{r[0]}" and r[3] == f"boot-{r[0]}:{r[2]}" for r in rows)
+    assert len(sorts) == 5  # slices at 0, 7, 14, 21, 28: the last one short
+
+
+def test_rows_leaving_the_index_between_slices_cost_no_other_row_its_read(
+        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between two slices, rows before the next slice's start leave the index (their jobs ended: every row
+    after them moves up) and new ones enter at its end: as many leaving as the overlap still misses no row
+    that stays, and none is read twice; a row that entered may be read or not (the next sweep reads it)."""
+    monkeypatch.setattr(sweepio, "BRIEF_SLICE", 10)
+    monkeypatch.setattr(sweepio, "BRIEF_OVERLAP", 3)
+    pool = backend.pool()
+    ids = _running(pool, 40)
+    client = pool.store.client
+    gone: list[str] = []
+    entered: list[str] = []
+    replies = pool.store._brief_replies
+
+    def meanwhile(pipe: Any) -> Any:
+        if entered or gone:  # not before the first slice: before each next one, the first three rows leave
+            first = [str(m) for m in client.zrange(pool.keys.running, 0, 2)]
+            client.zrem(pool.keys.running, *first)
+            gone.extend(first)
+        entered.append(f"new-{len(entered)}")
+        client.zadd(pool.keys.running, {entered[-1]: pool.now_ms() + 10_000})
+        return replies(pipe)
+
+    monkeypatch.setattr(pool.store, "_brief_replies", meanwhile)
+    _, rows = pool.store.running_brief(("owner_boot",), True)
+    read = [r[0] for r in rows]
+    stayed = [j for j in ids if j not in gone]
+    assert len(gone) >= 9 and len(read) == len(set(read))
+    assert [j for j in read if j in stayed] == stayed
+    assert set(read) - set(stayed) <= set(gone) | set(entered)
