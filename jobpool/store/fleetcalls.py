@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .replies import CollisionCleared, Lead, Marked
+from .runner import call_redis
 from .scriptcalls import ScriptCalls
 
 
@@ -17,8 +18,16 @@ class FleetCalls(ScriptCalls):
     """The fleet's script calls (a part of `store.calls.Store`)."""
 
     def inventory_lead(self, daemon_id: str, boot_id: str, lead_ms: int) -> Lead:
-        reply = self.run("inventory_lead", [self.keys.inventory_lead(daemon_id)],
-                         [daemon_id, boot_id, lead_ms])
+        """Take or renew a daemon's inventory lead (scripts/inventory_lead.lua), or learn who holds it. A
+        follower asks every period, so the holder is read first, and the script runs only when the lead is
+        free or this boot's: a GET, not a script, for each of the many followers of a large fleet. A lead
+        lapsing just after the read is taken at the next period, as it would be had it lapsed just after the
+        script ran."""
+        key = self.keys.inventory_lead(daemon_id)
+        holder = call_redis(self.client.get, key, what="reading the inventory lead")
+        if holder and holder != boot_id:
+            return Lead(held=False, holder=str(holder))
+        reply = self.run("inventory_lead", [key], [daemon_id, boot_id, lead_ms])
         return Lead(held=bool(int(reply[1])), holder=str(reply[2]))
 
     def publish_inventory(self, daemon_id: str, boot_id: str, kernel_boot_id: str, lead_ms: int,

@@ -16,9 +16,12 @@ import pytest
 
 from jobpool import errors
 from jobpool.api import Pool
+from jobpool.config import Settings
 from jobpool.contract import INVENTORY_MAX_BYTES
 from jobpool.fleet import strays
 from jobpool.fleet.inventory import FIELDS, FORGET_MS, Entry, earlier_boots, encode, parse
+from jobpool.store.redisurl import connect
+from jobpool.store.replies import Lead
 from jobpool.supervisor.probes import Absent, Present, Probe, Unknown
 from jobpool.workers.inventory import InventoryPublisher, entry_of
 from tests.support.polling import eventually
@@ -68,6 +71,30 @@ def test_the_lead_lapses_with_its_holder(backend: Backend) -> None:
         time.sleep(0.02)
     with pytest.raises(errors.NotOwner):
         publish(pool, "boot-a")
+
+
+def test_a_follower_reads_the_lead_and_runs_no_script_until_it_is_free(redis_url: str) -> None:
+    """`Store.inventory_lead` (what a worker's publisher calls every period) reads the holder first: a
+    follower learns it from a GET, and only a free lead or the asker's own runs the script, which takes or
+    renews it. Counted on a real redis-server (INFO commandstats)."""
+    pool = Pool(connect(redis_url), Settings(redis_url=redis_url))
+    client, store = pool.store.client, pool.store
+
+    def scripts() -> int:
+        stats = cast("dict[str, dict[str, Any]]", client.info("commandstats"))
+        return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+    assert store.inventory_lead(D1, "boot-a", 60_000) == Lead(held=True, holder="boot-a")
+    client.config_resetstat()
+    for _ in range(3):
+        assert store.inventory_lead(D1, "boot-b", 60_000) == Lead(held=False, holder="boot-a")
+    assert scripts() == 0
+    client.pexpire(pool.keys.inventory_lead(D1), 10_000)
+    assert store.inventory_lead(D1, "boot-a", 60_000).held is True  # its holder's call renews it: the script
+    assert scripts() == 1 and client.pttl(pool.keys.inventory_lead(D1)) > 50_000
+    client.delete(pool.keys.inventory_lead(D1))  # its holder gone: the lead lapsed
+    assert store.inventory_lead(D1, "boot-b", 60_000) == Lead(held=True, holder="boot-b")
+    assert scripts() == 2
 
 
 def test_an_inventory_is_written_whole_with_the_servers_time(backend: Backend) -> None:
