@@ -13,7 +13,7 @@ from typing import Any
 import docker.api.container as dac
 from rq.worker import Worker
 
-from jobpool import api
+from jobpool.store.scriptcalls import ScriptCalls
 from jobpool.workers import attempt, entry, rqworker
 from jobpool.workers.__main__ import main
 
@@ -44,7 +44,7 @@ STEPS = [
     (Worker, "prepare_execution", "prep_exec"), (Worker, "fork_work_horse", "fork"),
     (Worker, "main_work_horse", "horse"), (Worker, "prepare_job_execution", "prep_job"),
     (entry, "run_job", "run_job"), (attempt.Attempt, "claim", "claim"), (attempt.Attempt, "finish", "finish"),
-    (attempt.Attempt, "set_container", "set_container"), (api.Pool, "candidates", "candidates"),
+    (attempt.Attempt, "set_container", "set_container"), (ScriptCalls, "candidates", "candidates"),
     (dac.ContainerApiMixin, "create_container", "create"), (dac.ContainerApiMixin, "start", "start"),
     (dac.ContainerApiMixin, "wait", "wait"), (dac.ContainerApiMixin, "inspect_container", "inspect"),
     (dac.ContainerApiMixin, "logs", "logs"), (dac.ContainerApiMixin, "remove_container", "remove"),
