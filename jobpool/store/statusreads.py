@@ -15,6 +15,7 @@ import redis
 from .keys import PoolKeys
 from .redispolicy import SETTING
 from .runner import call_redis, wrap_redis_error
+from .workerio import TWIN_ID
 
 _WHAT = "status"
 
@@ -33,29 +34,39 @@ def _pairs(reply: Any) -> list[tuple[str, float]]:
     return [(member, float(score)) for member, score in zip(it, it, strict=True)]
 
 
-def _records(twins: list[Any]) -> list[dict[str, str] | None]:
-    """The boot records from their JSON twins, None for each that is missing or not a record's JSON. The
-    twins are parsed as one JSON array, which shares the parser's memo of the records' keys: a thousand
-    parsed one by one take twice as long. Only when that array is not valid JSON is each parsed alone."""
+def _records(boot_ids: Sequence[str], twins: list[Any]) -> list[dict[str, str] | None]:
+    """The boot records of `boot_ids` from their JSON twins, None for each that is missing or not the record
+    of its boot (it names another, or is not one JSON object: a twin edited by hand). The twins are parsed
+    as one JSON array, which shares the parser's memo of the records' keys (a thousand parsed one by one
+    take twice as long); each record must then name its own boot, so a twin edited to hold two records or
+    half of one cannot shift another boot's. Otherwise each is parsed alone."""
     present = [t for t in twins if isinstance(t, str)]
-    try:
-        joined = json.loads("[" + ",".join(present) + "]")
-    except ValueError:
-        joined = None
-    # A twin edited by hand to hold two records ('{..},{..}') would shift every one after it.
-    parsed = iter(joined if isinstance(joined, list) and len(joined) == len(present)
-                  else [_record(t) for t in present])
+    joined = _parsed("[" + ",".join(present) + "]")
+    if isinstance(joined, list) and len(joined) == len(present):
+        records = _own(boot_ids, twins, joined)
+        if sum(r is not None for r in records) == len(present):  # every twin read is its boot's record
+            return records
+    return _own(boot_ids, twins, [_parsed(t) for t in present])
+
+
+def _own(boot_ids: Sequence[str], twins: list[Any], parsed: list[Any]) -> list[dict[str, str] | None]:
+    """Each boot's record among `parsed` (the present twins' values, in order), None where its twin is
+    missing or its value is not a JSON object naming that boot."""
+    values = iter(parsed)
     records: list[dict[str, str] | None] = []
-    for twin in twins:
-        record = next(parsed) if isinstance(twin, str) else None
-        records.append(record if isinstance(record, dict) else None)
+    for boot_id, twin in zip(boot_ids, twins, strict=True):
+        record = next(values) if isinstance(twin, str) else None
+        # Popped: a record is the hash's fields alone (a value parsed here is never read elsewhere).
+        ok = isinstance(record, dict) and record.pop(TWIN_ID, None) == boot_id
+        records.append(record if ok else None)
     return records
 
 
-def _record(twin: str) -> Any:
+def _parsed(text: str) -> Any:
+    """`text` as JSON; None when it is not (nested past the parser's depth, too)."""
     try:
-        return json.loads(twin)
-    except ValueError:
+        return json.loads(text)
+    except (ValueError, RecursionError):
         return None
 
 
@@ -175,7 +186,7 @@ class StatusReads:
             pipe.hget(self.keys.job(job_id), "created_at")
         replies = _or_none(call_redis(pipe.execute, raise_on_error=False, what=_WHAT))
         twins = replies[0] if boot_ids and isinstance(replies[0], list) else [None] * len(boot_ids)
-        records = _records(twins)
+        records = _records(boot_ids, twins)
         unread = [i for i, r in enumerate(records) if r is None]
         if unread:
             pipe = self.client.pipeline(transaction=False)

@@ -53,11 +53,11 @@ class SweepIO:
         (the patterns carry the pool's hash tag, so they stay in the key's cluster slot), `BRIEF_SLICE` rows a
         command: one command for every row held Redis for a third of a second at 100,000 rows, every other
         client waiting behind it. Consecutive slices overlap by `BRIEF_OVERLAP` rows, so a row is missed only
-        if that many rows before it leave the index between two slices (a few ms); one read again by the next
-        slice (rows entering before it) is kept once. A row missed is judged at the next sweep, as one that
-        started after the read. SORT_RO, not SORT: SORT counts as a write (it can STORE), so a replica or a
-        server at its memory limit refuses it, and the sweep must read there too. Redis 6.2 has no SORT_RO;
-        there plain SORT is used."""
+        if that many rows before it leave the index between two slices (a few ms); one read again (the
+        overlap, rows entering before it, a row promoted again meanwhile) is kept once. A row missed is judged
+        at the next sweep, as one that started after the read. SORT_RO, not SORT: SORT counts as a write (it
+        can STORE), so a replica or a server at its memory limit refuses it, and the sweep must read there
+        too. Redis 6.2 has no SORT_RO; there plain SORT is used."""
         k = self.keys
         get = ["#", *(f"{k.job('*')}->{f}" for f in fields), k.lease("*")]
         gets = [a for g in get for a in ("GET", g)]
@@ -80,18 +80,18 @@ class SweepIO:
             return now_ms, []
         found = list(zip(*[iter(replies[1])] * len(get), strict=True))  # consecutive groups of len(get)
         rows, offset = found, 0
+        seen = {row[0] for row in found}
         while len(found) == BRIEF_SLICE:
             offset += BRIEF_SLICE - BRIEF_OVERLAP
             reply = self._brief_replies(functools.partial(self.client.execute_command, *sort(offset)))
             if reply is None:
                 return self.running_brief(fields, all_rows)
-            tail = [row[0] for row in found[-BRIEF_OVERLAP:]]
-            before, found = found, list(zip(*[iter(reply)] * len(get), strict=True))
-            if [row[0] for row in found[:BRIEF_OVERLAP]] == tail:  # nothing moved: the overlap read again
-                rows.extend(found[BRIEF_OVERLAP:])
-            else:  # rows left or entered before it: a row read twice is in the slice before
-                seen = {row[0] for row in before}
-                rows.extend(row for row in found if row[0] not in seen)
+            found = list(zip(*[iter(reply)] * len(get), strict=True))
+            # Read before: the overlap, rows after rows that entered, a row promoted again meanwhile (moved
+            # to the end of the index): each is kept once, as first read.
+            fresh = [row for row in found if row[0] not in seen]
+            seen.update(row[0] for row in fresh)
+            rows.extend(fresh)
         return now_ms, rows
 
     def _brief_replies(self, read: Any) -> Any:

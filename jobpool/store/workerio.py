@@ -18,6 +18,9 @@ import redis
 from .keys import PoolKeys
 from .runner import call_redis
 
+#: The field of a boot record's JSON twin that names its boot (the hash has none: its key does).
+TWIN_ID = "boot_id"
+
 
 class WorkerIO:
     """A worker's reads and writes of one pool (a part of `store.calls.Store`)."""
@@ -30,16 +33,19 @@ class WorkerIO:
         boots whose records expired long ago, so the index stays the size of the fleet. One MULTI.
 
         The record is written twice, as the hash every reader of one boot reads (HMGET of its fields, EXISTS)
-        and as its JSON twin (`boot_json`, the values as the hash returns them: strings), which a status read
-        takes for the whole fleet in one MGET instead of a HGETALL per boot. Both in the same MULTI with the
-        same TTL, removed together (`remove_boot`), so they never disagree; a boot with no twin (a worker of
-        an earlier release) is read from its hash."""
+        and as its JSON twin (`boot_json`, the values as the hash returns them: strings, and the boot's id
+        under `TWIN_ID`, which a reader checks), which a status read takes for the whole fleet in one MGET
+        instead of a HGETALL per boot. Both in the same MULTI with the same TTL, removed together
+        (`remove_boot`): they agree, unless the hash's key was replaced by hand with another type (its write
+        then fails in the MULTI, the twin's does not). A boot with no twin (a worker of an earlier release)
+        is read from its hash."""
         key = self.keys.boot(boot_id)
         fields: dict[Any, str] = {str(k): str(v) for k, v in record.items()}
+        twin = json.dumps({**fields, TWIN_ID: boot_id}, separators=(",", ":"))
         pipe = self.client.pipeline(transaction=True)
         pipe.hset(key, mapping=fields)
         pipe.pexpire(key, ttl_ms)
-        pipe.set(self.keys.boot_json(boot_id), json.dumps(fields, separators=(",", ":")), px=ttl_ms)
+        pipe.set(self.keys.boot_json(boot_id), twin, px=ttl_ms)
         pipe.zadd(self.keys.boots, {boot_id: now_ms})
         pipe.zremrangebyscore(self.keys.boots, 0, now_ms - 10 * ttl_ms)
         pipe.execute()

@@ -240,8 +240,28 @@ def test_a_boot_with_no_readable_twin_is_read_from_its_hash(redis_url: str) -> N
     assert report.workers is not None and report.workers.live == 4 and report.workers.stale == 0
     assert {w.id: w.host for w in report.workers.boots} == {
         **{b.id: str(b.fields["host"]) for b in beaten}, "older": "h"}
-    client.set(pool.keys.boot_json(beaten[1].id), "not json")
-    assert boot_reads(pool) == (1, hgetalls + 2)
+    hosts = {**{b.id: str(b.fields["host"]) for b in beaten}, "older": "h"}
+    for edited in ("not json", "[" * 100_000, "{}", '{"role":"x"}'):  # the last two name no boot
+        client.set(pool.keys.boot_json(beaten[1].id), edited)
+        assert boot_reads(pool) == (1, hgetalls + 2), edited[:20]
+        report = read_status(pool.store)
+        assert report.workers is not None and report.workers.stale == 0
+        assert {w.id: w.host for w in report.workers.boots} == hosts, edited[:20]
+
+
+def test_twins_edited_to_shift_the_others_mislead_no_boot(redis_url: str) -> None:
+    """Two twins edited so that, joined, they still parse to as many records (the first holds a record and
+    the start of another, the third its end): every record must name its own boot, so the untouched boot
+    between them is shown from its own twin, and the two edited ones from their hashes."""
+    pool = Pool(connect(redis_url), Settings(redis_url=redis_url, inventory_stale_secs=STALE))
+    client = pool.store.client
+    boots = [Boot(pool.store, "docker", D1) for _ in range(3)]
+    for i, boot in enumerate(boots):
+        boot.fields["host"] = f"host-{i}"
+        boot.beat()
+    order = [b for b, _ in pool.store.status_head(10)[2]]  # the twins' order in the status read
+    client.set(pool.keys.boot_json(order[0]), '{"host":"evil"},{"host":"evil2"},{"x":[0')
+    client.set(pool.keys.boot_json(order[2]), "0]}")  # joined: three JSON objects for three twins
     report = read_status(pool.store)
-    assert report.workers is not None and {w.id: w.host for w in report.workers.boots} == {
-        **{b.id: str(b.fields["host"]) for b in beaten}, "older": "h"}
+    assert report.workers is not None and report.workers.live == 3
+    assert {w.id: w.host for w in report.workers.boots} == {b.id: str(b.fields["host"]) for b in boots}

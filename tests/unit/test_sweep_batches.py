@@ -224,3 +224,26 @@ def test_rows_leaving_the_index_between_slices_cost_no_other_row_its_read(
     assert len(gone) >= 9 and len(read) == len(set(read))
     assert [j for j in read if j in stayed] == stayed
     assert set(read) - set(stayed) <= set(gone) | set(entered)
+
+
+def test_a_row_promoted_again_while_the_rows_are_read_is_read_once(backend: Backend,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row read in the first slice and promoted again before the last (its score now the newest: it moves
+    to the end of the index, where a later slice reads it again) is kept once."""
+    monkeypatch.setattr(sweepio, "BRIEF_SLICE", 10)
+    monkeypatch.setattr(sweepio, "BRIEF_OVERLAP", 3)
+    pool = backend.pool()
+    ids = _running(pool, 25)
+    client = pool.store.client
+    calls: list[int] = []
+    replies = pool.store._brief_replies
+
+    def meanwhile(pipe: Any) -> Any:
+        if len(calls) == 1:
+            client.zadd(pool.keys.running, {ids[0]: pool.now_ms() + 60_000})
+        calls.append(1)
+        return replies(pipe)
+
+    monkeypatch.setattr(pool.store, "_brief_replies", meanwhile)
+    _, rows = pool.store.running_brief(("owner_boot",), True)
+    assert sorted(r[0] for r in rows) == sorted(ids) and len(calls) == 4
