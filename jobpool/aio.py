@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
 import contextlib
 import datetime
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 from . import apichecks, errors, livelogs, logtail, submit
@@ -39,6 +40,43 @@ log = logging.getLogger("jobpool")
 FOLLOW_BLOCK_MS = 5000
 #: Stream entries one XREAD of the waiters' reader takes at most.
 FOLLOW_COUNT = 1000
+
+
+class EventFollower:
+    """`AsyncPool.follow_events`'s follower: an async iterator of the events after its position, which is
+    fixed when it is awaited, or at the first event asked for (the stream's newest id then, unless given)."""
+
+    def __init__(self, store: AsyncStore, job_id: str | None, after: str | None, block_ms: int) -> None:
+        self._store = store
+        self._job_id = job_id
+        self._position = after
+        self._block_ms = block_ms
+        self._ready: collections.deque[dict[str, str]] = collections.deque()
+
+    def __await__(self) -> Generator[Any, None, EventFollower]:
+        return self._fixed().__await__()
+
+    async def _fixed(self) -> EventFollower:
+        await self._start()
+        return self
+
+    async def _start(self) -> str:
+        if self._position is None:
+            self._position = await self._store.newest_event_id()
+        return self._position
+
+    def __aiter__(self) -> EventFollower:
+        return self
+
+    async def __anext__(self) -> dict[str, str]:
+        position = await self._start()
+        while not self._ready:
+            reply = await self._store.events_following(position, FOLLOW_COUNT, self._block_ms)
+            for _stream, entries in reply or []:
+                self._ready.extend(event_stream.stream_entries(entries, self._job_id))
+                if entries:
+                    position = self._position = entries[-1][0]  # a concrete id, never "$": no gap
+        return self._ready.popleft()
 
 
 class AsyncPool:
@@ -236,24 +274,17 @@ class AsyncPool:
         return event_stream.stream_entries(await self.store.events_after(after, count), job_id)
 
     def follow_events(self, job_id: str | None = None, after: str | None = None,
-                      block_secs: float = 1.0) -> AsyncIterator[dict[str, str]]:
+                      block_secs: float = 1.0) -> EventFollower:
         """`Pool.follow_events`: the events written after stream id `after` (default: from now on), as they
         come (those of `job_id` alone when it is given); never ends by itself: stop iterating to stop. Each
         wait blocks on the server at most `block_secs`, on a connection of the client's pool. The arguments
-        are checked at once, as `Pool`'s are."""
-        event_stream.check_follow(job_id, after, block_secs)
-        return self._follow(job_id, after, int(block_secs * 1000))
+        are checked at once, as `Pool`'s are.
 
-    async def _follow(self, job_id: str | None, after: str | None,
-                      block_ms: int) -> AsyncIterator[dict[str, str]]:
-        position = after if after is not None else await self.store.newest_event_id()
-        while True:
-            reply = await self.store.events_following(position, FOLLOW_COUNT, block_ms)
-            for _stream, entries in reply or []:
-                for event in event_stream.stream_entries(entries, job_id):
-                    yield event
-                if entries:
-                    position = entries[-1][0]  # a concrete id, never "$": no gap between two reads
+        "Now" takes a read of the stream, which a plain call cannot make: await the follower to fix it at
+        once (`events = await pool.follow_events()`, then act, then `async for e in events`), as `Pool`'s
+        call does; iterated without, "now" is when the first event is asked for."""
+        event_stream.check_follow(job_id, after, block_secs)
+        return EventFollower(self.store, job_id, after, int(block_secs * 1000))
 
     async def wait(self, job_id: str, timeout: float = 60.0, states: Iterable[str | JobState] = TERMINAL,
                    fallback_secs: float = 5.0) -> Job:
@@ -272,8 +303,14 @@ class AsyncPool:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise errors.JobTimeout(f"job {job_id} is still {job.state} after {timeout:g}s")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), min(left, fallback_secs))
+                # asyncio.wait, not wait_for: wait_for (Python 3.10, 3.11) returns the result of a wake that
+                # comes with the caller's cancellation, losing the cancellation, and on 3.10 raises its own
+                # TimeoutError; wait neither raises on a timeout nor keeps a cancellation from its caller.
+                wake = asyncio.ensure_future(woken.wait())
+                try:
+                    await asyncio.wait({wake}, timeout=min(left, fallback_secs))
+                finally:
+                    wake.cancel()
                 woken.clear()
 
     # ---- control ------------------------------------------------------------------------------------

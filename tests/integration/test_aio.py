@@ -161,3 +161,54 @@ def test_follow_events_yields_the_events_after_a_point_in_order_and_new_ones_as_
     assert written == sub_pool.events(after=f"({after}", count=2)
     assert (event["job"], event["to"]) == (b.id, "cancelled")
     assert refused is errors.InvalidArgument
+
+
+def test_a_follower_awaited_starts_from_then(sub_pool: Pool) -> None:
+    """`await pool.follow_events()` fixes "from now on" at once, as `Pool.follow_events`'s call does: a
+    transition made after it and before the first read is given."""
+    sub_pool.set_slots(0)
+    job = sub_pool.enqueue("img", ["a"])
+
+    async def body(apool: AsyncPool) -> dict[str, str]:
+        events = await apool.follow_events(job.id, block_secs=0.2)
+        await asyncio.get_running_loop().run_in_executor(None, sub_pool.cancel, job.id)
+        return await asyncio.wait_for(anext(events), 10)
+
+    first = run(sub_pool, body)
+    assert (first["job"], first["to"]) == (job.id, "cancelled")
+
+
+def test_a_cancelled_wait_ends_cancelled_even_as_its_job_wakes_it(sub_pool: Pool) -> None:
+    """A waiter cancelled in the very step its job's transition wakes it ends with CancelledError, not
+    by reading the job again and waiting on until its timeout; a wait that outlasts its poll ends in
+    `JobTimeout`, whatever the Python version's own timeout error."""
+    sub_pool.set_slots(0)
+    job = sub_pool.enqueue("img", ["a"])
+
+    async def body(apool: AsyncPool) -> tuple[str, float, type[Exception]]:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(apool.wait(job.id, timeout=30, fallback_secs=NO_POLL))
+        deadline = loop.time() + 10
+        # Until the waiter awaits its wake (an asyncio.Event with a waiter of its own).
+        while not any(getattr(e, "_waiters", None) for e in apool._waiters.by_job.get(job.id, ())):
+            assert loop.time() < deadline, "the waiter never waited"
+            await asyncio.sleep(0.01)
+        started = loop.time()
+        for woken in apool._waiters.by_job[job.id]:
+            woken.set()
+        task.cancel()
+        try:
+            await task
+            outcome = "returned"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+        except errors.JobTimeout:
+            outcome = "timed out"
+        took = loop.time() - started
+        with pytest.raises(errors.JobTimeout) as caught:
+            await apool.wait(job.id, timeout=0.6, fallback_secs=0.2)
+        return outcome, took, type(caught.value)
+
+    outcome, took, timed_out = run(sub_pool, body)
+    assert outcome == "cancelled" and took < 5, (outcome, took)
+    assert timed_out is errors.JobTimeout
