@@ -153,7 +153,8 @@ class Following:
     def idle(self, state: str | None, newest: Entries) -> bool:
         """A read that waited found nothing: whether the job ended (its row's `state` now, None when it is
         gone); then the follower reads the log to its end once and stops. A log whose newest entry ends
-        before this follower's position expired between attempts and was started again: read from 0."""
+        before this follower's position expired between attempts and was started again from 0 by a worker
+        of 0.3.0 (later ones go on from its length, scripts/log_append.lua): read from 0."""
         if state is None or ended(state):
             return True
         last = pieces(newest)

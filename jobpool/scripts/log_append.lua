@@ -11,6 +11,9 @@ bytes of the job's log end with it, so a reader's position is a number of bytes 
 bytes (XTRIM MINID): about the newest `cap` bytes stay, one entry more at most. An append sent again after a
 lost reply (the attempt's last entry has its position already) adds nothing. The stream lives on while the
 job runs and expires `linger` ms after an attempt's last append (its row's log tail is then the record).
+The offset never goes back: each append records it in the row (`log_bytes`), and a stream started again
+after it expired (a next attempt after a long wait) goes on from there, so a follower's position stays
+below every new entry.
 ]]
 local jkey, lkey = KEYS[1], KEYS[2]
 local text, position = ARGV[3], ARGV[4]
@@ -21,6 +24,7 @@ if f ~= 0 then return {f, detail} end
 local kind = key_type(lkey)
 if kind ~= 'stream' and kind ~= 'none' then redis.call('DEL', lkey) end
 local offset, last = 0, redis.call('XREVRANGE', lkey, '+', '-', 'COUNT', 1)[1]
+if not last then offset = whole(redis.call('HGET', jkey, 'log_bytes')) end
 local how = 'appended'
 if last then
   offset = tonumber(string.match(last[1], '^(%d+)')) or 0
@@ -32,6 +36,7 @@ if how == 'appended' and #text > 0 then
   offset = offset + #text
   redis.call('XADD', lkey, offset .. '-0', 'a', ARGV[2], 'p', position, 't', now_ms(), 'd', text)
   redis.call('XTRIM', lkey, 'MINID', math.max(0, offset - cap))
+  redis.call('HSET', jkey, 'log_bytes', offset)
 end
 if linger > 0 then
   redis.call('PEXPIRE', lkey, linger)

@@ -37,6 +37,8 @@ log = logging.getLogger("jobpool.worker")
 
 #: How long one read of the job's output may take, and how long the watcher waits for the thread to end.
 READ_TIMEOUT_SECS = 5.0
+#: The longest pause between two tries of the last append while Redis does not answer.
+LAST_RETRY_MAX_SECS = 5.0
 
 
 def dropped_line(got: Output, secs: int) -> str:
@@ -78,8 +80,13 @@ class LiveLog:
         self._stop.set()
         self._thread.join(READ_TIMEOUT_SECS + 1)
         if last and self._reads and self._owned and not self._thread.is_alive():
+            delay = 0.1
             try:
-                self._send(LIVE_LOG_LINGER_SECS * 1000)
+                # Sent until Redis answers, as the exit it comes before is (jobpool/workers/watch.py
+                # `_finish`): lost, a follower would miss the attempt's last lines.
+                while not self._send(LIVE_LOG_LINGER_SECS * 1000):
+                    time.sleep(delay)
+                    delay = min(delay * 2, LAST_RETRY_MAX_SECS)
             except Exception:  # the watcher records the exit next: a live log must never keep it from that
                 log.exception("job %s: the live log's last append failed", self.attempt.job_id)
 
@@ -89,7 +96,9 @@ class LiveLog:
                 self._reads += 1
                 self._send(0)
 
-    def _send(self, linger_ms: int) -> None:
+    def _send(self, linger_ms: int) -> bool:
+        """Read what the job printed since the last read and append it; False when Redis did not answer
+        (what was read is then pending, sent again first next time)."""
         # A read covers the seconds since the last one, within the same bounds a second.
         secs = max(1, min(round(time.monotonic() - self._last), int(LIVE_LOG_IDLE_SECS)))
         self._last = time.monotonic()
@@ -104,7 +113,7 @@ class LiveLog:
             got = self.handle.read_output(self.position, LIVE_LOG_RATE_BYTES * secs,
                                           LIVE_LOG_READ_LINES * secs, READ_TIMEOUT_SECS)
             if got is None:
-                return
+                return True
             text = self._decoder.decode(got.text, final=linger_ms > 0)
             over = len(text.encode()) - LIVE_LOG_RATE_BYTES * secs
             if over > 0:  # undecodable bytes became U+FFFD, three bytes each: kept within the budget too
@@ -119,7 +128,8 @@ class LiveLog:
         except (NotOwner, NotFound):
             self._owned = False  # no longer ours: the watcher learns it from its own next write
         except RedisUnavailable:
-            pass  # what was read is pending: sent again next time, before anything more is read
+            return False  # what was read is pending: sent again next time, before anything more is read
         except JobpoolError as exc:
             self._pending = None
             log.warning("job %s: live log not sent: %s", self.attempt.job_id, exc)
+        return True

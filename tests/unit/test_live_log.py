@@ -8,6 +8,9 @@ it and which attempt printed what, and ends once the job has ended.
 
 from __future__ import annotations
 
+import hashlib
+from typing import cast
+
 import pytest
 import redis
 
@@ -16,9 +19,16 @@ from jobpool.api import Pool
 from jobpool.contract import LIVE_LOG_CAP_BYTES, LIVE_LOG_LINGER_SECS, LIVE_LOG_WATCH_SECS
 from jobpool.livelogs import pieces
 from jobpool.retention import batch_keys
+from jobpool.store.luatext import script_text
 from jobpool.workers.attempt import Attempt
+from jobpool.workers.executors import Handle
+from jobpool.workers.executors.base import Output
+from jobpool.workers.livelog import LiveLog
 from tests.support.attempts import claim
+from tests.support.polling import eventually
 from tests.support.pool_helpers import Backend, enqueue
+from tests.support.proxies import RedisReplyDropper
+from tests.support.servers import RedisServer
 
 
 def running(pool: Pool) -> tuple[str, Attempt]:
@@ -157,3 +167,60 @@ def test_a_reader_that_may_not_write_still_reads_a_running_jobs_log(backend: Bac
         reader.store.client.close()
     finally:
         client.acl_deluser("jobpool-test-reader")
+
+
+def test_a_next_attempt_after_the_log_expired_goes_on_from_its_length(pool: Pool) -> None:
+    """The stream expires while a handed-back job waits long for its next attempt: the next attempt's appends
+    go on from the log's length (the row keeps it), so a follower that read the first attempt reads all of
+    the second, even one whose first append ends where the first attempt's log ended."""
+    job_id, att = running(pool)
+    follower = pool.logs(job_id, follow=True)
+    att.append_log("a" * 9 + "\n" * 1 + "a" * 89 + "\n", "a")  # 100 bytes
+    assert [next(follower), next(follower)] == ["a" * 9, "a" * 89]
+    att.finish("interrupted", 75)
+    pool.store.client.delete(pool.keys.job_log(job_id))  # its linger ran out before the next attempt
+    second = claim(pool, job_id)
+    second.set_container("cid2", "daemon")
+    second.append_log("b" * 49 + "\n" + "b" * 49 + "\n", "b", LIVE_LOG_LINGER_SECS * 1000)  # 100 bytes too
+    second.finish("exit", 0)
+    assert list(follower) == ["[jobpool: attempt 2]", "b" * 49, "b" * 49]
+    assert [(p.start, p.end) for p in pieces(pool.store.log_after(job_id, 0, 10))] == [(100, 200)]
+
+
+class PrintedSoFar:
+    """A stand-in for an executor's handle (workers/executors/base.py `Handle.read_output`): what the job
+    printed, read by byte offset, as the subprocess executor reads its output file."""
+
+    def __init__(self) -> None:
+        self.out = b""
+
+    def read_output(self, position: str, budget: int, lines: int, timeout: float) -> Output:
+        start = int(position or 0)
+        end = min(len(self.out), start + budget)
+        return Output(self.out[start:end], str(end))
+
+
+def test_the_last_append_is_sent_again_until_redis_answers(redis_server: RedisServer) -> None:
+    """The watcher's last append (`LiveLog.close(last=True)`, made before the end is recorded) whose
+    connection is cut is sent again, as the finish after it is: the follower reads the job's last lines, and
+    the log lingers."""
+    proxy = RedisReplyDropper(redis_server.port)
+    try:
+        pool = Pool.from_url(redis_server.url)
+        worker_side = Pool.from_url(proxy.url)
+        job = pool.enqueue(image="busybox", command=["true"])
+        att = claim(worker_side, job.id, "boot-a")
+        att.set_container("c1", "daemon")
+        printed = PrintedSoFar()
+        live = LiveLog(att, cast(Handle, printed))
+        live.followed = True
+        live.start()
+        printed.out += b"line 1\nline 2\n"
+        eventually(lambda: pool.logs(job.id) == "line 1\nline 2\n", timeout=10)
+        printed.out += b"line 3\nRESULT: 42\n"
+        proxy.swallow(hashlib.sha1(script_text("log_append").encode()).hexdigest())
+        live.close(last=True)
+        assert pool.logs(job.id) == printed.out.decode()
+        assert pool.store.client.pttl(pool.keys.job_log(job.id)) > 0
+    finally:
+        proxy.close()
