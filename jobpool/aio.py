@@ -104,9 +104,12 @@ class AsyncPool:
         return cls(connect_async(s.redis_url), s)
 
     async def close(self) -> None:
-        """Stop the waiters' reader and close the Redis connections."""
-        await self._waiters.close()
-        await self.store.close()
+        """Stop the waiters' reader and close the Redis connections (those too when this close is itself
+        cancelled while it waits for the reader)."""
+        try:
+            await self._waiters.close()
+        finally:
+            await self.store.close()
 
     async def __aenter__(self) -> AsyncPool:
         return self
