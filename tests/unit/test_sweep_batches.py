@@ -172,53 +172,63 @@ def _running(pool: Pool, n: int) -> list[str]:
     return [str(m) for m in pool.store.client.zrange(pool.keys.running, 0, -1)]
 
 
-def test_the_running_rows_are_read_a_slice_at_a_time_each_once(backend: Backend,
+@pytest.fixture
+def small_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slices of 10 rows overlapping by 3 (store/sweepio.py), so that a few dozen rows take several."""
+    monkeypatch.setattr(sweepio, "BRIEF_SLICE", 10)
+    monkeypatch.setattr(sweepio, "BRIEF_OVERLAP", 3)
+
+
+def read_with(pool: Pool, monkeypatch: pytest.MonkeyPatch,
+              before: Callable[[int], None]) -> tuple[list[tuple[Any, ...]], int]:
+    """The running rows as the sweep reads them (owner and lease), `before(k)` run before its k-th command
+    (the first comes with the server's time): what other clients do between the slices. And how many
+    commands it sent."""
+    replies = pool.store._brief_replies
+    calls = 0
+
+    def meanwhile(read: Any) -> Any:
+        nonlocal calls
+        before(calls)
+        calls += 1
+        return replies(read)
+
+    monkeypatch.setattr(pool.store, "_brief_replies", meanwhile)
+    return pool.store.running_brief(("owner_boot", "attempt"), True)[1], calls
+
+
+def test_the_running_rows_are_read_a_slice_at_a_time_each_once(backend: Backend, small_slices: None,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The sweep's first read takes the running rows `BRIEF_SLICE` a command (store/sweepio.py), never all
     of them in one: every row comes back once, with its owner and lease, in the index's order."""
-    monkeypatch.setattr(sweepio, "BRIEF_SLICE", 10)
-    monkeypatch.setattr(sweepio, "BRIEF_OVERLAP", 3)
     pool = backend.pool()
     ids = _running(pool, 35)
-    sorts: list[int] = []
-    replies = pool.store._brief_replies
-
-    def counted(pipe: Any) -> Any:
-        sorts.append(1)
-        return replies(pipe)
-
-    monkeypatch.setattr(pool.store, "_brief_replies", counted)
-    _, rows = pool.store.running_brief(("owner_boot", "attempt"), True)
+    rows, calls = read_with(pool, monkeypatch, lambda k: None)
     assert [r[0] for r in rows] == ids
     assert all(r[1] == f"boot-{r[0]}" and r[3] == f"boot-{r[0]}:{r[2]}" for r in rows)
-    assert len(sorts) == 5  # slices at 0, 7, 14, 21, 28: the last one short
+    assert calls == 5  # slices at 0, 7, 14, 21, 28: the last one short
 
 
 def test_rows_leaving_the_index_between_slices_cost_no_other_row_its_read(
-        backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+        backend: Backend, small_slices: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Between two slices, rows before the next slice's start leave the index (their jobs ended: every row
     after them moves up) and new ones enter at its end: as many leaving as the overlap still misses no row
     that stays, and none is read twice; a row that entered may be read or not (the next sweep reads it)."""
-    monkeypatch.setattr(sweepio, "BRIEF_SLICE", 10)
-    monkeypatch.setattr(sweepio, "BRIEF_OVERLAP", 3)
     pool = backend.pool()
     ids = _running(pool, 40)
     client = pool.store.client
     gone: list[str] = []
     entered: list[str] = []
-    replies = pool.store._brief_replies
 
-    def meanwhile(pipe: Any) -> Any:
-        if entered or gone:  # not before the first slice: before each next one, the first three rows leave
+    def before(k: int) -> None:
+        if k:  # before each slice but the first, the first three rows leave
             first = [str(m) for m in client.zrange(pool.keys.running, 0, 2)]
             client.zrem(pool.keys.running, *first)
             gone.extend(first)
-        entered.append(f"new-{len(entered)}")
+        entered.append(f"new-{k}")
         client.zadd(pool.keys.running, {entered[-1]: pool.now_ms() + 10_000})
-        return replies(pipe)
 
-    monkeypatch.setattr(pool.store, "_brief_replies", meanwhile)
-    _, rows = pool.store.running_brief(("owner_boot",), True)
+    rows, _ = read_with(pool, monkeypatch, before)
     read = [r[0] for r in rows]
     stayed = [j for j in ids if j not in gone]
     assert len(gone) >= 9 and len(read) == len(set(read))
@@ -226,24 +236,16 @@ def test_rows_leaving_the_index_between_slices_cost_no_other_row_its_read(
     assert set(read) - set(stayed) <= set(gone) | set(entered)
 
 
-def test_a_row_promoted_again_while_the_rows_are_read_is_read_once(backend: Backend,
+def test_a_row_promoted_again_while_the_rows_are_read_is_read_once(backend: Backend, small_slices: None,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A row read in the first slice and promoted again before the last (its score now the newest: it moves
-    to the end of the index, where a later slice reads it again) is kept once."""
-    monkeypatch.setattr(sweepio, "BRIEF_SLICE", 10)
-    monkeypatch.setattr(sweepio, "BRIEF_OVERLAP", 3)
+    """A row read in the first slice and promoted again before the second (its score now the newest: it
+    moves to the end of the index, where the last slice reads it again) is kept once."""
     pool = backend.pool()
     ids = _running(pool, 25)
-    client = pool.store.client
-    calls: list[int] = []
-    replies = pool.store._brief_replies
 
-    def meanwhile(pipe: Any) -> Any:
-        if len(calls) == 1:
-            client.zadd(pool.keys.running, {ids[0]: pool.now_ms() + 60_000})
-        calls.append(1)
-        return replies(pipe)
+    def before(k: int) -> None:
+        if k == 1:
+            pool.store.client.zadd(pool.keys.running, {ids[0]: pool.now_ms() + 60_000})
 
-    monkeypatch.setattr(pool.store, "_brief_replies", meanwhile)
-    _, rows = pool.store.running_brief(("owner_boot",), True)
-    assert sorted(r[0] for r in rows) == sorted(ids) and len(calls) == 4
+    rows, calls = read_with(pool, monkeypatch, before)
+    assert sorted(r[0] for r in rows) == sorted(ids) and calls == 4
