@@ -148,10 +148,11 @@ def live_workers(pool: Pool, workers: int, daemons: int) -> list[str]:
     boots = [f"boot{i:05d}" for i in range(workers)]
     now = int(time.time() * 1000)
     for i, b in enumerate(boots):  # as a worker's beat writes them (jobpool/workers/boot.py)
-        record: dict[str, str | int] = {"host": f"bench-host-{i % daemons}", "pid": 1, "pidns": "4026531836",
-                  "kernel_boot_id": f"k{i % daemons}", "daemon_id": daemon_of(i, daemons),
-                  "executor": "docker", "started_at": now, "draining": 0, "role": "worker",
-                  "cannot_claim": "", "live_restore": "1", "heartbeat_at": now, "stuck": ""}
+        record: dict[str, str | int] = {
+            "host": f"bench-host-{i % daemons}", "pid": 1, "pidns": "4026531836",
+            "kernel_boot_id": f"k{i % daemons}", "daemon_id": daemon_of(i, daemons), "executor": "docker",
+            "started_at": now, "draining": 0,
+            "role": "worker", "cannot_claim": "", "live_restore": "1", "heartbeat_at": now, "stuck": ""}
         pool.store.beat_boot(b, record, 10 * LEAD_MS, now)
     for i, b in enumerate(boots):
         peers = " ".join(boots[j] for j in range(i % daemons, workers, daemons) if j != i)

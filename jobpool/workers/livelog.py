@@ -32,13 +32,12 @@ from ..livelogs import pieces
 from .attempt import Attempt
 from .executors import Handle
 from .executors.base import Output
+from .outage import Backoff
 
 log = logging.getLogger("jobpool.worker")
 
 #: How long one read of the job's output may take, and how long the watcher waits for the thread to end.
 READ_TIMEOUT_SECS = 5.0
-#: The longest pause between two tries of the last append while Redis does not answer.
-LAST_RETRY_MAX_SECS = 5.0
 
 
 def dropped_line(got: Output, secs: int) -> str:
@@ -80,13 +79,12 @@ class LiveLog:
         self._stop.set()
         self._thread.join(READ_TIMEOUT_SECS + 1)
         if last and self._reads and self._owned and not self._thread.is_alive():
-            delay = 0.1
+            backoff = Backoff()
             try:
                 # Sent until Redis answers, as the exit it comes before is (jobpool/workers/watch.py
                 # `_finish`): lost, a follower would miss the attempt's last lines.
                 while not self._send(LIVE_LOG_LINGER_SECS * 1000):
-                    time.sleep(delay)
-                    delay = min(delay * 2, LAST_RETRY_MAX_SECS)
+                    backoff.sleep()
             except Exception:  # the watcher records the exit next: a live log must never keep it from that
                 log.exception("job %s: the live log's last append failed", self.attempt.job_id)
 
