@@ -3,9 +3,10 @@
 
 Seeds the pool as bench/scrape.py does (its `live_workers`, `run_more` and `publish`: boot records written by
 a worker's beat, jobs claimed through the scripts, every inventory fresh) on a private redis-server, then
-times `read_status` + `to_dict` + `json.dumps` whole, and each of its phases alone (jobpool/status.py `_read`:
-the store reads and the report's parts, in the order it runs them), median of `--repeat` each. bench/scrape.py
-measures the same read against another tree's code in the same run; this says where the time of one goes.
+times `read_status` + `to_dict` + `json.dumps` whole, and each of its phases alone (jobpool/status/read.py
+`_read`: the store reads and the report's parts, in the order it runs them), median of `--repeat` each.
+bench/scrape.py measures the same read against another tree's code in the same run; this says where the time
+of one goes.
 
     python3 -m bench.status_phases [--running 10000] [--workers 1000] [--daemons N] [--repeat 40]
 """
@@ -22,8 +23,8 @@ from typing import Any
 
 from bench.scrape import live_workers, publish, run_more
 from jobpool import Pool
-from jobpool import status as st
 from jobpool.config import Settings
+from jobpool.status import read as st
 from tests.support.servers import RedisServer
 
 

@@ -2,10 +2,10 @@
 
 Each scrape reads the pool afresh, in a number of keys that grows with the fleet's workers, daemons and
 processes, never with the jobs it runs or retains: the gauges come from the status report
-(jobpool/status.py `read_status`, what `Pool.status()` returns, the one report the CLI and a dashboard read
-too: counts are ZCARDs; read without its detail, the workers' jobs and the daemons section, which no gauge
-serves), the counters and histograms from the `metrics` hash (jobpool/metrics.py), which the scripts and the
-supervisor keep in Redis.
+(jobpool/status/read.py `read_status`, what `Pool.status()` returns, the one report the CLI and a dashboard
+read too: counts are ZCARDs; read without its detail, the workers' jobs and the daemons section, which no
+gauge serves), the counters and histograms from the `metrics` hash (jobpool/metrics.py), which the scripts and
+the supervisor keep in Redis.
 So every supervisor serves the same figures, and none are lost when one restarts; while a process lives, no
 counter it serves goes down, even when Redis loses writes (`metrics.ServedCounters`). Every metric carries
 the `pool` label. A scrape while Redis is away answers `jobpool_redis_reachable 0` and nothing it could not

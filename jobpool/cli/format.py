@@ -1,7 +1,7 @@
 """Human output for the CLI: aligned tables, relative times, one-line events, the status report.
 
 Kept apart from the commands so they read as "validate, call the API, print". Nothing here touches
-Redis or judges anything: the health rules are the status report's (jobpool/status.py). No job's env
+Redis or judges anything: the health rules are the status report's (jobpool/status/health.py). No job's env
 values ever reach this module's output: only `Job.to_dict()` (which redacts them) and env *names*.
 """
 
@@ -236,7 +236,7 @@ def status_report(report: StatusReport) -> str:
             hold = ("  " + click.style(f"NOT CLAIMING: {boot.cannot_claim}", fg="yellow")
                     if boot.cannot_claim else "")
             beat = ago(boot.heartbeat_ms, now)
-            # Its daemon's restart would stop its job (jobpool/status.py, `_live_restore_notes`).
+            # Its daemon's restart would stop its job (jobpool/status/health.py, `_live_restore_notes`).
             label = "SWARM NODE: DRAIN BEFORE A DAEMON RESTART" if boot.swarm else "NO LIVE-RESTORE"
             bare = ("  " + click.style(label, fg="yellow")) if boot.live_restore is False else ""
             items.append(("", f"{boot.id}  {where}  heartbeat {beat}{running}{hold}{bare}"))

@@ -9,7 +9,7 @@ on its daemon stop it (jobpool/workers/inventory.py), record why in the job's hi
 their daemon's inventory until it is gone, so `status`, the dashboard and the metrics show it.
 
 The rule is defined here once, as a pure function of the container's labels and the row, and the format of
-the inventory's `strays` field with it (written by the publisher, read by jobpool/status.py).
+the inventory's `strays` field with it (written by the publisher, read by jobpool/status/read.py).
 """
 
 from __future__ import annotations

@@ -982,7 +982,7 @@ local function promote_candidates(first, actor, now, cands, out)
   if not config[5] and redis.call('ZCARD', KEYS[K_RUNNING]) == 0 then
     -- No job runs: every job that runs from now on is placed as it starts (place_running), so `status` may
     -- read where they are from the placement; until then (a pool from before it, with jobs running) it reads
-    -- their rows (jobpool/status.py).
+    -- their rows (jobpool/status/read.py).
     redis.call('HSET', KEYS[K_CONFIG], 'placed_kept', 1)
   end
   if redis.call('EXISTS', KEYS[K_PAUSED]) == 1 then return promoted, 'paused' end
@@ -1165,7 +1165,7 @@ local function lift_gone(gone, returned, daemon, how, by, note, keep, reason, no
   -- Lift the declaration that `daemon` is gone for good (forget_daemon.lua), if there is one: its entry in
   -- `gone` (the gone_daemons hash) goes, and what it was is kept in `returned` (the returned_daemons zset,
   -- scored by when it was lifted, entries older than `keep` ms trimmed) so that `status` tells the operator
-  -- (jobpool/status.py): jobs judged absent on that word while the daemon was alive may have run twice.
+  -- (jobpool/status/health.py): jobs judged absent on that word while the daemon was alive may have run twice.
   -- `how` is 'published' (publish_inventory.lua: it publishes again, so it is evidently not gone) or
   -- 'withdrawn' (unforget_daemon.lua: by hand). Records a pool-wide `reason` event. Returns true if lifted.
   if key_type(gone) ~= 'hash' or redis.call('HEXISTS', gone, daemon) == 0 then return false end

@@ -5,10 +5,10 @@ At its memory limit Redis either refuses writes or evicts keys to make room, as 
 worker waits the refusal out, its running job kept (jobpool/workers/outage.py). An `allkeys-*` policy evicts
 any key, job rows, queue indexes and the slot count included: jobs vanish with no event and no error, and "a
 slot is freed only on evidence" no longer holds, so workers, the supervisor and `jobpool up` refuse to start
-on such a Redis, and `jobpool status` calls the pool unhealthy (jobpool/status.py). A `volatile-*` policy
-evicts only keys with a TTL. Job rows have none, but leases and worker boot records do: an evicted lease
-makes a live job look orphaned to the supervisor, an evicted boot record hides a live worker, so that is a
-warning. A Redis that will not answer CONFIG GET (a managed Redis with CONFIG renamed, an ACL) is not
+on such a Redis, and `jobpool status` calls the pool unhealthy (jobpool/status/health.py). A `volatile-*`
+policy evicts only keys with a TTL. Job rows have none, but leases and worker boot records do: an evicted
+lease makes a live job look orphaned to the supervisor, an evicted boot record hides a live worker, so that is
+a warning. A Redis that will not answer CONFIG GET (a managed Redis with CONFIG renamed, an ACL) is not
 refused for it: the policy could not be checked, and that is said once.
 
 The policy names and the verdicts are a contract (the status report prints them, tests match them): this

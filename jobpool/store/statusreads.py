@@ -1,4 +1,4 @@
-"""`StatusReads`: the reads the status report is made of (jobpool/status.py judges them), each a bounded
+"""`StatusReads`: the reads the status report is made of (jobpool/status/read.py judges them), each a bounded
 number of round trips whatever the pool holds. What cannot be read of one key is left as None (or as its
 error, where said), never failing the report: the report is about the pool, not one row. Also the states of
 the jobs a waiting job waits for, which `show` and the dashboard's job page report (jobpool/waiting.py).

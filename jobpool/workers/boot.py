@@ -55,7 +55,7 @@ class Boot:
             "cannot_claim": "",
             # Whether its Docker daemon runs with live-restore: "1", "0", or '' unknown (not asked yet, or
             # no Docker). Without it a daemon restart stops the running jobs, so `status` warns
-            # (jobpool/status.py; README.md, "The container contract").
+            # (jobpool/status/health.py; README.md, "The container contract").
             "live_restore": "",
         }
         self._stop = threading.Event()
@@ -64,7 +64,7 @@ class Boot:
         self.outage = Outage(f"worker {worker_name(store.keys.pool, self.id)}")
         #: Why the work loop cannot take work ('' when it can: `HorseWorker.stuck`), asked at each beat and
         #: recorded as `stuck`: this thread beats on while the loop is wedged, and `jobpool status` must not
-        #: count such a worker as ready (jobpool/status.py).
+        #: count such a worker as ready (jobpool/status/health.py).
         self.stuck: Callable[[], str] | None = None
 
     def beat(self) -> None:

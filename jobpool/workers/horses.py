@@ -316,7 +316,7 @@ class HorseWorker(Worker):
     def stuck(self) -> str:
         """Why the worker cannot take work while it should, or '': a standby that has not taken the job
         handed to it past the deadline, or a horse that is stopped. Called by another thread (the boot
-        record's heartbeat: `jobpool status` counts such a worker as not ready, jobpool/status.py)."""
+        record's heartbeat: `jobpool status` counts such a worker as not ready, jobpool/status/health.py)."""
         handing, pid = self._handing, self.horse_pid
         if handing is not None and time.monotonic() - handing[1] > HANDOFF_ACK_SECS:
             return (f"standby horse {handing[0]} has not taken its job for "

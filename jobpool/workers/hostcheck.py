@@ -22,7 +22,7 @@ does not dequeue) while its host fails its check (docs/architecture.md, "Workers
   a loop; a dequeue after a job that met no fault ends it.
 
 While claims are held the boot record says why (`cannot_claim`), and `jobpool status` shows it and counts the
-worker as not ready (jobpool/status.py).
+worker as not ready (jobpool/status/health.py).
 """
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ def test_the_limits_and_why_a_job_waits_are_shown(pool: Pool, ro: TestClient) ->
 
 def test_overview_names_the_daemons_holding_slots_on_stale_evidence(pool: Pool, ro: TestClient) -> None:
     """A claimed job on a daemon that never published (its worker dead, its lease gone): the overview names
-    the daemon, its job and the command that frees it (StatusReport.daemons, jobpool/status.py)."""
+    the daemon, its job and the command that frees it (StatusReport.daemons, jobpool/status/read.py)."""
     daemon = "jpd1:" + "e" * 32 + "@boot-1"
     job = pool.enqueue(IMAGE, ["true"])
     Attempt(pool.store, job.id, "dead-boot", pool.get(job.id).attempt).claim("docker", daemon)

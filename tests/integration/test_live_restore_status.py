@@ -2,8 +2,8 @@
 contract"): real workers on real private dockerd processes, one started without `--live-restore` and the
 session's, started with it (tests/support/servers.py, DockerDaemon). Each worker reads its daemon's
 `GET /info` `LiveRestoreEnabled` as it establishes the daemon and records it in its boot record
-(workers/boot.py); the report's `Worker.live_restore`, its warning (jobpool/status.py), the CLI's text and the
-dashboard's overview show it."""
+(workers/boot.py); the report's `Worker.live_restore`, its warning (jobpool/status/health.py), the CLI's text
+and the dashboard's overview show it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The worker's check of its own host (jobpool/workers/hostcheck.py) and what `status` makes of it
-(jobpool/status.py): a worker holding its claims is not ready, and a warning says why."""
+(jobpool/status/health.py): a worker holding its claims is not ready, and a warning says why."""
 
 from __future__ import annotations
 

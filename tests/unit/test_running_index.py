@@ -3,9 +3,9 @@
 row's state, owner, daemon or affinity, on fakeredis[lua] and on a real redis-server.
 
 `jobpool status` and `/metrics` read each worker's jobs and each daemon's rows from it instead of reading
-every running row (jobpool/status.py), so a script that changed a row without placing it again would make them
-report what is not so. The machine below drives every such script: promotion (to the pool's queue, or to a
-daemon's for a job with a checkpoint affinity), claim, launch on the claimed daemon or another, finish of
+every running row (jobpool/status/read.py), so a script that changed a row without placing it again would make
+them report what is not so. The machine below drives every such script: promotion (to the pool's queue, or to
+a daemon's for a job with a checkpoint affinity), claim, launch on the claimed daemon or another, finish of
 every kind (handbacks that leave an affinity, retries that wait), adoption, the supervisor's verdicts
 (exited, absent, crashed, redispatch), eviction, cancel, pause and resume (`anywhere`, which releases an
 affinity), a row deleted under a running id and its ghost dropped, and the waiting jobs released. The
@@ -237,7 +237,8 @@ def test_a_daemon_placed_keeps_its_count_and_rows_and_gives_them_back(backend: B
 
 def test_a_pool_with_jobs_running_from_before_the_placement_is_not_marked(backend: Backend) -> None:
     """`placed_kept` is written only when no job runs (every job running after it was placed as it
-    started): a pool from before it, with a job running, reads its rows until then (jobpool/status.py)."""
+    started): a pool from before it, with a job running, reads its rows until then
+    (jobpool/status/read.py)."""
     pool = backend.pool(max_concurrent_jobs=2)
     job = pool.enqueue(image="img", command=["run"])
     c = pool.store.client

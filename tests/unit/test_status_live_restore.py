@@ -1,10 +1,11 @@
-"""`jobpool status` and Docker daemons without live-restore (jobpool/status.py, `_live_restore_notes`): the
-workers' boot records say what their daemon answered (workers/boot.py, `live_restore_of`); one warning names
-the daemons without it, each once however many workers it has, and never makes the pool unhealthy."""
+"""`jobpool status` and Docker daemons without live-restore (jobpool/status/health.py, `_live_restore_notes`):
+the workers' boot records say what their daemon answered (workers/boot.py, `live_restore_of`); one warning
+names the daemons without it, each once however many workers it has, and never makes the pool unhealthy."""
 
 from __future__ import annotations
 
-from jobpool.status import Health, Slots, StatusReport, Sweep, _workers, judge
+from jobpool.status import Health, Slots, StatusReport, Sweep, judge
+from jobpool.status.read import _workers
 
 NOW = 1_000_000
 

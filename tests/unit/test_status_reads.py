@@ -1,5 +1,5 @@
 """What `status` (and the metrics' scrape) reads costs what the fleet's workers and daemons are, never what
-runs (jobpool/status.py `read_status`): where the running jobs are comes from the scripts' placement
+runs (jobpool/status/read.py `read_status`): where the running jobs are comes from the scripts' placement
 (scripts/_lib.lua `place_running`), and rows only of a daemon found stale. A pool whose jobs started before
 the placement reads their rows instead, and says the same.
 """

@@ -5,7 +5,8 @@ other workers can take (it holds work it cannot do)."""
 from __future__ import annotations
 
 from jobpool.exporter import gauges
-from jobpool.status import Health, Slots, StatusReport, Sweep, _workers, judge
+from jobpool.status import Health, Slots, StatusReport, Sweep, judge
+from jobpool.status.read import _workers
 
 NOW = 1_000_000
 
