@@ -26,7 +26,6 @@ import contextlib
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -43,19 +42,15 @@ from ..jobcgroup import promise_unkept
 from ..store import redispolicy, upstack
 from ..store.upstack import Serving
 from . import state as upstate
+from .child import Child, wait_all
 from .find import choose_executor, find_redis_server, free_port
-from .listen import listens_on, taken
-from .state import STACK_LOCK, WORKERS_LOCK, children_of, dying_with_parent, live_stack, lock_holders
+from .listen import taken
+from .state import STACK_LOCK, WORKERS_LOCK, children_of, live_stack, lock_holders
 
 #: Time for the supervisor and Redis to stop after the workers; then SIGKILL.
 STOP_SECS = 10.0
 #: Where `up` serves the dashboard (jobpool/dashboard/), when that port is free; else any free port.
 DASHBOARD_PORT = 8765
-#: A child that exits after running this long is started again at once; one that keeps exiting sooner
-#: waits RESTART_FIRST_SECS, then twice as long each time, up to RESTART_MAX_SECS (it must not spin).
-STEADY_SECS = 30.0
-RESTART_FIRST_SECS = 1.0
-RESTART_MAX_SECS = 30.0
 #: How long the supervisor and the dashboard have to listen on their ports at start.
 SERVE_SECS = 60.0
 #: How many ports `up` tries for the metrics or the dashboard when another process takes each first.
@@ -68,69 +63,6 @@ def _say(message: str, err: bool = False) -> None:
     """Print, unless the terminal is gone (a SIGHUP'd `up` must still drain, not die of a write error)."""
     with contextlib.suppress(OSError):
         click.echo(message, err=err)
-
-
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    log: Path
-    env: dict[str, str]
-    #: Descriptors the child keeps: the stack's locks (jobpool/up/state.py), held while it lives.
-    fds: tuple[int, ...] = ()
-    #: The port it serves (the supervisor's metrics, the dashboard), if any: its URL's.
-    port: int | None = None
-    proc: subprocess.Popen[bytes] | None = None
-    asked_to_drain: bool = False
-    started_at: float = 0.0
-    #: Exits in a row that came before STEADY_SECS of running, and when to start it again after the last.
-    quick_exits: int = 0
-    restart_at: float | None = None
-
-    def start(self) -> None:
-        # Own session: a terminal's Ctrl-C reaches `up` only, which then stops children in the right order.
-        # The parent-death signal: should `up` die without stopping them (SIGKILL), they still go.
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
-                                         pass_fds=self.fds, preexec_fn=dying_with_parent())
-        self.asked_to_drain = False
-        self.started_at = time.monotonic()
-        self.restart_at = None
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def exit_code(self) -> int | None:
-        return self.proc.returncode if self.proc is not None else None
-
-    def schedule_restart(self, now: float) -> float:
-        """Once it has exited: when to start it again, as a delay from `now` (also kept in `restart_at`)."""
-        self.quick_exits = 0 if now - self.started_at >= STEADY_SECS else self.quick_exits + 1
-        delay = 0.0
-        if self.quick_exits:
-            delay = min(RESTART_MAX_SECS, RESTART_FIRST_SECS * 2 ** (self.quick_exits - 1))
-        self.restart_at = now + delay
-        return delay
-
-    def serving(self) -> bool:
-        """Whether this very child listens on its port (jobpool/up/listen.py)."""
-        return self.proc is not None and self.port is not None and listens_on(self.proc.pid, self.port)
-
-    def last_line(self) -> str:
-        """The last line of its log: what a child that exited at start said about why."""
-        try:
-            with open(self.log, "rb") as f:
-                f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
-                lines = f.read().decode(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return lines[-1].strip() if lines else ""
-
-    def signal(self, sig: int) -> None:
-        if self.running():
-            assert self.proc is not None
-            os.kill(self.proc.pid, sig)
 
 
 @dataclass
@@ -209,17 +141,6 @@ class Stack:
 
 
 CLI = [sys.executable, "-m", "jobpool.cli"]
-
-
-def _wait_all(children: list[Child], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while any(c.running() for c in children) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for c in children:
-        if c.running():
-            c.signal(signal.SIGKILL)
-            assert c.proc is not None
-            c.proc.wait(5)
 
 
 def _lock_stack(root: Path) -> tuple[int, int] | None:
@@ -432,11 +353,11 @@ def _stop_before_workers(stack: Stack) -> None:
     others = [c for c in (stack.supervisor, stack.dashboard) if c]
     for child in others:
         child.signal(signal.SIGTERM)
-    _wait_all(others, STOP_SECS)
+    wait_all(others, STOP_SECS)
     os.close(stack.workers_fd)
     if stack.redis is not None:
         stack.redis.signal(signal.SIGTERM)
-        _wait_all([stack.redis], STOP_SECS)
+        wait_all([stack.redis], STOP_SECS)
 
 
 def _redis_wait_secs(settings: Settings) -> float:
@@ -464,7 +385,7 @@ def _restart(stack: Stack, child: Child) -> None:
             # Not ours, or not answering: its guard goes at once (redis-server gets the parent-death signal;
             # the guard's own stop would wait for the workers), and the back-off grows.
             child.signal(signal.SIGKILL)
-            _wait_all([child], STOP_SECS)
+            wait_all([child], STOP_SECS)
             delay = child.schedule_restart(time.monotonic())
             _say(f"jobpool up: Redis did not come back ({failed}); trying again in {delay:g} s", err=True)
             return
@@ -501,14 +422,14 @@ def _supervise(stack: Stack) -> int:
         time.sleep(0.2)
     stack.drain()
     _say("jobpool up: draining workers...")
-    _wait_all(stack.workers, stack.settings.drain_timeout_secs + STOP_SECS)
+    wait_all(stack.workers, stack.settings.drain_timeout_secs + STOP_SECS)
     os.close(stack.workers_fd)  # Redis waits until no process holds the workers' lock: now only horses may
     others = [c for c in (stack.supervisor, stack.dashboard) if c]
     for child in others:
         child.signal(signal.SIGTERM)
-    _wait_all(others, STOP_SECS)
+    wait_all(others, STOP_SECS)
     if stack.redis:
         stack.redis.signal(signal.SIGTERM)
-        _wait_all([stack.redis], _redis_wait_secs(stack.settings) + STOP_SECS)
+        wait_all([stack.redis], _redis_wait_secs(stack.settings) + STOP_SECS)
     _say("jobpool up: stopped")
     return 0
