@@ -40,6 +40,7 @@ from jobpool.store import redispolicy
 from jobpool.supervisor import Supervisor
 from jobpool.workers.attempt import Attempt
 from jobpool.workers.boot import Boot
+from jobpool.workers.rqworker import routed_poll_secs
 from tests.support.procs import JobpoolProcess
 from tests.support.servers import DockerDaemon, RedisServer, free_port
 
@@ -321,7 +322,8 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
           f"{'met' if pct <= IDLE_GOAL_PCT else 'NOT met'}); {sr.calls_of(delta) / secs:,.0f} commands/s "
           f"(scripts' own calls included)")
     print(f"  rates reached: mark records read {got_hgetall:,.0f}/s of {want_hgetall:,.0f}/s "
-          f"({100 * got_hgetall / want_hgetall:.0f} %), dequeue polls {got_polls:,.0f}/s of {workers}/s; "
+          f"({100 * got_hgetall / want_hgetall:.0f} %), dequeue polls {got_polls:,.0f}/s of "
+          f"{workers / routed_poll_secs(settings.heartbeat_secs):,.0f}/s; "
           f"periodic calls done {summary_['done']}, failed {summary_['failed']}, p99 lateness "
           f"{summary_['lag_ms_p99']:.0f} ms")
     print(f"  top-level command time in a {sample:g} s SLOWLOG sample: {cmd_us / 1000:.0f} ms a second "

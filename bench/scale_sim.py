@@ -16,8 +16,8 @@ checked against a real worker by `bench.scale --parts calibrate`):
   the containers it is given, no calls); the first worker of a daemon to ask holds the lead and publishes,
   the others follow;
 - its RQ dequeue loop (workers/rqworker.py `_Queue._dequeue_routed`): each round an LMOVE of its daemon's
-  queue, then a BLMOVE of the pool's queue blocking at most a second; sent on a lean asyncio connection per
-  worker, as those are the most frequent calls of all.
+  queue, then a BLMOVE of the pool's queue blocking at most a round (`routed_poll_secs`); sent on a lean
+  asyncio connection per worker, as those are the most frequent calls of all.
 
 Left out, being rarer than once a minute per worker: RQ's worker heartbeat (every 405 s, between two dequeue
 timeouts), RQ's registry maintenance (every 10 min), the publisher's look for leftover checkpoint volumes
@@ -59,6 +59,7 @@ from jobpool.store.calls import Store
 from jobpool.supervisor.probes import ContainerProber
 from jobpool.workers.boot import Boot
 from jobpool.workers.inventory import InventoryPublisher
+from jobpool.workers.rqworker import routed_poll_secs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -174,9 +175,10 @@ class SimWorker:
         self.write_mark()
 
 
-async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: Counter[str]) -> None:
+async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: Counter[str],
+               block_secs: int) -> None:
     """One worker's RQ dequeue loop, idle: LMOVE of each queue but the last, then BLMOVE of the last for at
-    most a second (workers/rqworker.py `_Queue._dequeue_routed`, RQ's `Queue.lmove`), until `end` (epoch
+    most `block_secs` (workers/rqworker.py `_Queue._dequeue_routed`, RQ's `Queue.lmove`), until `end` (epoch
     seconds)."""
     reader, writer = await asyncio.open_connection(host, port)
     parser = hiredis.Reader()
@@ -184,7 +186,7 @@ async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: 
               for q in queues[:-1]]
     last = queues[-1]
     rounds.append(encode("BLMOVE", last, IntermediateQueue.get_intermediate_queue_key(last), "LEFT", "RIGHT",
-                         1))
+                         block_secs))
 
     async def reply() -> Any:
         while True:
@@ -207,9 +209,9 @@ async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: 
 
 
 def run_pollers(host: str, port: int, queues: Sequence[Sequence[str]], end: float,
-                counts: Counter[str]) -> None:
+                counts: Counter[str], block_secs: int) -> None:
     async def main() -> None:
-        await asyncio.gather(*(poll(host, port, q, end, counts) for q in queues))
+        await asyncio.gather(*(poll(host, port, q, end, counts, block_secs) for q in queues))
 
     asyncio.run(main())
 
@@ -285,7 +287,8 @@ def child(cfg: Mapping[str, Any]) -> None:
         sched.add(now + rng.uniform(0, inv), "inventory tick", w.tick, inv)
     counts: Counter[str] = Counter()
     queues = [[store.keys.daemon_queue(w.daemon), store.keys.rq_queue] for w in workers]
-    pollers = threading.Thread(target=run_pollers, args=(host, port, queues, end, counts), daemon=True)
+    block = routed_poll_secs(settings.heartbeat_secs)
+    pollers = threading.Thread(target=run_pollers, args=(host, port, queues, end, counts, block), daemon=True)
     pollers.start()
     sched.run_until(end)
     pollers.join(5)
@@ -360,7 +363,8 @@ class SimFleet:
         """How many of each periodic call the fleet should make in `secs`."""
         hb, inv = settings.heartbeat_secs, settings.inventory_secs
         return {"boot beat": self.workers * secs / hb, "mark round": self.workers * secs / hb,
-                "inventory tick": self.workers * secs / inv, "poll rounds": self.workers * secs}
+                "inventory tick": self.workers * secs / inv,
+                "poll rounds": self.workers * secs / routed_poll_secs(hb)}
 
     def summary(self) -> dict[str, Any]:
         done: Counter[str] = Counter()

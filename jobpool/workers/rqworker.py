@@ -32,8 +32,19 @@ from .runtime import DRAIN_SIGNAL, Runtime
 
 log = logging.getLogger("jobpool.worker")
 
-#: How long a worker listening on its daemon's queue too blocks on the pool's queue before looking again.
-ROUTED_POLL_SECS = 1
+#: How long a worker listening on its daemon's queue too blocks on the pool's queue before looking again: its
+#: heartbeat period (`JobpoolWorker.__init__`), within these bounds. An idle worker sends one look at each of
+#: its queues a round, so a fleet's idle load is two round trips per worker a round (at a second a round,
+#: 2,000 a second for 1,000 workers: BENCHMARKS.md, "Scale"); a job routed to the daemon (an adoption request,
+#: a checkpoint affinity) waits at most a round for an idle worker there, a heartbeat period as a lease does.
+ROUTED_POLL_SECS = (1, 5)
+
+
+def routed_poll_secs(heartbeat_secs: float) -> int:
+    """A worker's round on its queues (whole seconds, as BLMOVE's timeout is given by RQ): see
+    `ROUTED_POLL_SECS`."""
+    low, high = ROUTED_POLL_SECS
+    return max(low, min(high, int(heartbeat_secs)))
 
 #: How often a worker that may take no job (its daemon's identity not trusted: jobpool/fleet/daemonmark.py)
 #: asks again.
@@ -59,6 +70,10 @@ class _Queue(Queue):
         """Whether that refusal lasts until an operator acts (two daemons share the identity)."""
         return False
 
+    #: How long a round blocks on the pool's queue when there are queues before it (whole seconds; set per
+    #: worker from its heartbeat period, within `ROUTED_POLL_SECS`).
+    routed_poll_secs = ROUTED_POLL_SECS[0]
+
     @classmethod
     def dequeue_any(cls, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -73,13 +88,13 @@ class _Queue(Queue):
         """RQ's dequeue of one queue at a time, so every queue keeps RQ's intermediate list (RQ pops several
         queues with BLPOP, which has none: the supervisor reads that list, supervisor/evidence.py). The
         queues before the last (a daemon's own queue: routed adoption requests, supervisor/adoption.py)
-        are looked at without blocking, then the last (the pool's) blocks for at most a second, until
-        `timeout`."""
+        are looked at without blocking, then the last (the pool's) blocks for at most `routed_poll_secs`,
+        until `timeout`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             # Read again each round, as it is now: the worker's inventory thread may add a queue to this very
             # list meanwhile (JobpoolWorker.add_queue), and a worker with one queue still blocks for at most
-            # a second at a time, so it sees one added.
+            # a round at a time, so it sees one added.
             now = list(queues)
             if cls.refusal():
                 # Nothing is taken while this worker's daemon may be another's clone
@@ -107,7 +122,7 @@ class _Queue(Queue):
             if left <= 0:
                 raise DequeueTimeout(timeout, [q.key for q in now])
             try:
-                return super().dequeue_any(now[-1:], max(1, min(ROUTED_POLL_SECS, int(left))), *args,
+                return super().dequeue_any(now[-1:], max(1, min(cls.routed_poll_secs, int(left))), *args,
                                            **kwargs)
             except DequeueTimeout:
                 continue
@@ -124,6 +139,7 @@ class JobpoolWorker(BooksWorker):
         self.claim_refusal: Callable[[], str] | None = None
         self.claim_refused_for_good: Callable[[], bool] | None = None
         queue_class = type("_WorkerQueue", (_Queue,), {
+            "routed_poll_secs": routed_poll_secs(store.settings.heartbeat_secs),
             "refusal": staticmethod(lambda: self.claim_refusal() if self.claim_refusal else ""),
             "refused_for_good": staticmethod(
                 lambda: bool(self.claim_refused_for_good and self.claim_refused_for_good()))})

@@ -1,0 +1,85 @@
+"""A worker's round on its queues (jobpool/workers/rqworker.py `_Queue._dequeue_routed`) against a real
+redis-server: a worker listening on its daemon's queue too looks at it without blocking, then blocks on the
+pool's queue for its heartbeat period (within `ROUTED_POLL_SECS`), so an idle fleet sends two round trips per
+worker a heartbeat period, not a second; a job routed to the daemon meanwhile is taken at the next round."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+import redis
+from rq.exceptions import DequeueTimeout
+
+from jobpool.config import Settings
+from jobpool.store.calls import Store
+from jobpool.workers.boot import Boot
+from jobpool.workers.rqworker import ROUTED_POLL_SECS, JobpoolWorker, routed_poll_secs
+from jobpool.workers.runtime import Runtime
+from tests.support.polling import eventually
+from tests.support.servers import RedisServer
+
+DAEMON = "jpd1:" + "b" * 32 + "@boot-1"
+
+
+@pytest.mark.parametrize(("heartbeat", "expected"), [(0.1, 1), (1.0, 1), (2.5, 2), (5.0, 5), (3600.0, 5)])
+def test_the_round_is_the_heartbeat_period_within_its_bounds(heartbeat: float, expected: int) -> None:
+    assert routed_poll_secs(heartbeat) == expected
+    assert ROUTED_POLL_SECS[0] <= expected <= ROUTED_POLL_SECS[1]
+
+
+def worker(redis_url: str, heartbeat: float) -> tuple[JobpoolWorker, Store]:
+    settings = Settings(redis_url=redis_url, pool="routed", heartbeat_secs=heartbeat,
+                        lease_secs=max(30.0, 2 * heartbeat))
+    store = Store.from_settings(settings)
+    boot = Boot(store, "docker", DAEMON)
+    return JobpoolWorker(Runtime(store=store, boot_id=boot.id, daemon_id=DAEMON), boot), store
+
+
+def calls(admin: redis.Redis, command: str) -> int:
+    return int(admin.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_an_idle_worker_blocks_on_the_pool_queue_for_its_heartbeat_period(
+        redis_server_factory: Callable[[], RedisServer]) -> None:
+    server = redis_server_factory()  # its own: the commands counted are this worker's alone
+    server.start()
+    w, store = worker(server.url, heartbeat=3.0)
+    assert [q.name for q in w.queues] == [store.keys.daemon_queue_name(DAEMON), store.keys.rq_queue_name]
+    admin = redis.Redis.from_url(server.url)
+    admin.config_resetstat()
+    with pytest.raises(DequeueTimeout):
+        w.queue_class.dequeue_any(w.queues, 6, connection=w.connection, job_class=w.job_class,
+                                  serializer=w.serializer)
+    # Rounds of 3 s in 6 s (blocking 3, then 2 and 1 s as the timeout nears, as BLMOVE takes whole seconds):
+    # each a look at the daemon's queue and a block on the pool's, and the last look before the timeout is
+    # found past. With rounds of a second: seven looks and six blocks.
+    assert (calls(admin, "lmove"), calls(admin, "blmove")) == (4, 3)
+
+
+def test_a_job_routed_to_the_daemon_is_taken_at_the_next_round(redis_url: str) -> None:
+    w, store = worker(redis_url, heartbeat=1.0)
+    admin = redis.Redis.from_url(redis_url)
+    daemon_queue = w.queues[0]
+    job = daemon_queue.enqueue_call("builtins.print", args=("routed",))
+    # Taken from the daemon's queue ahead of the pool's, whose block is never reached.
+    got = w.queue_class.dequeue_any(w.queues, 5, connection=w.connection, job_class=w.job_class,
+                                    serializer=w.serializer)
+    assert got is not None and got[0].id == job.id and got[1].name == daemon_queue.name
+    # Routed while the worker blocks on the pool's queue: taken at the round after.
+    taken: list[object] = []
+    t = threading.Thread(target=lambda: taken.append(w.queue_class.dequeue_any(
+        w.queues, 10, connection=w.connection, job_class=w.job_class, serializer=w.serializer)))
+    t.start()
+    try:
+        # Once it blocks on the pool's queue (a client waits in BLMOVE), route a job to its daemon.
+        eventually(lambda: any(c.get("cmd") == "blmove" for c in admin.client_list()), timeout=5)
+        later = daemon_queue.enqueue_call("builtins.print", args=("later",))
+    finally:
+        t.join(10)
+    assert not t.is_alive()
+    assert taken and taken[0] is not None
+    job_, queue = taken[0]  # type: ignore[misc]
+    assert job_.id == later.id and queue.name == daemon_queue.name
+    assert store.keys.pool == "routed"
