@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -68,7 +69,7 @@ def test_a_job_routed_to_the_daemon_is_taken_at_the_next_round(redis_url: str) -
                                     serializer=w.serializer)
     assert got is not None and got[0].id == job.id and got[1].name == daemon_queue.name
     # Routed while the worker blocks on the pool's queue: taken at the round after.
-    taken: list[object] = []
+    taken: list[Any] = []
     t = threading.Thread(target=lambda: taken.append(w.queue_class.dequeue_any(
         w.queues, 10, connection=w.connection, job_class=w.job_class, serializer=w.serializer)))
     t.start()
@@ -80,6 +81,6 @@ def test_a_job_routed_to_the_daemon_is_taken_at_the_next_round(redis_url: str) -
         t.join(10)
     assert not t.is_alive()
     assert taken and taken[0] is not None
-    job_, queue = taken[0]  # type: ignore[misc]
+    job_, queue = taken[0]
     assert job_.id == later.id and queue.name == daemon_queue.name
     assert store.keys.pool == "routed"
