@@ -306,7 +306,8 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
         secs = t1 - t0
         pct = 100 * (cpu1 - cpu0) / secs
         delta = sr.stats_delta(st0, st1)
-        marks = workers / daemons  # each worker reads the records of its daemon identity's processes
+        # Each worker reads the records of its daemon identity's other processes, in its round's script.
+        marks = workers / daemons - 1
         want_hgetall = workers * marks / settings.heartbeat_secs
         got_hgetall = delta.get("hgetall", (0, 0))[0] / secs
         got_polls = delta.get("blmove", (0, 0))[0] / secs
@@ -315,8 +316,8 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
         prof = sr.profile(top, names, sr.label_key)
         cmd_us = sum(u for _, u in prof.values()) / sample
         marks_us = sum(u for k, (_, u) in prof.items()
-                       if k.startswith(("HGETALL daemon_mark:", "ZRANGE daemon_marks", "HMGET daemon_mark:"))
-                       ) / sample
+                       if k.startswith(("HGETALL daemon_mark:", "ZRANGE daemon_marks", "HMGET daemon_mark:",
+                                        "script daemon_mark"))) / sample
         summary_ = fleet.summary()
     print(f"  Redis CPU {pct:.1f} % of one core over {secs:.0f} s (goal <= {IDLE_GOAL_PCT:g} %: "
           f"{'met' if pct <= IDLE_GOAL_PCT else 'NOT met'}); {sr.calls_of(delta) / secs:,.0f} commands/s "
@@ -330,9 +331,9 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
           f"({cmd_us / 10_000:.1f} % of a core), by command:")
     print(sr.show_profile(prof, sample, "second", top=10))
     hb = settings.heartbeat_secs
-    print(f"  the daemon marks' reads (each worker reads its identity's index and its processes' records "
-          f"each {hb:g} s; one process a period reads the pool-wide index and one field of each record) "
-          f"take {100 * marks_us / max(cmd_us, 1):.0f} % of that time; "
+    print(f"  the daemon marks (each worker refreshes its record and reads its identity's index and its "
+          f"processes' records each {hb:g} s, in one script; one process a period reads the pool-wide index "
+          f"and one field of each record) take {100 * marks_us / max(cmd_us, 1):.0f} % of that time; "
           f"the rest is {(cmd_us - marks_us) / 1000:.0f} ms a second, "
           f"{(cmd_us - marks_us) * hb / workers:.0f} us per worker per {hb:g} s")
     split = sr.script_split(entries, names)

@@ -6,11 +6,11 @@ checked against a real worker by `bench.scale --parts calibrate`):
 
 - its boot record, every `heartbeat_secs` (workers/boot.py `Boot.beat`: one MULTI of four commands): the real
   `Boot.beat`;
-- its daemon mark's round, every `heartbeat_secs` (fleet/daemonmark.py `Marker._round`): its identity's index
-  of marks (ZRANGE), the records of the processes there (one HGETALL each, pipelined: `read_peers`), the
-  standing collision on its daemon (HGET) and its own record (scripts/daemon_mark.lua), which gives one
-  process a period the turn to index records of an earlier release (`index_unindexed`: the pool-wide index
-  and one HMGET per record): all through the real store and functions;
+- its daemon mark's round, every `heartbeat_secs` (fleet/daemonmark.py `Marker._round`): its own record
+  refreshed, then its identity's index of marks, the records of the processes there and the standing
+  collision on its daemon read, in one script (scripts/daemon_mark_round.lua; a process new to the index
+  read apart), which gives one process a period the turn to index records of an earlier release
+  (`index_unindexed`: the pool-wide index and one HMGET per record): through the real Marker;
 - its inventory publisher's period, every `inventory_secs` (workers/inventory.py `InventoryPublisher.tick`):
   the real `tick`, with a stand-in for the Docker daemon it lists (`StandInProber`: the daemon's identity and
   the containers it is given, no calls); the first worker of a daemon to ask holds the lead and publishes,
@@ -33,7 +33,6 @@ import heapq
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,7 +49,6 @@ from urllib.parse import urlparse
 import hiredis
 from rq.intermediate_queue import IntermediateQueue
 
-from jobpool import procid
 from jobpool.config import Settings
 from jobpool.contract import LABEL_ATTEMPT, LABEL_BOOT, LABEL_JOB, LABEL_POOL
 from jobpool.fleet import daemonmark
@@ -144,35 +142,27 @@ class SimWorker:
         self.publisher = SimPublisher(store, self.boot.id, StandInProber(daemon, containers))
         self.publisher.on_earlier_boot = lambda _identity: None  # a worker listens on those queues
         self.peers_on_daemon = peers_on_daemon
-        settings = store.settings
-        period = self.mark_period = max(settings.heartbeat_secs, daemonmark.MIN_PERIOD_SECS)
-        self.mark_ttl_ms = int(max(settings.lease_secs, 4 * period) * 1000)
-        self.mark_fields = {"role": "worker", "host": socket.gethostname(), "pid": "4242",
-                            "docker_host": "unix:///var/run/docker.sock", "daemon_id": daemon,
-                            "mark": daemonmark.volume_name(self.id), "verified": "", "collision": "",
-                            "process": json.dumps(procid.identity_of(os.getpid()))}
+        # The worker's real Marker, its Docker side left out (listing and making marks: no Redis calls).
+        self.marker = daemonmark.Marker(store, "worker", self.id, docker_host="unix:///var/run/docker.sock")
+        self.marker.daemon_id = daemon
 
     def register(self) -> None:
         """What `run_worker` writes first: its mark record, then its boot record."""
-        self.write_mark()
+        self.marker._register()
         self.boot.beat()
-
-    def write_mark(self) -> None:
-        marked = self.store.daemon_mark(self.id, self.mark_ttl_ms, 10 * self.mark_ttl_ms,
-                                        list(self.mark_fields.items()), int(self.mark_period * 1000))
-        if marked.scan:
-            daemonmark.index_unindexed(self.store)
 
     def tick(self) -> None:
         self.publisher.tick()
 
     def mark_round(self) -> None:
-        """`Marker._round`'s Redis calls: its identity's index and records, the standing collision, its own
-        record (its `verified`: the other processes on its daemon, whose marks it found there)."""
-        daemonmark.read_peers(self.store, self.daemon)
-        self.store.standing_collision(self.daemon)
-        self.mark_fields["verified"] = " ".join(sorted(p for p in self.peers_on_daemon() if p != self.id))
-        self.write_mark()
+        """`Marker._round`'s Redis calls: its record refreshed and its identity's records and standing
+        collision read (one script), and its record written again when its `verified` (the other processes
+        on its daemon, whose marks it found there) changed."""
+        self.marker._refresh_and_read(self.daemon)
+        verified = frozenset(p for p in self.peers_on_daemon() if p != self.id)
+        if verified != self.marker._verified:
+            self.marker._verified = verified
+            self.marker._register()
 
 
 async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: Counter[str],

@@ -59,6 +59,7 @@ from . import daemonid
 
 if TYPE_CHECKING:
     from ..store.calls import HasStore, Store
+    from ..store.replies import Marked
 
 log = logging.getLogger("jobpool.daemonmark")
 
@@ -307,6 +308,9 @@ class Marker:
         self._gone_at = -float("inf")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: The processes found in this identity's index at the last round: their records are read with the
+        #: refresh of this one's (`_refresh_and_read`).
+        self._peer_ids: tuple[str, ...] = ()
         self._logged = ""
         #: Whether a round has succeeded yet (until then, not trusted).
         self._compared = False
@@ -391,22 +395,18 @@ class Marker:
             here.add(self.mark)
         self.marked = True
         if ours != self.daemon_id:
-            self.daemon_id, self.registered, self._missing = ours, False, {}
-        if not self.registered:
-            self._register()  # marked first: no peer reads this record while the mark is not there
-            self.registered = True
-        peers = read_peers(self.store, ours)
+            self.daemon_id, self._missing, self._peer_ids = ours, {}, ()
+        peers, standing = self._refresh_and_read(ours)
         # Seen dead from here: not waited for. A collision stands whatever becomes of the processes.
         gone = frozenset(i for i, p in peers.items() if i != self.id and p.daemon_id == ours and p.gone())
-        standing = read_standing(self.store, ours).get(ours)
-        if self.id not in peers:  # lost (Redis restarted, the record expired): back, and judged next period
-            self._register()
-            self.registered = False
+        # This record was written before the peers were read (in one step, or just before): registered.
         j = judge(self.id, self.where, ours, here, peers, self._missing, time.monotonic(),
-                  CONFIRM_PERIODS * self.period, self.registered, standing.line if standing else "", gone)
+                  CONFIRM_PERIODS * self.period, True, standing, gone)
+        written = (self._verified, self._collision)
         self._missing, self._verified, self._collision = j.missing, j.verified, j.collision
         self._collided = j.collided
-        self._register()
+        if (j.verified, j.collision) != written:
+            self._register()  # the new verdict said now, not a period later: a peer waits on `verified`
         self.registered = True
         self._why = j.why
         if time.monotonic() - self._gone_at >= SWEEP_GONE_EVERY_SECS:
@@ -414,13 +414,41 @@ class Marker:
             self._remove_gone(client, listed, peers)
         return j.why
 
-    def _register(self) -> None:
+    def _refresh_and_read(self, ours: str) -> tuple[dict[str, Peer], str]:
+        """This process's record written (as the last verdict left it), then the records of the other
+        processes claiming `ours` and the standing collision on it read after it: the processes found last
+        period in one script (scripts/daemon_mark_round.lua), any new to the index in one more read. A record
+        that reports a collision is written by daemon_collision.lua (which remembers it), then read apart."""
+        if self._collision:
+            self._register()
+            remembered = read_standing(self.store, ours).get(ours)
+            peers = {i: p for i, p in read_peers(self.store, ours).items() if i != self.id}
+            return peers, remembered.line if remembered else ""
+        got = self.store.daemon_mark_round(self.id, self.ttl_ms, 10 * self.ttl_ms, self._fields(),
+                                           int(self.period * 1000), self._peer_ids)
+        self._after_mark(got.marked)
+        records: dict[str, Any] = dict(got.records)
+        new = [i for i in got.ids if i not in records and i != self.id]
+        if new:
+            records.update(zip(new, self.store.daemon_mark_records(new), strict=True))
+        self._peer_ids = tuple(i for i in got.ids if i != self.id)
+        peers = {i: Peer.from_record(i, r) for i, r in records.items()
+                 if i in got.ids and isinstance(r, dict) and r.get("daemon_id") == ours}
+        standing = Standing.parse(got.standing).line if got.standing else ""
+        return peers, standing
+
+    def _fields(self) -> list[tuple[str, str]]:
         values = {"role": self.role, "host": self.host, "pid": str(os.getpid()),
                   "docker_host": self.docker_host, "daemon_id": self.daemon_id, "mark": self.mark,
                   "verified": " ".join(sorted(self._verified)), "collision": self._collision,
                   "process": self._process}
-        marked = self.store.daemon_mark(self.id, self.ttl_ms, 10 * self.ttl_ms,
-                                        [(name, values[name]) for name in FIELDS], int(self.period * 1000))
+        return [(name, values[name]) for name in FIELDS]
+
+    def _register(self) -> None:
+        self._after_mark(self.store.daemon_mark(self.id, self.ttl_ms, 10 * self.ttl_ms, self._fields(),
+                                                int(self.period * 1000)))
+
+    def _after_mark(self, marked: Marked) -> None:
         if marked.scan:
             try:
                 index_unindexed(self.store)

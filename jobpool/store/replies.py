@@ -137,6 +137,18 @@ class Marked:
 
 
 @dataclass(frozen=True)
+class MarkRound:
+    """daemon_mark_round's reply: the refresh's `Marked`, the standing collision on the identity (its JSON,
+    None for none), the processes in the identity's index, and the records read (process id -> fields), one
+    for each process the call named ({} for a record gone)."""
+
+    marked: Marked
+    standing: str | None
+    ids: tuple[str, ...]
+    records: dict[str, dict[str, str]]
+
+
+@dataclass(frozen=True)
 class CollisionCleared:
     """forget_collision's reply: when (ms, the server's time), and how many records' reports were emptied."""
 

@@ -1,0 +1,124 @@
+"""A comparing process's period in one script (scripts/daemon_mark_round.lua; jobpool/fleet/daemonmark.py
+`Marker._refresh_and_read`): its record refreshed, then its identity's processes' records and the standing
+collision read after it, in one call a period; a process new to the index since the last round read apart,
+once. What it reads is what the separate reads (`read_peers`, `read_standing`) read. On fakeredis[lua] and a
+real redis-server; the commands a round sends are counted on a real one (SLOWLOG)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from jobpool.api import Pool
+from jobpool.config import Settings
+from jobpool.fleet import daemonmark
+from jobpool.store.redisurl import connect
+from tests.support.pool_helpers import Backend
+
+ID = "jpd1:" + "c" * 32 + "@boot-1"
+OTHER = "jpd1:" + "d" * 32 + "@boot-1"
+#: Lua's own client in SLOWLOG: the commands a script ran, inside its own entry's time.
+LUA_CLIENT = "?:0"
+
+
+def marker(pool: Pool, pid: str, daemon: str = ID) -> daemonmark.Marker:
+    """A Marker of process `pid` on `daemon`, as a round leaves it once its daemon's identity is known (the
+    Docker side of the round, listing and making marks, is tests/integration/test_shared_identity.py's)."""
+    m = daemonmark.Marker(pool.store, "worker", pid, docker_host="unix:///nowhere.sock")
+    m.daemon_id = daemon
+    return m
+
+
+def compared(pool: Pool, m: daemonmark.Marker) -> tuple[dict[str, daemonmark.Peer], str]:
+    return m._refresh_and_read(m.daemon_id)
+
+
+def test_a_round_reads_what_the_separate_reads_read(backend: Backend) -> None:
+    pool = backend.pool()
+    ms = {pid: marker(pool, pid) for pid in ("p1", "p2", "p3")}
+    elsewhere = marker(pool, "q1", OTHER)
+    compared(pool, elsewhere)
+    for m in ms.values():
+        compared(pool, m)
+    for _ in range(2):  # the first round of p1 read p2 and p3 apart (new to it); this one in the script
+        peers, standing = compared(pool, ms["p1"])
+        assert peers == {i: p for i, p in daemonmark.read_peers(pool.store, ID).items() if i != "p1"}
+        assert set(peers) == {"p2", "p3"} and standing == ""
+        assert ms["p1"]._peer_ids == ("p2", "p3")
+    # A process gone from the index (stopped: its record removed) is no longer read; a new one is.
+    ms["p2"].daemon_id = ID
+    pool.store.daemon_unmark("p2", ID)
+    compared(pool, marker(pool, "p4"))
+    peers, _ = compared(pool, ms["p1"])
+    assert set(peers) == {"p3", "p4"}
+    assert ms["p1"]._peer_ids == ("p3", "p4")
+
+
+def test_a_standing_collision_is_read_with_the_round(backend: Backend) -> None:
+    pool = backend.pool()
+    m = marker(pool, "p1")
+    compared(pool, m)
+    line = f"daemon identity {ID} is shared by two docker daemons: ..."
+    fields = {name: "" for name in daemonmark.FIELDS}
+    fields.update(daemon_id=ID, mark=daemonmark.volume_name("p9"), collision=line)
+    assert pool.store.daemon_mark("p9", 60_000, 600_000, list(fields.items())).recorded
+    pool.store.daemon_unmark("p9", ID)  # its reporter gone: the collision stands
+    peers, standing = compared(pool, m)
+    assert peers == {} and standing == line
+    assert daemonmark.read_standing(pool.store, ID)[ID].line == standing
+
+
+def test_a_record_edited_to_another_type_reads_as_none(backend: Backend) -> None:
+    pool = backend.pool()
+    m, other = marker(pool, "p1"), marker(pool, "p2")
+    compared(pool, other)
+    compared(pool, m)
+    compared(pool, m)
+    assert m._peer_ids == ("p2",)
+    pool.store.client.delete(pool.keys.daemon_mark("p2"))
+    pool.store.client.set(pool.keys.daemon_mark("p2"), "junk")
+    peers, _ = compared(pool, m)
+    assert peers == {}, "no record to compare with, and no error"
+
+
+def top_level(admin: redis.Redis) -> list[str]:
+    """The commands clients sent since the last reset (not a script's own), by name, oldest first."""
+    entries: list[dict[str, Any]] = list(reversed(admin.slowlog_get(10_000)))
+    out = []
+    for e in entries:
+        cmd = e["command"]
+        text = cmd.decode() if isinstance(cmd, bytes) else str(cmd)
+        addr = e.get("client_address", b"")
+        addr = addr.decode() if isinstance(addr, bytes) else str(addr)
+        if addr != LUA_CLIENT:
+            out.append(text.split()[0].upper())
+    return out
+
+
+def test_a_round_in_a_steady_fleet_is_one_script(redis_url: str) -> None:
+    """Ten processes on one identity: a round sends one EVALSHA, not the index's read, ten records' reads
+    and the standing collision's read around a script (four round trips); one more read when a process is
+    new to the index."""
+    pool = Pool(connect(redis_url), Settings(redis_url=redis_url))
+    ms = [marker(pool, f"p{i}") for i in range(10)]
+    for m in ms:
+        compared(pool, m)
+    compared(pool, ms[0])
+    admin = redis.Redis.from_url(redis_url)
+    admin.config_set("slowlog-max-len", 10_000)
+    admin.slowlog_reset()
+    admin.config_set("slowlog-log-slower-than", 0)
+    try:
+        peers, _ = compared(pool, ms[0])
+        steady = [c for c in top_level(admin) if c not in ("SLOWLOG", "CONFIG")]
+        admin.slowlog_reset()
+        compared(pool, marker(pool, "p10"))
+        admin.slowlog_reset()
+        compared(pool, ms[0])
+        joined = [c for c in top_level(admin) if c not in ("SLOWLOG", "CONFIG")]
+    finally:
+        admin.config_set("slowlog-log-slower-than", 10_000)
+    assert len(peers) == 9
+    assert steady == ["EVALSHA"], steady
+    assert joined == ["EVALSHA", "HGETALL"], joined
