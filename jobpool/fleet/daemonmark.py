@@ -42,6 +42,7 @@ within a period of its registering. See docs/architecture.md ("The daemon's iden
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -78,8 +79,16 @@ CONFIRM_PERIODS = 2
 GONE_SECS = 600.0
 #: How often a process looks for marks of processes long gone on its daemon.
 SWEEP_GONE_EVERY_SECS = 60.0
-#: The record's fields, as scripts/daemon_mark.lua writes them (with `at`, Redis's time).
-FIELDS = ("role", "host", "pid", "docker_host", "daemon_id", "mark", "verified", "collision", "process")
+#: The record's fields, as scripts/daemon_mark.lua writes them (with `at`, Redis's time). `v` is a digest of
+#: the others (`digest`): a comparing process reads a peer's record again only when it changed
+#: (scripts/daemon_mark_round.lua).
+FIELDS = ("role", "host", "pid", "docker_host", "daemon_id", "mark", "verified", "collision", "process", "v")
+
+
+def digest(values: Mapping[str, str]) -> str:
+    """`v` of a record whose other fields are `values`: any change of them changes it."""
+    text = "\n".join(f"{name}={values.get(name, '')}" for name in FIELDS if name != "v")
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
 def volume_name(process_id: str) -> str:
@@ -311,6 +320,8 @@ class Marker:
         #: The processes found in this identity's index at the last round: their records are read with the
         #: refresh of this one's (`_refresh_and_read`).
         self._peer_ids: tuple[str, ...] = ()
+        #: Their records as last read (the round reads one again only when its `v` changed).
+        self._peer_records: dict[str, dict[str, str]] = {}
         self._logged = ""
         #: Whether a round has succeeded yet (until then, not trusted).
         self._compared = False
@@ -395,7 +406,7 @@ class Marker:
             here.add(self.mark)
         self.marked = True
         if ours != self.daemon_id:
-            self.daemon_id, self._missing, self._peer_ids = ours, {}, ()
+            self.daemon_id, self._missing, self._peer_ids, self._peer_records = ours, {}, (), {}
         peers, standing = self._refresh_and_read(ours)
         # Seen dead from here: not waited for. A collision stands whatever becomes of the processes.
         gone = frozenset(i for i, p in peers.items() if i != self.id and p.daemon_id == ours and p.gone())
@@ -424,16 +435,20 @@ class Marker:
             remembered = read_standing(self.store, ours).get(ours)
             peers = {i: p for i, p in read_peers(self.store, ours).items() if i != self.id}
             return peers, remembered.line if remembered else ""
+        known = self._peer_records
         got = self.store.daemon_mark_round(self.id, self.ttl_ms, 10 * self.ttl_ms, self._fields(),
-                                           int(self.period * 1000), self._peer_ids)
+                                           int(self.period * 1000),
+                                           [(i, known[i].get("v", "")) for i in self._peer_ids])
         self._after_mark(got.marked)
-        records: dict[str, Any] = dict(got.records)
+        records: dict[str, Any] = {i: known[i] for i in got.unchanged}
+        records.update(got.records)
         new = [i for i in got.ids if i not in records and i != self.id]
         if new:
             records.update(zip(new, self.store.daemon_mark_records(new), strict=True))
         self._peer_ids = tuple(i for i in got.ids if i != self.id)
-        peers = {i: Peer.from_record(i, r) for i, r in records.items()
-                 if i in got.ids and isinstance(r, dict) and r.get("daemon_id") == ours}
+        self._peer_records = {i: r for i, r in records.items() if i in self._peer_ids and isinstance(r, dict)}
+        peers = {i: Peer.from_record(i, r) for i, r in self._peer_records.items()
+                 if r.get("daemon_id") == ours}
         standing = Standing.parse(got.standing).line if got.standing else ""
         return peers, standing
 
@@ -442,6 +457,7 @@ class Marker:
                   "docker_host": self.docker_host, "daemon_id": self.daemon_id, "mark": self.mark,
                   "verified": " ".join(sorted(self._verified)), "collision": self._collision,
                   "process": self._process}
+        values["v"] = digest(values)
         return [(name, values[name]) for name in FIELDS]
 
     def _register(self) -> None:

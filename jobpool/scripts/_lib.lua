@@ -1190,17 +1190,18 @@ end
 -- field, value, ... The record enters `index` (by refresh) and `of_daemon`, the index of its `daemon_id`
 -- (by when it expires: entries past their score are trimmed, and the index expires with its last record).
 -- It says `indexed`: records without it (an earlier release's) are indexed by whoever holds the turn
--- (`scan_turn`, daemon_mark_index.lua). Returns at, daemon, collision, took (1 when the turn was taken), or
--- nil and why for bad arguments (nothing written).
-local function write_mark(rec, index, of_daemon, scan_turn, collision_allowed)
+-- (`scan_turn`, daemon_mark_index.lua). The field pairs end at ARGV[last] (NARGV when not given). Returns at,
+-- daemon, collision, took (1 when the turn was taken), or nil and why for bad arguments (nothing written).
+local function write_mark(rec, index, of_daemon, scan_turn, collision_allowed, last)
+  last = last or NARGV
   local id, ttl, forget, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
   if id == '' or not ttl or ttl <= 0 or ttl ~= math.floor(ttl) or not forget or not scan or scan < 0
-      or scan ~= math.floor(scan) or (NARGV - 4) % 2 ~= 0 then
+      or scan ~= math.floor(scan) or last < 4 or (last - 4) % 2 ~= 0 then
     return nil, 'daemon mark'
   end
   local fields = {'indexed', '1'}
   local daemon, collision = '', ''
-  for i = 5, NARGV, 2 do
+  for i = 5, last, 2 do
     fields[#fields + 1] = ARGV[i]
     fields[#fields + 1] = ARGV[i + 1]
     if ARGV[i] == 'daemon_id' then daemon = ARGV[i + 1] end

@@ -26,6 +26,7 @@ for i = 2, NKEYS do
   if key_type(KEYS[i]) == 'hash' and redis.call('HGET', KEYS[i], 'daemon_id') == daemon
       and (redis.call('HGET', KEYS[i], 'collision') or '') ~= '' then
     redis.call('HSET', KEYS[i], 'collision', '')
+    redis.call('HDEL', KEYS[i], 'v')  -- its writer's digest no longer says it (daemon_mark_round.lua)
     cleared = cleared + 1
   end
 end

@@ -97,25 +97,31 @@ class FleetCalls(ScriptCalls):
         return Marked(at=int(reply[1]), recorded=bool(int(reply[2])), scan=bool(int(reply[3])))
 
     def daemon_mark_round(self, process_id: str, ttl_ms: int, forget_ms: int,
-                          fields: Iterable[tuple[str, str]], scan_ms: int, peers: Sequence[str]) -> MarkRound:
+                          fields: Iterable[tuple[str, str]], scan_ms: int,
+                          peers: Sequence[tuple[str, str]]) -> MarkRound:
         """A comparing process's period in one script (scripts/daemon_mark_round.lua): its record refreshed
         as `daemon_mark` does (no `collision` among `fields`: a report goes through `daemon_mark`), then its
         identity's index, the standing collision on it and the records of `peers` (the processes found in
-        that index last period) read after it."""
+        that index last period, each with the `v` of its record as last read, '' for none: one still so is
+        not read again) read after it."""
         k = self.keys
         args: list[Any] = [process_id, ttl_ms, forget_ms, scan_ms]
         given = dict(fields)
         for name, value in given.items():
             args += [name, value]
         keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_marks_of(given.get("daemon_id", "")),
-                k.daemon_marks_scan, k.shared_daemons, *(k.daemon_mark(p) for p in peers)]
-        reply = self.run("daemon_mark_round", keys, args)
+                k.daemon_marks_scan, k.shared_daemons, *(k.daemon_mark(p) for p, _ in peers)]
+        reply = self.run("daemon_mark_round", keys, args + [v for _, v in peers])
         records = {}
-        for process_id_, flat in zip(peers, reply[6:], strict=True):
-            records[process_id_] = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+        unchanged = set()
+        for (process_id_, _), flat in zip(peers, reply[6:], strict=True):
+            if isinstance(flat, list):
+                records[process_id_] = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+            else:
+                unchanged.add(process_id_)
         standing = None if reply[4] is None else str(reply[4])
         return MarkRound(Marked(at=int(reply[1]), recorded=False, scan=bool(int(reply[3]))), standing,
-                         tuple(str(i) for i in reply[5]), records)
+                         tuple(str(i) for i in reply[5]), records, frozenset(unchanged))
 
     def daemon_mark_index(self, records: Iterable[tuple[str, str]]) -> int:
         """Index records written without their identity's index entry: (process id, its `daemon_id` as read),

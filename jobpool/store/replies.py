@@ -139,13 +139,15 @@ class Marked:
 @dataclass(frozen=True)
 class MarkRound:
     """daemon_mark_round's reply: the refresh's `Marked`, the standing collision on the identity (its JSON,
-    None for none), the processes in the identity's index, and the records read (process id -> fields), one
-    for each process the call named ({} for a record gone)."""
+    None for none), the processes in the identity's index, the records read (process id -> fields; {} for a
+    record gone) and the processes named whose record is as the caller last read it (`unchanged`): together,
+    one for each process the call named."""
 
     marked: Marked
     standing: str | None
     ids: tuple[str, ...]
     records: dict[str, dict[str, str]]
+    unchanged: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -122,3 +122,44 @@ def test_a_round_in_a_steady_fleet_is_one_script(redis_url: str) -> None:
     assert len(peers) == 9
     assert steady == ["EVALSHA"], steady
     assert joined == ["EVALSHA", "HGETALL"], joined
+
+
+def test_an_unchanged_record_is_not_read_again_and_a_changed_one_is(backend: Backend) -> None:
+    pool = backend.pool()
+    me, other = marker(pool, "p1"), marker(pool, "p2")
+    compared(pool, other)
+    compared(pool, me)
+    peers, _ = compared(pool, me)
+    assert peers["p2"].verified == frozenset()
+    fields = me._fields()
+    known = [("p2", me._peer_records["p2"]["v"])]
+    got = pool.store.daemon_mark_round("p1", me.ttl_ms, 10 * me.ttl_ms, fields, 0, known)
+    assert got.unchanged == {"p2"} and got.records == {}, "as last read: one short read, not the record"
+    # The peer's verdict changes (it saw p1's mark): its record says so, and the next round reads it.
+    other._verified = frozenset({"p1"})
+    other._register()
+    peers, _ = compared(pool, me)
+    assert peers["p2"].verified == frozenset({"p1"})
+    got = pool.store.daemon_mark_round("p1", me.ttl_ms, 10 * me.ttl_ms, fields, 0, known)
+    assert got.unchanged == frozenset() and got.records["p2"]["verified"] == "p1"
+    # A record of a writer that says no `v` (an earlier release) is read whole every round.
+    pool.store.client.hdel(pool.keys.daemon_mark("p2"), "v")
+    got = pool.store.daemon_mark_round("p1", me.ttl_ms, 10 * me.ttl_ms, fields, 0, [("p2", "")])
+    assert got.unchanged == frozenset() and got.records["p2"]["verified"] == "p1"
+
+
+def test_a_report_cleared_by_an_operator_is_read_again(backend: Backend) -> None:
+    """forget_collision.lua edits the records that report the collision: their `v` goes with the report, so
+    a peer that had read the report reads the record again, cleared."""
+    pool = backend.pool()
+    me = marker(pool, "p1")
+    reporter = marker(pool, "p2")
+    compared(pool, reporter)
+    reporter._collision = f"daemon identity {ID} is shared by two docker daemons: ..."
+    reporter._register()  # through daemon_collision.lua: the report stands in shared_daemons too
+    compared(pool, me)
+    peers, standing = compared(pool, me)
+    assert peers["p2"].collision and standing
+    assert daemonmark.forget_collision(pool, ID) > 0
+    peers, standing = compared(pool, me)
+    assert peers["p2"].collision == "" and standing == ""
