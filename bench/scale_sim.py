@@ -188,6 +188,9 @@ async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: 
                 raise ConnectionError("redis closed the connection")
             parser.feed(data)
 
+    # Each worker's rounds start at a phase of their own, as a fleet's workers do (started at once, every
+    # worker's BLMOVE would time out in the same instant).
+    await asyncio.sleep(random.uniform(0, block_secs))
     try:
         while time.time() < end:
             for command in rounds:
