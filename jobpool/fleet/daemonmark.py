@@ -406,17 +406,17 @@ class Marker:
             here.add(self.mark)
         self.marked = True
         if ours != self.daemon_id:
-            self.daemon_id, self._missing, self._peer_ids, self._peer_records = ours, {}, (), {}
-        peers, standing = self._refresh_and_read(ours)
+            self._new_identity(ours)
+        peers, standing, refreshed = self._refresh_and_read(ours)
         # Seen dead from here: not waited for. A collision stands whatever becomes of the processes.
         gone = frozenset(i for i, p in peers.items() if i != self.id and p.daemon_id == ours and p.gone())
-        # This record was written before the peers were read (in one step, or just before): registered.
+        # This record was written before the peers were read (in one step), or earlier: registered.
         j = judge(self.id, self.where, ours, here, peers, self._missing, time.monotonic(),
                   CONFIRM_PERIODS * self.period, True, standing, gone)
         written = (self._verified, self._collision)
         self._missing, self._verified, self._collision = j.missing, j.verified, j.collision
         self._collided = j.collided
-        if (j.verified, j.collision) != written:
+        if not refreshed or (j.verified, j.collision) != written:
             self._register()  # the new verdict said now, not a period later: a peer waits on `verified`
         self.registered = True
         self._why = j.why
@@ -425,22 +425,32 @@ class Marker:
             self._remove_gone(client, listed, peers)
         return j.why
 
-    def _refresh_and_read(self, ours: str) -> tuple[dict[str, Peer], str]:
-        """This process's record written (as the last verdict left it), then the records of the other
-        processes claiming `ours` and the standing collision on it read after it: the processes found last
-        period in one script (scripts/daemon_mark_round.lua), any new to the index in one more read. A record
-        that reports a collision is written by daemon_collision.lua (which remembers it), then read apart."""
+    def _new_identity(self, ours: str) -> None:
+        """This process's daemon answers with another identity (its identity volume made anew, as the fix of
+        a shared identity asks): nothing judged of the old one carries over, or the old verdict and report
+        would be written under the new identity at its first round (a collision recorded on an identity
+        nobody shares)."""
+        self.daemon_id, self._missing, self._peer_ids, self._peer_records = ours, {}, (), {}
+        self._verified, self._collision, self._collided = frozenset(), "", False
+
+    def _refresh_and_read(self, ours: str) -> tuple[dict[str, Peer], str, bool]:
+        """The records of the other processes claiming `ours` and the standing collision on it, and whether
+        this process's record was refreshed before they were read. With no collision reported here, one
+        script (scripts/daemon_mark_round.lua) writes the record as the last verdict left it, then reads the
+        processes found last period (one whose read failed is read whole next period, as one new to the
+        index, which is read in one more round trip). A process reporting a collision reads only, and
+        writes after judging (the round's caller), through daemon_collision.lua, which records the report:
+        written first, a report an operator has just cleared would be recorded again."""
         if self._collision:
-            self._register()
             remembered = read_standing(self.store, ours).get(ours)
             peers = {i: p for i, p in read_peers(self.store, ours).items() if i != self.id}
-            return peers, remembered.line if remembered else ""
+            return peers, remembered.line if remembered else "", False
         known = self._peer_records
         got = self.store.daemon_mark_round(self.id, self.ttl_ms, 10 * self.ttl_ms, self._fields(),
                                            int(self.period * 1000),
-                                           [(i, known[i].get("v", "")) for i in self._peer_ids])
+                                           [(i, known.get(i, {}).get("v", "")) for i in self._peer_ids])
         self._after_mark(got.marked)
-        records: dict[str, Any] = {i: known[i] for i in got.unchanged}
+        records: dict[str, Any] = {i: known[i] for i in got.unchanged if i in known}
         records.update(got.records)
         new = [i for i in got.ids if i not in records and i != self.id]
         if new:
@@ -450,7 +460,7 @@ class Marker:
         peers = {i: Peer.from_record(i, r) for i, r in self._peer_records.items()
                  if r.get("daemon_id") == ours}
         standing = Standing.parse(got.standing).line if got.standing else ""
-        return peers, standing
+        return peers, standing, True
 
     def _fields(self) -> list[tuple[str, str]]:
         values = {"role": self.role, "host": self.host, "pid": str(os.getpid()),

@@ -10,7 +10,8 @@ Returns {0, at, 0, scan, standing, ids, record, record, ...}: at and scan as dae
 report of a standing collision on the identity (shared_daemons' field, JSON; nil for none); ids the processes
 in the identity's index once this record is written; then for each record of KEYS[6..] in order, 1 when its
 `v` is the one given (unchanged since the caller read it), else the record as HGETALL's flat list ({} for
-none, or for a key that is no hash). -6 bad arguments.
+none, or for a key that is no hash). -6 bad arguments; Redis's WRONGTYPE error for a shared_daemons that is
+no hash (after the refresh: a round that cannot read the standing collision fails, as a read of it would).
 A period of a process comparing its daemon's marks (jobpool/fleet/daemonmark.py `Marker._round`) in one
 call: its record refreshed as daemon_mark.lua refreshes it, then what the comparison reads, read after it in
 the same step (so a peer registering later reads this record, and this caller any peer registered before).
@@ -24,8 +25,8 @@ if peers < 0 then return {E_BAD_ARG, 'daemon mark round'} end
 local base = NARGV - peers
 local at, daemon, _, took = write_mark(KEYS[1], KEYS[2], KEYS[3], KEYS[4], false, base)
 if not at then return {E_BAD_ARG, daemon} end
-local standing = false
-if key_type(KEYS[5]) == 'hash' then standing = redis.call('HGET', KEYS[5], daemon) end
+-- A standing collision that cannot be read fails the call (as a read of it apart would), never "none".
+local standing = redis.call('HGET', KEYS[5], daemon)
 local out = {0, at, 0, took, standing, redis.call('ZRANGE', KEYS[3], 0, -1)}
 for i = 1, peers do
   local key, known = KEYS[5 + i], ARGV[base + i]

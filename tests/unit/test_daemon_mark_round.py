@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 
+from jobpool import errors
 from jobpool.api import Pool
 from jobpool.config import Settings
 from jobpool.fleet import daemonmark
@@ -31,7 +33,8 @@ def marker(pool: Pool, pid: str, daemon: str = ID) -> daemonmark.Marker:
 
 
 def compared(pool: Pool, m: daemonmark.Marker) -> tuple[dict[str, daemonmark.Peer], str]:
-    return m._refresh_and_read(m.daemon_id)
+    peers, standing, _ = m._refresh_and_read(m.daemon_id)
+    return peers, standing
 
 
 def test_a_round_reads_what_the_separate_reads_read(backend: Backend) -> None:
@@ -163,3 +166,75 @@ def test_a_report_cleared_by_an_operator_is_read_again(backend: Backend) -> None
     assert daemonmark.forget_collision(pool, ID) > 0
     peers, standing = compared(pool, me)
     assert peers["p2"].collision == "" and standing == ""
+
+
+def test_a_peer_whose_read_failed_is_read_again_and_the_rounds_go_on(backend: Backend) -> None:
+    """A process new to the index is read apart; should that read fail (here its key holds another type, as
+    a transient error would also leave it), it is left out of that round and read whole by the next round's
+    script, and the rounds go on reading what they must (a standing collision recorded since)."""
+    pool = backend.pool()
+    me = marker(pool, "p1")
+    compared(pool, me)
+    c, k = pool.store.client, pool.keys
+    c.set(k.daemon_mark("pJ"), "junk")
+    c.zadd(k.daemon_marks_of(ID), {"pJ": now_ms(pool) + 600_000})
+    for _ in range(3):
+        peers, standing = compared(pool, me)
+        assert peers == {} and standing == ""
+    assert me._peer_ids == ("pJ",)
+    # The key made right again: read at the next round.
+    c.delete(k.daemon_mark("pJ"))
+    other = marker(pool, "pJ")
+    compared(pool, other)
+    peers, _ = compared(pool, me)
+    assert set(peers) == {"pJ"}
+    # A collision recorded meanwhile by a process since gone is read, as at any round.
+    line = f"daemon identity {ID} is shared by two docker daemons: ..."
+    fields = {name: "" for name in daemonmark.FIELDS}
+    fields.update(daemon_id=ID, mark=daemonmark.volume_name("p9"), collision=line)
+    pool.store.daemon_mark("p9", 60_000, 600_000, list(fields.items()))
+    pool.store.daemon_unmark("p9", ID)
+    assert compared(pool, me)[1] == line
+
+
+def now_ms(pool: Pool) -> int:
+    secs, micros = pool.store.client.time()
+    return int(secs) * 1000 + int(micros) // 1000
+
+
+def test_a_reporting_process_reads_before_it_writes(backend: Backend) -> None:
+    """A process that reports a collision reads the standing one before writing its record again: a report
+    an operator cleared in between is not recorded again by a write of the verdict before it (the round
+    judges first, and records it again only if the marks still differ)."""
+    pool = backend.pool()
+    reporter = marker(pool, "p2")
+    compared(pool, reporter)
+    reporter._collision = f"daemon identity {ID} is shared by two docker daemons: ..."
+    reporter._register()
+    assert daemonmark.read_standing(pool.store, ID)
+    assert daemonmark.forget_collision(pool, ID) > 0
+    _, standing, refreshed = reporter._refresh_and_read(ID)
+    assert (standing, refreshed) == ("", False)
+    assert daemonmark.read_standing(pool.store, ID) == {}, "not recorded again by the read"
+
+
+def test_a_standing_collision_that_cannot_be_read_fails_the_round(backend: Backend) -> None:
+    pool = backend.pool()
+    me = marker(pool, "p1")
+    compared(pool, me)
+    pool.store.client.set(pool.keys.shared_daemons, "junk")
+    with pytest.raises(errors.JobpoolError):
+        compared(pool, me)
+
+
+def test_a_new_identity_starts_with_no_verdict_of_the_old(backend: Backend) -> None:
+    """The daemon answers with another identity (its identity volume made anew): the old identity's report
+    and verdict are not written under the new one."""
+    pool = backend.pool()
+    me = marker(pool, "p1")
+    me._collision = f"daemon identity {ID} is shared by two docker daemons: ..."
+    me._verified, me._collided = frozenset({"p2"}), True
+    me._new_identity(OTHER)
+    assert (me.daemon_id, me._collision, me._verified, me._collided) == (OTHER, "", frozenset(), False)
+    _, _, refreshed = me._refresh_and_read(OTHER)
+    assert refreshed and daemonmark.read_standing(pool.store) == {}
