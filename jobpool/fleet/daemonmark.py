@@ -450,6 +450,10 @@ class Marker:
                                            int(self.period * 1000),
                                            [(i, known.get(i, {}).get("v", "")) for i in self._peer_ids])
         self._after_mark(got.marked)
+        if not got.complete:  # more processes claim this identity than one call reads: all read apart
+            peers = {i: p for i, p in read_peers(self.store, ours).items() if i != self.id}
+            self._peer_ids, self._peer_records = (), {}
+            return peers, Standing.parse(got.standing).line if got.standing else "", True
         records: dict[str, Any] = {i: known[i] for i in got.unchanged if i in known}
         records.update(got.records)
         new = [i for i in got.ids if i not in records and i != self.id]

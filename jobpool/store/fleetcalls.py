@@ -114,14 +114,15 @@ class FleetCalls(ScriptCalls):
         reply = self.run("daemon_mark_round", keys, args + [v for _, v in peers])
         records = {}
         unchanged = set()
-        for (process_id_, _), flat in zip(peers, reply[6:], strict=True):
+        for (process_id_, _), flat in zip(peers, reply[7:], strict=True):
             if isinstance(flat, list):
                 records[process_id_] = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
             else:
                 unchanged.add(process_id_)
         standing = None if reply[4] is None else str(reply[4])
-        return MarkRound(Marked(at=int(reply[1]), recorded=False, scan=bool(int(reply[3]))), standing,
-                         tuple(str(i) for i in reply[5]), records, frozenset(unchanged))
+        ids = tuple(str(i) for i in reply[5])
+        return MarkRound(Marked(at=int(reply[1]), recorded=False, scan=bool(int(reply[3]))), standing, ids,
+                         records, frozenset(unchanged), complete=int(reply[6]) <= len(ids))
 
     def daemon_mark_index(self, records: Iterable[tuple[str, str]]) -> int:
         """Index records written without their identity's index entry: (process id, its `daemon_id` as read),

@@ -141,13 +141,15 @@ class MarkRound:
     """daemon_mark_round's reply: the refresh's `Marked`, the standing collision on the identity (its JSON,
     None for none), the processes in the identity's index, the records read (process id -> fields; {} for a
     record gone) and the processes named whose record is as the caller last read it (`unchanged`): together,
-    one for each process the call named."""
+    one for each process the call named. `complete`: whether `ids` is the whole index (the script reads a
+    bounded number of ids)."""
 
     marked: Marked
     standing: str | None
     ids: tuple[str, ...]
     records: dict[str, dict[str, str]]
     unchanged: frozenset[str] = frozenset()
+    complete: bool = True
 
 
 @dataclass(frozen=True)

@@ -238,3 +238,21 @@ def test_a_new_identity_starts_with_no_verdict_of_the_old(backend: Backend) -> N
     assert (me.daemon_id, me._collision, me._verified, me._collided) == (OTHER, "", frozenset(), False)
     _, _, refreshed = me._refresh_and_read(OTHER)
     assert refreshed and daemonmark.read_standing(pool.store) == {}
+
+
+def test_an_index_longer_than_one_call_reads_is_read_apart(backend: Backend) -> None:
+    """The script returns at most a bounded number of the identity's processes (scripts never read a whole
+    collection); an index that holds more is read whole apart, none missed."""
+    pool = backend.pool()
+    me = marker(pool, "p0")
+    compared(pool, me)
+    c, k = pool.store.client, pool.keys
+    # Scored to expire before every record's entry, so they are the index's first 1,000.
+    until = now_ms(pool) + 20_000
+    c.zadd(k.daemon_marks_of(ID), {f"x{i}": until for i in range(1000)})
+    fields = {name: "" for name in daemonmark.FIELDS}
+    fields.update(daemon_id=ID, mark=daemonmark.volume_name("late"))
+    pool.store.daemon_mark("zz-late", 60_000, 600_000, list(fields.items()))  # sorts after the 1,000
+    peers, _ = compared(pool, me)
+    assert "zz-late" in peers and len(peers) == 1, "the x* entries have no record: not peers"
+    assert me._peer_ids == (), "read apart: nothing named to the script next round"

@@ -34,8 +34,9 @@ ALL_KEYS = {"DEL", "EXISTS", "UNLINK", "TOUCH"}
 #: Never inside a script: they scan the keyspace or read a whole collection of unbounded size.
 FORBIDDEN = {"KEYS", "SCAN", "HSCAN", "SSCAN", "ZSCAN", "SMEMBERS", "HKEYS", "HVALS", "FLUSHALL", "FLUSHDB",
              "RANDOMKEY", "SORT", "SUNION", "SINTER", "SDIFF"}
-#: Hashes that are one job's row (bounded); HGETALL of anything else (the coalesce map) is unbounded.
-BOUNDED_HASH_VARS = {"jkey"}
+#: Hashes that are one job's row, or one process's daemon mark record (written whole by _lib.lua's
+#: `write_mark`: bounded); HGETALL of anything else (the coalesce map) is unbounded.
+BOUNDED_HASH_VARS = {"jkey", "mark_rec"}
 
 
 def strip_comments(text: str) -> str:
