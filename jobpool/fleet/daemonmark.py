@@ -323,8 +323,9 @@ class Marker:
         #: Their records as last read (the round reads one again only when its `v` changed).
         self._peer_records: dict[str, dict[str, str]] = {}
         self._logged = ""
-        #: Whether a round has succeeded yet (until then, not trusted).
+        #: Whether a round has succeeded yet (until then, not trusted), and when one last did (monotonic).
         self._compared = False
+        self._compared_at = -float("inf")
 
     # ---- what the other threads read ----------------------------------------------------------------
 
@@ -371,20 +372,27 @@ class Marker:
         """One period: list the marks on this daemon (making this process's own if missing), register, read
         the peers and judge. A round that fails (the daemon or Redis away) keeps the last verdict: what the
         marks said has not changed, and nothing can be claimed or judged without them anyway (a launch meets
-        the daemon's fault: jobpool/workers/hostcheck.py). Until a first round succeeds, not trusted."""
+        the daemon's fault: jobpool/workers/hostcheck.py). Until a first round succeeds, not trusted; nor
+        once none has for as long as this process's record lives (its peers may no longer see it, and a
+        daemon that took its identity since would go unseen), whatever fails them."""
         try:
             why = self._round()
         except Exception as exc:  # noqa: BLE001 - Redis or the daemon away: the last verdict stands
             if not isinstance(exc, JobpoolError):
                 self._close()  # the daemon's: a new client next period
-            if self._compared:
-                log.debug("%s: daemon marks not compared this period: %s", self.where, exc)
-                return
             text = " ".join(str(exc).split())[:300]
-            why = f"its daemon's marks could not be compared ({type(exc).__name__}: {text})"
-            self._why, self._collided = why, False
+            if self._compared:
+                since = time.monotonic() - self._compared_at
+                if self._why or since * 1000 < self.ttl_ms:
+                    log.debug("%s: daemon marks not compared this period: %s", self.where, exc)
+                    return
+                why = f"its daemon's marks not compared for {since:.0f}s ({type(exc).__name__}: {text})"
+                self._why = why
+            else:
+                why = f"its daemon's marks could not be compared ({type(exc).__name__}: {text})"
+                self._why, self._collided = why, False
         else:
-            self._compared = True
+            self._compared, self._compared_at = True, time.monotonic()
         self._say(why)
 
     def _round(self) -> str:

@@ -6,6 +6,7 @@ real redis-server; the commands a round sends are counted on a real one (SLOWLOG
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -256,3 +257,17 @@ def test_an_index_longer_than_one_call_reads_is_read_apart(backend: Backend) -> 
     peers, _ = compared(pool, me)
     assert "zz-late" in peers and len(peers) == 1, "the x* entries have no record: not peers"
     assert me._peer_ids == (), "read apart: nothing named to the script next round"
+
+
+def test_rounds_failing_past_the_records_life_end_the_trust(backend: Backend) -> None:
+    """A round that fails keeps the last verdict, but not for longer than the process's record lives: its
+    peers may no longer see it then. Here the rounds fail for real (its DOCKER_HOST answers nothing)."""
+    pool = backend.pool()
+    me = marker(pool, "p1")
+    me._compared, me._why = True, ""  # as a round that succeeded leaves it, trusted
+    me._compared_at = time.monotonic()
+    me.round()
+    assert me.refusal() == "", "one failed round: the last verdict stands"
+    me._compared_at = time.monotonic() - me.ttl_ms / 1000 - 1
+    me.round()
+    assert "not compared for" in me.refusal()
