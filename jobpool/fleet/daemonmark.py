@@ -87,7 +87,7 @@ FIELDS = ("role", "host", "pid", "docker_host", "daemon_id", "mark", "verified",
 
 def digest(values: Mapping[str, str]) -> str:
     """`v` of a record whose other fields are `values`: any change of them changes it."""
-    text = "\n".join(f"{name}={values.get(name, '')}" for name in FIELDS if name != "v")
+    text = json.dumps([values.get(name, "") for name in FIELDS if name != "v"])  # one text per record
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
