@@ -415,12 +415,11 @@ class Marker:
         self.marked = True
         if ours != self.daemon_id:
             self._new_identity(ours)
-        peers, standing, refreshed = self._refresh_and_read(ours)
+        peers, standing, refreshed, registered = self._refresh_and_read(ours)
         # Seen dead from here: not waited for. A collision stands whatever becomes of the processes.
         gone = frozenset(i for i, p in peers.items() if i != self.id and p.daemon_id == ours and p.gone())
-        # This record was written before the peers were read (in one step), or earlier: registered.
         j = judge(self.id, self.where, ours, here, peers, self._missing, time.monotonic(),
-                  CONFIRM_PERIODS * self.period, True, standing, gone)
+                  CONFIRM_PERIODS * self.period, registered, standing, gone)
         written = (self._verified, self._collision)
         self._missing, self._verified, self._collision = j.missing, j.verified, j.collision
         self._collided = j.collided
@@ -441,9 +440,11 @@ class Marker:
         self.daemon_id, self._missing, self._peer_ids, self._peer_records = ours, {}, (), {}
         self._verified, self._collision, self._collided = frozenset(), "", False
 
-    def _refresh_and_read(self, ours: str) -> tuple[dict[str, Peer], str, bool]:
-        """The records of the other processes claiming `ours` and the standing collision on it, and whether
-        this process's record was refreshed before they were read. With no collision reported here, one
+    def _refresh_and_read(self, ours: str) -> tuple[dict[str, Peer], str, bool, bool]:
+        """The records of the other processes claiming `ours` and the standing collision on it; whether this
+        process's record was refreshed before they were read; and whether it was there when they were read
+        (`judge`'s `registered`: every peer registering after the read sees it). With no collision reported
+        here, one
         script (scripts/daemon_mark_round.lua) writes the record as the last verdict left it, then reads the
         processes found last period (one whose read failed is read whole next period, as one new to the
         index, which is read in one more round trip). A process reporting a collision reads only, and
@@ -451,8 +452,9 @@ class Marker:
         written first, a report an operator has just cleared would be recorded again."""
         if self._collision:
             remembered = read_standing(self.store, ours).get(ours)
-            peers = {i: p for i, p in read_peers(self.store, ours).items() if i != self.id}
-            return peers, remembered.line if remembered else "", False
+            everyone = read_peers(self.store, ours)  # its own record too: lost with a Redis that restarted?
+            peers = {i: p for i, p in everyone.items() if i != self.id}
+            return peers, remembered.line if remembered else "", False, self.id in everyone
         known = self._peer_records
         got = self.store.daemon_mark_round(self.id, self.ttl_ms, 10 * self.ttl_ms, self._fields(),
                                            int(self.period * 1000),
@@ -461,7 +463,7 @@ class Marker:
         if not got.complete:  # more processes claim this identity than one call reads: all read apart
             peers = {i: p for i, p in read_peers(self.store, ours).items() if i != self.id}
             self._peer_ids, self._peer_records = (), {}
-            return peers, Standing.parse(got.standing).line if got.standing else "", True
+            return peers, Standing.parse(got.standing).line if got.standing else "", True, True
         records: dict[str, Any] = {i: known[i] for i in got.unchanged if i in known}
         records.update(got.records)
         new = [i for i in got.ids if i not in records and i != self.id]
@@ -472,7 +474,7 @@ class Marker:
         peers = {i: Peer.from_record(i, r) for i, r in self._peer_records.items()
                  if r.get("daemon_id") == ours}
         standing = Standing.parse(got.standing).line if got.standing else ""
-        return peers, standing, True
+        return peers, standing, True, True
 
     def _fields(self) -> list[tuple[str, str]]:
         values = {"role": self.role, "host": self.host, "pid": str(os.getpid()),

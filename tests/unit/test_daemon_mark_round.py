@@ -34,7 +34,7 @@ def marker(pool: Pool, pid: str, daemon: str = ID) -> daemonmark.Marker:
 
 
 def compared(pool: Pool, m: daemonmark.Marker) -> tuple[dict[str, daemonmark.Peer], str]:
-    peers, standing, _ = m._refresh_and_read(m.daemon_id)
+    peers, standing, _, _ = m._refresh_and_read(m.daemon_id)
     return peers, standing
 
 
@@ -214,8 +214,8 @@ def test_a_reporting_process_reads_before_it_writes(backend: Backend) -> None:
     reporter._register()
     assert daemonmark.read_standing(pool.store, ID)
     assert daemonmark.forget_collision(pool, ID) > 0
-    _, standing, refreshed = reporter._refresh_and_read(ID)
-    assert (standing, refreshed) == ("", False)
+    _, standing, refreshed, registered = reporter._refresh_and_read(ID)
+    assert (standing, refreshed, registered) == ("", False, True)
     assert daemonmark.read_standing(pool.store, ID) == {}, "not recorded again by the read"
 
 
@@ -237,7 +237,7 @@ def test_a_new_identity_starts_with_no_verdict_of_the_old(backend: Backend) -> N
     me._verified, me._collided = frozenset({"p2"}), True
     me._new_identity(OTHER)
     assert (me.daemon_id, me._collision, me._verified, me._collided) == (OTHER, "", frozenset(), False)
-    _, _, refreshed = me._refresh_and_read(OTHER)
+    _, _, refreshed, _ = me._refresh_and_read(OTHER)
     assert refreshed and daemonmark.read_standing(pool.store) == {}
 
 
@@ -271,3 +271,19 @@ def test_rounds_failing_past_the_records_life_end_the_trust(backend: Backend) ->
     me._compared_at = time.monotonic() - me.ttl_ms / 1000 - 1
     me.round()
     assert "not compared for" in me.refusal()
+
+
+def test_a_reporting_process_whose_record_was_lost_is_judged_unregistered(backend: Backend) -> None:
+    """A process reporting a collision reads before it writes: should its record be gone (a Redis that
+    restarted empty), it is judged not registered for that round, as a process that has just started is,
+    not trusted on the strength of a read its peers could not have answered."""
+    pool = backend.pool()
+    reporter = marker(pool, "p2")
+    compared(pool, reporter)
+    reporter._collision = f"daemon identity {ID} is shared by two docker daemons: ..."
+    reporter._register()
+    pool.store.client.flushdb()
+    peers, standing, refreshed, registered = reporter._refresh_and_read(ID)
+    assert (peers, standing, refreshed, registered) == ({}, "", False, False)
+    verdict = daemonmark.judge("p2", "here", ID, set(), peers, {}, 0.0, 10.0, registered)
+    assert "not registered" in verdict.why
