@@ -82,12 +82,7 @@ class FleetCalls(ScriptCalls):
         `scan_ms`: the caller takes the pool's turn to index unindexed records for that long when no one
         holds it (`Marked.scan`; 0: never)."""
         k = self.keys
-        args: list[Any] = [process_id, ttl_ms, forget_ms, scan_ms]
-        given = dict(fields)
-        for name, value in given.items():
-            args += [name, value]
-        keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_marks_of(given.get("daemon_id", "")),
-                k.daemon_marks_scan]
+        keys, args, given = self._mark_call(process_id, ttl_ms, forget_ms, fields, scan_ms)
         # A report of a collision is recorded in `shared_daemons` too, by a script of its own: the period's
         # refresh, the common call, runs a script without the event's definitions (jobpool/store/luatext.py).
         if given.get("collision"):
@@ -95,6 +90,19 @@ class FleetCalls(ScriptCalls):
         else:
             reply = self.run("daemon_mark", keys, args)
         return Marked(at=int(reply[1]), recorded=bool(int(reply[2])), scan=bool(int(reply[3])))
+
+    def _mark_call(self, process_id: str, ttl_ms: int, forget_ms: int, fields: Iterable[tuple[str, str]],
+                   scan_ms: int) -> tuple[list[str], list[Any], dict[str, str]]:
+        """The KEYS and ARGV every script that writes a mark record takes first (_lib.lua `write_mark`), and
+        the fields as given."""
+        k = self.keys
+        args: list[Any] = [process_id, ttl_ms, forget_ms, scan_ms]
+        given = dict(fields)
+        for name, value in given.items():
+            args += [name, value]
+        keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_marks_of(given.get("daemon_id", "")),
+                k.daemon_marks_scan]
+        return keys, args, given
 
     def daemon_mark_round(self, process_id: str, ttl_ms: int, forget_ms: int,
                           fields: Iterable[tuple[str, str]], scan_ms: int,
@@ -105,12 +113,8 @@ class FleetCalls(ScriptCalls):
         that index last period, each with the `v` of its record as last read, '' for none: one still so is
         not read again) read after it."""
         k = self.keys
-        args: list[Any] = [process_id, ttl_ms, forget_ms, scan_ms]
-        given = dict(fields)
-        for name, value in given.items():
-            args += [name, value]
-        keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_marks_of(given.get("daemon_id", "")),
-                k.daemon_marks_scan, k.shared_daemons, *(k.daemon_mark(p) for p, _ in peers)]
+        keys, args, _ = self._mark_call(process_id, ttl_ms, forget_ms, fields, scan_ms)
+        keys += [k.shared_daemons, *(k.daemon_mark(p) for p, _ in peers)]
         reply = self.run("daemon_mark_round", keys, args + [v for _, v in peers])
         records = {}
         unchanged = set()
