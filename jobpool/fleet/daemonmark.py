@@ -326,11 +326,18 @@ class Marker:
         #: Whether a round has succeeded yet (until then, not trusted), and when one last did (monotonic).
         self._compared = False
         self._compared_at = -float("inf")
+        #: Until when this process's record, written by the last round that succeeded, surely lives
+        #: (monotonic): trusted no longer without another (`refusal`).
+        self._fresh_until = -float("inf")
 
     # ---- what the other threads read ----------------------------------------------------------------
 
     def refusal(self) -> str:
-        """Why this process's daemon is not trusted now ('' when it is)."""
+        """Why this process's daemon is not trusted now ('' when it is). Past its record's life since the
+        last round that refreshed it began (`_fresh_until`), not trusted whatever the round thread is doing
+        (a round hung on a dead connection fails no round): its peers may no longer see it."""
+        if not self._why and time.monotonic() > self._fresh_until:
+            return "its daemon's marks have not been compared for as long as its record lives"
         return self._why
 
     def collided(self) -> bool:
@@ -396,6 +403,7 @@ class Marker:
         self._say(why)
 
     def _round(self) -> str:
+        began = time.monotonic()  # the record this round writes lives at least ttl from here
         client = self._docker()
         try:
             ours = daemonid.establish(client, self._given_host)
@@ -423,10 +431,13 @@ class Marker:
         written = (self._verified, self._collision)
         self._missing, self._verified, self._collision = j.missing, j.verified, j.collision
         self._collided = j.collided
+        if j.why:
+            self._why = j.why  # refused at once, whether or not the write below goes through
         if not refreshed or (j.verified, j.collision) != written:
             self._register()  # the new verdict said now, not a period later: a peer waits on `verified`
         self.registered = True
         self._why = j.why
+        self._fresh_until = began + self.ttl_ms / 1000
         if time.monotonic() - self._gone_at >= SWEEP_GONE_EVERY_SECS:
             self._gone_at = time.monotonic()
             self._remove_gone(client, listed, peers)
@@ -439,6 +450,7 @@ class Marker:
         nobody shares)."""
         self.daemon_id, self._missing, self._peer_ids, self._peer_records = ours, {}, (), {}
         self._verified, self._collision, self._collided = frozenset(), "", False
+        self._why = f"its daemon answers with a new identity {ours}, not compared yet"
 
     def _refresh_and_read(self, ours: str) -> tuple[dict[str, Peer], str, bool, bool]:
         """The records of the other processes claiming `ours` and the standing collision on it; whether this

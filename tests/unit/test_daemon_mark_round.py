@@ -17,6 +17,7 @@ from jobpool.api import Pool
 from jobpool.config import Settings
 from jobpool.fleet import daemonmark
 from jobpool.store.redisurl import connect
+from tests.support.polling import eventually
 from tests.support.pool_helpers import Backend
 
 ID = "jpd1:" + "c" * 32 + "@boot-1"
@@ -235,8 +236,10 @@ def test_a_new_identity_starts_with_no_verdict_of_the_old(backend: Backend) -> N
     me = marker(pool, "p1")
     me._collision = f"daemon identity {ID} is shared by two docker daemons: ..."
     me._verified, me._collided = frozenset({"p2"}), True
+    me._why = ""
     me._new_identity(OTHER)
     assert (me.daemon_id, me._collision, me._verified, me._collided) == (OTHER, "", frozenset(), False)
+    assert "new identity" in me.refusal(), "not trusted until compared under the new identity"
     _, _, refreshed, _ = me._refresh_and_read(OTHER)
     assert refreshed and daemonmark.read_standing(pool.store) == {}
 
@@ -266,11 +269,33 @@ def test_rounds_failing_past_the_records_life_end_the_trust(backend: Backend) ->
     me = marker(pool, "p1")
     me._compared, me._why = True, ""  # as a round that succeeded leaves it, trusted
     me._compared_at = time.monotonic()
+    me._fresh_until = time.monotonic() + me.ttl_ms / 1000
     me.round()
     assert me.refusal() == "", "one failed round: the last verdict stands"
     me._compared_at = time.monotonic() - me.ttl_ms / 1000 - 1
     me.round()
     assert "not compared for" in me.refusal()
+
+
+def test_trust_ends_with_the_records_life_though_no_round_ends(backend: Backend) -> None:
+    """A round hung on a dead connection fails no round: the trust still ends once the record the last
+    round wrote may have expired, without the round thread."""
+    pool = backend.pool()
+    me = marker(pool, "p1")
+    me._compared, me._why = True, ""
+    me._fresh_until = time.monotonic() + 0.3
+    assert me.refusal() == ""
+    eventually(lambda: me.refusal() != "", timeout=5)
+    assert "as long as its record lives" in me.refusal()
+
+
+def test_the_digest_is_one_text_per_record() -> None:
+    """Two records whose fields joined as `name=value` lines read the same differ in `v`."""
+    base = {name: "" for name in daemonmark.FIELDS if name != "v"}
+    one = {**base, "host": "x\npid=", "pid": ""}
+    two = {**base, "host": "x", "pid": "\npid="}
+    assert daemonmark.digest(one) != daemonmark.digest(two)
+    assert daemonmark.digest(one) == daemonmark.digest(dict(one))
 
 
 def test_a_reporting_process_whose_record_was_lost_is_judged_unregistered(backend: Backend) -> None:
