@@ -306,7 +306,6 @@ class Marker:
         self.where = describe(role, os.getpid(), self.host, self.docker_host)
         self._process = json.dumps(procid.identity_of(os.getpid()))
         self.daemon_id = ""
-        self.registered = False
         self.marked = False
         self._why = "this process has not compared its daemon's marks yet"
         self._collision = ""
@@ -323,9 +322,8 @@ class Marker:
         #: Their records as last read (the round reads one again only when its `v` changed).
         self._peer_records: dict[str, dict[str, str]] = {}
         self._logged = ""
-        #: Whether a round has succeeded yet (until then, not trusted), and when one last did (monotonic).
+        #: Whether a round has succeeded yet (until then, not trusted).
         self._compared = False
-        self._compared_at = -float("inf")
         #: Until when this process's record, written by the last round that succeeded, surely lives
         #: (monotonic): trusted no longer without another (`refusal`).
         self._fresh_until = -float("inf")
@@ -337,7 +335,8 @@ class Marker:
         last round that refreshed it began (`_fresh_until`), not trusted whatever the round thread is doing
         (a round hung on a dead connection fails no round): its peers may no longer see it."""
         if not self._why and time.monotonic() > self._fresh_until:
-            return "its daemon's marks have not been compared for as long as its record lives"
+            return (f"its daemon's marks not compared for as long as its record lives "
+                    f"({self.ttl_ms / 1000:g}s)")
         return self._why
 
     def collided(self) -> bool:
@@ -387,19 +386,17 @@ class Marker:
         except Exception as exc:  # noqa: BLE001 - Redis or the daemon away: the last verdict stands
             if not isinstance(exc, JobpoolError):
                 self._close()  # the daemon's: a new client next period
-            text = " ".join(str(exc).split())[:300]
             if self._compared:
-                since = time.monotonic() - self._compared_at
-                if self._why or since * 1000 < self.ttl_ms:
-                    log.debug("%s: daemon marks not compared this period: %s", self.where, exc)
+                log.debug("%s: daemon marks not compared this period: %s", self.where, exc)
+                why = self.refusal()  # the last verdict, or past the record's life the deadline's (said once)
+                if not why:
                     return
-                why = f"its daemon's marks not compared for {since:.0f}s ({type(exc).__name__}: {text})"
-                self._why = why
             else:
+                text = " ".join(str(exc).split())[:300]
                 why = f"its daemon's marks could not be compared ({type(exc).__name__}: {text})"
                 self._why, self._collided = why, False
         else:
-            self._compared, self._compared_at = True, time.monotonic()
+            self._compared = True
         self._say(why)
 
     def _round(self) -> str:
@@ -435,7 +432,6 @@ class Marker:
             self._why = j.why  # refused at once, whether or not the write below goes through
         if not refreshed or (j.verified, j.collision) != written:
             self._register()  # the new verdict said now, not a period later: a peer waits on `verified`
-        self.registered = True
         self._why = j.why
         self._fresh_until = began + self.ttl_ms / 1000
         if time.monotonic() - self._gone_at >= SWEEP_GONE_EVERY_SECS:

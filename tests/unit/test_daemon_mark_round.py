@@ -268,11 +268,10 @@ def test_rounds_failing_past_the_records_life_end_the_trust(backend: Backend) ->
     pool = backend.pool()
     me = marker(pool, "p1")
     me._compared, me._why = True, ""  # as a round that succeeded leaves it, trusted
-    me._compared_at = time.monotonic()
     me._fresh_until = time.monotonic() + me.ttl_ms / 1000
     me.round()
     assert me.refusal() == "", "one failed round: the last verdict stands"
-    me._compared_at = time.monotonic() - me.ttl_ms / 1000 - 1
+    me._fresh_until = time.monotonic() - 1  # the last success began longer ago than the record lives
     me.round()
     assert "not compared for" in me.refusal()
 
