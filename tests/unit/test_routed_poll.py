@@ -60,7 +60,7 @@ def test_an_idle_worker_blocks_on_the_pool_queue_for_its_heartbeat_period(
 
 
 def test_a_job_routed_to_the_daemon_is_taken_at_the_next_round(redis_url: str) -> None:
-    w, store = worker(redis_url, heartbeat=1.0)
+    w, _ = worker(redis_url, heartbeat=1.0)
     admin = redis.Redis.from_url(redis_url)
     daemon_queue = w.queues[0]
     job = daemon_queue.enqueue_call("builtins.print", args=("routed",))
@@ -83,4 +83,3 @@ def test_a_job_routed_to_the_daemon_is_taken_at_the_next_round(redis_url: str) -
     assert taken and taken[0] is not None
     job_, queue = taken[0]
     assert job_.id == later.id and queue.name == daemon_queue.name
-    assert store.keys.pool == "routed"
