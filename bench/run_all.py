@@ -30,6 +30,7 @@ BENCHES = [
     ("chaos soak", ["soak"], ["soak", "--jobs", "30", "--slots", "2", "--workers", "3"]),
     ("one Redis under a large fleet", ["scale"], ["scale", "--quick"]),
     ("live logs", ["livelog"], ["livelog", "--secs", "5"]),
+    ("script calls spaced and back to back", ["cold_calls"], ["cold_calls", "--calls", "40"]),
 ]
 
 

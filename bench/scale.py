@@ -147,6 +147,9 @@ def main() -> int:
     ap.add_argument("--idle-secs", type=float, help="idle fleet's measured window (default 60; quick 10)")
     ap.add_argument("--job-secs", type=float, help="the job's length in part 2 (default 60; quick 10)")
     ap.add_argument("--jobs", type=int, default=3, help="jobs (and workers) each side in part 2")
+    ap.add_argument("--warm", type=float, default=0,
+                    help="part 2: trivial calls a second keeping each server busy, as a fleet's traffic "
+                         "would (not counted; default 0: the servers idle between the jobs' calls)")
     ap.add_argument("--queued", type=int, help="part 5's deep queue (default 1000000; quick 100000)")
     ap.add_argument("--repeat", type=int, default=5, help="steady sweeps per round (3 rounds)")
     ap.add_argument("--no-profile", action="store_true", help="no cProfile of the sweep")
@@ -180,7 +183,7 @@ def main() -> int:
                 rows if "sweep" in parts else [], [1000, 10_000] if "observe" in parts else [],
                 args.workers, args.daemons, 2 if q else 3, args.repeat, 10 if q else 30, not args.no_profile)
         if "job" in parts:
-            res["job"] = scale_job.part_job(args.jobs, job_secs)
+            res["job"] = scale_job.part_job(args.jobs, job_secs, args.warm)
         if "idle" in parts:
             print(f"\n== part 3: an idle fleet: {args.workers} workers on {args.daemons} daemons", flush=True)
             res["idle"] = scale_fleet.part_idle(args.workers, args.daemons, args.procs, 6.0 if q else 10.0,

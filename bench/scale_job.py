@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -90,6 +91,42 @@ def cost(system: str, jobs: int, entries: list[sr.Entry], is_upkeep: Callable[[s
                    len(entries) >= max_len, sr.profile(job, names, owner), sr.script_split(entries, names))
 
 
+class Warmer:
+    """Keeps a server from idling between a few jobs' calls, as a large fleet's traffic would (`--warm`):
+    `rate` trivial script calls a second, spaced evenly, on a connection SLOWLOG profiles leave out
+    (scale_redis.ADMIN_NAME). bench/cold_calls.py shows why it matters: a call after 50 ms of quiet costs
+    the server several times what one 0.5 ms after another does."""
+
+    def __init__(self, url: str, rate: float) -> None:
+        self.url, self.rate, self.sent = url, rate, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        client = sr.admin(self.url)
+        sha = client.script_load("return redis.call('EXISTS', KEYS[1])")
+        step, due = 1.0 / self.rate, time.monotonic()
+        while not self._stop.is_set():
+            client.evalsha(sha, 1, "bench:warm")
+            self.sent += 1
+            due += step
+            pause = due - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            else:
+                due = time.monotonic()  # behind: no burst to catch up
+
+    def __enter__(self) -> Warmer:
+        if self.rate > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+
 def _wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -98,8 +135,9 @@ def _wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def jobpool_lifecycle(jobs: int, secs: float, work: Path) -> JobCost:
-    """`jobs` jobs of `secs` seconds through `jobs` jobpool workers on a private redis-server."""
+def jobpool_lifecycle(jobs: int, secs: float, work: Path, warm: float = 0) -> JobCost:
+    """`jobs` jobs of `secs` seconds through `jobs` jobpool workers on a private redis-server (kept busy by
+    `warm` trivial calls a second: `Warmer`)."""
     pool_name = "scalejob"
     procs: list[JobpoolProcess] = []
     with RedisServer() as rs:
@@ -126,7 +164,7 @@ def jobpool_lifecycle(jobs: int, secs: float, work: Path) -> JobCost:
             time.sleep(1)
             boot_prefix = pool.keys.boot("")
             t0, cpu0 = time.monotonic(), sr.cpu_secs(admin)
-            with sr.slowlog_all(admin, 2_000_000) as entries:
+            with sr.slowlog_all(admin, 2_000_000) as entries, Warmer(rs.url, warm):
                 run(["sleep", f"{secs:g}"], secs + 120)
             cpu, window = sr.cpu_secs(admin) - cpu0, time.monotonic() - t0
 
@@ -140,8 +178,9 @@ def jobpool_lifecycle(jobs: int, secs: float, work: Path) -> JobCost:
                 p.stop(timeout=20)
 
 
-def rq_lifecycle(jobs: int, secs: float, work: Path) -> JobCost:
-    """`jobs` jobs of `secs` seconds through `jobs` of RQ's own workers (`rq worker`, JSON serializer)."""
+def rq_lifecycle(jobs: int, secs: float, work: Path, warm: float = 0) -> JobCost:
+    """`jobs` jobs of `secs` seconds through `jobs` of RQ's own workers (`rq worker`, JSON serializer), the
+    server kept busy as jobpool's is (`Warmer`)."""
     procs: list[subprocess.Popen[bytes]] = []
     with RedisServer() as rs:
         rs.start()
@@ -165,7 +204,7 @@ def rq_lifecycle(jobs: int, secs: float, work: Path) -> JobCost:
             run(0, 60)  # a first job each, as jobpool's
             time.sleep(1)
             t0, cpu0 = time.monotonic(), sr.cpu_secs(admin)
-            with sr.slowlog_all(admin, 2_000_000) as entries:
+            with sr.slowlog_all(admin, 2_000_000) as entries, Warmer(rs.url, warm):
                 run(secs, secs + 120)
             cpu, window = sr.cpu_secs(admin) - cpu0, time.monotonic() - t0
             return cost("rq", jobs, entries, lambda e: e.command in POLLS, cpu, window, 2_000_000)
@@ -182,19 +221,22 @@ def rq_lifecycle(jobs: int, secs: float, work: Path) -> JobCost:
             conn.close()
 
 
-def part_job(jobs: int, secs: float) -> dict[str, Any]:
-    """Part 2: both lifecycles at once, on their own servers; prints the comparison, returns the figures."""
+def part_job(jobs: int, secs: float, warm: float = 0) -> dict[str, Any]:
+    """Part 2: both lifecycles at once, on their own servers; prints the comparison, returns the figures.
+    With `warm`, each server also serves that many trivial calls a second (`Warmer`), left out of the
+    figures: a job's cost on a server that a fleet keeps busy rather than on an idle one."""
     work = Path(tempfile.mkdtemp(prefix="jp-scale-job-"))
     try:
         with ThreadPoolExecutor(2) as ex:
-            jp_f = ex.submit(jobpool_lifecycle, jobs, secs, work)
-            rq_f = ex.submit(rq_lifecycle, jobs, secs, work)
+            jp_f = ex.submit(jobpool_lifecycle, jobs, secs, work, warm)
+            rq_f = ex.submit(rq_lifecycle, jobs, secs, work, warm)
             jp, rq = jp_f.result(), rq_f.result()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ratio = jp.usec_per_job / rq.usec_per_job
+    busy = f"; each server kept busy by {warm:g} trivial calls/s, not counted" if warm else ""
     print(f"\n== part 2: Redis per job, a {secs:g} s job at the default heartbeat period ({jobs} jobs each, "
-          f"real workers side by side)")
+          f"real workers side by side{busy})")
     for c in (jp, rq):
         print(f"  {c.system}: {c.usec_per_job:8.0f} us of server time in {c.calls_per_job:6.0f} top-level "
               f"commands per job; server CPU in the window {1000 * c.cpu_secs / c.jobs:6.1f} ms per job "
