@@ -9,26 +9,47 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .replies import CollisionCleared, Lead, Marked, MarkRound
-from .runner import call_redis
+import redis
+
+from .replies import CollisionCleared, DaemonBoots, Lead, Marked, MarkRound
+from .runner import call_redis, wrap_redis_error
 from .scriptcalls import ScriptCalls
+from .workerio import boots_of, queue_boots_reads
 
 
 class FleetCalls(ScriptCalls):
     """The fleet's script calls (a part of `store.calls.Store`)."""
 
-    def inventory_lead(self, daemon_id: str, boot_id: str, lead_ms: int) -> Lead:
+    def inventory_lead(self, daemon_id: str, boot_id: str, lead_ms: int, look_boots: bool = False,
+                       boots_before: int | None = None) -> Lead:
         """Take or renew a daemon's inventory lead (scripts/inventory_lead.lua), or learn who holds it. A
         follower asks every period, so the holder is read first, and the script runs only when the lead is
         free or this boot's: a GET, not a script, for each of the many followers of a large fleet. A lead
         lapsing just after the read is taken at the next period, as it would be had it lapsed just after the
-        script ran."""
+        script ran.
+
+        With `look_boots`, the reads of the worker's look for earlier boots of its daemon (`daemon_boots`,
+        with `boots_before`) go down the same round trip as the holder's read: `Lead.boots`, or the error one
+        of them met."""
         key = self.keys.inventory_lead(daemon_id)
-        holder = call_redis(self.client.get, key, what="reading the inventory lead")
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(key)
+        if look_boots:
+            queue_boots_reads(pipe, self.keys, daemon_id, boots_before)
+        replies = call_redis(pipe.execute, raise_on_error=False, what="reading the inventory lead")
+        holder = replies[0]
+        boots_read: DaemonBoots | Exception | None = None
+        if isinstance(holder, redis.RedisError):
+            raise wrap_redis_error(holder, "reading the inventory lead")
+        if look_boots:
+            try:
+                boots_read = boots_of(replies[1:])
+            except (redis.RedisError, ValueError, TypeError) as exc:  # an index entry that is no number
+                boots_read = exc
         if holder and holder != boot_id:
-            return Lead(held=False, holder=str(holder))
+            return Lead(held=False, holder=str(holder), boots=boots_read)
         reply = self.run("inventory_lead", [key], [daemon_id, boot_id, lead_ms])
-        return Lead(held=bool(int(reply[1])), holder=str(reply[2]))
+        return Lead(held=bool(int(reply[1])), holder=str(reply[2]), boots=boots_read)
 
     def publish_inventory(self, daemon_id: str, boot_id: str, kernel_boot_id: str, lead_ms: int,
                           ttl_ms: int, complete: bool, containers: str, forget_ms: int, listed_at: int,

@@ -119,11 +119,25 @@ class Adopted:
 
 
 @dataclass(frozen=True)
+class DaemonBoots:
+    """The reads a worker's look for earlier boots of its daemon takes (jobpool/fleet/inventory.py
+    `earlier_boots`): when each daemon last published (ms; only those silent since before `before_ms` when it
+    was given), when the asker's daemon first published (None if never), and the server's time (ms)."""
+
+    index: dict[str, int]
+    first: str | None
+    now_ms: int
+
+
+@dataclass(frozen=True)
 class Lead:
-    """inventory_lead's reply: whether the asking boot holds the daemon's lead, and which boot does."""
+    """inventory_lead's reply: whether the asking boot holds the daemon's lead, and which boot does; with the
+    earlier-boots look's reads when they were asked for in the same round trip (`boots`: None when not
+    asked, the error a read met in its place)."""
 
     held: bool
     holder: str
+    boots: DaemonBoots | Exception | None = None
 
 
 @dataclass(frozen=True)

@@ -40,12 +40,13 @@ from ..fleet.strays import encode as encode_strays
 from ..procid import kernel_boot_id
 from ..redistrust import RedisTrust
 from ..store.calls import Store
+from ..store.replies import DaemonBoots, Lead
 from ..supervisor import volumes
 from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
 from ..supervisor.stopper import ContainerStopper
 from .strays import StrayKeeper, runs
 
-#: How often a worker looks for earlier boots of its daemon (two reads).
+#: How often a worker looks for earlier boots of its daemon (three reads, sent with its lead's).
 EARLIER_BOOTS_EVERY_SECS = 5.0
 
 log = logging.getLogger("jobpool.worker")
@@ -98,6 +99,8 @@ class InventoryPublisher:
         self.on_earlier_boot_back: Callable[[str], None] | None = None
         self.earlier: set[str] = set()
         self._boots_at = -math.inf
+        #: When a follower last asked which server answers (`trust`): at its first period, then once a lease.
+        self._trust_seen_at = -math.inf
         #: When each daemon this publisher looked for earlier boots of first published (ms, Redis's clock).
         self._first_ms: dict[str, int] = {}
         self._volumes_at = -math.inf
@@ -148,14 +151,14 @@ class InventoryPublisher:
             return f"not published: {refused}"
         if self.on_daemon is not None:
             self.on_daemon(daemon)
-        self.find_earlier_boots(daemon)
-        try:
-            lead = self.store.inventory_lead(daemon, self.boot_id, self.lead_ms)
-        except RedisUnavailable:
-            self.trust.lost()
-            raise
+        lead = self._lead(daemon)
         if not lead.held:
-            self.trust.settling()  # which server answers, seen each period: a follower may hold the lead next
+            if time.monotonic() - self._trust_seen_at >= self.settings.lease_secs:
+                # Which server answers, seen now and then: a follower may hold the lead next, and a server
+                # that changed since is then found at its first look as holder, a lease held from there
+                # (jobpool/redistrust.py). The first period looks at once, so a change is never its first.
+                self._trust_seen_at = time.monotonic()
+                self.trust.settling()
             return f"follower of {lead.holder}"
         try:
             # Redis's time before the listing: the inventory is dated by it, so a container created while
@@ -182,21 +185,39 @@ class InventoryPublisher:
         self.run_commands(daemon)
         return f"published {len(entries)} containers"
 
-    def find_earlier_boots(self, daemon: str) -> None:
-        """Now and then, the earlier boots of this daemon that are over (see the module): each new one is told
-        (`on_earlier_boot`), and one that publishes again after all (a clone of the data root, not an earlier
-        boot) is taken back (`on_earlier_boot_back`). Errors are logged and the look is tried again later."""
-        if self.on_earlier_boot is None or time.monotonic() - self._boots_at < EARLIER_BOOTS_EVERY_SECS:
-            return
-        self._boots_at = time.monotonic()
+    def _lead(self, daemon: str) -> Lead:
+        """The daemon's lead taken, renewed or read, with the look for earlier boots in the same round trip
+        when its turn has come (`take_earlier_boots`)."""
+        boots_due = (self.on_earlier_boot is not None
+                     and time.monotonic() - self._boots_at >= EARLIER_BOOTS_EVERY_SECS)
+        if boots_due:
+            self._boots_at = time.monotonic()
         try:
-            # Only the daemons silent since before this one's first publication (as last read): an earlier
-            # boot is one of them, and the fleet's publishing daemons are not read every look.
-            index, first, now_ms = self.store.daemon_boots(daemon, self._first_ms.get(daemon))
-            if not first:
+            lead = self.store.inventory_lead(daemon, self.boot_id, self.lead_ms, look_boots=boots_due,
+                                             boots_before=self._first_ms.get(daemon))
+        except RedisUnavailable:
+            self.trust.lost()
+            raise
+        if lead.boots is not None:
+            self.take_earlier_boots(daemon, lead.boots)
+        return lead
+
+    def take_earlier_boots(self, daemon: str, boots: DaemonBoots | Exception) -> None:
+        """What a look for earlier boots of this daemon found (see the module; read with the lead, every
+        `EARLIER_BOOTS_EVERY_SECS`): each new one is told (`on_earlier_boot`), and one that publishes again
+        after all (a clone of the data root, not an earlier boot) is taken back (`on_earlier_boot_back`). A
+        read that failed is logged, and the look is tried again at its next turn."""
+        if self.on_earlier_boot is None:
+            return
+        try:
+            if isinstance(boots, Exception):
+                raise boots
+            if not boots.first:
                 return  # this boot has not published yet: nothing can be said to precede it
-            self._first_ms[daemon] = int(first)
-            found = set(earlier_boots(daemon, index, int(first), now_ms,
+            # Only the daemons silent since before this one's first publication (as last read) were read: an
+            # earlier boot is one of them, and the fleet's publishing daemons are not read every look.
+            self._first_ms[daemon] = int(boots.first)
+            found = set(earlier_boots(daemon, boots.index, int(boots.first), boots.now_ms,
                                       int(self.settings.inventory_stale_secs * 1000)))
             for identity in sorted(found - self.earlier):
                 self.on_earlier_boot(identity)
@@ -205,7 +226,7 @@ class InventoryPublisher:
                 if self.on_earlier_boot_back is not None:
                     self.on_earlier_boot_back(identity)
                 self.earlier.discard(identity)
-        except Exception as exc:  # noqa: BLE001 - Redis away, or a bad index entry: asked again later
+        except Exception as exc:  # noqa: BLE001 - a bad index entry: asked again later
             log.info("could not look for earlier boots of this docker daemon (asked again later): %s", exc)
 
     def remove_checkpoints(self) -> None:

@@ -21,7 +21,7 @@ from jobpool.contract import INVENTORY_MAX_BYTES
 from jobpool.fleet import strays
 from jobpool.fleet.inventory import FIELDS, FORGET_MS, Entry, earlier_boots, encode, parse
 from jobpool.store.redisurl import connect
-from jobpool.store.replies import Lead
+from jobpool.store.replies import DaemonBoots, Lead
 from jobpool.supervisor.probes import Absent, Present, Probe, Unknown
 from jobpool.workers.inventory import InventoryPublisher, entry_of
 from tests.support.polling import eventually
@@ -199,26 +199,65 @@ def test_every_worker_learns_the_earlier_boots_of_its_daemon_once(backend: Backe
     told: list[str] = []
     publisher = InventoryPublisher(pool.store, "w-new", prober=FakeDaemon(new, [], {}))  # type: ignore[arg-type]
     publisher.on_earlier_boot = told.append
-    publisher.find_earlier_boots(new)
+    publisher._lead(new)
     assert told == [], "this boot has not published yet"
     assert lead(pool, "w-new", new)[1] and publish(pool, "w-new", daemon=new)
     publisher._boots_at = -1e9  # the next look is due
-    publisher.find_earlier_boots(new)
+    publisher._lead(new)
     publisher._boots_at = -1e9
-    publisher.find_earlier_boots(new)
+    publisher._lead(new)
     assert told == [old]
     # A look reads only the daemons silent since before this one first published, not the live fleet's.
     first = publisher._first_ms[new]
     assert lead(pool, "w-other", D2)[1] and publish(pool, "w-other", daemon=D2)
-    assert set(pool.store.daemon_boots(new, first)[0]) == {old}
-    assert {old, new, D2} <= set(pool.store.daemon_boots(new)[0])
+    assert set(pool.store.daemon_boots(new, first).index) == {old}
+    assert {old, new, D2} <= set(pool.store.daemon_boots(new).index)
     # It publishes again after all: a clone of the data root, not an earlier boot. Taken back.
     back: list[str] = []
     publisher.on_earlier_boot_back = back.append
     assert lead(pool, "w-old", old)[1] and publish(pool, "w-old", daemon=old)
     publisher._boots_at = -1e9
-    publisher.find_earlier_boots(new)
+    publisher._lead(new)
     assert back == [old] and publisher.earlier == set()
+
+
+def test_a_follower_looks_for_earlier_boots_with_its_lead_read(backend: Backend) -> None:
+    # The look's reads go with the lead's (one round trip a period for a follower): what it finds is what a
+    # look alone finds, and a look that meets a bad index entry is that look's failure alone.
+    pool = backend.pool()
+    old, new = D1, D1.replace("boot-1", "boot-2")
+    assert lead(pool, "w-old", old)[1] and publish(pool, "w-old", daemon=old)
+    pool.store.client.zadd(pool.keys.inventories, {old: pool.now_ms() - 60_000})
+    assert lead(pool, "w-new", new)[1] and publish(pool, "w-new", daemon=new)
+    got = pool.store.inventory_lead(new, "w-follower", 60_000, look_boots=True)
+    assert (got.held, got.holder) == (False, "w-new")
+    assert isinstance(got.boots, DaemonBoots) and got.boots.first is not None
+    assert got.boots.index == pool.store.daemon_boots(new).index and old in got.boots.index
+    assert pool.store.inventory_lead(new, "w-follower", 60_000).boots is None, "not asked: not read"
+    pool.store.client.set(pool.keys.inventory(new), "not a hash")
+    bad = pool.store.inventory_lead(new, "w-follower", 60_000, look_boots=True)
+    assert bad.holder == "w-new" and isinstance(bad.boots, Exception)
+
+
+def test_a_follower_asks_which_server_answers_at_its_first_period_then_once_a_lease(backend: Backend) -> None:
+    # jobpool/redistrust.py: a server that changed is found at the first look after the change, and its
+    # lease is held from there. So a follower need not look every period, only once before any change: at
+    # its first period, then once a lease (it looks again when it holds the lead, before any removal).
+    pool = backend.pool(lease_secs=30)
+    assert lead(pool, "w-holder", D1)[1]
+    publisher = InventoryPublisher(pool.store, "w-follower", prober=FakeDaemon(D1, [], {}))  # type: ignore[arg-type]
+    looks: list[str] = []
+    settling = publisher.trust.settling
+
+    def counted() -> str:
+        looks.append("settling")
+        return settling()
+    publisher.trust.settling = counted  # type: ignore[method-assign]
+    for _ in range(3):
+        assert publisher.tick() == "follower of w-holder"
+    assert looks == ["settling"]
+    publisher._trust_seen_at -= 30  # a lease later
+    assert publisher.tick() == "follower of w-holder" and looks == ["settling"] * 2
 
 
 class FakeDaemon:
