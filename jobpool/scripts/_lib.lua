@@ -1187,12 +1187,17 @@ end
 -- short since Redis runs a script's whole text each call) or daemon_collision.lua (one reported, recorded in
 -- shared_daemons with an event). ARGV: process id, record ttl ms, forget ms (entries of `index` older than
 -- this are trimmed), scan ms (how long the turn to index unindexed records lasts; 0: no turn taken), then
--- field, value, ... The record enters `index` (by refresh) and `of_daemon`, the index of its `daemon_id`
--- (by when it expires: entries past their score are trimmed, and the index expires with its last record).
+-- field, value, ... The record enters `index` (by refresh; its entries older than forget ms are trimmed by
+-- the holder of the scan turn, or by a caller that takes none: one trim a turn, not one a call) and
+-- `of_daemon`, the index of its `daemon_id` (by when it expires: entries past their score are trimmed, and
+-- the index expires with its last record).
 -- It says `indexed`: records without it (an earlier release's) are indexed by whoever holds the turn
--- (`scan_turn`, daemon_mark_index.lua). The field pairs end at ARGV[last] (NARGV when not given). Returns at,
--- daemon, collision, took (1 when the turn was taken), or nil and why for bad arguments (nothing written).
-local function write_mark(rec, index, of_daemon, scan_turn, collision_allowed, last)
+-- (`scan_turn`, daemon_mark_index.lua). Its `v` (its writer's digest of the other fields) is also kept in
+-- `vkey`, a string that lives as long as the record (none when the record has no `v`): a process comparing
+-- marks reads its peers' digests in one MGET (daemon_mark_round.lua), so every writer of a record writes or
+-- removes it too. The field pairs end at ARGV[last] (NARGV when not given). Returns at, daemon, collision,
+-- took (1 when the turn was taken), or nil and why for bad arguments (nothing written).
+local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allowed, last)
   last = last or NARGV
   local id, ttl, forget, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
   if id == '' or not ttl or ttl <= 0 or ttl ~= math.floor(ttl) or not forget or not scan or scan < 0
@@ -1200,12 +1205,13 @@ local function write_mark(rec, index, of_daemon, scan_turn, collision_allowed, l
     return nil, 'daemon mark'
   end
   local fields = {'indexed', '1'}
-  local daemon, collision = '', ''
+  local daemon, collision, digest = '', '', nil
   for i = 5, last, 2 do
     fields[#fields + 1] = ARGV[i]
     fields[#fields + 1] = ARGV[i + 1]
     if ARGV[i] == 'daemon_id' then daemon = ARGV[i + 1] end
     if ARGV[i] == 'collision' then collision = ARGV[i + 1] end
+    if ARGV[i] == 'v' and ARGV[i + 1] ~= '' then digest = ARGV[i + 1] end
   end
   local prefix = string.sub(index, 1, -#'daemon_marks' - 1)
   if daemon == '' or of_daemon ~= prefix .. 'daemon_marks_of:' .. daemon then
@@ -1218,14 +1224,18 @@ local function write_mark(rec, index, of_daemon, scan_turn, collision_allowed, l
   fields[#fields + 1] = at
   redis.call('HSET', rec, unpack(fields))
   redis.call('PEXPIRE', rec, ttl)
-  redis.call('ZADD', index, at, id)
-  redis.call('ZREMRANGEBYSCORE', index, '-inf', at - forget)
-  local kind = key_type(of_daemon)
-  if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', of_daemon) end
-  redis.call('ZADD', of_daemon, at + ttl, id)
-  redis.call('ZREMRANGEBYSCORE', of_daemon, '-inf', at)
-  redis.call('PEXPIREAT', of_daemon, tonumber(redis.call('ZRANGE', of_daemon, -1, -1, 'WITHSCORES')[2]))
+  if digest then redis.call('SET', vkey, digest, 'PX', ttl) else redis.call('DEL', vkey) end
   local took = 0
   if scan > 0 and redis.call('SET', scan_turn, id, 'NX', 'PX', scan) then took = 1 end
+  redis.call('ZADD', index, at, id)
+  -- The pool-wide index is trimmed by the turn's holder (one process a turn), or by a caller that takes none.
+  if took == 1 or scan == 0 then redis.call('ZREMRANGEBYSCORE', index, '-inf', at - forget) end
+  local added = redis.pcall('ZADD', of_daemon, at + ttl, id)
+  if type(added) == 'table' and added.err then  -- of another type (edited by hand): made anew
+    redis.call('DEL', of_daemon)
+    redis.call('ZADD', of_daemon, at + ttl, id)
+  end
+  redis.call('ZREMRANGEBYSCORE', of_daemon, '-inf', at)
+  redis.call('PEXPIREAT', of_daemon, tonumber(redis.call('ZRANGE', of_daemon, -1, -1, 'WITHSCORES')[2]))
   return at, daemon, collision, took
 end

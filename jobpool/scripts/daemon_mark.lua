@@ -2,6 +2,7 @@
 Pool keys: none
 KEYS[1]     daemon_mark:<process id>   KEYS[2] daemon_marks
 KEYS[3]     daemon_marks_of:<daemon identity> (the record's `daemon_id`)   KEYS[4] daemon_marks_scan
+KEYS[5]     daemon_mark_v:<process id> (the record's `v`, kept apart: _lib.lua `write_mark`)
 ARGV[1] process id   ARGV[2] record ttl ms   ARGV[3] forget ms (index entries older than this are trimmed)
 ARGV[4] scan ms (how long the turn to look for unindexed records lasts; 0: this caller takes no turn)
 ARGV[5..NARGV] field, value, field, value, ... (jobpool/fleet/daemonmark.py FIELDS), `collision` empty
@@ -14,6 +15,6 @@ its own; `daemon_marks` says when each was last refreshed, for the readers of th
 supervisors' `read_collisions`), and the index of its daemon identity (KEYS[3]) holds it by when its record
 expires: a process comparing marks reads only its own identity's records there (_lib.lua `write_mark`).
 ]]
-local at, why, _, took = write_mark(KEYS[1], KEYS[2], KEYS[3], KEYS[4], false)
+local at, why, _, took = write_mark(KEYS[1], KEYS[5], KEYS[2], KEYS[3], KEYS[4], false)
 if not at then return {E_BAD_ARG, why} end
 return {0, at, 0, took}

@@ -122,7 +122,7 @@ class FleetCalls(ScriptCalls):
         for name, value in given.items():
             args += [name, value]
         keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_marks_of(given.get("daemon_id", "")),
-                k.daemon_marks_scan]
+                k.daemon_marks_scan, k.daemon_mark_v(process_id)]
         return keys, args, given
 
     def daemon_mark_round(self, process_id: str, ttl_ms: int, forget_ms: int,
@@ -135,7 +135,8 @@ class FleetCalls(ScriptCalls):
         not read again) read after it."""
         k = self.keys
         keys, args, _ = self._mark_call(process_id, ttl_ms, forget_ms, fields, scan_ms)
-        keys += [k.shared_daemons, *(k.daemon_mark(p) for p, _ in peers)]
+        keys += [k.shared_daemons, *(k.daemon_mark(p) for p, _ in peers),
+                 *(k.daemon_mark_v(p) for p, _ in peers)]
         reply = self.run("daemon_mark_round", keys, args + [v for _, v in peers])
         records = {}
         unchanged = set()
@@ -165,7 +166,7 @@ class FleetCalls(ScriptCalls):
     def daemon_unmark(self, process_id: str, daemon_id: str = "") -> bool:
         """Remove a process's mark record (and its entry in `daemon_id`'s index); True when it was there."""
         k = self.keys
-        keys = [k.daemon_mark(process_id), k.daemon_marks]
+        keys = [k.daemon_mark(process_id), k.daemon_marks, k.daemon_mark_v(process_id)]
         if daemon_id:
             keys.append(k.daemon_marks_of(daemon_id))
         reply = self.run("daemon_unmark", keys, [process_id])
@@ -175,6 +176,7 @@ class FleetCalls(ScriptCalls):
                          process_ids: Iterable[str]) -> CollisionCleared:
         """Clear the standing collision on `daemon_id`, and the reports in the records of `process_ids`."""
         k = self.keys
-        reply = self.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in process_ids)],
-                         [daemon_id, actor, note])
+        ids = list(process_ids)
+        reply = self.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in ids),
+                                              *(k.daemon_mark_v(i) for i in ids)], [daemon_id, actor, note])
         return CollisionCleared(at=int(reply[1]), cleared=int(reply[2]))

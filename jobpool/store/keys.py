@@ -207,6 +207,12 @@ class PoolKeys:
         """One process that marked its Docker daemon (hash + TTL; jobpool/fleet/daemonmark.py)."""
         return f"{self.prefix}daemon_mark:{process_id}"
 
+    def daemon_mark_v(self, process_id: str) -> str:
+        """The `v` of a process's mark record, kept apart (string + TTL, as long as the record;
+        scripts/_lib.lua `write_mark`): what a process comparing marks reads of its peers each period, in
+        one MGET."""
+        return f"{self.prefix}daemon_mark_v:{process_id}"
+
     def daemon_marks_of(self, daemon_id: str) -> str:
         """The processes that marked a daemon of identity `daemon_id`, scored by when their record expires
         (zset; scripts/daemon_mark.lua): what a process comparing marks reads."""

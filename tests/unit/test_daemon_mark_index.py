@@ -84,17 +84,17 @@ def test_a_record_must_name_the_index_it_enters(pool: Pool) -> None:
     fields: list[object] = ["p1", 60_000, 600_000, 0, "daemon_id", ID]
     with pytest.raises(errors.InvalidArgument):
         pool.store.run("daemon_mark", [k.daemon_mark("p1"), k.daemon_marks, k.daemon_marks_of(OTHER),
-                                       k.daemon_marks_scan], fields)
+                                       k.daemon_marks_scan, k.daemon_mark_v("p1")], fields)
+    own = [k.daemon_mark("p1"), k.daemon_marks, k.daemon_marks_of(ID), k.daemon_marks_scan,
+           k.daemon_mark_v("p1")]
     with pytest.raises(errors.InvalidArgument, match="collision"):  # each script its own kind of record
-        pool.store.run("daemon_mark", [k.daemon_mark("p1"), k.daemon_marks, k.daemon_marks_of(ID),
-                                       k.daemon_marks_scan], [*fields, "collision", "shared"])
+        pool.store.run("daemon_mark", own, [*fields, "collision", "shared"])
     with pytest.raises(errors.InvalidArgument, match="collision"):
-        pool.store.run("daemon_collision", [k.daemon_mark("p1"), k.daemon_marks, k.daemon_marks_of(ID),
-                                            k.daemon_marks_scan, k.shared_daemons], fields)
+        pool.store.run("daemon_collision", [*own, k.shared_daemons], fields)
     with pytest.raises(errors.InvalidArgument):
         pool.store.run("daemon_mark_index", [k.daemon_mark("p1"), k.daemon_marks_of(OTHER)], ["p1", ID])
     assert not c.exists(k.daemon_mark("p1"), k.daemon_marks, k.daemon_marks_of(ID), k.daemon_marks_of(OTHER),
-                        k.shared_daemons)
+                        k.shared_daemons, k.daemon_mark_v("p1"))
 
 
 def test_a_collision_is_found_through_the_index(pool: Pool) -> None:

@@ -81,10 +81,41 @@ def test_a_record_edited_to_another_type_reads_as_none(backend: Backend) -> None
     compared(pool, m)
     compared(pool, m)
     assert m._peer_ids == ("p2",)
-    pool.store.client.delete(pool.keys.daemon_mark("p2"))
-    pool.store.client.set(pool.keys.daemon_mark("p2"), "junk")
+    c = pool.store.client
+    c.delete(pool.keys.daemon_mark("p2"))
+    c.set(pool.keys.daemon_mark("p2"), "junk")
+    # The record's digest is read from its own key (one MGET for every peer): a record edited alone reads as
+    # its writer last wrote it, until its writer writes it again (each period).
+    peers, _ = compared(pool, m)
+    assert set(peers) == {"p2"}
+    c.delete(pool.keys.daemon_mark_v("p2"))
+    c.hset(pool.keys.daemon_mark_v("p2"), "junk", "1")  # its digest's key edited too: read whole
     peers, _ = compared(pool, m)
     assert peers == {}, "no record to compare with, and no error"
+    compared(pool, other)  # its writer writes both again
+    peers, _ = compared(pool, m)
+    assert set(peers) == {"p2"} and c.type(pool.keys.daemon_mark_v("p2")) == "string"
+
+
+def test_a_records_digest_key_lives_and_goes_with_it(backend: Backend) -> None:
+    # Every writer of a record keeps its `v` in daemon_mark_v:<id> (what a round reads of its peers, in one
+    # MGET): written with the record, for as long, removed when a record without `v` replaces it, and when
+    # its process unmarks.
+    pool = backend.pool()
+    c, k = pool.store.client, pool.keys
+    m = marker(pool, "p1")
+    compared(pool, m)
+    digest = c.get(k.daemon_mark_v("p1"))
+    assert digest is not None and digest == c.hget(k.daemon_mark("p1"), "v")
+    assert abs(c.pttl(k.daemon_mark_v("p1")) - c.pttl(k.daemon_mark("p1"))) < 1_000
+    fields = {name: "" for name in daemonmark.FIELDS}
+    fields.update(daemon_id=ID, mark=daemonmark.volume_name("p1"))
+    pool.store.daemon_mark("p1", 60_000, 600_000, list(fields.items()))  # its `v` empty: no digest
+    assert not c.exists(k.daemon_mark_v("p1")) and c.exists(k.daemon_mark("p1"))
+    compared(pool, m)
+    assert c.exists(k.daemon_mark_v("p1"))
+    pool.store.daemon_unmark("p1", ID)
+    assert not c.exists(k.daemon_mark_v("p1"), k.daemon_mark("p1"))
 
 
 def top_level(admin: redis.Redis) -> list[str]:

@@ -112,9 +112,26 @@ def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
     mark(pool, "p1", daemon_id=ID, mark="m1")  # written whole: the old `verified` goes
     assert daemonmark.read_peers(pool.store)["p1"].verified == frozenset()
     k = pool.keys
-    assert pool.store.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks], ["p2"])[1] == 1
+    keys = [k.daemon_mark("p2"), k.daemon_marks, k.daemon_mark_v("p2")]
+    assert pool.store.run("daemon_unmark", keys, ["p2"])[1] == 1
     assert set(daemonmark.read_peers(pool.store)) == {"p1"}
     assert pool.store.client.zscore(k.daemon_marks, "p2") is None
+
+
+def test_the_pool_index_is_trimmed_once_a_turn(pool: Pool) -> None:
+    # Entries of `daemon_marks` older than the forget time go at the scan turn's holder's write (one process a
+    # turn), or at the write of a caller that takes no turn; not at every write.
+    c, k = pool.store.client, pool.keys
+    fields = [(name, ID if name == "daemon_id" else "") for name in daemonmark.FIELDS]
+    c.zadd(k.daemon_marks, {"long-gone": 1})
+    assert pool.store.daemon_mark("p1", 60_000, 600_000, fields, scan_ms=60_000).scan  # took the turn
+    assert c.zscore(k.daemon_marks, "long-gone") is None
+    c.zadd(k.daemon_marks, {"long-gone": 1})
+    assert not pool.store.daemon_mark("p2", 60_000, 600_000, fields, scan_ms=60_000).scan
+    assert c.zscore(k.daemon_marks, "long-gone") == 1, "the turn is held: no trim"
+    pool.store.daemon_mark("p3", 60_000, 600_000, fields)  # takes no turn: trims
+    assert c.zscore(k.daemon_marks, "long-gone") is None
+    assert set(c.zrange(k.daemon_marks, 0, -1)) == {"p1", "p2", "p3"}
 
 
 def test_a_job_taken_while_refused_is_given_back_at_the_head(pool: Pool) -> None:
@@ -151,7 +168,7 @@ def test_a_reported_collision_is_remembered_until_cleared(pool: Pool) -> None:
     # Both processes gone (their records with them): the collision stands.
     k = pool.keys
     for pid in ("p1", "p2"):
-        pool.store.run("daemon_unmark", [k.daemon_mark(pid), k.daemon_marks], [pid])
+        pool.store.run("daemon_unmark", [k.daemon_mark(pid), k.daemon_marks, k.daemon_mark_v(pid)], [pid])
     assert daemonmark.read_peers(pool.store) == {}
     assert daemonmark.read_collisions(pool.store) == {ID: "shared, first"}
     assert [e["reason"] for e in pool.events() if e["reason"].startswith("daemon_collision")] == [

@@ -30,7 +30,7 @@ LIB = (SCRIPTS / "_lib.lua").read_text()
 #: Commands that take no key. Anything else must name its key first.
 KEYLESS = {"TIME"}
 #: Commands whose every argument is a key.
-ALL_KEYS = {"DEL", "EXISTS", "UNLINK", "TOUCH"}
+ALL_KEYS = {"DEL", "EXISTS", "UNLINK", "TOUCH", "MGET"}
 #: Never inside a script: they scan the keyspace or read a whole collection of unbounded size.
 FORBIDDEN = {"KEYS", "SCAN", "HSCAN", "SSCAN", "ZSCAN", "SMEMBERS", "HKEYS", "HVALS", "FLUSHALL", "FLUSHDB",
              "RANDOMKEY", "SORT", "SUNION", "SINTER", "SDIFF"}
@@ -87,7 +87,11 @@ def split_top(expr: str) -> list[str]:
 
 
 def is_keys_expr(expr: str) -> bool:
-    """`KEYS[<anything balanced>]` and nothing more (no `..`, no call, no suffix)."""
+    """`KEYS[<anything balanced>]` and nothing more (no `..`, no call, no suffix), or a slice of KEYS,
+    `unpack(KEYS, <from>, <to>)` (daemon_mark_round.lua's MGET of its peers' digests)."""
+    if expr.startswith("unpack(KEYS, ") and expr.endswith(")"):
+        inner = expr[len("unpack(KEYS, "):-1]
+        return inner.count("(") == inner.count(")") and ".." not in inner
     if not expr.startswith("KEYS["):
         return False
     depth = 0

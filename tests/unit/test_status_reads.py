@@ -103,7 +103,7 @@ def test_a_reported_collision_makes_status_unhealthy_until_cleared(backend: Back
     assert report.shared_daemons == {D1: "two daemons share it: here and there"}
     assert any("two daemons share it" in r for r in report.health.reasons)
     k = pool.keys
-    pool.store.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks], ["p2"])
+    pool.store.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks, k.daemon_mark_v("p2")], ["p2"])
     assert pool.status().shared_daemons == {D1: "two daemons share it: here and there"}, "it stands"
     daemonmark.forget_collision(pool, D1)
     assert pool.status().shared_daemons == {}
