@@ -40,7 +40,7 @@ from typing import Any
 
 from bench.soak_fleet import all_events
 from jobpool import errors, forget_collision, forget_daemon
-from jobpool.fleet import daemonmark
+from jobpool.fleet import markrecords
 from tests.support.procs import children, other_boot
 from tests.support.servers import DockerDaemon
 
@@ -212,7 +212,7 @@ class EdgeFaults:
         quiet_since = None
         while time.monotonic() < deadline and not chaos._ending.is_set():
             try:
-                for identity in daemonmark.read_standing(chaos.pool.store):
+                for identity in markrecords.read_standing(chaos.pool.store):
                     forget_collision(chaos.pool, identity, actor="soak", note="clone removed")
                     chaos.note("cloned_data_root", f"collision on {identity} cleared by the operator")
                 shared = chaos.pool.status().shared_daemons

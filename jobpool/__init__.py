@@ -22,8 +22,8 @@ from .errors import (
     PoolTooNew,
     RedisUnavailable,
 )
-from .fleet.daemonmark import forget_collision
 from .fleet.gone import forget_daemon, gone_daemons, unforget_daemon
+from .fleet.markrecords import forget_collision
 from .models import Job, JobState
 from .schedules import Schedule
 from .spec import JobSpec

@@ -229,9 +229,9 @@ class Pool(Browsing):
 
     def forget_collision(self, daemon_id: str, note: str = "") -> int:
         """Clear the standing report that two Docker daemons share identity `daemon_id`, once one of them has
-        an identity of its own (jobpool/fleet/daemonmark.py `forget_collision`); returns when (ms, Redis's
+        an identity of its own (jobpool/fleet/markrecords.py `forget_collision`); returns when (ms, Redis's
         clock). Raises `InvalidArgument` for an identity with no standing report, writing nothing."""
-        from .fleet.daemonmark import forget_collision
+        from .fleet.markrecords import forget_collision
 
         return forget_collision(self, daemon_id, actor=self.actor or "operator", note=note)
 

@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from ..contract import EVENTS_MAXLEN, MAX_LIMIT, MAX_SLOTS
-from ..fleet.daemonmark import forget_collision
 from ..fleet.gone import forget_daemon, unforget_daemon
+from ..fleet.markrecords import forget_collision
 from .app import CliState, load, pool_command
 from .format import decisions_table, event_json, event_line, status_report
 

@@ -5,7 +5,7 @@ about what "healthy" means.
 
 from __future__ import annotations
 
-from ..fleet import daemonmark
+from ..fleet import markrecords
 from ..store.redispolicy import Verdict
 from .report import Daemons, Health, StatusReport, Worker, Workers, ago
 
@@ -59,9 +59,9 @@ def judge(report: StatusReport, sweep_interval_secs: float, warnings: tuple[str,
         reasons.append(f"{len(report.strays)} stray container(s) run outside any slot on daemon(s) "
                        f"{', '.join(daemons)}: their workers are stopping them (see `strays`)")
     # Each names both daemons' hosts and sockets; it stands until an operator clears it (daemonmark.py).
-    reasons.extend(line if daemonmark.clear_command(d) in line else
+    reasons.extend(line if markrecords.clear_command(d) in line else
                    f"{line}; it stands until cleared, once one daemon has an identity of its own: "
-                   f"{daemonmark.clear_command(d)}" for d, line in report.shared_daemons.items())
+                   f"{markrecords.clear_command(d)}" for d, line in report.shared_daemons.items())
     if report.unknown:
         notes.append(f"{report.unknown} running job(s) could not be probed (Docker unreachable?); "
                      "their slots are kept until the probe answers")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..fleet import daemonmark, strays
+from ..fleet import markrecords, strays
 from ..fleet.daemonid import is_identity
 from ..fleet.inventory import FORGET_MS
 from ..fleet.strays import Stray
@@ -131,7 +131,7 @@ def _shared(store: Store) -> dict[str, str]:
     its identity records it there in the very step that writes its report (scripts/daemon_collision.lua), so
     the processes' records, one read each, would add nothing. (A report an operator's `forget-collision`
     missed, a process registering as it ran, stands again at that process's next period.)"""
-    return {identity: s.line for identity, s in daemonmark.read_standing(store).items()}
+    return {identity: s.line for identity, s in markrecords.read_standing(store).items()}
 
 
 def _waiting(count: int, due: list[tuple[str, float]]) -> Waiting:

@@ -143,7 +143,7 @@ class Lead:
 @dataclass(frozen=True)
 class Marked:
     """daemon_mark's reply: when (ms, the server's time), whether this call recorded a new collision, and
-    whether the caller took the pool's turn to index unindexed records (daemonmark.index_unindexed)."""
+    whether the caller took the pool's turn to index unindexed records (markrecords.index_unindexed)."""
 
     at: int
     recorded: bool

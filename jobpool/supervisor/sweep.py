@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 
 from .. import errors, metrics, retention
 from ..config import Settings
-from ..fleet import daemonmark
+from ..fleet import daemonmark, markrecords
 from ..fleet.gone import declared
 from ..store.calls import Store
 from . import volumes
@@ -140,7 +140,7 @@ class Supervisor:
         trusted to be one daemon's (its peers have not seen its mark yet, or a collision)."""
         if self.settings.executor == "subprocess":
             return {}
-        out = daemonmark.read_collisions(self.store)
+        out = markrecords.read_collisions(self.store)
         why = self.marker.refusal() if self.marker is not None else ""
         if why:
             ours = self.marker.daemon_id if self.marker is not None else ""

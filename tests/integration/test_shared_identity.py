@@ -23,7 +23,7 @@ import docker
 import pytest
 
 from jobpool import JobState, Pool
-from jobpool.fleet import daemonmark
+from jobpool.fleet import daemonmark, markrecords
 from jobpool.status import StatusReport
 from jobpool.supervisor import ContainerProber, Supervisor
 from tests.support.bad_input import cli, one_line_error
@@ -233,8 +233,8 @@ def test_a_normal_fleet_sees_no_collision(
                message="three jobs running")
     assert sorted(live_on(da, j) for j in jobs) == [False, True, True], "two on daemon a, one on daemon b"
     pids = {str(q.pid) for q in procs}
-    peers = {i: p for i, p in daemonmark.read_peers(pool.store).items() if p.pid in pids}
-    assert len(peers) == 4 and not daemonmark.collisions(peers)
+    peers = {i: p for i, p in markrecords.read_peers(pool.store).items() if p.pid in pids}
+    assert len(peers) == 4 and not markrecords.collisions(peers)
     on_a = [p for p in peers.values() if p.docker_host == da]
     assert all(set(q.id for q in on_a) - {p.id} <= p.verified for p in on_a), "each saw the others' marks"
     status = pool.status()
@@ -252,7 +252,7 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
     marks = {"gone": long_ago, "recent": str(int(time.time())), "alive": long_ago}
     fields = {"daemon_id": "jpd1:" + "c" * 32 + "@elsewhere", "mark": daemonmark.volume_name("alive")}
     pool.store.daemon_mark("alive", 600_000, 6_000_000,
-                           [(name, fields.get(name, "")) for name in daemonmark.FIELDS])
+                           [(name, fields.get(name, "")) for name in markrecords.FIELDS])
     with contextlib.closing(docker.DockerClient(base_url=docker_host, timeout=10)) as client:
         for owner, at in marks.items():
             client.api.create_volume(daemonmark.volume_name(owner), labels={
@@ -275,7 +275,7 @@ def test_marks_are_removed_by_their_process_and_once_long_gone(
         eventually(lambda: worker.catches(signal.SIGTERM), timeout=20, message="the worker's SIGTERM handler")
         worker.stop()
         assert not set(own) & names(), "the worker's own mark outlived it"
-        assert not any(p.mark in own for p in daemonmark.read_peers(pool.store).values()), "its record too"
+        assert not any(p.mark in own for p in markrecords.read_peers(pool.store).values()), "its record too"
         for owner in ("recent", "alive"):
             client.api.remove_volume(daemonmark.volume_name(owner))
     pool.store.daemon_unmark("alive", fields["daemon_id"])

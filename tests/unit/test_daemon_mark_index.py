@@ -1,7 +1,7 @@
 """The daemon marks' index per identity (scripts/daemon_mark.lua, daemon_mark_index.lua, daemon_unmark.lua;
-jobpool/fleet/daemonmark.py `read_peers`, `index_unindexed`): a process comparing marks reads only the records
-of its own identity, every live one of them, none expired; records of an earlier release are indexed for it.
-On fakeredis[lua] and a real redis-server."""
+jobpool/fleet/markrecords.py `read_peers`, `index_unindexed`): a process comparing marks reads only the
+records of its own identity, every live one of them, none expired; records of an earlier release are
+indexed for it. On fakeredis[lua] and a real redis-server."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from jobpool import errors
 from jobpool.api import Pool
-from jobpool.fleet import daemonmark
+from jobpool.fleet import daemonmark, markrecords
 from tests.support.polling import eventually
 
 ID = "jpd1:" + "a" * 32 + "@boot-1"
@@ -19,7 +19,7 @@ OTHER = "jpd1:" + "b" * 32 + "@boot-1"
 def mark(pool: Pool, pid: str, daemon: str = ID, ttl_ms: int = 60_000, scan_ms: int = 0,
          collision: str = "") -> bool:
     """Register `pid` as the Marker does; returns whether it took the turn to index unindexed records."""
-    fields = {name: "" for name in daemonmark.FIELDS}
+    fields = {name: "" for name in markrecords.FIELDS}
     fields.update(daemon_id=daemon, mark=daemonmark.volume_name(pid), collision=collision)
     return pool.store.daemon_mark(pid, ttl_ms, 10 * ttl_ms, list(fields.items()), scan_ms).scan
 
@@ -44,9 +44,9 @@ def test_each_identity_reads_its_own_processes(pool: Pool) -> None:
     mark(pool, "p1")
     mark(pool, "p2")
     mark(pool, "p3", OTHER)
-    assert set(daemonmark.read_peers(pool.store, ID)) == {"p1", "p2"}
-    assert set(daemonmark.read_peers(pool.store, OTHER)) == {"p3"}
-    assert set(daemonmark.read_peers(pool.store)) == {"p1", "p2", "p3"}, "the pool-wide index as before"
+    assert set(markrecords.read_peers(pool.store, ID)) == {"p1", "p2"}
+    assert set(markrecords.read_peers(pool.store, OTHER)) == {"p3"}
+    assert set(markrecords.read_peers(pool.store)) == {"p1", "p2", "p3"}, "the pool-wide index as before"
     c, k = pool.store.client, pool.keys
     # Scored by when the record expires; the index expires with its last record.
     first = c.zscore(k.daemon_marks_of(ID), "p1")
@@ -57,11 +57,11 @@ def test_each_identity_reads_its_own_processes(pool: Pool) -> None:
     assert again is not None and again > first
     # Moved to another identity: read there, and left out here though its old entry lingers until its score.
     mark(pool, "p2", OTHER)
-    assert set(daemonmark.read_peers(pool.store, ID)) == {"p1"}
-    assert set(daemonmark.read_peers(pool.store, OTHER)) == {"p2", "p3"}
+    assert set(markrecords.read_peers(pool.store, ID)) == {"p1"}
+    assert set(markrecords.read_peers(pool.store, OTHER)) == {"p2", "p3"}
     assert pool.store.daemon_unmark("p3", OTHER)
     assert c.zscore(k.daemon_marks_of(OTHER), "p3") is None and c.zscore(k.daemon_marks, "p3") is None
-    assert set(daemonmark.read_peers(pool.store, OTHER)) == {"p2"}
+    assert set(markrecords.read_peers(pool.store, OTHER)) == {"p2"}
 
 
 def test_a_dead_process_leaves_its_identitys_index(pool: Pool) -> None:
@@ -69,7 +69,7 @@ def test_a_dead_process_leaves_its_identitys_index(pool: Pool) -> None:
     mark(pool, "dead", ttl_ms=300)
     mark(pool, "live")
     eventually(lambda: not c.exists(k.daemon_mark("dead")), timeout=10, message="the record expired")
-    assert set(daemonmark.read_peers(pool.store, ID)) == {"live"}, "an expired record is not a peer"
+    assert set(markrecords.read_peers(pool.store, ID)) == {"live"}, "an expired record is not a peer"
     mark(pool, "live")  # the next write trims it
     assert c.zrange(k.daemon_marks_of(ID), 0, -1) == ["live"]
     # Every process of an identity dead: the index goes with the last record.
@@ -103,14 +103,14 @@ def test_a_collision_is_found_through_the_index(pool: Pool) -> None:
     mark(pool, "a")
     mark(pool, "b")
     mark(pool, "elsewhere", OTHER)
-    peers = daemonmark.read_peers(pool.store, ID)
+    peers = markrecords.read_peers(pool.store, ID)
     assert set(peers) == {"a", "b"}
     j = daemonmark.judge("a", "worker on host h1", ID, {daemonmark.volume_name("a")}, peers, {"b": 0.0}, 10.0,
                          5.0, True)
     assert j.collision and "host h1" in j.collision and j.collided
     mark(pool, "a", collision=j.collision)
-    assert daemonmark.read_standing(pool.store, ID)[ID].line == j.collision
-    assert daemonmark.read_peers(pool.store, ID)["a"].collision == j.collision
+    assert markrecords.read_standing(pool.store, ID)[ID].line == j.collision
+    assert markrecords.read_peers(pool.store, ID)["a"].collision == j.collision
 
 
 def test_records_of_the_earlier_release_are_indexed_for_it(pool: Pool) -> None:
@@ -123,10 +123,10 @@ def test_records_of_the_earlier_release_are_indexed_for_it(pool: Pool) -> None:
     assert mark(pool, "new", scan_ms=60_000), "the turn taken"
     assert not mark(pool, "new2", scan_ms=60_000), "one holder at a time"
     assert not mark(pool, "new3"), "a caller that asks for no turn takes none"
-    assert set(daemonmark.read_peers(pool.store, ID)) == {"new", "new2", "new3"}
-    assert daemonmark.index_unindexed(pool.store) == 2
-    assert set(daemonmark.read_peers(pool.store, ID)) == {"new", "new2", "new3", "old"}
-    assert set(daemonmark.read_peers(pool.store, OTHER)) == {"old-elsewhere"}
+    assert set(markrecords.read_peers(pool.store, ID)) == {"new", "new2", "new3"}
+    assert markrecords.index_unindexed(pool.store) == 2
+    assert set(markrecords.read_peers(pool.store, ID)) == {"new", "new2", "new3", "old"}
+    assert set(markrecords.read_peers(pool.store, OTHER)) == {"old-elsewhere"}
     score = c.zscore(k.daemon_marks_of(ID), "old")
     assert score is not None and score <= now_ms(pool) + 60_000, "scored by its record's expiry"
     assert set(c.zrange(k.daemon_marks, 0, -1)) >= {"new", "new2", "new3", "old"}, "what old processes read"

@@ -15,7 +15,7 @@ import redis
 from jobpool import errors
 from jobpool.api import Pool
 from jobpool.config import Settings
-from jobpool.fleet import daemonmark
+from jobpool.fleet import daemonmark, markrecords
 from jobpool.store.redisurl import connect
 from tests.support.polling import eventually
 from tests.support.pool_helpers import Backend
@@ -34,7 +34,7 @@ def marker(pool: Pool, pid: str, daemon: str = ID) -> daemonmark.Marker:
     return m
 
 
-def compared(pool: Pool, m: daemonmark.Marker) -> tuple[dict[str, daemonmark.Peer], str]:
+def compared(pool: Pool, m: daemonmark.Marker) -> tuple[dict[str, markrecords.Peer], str]:
     peers, standing, _, _ = m._refresh_and_read(m.daemon_id)
     return peers, standing
 
@@ -48,7 +48,7 @@ def test_a_round_reads_what_the_separate_reads_read(backend: Backend) -> None:
         compared(pool, m)
     for _ in range(2):  # the first round of p1 read p2 and p3 apart (new to it); this one in the script
         peers, standing = compared(pool, ms["p1"])
-        assert peers == {i: p for i, p in daemonmark.read_peers(pool.store, ID).items() if i != "p1"}
+        assert peers == {i: p for i, p in markrecords.read_peers(pool.store, ID).items() if i != "p1"}
         assert set(peers) == {"p2", "p3"} and standing == ""
         assert ms["p1"]._peer_ids == ("p2", "p3")
     # A process gone from the index (stopped: its record removed) is no longer read; a new one is.
@@ -65,13 +65,13 @@ def test_a_standing_collision_is_read_with_the_round(backend: Backend) -> None:
     m = marker(pool, "p1")
     compared(pool, m)
     line = f"daemon identity {ID} is shared by two docker daemons: ..."
-    fields = {name: "" for name in daemonmark.FIELDS}
+    fields = {name: "" for name in markrecords.FIELDS}
     fields.update(daemon_id=ID, mark=daemonmark.volume_name("p9"), collision=line)
     assert pool.store.daemon_mark("p9", 60_000, 600_000, list(fields.items())).recorded
     pool.store.daemon_unmark("p9", ID)  # its reporter gone: the collision stands
     peers, standing = compared(pool, m)
     assert peers == {} and standing == line
-    assert daemonmark.read_standing(pool.store, ID)[ID].line == standing
+    assert markrecords.read_standing(pool.store, ID)[ID].line == standing
 
 
 def test_a_record_edited_to_another_type_reads_as_none(backend: Backend) -> None:
@@ -108,7 +108,7 @@ def test_a_records_digest_key_lives_and_goes_with_it(backend: Backend) -> None:
     digest = c.get(k.daemon_mark_v("p1"))
     assert digest is not None and digest == c.hget(k.daemon_mark("p1"), "v")
     assert abs(c.pttl(k.daemon_mark_v("p1")) - c.pttl(k.daemon_mark("p1"))) < 1_000
-    fields = {name: "" for name in daemonmark.FIELDS}
+    fields = {name: "" for name in markrecords.FIELDS}
     fields.update(daemon_id=ID, mark=daemonmark.volume_name("p1"))
     pool.store.daemon_mark("p1", 60_000, 600_000, list(fields.items()))  # its `v` empty: no digest
     assert not c.exists(k.daemon_mark_v("p1")) and c.exists(k.daemon_mark("p1"))
@@ -196,7 +196,7 @@ def test_a_report_cleared_by_an_operator_is_read_again(backend: Backend) -> None
     compared(pool, me)
     peers, standing = compared(pool, me)
     assert peers["p2"].collision and standing
-    assert daemonmark.forget_collision(pool, ID) > 0
+    assert markrecords.forget_collision(pool, ID) > 0
     peers, standing = compared(pool, me)
     assert peers["p2"].collision == "" and standing == ""
 
@@ -223,7 +223,7 @@ def test_a_peer_whose_read_failed_is_read_again_and_the_rounds_go_on(backend: Ba
     assert set(peers) == {"pJ"}
     # A collision recorded meanwhile by a process since gone is read, as at any round.
     line = f"daemon identity {ID} is shared by two docker daemons: ..."
-    fields = {name: "" for name in daemonmark.FIELDS}
+    fields = {name: "" for name in markrecords.FIELDS}
     fields.update(daemon_id=ID, mark=daemonmark.volume_name("p9"), collision=line)
     pool.store.daemon_mark("p9", 60_000, 600_000, list(fields.items()))
     pool.store.daemon_unmark("p9", ID)
@@ -244,11 +244,11 @@ def test_a_reporting_process_reads_before_it_writes(backend: Backend) -> None:
     compared(pool, reporter)
     reporter._collision = f"daemon identity {ID} is shared by two docker daemons: ..."
     reporter._register()
-    assert daemonmark.read_standing(pool.store, ID)
-    assert daemonmark.forget_collision(pool, ID) > 0
+    assert markrecords.read_standing(pool.store, ID)
+    assert markrecords.forget_collision(pool, ID) > 0
     _, standing, refreshed, registered = reporter._refresh_and_read(ID)
     assert (standing, refreshed, registered) == ("", False, True)
-    assert daemonmark.read_standing(pool.store, ID) == {}, "not recorded again by the read"
+    assert markrecords.read_standing(pool.store, ID) == {}, "not recorded again by the read"
 
 
 def test_a_standing_collision_that_cannot_be_read_fails_the_round(backend: Backend) -> None:
@@ -272,7 +272,7 @@ def test_a_new_identity_starts_with_no_verdict_of_the_old(backend: Backend) -> N
     assert (me.daemon_id, me._collision, me._verified, me._collided) == (OTHER, "", frozenset(), False)
     assert "new identity" in me.refusal(), "not trusted until compared under the new identity"
     _, _, refreshed, _ = me._refresh_and_read(OTHER)
-    assert refreshed and daemonmark.read_standing(pool.store) == {}
+    assert refreshed and markrecords.read_standing(pool.store) == {}
 
 
 def test_an_index_longer_than_one_call_reads_is_read_apart(backend: Backend) -> None:
@@ -285,7 +285,7 @@ def test_an_index_longer_than_one_call_reads_is_read_apart(backend: Backend) -> 
     # Scored to expire before every record's entry, so they are the index's first 1,000.
     until = now_ms(pool) + 20_000
     c.zadd(k.daemon_marks_of(ID), {f"x{i}": until for i in range(1000)})
-    fields = {name: "" for name in daemonmark.FIELDS}
+    fields = {name: "" for name in markrecords.FIELDS}
     fields.update(daemon_id=ID, mark=daemonmark.volume_name("late"))
     pool.store.daemon_mark("zz-late", 60_000, 600_000, list(fields.items()))  # sorts after the 1,000
     peers, _ = compared(pool, me)
@@ -321,11 +321,11 @@ def test_trust_ends_with_the_records_life_though_no_round_ends(backend: Backend)
 
 def test_the_digest_is_one_text_per_record() -> None:
     """Two records whose fields joined as `name=value` lines read the same differ in `v`."""
-    base = {name: "" for name in daemonmark.FIELDS if name != "v"}
+    base = {name: "" for name in markrecords.FIELDS if name != "v"}
     one = {**base, "host": "x\npid=", "pid": ""}
     two = {**base, "host": "x", "pid": "\npid="}
-    assert daemonmark.digest(one) != daemonmark.digest(two)
-    assert daemonmark.digest(one) == daemonmark.digest(dict(one))
+    assert markrecords.digest(one) != markrecords.digest(two)
+    assert markrecords.digest(one) == markrecords.digest(dict(one))
 
 
 def test_a_reporting_process_whose_record_was_lost_is_judged_unregistered(backend: Backend) -> None:

@@ -12,8 +12,9 @@ import pytest
 
 from jobpool import errors, procid
 from jobpool.api import Pool
-from jobpool.fleet import daemonmark
-from jobpool.fleet.daemonmark import Peer, judge
+from jobpool.fleet import daemonmark, markrecords
+from jobpool.fleet.daemonmark import judge
+from jobpool.fleet.markrecords import Peer
 
 ID = "jpd1:" + "a" * 32 + "@boot-1"
 OTHER = "jpd1:" + "b" * 32 + "@boot-1"
@@ -90,15 +91,15 @@ def test_a_dead_peer_is_not_waited_for_but_its_report_counts() -> None:
 def test_collisions_by_identity() -> None:
     peers = {"a": peer("a", collision="shared a"), "b": peer("b", collision="shared b"),
              "c": peer("c", OTHER)}
-    assert daemonmark.collisions(peers) == {ID: "shared a"}
-    assert daemonmark.collisions(peers, {ID: "standing", OTHER: "standing too"}) == {
+    assert markrecords.collisions(peers) == {ID: "shared a"}
+    assert markrecords.collisions(peers, {ID: "standing", OTHER: "standing too"}) == {
         ID: "standing", OTHER: "standing too"}
 
 
 def mark(pool: Pool, pid: str, ttl_ms: int = 60_000, **fields: str) -> list[object]:
     """Register `pid` (scripts/daemon_mark.lua, daemon_collision.lua); the reply as the scripts give it."""
     marked = pool.store.daemon_mark(pid, ttl_ms, 10 * ttl_ms,
-                                    [(name, fields.get(name, "")) for name in daemonmark.FIELDS])
+                                    [(name, fields.get(name, "")) for name in markrecords.FIELDS])
     return [0, marked.at, int(marked.recorded)]
 
 
@@ -106,15 +107,15 @@ def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
     mark(pool, "p1", daemon_id=ID, mark="m1", verified="p2 p3", collision="")
     mark(pool, "p2", daemon_id=ID, mark="m2", collision="shared")
     assert 0 < pool.store.client.pttl(pool.keys.daemon_mark("p1")) <= 60_000
-    peers = daemonmark.read_peers(pool.store)
+    peers = markrecords.read_peers(pool.store)
     assert peers["p1"].verified == frozenset({"p2", "p3"}) and peers["p1"].mark == "m1"
-    assert daemonmark.read_collisions(pool.store) == {ID: "shared"}
+    assert markrecords.read_collisions(pool.store) == {ID: "shared"}
     mark(pool, "p1", daemon_id=ID, mark="m1")  # written whole: the old `verified` goes
-    assert daemonmark.read_peers(pool.store)["p1"].verified == frozenset()
+    assert markrecords.read_peers(pool.store)["p1"].verified == frozenset()
     k = pool.keys
     keys = [k.daemon_mark("p2"), k.daemon_marks, k.daemon_mark_v("p2")]
     assert pool.store.run("daemon_unmark", keys, ["p2"])[1] == 1
-    assert set(daemonmark.read_peers(pool.store)) == {"p1"}
+    assert set(markrecords.read_peers(pool.store)) == {"p1"}
     assert pool.store.client.zscore(k.daemon_marks, "p2") is None
 
 
@@ -122,7 +123,7 @@ def test_the_pool_index_is_trimmed_once_a_turn(pool: Pool) -> None:
     # Entries of `daemon_marks` older than the forget time go at the scan turn's holder's write (one process a
     # turn), or at the write of a caller that takes no turn; not at every write.
     c, k = pool.store.client, pool.keys
-    fields = [(name, ID if name == "daemon_id" else "") for name in daemonmark.FIELDS]
+    fields = [(name, ID if name == "daemon_id" else "") for name in markrecords.FIELDS]
     c.zadd(k.daemon_marks, {"long-gone": 1})
     assert pool.store.daemon_mark("p1", 60_000, 600_000, fields, scan_ms=60_000).scan  # took the turn
     assert c.zscore(k.daemon_marks, "long-gone") is None
@@ -159,18 +160,18 @@ def test_a_peer_seen_dead_from_here_is_gone_and_nothing_else_is() -> None:
 
 def test_a_reported_collision_is_remembered_until_cleared(pool: Pool) -> None:
     assert mark(pool, "p1", daemon_id=ID, mark="m1")[2] == 0
-    assert daemonmark.read_standing(pool.store) == {}
+    assert markrecords.read_standing(pool.store) == {}
     assert mark(pool, "p2", daemon_id=ID, mark="m2", collision="shared, first")[2] == 1
     assert mark(pool, "p1", daemon_id=ID, mark="m1", collision="shared, second")[2] == 0, "the first kept"
-    standing = daemonmark.read_standing(pool.store)
+    standing = markrecords.read_standing(pool.store)
     assert set(standing) == {ID} and standing[ID].line == "shared, first" and standing[ID].by == "p2"
-    assert standing[ID].at > 0 and daemonmark.read_standing(pool.store, ID) == standing
+    assert standing[ID].at > 0 and markrecords.read_standing(pool.store, ID) == standing
     # Both processes gone (their records with them): the collision stands.
     k = pool.keys
     for pid in ("p1", "p2"):
         pool.store.run("daemon_unmark", [k.daemon_mark(pid), k.daemon_marks, k.daemon_mark_v(pid)], [pid])
-    assert daemonmark.read_peers(pool.store) == {}
-    assert daemonmark.read_collisions(pool.store) == {ID: "shared, first"}
+    assert markrecords.read_peers(pool.store) == {}
+    assert markrecords.read_collisions(pool.store) == {ID: "shared, first"}
     assert [e["reason"] for e in pool.events() if e["reason"].startswith("daemon_collision")] == [
         "daemon_collision"]
 
@@ -182,23 +183,23 @@ def test_clearing_a_collision(pool: Pool) -> None:
     before = {k: v for k, v in pool.store.client.hgetall(pool.keys.shared_daemons).items()}
     for bad in ("", "nonsense", ID + " ", 7, None, "jpd1:" + "a" * 31 + "@boot-1"):
         with pytest.raises(errors.InvalidArgument, match="not a daemon identity"):
-            daemonmark.forget_collision(pool, bad)  # type: ignore[arg-type]
+            markrecords.forget_collision(pool, bad)  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidArgument, match="note"):
-        daemonmark.forget_collision(pool, ID, note="x" * 1001)
+        markrecords.forget_collision(pool, ID, note="x" * 1001)
     none_here = "jpd1:" + "c" * 32 + "@boot-1"
     with pytest.raises(errors.InvalidArgument, match="no collision stands"):
-        daemonmark.forget_collision(pool, none_here)
+        markrecords.forget_collision(pool, none_here)
     assert pool.store.client.hgetall(pool.keys.shared_daemons) == before, "written on a refusal"
     assert pool.forget_collision(ID, note="clone re-identified") > 0
-    assert set(daemonmark.read_standing(pool.store)) == {OTHER}
-    peers = daemonmark.read_peers(pool.store)
+    assert set(markrecords.read_standing(pool.store)) == {OTHER}
+    peers = markrecords.read_peers(pool.store)
     assert peers["p1"].collision == "" and peers["p2"].collision == "shared other", "only that identity's"
-    assert daemonmark.read_collisions(pool.store) == {OTHER: "shared other"}
+    assert markrecords.read_collisions(pool.store) == {OTHER: "shared other"}
     cleared = [e for e in pool.events() if e["reason"] == "daemon_collision_cleared"]
     assert len(cleared) == 1 and ID in cleared[0]["evidence"]
     assert "clone re-identified" in cleared[0]["evidence"]
     with pytest.raises(errors.InvalidArgument, match="no collision stands"):
-        daemonmark.forget_collision(pool, ID)
+        markrecords.forget_collision(pool, ID)
     # Still there: the next report records it again.
     mark(pool, "p1", daemon_id=ID, mark="m1", collision="shared again")
-    assert daemonmark.read_standing(pool.store)[ID].line == "shared again"
+    assert markrecords.read_standing(pool.store)[ID].line == "shared again"

@@ -13,7 +13,7 @@ import redis
 from jobpool.api import Pool
 from jobpool.cli.format import status_report
 from jobpool.config import Settings
-from jobpool.fleet import daemonmark
+from jobpool.fleet import markrecords
 from jobpool.status import WORKER_JOBS, read_status
 from jobpool.store.redisurl import connect
 from jobpool.workers.attempt import Attempt
@@ -60,7 +60,7 @@ def commands(client: redis.Redis) -> int:
 
 def mark(pool: Pool, process: str, daemon: str, collision: str = "") -> None:
     """A process's record of its mark on `daemon` (jobpool/fleet/daemonmark.py), reporting `collision`."""
-    fields = dict.fromkeys(daemonmark.FIELDS, "")
+    fields = dict.fromkeys(markrecords.FIELDS, "")
     fields.update(role="worker", host="h", daemon_id=daemon, mark="m-" + process, collision=collision)
     pool.store.daemon_mark(process, 60_000, 600_000, list(fields.items()))
 
@@ -105,7 +105,7 @@ def test_a_reported_collision_makes_status_unhealthy_until_cleared(backend: Back
     k = pool.keys
     pool.store.run("daemon_unmark", [k.daemon_mark("p2"), k.daemon_marks, k.daemon_mark_v("p2")], ["p2"])
     assert pool.status().shared_daemons == {D1: "two daemons share it: here and there"}, "it stands"
-    daemonmark.forget_collision(pool, D1)
+    markrecords.forget_collision(pool, D1)
     assert pool.status().shared_daemons == {}
 
 
