@@ -6,8 +6,9 @@ A lease lapses while Redis is away (restarted, failed over, or out of this proce
 then holds a write it retries until Redis answers again (an exit code, a fence). A Redis that restarted from
 an older file, or a replica promoted before it had every write, may also have forgotten an acknowledged
 claim. So for one lease after this process reaches Redis again, after redis-server started, or after the
-server answering is another one (its `run_id` changed: a restart or a failover), what Redis says of a lease
-or a row is not yet proof that the work it speaks of is gone or superseded. The supervisor holds its
+server answering is another one (its `run_id` changed: a restart or a failover; or its replication id: a
+failover, and one back to a server that answered before), what Redis says of a lease or a row is not yet
+proof that the work it speaks of is gone or superseded. The supervisor holds its
 "absent" verdicts (supervisor/evidence.py), and the workers' inventory publisher removes no created container
 and stops no stray (workers/inventory.py) until the lease has passed.
 """
@@ -42,7 +43,10 @@ class RedisTrust:
         self.lease_secs = lease_secs
         self._lost = False
         self._back_at: float | None = time.monotonic() if fresh else None
+        #: A fresh process's lease runs from its first look instead (`settling`).
+        self._first_look = fresh
         self._run_id: str | None = None
+        self._replid: str | None = None
         self._changed_at: float | None = None
 
     def lost(self) -> None:
@@ -60,10 +64,17 @@ class RedisTrust:
             return str(exc)
         if self._lost:
             self._lost, self._back_at = False, now
-        run_id = run.run_id
-        if self._run_id and run_id and run_id != self._run_id:
+        if self._first_look:
+            # A fresh process knows nothing before its first look: a change it did not see may have come
+            # just before, so its lease runs from this look (a publisher looks first once its daemon is
+            # trusted, which may be well after its start).
+            self._first_look, self._back_at = False, now
+        run_id, replid = run.run_id, run.replid
+        if (self._run_id and run_id and run_id != self._run_id) or (
+                self._replid and replid and replid != self._replid):
             self._changed_at = now
         self._run_id = run_id or self._run_id
+        self._replid = replid or self._replid
         if self._back_at is not None and now - self._back_at < lease:
             return f"this process (re)connected to redis {now - self._back_at:.1f}s ago"
         if self._changed_at is not None and now - self._changed_at < lease:

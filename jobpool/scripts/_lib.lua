@@ -1188,7 +1188,7 @@ end
 -- shared_daemons with an event). ARGV: process id, record ttl ms, forget ms (entries of `index` older than
 -- this are trimmed), scan ms (how long the turn to index unindexed records lasts; 0: no turn taken), then
 -- field, value, ... The record enters `index` (by refresh; its entries older than forget ms are trimmed by
--- the holder of the scan turn, or by a caller that takes none: one trim a turn, not one a call) and
+-- the holder of the scan turn, a caller that takes none, or a process's first write: not at every call) and
 -- `of_daemon`, the index of its `daemon_id` (by when it expires: entries past their score are trimmed, and
 -- the index expires with its last record).
 -- It says `indexed`: records without it (an earlier release's) are indexed by whoever holds the turn
@@ -1227,9 +1227,11 @@ local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allo
   if digest then redis.call('SET', vkey, digest, 'PX', ttl) else redis.call('DEL', vkey) end
   local took = 0
   if scan > 0 and redis.call('SET', scan_turn, id, 'NX', 'PX', scan) then took = 1 end
-  redis.call('ZADD', index, at, id)
-  -- The pool-wide index is trimmed by the turn's holder (one process a turn), or by a caller that takes none.
-  if took == 1 or scan == 0 then redis.call('ZREMRANGEBYSCORE', index, '-inf', at - forget) end
+  local new_id = redis.call('ZADD', index, at, id)
+  -- The pool-wide index is trimmed by the turn's holder (one process a turn), by a caller that takes none,
+  -- and at each process's first write (so the entries left over never outnumber the processes that ended
+  -- since the last new one, whatever becomes of the turn's key).
+  if took == 1 or scan == 0 or new_id == 1 then redis.call('ZREMRANGEBYSCORE', index, '-inf', at - forget) end
   local added = redis.pcall('ZADD', of_daemon, at + ttl, id)
   if type(added) == 'table' and added.err then  -- of another type (edited by hand): made anew
     redis.call('DEL', of_daemon)

@@ -32,10 +32,13 @@ def slots_used_of(stored: Any, running: Any) -> int:
 @dataclass(frozen=True)
 class ServerRun:
     """Which redis-server process answers, as its INFO says (jobpool/redistrust.py judges it): its run id,
-    new at each start ('' when not said), and how long it has been up (None when not said or unreadable)."""
+    new at each start ('' when not said), how long it has been up (None when not said or unreadable), and
+    its replication id ('' when not said), new whenever it is promoted: a primary that failed over to a
+    replica and back keeps its run id and its uptime, but not its replication id."""
 
     run_id: str
     uptime_secs: int | None
+    replid: str = ""
 
 
 class Reads:
@@ -134,20 +137,25 @@ class Reads:
         self.client.ping()
 
     def server_run(self) -> ServerRun:
-        """Which server process answers (INFO server). Both unknown when INFO is refused (an ACL, a renamed
-        command): then restarts cannot be seen, only outages. `RedisUnavailable` when Redis does not answer
-        (its message names redis-py's error)."""
+        """Which server process answers (INFO server and INFO replication, one round trip; Redis 6.2 takes
+        one section a call). Unknown when INFO is refused (an ACL, a renamed command): then restarts and
+        failovers cannot be seen, only outages. `RedisUnavailable` when Redis does not answer (its message
+        names redis-py's error)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.info("server")
+        pipe.info("replication")
         try:
-            info = self.client.info("server")
-        except redis.ResponseError:
-            return ServerRun("", None)
+            info, replication = pipe.execute(raise_on_error=False)
         except (redis.RedisError, OSError) as exc:
             raise errors.RedisUnavailable(f"redis does not answer ({type(exc).__name__})") from None
+        replid = "" if isinstance(replication, Exception) else str(replication.get("master_replid", ""))
+        if isinstance(info, Exception):
+            return ServerRun("", None, replid)
         try:
             uptime: int | None = int(info["uptime_in_seconds"])
         except (KeyError, ValueError, TypeError):
             uptime = None
-        return ServerRun(str(info.get("run_id", "")), uptime)
+        return ServerRun(str(info.get("run_id", "")), uptime, replid)
 
     def check_policy(self) -> PolicyCheck:
         """What every long-running process does before its first write (store/redispolicy.py

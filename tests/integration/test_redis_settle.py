@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import re
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
 import docker
+import pytest
 import redis
 
-from jobpool import JobState, Pool, Settings
+from jobpool import JobState, Pool, Settings, redistrust
 from jobpool.redistrust import RedisTrust
 from jobpool.store.calls import Store
 from tests.support.constants import IMAGE
@@ -126,3 +128,50 @@ def test_a_restarted_or_another_redis_server_settles_for_a_lease(
     finally:
         for client in clients:
             client.close()
+
+
+def test_a_failover_and_back_to_the_same_server_settles_for_a_lease(
+        redis_server_factory: Callable[[], RedisServer]) -> None:
+    """A primary that failed over to a replica and back (a failback) answers with its own run id and its
+    long uptime, but it resynced from the other and may have lost acknowledged writes: its replication id,
+    new at its promotion, says another server answered meanwhile, however long ago the last look was."""
+    servers = [redis_server_factory(), redis_server_factory()]
+    for server in servers:
+        server.start()
+    first, other = (redis.Redis.from_url(server.url, decode_responses=True) for server in servers)
+    lease = 3.0
+    trust = RedisTrust(Store(first, Settings()), lease)
+    try:
+        eventually(lambda: trust.settling() == "", timeout=10, message="settled once up for a lease")
+        run_id = first.info("server")["run_id"]
+        first.replicaof("127.0.0.1", servers[1].port)
+        eventually(lambda: first.info("replication").get("master_link_status") == "up", timeout=15,
+                   message="the old primary follows the new one")
+        first.replicaof("NO", "ONE")  # and is promoted again
+        info = first.info("server")
+        assert info["run_id"] == run_id and int(info["uptime_in_seconds"]) > lease
+        assert trust.settling().startswith("another redis-server answers")
+        eventually(lambda: trust.settling() == "", timeout=10, message="settled a lease after the failback")
+    finally:
+        first.close()
+        other.close()
+
+
+def test_a_fresh_process_settles_from_its_first_look(redis_server_factory: Callable[[], RedisServer],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that cannot know what came before it (a worker's publisher) settles for a lease from its
+    first look, not from its start: it may first look long after (while its daemon's marks refuse), and a
+    failover before that look is one it never saw."""
+    server = redis_server_factory()
+    server.start()
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    clock = [1000.0]
+    monkeypatch.setattr(redistrust, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    try:
+        trust = RedisTrust(Store(client, Settings()), 30.0, fresh=True)
+        clock[0] += 100  # no look for longer than a lease
+        assert trust.settling().startswith("this process (re)connected to redis 0.0s ago")
+        clock[0] += 20
+        assert trust.settling().startswith("this process (re)connected to redis 20.0s ago")
+    finally:
+        client.close()

@@ -121,17 +121,31 @@ def test_a_record_is_written_whole_with_a_ttl_and_read_back(pool: Pool) -> None:
 
 def test_the_pool_index_is_trimmed_once_a_turn(pool: Pool) -> None:
     # Entries of `daemon_marks` older than the forget time go at the scan turn's holder's write (one process a
-    # turn), or at the write of a caller that takes no turn; not at every write.
+    # turn), at the write of a caller that takes no turn, and at a process's first write; not at every write.
     c, k = pool.store.client, pool.keys
     fields = [(name, ID if name == "daemon_id" else "") for name in markrecords.FIELDS]
+
+    def write(pid: str, scan_ms: int = 60_000) -> bool:
+        return pool.store.daemon_mark(pid, 60_000, 600_000, fields, scan_ms=scan_ms).scan
+
     c.zadd(k.daemon_marks, {"long-gone": 1})
-    assert pool.store.daemon_mark("p1", 60_000, 600_000, fields, scan_ms=60_000).scan  # took the turn
+    assert write("p1")  # took the turn
     assert c.zscore(k.daemon_marks, "long-gone") is None
     c.zadd(k.daemon_marks, {"long-gone": 1})
-    assert not pool.store.daemon_mark("p2", 60_000, 600_000, fields, scan_ms=60_000).scan
-    assert c.zscore(k.daemon_marks, "long-gone") == 1, "the turn is held: no trim"
-    pool.store.daemon_mark("p3", 60_000, 600_000, fields)  # takes no turn: trims
+    assert not write("p1"), "the turn is held"
+    assert c.zscore(k.daemon_marks, "long-gone") == 1, "no trim"
+    write("p2")  # a first write: trims
     assert c.zscore(k.daemon_marks, "long-gone") is None
+    c.zadd(k.daemon_marks, {"long-gone": 1})
+    write("p2")
+    assert c.zscore(k.daemon_marks, "long-gone") == 1
+    write("p2", scan_ms=0)  # takes no turn: trims
+    assert c.zscore(k.daemon_marks, "long-gone") is None
+    # The turn's key edited by hand (no turn is ever taken again): the next process's first write trims.
+    c.delete(k.daemon_marks_scan)
+    c.hset(k.daemon_marks_scan, "x", "1")
+    c.zadd(k.daemon_marks, {"long-gone": 1})
+    assert not write("p3") and c.zscore(k.daemon_marks, "long-gone") is None
     assert set(c.zrange(k.daemon_marks, 0, -1)) == {"p1", "p2", "p3"}
 
 
