@@ -5,7 +5,7 @@ KEYS[3]     daemon_marks_of:<daemon identity> (the record's `daemon_id`)   KEYS[
 KEYS[5]     daemon_mark_v:<process id> (the record's `v`, kept apart: _lib.lua `write_mark`)
 ARGV[1] process id   ARGV[2] record ttl ms   ARGV[3] forget ms (index entries older than this are trimmed)
 ARGV[4] scan ms (how long the turn to look for unindexed records lasts; 0: this caller takes no turn)
-ARGV[5..NARGV] field, value, field, value, ... (jobpool/fleet/daemonmark.py FIELDS), `collision` empty
+ARGV[5..NARGV] field, value, field, value, ... (jobpool/fleet/markrecords.py FIELDS), `collision` empty
 Returns {0, at, 0, scan} (at: ms, the server's time; scan: 1 when this caller took the pool's turn to index the
 records of processes that do not index their own, daemon_mark_index.lua); -6 bad arguments (a record that
 reports a collision among them: daemon_collision.lua writes it).

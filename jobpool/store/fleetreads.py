@@ -1,6 +1,6 @@
 """`FleetReads`: the reads of what the fleet's processes record about their Docker daemons outside the
-scripts: the daemon marks and the collisions they found (jobpool/daemonmark.py), and which running jobs a
-daemon holds and which daemons were declared gone (jobpool/daemons.py).
+scripts: the daemon marks and the collisions they found (jobpool/fleet/markrecords.py), and which running
+jobs a daemon holds and which daemons were declared gone (jobpool/fleet/gone.py).
 """
 
 from __future__ import annotations

@@ -34,7 +34,9 @@ class ServerRun:
     """Which redis-server process answers, as its INFO says (jobpool/redistrust.py judges it): its run id,
     new at each start ('' when not said), how long it has been up (None when not said or unreadable), and
     its replication id ('' when not said), new whenever it is promoted: a primary that failed over to a
-    replica and back keeps its run id and its uptime, but not its replication id."""
+    replica and back keeps its run id and its uptime, but not its replication id. (A primary also takes a
+    new one when it makes its replication backlog anew: its first replica attaching, or one coming back
+    after `repl-backlog-ttl`; jobpool/redistrust.py then holds for a lease too, as for a failover.)"""
 
     run_id: str
     uptime_secs: int | None
