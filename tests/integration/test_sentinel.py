@@ -170,8 +170,11 @@ def test_a_fleet_runs_through_a_forced_failover_and_a_killed_primary(
         except AssertionError as exc:
             raise AssertionError(f"{exc}; not ended: {unfinished()}") from None
         states = [pool.get(i).state for i in ids]
+        # Each job that did not succeed, with how it ended and its own history (the row's), for the message.
+        why = [(i, pool.get(i).error_reason, pool.store.client.hget(pool.keys.job(i), "history"))
+               for i, state in zip(ids, states, strict=True) if state is not JobState.SUCCEEDED]
     most, copies = overlaps([x for x in log.read_text().split("\n") if x])
-    assert states == [JobState.SUCCEEDED] * n, states
+    assert states == [JobState.SUCCEEDED] * n, (states, why)
     assert most <= slots, f"{most} jobs ran at once with {slots} slots"
     assert copies == 1, "a job ran twice at once"
     print(f"fleet through a failover and a killed primary: {n} jobs, at most {most} at once",
