@@ -11,10 +11,10 @@ from typing import Any
 
 import redis
 
+from .keys import PoolKeys
 from .replies import CollisionCleared, DaemonBoots, Lead, Marked, MarkRound
 from .runner import call_redis, wrap_redis_error
 from .scriptcalls import ScriptCalls
-from .workerio import boots_of, queue_boots_reads
 
 
 class FleetCalls(ScriptCalls):
@@ -28,9 +28,9 @@ class FleetCalls(ScriptCalls):
         lapsing just after the read is taken at the next period, as it would be had it lapsed just after the
         script ran.
 
-        With `look_boots`, the reads of the worker's look for earlier boots of its daemon (`daemon_boots`,
-        with `boots_before`) go down the same round trip as the holder's read: `Lead.boots`, or the error one
-        of them met."""
+        With `look_boots`, the reads of the worker's look for earlier boots of its daemon
+        (`queue_boots_reads`, with `boots_before`) go down the same round trip as the holder's read:
+        `Lead.boots`, or the error one of them met."""
         key = self.keys.inventory_lead(daemon_id)
         pipe = self.client.pipeline(transaction=False)
         pipe.get(key)
@@ -180,3 +180,23 @@ class FleetCalls(ScriptCalls):
         reply = self.run("forget_collision", [k.shared_daemons, *(k.daemon_mark(i) for i in ids),
                                               *(k.daemon_mark_v(i) for i in ids)], [daemon_id, actor, note])
         return CollisionCleared(at=int(reply[1]), cleared=int(reply[2]))
+
+
+def queue_boots_reads(pipe: Any, keys: PoolKeys, daemon_id: str, before_ms: int | None) -> None:
+    """Queue on `pipe` the three reads `boots_of` makes a `DaemonBoots` of: when each daemon last published
+    (only those last published before `before_ms` when given: an earlier boot is one of them, and a fleet's
+    live daemons are not), when `daemon_id` first published, and the server's time."""
+    pipe.zrangebyscore(keys.inventories, "-inf", "+inf" if before_ms is None else f"({before_ms}",
+                       withscores=True)
+    pipe.hget(keys.inventory(daemon_id), "first_at")
+    pipe.time()
+
+
+def boots_of(replies: Sequence[Any]) -> DaemonBoots:
+    """The `DaemonBoots` of the three replies `queue_boots_reads` queued; the first error reply among them is
+    raised."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    index, first, (secs, micros) = replies
+    return DaemonBoots({str(d): int(at) for d, at in index}, first, int(secs) * 1000 + int(micros) // 1000)

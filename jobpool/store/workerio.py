@@ -1,7 +1,7 @@
 """`WorkerIO`: what a worker process reads and writes outside the scripts: its boot record (the heartbeat
 every reader takes for a live worker: jobpool/workers/boot.py), the rows of the containers it finds on its
-daemon (jobpool/workers/strays.py, jobpool/workers/inventory.py), its daemon's earlier boots, and an entry
-RQ cannot load taken off RQ's intermediate list (jobpool/workers/rqworker.py).
+daemon (jobpool/workers/strays.py, jobpool/workers/inventory.py), and an entry RQ cannot load taken off
+RQ's intermediate list (jobpool/workers/rqworker.py).
 
 The boot record's writes and that removal raise redis-py's own errors: the worker judges them as it judges
 every outage (jobpool/workers/outage.py).
@@ -16,7 +16,6 @@ from typing import Any
 import redis
 
 from .keys import PoolKeys
-from .replies import DaemonBoots
 from .runner import call_redis
 
 #: The field of a boot record's JSON twin that names its boot (the hash has none: its key does).
@@ -88,30 +87,3 @@ class WorkerIO:
             pipe.get(k.lease(job_id))
         replies = pipe.execute(raise_on_error=False)
         return [(replies[2 * i], replies[2 * i + 1]) for i in range(len(job_ids))]
-
-    def daemon_boots(self, daemon_id: str, before_ms: int | None = None) -> DaemonBoots:
-        """When each daemon last published (ms; only those last published before `before_ms` when given: an
-        earlier boot is one of them, and a fleet's live daemons are not), when `daemon_id` first published
-        (None if never), and the server's time (ms), in one round trip. A worker's publisher reads them with
-        its daemon's lead instead (`FleetCalls.inventory_lead`): this is the same read alone."""
-        pipe = self.client.pipeline(transaction=False)
-        queue_boots_reads(pipe, self.keys, daemon_id, before_ms)
-        return boots_of(call_redis(pipe.execute, what="reading the daemons' boots"))
-
-
-def queue_boots_reads(pipe: Any, keys: PoolKeys, daemon_id: str, before_ms: int | None) -> None:
-    """Queue on `pipe` the three reads `boots_of` makes a `DaemonBoots` of."""
-    pipe.zrangebyscore(keys.inventories, "-inf", "+inf" if before_ms is None else f"({before_ms}",
-                       withscores=True)
-    pipe.hget(keys.inventory(daemon_id), "first_at")
-    pipe.time()
-
-
-def boots_of(replies: Sequence[Any]) -> DaemonBoots:
-    """The `DaemonBoots` of the three replies `queue_boots_reads` queued; the first error reply among them is
-    raised."""
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    index, first, (secs, micros) = replies
-    return DaemonBoots({str(d): int(at) for d, at in index}, first, int(secs) * 1000 + int(micros) // 1000)
