@@ -22,11 +22,11 @@ class FleetCalls(ScriptCalls):
 
     def inventory_lead(self, daemon_id: str, boot_id: str, lead_ms: int, look_boots: bool = False,
                        boots_before: int | None = None) -> Lead:
-        """Take or renew a daemon's inventory lead (scripts/inventory_lead.lua), or learn who holds it. A
-        follower asks every period, so the holder is read first, and the script runs only when the lead is
-        free or this boot's: a GET, not a script, for each of the many followers of a large fleet. A lead
-        lapsing just after the read is taken at the next period, as it would be had it lapsed just after the
-        script ran.
+        """Take or renew a daemon's inventory lead (scripts/inventory_lead.lua), or learn who holds it and
+        how long its lead has left (`Lead.lapse_ms`). The holder is read first, and the script runs only when
+        the lead is free or this boot's: a GET and a PTTL, not a script, for each of the many followers of a
+        large fleet. A lead lapsing just after the read is taken at the follower's next look, as it would be
+        had it lapsed just after the script ran.
 
         With `look_boots`, the reads of the worker's look for earlier boots of its daemon
         (`queue_boots_reads`, with `boots_before`) go down the same round trip as the holder's read:
@@ -34,20 +34,25 @@ class FleetCalls(ScriptCalls):
         key = self.keys.inventory_lead(daemon_id)
         pipe = self.client.pipeline(transaction=False)
         pipe.get(key)
+        pipe.pttl(key)
         if look_boots:
             queue_boots_reads(pipe, self.keys, daemon_id, boots_before)
         replies = call_redis(pipe.execute, raise_on_error=False, what="reading the inventory lead")
-        holder = replies[0]
+        holder, left = replies[0], replies[1]
         boots_read: DaemonBoots | Exception | None = None
-        if isinstance(holder, redis.RedisError):
-            raise wrap_redis_error(holder, "reading the inventory lead")
+        for reply in (holder, left):
+            if isinstance(reply, redis.RedisError):
+                raise wrap_redis_error(reply, "reading the inventory lead")
         if look_boots:
             try:
-                boots_read = boots_of(replies[1:])
+                boots_read = boots_of(replies[2:])
             except (redis.RedisError, ValueError, TypeError) as exc:  # an index entry that is no number
                 boots_read = exc
         if holder and holder != boot_id:
-            return Lead(held=False, holder=str(holder), boots=boots_read)
+            # PTTL right after the GET, not in one transaction: a lead that lapsed and was taken in between
+            # reads as the new holder's, which cannot lapse sooner either. -2 (gone since): free now.
+            lapse = None if left == -1 else max(0, int(left))
+            return Lead(held=False, holder=str(holder), boots=boots_read, lapse_ms=lapse)
         reply = self.run("inventory_lead", [key], [daemon_id, boot_id, lead_ms])
         return Lead(held=bool(int(reply[1])), holder=str(reply[2]), boots=boots_read)
 

@@ -131,13 +131,17 @@ class DaemonBoots:
 
 @dataclass(frozen=True)
 class Lead:
-    """inventory_lead's reply: whether the asking boot holds the daemon's lead, and which boot does; with the
-    earlier-boots look's reads when they were asked for in the same round trip (`boots`: None when not
-    asked, the error a read met in its place)."""
+    """inventory_lead's reply: whether the asking boot holds the daemon's lead, and which boot does (and, for
+    another, how long its lead has left); with the earlier-boots look's reads when they were asked for in the
+    same round trip (`boots`: None when not asked, the error a read met in its place)."""
 
     held: bool
     holder: str
     boots: DaemonBoots | Exception | None = None
+    #: For a follower: how long (ms) the holder's lead has left at most, as read with its holder (PTTL):
+    #: it cannot lapse sooner, so the follower need not read it again before then. None when this boot holds
+    #: it (or it has no expiry, which only a hand-made key has).
+    lapse_ms: int | None = None
 
 
 @dataclass(frozen=True)

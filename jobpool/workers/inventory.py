@@ -46,7 +46,8 @@ from ..supervisor.probes import Absent, ContainerProber, Present, Probe, Unknown
 from ..supervisor.stopper import ContainerStopper
 from .strays import StrayKeeper, runs
 
-#: How often a worker looks for earlier boots of its daemon (three reads, sent with its lead's).
+#: How often at most a worker looks for earlier boots of its daemon (three reads, sent with its lead's: a
+#: follower's every two or three periods, `InventoryPublisher._lead`).
 EARLIER_BOOTS_EVERY_SECS = 5.0
 
 log = logging.getLogger("jobpool.worker")
@@ -101,6 +102,9 @@ class InventoryPublisher:
         self._boots_at = -math.inf
         #: When a follower last asked which server answers (`trust`): at its first period, then once a lease.
         self._trust_seen_at = -math.inf
+        #: For a follower: the daemon and holder it last read, and until when (monotonic) that lead cannot
+        #: lapse (`_lead`); its periods before then send nothing to Redis.
+        self._following: tuple[str, str, float] | None = None
         #: When each daemon this publisher looked for earlier boots of first published (ms, Redis's clock).
         self._first_ms: dict[str, int] = {}
         self._volumes_at = -math.inf
@@ -151,6 +155,9 @@ class InventoryPublisher:
             return f"not published: {refused}"
         if self.on_daemon is not None:
             self.on_daemon(daemon)
+        following = self._following
+        if following is not None and following[0] == daemon and time.monotonic() < following[2]:
+            return f"follower of {following[1]}"
         lead = self._lead(daemon)
         if not lead.held:
             if time.monotonic() - self._trust_seen_at >= self.settings.lease_secs:
@@ -187,17 +194,28 @@ class InventoryPublisher:
 
     def _lead(self, daemon: str) -> Lead:
         """The daemon's lead taken, renewed or read, with the look for earlier boots in the same round trip
-        when its turn has come (`take_earlier_boots`)."""
-        boots_due = (self.on_earlier_boot is not None
-                     and time.monotonic() - self._boots_at >= EARLIER_BOOTS_EVERY_SECS)
+        when its turn has come (`take_earlier_boots`).
+
+        A follower reads it again only once it could have lapsed (`Lead.lapse_ms`, from the time before this
+        read was sent, so no period after a lapse is skipped): a lead is renewed every period and lasts three,
+        so a follower reads it every two or three periods instead of every one, and takes a lapsed lead within
+        a period of its lapse, as before (an idle fleet's Redis load is mostly such round trips:
+        BENCHMARKS.md, "Scale"). Its looks for earlier boots and at which server answers go with those
+        reads."""
+        sent_at = time.monotonic()
+        boots_due = self.on_earlier_boot is not None and sent_at - self._boots_at >= EARLIER_BOOTS_EVERY_SECS
         if boots_due:
-            self._boots_at = time.monotonic()
+            self._boots_at = sent_at
+        self._following = None
         try:
             lead = self.store.inventory_lead(daemon, self.boot_id, self.lead_ms, look_boots=boots_due,
                                              boots_before=self._first_ms.get(daemon))
         except RedisUnavailable:
             self.trust.lost()
             raise
+        if not lead.held:
+            left_ms = self.lead_ms if lead.lapse_ms is None else min(lead.lapse_ms, self.lead_ms)
+            self._following = (daemon, lead.holder, sent_at + left_ms / 1000.0)
         if lead.boots is not None:
             self.take_earlier_boots(daemon, lead.boots)
         return lead

@@ -87,7 +87,9 @@ def test_a_follower_reads_the_lead_and_runs_no_script_until_it_is_free(redis_url
     assert store.inventory_lead(D1, "boot-a", 60_000) == Lead(held=True, holder="boot-a")
     client.config_resetstat()
     for _ in range(3):
-        assert store.inventory_lead(D1, "boot-b", 60_000) == Lead(held=False, holder="boot-a")
+        got = store.inventory_lead(D1, "boot-b", 60_000)
+        assert (got.held, got.holder) == (False, "boot-a")
+        assert got.lapse_ms is not None and 50_000 < got.lapse_ms <= 60_000, "how long the lead has left"
     assert scripts() == 0
     client.pexpire(pool.keys.inventory_lead(D1), 10_000)
     assert store.inventory_lead(D1, "boot-a", 60_000).held is True  # its holder's call renews it: the script
@@ -261,9 +263,63 @@ def test_a_follower_asks_which_server_answers_at_its_first_period_then_once_a_le
     publisher.trust.settling = counted  # type: ignore[method-assign]
     for _ in range(3):
         assert publisher.tick() == "follower of w-holder"
+        publisher._following = None  # each period reads the lead (test_a_follower_reads_the_lead_...)
     assert looks == ["settling"]
     publisher._trust_seen_at -= 30  # a lease later
     assert publisher.tick() == "follower of w-holder" and looks == ["settling"] * 2
+
+
+def test_a_follower_reads_the_lead_again_only_once_it_could_have_lapsed(backend: Backend) -> None:
+    # A lead lasts three of its holder's periods and is renewed every one, so a follower that read how long
+    # it has left sends nothing until then, and takes it at its first period past a lapse.
+    pool = backend.pool()
+    assert lead(pool, "w-holder", ms=1_500)[1] == 1
+    publisher = InventoryPublisher(pool.store, "w-follower", prober=FakeDaemon(D1, [], {}))  # type: ignore[arg-type]
+    reads: list[tuple[float, Lead]] = []  # (when it was asked, monotonic; what it read)
+    inventory_lead = pool.store.inventory_lead
+
+    def counted(*args: Any, **kwargs: Any) -> Lead:
+        asked = time.monotonic()
+        reads.append((asked, inventory_lead(*args, **kwargs)))
+        return reads[-1][1]
+    pool.store.inventory_lead = counted  # type: ignore[method-assign]
+    assert publisher.tick() == "follower of w-holder"
+    first_at, first = reads[0]
+    assert len(reads) == 1 and first.lapse_ms is not None and first.lapse_ms <= 1_500
+    for _ in range(3):
+        assert publisher.tick() == "follower of w-holder"
+    assert len(reads) == 1, "the lead cannot have lapsed yet: nothing asked"
+    # The holder is gone (it renews no more): a period past the lapse takes the lead.
+    eventually(lambda: publisher.tick().startswith("published"), timeout=10, message="the follower took it")
+    later = [at for at, _ in reads[1:]]
+    assert min(later) >= first_at + first.lapse_ms / 1000, "nothing asked before the lead could have lapsed"
+    # Once at the lapse it could read; again a few ms on if the server's lapse came a little after that.
+    assert len(later) <= 2, [got for _, got in reads]
+    assert pool.store.client.get(pool.keys.inventory_lead(D1)) == "w-follower"
+    # A holder reads its lead every period (it renews it), and a follower of another daemon identity (its
+    # daemon restarted under a new one) reads at once.
+    held = len(reads)
+    publisher.tick()
+    assert len(reads) == held + 1
+    other = D1.replace("boot-1", "boot-9")
+    assert lead(pool, "w-holder", daemon=other)[1] == 1
+    publisher.prober.daemon = other  # type: ignore[attr-defined]
+    assert publisher.tick() == "follower of w-holder" and len(reads) == held + 2
+
+
+def test_a_lead_without_expiry_is_read_again_a_lead_later(backend: Backend) -> None:
+    # Only a hand-made key has none: the follower reads it again after the lead's length, not never.
+    pool = backend.pool()
+    pool.store.client.set(pool.keys.inventory_lead(D1), "w-by-hand")
+    got = pool.store.inventory_lead(D1, "w-follower", 15_000)
+    assert (got.held, got.holder, got.lapse_ms) == (False, "w-by-hand", None)
+    publisher = InventoryPublisher(pool.store, "w-follower", prober=FakeDaemon(D1, [], {}))  # type: ignore[arg-type]
+    started = time.monotonic()
+    assert publisher.tick() == "follower of w-by-hand"
+    following = publisher._following
+    assert following is not None
+    lead_secs = publisher.lead_ms / 1000
+    assert started + lead_secs - 1 <= following[2] <= time.monotonic() + lead_secs
 
 
 class FakeDaemon:
