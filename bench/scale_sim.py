@@ -15,9 +15,10 @@ checked against a real worker by `bench.scale --parts calibrate`):
   the real `tick`, with a stand-in for the Docker daemon it lists (`StandInProber`: the daemon's identity and
   the containers it is given, no calls); the first worker of a daemon to ask holds the lead and publishes,
   the others follow;
-- its RQ dequeue loop (workers/rqworker.py `_Queue._dequeue_routed`): each round an LMOVE of its daemon's
-  queue, then a BLMOVE of the pool's queue blocking at most a round (`routed_poll_secs`); sent on a lean
-  asyncio connection per worker, as those are the most frequent calls of all.
+- its RQ dequeue loop (workers/rqworker.py `_Queue._dequeue_routed`): an LMOVE of its daemon's queue, then
+  rounds of a BLMOVE of the pool's queue blocking at most a round (`routed_poll_secs`) and, in the same
+  round trip, an LMOVE of its daemon's queue again; sent on a lean asyncio connection per worker, as those
+  are the most frequent calls of all.
 
 Left out, being rarer than once a minute per worker: RQ's worker heartbeat (every 405 s, between two dequeue
 timeouts), RQ's registry maintenance (every 10 min), the publisher's look for leftover checkpoint volumes
@@ -167,16 +168,16 @@ class SimWorker:
 
 async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: Counter[str],
                block_secs: int) -> None:
-    """One worker's RQ dequeue loop, idle: LMOVE of each queue but the last, then BLMOVE of the last for at
-    most `block_secs` (workers/rqworker.py `_Queue._dequeue_routed`, RQ's `Queue.lmove`), until `end` (epoch
-    seconds)."""
+    """One worker's RQ dequeue loop, idle: LMOVE of each queue but the last, then rounds of a BLMOVE of the
+    last for at most `block_secs` with those LMOVEs again in the same round trip (workers/rqworker.py
+    `_Queue._dequeue_routed` and `_Queue.lmove`), until `end` (epoch seconds)."""
     reader, writer = await asyncio.open_connection(host, port)
     parser = hiredis.Reader()
-    rounds = [encode("LMOVE", q, IntermediateQueue.get_intermediate_queue_key(q), "LEFT", "RIGHT")
-              for q in queues[:-1]]
+    looks = [encode("LMOVE", q, IntermediateQueue.get_intermediate_queue_key(q), "LEFT", "RIGHT")
+             for q in queues[:-1]]
     last = queues[-1]
-    rounds.append(encode("BLMOVE", last, IntermediateQueue.get_intermediate_queue_key(last), "LEFT", "RIGHT",
-                         block_secs))
+    block = [encode("BLMOVE", last, IntermediateQueue.get_intermediate_queue_key(last), "LEFT", "RIGHT",
+                    block_secs), *looks]
 
     async def reply() -> Any:
         while True:
@@ -192,9 +193,12 @@ async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: 
     # worker's BLMOVE would time out in the same instant).
     await asyncio.sleep(random.uniform(0, block_secs))
     try:
+        for command in looks:
+            writer.write(command)
+            await reply()
         while time.time() < end:
-            for command in rounds:
-                writer.write(command)
+            writer.write(b"".join(block))
+            for _ in block:
                 await reply()
             counts["poll rounds"] += 1
     finally:

@@ -20,7 +20,9 @@ from typing import Any
 import redis
 from rq import Queue
 from rq.exceptions import DequeueTimeout
+from rq.intermediate_queue import IntermediateQueue
 from rq.serializers import JSONSerializer
+from rq.utils import as_text
 
 from ..errors import JobpoolError
 from ..store.keys import worker_name
@@ -74,6 +76,16 @@ class _Queue(Queue):
     #: worker from its heartbeat period, within `ROUTED_POLL_SECS`).
     routed_poll_secs = ROUTED_POLL_SECS[0]
 
+    #: The queues before the pool's that the blocking round in progress looks at as its block ends (`lmove`);
+    #: set by `_dequeue_routed` around it, in the worker's main thread, the only one that dequeues.
+    _routed_after: tuple[Queue, ...] = ()
+
+    @staticmethod
+    def give_back(queue_key: str, intermediate_key: str, rq_job_id: str) -> None:
+        """Put a job taken with another back at the head of its queue (a subclass per worker says how:
+        `JobpoolWorker._give_back_entry`)."""
+        raise NotImplementedError
+
     @classmethod
     def dequeue_any(cls, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -84,48 +96,96 @@ class _Queue(Queue):
             raise
 
     @classmethod
+    def lmove(cls, connection: Any, queue_key: str, timeout: int | None) -> Any:
+        """RQ's move of one entry of `queue_key` to its intermediate list; in a blocking round of
+        `_dequeue_routed`, the queues before the pool's are looked at in the same round trip, right as the
+        block ends (a pipeline: the server runs their LMOVEs once the BLMOVE returns). An idle worker so sends
+        one round trip a round, not two (BENCHMARKS.md, "Scale"). Should a round take two entries (a job
+        routed to the daemon while the pool's queue had one too), the first in the queues' order is kept and
+        each other is given back at the head of its queue (`give_back`), as untaken."""
+        routed = cls._routed_after
+        if timeout is None or not routed:
+            return super().lmove(connection, queue_key, timeout)
+        pipe = connection.pipeline(transaction=False)
+        pipe.blmove(queue_key, IntermediateQueue.get_intermediate_queue_key(queue_key), timeout)
+        for queue in routed:
+            pipe.lmove(queue.key, queue.intermediate_queue_key)
+        # Errors as replies: one taken beside an error is still kept (the error, an outage's, comes back at
+        # the next round), and an error is raised as the server said it (UNBLOCKED, READONLY: outage.py reads
+        # the reply's own words, which redis-py's first-error annotation would precede).
+        pooled, *looked = pipe.execute(raise_on_error=False)
+        taken = [(q.key, q.intermediate_queue_key, entry) for q, entry in zip(routed, looked, strict=True)
+                 if entry is not None and not isinstance(entry, Exception)]
+        if pooled is not None and not isinstance(pooled, Exception):
+            taken.append((queue_key, IntermediateQueue.get_intermediate_queue_key(queue_key), pooled))
+        if not taken:
+            for reply in (pooled, *looked):
+                if isinstance(reply, Exception):
+                    raise reply
+            raise DequeueTimeout(timeout, queue_key)
+        for key, intermediate, entry in taken[1:]:
+            cls.give_back(key, intermediate, as_text(entry))
+        return taken[0][0], taken[0][2]
+
+    @classmethod
+    def _wait_refused(cls, deadline: float | None, timeout: int | None, queues: list[Queue]) -> bool:
+        """Wait a little while this worker may take nothing: its daemon may be another's clone
+        (jobpool/fleet/daemonmark.py), and a job taken here could run beside its own attempt elsewhere, or be
+        judged by another list. True when a run without a deadline (a burst) is refused for good."""
+        if deadline is None:
+            if cls.refused_for_good():
+                return True
+            time.sleep(REFUSED_POLL_SECS)
+            return False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DequeueTimeout(timeout, [q.key for q in queues])
+        time.sleep(min(REFUSED_POLL_SECS, left))
+        return False
+
+    @classmethod
     def _dequeue_routed(cls, queues: Any, timeout: int | None, *args: Any, **kwargs: Any) -> Any:
         """RQ's dequeue of one queue at a time, so every queue keeps RQ's intermediate list (RQ pops several
         queues with BLPOP, which has none: the supervisor reads that list, supervisor/evidence.py). The
         queues before the last (a daemon's own queue: routed adoption requests, supervisor/adoption.py)
         are looked at without blocking, then the last (the pool's) blocks for at most `routed_poll_secs`,
-        until `timeout`."""
+        until `timeout`, the queues before it looked at again in the same round trip as its block ends
+        (`lmove`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        looked = False
         while True:
             # Read again each round, as it is now: the worker's inventory thread may add a queue to this very
             # list meanwhile (JobpoolWorker.add_queue), and a worker with one queue still blocks for at most
             # a round at a time, so it sees one added.
             now = list(queues)
             if cls.refusal():
-                # Nothing is taken while this worker's daemon may be another's clone
-                # (jobpool/fleet/daemonmark.py): a job taken here could run beside its own attempt elsewhere,
-                # or be judged by another list.
-                if deadline is None:
-                    if cls.refused_for_good():
-                        return None  # a burst run: nothing it may take
-                    time.sleep(REFUSED_POLL_SECS)
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise DequeueTimeout(timeout, [q.key for q in now])
-                time.sleep(min(REFUSED_POLL_SECS, left))
+                if cls._wait_refused(deadline, timeout, now):
+                    return None  # a burst run: nothing it may take
+                looked = False
                 continue
             if deadline is None and len(now) <= 1:
                 return super().dequeue_any(now, None, *args, **kwargs)
-            for queue in now[:-1]:
-                found = super().dequeue_any([queue], None, *args, **kwargs)
-                if found is not None:
-                    return found
+            if not looked or deadline is None:
+                # At the first round (and after a refusal) alone: each later one looks at them as its block
+                # ends.
+                looked = True
+                for queue in now[:-1]:
+                    found = super().dequeue_any([queue], None, *args, **kwargs)
+                    if found is not None:
+                        return found
             if deadline is None:
                 return super().dequeue_any(now[-1:], None, *args, **kwargs)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DequeueTimeout(timeout, [q.key for q in now])
+            cls._routed_after = tuple(now[:-1])
             try:
                 return super().dequeue_any(now[-1:], max(1, min(cls.routed_poll_secs, int(left))), *args,
                                            **kwargs)
             except DequeueTimeout:
                 continue
+            finally:
+                cls._routed_after = ()
 
 
 class JobpoolWorker(BooksWorker):
@@ -142,7 +202,9 @@ class JobpoolWorker(BooksWorker):
             "routed_poll_secs": routed_poll_secs(store.settings.heartbeat_secs),
             "refusal": staticmethod(lambda: self.claim_refusal() if self.claim_refusal else ""),
             "refused_for_good": staticmethod(
-                lambda: bool(self.claim_refused_for_good and self.claim_refused_for_good()))})
+                lambda: bool(self.claim_refused_for_good and self.claim_refused_for_good())),
+            "give_back": staticmethod(lambda key, intermediate, job_id: self._give_back_entry(
+                key, intermediate, job_id, "taken with another"))})
         super().__init__(
             [*daemon_queue, store.keys.rq_queue_name],
             connection=worker_connection(store.settings.redis_url),
@@ -268,21 +330,25 @@ class JobpoolWorker(BooksWorker):
             return result
 
     def _give_back(self, job: Any, queue: Any) -> None:
-        """Put a job taken just as this worker found it may take none back at the head of its queue
+        """Put a job taken just as this worker found it may take none back at the head of its queue."""
+        self._give_back_entry(queue.key, queue.intermediate_queue_key, job.id,
+                              self.claim_refusal() if self.claim_refusal else "")
+
+    def _give_back_entry(self, queue_key: str, intermediate_key: str, rq_job_id: str, why: str) -> None:
+        """Put an entry this worker took but will not run back at the head of its queue
         (scripts/give_back.lua), before anything of the delivery is written; kept as taken if Redis fails
         (the supervisor dispatches it again past the claim grace)."""
         try:
-            given = self.runtime.store.give_back(queue.key, queue.intermediate_queue_key, job.id)
+            given = self.runtime.store.give_back(queue_key, intermediate_key, rq_job_id)
         except JobpoolError as exc:
             log.warning("worker %s: job %s not given back (%s); the supervisor dispatches it again",
-                        self.name, job.id, exc)
+                        self.name, rq_job_id, exc)
             return
         if not given:
             log.warning("worker %s: job %s was no longer in %s's intermediate list; the supervisor "
-                        "dispatches it again past the claim grace", self.name, job.id, queue.name)
+                        "dispatches it again past the claim grace", self.name, rq_job_id, queue_key)
             return
-        log.info("worker %s: gave job %s back to %s: %s", self.name, job.id, queue.name,
-                 self.claim_refusal() if self.claim_refusal else "")
+        log.info("worker %s: gave job %s back to %s: %s", self.name, rq_job_id, queue_key, why)
 
     def listen_on_daemon(self, identity: str) -> None:
         """Listen on the daemon's own queue, first, once the daemon is known (it did not answer at boot);

@@ -1,7 +1,8 @@
 """A worker's round on its queues (jobpool/workers/rqworker.py `_Queue._dequeue_routed`) against a real
 redis-server: a worker listening on its daemon's queue too looks at it without blocking, then blocks on the
-pool's queue for its heartbeat period (within `ROUTED_POLL_SECS`), so an idle fleet sends two round trips per
-worker a heartbeat period, not a second; a job routed to the daemon meanwhile is taken at the next round."""
+pool's queue for its heartbeat period (within `ROUTED_POLL_SECS`), looking at the daemon's queue again in the
+same round trip as each block ends, so an idle fleet sends one round trip per worker a heartbeat period; a job
+routed to the daemon meanwhile is taken as the block ends."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from typing import Any
 import pytest
 import redis
 from rq.exceptions import DequeueTimeout
+from rq.utils import get_version
 
 from jobpool.config import Settings
 from jobpool.store.calls import Store
 from jobpool.workers.boot import Boot
+from jobpool.workers.outage import is_transient
 from jobpool.workers.rqworker import ROUTED_POLL_SECS, JobpoolWorker, routed_poll_secs
 from jobpool.workers.runtime import Runtime
 from tests.support.polling import eventually
@@ -49,14 +52,19 @@ def test_an_idle_worker_blocks_on_the_pool_queue_for_its_heartbeat_period(
     w, store = worker(server.url, heartbeat=3.0)
     assert [q.name for q in w.queues] == [store.keys.daemon_queue_name(DAEMON), store.keys.rq_queue_name]
     admin = redis.Redis.from_url(server.url)
+    get_version(w.connection)  # RQ's one INFO, made and kept on the connection before the count
     admin.config_resetstat()
     with pytest.raises(DequeueTimeout):
         w.queue_class.dequeue_any(w.queues, 6, connection=w.connection, job_class=w.job_class,
                                   serializer=w.serializer)
+    reads = int(admin.info("stats")["total_reads_processed"])
     # Rounds of 3 s in 6 s (blocking 3, then 2 and 1 s as the timeout nears, as BLMOVE takes whole seconds):
-    # each a look at the daemon's queue and a block on the pool's, and the last look before the timeout is
-    # found past. With rounds of a second: seven looks and six blocks.
+    # a look at the daemon's queue, then each block on the pool's with a look at the daemon's as it ends;
+    # the timeout is found past after the third. With rounds of a second: seven looks and six blocks.
     assert (calls(admin, "lmove"), calls(admin, "blmove")) == (4, 3)
+    # In four round trips, not seven: the server read the worker's socket four times (and the INFO above's
+    # once; a look alone was a round trip of its own before).
+    assert reads == 4 + 1, reads
 
 
 def test_a_job_routed_to_the_daemon_is_taken_at_the_next_round(redis_url: str) -> None:
@@ -68,7 +76,7 @@ def test_a_job_routed_to_the_daemon_is_taken_at_the_next_round(redis_url: str) -
     got = w.queue_class.dequeue_any(w.queues, 5, connection=w.connection, job_class=w.job_class,
                                     serializer=w.serializer)
     assert got is not None and got[0].id == job.id and got[1].name == daemon_queue.name
-    # Routed while the worker blocks on the pool's queue: taken at the round after.
+    # Routed while the worker blocks on the pool's queue: taken as the block ends.
     taken: list[Any] = []
     t = threading.Thread(target=lambda: taken.append(w.queue_class.dequeue_any(
         w.queues, 10, connection=w.connection, job_class=w.job_class, serializer=w.serializer)))
@@ -83,3 +91,59 @@ def test_a_job_routed_to_the_daemon_is_taken_at_the_next_round(redis_url: str) -
     assert taken and taken[0] is not None
     job_, queue = taken[0]
     assert job_.id == later.id and queue.name == daemon_queue.name
+
+
+def test_a_round_that_takes_two_jobs_keeps_the_routed_one_and_gives_the_other_back(redis_url: str) -> None:
+    # A job routed to the daemon while another reaches the pool's queue: the block ends with the pool's, the
+    # look right after it takes the routed one, which goes first, and the pool's is put back at the head of
+    # its queue, untaken (no intermediate entry left for the supervisor to read as taken).
+    w, _ = worker(redis_url, heartbeat=5.0)
+    admin = redis.Redis.from_url(redis_url, decode_responses=True)
+    daemon_queue, pool_queue = w.queues
+    admin.delete(*(k for q in w.queues for k in (q.key, q.intermediate_queue_key)))  # as an earlier test left
+    taken: list[Any] = []
+    t = threading.Thread(target=lambda: taken.append(w.queue_class.dequeue_any(
+        w.queues, 10, connection=w.connection, job_class=w.job_class, serializer=w.serializer)))
+    t.start()
+    try:
+        eventually(lambda: any(c.get("cmd") == "blmove" for c in admin.client_list()), timeout=5)
+        routed = daemon_queue.enqueue_call("builtins.print", args=("routed",))
+        pooled = pool_queue.enqueue_call("builtins.print", args=("pooled",))  # ends the block
+    finally:
+        t.join(10)
+    assert not t.is_alive() and taken and taken[0] is not None
+    job_, queue = taken[0]
+    assert (job_.id, queue.name) == (routed.id, daemon_queue.name)
+    assert admin.lrange(pool_queue.key, 0, -1) == [pooled.id], "given back, at the head"
+    assert admin.lrange(pool_queue.intermediate_queue_key, 0, -1) == []
+    assert admin.lrange(daemon_queue.intermediate_queue_key, 0, -1) == [routed.id]
+
+
+def test_a_failover_during_the_block_is_an_outage_the_worker_waits_out(
+        redis_server_factory: Callable[[], RedisServer]) -> None:
+    # The server made a replica under the blocked round (Redis 7.0 drops the blocked client; an UNBLOCKED
+    # reply, raised as the server said it, is the same): an outage the worker's loop waits out
+    # (workers/outage.py), nothing taken.
+    server = redis_server_factory()
+    server.start()
+    w, _ = worker(server.url, heartbeat=5.0)
+    admin = redis.Redis.from_url(server.url)
+    errors: list[BaseException] = []
+
+    def dequeue() -> None:
+        try:
+            w.queue_class.dequeue_any(w.queues, 10, connection=w.connection, job_class=w.job_class,
+                                      serializer=w.serializer)
+        except BaseException as exc:  # noqa: BLE001 - what the worker's loop would get
+            errors.append(exc)
+    t = threading.Thread(target=dequeue)
+    t.start()
+    try:
+        eventually(lambda: any(c.get("cmd") == "blmove" for c in admin.client_list()), timeout=5)
+        admin.replicaof("127.0.0.1", "1")  # a primary that is not there: the server stays a replica
+    finally:
+        t.join(10)
+        admin.replicaof("no", "one")
+    assert not t.is_alive() and len(errors) == 1
+    assert is_transient(errors[0]), errors
+    assert admin.keys("*intermediate*") == []
