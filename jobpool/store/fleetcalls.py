@@ -16,6 +16,9 @@ from .replies import CollisionCleared, DaemonBoots, Lead, Marked, MarkRound
 from .runner import call_redis, wrap_redis_error
 from .scriptcalls import ScriptCalls
 
+#: PTTL's answers for a key that is gone, and for one that has no expiry.
+PTTL_GONE, PTTL_NO_EXPIRY = -2, -1
+
 
 class FleetCalls(ScriptCalls):
     """The fleet's script calls (a part of `store.calls.Store`)."""
@@ -48,13 +51,17 @@ class FleetCalls(ScriptCalls):
                 boots_read = boots_of(replies[2:])
             except (redis.RedisError, ValueError, TypeError) as exc:  # an index entry that is no number
                 boots_read = exc
-        if holder and holder != boot_id:
-            # PTTL right after the GET, not in one transaction: a lead that lapsed and was taken in between
-            # reads as the new holder's, which cannot lapse sooner either. -2 (gone since): free now.
-            lapse = None if left == -1 else max(0, int(left))
+        # PTTL right after the GET, not in one transaction: a lead that lapsed and was taken in between reads
+        # as the new holder's, which cannot lapse sooner either; one that lapsed in between (-2) is free now,
+        # and the script below takes it.
+        if holder and holder != boot_id and left != PTTL_GONE:
+            lapse = None if left == PTTL_NO_EXPIRY else max(0, int(left))
             return Lead(held=False, holder=str(holder), boots=boots_read, lapse_ms=lapse)
         reply = self.run("inventory_lead", [key], [daemon_id, boot_id, lead_ms])
-        return Lead(held=bool(int(reply[1])), holder=str(reply[2]), boots=boots_read)
+        held = bool(int(reply[1]))
+        # Taken by another between the reads and the script: its lead is new, but how long it lasts is not
+        # read here, so the follower reads it again at its next period.
+        return Lead(held=held, holder=str(reply[2]), boots=boots_read, lapse_ms=None if held else 0)
 
     def publish_inventory(self, daemon_id: str, boot_id: str, kernel_boot_id: str, lead_ms: int,
                           ttl_ms: int, complete: bool, containers: str, forget_ms: int, listed_at: int,

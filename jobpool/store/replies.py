@@ -139,8 +139,9 @@ class Lead:
     holder: str
     boots: DaemonBoots | Exception | None = None
     #: For a follower: how long (ms) the holder's lead has left at most, as read with its holder (PTTL):
-    #: it cannot lapse sooner, so the follower need not read it again before then. None when this boot holds
-    #: it (or it has no expiry, which only a hand-made key has).
+    #: it cannot lapse sooner, so the follower need not read it again before then (0: not read, as when the
+    #: lead was taken by another just before this boot's script ran). None when this boot holds it, or when
+    #: it has no expiry, which only a hand-made key has.
     lapse_ms: int | None = None
 
 

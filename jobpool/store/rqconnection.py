@@ -1,5 +1,5 @@
-"""RQ's connection: the client a worker gives RQ's own classes, and jobpool's one read on a connection RQ
-hands back to it.
+"""RQ's connection: the client a worker gives RQ's own classes, jobpool's one read on a connection RQ hands
+back to it, and the one round of RQ's dequeue that jobpool sends itself.
 
 RQ talks to Redis itself, through the connection it is given: its worker's bookkeeping, its queues' pushes
 and pops, its job hashes and registries. jobpool's subclasses of RQ's worker (workers/rqworker.py,
@@ -12,6 +12,7 @@ made in this package: a worker's here, the supervisor's (for RQ's `Queue`, to en
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -34,3 +35,17 @@ def row_state(connection: redis.Redis, pool: str, job_id: str) -> str | None:
     rqjob.py), before the error mapping of store/runner.py."""
     state: Any = connection.hget(PoolKeys(pool).job(job_id), "state")
     return state.decode(errors="replace") if isinstance(state, bytes) else state
+
+
+def block_then_look(connection: redis.Redis, queue_key: str, intermediate_key: str, timeout: int,
+                    looks: Sequence[tuple[str, str]]) -> list[Any]:
+    """One round trip of a worker's dequeue (workers/rqworker.py `_Queue.lmove`): RQ's blocking move of
+    `queue_key`'s head to its intermediate list, then RQ's non-blocking move of each of `looks` (a queue and
+    its intermediate list), which the server runs as soon as the block ends. The replies in that order, each
+    an entry taken, None, or the error the server answered (left for the caller to weigh against what was
+    taken)."""
+    pipe = connection.pipeline(transaction=False)
+    pipe.blmove(queue_key, intermediate_key, timeout)
+    for key, intermediate in looks:
+        pipe.lmove(key, intermediate)
+    return list(pipe.execute(raise_on_error=False))

@@ -69,6 +69,7 @@ class WorkerCalls(ScriptCalls):
             [job_id, boot_id, attempt, kind, "" if exit_code is None else exit_code, reason, log_tail,
              recovery_budget, evidence]))
 
-    def give_back(self, queue_key: str, intermediate_key: str, rq_job_id: str) -> bool:
-        """Put a job a worker just took back at the head of its RQ queue; False when it was not taken."""
-        return bool(int(self.run("give_back", [queue_key, intermediate_key], [rq_job_id])[1]))
+    def give_back(self, queue_key: str, intermediate_key: str, first_seen_key: str, rq_job_id: str) -> bool:
+        """Put a job a worker just took back at the head of its RQ queue, RQ's first-seen note of it in the
+        intermediate list removed; False when it was not taken."""
+        return bool(int(self.run("give_back", [queue_key, intermediate_key, first_seen_key], [rq_job_id])[1]))

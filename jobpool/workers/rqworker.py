@@ -26,7 +26,7 @@ from rq.utils import as_text
 
 from ..errors import JobpoolError
 from ..store.keys import worker_name
-from ..store.rqconnection import worker_connection
+from ..store.rqconnection import block_then_look, worker_connection
 from .boot import Boot
 from .outage import Backoff, OutageError, is_transient
 from .rqbookkeeping import BooksWorker
@@ -76,9 +76,12 @@ class _Queue(Queue):
     #: worker from its heartbeat period, within `ROUTED_POLL_SECS`).
     routed_poll_secs = ROUTED_POLL_SECS[0]
 
-    #: The queues before the pool's that the blocking round in progress looks at as its block ends (`lmove`);
-    #: set by `_dequeue_routed` around it, in the worker's main thread, the only one that dequeues.
+    #: The queues before the pool's that the blocking round in progress looks at as its block ends (`lmove`),
+    #: and the worker's own list of queues, as it is then (another thread may remove one meanwhile:
+    #: `JobpoolWorker.forget_earlier_boot`); set by `_dequeue_routed` around the round, in the worker's main
+    #: thread, the only one that dequeues.
     _routed_after: tuple[Queue, ...] = ()
+    _listening: list[Queue] | None = None
 
     @staticmethod
     def give_back(queue_key: str, intermediate_key: str, rq_job_id: str) -> None:
@@ -106,26 +109,34 @@ class _Queue(Queue):
         routed = cls._routed_after
         if timeout is None or not routed:
             return super().lmove(connection, queue_key, timeout)
-        pipe = connection.pipeline(transaction=False)
-        pipe.blmove(queue_key, IntermediateQueue.get_intermediate_queue_key(queue_key), timeout)
-        for queue in routed:
-            pipe.lmove(queue.key, queue.intermediate_queue_key)
         # Errors as replies: one taken beside an error is still kept (the error, an outage's, comes back at
         # the next round), and an error is raised as the server said it (UNBLOCKED, READONLY: outage.py reads
         # the reply's own words, which redis-py's first-error annotation would precede).
-        pooled, *looked = pipe.execute(raise_on_error=False)
+        # Errors as replies: one taken beside an error is still kept (the error, an outage's, comes back at
+        # the next round), and an error is raised as the server said it (UNBLOCKED, READONLY: outage.py reads
+        # the reply's own words, which redis-py's first-error annotation would precede). Over Sentinel,
+        # redis-py turns READONLY into a dropped connection while reading the replies: an entry taken then
+        # stays in its intermediate list, as one taken just before any dropped connection does, and the
+        # supervisor dispatches its job again (supervisor/verdicts.py).
+        pooled, *looked = block_then_look(connection, queue_key,
+                                          IntermediateQueue.get_intermediate_queue_key(queue_key), timeout,
+                                          [(q.key, q.intermediate_queue_key) for q in routed])
         taken = [(q.key, q.intermediate_queue_key, entry) for q, entry in zip(routed, looked, strict=True)
                  if entry is not None and not isinstance(entry, Exception)]
         if pooled is not None and not isinstance(pooled, Exception):
             taken.append((queue_key, IntermediateQueue.get_intermediate_queue_key(queue_key), pooled))
-        if not taken:
+        # A queue no longer listened on since the round began (an "earlier boot" found to be a clone that
+        # publishes again: its jobs' checkpoints are on the clone's host) keeps what was taken from it.
+        listening = {q.key for q in (cls._listening or ())} | {queue_key}
+        keep = [t for t in taken if t[0] in listening]
+        for key, intermediate, entry in [t for t in taken if t not in keep[:1]]:
+            cls.give_back(key, intermediate, as_text(entry))
+        if not keep:
             for reply in (pooled, *looked):
                 if isinstance(reply, Exception):
                     raise reply
             raise DequeueTimeout(timeout, queue_key)
-        for key, intermediate, entry in taken[1:]:
-            cls.give_back(key, intermediate, as_text(entry))
-        return taken[0][0], taken[0][2]
+        return keep[0][0], keep[0][2]
 
     @classmethod
     def _wait_refused(cls, deadline: float | None, timeout: int | None, queues: list[Queue]) -> bool:
@@ -178,14 +189,14 @@ class _Queue(Queue):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DequeueTimeout(timeout, [q.key for q in now])
-            cls._routed_after = tuple(now[:-1])
             try:
+                cls._routed_after, cls._listening = tuple(now[:-1]), queues
                 return super().dequeue_any(now[-1:], max(1, min(cls.routed_poll_secs, int(left))), *args,
                                            **kwargs)
             except DequeueTimeout:
                 continue
             finally:
-                cls._routed_after = ()
+                cls._routed_after, cls._listening = (), None
 
 
 class JobpoolWorker(BooksWorker):
@@ -339,7 +350,8 @@ class JobpoolWorker(BooksWorker):
         (scripts/give_back.lua), before anything of the delivery is written; kept as taken if Redis fails
         (the supervisor dispatches it again past the claim grace)."""
         try:
-            given = self.runtime.store.give_back(queue_key, intermediate_key, rq_job_id)
+            first_seen = IntermediateQueue(queue_key, self.connection).get_first_seen_key(rq_job_id)
+            given = self.runtime.store.give_back(queue_key, intermediate_key, first_seen, rq_job_id)
         except JobpoolError as exc:
             log.warning("worker %s: job %s not given back (%s); the supervisor dispatches it again",
                         self.name, rq_job_id, exc)

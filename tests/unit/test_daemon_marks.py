@@ -152,12 +152,15 @@ def test_the_pool_index_is_trimmed_once_a_turn(pool: Pool) -> None:
 def test_a_job_taken_while_refused_is_given_back_at_the_head(pool: Pool) -> None:
     k = pool.keys
     queue, taken = k.rq_queue, k.rq_queue + ":intermediate"
+    seen = taken + ":first_seen:first"  # RQ's maintenance noted it in the intermediate list meanwhile
     pool.store.client.rpush(queue, "second")
     pool.store.client.rpush(taken, "first")
-    assert pool.store.run("give_back", [queue, taken], ["first"])[1] == 1
+    pool.store.client.set(seen, "1700000000", ex=86400)
+    assert pool.store.give_back(queue, taken, seen, "first") is True
     assert pool.store.client.lrange(queue, 0, -1) == ["first", "second"]
     assert not pool.store.client.exists(taken)
-    assert pool.store.run("give_back", [queue, taken], ["first"])[1] == 0, "not taken: nothing done"
+    assert not pool.store.client.exists(seen), "a later delivery is not failed early by RQ's maintenance"
+    assert pool.store.give_back(queue, taken, seen, "first") is False, "not taken: nothing done"
     assert pool.store.client.lrange(queue, 0, -1) == ["first", "second"]
 
 

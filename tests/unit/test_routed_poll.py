@@ -93,6 +93,27 @@ def test_a_job_routed_to_the_daemon_is_taken_at_the_next_round(redis_url: str) -
     assert job_.id == later.id and queue.name == daemon_queue.name
 
 
+def blocked_dequeue(w: JobpoolWorker, timeout: int) -> tuple[threading.Thread, list[Any]]:
+    """A dequeue in a thread of its own, as the worker's loop sends it: what it returned or raised."""
+    out: list[Any] = []
+
+    def dequeue() -> None:
+        try:
+            out.append(w.queue_class.dequeue_any(w.queues, timeout, connection=w.connection,
+                                                 job_class=w.job_class, serializer=w.serializer))
+        except BaseException as exc:  # noqa: BLE001 - what the worker's loop would get
+            out.append(exc)
+    t = threading.Thread(target=dequeue)
+    t.start()
+    return t, out
+
+
+def blocked(admin: redis.Redis) -> int:
+    """The id of a client blocked in BLMOVE, once one is."""
+    return int(eventually(lambda: next((c["id"] for c in admin.client_list() if c.get("cmd") == "blmove"),
+                                       None), timeout=5))
+
+
 def test_a_round_that_takes_two_jobs_keeps_the_routed_one_and_gives_the_other_back(redis_url: str) -> None:
     # A job routed to the daemon while another reaches the pool's queue: the block ends with the pool's, the
     # look right after it takes the routed one, which goes first, and the pool's is put back at the head of
@@ -101,20 +122,18 @@ def test_a_round_that_takes_two_jobs_keeps_the_routed_one_and_gives_the_other_ba
     admin = redis.Redis.from_url(redis_url, decode_responses=True)
     daemon_queue, pool_queue = w.queues
     admin.delete(*(k for q in w.queues for k in (q.key, q.intermediate_queue_key)))  # as an earlier test left
-    taken: list[Any] = []
-    t = threading.Thread(target=lambda: taken.append(w.queue_class.dequeue_any(
-        w.queues, 10, connection=w.connection, job_class=w.job_class, serializer=w.serializer)))
-    t.start()
+    t, taken = blocked_dequeue(w, 10)
     try:
-        eventually(lambda: any(c.get("cmd") == "blmove" for c in admin.client_list()), timeout=5)
+        blocked(admin)
         routed = daemon_queue.enqueue_call("builtins.print", args=("routed",))
         pooled = pool_queue.enqueue_call("builtins.print", args=("pooled",))  # ends the block
+        after = pool_queue.enqueue_call("builtins.print", args=("after",))
     finally:
         t.join(10)
     assert not t.is_alive() and taken and taken[0] is not None
     job_, queue = taken[0]
     assert (job_.id, queue.name) == (routed.id, daemon_queue.name)
-    assert admin.lrange(pool_queue.key, 0, -1) == [pooled.id], "given back, at the head"
+    assert admin.lrange(pool_queue.key, 0, -1) == [pooled.id, after.id], "given back, at the head"
     assert admin.lrange(pool_queue.intermediate_queue_key, 0, -1) == []
     assert admin.lrange(daemon_queue.intermediate_queue_key, 0, -1) == [routed.id]
 
@@ -127,23 +146,66 @@ def test_a_failover_during_the_block_is_an_outage_the_worker_waits_out(
     server = redis_server_factory()
     server.start()
     w, _ = worker(server.url, heartbeat=5.0)
-    admin = redis.Redis.from_url(server.url)
-    errors: list[BaseException] = []
-
-    def dequeue() -> None:
-        try:
-            w.queue_class.dequeue_any(w.queues, 10, connection=w.connection, job_class=w.job_class,
-                                      serializer=w.serializer)
-        except BaseException as exc:  # noqa: BLE001 - what the worker's loop would get
-            errors.append(exc)
-    t = threading.Thread(target=dequeue)
-    t.start()
+    admin = redis.Redis.from_url(server.url, decode_responses=True)
+    daemon_queue = w.queues[0]
+    t, errors = blocked_dequeue(w, 10)
     try:
-        eventually(lambda: any(c.get("cmd") == "blmove" for c in admin.client_list()), timeout=5)
+        blocked(admin)
+        routed = daemon_queue.enqueue_call("builtins.print", args=("routed",))
         admin.replicaof("127.0.0.1", "1")  # a primary that is not there: the server stays a replica
     finally:
         t.join(10)
         admin.replicaof("no", "one")
     assert not t.is_alive() and len(errors) == 1
     assert is_transient(errors[0]), errors
+    assert admin.lrange(daemon_queue.key, 0, -1) == [routed.id], "the look after the block never ran"
     assert admin.keys("*intermediate*") == []
+
+
+def test_an_error_that_ends_the_block_keeps_what_the_look_after_it_took(redis_url: str) -> None:
+    # The block answered with an error (CLIENT UNBLOCK ... ERROR, as UNBLOCKED is answered) and the look
+    # after it took a routed job: that job is kept and run, not left taken in its intermediate list.
+    w, _ = worker(redis_url, heartbeat=5.0)
+    admin = redis.Redis.from_url(redis_url, decode_responses=True)
+    daemon_queue, pool_queue = w.queues
+    admin.delete(*(k for q in w.queues for k in (q.key, q.intermediate_queue_key)))
+    t, taken = blocked_dequeue(w, 10)
+    try:
+        client = blocked(admin)
+        routed = daemon_queue.enqueue_call("builtins.print", args=("routed",))
+        assert admin.client_unblock(client, error=True)
+    finally:
+        t.join(10)
+    assert not t.is_alive() and len(taken) == 1 and isinstance(taken[0], tuple), taken
+    assert (taken[0][0].id, taken[0][1].name) == (routed.id, daemon_queue.name)
+    # With nothing taken, the error is raised as the server said it: an outage the worker waits out.
+    t, taken = blocked_dequeue(w, 10)
+    try:
+        assert admin.client_unblock(blocked(admin), error=True)
+    finally:
+        t.join(10)
+    assert len(taken) == 1 and isinstance(taken[0], redis.ResponseError), taken
+    assert str(taken[0]).startswith("UNBLOCKED") and is_transient(taken[0])
+    assert admin.lrange(pool_queue.intermediate_queue_key, 0, -1) == []
+
+
+def test_a_queue_forgotten_during_the_block_keeps_what_the_look_took_from_it(redis_url: str) -> None:
+    # An "earlier boot" found to be a clone that publishes again is forgotten by the inventory thread while
+    # the round blocks: a job pushed to its queue meanwhile is not run here (its checkpoint is on the clone's
+    # host) but put back at the head of its queue.
+    w, store = worker(redis_url, heartbeat=1.0)
+    admin = redis.Redis.from_url(redis_url, decode_responses=True)
+    earlier = DAEMON.replace("boot-1", "boot-0")
+    w.listen_on_earlier_boot(earlier)
+    earlier_queue = next(q for q in w.queues if q.name == store.keys.daemon_queue_name(earlier))
+    admin.delete(*(k for q in w.queues for k in (q.key, q.intermediate_queue_key)))
+    t, out = blocked_dequeue(w, 2)
+    try:
+        blocked(admin)
+        w.forget_earlier_boot(earlier)
+        kept = earlier_queue.enqueue_call("builtins.print", args=("on the clone",))
+    finally:
+        t.join(10)
+    assert not t.is_alive() and len(out) == 1 and isinstance(out[0], DequeueTimeout), out
+    assert admin.lrange(earlier_queue.key, 0, -1) == [kept.id]
+    assert admin.lrange(earlier_queue.intermediate_queue_key, 0, -1) == []
