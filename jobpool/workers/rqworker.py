@@ -111,13 +111,11 @@ class _Queue(Queue):
             return super().lmove(connection, queue_key, timeout)
         # Errors as replies: one taken beside an error is still kept (the error, an outage's, comes back at
         # the next round), and an error is raised as the server said it (UNBLOCKED, READONLY: outage.py reads
-        # the reply's own words, which redis-py's first-error annotation would precede).
-        # Errors as replies: one taken beside an error is still kept (the error, an outage's, comes back at
-        # the next round), and an error is raised as the server said it (UNBLOCKED, READONLY: outage.py reads
         # the reply's own words, which redis-py's first-error annotation would precede). Over Sentinel,
         # redis-py turns READONLY into a dropped connection while reading the replies: an entry taken then
-        # stays in its intermediate list, as one taken just before any dropped connection does, and the
-        # supervisor dispatches its job again (supervisor/verdicts.py).
+        # stays in its intermediate list, as one taken just before any dropped connection (or a stop signal)
+        # does: the supervisor dispatches a job so left again past the claim grace (supervisor/verdicts.py),
+        # and RQ's maintenance fails an adoption request so left, which the supervisor then asks again.
         pooled, *looked = block_then_look(connection, queue_key,
                                           IntermediateQueue.get_intermediate_queue_key(queue_key), timeout,
                                           [(q.key, q.intermediate_queue_key) for q in routed])
