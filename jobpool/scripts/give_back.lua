@@ -8,7 +8,8 @@ A worker that took a job off its queue just as it found it may not claim (its da
 jobpool/fleet/daemonmark.py), or took two in one round (jobpool/workers/rqworker.py `_Queue.lmove`), puts it
 back at the head, as untaken, before RQ's worker has written anything of it. RQ's maintenance notes when it
 first saw an entry in the intermediate list and fails one still there a minute later: a note left by a moment
-there while taken would fail the job's next delivery early, so it goes too.
+there while taken would fail the job's next delivery early, so it goes too (a maintenance pass that read the
+list just before may still write it again: a window of milliseconds, which this script cannot close).
 ]]
 local queue, taken = KEYS[1], KEYS[2]
 if redis.call('LREM', taken, 1, ARGV[1]) == 0 then return {0, 0} end

@@ -84,8 +84,8 @@ class _Queue(Queue):
     _listening: list[Queue] | None = None
 
     @staticmethod
-    def give_back(queue_key: str, intermediate_key: str, rq_job_id: str) -> None:
-        """Put a job taken with another back at the head of its queue (a subclass per worker says how:
+    def give_back(queue_key: str, intermediate_key: str, rq_job_id: str, why: str) -> None:
+        """Put a job taken but not to be run back at the head of its queue (a subclass per worker says how:
         `JobpoolWorker._give_back_entry`)."""
         raise NotImplementedError
 
@@ -128,7 +128,8 @@ class _Queue(Queue):
         listening = {q.key for q in (cls._listening or ())} | {queue_key}
         keep = [t for t in taken if t[0] in listening]
         for key, intermediate, entry in [t for t in taken if t not in keep[:1]]:
-            cls.give_back(key, intermediate, as_text(entry))
+            cls.give_back(key, intermediate, as_text(entry),
+                          "taken with another" if key in listening else "its queue is no longer listened on")
         if not keep:
             for reply in (pooled, *looked):
                 if isinstance(reply, Exception):
@@ -161,7 +162,7 @@ class _Queue(Queue):
         until `timeout`, the queues before it looked at again in the same round trip as its block ends
         (`lmove`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        looked = False
+        looked: tuple[str, ...] | None = None  # the queues before the pool's when last looked at alone
         while True:
             # Read again each round, as it is now: the worker's inventory thread may add a queue to this very
             # list meanwhile (JobpoolWorker.add_queue), and a worker with one queue still blocks for at most
@@ -170,14 +171,15 @@ class _Queue(Queue):
             if cls.refusal():
                 if cls._wait_refused(deadline, timeout, now):
                     return None  # a burst run: nothing it may take
-                looked = False
+                looked = None
                 continue
             if deadline is None and len(now) <= 1:
                 return super().dequeue_any(now, None, *args, **kwargs)
-            if not looked or deadline is None:
-                # At the first round (and after a refusal) alone: each later one looks at them as its block
-                # ends.
-                looked = True
+            routed_names = tuple(q.name for q in now[:-1])
+            if looked != routed_names or deadline is None:
+                # At the first round (after a refusal, and once one was added) alone: each later one looks at
+                # them as its block ends.
+                looked = routed_names
                 for queue in now[:-1]:
                     found = super().dequeue_any([queue], None, *args, **kwargs)
                     if found is not None:
@@ -212,8 +214,7 @@ class JobpoolWorker(BooksWorker):
             "refusal": staticmethod(lambda: self.claim_refusal() if self.claim_refusal else ""),
             "refused_for_good": staticmethod(
                 lambda: bool(self.claim_refused_for_good and self.claim_refused_for_good())),
-            "give_back": staticmethod(lambda key, intermediate, job_id: self._give_back_entry(
-                key, intermediate, job_id, "taken with another"))})
+            "give_back": staticmethod(self._give_back_entry)})
         super().__init__(
             [*daemon_queue, store.keys.rq_queue_name],
             connection=worker_connection(store.settings.redis_url),

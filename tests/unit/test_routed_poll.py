@@ -6,6 +6,7 @@ routed to the daemon meanwhile is taken as the block ends."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -189,23 +190,28 @@ def test_an_error_that_ends_the_block_keeps_what_the_look_after_it_took(redis_ur
     assert admin.lrange(pool_queue.intermediate_queue_key, 0, -1) == []
 
 
-def test_a_queue_forgotten_during_the_block_keeps_what_the_look_took_from_it(redis_url: str) -> None:
+def test_a_queue_forgotten_during_the_block_keeps_what_the_look_took_from_it(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     # An "earlier boot" found to be a clone that publishes again is forgotten by the inventory thread while
     # the round blocks: a job pushed to its queue meanwhile is not run here (its checkpoint is on the clone's
     # host) but put back at the head of its queue.
-    w, store = worker(redis_url, heartbeat=1.0)
+    w, store = worker(redis_url, heartbeat=5.0)
     admin = redis.Redis.from_url(redis_url, decode_responses=True)
     earlier = DAEMON.replace("boot-1", "boot-0")
     w.listen_on_earlier_boot(earlier)
     earlier_queue = next(q for q in w.queues if q.name == store.keys.daemon_queue_name(earlier))
     admin.delete(*(k for q in w.queues for k in (q.key, q.intermediate_queue_key)))
-    t, out = blocked_dequeue(w, 2)
+    t, out = blocked_dequeue(w, 3)
     try:
-        blocked(admin)
+        client = blocked(admin)
         w.forget_earlier_boot(earlier)
         kept = earlier_queue.enqueue_call("builtins.print", args=("on the clone",))
+        with caplog.at_level(logging.INFO, logger="jobpool.worker"):
+            assert admin.client_unblock(client)  # the block ends with nothing: the look after it runs
+            t.join(10)
     finally:
         t.join(10)
     assert not t.is_alive() and len(out) == 1 and isinstance(out[0], DequeueTimeout), out
     assert admin.lrange(earlier_queue.key, 0, -1) == [kept.id]
     assert admin.lrange(earlier_queue.intermediate_queue_key, 0, -1) == []
+    assert f"gave job {kept.id} back" in caplog.text and "no longer listened on" in caplog.text
