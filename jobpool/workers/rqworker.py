@@ -84,7 +84,7 @@ class _Queue(Queue):
     _listening: list[Queue] | None = None
 
     @staticmethod
-    def give_back(queue_key: str, intermediate_key: str, rq_job_id: str, why: str) -> None:
+    def give_back(queue_key: str, rq_job_id: str, why: str) -> None:
         """Put a job taken but not to be run back at the head of its queue (a subclass per worker says how:
         `JobpoolWorker._give_back_entry`)."""
         raise NotImplementedError
@@ -119,23 +119,23 @@ class _Queue(Queue):
         pooled, *looked = block_then_look(connection, queue_key,
                                           IntermediateQueue.get_intermediate_queue_key(queue_key), timeout,
                                           [(q.key, q.intermediate_queue_key) for q in routed])
-        taken = [(q.key, q.intermediate_queue_key, entry) for q, entry in zip(routed, looked, strict=True)
+        replies = [*zip((q.key for q in routed), looked, strict=True), (queue_key, pooled)]
+        taken = [(key, as_text(entry)) for key, entry in replies
                  if entry is not None and not isinstance(entry, Exception)]
-        if pooled is not None and not isinstance(pooled, Exception):
-            taken.append((queue_key, IntermediateQueue.get_intermediate_queue_key(queue_key), pooled))
         # A queue no longer listened on since the round began (an "earlier boot" found to be a clone that
         # publishes again: its jobs' checkpoints are on the clone's host) keeps what was taken from it.
         listening = {q.key for q in (cls._listening or ())} | {queue_key}
-        keep = [t for t in taken if t[0] in listening]
-        for key, intermediate, entry in [t for t in taken if t not in keep[:1]]:
-            cls.give_back(key, intermediate, as_text(entry),
-                          "taken with another" if key in listening else "its queue is no longer listened on")
-        if not keep:
-            for reply in (pooled, *looked):
+        kept = next((t for t in taken if t[0] in listening), None)
+        for key, entry in taken:
+            if (key, entry) != kept:
+                why = "taken with another" if key in listening else "its queue is no longer listened on"
+                cls.give_back(key, entry, why)
+        if kept is None:
+            for _, reply in replies:
                 if isinstance(reply, Exception):
                     raise reply
             raise DequeueTimeout(timeout, queue_key)
-        return keep[0][0], keep[0][2]
+        return kept
 
     @classmethod
     def _wait_refused(cls, deadline: float | None, timeout: int | None, queues: list[Queue]) -> bool:
@@ -341,16 +341,16 @@ class JobpoolWorker(BooksWorker):
 
     def _give_back(self, job: Any, queue: Any) -> None:
         """Put a job taken just as this worker found it may take none back at the head of its queue."""
-        self._give_back_entry(queue.key, queue.intermediate_queue_key, job.id,
-                              self.claim_refusal() if self.claim_refusal else "")
+        self._give_back_entry(queue.key, job.id, self.claim_refusal() if self.claim_refusal else "")
 
-    def _give_back_entry(self, queue_key: str, intermediate_key: str, rq_job_id: str, why: str) -> None:
+    def _give_back_entry(self, queue_key: str, rq_job_id: str, why: str) -> None:
         """Put an entry this worker took but will not run back at the head of its queue
         (scripts/give_back.lua), before anything of the delivery is written; kept as taken if Redis fails
         (the supervisor dispatches it again past the claim grace)."""
         try:
-            first_seen = IntermediateQueue(queue_key, self.connection).get_first_seen_key(rq_job_id)
-            given = self.runtime.store.give_back(queue_key, intermediate_key, first_seen, rq_job_id)
+            taken = IntermediateQueue(queue_key, self.connection)
+            given = self.runtime.store.give_back(queue_key, taken.key, taken.get_first_seen_key(rq_job_id),
+                                                 rq_job_id)
         except JobpoolError as exc:
             log.warning("worker %s: job %s not given back (%s); the supervisor dispatches it again",
                         self.name, rq_job_id, exc)
