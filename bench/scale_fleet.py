@@ -40,7 +40,7 @@ from jobpool.store import redispolicy
 from jobpool.supervisor import Supervisor
 from jobpool.workers.attempt import Attempt
 from jobpool.workers.boot import Boot
-from jobpool.workers.rqworker import routed_poll_secs
+from jobpool.workers.routedqueue import routed_poll_secs
 from tests.support.procs import JobpoolProcess
 from tests.support.servers import DockerDaemon, RedisServer, free_port
 

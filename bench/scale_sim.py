@@ -15,10 +15,10 @@ checked against a real worker by `bench.scale --parts calibrate`):
   the real `tick`, with a stand-in for the Docker daemon it lists (`StandInProber`: the daemon's identity and
   the containers it is given, no calls); the first worker of a daemon to ask holds the lead and publishes,
   the others follow;
-- its RQ dequeue loop (workers/rqworker.py `_Queue._dequeue_routed`): an LMOVE of its daemon's queue, then
-  rounds of a BLMOVE of the pool's queue blocking at most a round (`routed_poll_secs`) and, in the same
-  round trip, an LMOVE of its daemon's queue again; sent on a lean asyncio connection per worker, as those
-  are the most frequent calls of all.
+- its RQ dequeue loop (workers/routedqueue.py `RoutedQueue._dequeue_routed`): an LMOVE of its daemon's queue,
+  then rounds of a BLMOVE of the pool's queue blocking at most a round (`routed_poll_secs`) and, in the same
+  round trip, an LMOVE of its daemon's queue again; sent on a lean asyncio connection per worker, as those are
+  the most frequent calls of all.
 
 Left out, being rarer than once a minute per worker: RQ's worker heartbeat (every 405 s, between two dequeue
 timeouts), RQ's registry maintenance (every 10 min), the publisher's look for leftover checkpoint volumes
@@ -58,7 +58,7 @@ from jobpool.store.calls import Store
 from jobpool.supervisor.probes import ContainerProber
 from jobpool.workers.boot import Boot
 from jobpool.workers.inventory import InventoryPublisher
-from jobpool.workers.rqworker import routed_poll_secs
+from jobpool.workers.routedqueue import routed_poll_secs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,7 +170,7 @@ async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: 
                block_secs: int) -> None:
     """One worker's RQ dequeue loop, idle: LMOVE of each queue but the last, then rounds of a BLMOVE of the
     last for at most `block_secs` with those LMOVEs again in the same round trip (workers/rqworker.py
-    `_Queue._dequeue_routed` and `_Queue.lmove`), until `end` (epoch seconds)."""
+    `RoutedQueue._dequeue_routed` and `RoutedQueue.lmove`), until `end` (epoch seconds)."""
     reader, writer = await asyncio.open_connection(host, port)
     parser = hiredis.Reader()
     looks = [encode("LMOVE", q, IntermediateQueue.get_intermediate_queue_key(q), "LEFT", "RIGHT")

@@ -39,10 +39,10 @@ def row_state(connection: redis.Redis, pool: str, job_id: str) -> str | None:
 
 def block_then_look(connection: redis.Redis, queue_key: str, intermediate_key: str, timeout: int,
                     looks: Sequence[tuple[str, str]]) -> list[Any]:
-    """One round trip of a worker's dequeue (workers/rqworker.py `_Queue.lmove`): RQ's blocking move of
-    `queue_key`'s head to its intermediate list, then RQ's non-blocking move of each of `looks` (a queue and
-    its intermediate list), which the server runs as soon as the block ends. The replies in that order, each
-    an entry taken, None, or the error the server answered (left for the caller to weigh against what was
+    """One round trip of a worker's dequeue (workers/routedqueue.py `RoutedQueue.lmove`): RQ's blocking move
+    of `queue_key`'s head to its intermediate list, then RQ's non-blocking move of each of `looks` (a queue
+    and its intermediate list), which the server runs as soon as the block ends. The replies in that order,
+    each an entry taken, None, or the error the server answered (left for the caller to weigh against what was
     taken)."""
     pipe = connection.pipeline(transaction=False)
     pipe.blmove(queue_key, intermediate_key, timeout)

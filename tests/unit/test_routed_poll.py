@@ -1,8 +1,8 @@
-"""A worker's round on its queues (jobpool/workers/rqworker.py `_Queue._dequeue_routed`) against a real
-redis-server: a worker listening on its daemon's queue too looks at it without blocking, then blocks on the
-pool's queue for its heartbeat period (within `ROUTED_POLL_SECS`), looking at the daemon's queue again in the
-same round trip as each block ends, so an idle fleet sends one round trip per worker a heartbeat period; a job
-routed to the daemon meanwhile is taken as the block ends."""
+"""A worker's round on its queues (jobpool/workers/routedqueue.py `RoutedQueue._dequeue_routed`) against a
+real redis-server: a worker listening on its daemon's queue too looks at it without blocking, then blocks on
+the pool's queue for its heartbeat period (within `ROUTED_POLL_SECS`), looking at the daemon's queue again in
+the same round trip as each block ends, so an idle fleet sends one round trip per worker a heartbeat period; a
+job routed to the daemon meanwhile is taken as the block ends."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from jobpool.config import Settings
 from jobpool.store.calls import Store
 from jobpool.workers.boot import Boot
 from jobpool.workers.outage import is_transient
-from jobpool.workers.rqworker import ROUTED_POLL_SECS, JobpoolWorker, routed_poll_secs
+from jobpool.workers.routedqueue import ROUTED_POLL_SECS, routed_poll_secs
+from jobpool.workers.rqworker import JobpoolWorker
 from jobpool.workers.runtime import Runtime
 from tests.support.polling import eventually
 from tests.support.servers import RedisServer

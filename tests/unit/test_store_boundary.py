@@ -38,8 +38,8 @@ CLIENT_USE = re.compile(
 #: The exception: RQ's worker bookkeeping, batched in a pipeline of RQ's own connection (`self.connection`).
 RQ_BOOKKEEPING = {"workers/rqbookkeeping.py", "workers/horses.py"}
 RQ_PIPELINE = re.compile(r"\bself\.connection\.pipeline\(|\bpipe\.\w+\(")
-#: And RQ's own move of a queue's head, which the worker's queue class passes on to (`_Queue.lmove`).
-RQ_OWN = {"workers/rqworker.py": re.compile(r"\bsuper\(\)\.lmove\(")}
+#: And RQ's own move of a queue's head, which the worker's queue class passes on to (`RoutedQueue.lmove`).
+RQ_OWN = {"workers/routedqueue.py": re.compile(r"\bsuper\(\)\.lmove\(")}
 #: What a module outside the store may name of redis-py: its exception classes, and the client's type.
 REDIS_NAME = re.compile(r"""(?<![\w."'/])redis\.(\w+)""")
 
