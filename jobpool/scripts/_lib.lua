@@ -1183,21 +1183,55 @@ local function lift_gone(gone, returned, daemon, how, by, note, keep, reason, no
 end
 
 -- ---- Daemon marks (jobpool/fleet/daemonmark.py; docs/architecture.md "The daemon's identity") ------------
--- A process's mark record, written whole by daemon_mark.lua (no collision reported: the common period, kept
--- short since Redis runs a script's whole text each call) or daemon_collision.lua (one reported, recorded in
--- shared_daemons with an event). ARGV: process id, record ttl ms, forget ms (entries of `index` older than
--- this are trimmed), scan ms (how long the turn to index unindexed records lasts; 0: no turn taken), then
--- field, value, ... The record enters `index` (by refresh; its entries older than forget ms are trimmed by
--- the holder of the scan turn, a caller that takes none, or a process's first write: not at every call) and
--- `of_daemon`, the index of its `daemon_id` (by when it expires: entries past their score are trimmed, and
--- the index expires with its last record).
+-- Enter process `id` in `of_daemon`, the index of its daemon identity, scored by `expires`, when its record
+-- expires; entries past their score (at `at`, now) go, and the index expires with its last entry. With
+-- `limit`, returns the first `limit` ids once so (what a process comparing marks reads of its peers:
+-- daemon_mark_round.lua) and the index's size, the entries read in the same call that finds whether any is
+-- past its score (most periods none is: then neither a trim nor a read of the last entry apart).
+local function index_mark(of_daemon, id, at, expires, limit)
+  local added = redis.pcall('ZADD', of_daemon, expires, id)
+  if type(added) == 'table' and added.err then  -- of another type (edited by hand): made anew
+    redis.call('DEL', of_daemon)
+    redis.call('ZADD', of_daemon, expires, id)
+  end
+  if not limit then
+    redis.call('ZREMRANGEBYSCORE', of_daemon, '-inf', at)
+    redis.call('PEXPIREAT', of_daemon, tonumber(redis.call('ZRANGE', of_daemon, -1, -1, 'WITHSCORES')[2]))
+    return nil, nil
+  end
+  local read = redis.call('ZRANGE', of_daemon, 0, limit - 1, 'WITHSCORES')
+  if tonumber(read[2]) <= at then  -- the first, lowest, is past its score: trimmed, read again
+    redis.call('ZREMRANGEBYSCORE', of_daemon, '-inf', at)
+    read = redis.call('ZRANGE', of_daemon, 0, limit - 1, 'WITHSCORES')
+  end
+  local ids = {}
+  for i = 1, #read, 2 do ids[#ids + 1] = read[i] end
+  local size, last = #ids, tonumber(read[#read])
+  if size >= limit then
+    size = redis.call('ZCARD', of_daemon)
+    last = tonumber(redis.call('ZRANGE', of_daemon, -1, -1, 'WITHSCORES')[2])
+  end
+  redis.call('PEXPIREAT', of_daemon, last)
+  return ids, size
+end
+
+-- A process's mark record, written by daemon_mark.lua (no collision reported: the common period, kept short
+-- since Redis runs a script's whole text each call), daemon_mark_round.lua (the same, and its peers read) or
+-- daemon_collision.lua (one reported, recorded in shared_daemons). ARGV: process id, record ttl
+-- ms, forget ms (entries of `index` older than this are trimmed), scan ms (how long the turn to index
+-- unindexed records lasts; 0: no turn taken), then field, value, ... The record enters `index` (by refresh;
+-- its entries older than forget ms are trimmed by the holder of the scan turn, a caller that takes none, or a
+-- process's first write: not at every call) and `of_daemon`, the index of its `daemon_id` (index_mark).
 -- It says `indexed`: records without it (an earlier release's) are indexed by whoever holds the turn
 -- (`scan_turn`, daemon_mark_index.lua). Its `v` (its writer's digest of the other fields) is also kept in
 -- `vkey`, a string that lives as long as the record (none when the record has no `v`): a process comparing
 -- marks reads its peers' digests in one MGET (daemon_mark_round.lua), so every writer of a record writes or
--- removes it too. The field pairs end at ARGV[last] (NARGV when not given). Returns at, daemon, collision,
--- took (1 when the turn was taken), or nil and why for bad arguments (nothing written).
-local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allowed, last)
+-- removes it too. A record that already holds the `v` and `indexed` being written (a steady process's, each
+-- period) has every other field as given too, unless edited by hand (forget_collision.lua, the one script
+-- that edits a record otherwise, removes its `v`), so only its `at` is written then. The field pairs end at
+-- ARGV[last] (NARGV when not given); `limit`, see index_mark. Returns at, daemon, collision, took (1 when the
+-- turn was taken), and index_mark's ids and size; or nil and why for bad arguments (nothing written).
+local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allowed, last, limit)
   last = last or NARGV
   local id, ttl, forget, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
   if id == '' or not ttl or ttl <= 0 or ttl ~= math.floor(ttl) or not forget or not scan or scan < 0
@@ -1219,10 +1253,15 @@ local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allo
   end
   if (collision ~= '') ~= collision_allowed then return nil, 'collision' end
   local at = now_ms()
-  redis.call('DEL', rec)
-  fields[#fields + 1] = 'at'
-  fields[#fields + 1] = at
-  redis.call('HSET', rec, unpack(fields))
+  local held = digest and redis.pcall('HMGET', rec, 'v', 'indexed')  -- an error reply: another type
+  if held and held[1] == digest and held[2] == '1' then
+    redis.call('HSET', rec, 'at', at)
+  else
+    redis.call('DEL', rec)
+    fields[#fields + 1] = 'at'
+    fields[#fields + 1] = at
+    redis.call('HSET', rec, unpack(fields))
+  end
   redis.call('PEXPIRE', rec, ttl)
   if digest then redis.call('SET', vkey, digest, 'PX', ttl) else redis.call('DEL', vkey) end
   local took = 0
@@ -1232,12 +1271,6 @@ local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allo
   -- and at each process's first write (so the entries left over never outnumber the processes that ended
   -- since the last new one, whatever becomes of the turn's key).
   if took == 1 or scan == 0 or new_id == 1 then redis.call('ZREMRANGEBYSCORE', index, '-inf', at - forget) end
-  local added = redis.pcall('ZADD', of_daemon, at + ttl, id)
-  if type(added) == 'table' and added.err then  -- of another type (edited by hand): made anew
-    redis.call('DEL', of_daemon)
-    redis.call('ZADD', of_daemon, at + ttl, id)
-  end
-  redis.call('ZREMRANGEBYSCORE', of_daemon, '-inf', at)
-  redis.call('PEXPIREAT', of_daemon, tonumber(redis.call('ZRANGE', of_daemon, -1, -1, 'WITHSCORES')[2]))
-  return at, daemon, collision, took
+  local ids, size = index_mark(of_daemon, id, at, at + ttl, limit)
+  return at, daemon, collision, took, ids, size
 end

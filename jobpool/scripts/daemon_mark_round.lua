@@ -26,14 +26,12 @@ to the index since its last round is read apart, once (the caller compares `ids`
 local peers = (NKEYS - 6) / 2
 if peers < 0 or peers ~= math.floor(peers) then return {E_BAD_ARG, 'daemon mark round'} end
 local base = NARGV - peers
-local at, daemon, _, took = write_mark(KEYS[1], KEYS[5], KEYS[2], KEYS[3], KEYS[4], false, base)
+local MAX_PEERS = 1000  -- far more processes than a daemon runs: each reads the others every period
+local at, daemon, _, took, ids, size = write_mark(KEYS[1], KEYS[5], KEYS[2], KEYS[3], KEYS[4], false, base,
+  MAX_PEERS)
 if not at then return {E_BAD_ARG, daemon} end
 -- A standing collision that cannot be read fails the call (as a read of it apart would), never "none".
 local standing = redis.call('HGET', KEYS[6], daemon)
-local MAX_PEERS = 1000  -- far more processes than a daemon runs: each reads the others every period
-local ids = redis.call('ZRANGE', KEYS[3], 0, MAX_PEERS - 1)
-local size = #ids
-if size >= MAX_PEERS then size = redis.call('ZCARD', KEYS[3]) end
 local out = {0, at, 0, took, standing, ids, size}
 local digests = {}
 if peers > 0 then

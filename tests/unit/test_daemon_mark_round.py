@@ -132,10 +132,23 @@ def top_level(admin: redis.Redis) -> list[str]:
     return out
 
 
+def scripts_own(admin: redis.Redis) -> list[str]:
+    """The commands scripts ran since the last reset, by name, oldest first."""
+    entries: list[dict[str, Any]] = list(reversed(admin.slowlog_get(10_000)))
+    out = []
+    for e in entries:
+        addr = e.get("client_address", b"")
+        if (addr.decode() if isinstance(addr, bytes) else str(addr)) == LUA_CLIENT:
+            cmd = e["command"]
+            out.append((cmd.decode() if isinstance(cmd, bytes) else str(cmd)).split()[0].upper())
+    return out
+
+
 def test_a_round_in_a_steady_fleet_is_one_script(redis_url: str) -> None:
     """Ten processes on one identity: a round sends one EVALSHA, not the index's read, ten records' reads
     and the standing collision's read around a script (four round trips); one more read when a process is
-    new to the index."""
+    new to the index. In it, an unchanged record is refreshed in place and an index with no lapsed entry is
+    not trimmed."""
     pool = Pool(connect(redis_url), Settings(redis_url=redis_url))
     ms = [marker(pool, f"p{i}") for i in range(10)]
     for m in ms:
@@ -147,6 +160,7 @@ def test_a_round_in_a_steady_fleet_is_one_script(redis_url: str) -> None:
     admin.config_set("slowlog-log-slower-than", 0)
     try:
         peers, _ = compared(pool, ms[0])
+        own = scripts_own(admin)
         steady = [c for c in top_level(admin) if c not in ("SLOWLOG", "CONFIG")]
         admin.slowlog_reset()
         compared(pool, marker(pool, "p10"))
@@ -157,6 +171,8 @@ def test_a_round_in_a_steady_fleet_is_one_script(redis_url: str) -> None:
         admin.config_set("slowlog-log-slower-than", 10_000)
     assert len(peers) == 9
     assert steady == ["EVALSHA"], steady
+    assert own == ["TIME", "HMGET", "HSET", "PEXPIRE", "SET", "SET", "ZADD", "ZADD", "ZRANGE", "PEXPIREAT",
+                   "HGET", "MGET"], own
     assert joined == ["EVALSHA", "HGETALL"], joined
 
 
@@ -182,6 +198,55 @@ def test_an_unchanged_record_is_not_read_again_and_a_changed_one_is(backend: Bac
     pool.store.client.hdel(pool.keys.daemon_mark("p2"), "v")
     got = pool.store.daemon_mark_round("p1", me.ttl_ms, 10 * me.ttl_ms, fields, 0, [("p2", "")])
     assert got.unchanged == frozenset() and got.records["p2"]["verified"] == "p1"
+
+
+def test_an_unchanged_record_is_refreshed_in_place_and_any_other_written_whole(backend: Backend) -> None:
+    """A steady process's record holds the `v` it writes each period: only its `at` and its keys' lives are
+    written then (scripts/_lib.lua `write_mark`). A record that does not hold that `v`, or lost `indexed`, or
+    is of another type, is written whole, as it always was."""
+    pool = backend.pool()
+    c, k = pool.store.client, pool.keys
+    me = marker(pool, "p1")
+    compared(pool, me)
+    rec = k.daemon_mark("p1")
+    whole = c.hgetall(rec)
+    c.hset(rec, "pid", "edited")  # by hand, `v` kept: a steady refresh leaves the fields as they are
+    c.pexpire(rec, 1_000)
+    c.pexpire(k.daemon_mark_v("p1"), 1_000)
+    compared(pool, me)
+    after = c.hgetall(rec)
+    assert after["pid"] == "edited" and int(after["at"]) >= int(whole["at"])
+    assert c.pttl(rec) > 1_000 and c.pttl(k.daemon_mark_v("p1")) > 1_000, "both lives renewed"
+    assert {n: v for n, v in after.items() if n not in ("pid", "at")} == \
+        {n: v for n, v in whole.items() if n not in ("pid", "at")}
+    for edit in (lambda: c.hdel(rec, "indexed"), lambda: c.hset(rec, "v", "other"),
+                 lambda: (c.delete(rec), c.set(rec, "junk"))):
+        edit()
+        compared(pool, me)
+        assert c.hgetall(rec) | {"at": ""} == whole | {"at": ""}, "written whole again"
+    # A new verdict changes the digest: the record is written whole with it.
+    me._verified = frozenset({"p2"})
+    compared(pool, me)
+    assert c.hget(rec, "verified") == "p2" and c.hget(rec, "v") != whole["v"]
+    assert c.get(k.daemon_mark_v("p1")) == c.hget(rec, "v")
+
+
+def test_the_identity_index_drops_lapsed_entries_and_lives_as_long_as_its_last(backend: Backend) -> None:
+    """A round reads its identity's index in the call that finds whether an entry is past its score; one
+    that is goes, and the index expires with its last entry whichever process wrote it."""
+    pool = backend.pool()
+    c, k = pool.store.client, pool.keys
+    me, other = marker(pool, "p1"), marker(pool, "p2")
+    compared(pool, me)
+    index = k.daemon_marks_of(ID)
+    c.zadd(index, {"lapsed": now_ms(pool) - 1})
+    c.zadd(index, {"later": now_ms(pool) + 10 * me.ttl_ms})
+    compared(pool, other)
+    assert c.zscore(index, "lapsed") is None and other._peer_ids == ("p1", "later")
+    assert c.pttl(index) > 9 * me.ttl_ms, "expires with its last entry"
+    c.zrem(index, "later")
+    compared(pool, me)
+    assert 0 < c.pttl(index) <= me.ttl_ms and me._peer_ids == ("p2",)
 
 
 def test_a_report_cleared_by_an_operator_is_read_again(backend: Backend) -> None:
