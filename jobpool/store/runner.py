@@ -49,7 +49,7 @@ SCRIPT_NAMES = (
     "reconcile_apply", "drop_ghost", "prune", "inventory_lead", "publish_inventory",
     "push_command", "take_commands", "command_done", "forget_daemon", "unforget_daemon",
     "daemon_mark", "daemon_mark_round", "daemon_collision", "daemon_mark_index", "daemon_unmark", "give_back",
-    "forget_collision",
+    "forget_collision", "forget_rq_failure",
     "limit", "time_out", "release_waiting",
     "retry_job", "schedule_set", "schedule_remove", "schedule_pause", "schedule_skip", "set_schema",
     "trend_sample", "log_append",

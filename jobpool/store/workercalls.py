@@ -69,6 +69,13 @@ class WorkerCalls(ScriptCalls):
             [job_id, boot_id, attempt, kind, "" if exit_code is None else exit_code, reason, log_tail,
              recovery_budget, evidence]))
 
+    def forget_rq_failure(self, job_id: str, failed_registry_key: str) -> bool:
+        """RQ's failure record of a delivery of `job_id` deleted if the job has no row (scripts/
+        forget_rq_failure.lua); True when it was."""
+        k = self.keys
+        keys = [k.job(job_id), k.rq_job(job_id), k.rq_results(job_id), failed_registry_key]
+        return bool(int(self.run("forget_rq_failure", keys, [job_id])[1]))
+
     def give_back(self, queue_key: str, intermediate_key: str, first_seen_key: str, rq_job_id: str) -> bool:
         """Put a job a worker just took back at the head of its RQ queue, RQ's first-seen note of it in the
         intermediate list removed; False when it was not taken."""

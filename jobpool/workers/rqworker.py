@@ -21,6 +21,7 @@ from rq import Queue
 from rq.intermediate_queue import IntermediateQueue
 from rq.serializers import JSONSerializer
 
+from ..contract import ADOPT_RQ_PREFIX
 from ..errors import JobpoolError
 from ..store.keys import worker_name
 from ..store.rqconnection import worker_connection
@@ -179,6 +180,25 @@ class JobpoolWorker(BooksWorker):
     def _give_back(self, job: Any, queue: Any) -> None:
         """Put a job taken just as this worker found it may take none back at the head of its queue."""
         self._give_back_entry(queue.key, job.id, self.claim_refusal() if self.claim_refusal else "")
+
+    def handle_job_failure(self, job: Any, queue: Any, started_job_registry: Any = None,
+                           exc_string: str = "") -> None:
+        """RQ's failure record of a delivery (its horse died, or its job function raised), then deleted again
+        if the job has no row (scripts/forget_rq_failure.lua): a job made and taken after the last writes a
+        Redis then lost has none, and RQ's record of a jobpool job never expires on its own. A Redis that
+        fails here leaves it (a warning says which)."""
+        super().handle_job_failure(job, queue, started_job_registry, exc_string)
+        if self._said_done or str(job.id).startswith(ADOPT_RQ_PREFIX):  # deleted already; not a job's row
+            return
+        try:
+            forgot = self.runtime.store.forget_rq_failure(job.id, queue.failed_job_registry.key)
+        except JobpoolError as exc:
+            log.warning("worker %s: could not check that job %s has a row after RQ recorded its delivery "
+                        "failed (%s): if it has none, RQ's record of it stays", self.name, job.id, exc)
+            return
+        if forgot:
+            log.warning("worker %s: job %s has no row (Redis lost it after the job was taken): RQ's record "
+                        "of its delivery deleted", self.name, job.id)
 
     def _give_back_entry(self, queue_key: str, rq_job_id: str, why: str) -> None:
         """Put an entry this worker took but will not run back at the head of its queue

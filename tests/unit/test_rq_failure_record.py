@@ -1,0 +1,95 @@
+"""RQ's failure record of a delivery whose job has no row (jobpool/workers/rqworker.py
+`JobpoolWorker.handle_job_failure`, scripts/forget_rq_failure.lua), against a real redis-server through RQ's
+own failure path.
+
+The case, as a soak met it: a worker took a job, then Redis went back to a file older than the job (a
+rollback). RQ's worker wrote its "started" fields of the job into the Redis that had lost it (a hash of four
+fields, with no payload), the horse could not load it and died, and RQ recorded the delivery as failed: a
+job hash and a result stream that never expire (a jobpool job's RQ record goes with its row) and that no row
+names, for ever. The record is deleted once written; a job that has its row keeps RQ's record until its row
+is pruned, as before."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import redis
+from rq.job import Job
+from rq.results import Result
+
+from jobpool import errors
+from jobpool.api import Pool
+from jobpool.config import Settings
+from jobpool.contract import JobState
+from jobpool.store.redisurl import connect
+from jobpool.workers.boot import Boot
+from jobpool.workers.rqworker import JobpoolWorker
+from jobpool.workers.runtime import Runtime
+from tests.support.pool_helpers import Backend
+
+DAEMON = "jpd1:" + "f" * 32 + "@boot-1"
+HORSE_DIED = "Work-horse terminated unexpectedly; waitpid returned 256"
+
+
+def worker_and_pool(url: str) -> tuple[JobpoolWorker, Pool]:
+    settings = Settings(redis_url=url, pool="failures")
+    pool = Pool(connect(url), settings)
+    boot = Boot(pool.store, "docker", DAEMON)
+    return JobpoolWorker(Runtime(store=pool.store, boot_id=boot.id, daemon_id=DAEMON), boot), pool
+
+
+def rq_keys(client: redis.Redis, job_id: str) -> list[str]:
+    return [str(k) for k in client.keys(f"rq:*{job_id}*")]
+
+
+def test_a_failed_delivery_of_a_job_redis_lost_leaves_no_rq_record(redis_url: str) -> None:
+    w, pool = worker_and_pool(redis_url)
+    admin = redis.Redis.from_url(redis_url)
+    with contextlib.closing(pool):
+        pool.set_slots(1)
+        job_id = pool.enqueue("img", ["true"]).id
+        queue = w.queues[-1]
+        taken = Job.fetch(job_id, connection=w.connection, serializer=w.serializer)
+        # Redis goes back to before the job: its row and RQ's record gone, as all of it is.
+        admin.flushall()
+        # RQ's worker prepares the delivery it took in the Redis that lost it: the hash the horse cannot load.
+        admin.hset(f"rq:job:{job_id}", mapping={"status": "started", "worker_name": w.name,
+                                                "started_at": "2026-12-04T22:03:46.184427Z",
+                                                "last_heartbeat": "2026-12-04T22:03:46.184427Z"})
+        w.handle_job_failure(taken, queue, exc_string=HORSE_DIED)
+        assert rq_keys(admin, job_id) == []
+        assert admin.zscore(queue.failed_job_registry.key, job_id) is None
+        assert not admin.exists(pool.keys.job(job_id)), "and no row made"
+
+
+def test_a_failed_delivery_of_a_job_with_its_row_keeps_rqs_record(redis_url: str) -> None:
+    w, pool = worker_and_pool(redis_url)
+    admin = redis.Redis.from_url(redis_url)
+    with contextlib.closing(pool):
+        pool.set_slots(1)
+        job_id = pool.enqueue("img", ["true"]).id
+        queue = w.queues[-1]
+        taken = Job.fetch(job_id, connection=w.connection, serializer=w.serializer)
+        w.handle_job_failure(taken, queue, exc_string=HORSE_DIED)
+        assert Job.fetch(job_id, connection=w.connection, serializer=w.serializer).get_status() == "failed"
+        assert Result.fetch_latest(taken, serializer=w.serializer) is not None
+        assert admin.zscore(queue.failed_job_registry.key, job_id) is not None
+        assert pool.get(job_id).state is JobState.RUNNING, "the row is the supervisor's to judge"
+
+
+def test_the_script_checks_its_keys_and_changes_nothing_for_a_row(backend: Backend) -> None:
+    pool = backend.pool()
+    store, k, c = pool.store, pool.keys, pool.store.client
+    c.hset(k.rq_job("j1"), "status", "failed")
+    c.xadd(k.rq_results("j1"), {"type": "2"})
+    c.zadd("rq:failed:q", {"j1": 1})
+    with pytest.raises(errors.InvalidArgument):
+        store.run("forget_rq_failure", [k.job("j1"), k.rq_job("j2"), k.rq_results("j1"), "rq:failed:q"],
+                  ["j1"])
+    c.hset(k.job("j1"), "state", "failed")
+    assert store.forget_rq_failure("j1", "rq:failed:q") is False
+    assert c.exists(k.rq_job("j1"), k.rq_results("j1")) == 2 and c.zscore("rq:failed:q", "j1") == 1
+    c.delete(k.job("j1"))
+    assert store.forget_rq_failure("j1", "rq:failed:q") is True
+    assert c.exists(k.rq_job("j1"), k.rq_results("j1")) == 0 and c.zscore("rq:failed:q", "j1") is None
