@@ -12,6 +12,7 @@ is pruned, as before."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -32,11 +33,18 @@ DAEMON = "jpd1:" + "f" * 32 + "@boot-1"
 HORSE_DIED = "Work-horse terminated unexpectedly; waitpid returned 256"
 
 
-def worker_and_pool(url: str) -> tuple[JobpoolWorker, Pool]:
+@contextlib.contextmanager
+def taken(url: str) -> Iterator[tuple[JobpoolWorker, Pool, redis.Redis, Job]]:
+    """A worker, its pool, a client, and a job promoted and taken by the worker (RQ's loaded job)."""
     settings = Settings(redis_url=url, pool="failures")
     pool = Pool(connect(url), settings)
     boot = Boot(pool.store, "docker", DAEMON)
-    return JobpoolWorker(Runtime(store=pool.store, boot_id=boot.id, daemon_id=DAEMON), boot), pool
+    w = JobpoolWorker(Runtime(store=pool.store, boot_id=boot.id, daemon_id=DAEMON), boot)
+    with contextlib.closing(pool):
+        pool.set_slots(1)
+        job_id = pool.enqueue("img", ["true"]).id
+        yield w, pool, redis.Redis.from_url(url), Job.fetch(job_id, connection=w.connection,
+                                                            serializer=w.serializer)
 
 
 def rq_keys(client: redis.Redis, job_id: str) -> list[str]:
@@ -44,38 +52,28 @@ def rq_keys(client: redis.Redis, job_id: str) -> list[str]:
 
 
 def test_a_failed_delivery_of_a_job_redis_lost_leaves_no_rq_record(redis_url: str) -> None:
-    w, pool = worker_and_pool(redis_url)
-    admin = redis.Redis.from_url(redis_url)
-    with contextlib.closing(pool):
-        pool.set_slots(1)
-        job_id = pool.enqueue("img", ["true"]).id
+    with taken(redis_url) as (w, pool, admin, job):
         queue = w.queues[-1]
-        taken = Job.fetch(job_id, connection=w.connection, serializer=w.serializer)
         # Redis goes back to before the job: its row and RQ's record gone, as all of it is.
         admin.flushall()
         # RQ's worker prepares the delivery it took in the Redis that lost it: the hash the horse cannot load.
-        admin.hset(f"rq:job:{job_id}", mapping={"status": "started", "worker_name": w.name,
+        admin.hset(f"rq:job:{job.id}", mapping={"status": "started", "worker_name": w.name,
                                                 "started_at": "2026-12-04T22:03:46.184427Z",
                                                 "last_heartbeat": "2026-12-04T22:03:46.184427Z"})
-        w.handle_job_failure(taken, queue, exc_string=HORSE_DIED)
-        assert rq_keys(admin, job_id) == []
-        assert admin.zscore(queue.failed_job_registry.key, job_id) is None
-        assert not admin.exists(pool.keys.job(job_id)), "and no row made"
+        w.handle_job_failure(job, queue, exc_string=HORSE_DIED)
+        assert rq_keys(admin, job.id) == []
+        assert admin.zscore(queue.failed_job_registry.key, job.id) is None
+        assert not admin.exists(pool.keys.job(job.id)), "and no row made"
 
 
 def test_a_failed_delivery_of_a_job_with_its_row_keeps_rqs_record(redis_url: str) -> None:
-    w, pool = worker_and_pool(redis_url)
-    admin = redis.Redis.from_url(redis_url)
-    with contextlib.closing(pool):
-        pool.set_slots(1)
-        job_id = pool.enqueue("img", ["true"]).id
+    with taken(redis_url) as (w, pool, admin, job):
         queue = w.queues[-1]
-        taken = Job.fetch(job_id, connection=w.connection, serializer=w.serializer)
-        w.handle_job_failure(taken, queue, exc_string=HORSE_DIED)
-        assert Job.fetch(job_id, connection=w.connection, serializer=w.serializer).get_status() == "failed"
-        assert Result.fetch_latest(taken, serializer=w.serializer) is not None
-        assert admin.zscore(queue.failed_job_registry.key, job_id) is not None
-        assert pool.get(job_id).state is JobState.RUNNING, "the row is the supervisor's to judge"
+        w.handle_job_failure(job, queue, exc_string=HORSE_DIED)
+        assert Job.fetch(job.id, connection=w.connection, serializer=w.serializer).get_status() == "failed"
+        assert Result.fetch_latest(job, serializer=w.serializer) is not None
+        assert admin.zscore(queue.failed_job_registry.key, job.id) is not None
+        assert pool.get(job.id).state is JobState.RUNNING, "the row is the supervisor's to judge"
 
 
 def test_the_script_checks_its_keys_and_changes_nothing_for_a_row(backend: Backend) -> None:
