@@ -3,12 +3,12 @@ baseline tree, in the same run: Redis's CPU, the bytes it appends to its append-
 server time.
 
 Ten processes on one daemon identity (a host's workers) each send their round at `--rate` rounds a second in
-all, for `--secs`, against a private redis-server running with `--appendonly yes` (as `jobpool up` and the
-compose files run it). Each tree's rounds are sent by a process of its own that imports that tree's jobpool
-(`PYTHONPATH`), so the baseline is any checkout, `git archive` of a commit; the trees alternate `--runs`
-times on the same server, flushed between runs. Printed per run: INFO cpu's used time as a share of a core,
-`aof_current_size`'s growth per round, and SLOWLOG's median server time of a round (threshold 0, the
-scripts' own commands left out); then each figure's median for each tree and this tree's ratio to the
+all, for `--secs`, against a private redis-server running with its append-only file synced every second (as
+`jobpool up` and the compose files run it). Each tree's rounds are sent by a process of its own that imports
+that tree's jobpool (`PYTHONPATH`), so the baseline is any checkout, `git archive` of a commit; the trees
+alternate `--runs` times on the same server, flushed between runs. Printed per run: INFO cpu's used time as a
+share of a core, `aof_current_size`'s growth per round, and SLOWLOG's median server time of a round (threshold
+0, the scripts' own commands left out); then each figure's median for each tree and this tree's ratio to the
 baseline's.
 
     python3 -m bench.mark_round --baseline DIR [--rate 200] [--secs 12] [--runs 3]
@@ -103,11 +103,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     sys.path.insert(0, str(HERE.parent.parent))
+    from bench._common import AOF_EVERY_SECOND
     from tests.support.servers import RedisServer
 
     trees = {"baseline": args.baseline.resolve(), "this": HERE.parent.parent}
     got: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    with RedisServer() as rs:
+    with RedisServer(extra_args=AOF_EVERY_SECOND) as rs:
         rs.start(appendonly=True)
         admin = redis.Redis.from_url(rs.url)
         admin.config_set("slowlog-log-slower-than", 0)

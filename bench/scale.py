@@ -144,6 +144,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1000)
     ap.add_argument("--daemons", type=int, default=100)
     ap.add_argument("--procs", type=int, default=4, help="processes simulating the idle fleet")
+    ap.add_argument("--appendonly", action="store_true",
+                    help="the idle fleet's Redis keeps its append-only file, as `jobpool up` runs it")
     ap.add_argument("--idle-secs", type=float, help="idle fleet's measured window (default 60; quick 10)")
     ap.add_argument("--job-secs", type=float, help="the job's length in part 2 (default 60; quick 10)")
     ap.add_argument("--jobs", type=int, default=3, help="jobs (and workers) each side in part 2")
@@ -187,7 +189,7 @@ def main() -> int:
         if "idle" in parts:
             print(f"\n== part 3: an idle fleet: {args.workers} workers on {args.daemons} daemons", flush=True)
             res["idle"] = scale_fleet.part_idle(args.workers, args.daemons, args.procs, 6.0 if q else 10.0,
-                                                idle_secs)
+                                                idle_secs, args.appendonly)
         if "deep" in parts:
             res["deep"] = scale_job.part_deep(queued, 4 if q else 6, 1000 if q else 2000)
         if "handoff" in parts:

@@ -45,6 +45,7 @@ from tests.support.procs import JobpoolProcess
 from tests.support.servers import DockerDaemon, RedisServer, free_port
 
 from . import scale_redis as sr
+from ._common import AOF_EVERY_SECOND
 from .scale_sim import SimFleet, SimPublisher, StandInProber, identity, summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,11 +279,13 @@ def part_fleet(sweep_sizes: Sequence[int], observe_sizes: Sequence[int], workers
 # ---- part 3: an idle fleet ----------------------------------------------------------------------------
 
 
-def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float) -> dict[str, Any]:
+def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float,
+              appendonly: bool = False) -> dict[str, Any]:
     """`workers` simulated idle workers over `daemons` daemons (bench/scale_sim.py): Redis's CPU over `window`
-    seconds, its commands, and one short SLOWLOG sample for what took the time."""
-    with RedisServer() as rs:
-        rs.start()
+    seconds, its commands, and one short SLOWLOG sample for what took the time. `appendonly`: Redis keeps its
+    append-only file (every second), as `jobpool up` and the compose files run it."""
+    with RedisServer(extra_args=AOF_EVERY_SECOND) as rs:
+        rs.start(appendonly=appendonly)
         admin = sr.admin(rs.url)
         rng = random.Random(3)
         fleet = SimFleet(rs.url, "idle", workers, [identity(rng) for _ in range(daemons)], procs)
