@@ -169,7 +169,7 @@ class SimWorker:
 async def poll(host: str, port: int, queues: Sequence[str], end: float, counts: Counter[str],
                block_secs: int) -> None:
     """One worker's RQ dequeue loop, idle: LMOVE of each queue but the last, then rounds of a BLMOVE of the
-    last for at most `block_secs` with those LMOVEs again in the same round trip (workers/rqworker.py
+    last for at most `block_secs` with those LMOVEs again in the same round trip (workers/routedqueue.py
     `RoutedQueue._dequeue_routed` and `RoutedQueue.lmove`), until `end` (epoch seconds)."""
     reader, writer = await asyncio.open_connection(host, port)
     parser = hiredis.Reader()

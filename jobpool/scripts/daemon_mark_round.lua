@@ -43,7 +43,7 @@ for i = 1, peers do
   local rec = nil
   if known ~= '' and digests[i] == known then rec = 1 end
   if not rec then
-    rec = redis.pcall('HGETALL', mark_rec)  -- bounded: write_mark (_lib.lua) writes its fields alone
+    rec = redis.pcall('HGETALL', mark_rec)  -- bounded: write_mark's fields (_lib.lua), or a hand edit's
     if rec.err then rec = {} end
   end
   out[#out + 1] = rec

@@ -71,7 +71,7 @@ class WorkerCalls(ScriptCalls):
 
     def forget_rq_failure(self, job_id: str, failed_registry_key: str) -> bool:
         """RQ's failure record of a delivery of `job_id` deleted if the job has no row (scripts/
-        forget_rq_failure.lua); True when it was."""
+        forget_rq_failure.lua); True when there was one to delete."""
         k = self.keys
         keys = [k.job(job_id), k.rq_job(job_id), k.rq_results(job_id), failed_registry_key]
         return bool(int(self.run("forget_rq_failure", keys, [job_id])[1]))

@@ -191,14 +191,14 @@ class JobpoolWorker(BooksWorker):
         if self._said_done or str(job.id).startswith(ADOPT_RQ_PREFIX):  # deleted already; not a job's row
             return
         try:
-            forgot = self.runtime.store.forget_rq_failure(job.id, queue.failed_job_registry.key)
+            forgot = self.runtime.store.forget_rq_failure(job.id, job.failed_job_registry.key)
         except JobpoolError as exc:
             log.warning("worker %s: could not check that job %s has a row after RQ recorded its delivery "
                         "failed (%s): if it has none, RQ's record of it stays", self.name, job.id, exc)
             return
         if forgot:
-            log.warning("worker %s: job %s has no row (Redis lost it after the job was taken): RQ's record "
-                        "of its delivery deleted", self.name, job.id)
+            log.warning("worker %s: job %s has no row (pruned meanwhile, or lost by Redis since it was "
+                        "taken): RQ's record of its failed delivery deleted", self.name, job.id)
 
     def _give_back_entry(self, queue_key: str, rq_job_id: str, why: str) -> None:
         """Put an entry this worker took but will not run back at the head of its queue

@@ -146,8 +146,11 @@ def test_a_fleet_runs_through_a_forced_failover_and_a_killed_primary(
     # availability"): SENTINEL FAILOVER promotes the replica while the old primary, reached by the pooled
     # connections, takes writes for ~10 s more until Sentinel makes it a replica and it resyncs; the SIGKILL
     # loses what the replica had not read yet. A subprocess job's exit lives only in its finish: one lost is
-    # judged absent and re-run on the recovery budget. One lost end per fault, so a budget of two.
-    env = {**SUB, "JOBPOOL_REDIS_URL": group.url, "JOBPOOL_LEASE_SECS": "5", "JOBPOOL_RECOVERY_BUDGET": "2"}
+    # judged absent and re-run on the recovery budget. The failover's ~10 s can cost a job two ends (a re-run
+    # claimed on the new primary may send its finish down a connection still open to the old one), the kill
+    # one more: a budget of three. What is asserted beside it is unchanged: no job ran twice at once, and
+    # never more than the slots.
+    env = {**SUB, "JOBPOOL_REDIS_URL": group.url, "JOBPOOL_LEASE_SECS": "5", "JOBPOOL_RECOVERY_BUDGET": "3"}
     slots, n = 2, 12
     with contextlib.closing(Pool.from_env(env={**pool_env, **env})) as pool:
         pool.set_slots(slots)

@@ -12,7 +12,8 @@ is pruned, as before."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -22,12 +23,13 @@ from rq.results import Result
 from jobpool import errors
 from jobpool.api import Pool
 from jobpool.config import Settings
-from jobpool.contract import JobState
+from jobpool.contract import ADOPT_RQ_PREFIX, JobState
 from jobpool.store.redisurl import connect
 from jobpool.workers.boot import Boot
 from jobpool.workers.rqworker import JobpoolWorker
 from jobpool.workers.runtime import Runtime
 from tests.support.pool_helpers import Backend
+from tests.support.servers import RedisServer
 
 DAEMON = "jpd1:" + "f" * 32 + "@boot-1"
 HORSE_DIED = "Work-horse terminated unexpectedly; waitpid returned 256"
@@ -82,12 +84,41 @@ def test_the_script_checks_its_keys_and_changes_nothing_for_a_row(backend: Backe
     c.hset(k.rq_job("j1"), "status", "failed")
     c.xadd(k.rq_results("j1"), {"type": "2"})
     c.zadd("rq:failed:q", {"j1": 1})
-    with pytest.raises(errors.InvalidArgument):
-        store.run("forget_rq_failure", [k.job("j1"), k.rq_job("j2"), k.rq_results("j1"), "rq:failed:q"],
-                  ["j1"])
     c.hset(k.job("j1"), "state", "failed")
+    # Another id's key, and another pool's row (which this pool's job j1 does not have): refused.
+    for row, rq_job in ((k.job("j1"), k.rq_job("j2")), ("jobpool:{other}:job:j1", k.rq_job("j1"))):
+        with pytest.raises(errors.InvalidArgument):
+            store.run("forget_rq_failure", [row, rq_job, k.rq_results("j1"), "rq:failed:q"], ["j1"])
     assert store.forget_rq_failure("j1", "rq:failed:q") is False
     assert c.exists(k.rq_job("j1"), k.rq_results("j1")) == 2 and c.zscore("rq:failed:q", "j1") == 1
     c.delete(k.job("j1"))
+    # A registry of another type (edited by hand) fails the call before anything is deleted.
+    c.set("rq:failed:junk", "x")
+    with pytest.raises(errors.JobpoolError):
+        store.forget_rq_failure("j1", "rq:failed:junk")
+    assert c.exists(k.rq_job("j1"), k.rq_results("j1")) == 2
     assert store.forget_rq_failure("j1", "rq:failed:q") is True
     assert c.exists(k.rq_job("j1"), k.rq_results("j1")) == 0 and c.zscore("rq:failed:q", "j1") is None
+    assert store.forget_rq_failure("j1", "rq:failed:q") is False, "nothing left to delete"
+
+
+def test_an_adoption_requests_record_is_left_to_the_supervisor(redis_url: str) -> None:
+    # An adoption request has no row of its own (its RQ id is not a job's): RQ's record of it stays.
+    with taken(redis_url) as (w, _, admin, job):
+        job_id = f"{ADOPT_RQ_PREFIX}{job.id}-1"
+        request = Job.create(func=print, id=job_id, connection=w.connection, serializer=w.serializer,
+                             origin=w.queues[-1].name)
+        request.save()
+        w.handle_job_failure(request, w.queues[-1], exc_string=HORSE_DIED)
+        assert admin.exists(f"rq:job:{job_id}") and admin.zscore(request.failed_job_registry.key, job_id)
+
+
+def test_a_redis_that_fails_the_check_leaves_a_warning_and_the_worker_goes_on(
+        redis_server_factory: Callable[[], RedisServer], caplog: pytest.LogCaptureFixture) -> None:
+    server = redis_server_factory()
+    server.start()
+    with taken(server.url) as (w, _, _, job):
+        server.stop()
+        with caplog.at_level(logging.WARNING, logger="jobpool.worker"):
+            w.handle_job_failure(job, w.queues[-1], exc_string=HORSE_DIED)
+    assert any(f"could not check that job {job.id} has a row" in r.getMessage() for r in caplog.records)
