@@ -32,10 +32,6 @@ from tests.support.servers import DockerDaemon, RedisServer
 ROOT = Path(__file__).resolve().parents[1]
 
 IMAGE = "jobpool-test:busybox"
-#: A benchmark's redis-server with its append-only file synced once a second, as `jobpool up` runs it
-#: (jobpool/up/stack.py) and the compose files do (tests/support/servers.py syncs each write, for the tests
-#: that kill it): pass as `RedisServer(extra_args=...)`, with `start(appendonly=True)` to turn it on.
-AOF_EVERY_SECOND = ("--appendfsync", "everysec")
 # dockerd lives in /usr/sbin, which a non-login PATH may lack.
 os.environ["PATH"] = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/sbin:/sbin"
 

@@ -103,13 +103,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     sys.path.insert(0, str(HERE.parent.parent))
-    from bench._common import AOF_EVERY_SECOND
+    from jobpool.store import redispolicy
     from tests.support.servers import RedisServer
 
     trees = {"baseline": args.baseline.resolve(), "this": HERE.parent.parent}
     got: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    with RedisServer(extra_args=AOF_EVERY_SECOND) as rs:
-        rs.start(appendonly=True)
+    with RedisServer(extra_args=redispolicy.APPEND_ONLY_ARGS) as rs:  # as `jobpool up` runs it
+        rs.start()
         admin = redis.Redis.from_url(rs.url)
         admin.config_set("slowlog-log-slower-than", 0)
         admin.config_set("slowlog-max-len", 1_000_000)

