@@ -27,11 +27,15 @@ verdict (`verdict_for_exit` in scripts/_lib.lua). What Docker 20.10 records, fou
   after it (and before this observer's first answer from the daemon) was ended by the reboot, whatever its
   code: `host_rebooted`, recovered as a crash. One whose end was recorded before the boot ended before the
   host went down: its own exit (or a clean shutdown's stop, below).
-- **Removed under the job** (`docker rm -f` by an operator or a cron): the daemon kills the container, then
-  destroys it, so its watcher may read an exit 137 in between. A watcher that reads 137 without OOMKilled
-  asks the event log for `oom` and `destroy` together (`container_events`): a destroyed container is no exit
-  of the job's, and its worker leaves the row to the supervisor, which finds it absent
-  (workers/executors/docker.py).
+- **Removed under the job** (`docker rm -f` by an operator or a cron): the daemon marks the container as
+  being removed, kills it, deletes its file system, then destroys it, so its watcher may read an exit 137 in
+  between. While it goes, its state reads `removing` (`killed_by_removal`): that 137 is the removal's, however
+  long the deletion takes (seconds for a file system of many files, longer on a loaded host). The worker
+  leaves the row to the supervisor, whose probe reads such a container as unknown until it is gone, then
+  absent: the job runs again (workers/executors/docker.py, supervisor/probes.py). A `docker kill` followed by
+  a separate `docker rm` leaves no such mark: a watcher that reads 137 without OOMKilled also asks the event
+  log for `oom` and `destroy` together (`container_events`), and a destroyed container is no exit of the
+  job's either.
 - **Nothing distinguishes**, so these stay the job's exit: a shim killed under a running daemon (exit 137,
   as a `kill -9` would be), a daemon without live-restore stopped cleanly (it stops its containers and
   answers their exit before it goes), and any exit 255 outside a restart the observer saw.
@@ -79,6 +83,9 @@ EXIT_SIGKILL = 137
 #: How long a watcher that saw the exit waits for the daemon's late `oom` event (the event log is read up to
 #: this far past now, and Docker holds the request open until then).
 OOM_EVENT_GRACE_SECS = 1.0
+#: The inspect `State.Status` of a container Docker is removing: set before `docker rm -f` kills it, kept
+#: until it is gone (a removal that fails leaves it `exited` or `dead`).
+STATUS_REMOVING = "removing"
 #: How many past outage windows an observer remembers (a supervisor judges orphans found sweeps later).
 KEEP_WINDOWS = 16
 
@@ -159,6 +166,13 @@ class Outages:
 
 def _when(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"
+
+
+def killed_by_removal(state: Mapping[str, Any]) -> bool:
+    """Whether an ended container's inspect `State` says its exit 137 was the kill of a removal under way
+    (`docker rm -f`), not the job's own exit nor an OOM kill."""
+    return (state.get("Status") == STATUS_REMOVING and state.get("ExitCode") == EXIT_SIGKILL
+            and state.get("OOMKilled") is not True)
 
 
 def container_events(api: Any, container_id: str, state: Mapping[str, Any], actions: tuple[str, ...],

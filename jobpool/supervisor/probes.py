@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import jobcgroup, procid
 from ..contract import EXIT_UNKNOWN, LABEL_ATTEMPT, LABEL_JOB, LABEL_POOL
-from ..exits import Ending, ending, oom_event
+from ..exits import Ending, ending, killed_by_removal, oom_event
 from .daemon import DaemonClient
 
 #: Container states whose process may still write (a paused container resumes where it was).
@@ -222,6 +222,9 @@ class ContainerProber(DaemonClient):
             if not isinstance(code, int) or state.get("Status") == "created":
                 return Unknown(f"container {container_id[:12]} has no readable exit code "
                                f"(state {state.get('Status')!r})")
+            if killed_by_removal(state):
+                return Unknown(f"container {container_id[:12]} is being removed (docker rm -f): its exit "
+                               f"{code} is the removal's kill, not the job's; absent once it is gone")
             # The exit is old news to a supervisor: no grace for a late oom event.
             end = ending(state, self.outages, lambda: client.info().get("LiveRestoreEnabled") is not False,
                          lambda: oom_event(client.api, container_id, state))

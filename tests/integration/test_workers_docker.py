@@ -14,6 +14,7 @@ import pytest
 
 from jobpool import JobState, Pool
 from tests.support.constants import CHECKPOINTING, IMAGE
+from tests.support.job_containers import containers
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
 
@@ -246,3 +247,42 @@ def test_containers_removed_under_live_workers_are_recovered_not_failed(
                            message=f"job {job.id} run again")
         assert again.recovery_attempts == 1 and again.state is not JobState.FAILED
         assert not [e for e in pool.events(job.id) if e["reason"] == "exit_code_137"]
+
+
+#: Files a job writes into its own file system so that Docker takes seconds to delete it: far past the one
+#: second a watcher waits for a late event (jobpool/exits.py, OOM_EVENT_GRACE_SECS), as on a loaded host.
+SLOW_TO_REMOVE = 250_000
+
+
+def test_a_container_slow_to_remove_under_its_live_worker_is_recovered_not_failed(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client: docker.DockerClient) -> None:
+    """One `docker rm -f` whose deletion takes seconds: the worker reads exit 137 long before the `destroy`
+    event, and the supervisor may probe the container in between. Both read Docker's `removing` state, so
+    neither records 137 as the job's exit: the job runs again once the container is gone."""
+    pool.set_slots(1)
+    spawn(module="jobpool.cli", args=("supervisor",))
+    spawn()
+    job = pool.enqueue(IMAGE, ["sh", "-c", f"mkdir /many && cd /many && seq 1 {SLOW_TO_REMOVE} | xargs touch "
+                                           "&& echo started; sleep 600"])
+    running = eventually(lambda: [c for c in containers(client, job.id) if b"started" in c.logs()],
+                         timeout=120, message="the job's file system filled")
+    seen: list[str] = []
+    remover = threading.Thread(target=running[0].remove, kwargs={"force": True})
+    remover.start()
+    try:
+        eventually(lambda: seen.append(s := status_of(client, running[0].id)) or s in ("removing", "gone"),
+                   timeout=30, message="removal under way")
+    finally:
+        remover.join(60)
+    again = eventually(lambda: ((r := pool.get(job.id)).attempt == 2 or r.state is JobState.FAILED) and r,
+                       timeout=60, message="run again, or failed")
+    assert "removing" in seen, seen  # the removal was slow enough to be seen under way
+    assert (again.attempt, again.recovery_attempts) == (2, 1) and again.state is not JobState.FAILED
+    assert not [e for e in pool.events(job.id) if e["reason"] == "exit_code_137"], pool.events(job.id)
+
+
+def status_of(client: docker.DockerClient, container_id: str) -> str:
+    try:
+        return str(client.api.inspect_container(container_id)["State"]["Status"])
+    except docker.errors.NotFound:
+        return "gone"

@@ -21,7 +21,7 @@ from jobpool.contract import (
     REASON_RESTART_LOST_EXIT,
     REASON_RESTART_STOPPED,
 )
-from jobpool.exits import CRASHED, OOM, OWN, Ending, Outages, docker_time, ending
+from jobpool.exits import CRASHED, OOM, OWN, Ending, Outages, docker_time, ending, killed_by_removal
 from jobpool.supervisor.apply import Applier
 from jobpool.supervisor.probes import Present
 from jobpool.supervisor.verdicts import Kind, RowSnapshot, decide
@@ -135,6 +135,18 @@ def test_an_oom_kill_the_daemon_heard_of_after_the_exit_is_found_in_its_event_lo
     assert (end.cause, end.reason, end.code) == (OOM, REASON_OOM_KILLED, 137)
     assert "oom event" in end.evidence
     assert ending(state(137, T0, T0 + 10.5), Outages(), no_info, lambda: False) == Ending(137)
+
+
+@pytest.mark.parametrize(("status", "code", "oom", "removal"), [
+    ("removing", 137, False, True),    # `docker rm -f`: marked as being removed, then killed
+    ("exited", 137, False, False),     # a kill -9, or a `docker kill` (a later `docker rm`: its event log)
+    ("dead", 137, False, False),       # a removal that failed: what the container was is all there is
+    ("removing", 3, False, False),     # its own exit, removed after it ended
+    ("removing", 137, True, False),    # an OOM kill, removed after it
+])
+def test_only_an_exit_137_read_while_docker_removes_the_container_was_the_removals_kill(
+        status: str, code: int, oom: bool, removal: bool) -> None:
+    assert killed_by_removal({**state(code, T0, T0 + 1, oom=oom), "Status": status}) is removal
 
 
 def no_log() -> bool:

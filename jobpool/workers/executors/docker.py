@@ -35,6 +35,7 @@ from ...exits import (
     container_events,
     docker_time,
     ending,
+    killed_by_removal,
 )
 from ...fleet import daemonid
 from .base import (
@@ -171,6 +172,9 @@ class DockerHandle:
                 self._answered("still running")
                 return None
             self._answered("ended")
+            if killed_by_removal(state):
+                raise LaunchUnknown("container removed while it ran (killed by docker rm -f, its removal "
+                                    "under way)")
             with _bounded(api, timeout + OOM_EVENT_GRACE_SECS):
                 seen: set[str] = set()
                 if state.get("ExitCode") == EXIT_SIGKILL and state.get("OOMKilled") is not True:
