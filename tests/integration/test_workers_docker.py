@@ -267,11 +267,15 @@ def test_a_container_slow_to_remove_under_its_live_worker_is_recovered_not_faile
     running = eventually(lambda: [c for c in containers(client, job.id) if b"started" in c.logs()],
                          timeout=120, message="the job's file system filled")
     seen: list[str] = []
+
+    def removal_seen() -> bool:
+        seen.append(status_of(client, running[0].id))
+        return seen[-1] in ("removing", "gone")
+
     remover = threading.Thread(target=running[0].remove, kwargs={"force": True})
     remover.start()
     try:
-        eventually(lambda: seen.append(s := status_of(client, running[0].id)) or s in ("removing", "gone"),
-                   timeout=30, message="removal under way")
+        eventually(removal_seen, timeout=30, message="removal under way")
     finally:
         remover.join(60)
     again = eventually(lambda: ((r := pool.get(job.id)).attempt == 2 or r.state is JobState.FAILED) and r,
