@@ -278,7 +278,7 @@ def test_a_container_slow_to_remove_under_its_live_worker_is_recovered_not_faile
         eventually(removal_seen, timeout=30, message="removal under way")
     finally:
         remover.join(60)
-    again = eventually(lambda: ((r := pool.get(job.id)).attempt == 2 or r.state is JobState.FAILED) and r,
+    again = eventually(lambda: ((r := pool.get(job.id)).attempt == 2 or r.state.terminal) and r,
                        timeout=60, message="run again, or failed")
     assert "removing" in seen, seen  # the removal was slow enough to be seen under way
     assert (again.attempt, again.recovery_attempts) == (2, 1) and again.state is not JobState.FAILED
