@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from .. import errors, metrics, retention
+from .. import errors, gcpause, metrics, retention
 from ..config import Settings
 from ..fleet import daemonmark, markrecords
 from ..fleet.gone import declared
@@ -71,7 +71,8 @@ class Supervisor:
               job_ids: Iterable[str] | None = None) -> SweepReport:
         """Reconcile every running row (or just `job_ids`), then promote; returns what was decided."""
         try:
-            return self._sweep(evict_stale, dry_run, job_ids)
+            with gcpause.paused():  # a sweep holds every running row: jobpool/gcpause.py
+                return self._sweep(evict_stale, dry_run, job_ids)
         except errors.RedisUnavailable:
             # Whichever step met it, leases may lapse while Redis is away: the next sweeps hold "absent".
             self.evidence.redis_lost()

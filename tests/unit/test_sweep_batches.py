@@ -7,13 +7,18 @@ apply.py), on fakeredis[lua] and a real redis-server:
   it was judged from: a row that moved on between the read and the apply (its worker back, its worker's own
   finish, a newer inventory of its daemon) is refused in its place, and the others of the batch are applied;
 - the running rows are read a slice at a time (store/sweepio.py `running_brief`), each once, none that stays
-  missed while rows leave the index between slices.
+  missed while rows leave the index between slices;
+- Python's cyclic garbage collector does not run during a sweep (jobpool/gcpause.py).
 """
 
 from __future__ import annotations
 
+import gc
+import json
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -249,3 +254,34 @@ def test_a_row_promoted_again_while_the_rows_are_read_is_read_once(backend: Back
 
     rows, calls = read_with(pool, monkeypatch, before)
     assert sorted(r[0] for r in rows) == sorted(ids) and calls == 4
+
+
+def test_the_collector_does_not_run_during_a_sweep_and_runs_as_ever_after(backend: Backend,
+                                                                         sweeper: list[Supervisor]) -> None:
+    """A sweep that decodes an inventory of thousands of entries allocates far past the collector's first
+    threshold; with the collector held off it never runs within the sweep (jobpool/gcpause.py), and it is
+    on again after, as it was."""
+    pool = backend.pool(max_concurrent_jobs=30, lease_secs=0.2, heartbeat_secs=0.1)
+    orphans = [orphan_on(pool, D1) for _ in range(20)]
+    listed = [Entry(f"other-{i}", 1, "running", container_id=f"c{i}") for i in range(3000)]
+    publish(pool, D1, listed + [Entry(j, a, "running", container_id=f"o-{j}") for j, a in orphans])
+    within: list[str] = []  # where each collection started: within a sweep, or not
+
+    def collecting(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            frame: FrameType | None = sys._getframe(1)
+            while frame is not None and frame.f_code is not Supervisor._sweep.__code__:
+                frame = frame.f_back
+            within.append("sweep" if frame is not None else "outside")
+
+    sup = supervisor(pool, sweeper)
+    gc.callbacks.append(collecting)
+    try:
+        report = sup.sweep(dry_run=True)
+        decoded = [json.loads(json.dumps(e.encode())) for e in listed]  # the same allocations, outside one
+    finally:
+        gc.callbacks.remove(collecting)
+    assert {d.job_id for d in report.decisions} >= {j for j, _ in orphans}
+    assert "sweep" not in within, within
+    assert len(decoded) == len(listed) and "outside" in within, "outside a sweep it collects as ever"
+    assert gc.isenabled()
