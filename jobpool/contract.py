@@ -120,6 +120,10 @@ REASON_RESTART_STOPPED = "daemon_restart_stopped_container"
 #: error_reason of an attempt whose container a reboot of its host ended (it started before the host's
 #: current boot, and the daemon started since recorded its end): recovered as a crash.
 REASON_HOST_REBOOTED = "host_rebooted"
+#: error_reason of an attempt whose container a removal under it killed (`docker rm -f`: Docker marks it
+#: as being removed, then kills it) and could not finish, leaving it `dead` (a file Docker could not delete):
+#: the kill was the removal's, not the job's; recovered as a crash.
+REASON_CONTAINER_REMOVED = "container_removed"
 
 
 class JobState(str, enum.Enum):
@@ -157,7 +161,8 @@ METRIC_REASONS = (
     "affinity_released",
     "queue_paused", "queue_resumed", "slots_set", "limit_set", "limit_removed", "pruned",
     "exit_0", "exit_code_nonzero", "shutdown_handback", "pause_withdrawn_handback", REASON_OOM_KILLED,
-    REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, REASON_HOST_REBOOTED, "launch_failed", "host_fault",
+    REASON_RESTART_LOST_EXIT, REASON_RESTART_STOPPED, REASON_HOST_REBOOTED, REASON_CONTAINER_REMOVED,
+    "launch_failed", "host_fault",
     "bad_spec", "retry", "wait_over", REASON_DEPENDENCY_FAILED, REASON_TIMEOUT, "retried", "schedule_skipped",
     "schedule_set", "schedule_removed", "schedule_paused", "schedule_resumed",
     "evicted", "stale_evicted",

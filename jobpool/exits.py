@@ -28,14 +28,17 @@ verdict (`verdict_for_exit` in scripts/_lib.lua). What Docker 20.10 records, fou
   code: `host_rebooted`, recovered as a crash. One whose end was recorded before the boot ended before the
   host went down: its own exit (or a clean shutdown's stop, below).
 - **Removed under the job** (`docker rm -f` by an operator or a cron): the daemon marks the container as
-  being removed, kills it, deletes its file system, then destroys it, so its watcher may read an exit 137 in
-  between. While it goes, its state reads `removing` (`killed_by_removal`): that 137 is the removal's, however
-  long the deletion takes (seconds for a file system of many files, longer on a loaded host). The worker
-  leaves the row to the supervisor, whose probe reads such a container as unknown until it is gone, then
-  absent: the job runs again (workers/executors/docker.py, supervisor/probes.py). A `docker kill` followed by
-  a separate `docker rm` leaves no such mark: a watcher that reads 137 without OOMKilled also asks the event
-  log for `oom` and `destroy` together (`container_events`), and a destroyed container is no exit of the
-  job's either.
+  being removed, kills it, marks it `dead`, deletes its file system, then destroys it, so its watcher may
+  read an exit 137 in between. While it goes, its state reads `removing` (`killed_by_removal`): that 137 is
+  the removal's, however long the deletion takes (seconds for a file system of many files, longer on a
+  loaded host). The worker leaves the row to the supervisor, whose probe reads such a container as unknown
+  until it is gone, then absent: the job runs again (workers/executors/docker.py, supervisor/probes.py). A
+  removal that fails (a file it cannot delete), or that a daemon restart cuts short, leaves the container
+  `dead` for good: Docker 20.10 marks a container dead only as it removes it, and never starts a dead one,
+  so an exit 137 of a dead container without OOMKilled is a crash, `container_removed`, and the job runs
+  again on its recovery budget. A `docker kill` followed by a separate `docker rm` leaves no such mark: a
+  watcher that reads 137 without OOMKilled also asks the event log for `oom` and `destroy` together
+  (`container_events`), and a destroyed container is no exit of the job's either.
 - **Nothing distinguishes**, so these stay the job's exit: a shim killed under a running daemon (exit 137,
   as a `kill -9` would be), a daemon without live-restore stopped cleanly (it stops its containers and
   answers their exit before it goes), and any exit 255 outside a restart the observer saw.
@@ -69,6 +72,7 @@ from typing import Any
 
 from .contract import (
     EXIT_UNKNOWN,
+    REASON_CONTAINER_REMOVED,
     REASON_HOST_REBOOTED,
     REASON_OOM_KILLED,
     REASON_RESTART_LOST_EXIT,
@@ -84,8 +88,11 @@ EXIT_SIGKILL = 137
 #: this far past now, and Docker holds the request open until then).
 OOM_EVENT_GRACE_SECS = 1.0
 #: The inspect `State.Status` of a container Docker is removing: set before `docker rm -f` kills it, kept
-#: until it is gone (a removal that fails leaves it `exited` or `dead`).
+#: until it is gone or the removal fails.
 STATUS_REMOVING = "removing"
+#: ... and of one whose removal got past its kill and then failed or was cut short (Docker marks a container
+#: dead only as it removes it); a dead container is never started again.
+STATUS_DEAD = "dead"
 #: How many past outage windows an observer remembers (a supervisor judges orphans found sweeps later).
 KEEP_WINDOWS = 16
 
@@ -212,6 +219,11 @@ def ending(state: Mapping[str, Any], outages: Outages, live_restore: Callable[[]
         return Ending(code, OOM, REASON_OOM_KILLED,
                       f"Docker logged an oom event of the container, exit {code} (State.OOMKilled unset: "
                       f"the daemon heard of the exit first)")
+    if code == EXIT_SIGKILL and state.get("Status") == STATUS_DEAD:
+        error = str(state.get("Error") or "no error recorded")[:200]
+        return Ending(code, CRASHED, REASON_CONTAINER_REMOVED,
+                      f"exit {code} of a container Docker marked dead: a removal under it (docker rm -f) "
+                      f"killed it and did not finish ({error})")
     started, finished = docker_time(state.get("StartedAt")), docker_time(state.get("FinishedAt"))
     if outages.ended_by_reboot(started, finished):
         assert started is not None and finished is not None and outages.booted_at is not None

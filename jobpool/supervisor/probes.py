@@ -224,7 +224,8 @@ class ContainerProber(DaemonClient):
                                f"(state {state.get('Status')!r})")
             if killed_by_removal(state):
                 return Unknown(f"container {container_id[:12]} is being removed (docker rm -f): its exit "
-                               f"{code} is the removal's kill, not the job's; absent once it is gone")
+                               f"{code} is the removal's kill, not the job's; absent once it is gone, a "
+                               f"crash if the removal fails")
             # The exit is old news to a supervisor: no grace for a late oom event.
             end = ending(state, self.outages, lambda: client.info().get("LiveRestoreEnabled") is not False,
                          lambda: oom_event(client.api, container_id, state))

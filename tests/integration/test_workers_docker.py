@@ -13,10 +13,12 @@ import docker
 import pytest
 
 from jobpool import JobState, Pool
+from jobpool.contract import REASON_CONTAINER_REMOVED
 from tests.support.constants import CHECKPOINTING, IMAGE
 from tests.support.job_containers import containers
 from tests.support.polling import eventually
 from tests.support.procs import JobpoolProcess
+from tests.support.servers import DockerDaemon
 
 IGNORES_TERM = "trap '' TERM; echo started; while true; do sleep 0.1; done"
 
@@ -265,7 +267,7 @@ def test_a_container_slow_to_remove_under_its_live_worker_is_recovered_not_faile
     job = pool.enqueue(IMAGE, ["sh", "-c", f"mkdir /many && cd /many && seq 1 {SLOW_TO_REMOVE} | xargs touch "
                                            "&& echo started; sleep 600"])
     running = eventually(lambda: [c for c in containers(client, job.id) if b"started" in c.logs()],
-                         timeout=120, message="the job's file system filled")
+                         timeout=300, message="the job's file system filled")  # 5 s idle; 90 s seen loaded
     seen: list[str] = []
 
     def removal_seen() -> bool:
@@ -283,6 +285,33 @@ def test_a_container_slow_to_remove_under_its_live_worker_is_recovered_not_faile
     assert "removing" in seen, seen  # the removal was slow enough to be seen under way
     assert (again.attempt, again.recovery_attempts) == (2, 1) and again.state is not JobState.FAILED
     assert not [e for e in pool.events(job.id) if e["reason"] == "exit_code_137"], pool.events(job.id)
+
+
+def test_a_container_left_dead_by_a_failed_removal_is_recovered_as_a_crash(
+        pool: Pool, spawn: Callable[..., JobpoolProcess], client: docker.DockerClient,
+        docker_daemon: DockerDaemon) -> None:
+    """`docker rm -f` kills the container, then cannot delete a file of it (made immutable here, as a file
+    system fault would leave it): Docker leaves the container `dead` for good. Its exit 137 was the
+    removal's: the job runs again as a crash, `container_removed`, and is not failed with exit 137."""
+    pool.set_slots(1)
+    spawn(module="jobpool.cli", args=("supervisor",))
+    spawn()
+    job = pool.enqueue(IMAGE, ["sh", "-c", "mkdir /pin && touch /pin/immutable && echo started; sleep 600"])
+    first = eventually(lambda: [c for c in containers(client, job.id) if b"started" in c.logs()],
+                       timeout=60, message="the job running")[0]
+    [pinned] = (docker_daemon.dir / "root" / "vfs" / "dir").glob("*/pin/immutable")  # its file system, vfs
+    subprocess.run(["chattr", "+i", str(pinned)], check=True)
+    try:
+        with pytest.raises(docker.errors.APIError, match="failed to remove"):
+            first.remove(force=True)
+        assert status_of(client, first.id) == "dead"
+        again = eventually(lambda: ((r := pool.get(job.id)).attempt == 2 or r.state.terminal) and r,
+                           timeout=60, message="run again, or ended")
+        reasons = [e["reason"] for e in pool.events(job.id)]
+        assert (again.attempt, again.recovery_attempts) == (2, 1), reasons
+        assert REASON_CONTAINER_REMOVED in reasons and "exit_code_137" not in reasons, reasons
+    finally:
+        subprocess.run(["chattr", "-i", str(pinned)], check=False)
 
 
 def status_of(client: docker.DockerClient, container_id: str) -> str:

@@ -16,6 +16,7 @@ from jobpool import Pool, errors
 from jobpool.contract import (
     EXIT_TEMPFAIL,
     EXIT_UNKNOWN,
+    REASON_CONTAINER_REMOVED,
     REASON_HOST_REBOOTED,
     REASON_OOM_KILLED,
     REASON_RESTART_LOST_EXIT,
@@ -140,13 +141,26 @@ def test_an_oom_kill_the_daemon_heard_of_after_the_exit_is_found_in_its_event_lo
 @pytest.mark.parametrize(("status", "code", "oom", "removal"), [
     ("removing", 137, False, True),    # `docker rm -f`: marked as being removed, then killed
     ("exited", 137, False, False),     # a kill -9, or a `docker kill` (a later `docker rm`: its event log)
-    ("dead", 137, False, False),       # a removal that failed: what the container was is all there is
+    ("dead", 137, False, False),       # a removal that failed: gone nowhere, a crash (`ending`, below)
     ("removing", 3, False, False),     # its own exit, removed after it ended
-    ("removing", 137, True, False),    # an OOM kill, removed after it
+    ("removing", 137, True, False),    # OOMKilled set: Docker's word for an OOM kill wins
 ])
 def test_only_an_exit_137_read_while_docker_removes_the_container_was_the_removals_kill(
         status: str, code: int, oom: bool, removal: bool) -> None:
     assert killed_by_removal({**state(code, T0, T0 + 1, oom=oom), "Status": status}) is removal
+
+
+def test_an_exit_137_of_a_container_left_dead_by_a_failed_removal_is_a_crash() -> None:
+    """Docker marks a container dead only as it removes it, and never starts a dead one: a removal that
+    killed it and then failed leaves it so for good (tests/integration/test_workers_docker.py makes one)."""
+    dead = {**state(137, T0, T0 + 1), "Status": "dead", "Dead": True,
+            "Error": 'driver "vfs" failed to remove root filesystem: operation not permitted'}
+    end = ending(dead, Outages(), no_info, lambda: False)
+    assert (end.code, end.cause, end.reason) == (137, CRASHED, REASON_CONTAINER_REMOVED)
+    assert "marked dead" in end.evidence and "operation not permitted" in end.evidence
+    assert ending({**dead, "ExitCode": 3}, Outages(), no_info, no_log) == Ending(3), "its own, then removed"
+    assert ending({**dead, "OOMKilled": True}, Outages(), no_info, no_log).cause == OOM
+    assert ending(dead, Outages(), no_info, lambda: True).cause == OOM, "an oom event logged: the kernel's"
 
 
 def no_log() -> bool:
