@@ -1226,9 +1226,10 @@ end
 -- daemon_mark_index.lua). Its `v` (its writer's digest of the other fields) is also kept in `vkey`, a string
 -- that lives as long as the record (none when the record has no `v`): a process comparing marks reads its
 -- peers' digests in one MGET (daemon_mark_round.lua), so every writer of a record writes or removes it too. A
--- record that already holds the `v` and `indexed` being written (a steady process's, each period) has every
--- other field as given too, unless edited by hand (forget_collision.lua, the one script that edits a record
--- otherwise, removes its `v`), so only its `at` is written then. The field pairs end at ARGV[last] (NARGV
+-- record that already holds every field being written (a steady process's, each period) gets only its `at`
+-- then; any other is written whole, so a field edited by hand (its `v` kept) is put back within a period and
+-- a peer new to the record never reads it (forget_collision.lua, the one script that edits a record
+-- otherwise, removes its `v`). The field pairs end at ARGV[last] (NARGV
 -- when not given); `limit`, see index_mark. Returns at, daemon, collision, took (1 when the turn was taken),
 -- and index_mark's ids and size; or nil and why for bad arguments (nothing written).
 local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allowed, last, limit)
@@ -1238,11 +1239,12 @@ local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allo
       or scan ~= math.floor(scan) or last < 4 or (last - 4) % 2 ~= 0 then
     return nil, 'daemon mark'
   end
-  local fields = {'indexed', '1'}
+  local fields, names = {'indexed', '1'}, {'indexed'}
   local daemon, collision, digest = '', '', nil
   for i = 5, last, 2 do
     fields[#fields + 1] = ARGV[i]
     fields[#fields + 1] = ARGV[i + 1]
+    names[#names + 1] = ARGV[i]
     if ARGV[i] == 'daemon_id' then daemon = ARGV[i + 1] end
     if ARGV[i] == 'collision' then collision = ARGV[i + 1] end
     if ARGV[i] == 'v' and ARGV[i + 1] ~= '' then digest = ARGV[i + 1] end
@@ -1253,8 +1255,14 @@ local function write_mark(rec, vkey, index, of_daemon, scan_turn, collision_allo
   end
   if (collision ~= '') ~= collision_allowed then return nil, 'collision' end
   local at = now_ms()
-  local held = digest and redis.pcall('HMGET', rec, 'v', 'indexed')  -- an error reply: another type
-  if held and held[1] == digest and held[2] == '1' then
+  local held = digest and redis.pcall('HMGET', rec, unpack(names))  -- an error reply: another type
+  local same = held and not held.err
+  if same then
+    for i = 1, #names do
+      if held[i] ~= fields[2 * i] then same = false break end
+    end
+  end
+  if same then
     redis.call('HSET', rec, 'at', at)
   else
     redis.call('DEL', rec)

@@ -10,7 +10,7 @@ Returns {0, at, 0, scan} (at: ms, the server's time; scan: 1 when this caller to
 records of processes that do not index their own, daemon_mark_index.lua); -6 bad arguments (a record that
 reports a collision among them: daemon_collision.lua writes it).
 Register (or refresh) one process that marked its Docker daemon (jobpool/fleet/daemonmark.py) and reports no
-collision: its record (written whole, or refreshed in place when it holds the same `v`: _lib.lua `write_mark`)
+collision: its record (written whole, or refreshed in place when it holds every field as given: _lib.lua `write_mark`)
 lives ARGV[2] ms unless refreshed, so a process that dies drops out on its own; `daemon_marks` says when each
 was last refreshed, for the readers of the whole fleet (`status`, the supervisors' `read_collisions`), and the
 index of its daemon identity (KEYS[3]) holds it by when its record expires: a process comparing marks reads
