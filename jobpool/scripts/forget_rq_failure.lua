@@ -9,7 +9,8 @@ RQ's worker records a delivery whose horse died, or whose job function raised, a
 RQ record never expires (jobpool/rqjob.py): it goes with the job's row (prune.lua). A delivery of a job that
 has no row (one made and taken after the last writes a Redis then lost: a restart from an older file, a
 failover to a replica behind) would so leave RQ's record for ever, which no row names. The worker runs this
-right after RQ's failure record (jobpool/workers/rqworker.py `JobpoolWorker.handle_job_failure`); a job that
+right after RQ's failure record (jobpool/workers/rqworker.py `JobpoolWorker.handle_job_failure`), and after
+RQ's maintenance took an abandoned delivery out of its started registry (`clean_registries`); a job that
 still has its row keeps RQ's record until its row is pruned. The registry's entry is removed first: a
 registry of another type (edited by hand) fails the call before anything is deleted.
 ]]

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..contract import LIVE_LOG_CAP_BYTES
 from .replies import Adopted, Claimed, Moved, Requests
+from .runner import call_redis
 from .scriptcalls import CANDIDATES_ON_RELEASE, ScriptCalls, moved, requests_of
 
 
@@ -75,6 +76,18 @@ class WorkerCalls(ScriptCalls):
         k = self.keys
         keys = [k.job(job_id), k.rq_job(job_id), k.rq_results(job_id), failed_registry_key]
         return bool(int(self.run("forget_rq_failure", keys, [job_id])[1]))
+
+    def deliveries_due(self, started_registry_key: str, until: float) -> list[str]:
+        """The entries of RQ's started registry `started_registry_key` (RQ's own key) due by `until`, a Unix
+        time: the deliveries RQ's maintenance takes out as abandoned, if no worker renews them before."""
+        return [str(m) for m in call_redis(self.client.zrangebyscore, started_registry_key, 0, until)]
+
+    def deliveries_gone(self, started_registry_key: str, entries: list[str]) -> list[str]:
+        """Those of `entries` no longer in RQ's started registry `started_registry_key`."""
+        if not entries:
+            return []
+        scores = call_redis(self.client.zmscore, started_registry_key, entries)
+        return [entry for entry, score in zip(entries, scores, strict=True) if score is None]
 
     def give_back(self, queue_key: str, intermediate_key: str, first_seen_key: str, rq_job_id: str) -> bool:
         """Put a job a worker just took back at the head of its RQ queue, RQ's first-seen note of it in the

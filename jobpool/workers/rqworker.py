@@ -35,6 +35,9 @@ log = logging.getLogger("jobpool.worker")
 
 #: Extra time the worker gives its horse past the drain timeout to record the outcome before killing it.
 HORSE_MARGIN_SECS = 5.0
+#: How far past now a started registry's entries are read before RQ's maintenance cleans it up
+#: (`clean_registries`): RQ reads its own clock a moment later.
+ABANDONED_MARGIN_SECS = 60.0
 
 
 class JobpoolWorker(BooksWorker):
@@ -190,15 +193,52 @@ class JobpoolWorker(BooksWorker):
         super().handle_job_failure(job, queue, started_job_registry, exc_string)
         if self._said_done or str(job.id).startswith(ADOPT_RQ_PREFIX):  # deleted already; not a job's row
             return
+        self._forget_if_rowless(job.id, job.failed_job_registry.key)
+
+    def clean_registries(self) -> None:
+        """RQ's registry maintenance, then RQ's record of each delivery it found abandoned deleted again when
+        the job has no row, as `handle_job_failure` does for one this worker saw fail. A delivery is
+        abandoned when its worker died during it (SIGKILL, a host lost): RQ's `StartedJobRegistry.cleanup`
+        takes it out of the started registry and records it failed, or, when the record has no payload (the
+        four fields RQ's worker wrote of a job that a Redis then lost, or that was pruned, as it took it),
+        leaves that record as it is. Either way nothing would ever delete it.
+
+        The registries' entries past their score (and those within `ABANDONED_MARGIN_SECS` of it, which
+        RQ's own clock may reach first) are read before RQ's call; an entry gone from its registry after it
+        was cleaned up, by this worker or another, in one transaction with its failure record (RQ pipelines
+        it in a MULTI), so its job's record is looked at only then. One still there is left for later."""
+        store = self.runtime.store
+        until = time.time() + ABANDONED_MARGIN_SECS
         try:
-            forgot = self.runtime.store.forget_rq_failure(job.id, job.failed_job_registry.key)
+            due = [(q, store.deliveries_due(q.started_job_registry.key, until)) for q in list(self.queues)]
+        except JobpoolError as exc:  # RQ's own call below meets the same Redis, and says so its own way
+            log.warning("worker %s: RQ's started registries not read before its maintenance (%s): RQ's "
+                        "records of deliveries it finds abandoned this time are kept", self.name, exc)
+            due = []
+        super().clean_registries()  # type: ignore[no-untyped-call]  # RQ's, untyped
+        for queue, entries in due:
+            try:
+                gone = store.deliveries_gone(queue.started_job_registry.key, entries)
+            except JobpoolError as exc:
+                log.warning("worker %s: RQ's started registry %s not read after its maintenance (%s): RQ's "
+                            "records of deliveries it found abandoned there are kept",
+                            self.name, queue.started_job_registry.key, exc)
+                continue
+            for entry in gone:
+                job_id = queue.started_job_registry.parse_job_id(entry)
+                if not job_id.startswith(ADOPT_RQ_PREFIX):
+                    self._forget_if_rowless(job_id, queue.failed_job_registry.key)
+
+    def _forget_if_rowless(self, job_id: str, failed_key: str) -> None:
+        try:
+            forgot = self.runtime.store.forget_rq_failure(job_id, failed_key)
         except JobpoolError as exc:
             log.warning("worker %s: could not check that job %s has a row after RQ recorded its delivery "
-                        "failed (%s): if it has none, RQ's record of it stays", self.name, job.id, exc)
+                        "failed (%s): if it has none, RQ's record of it stays", self.name, job_id, exc)
             return
         if forgot:
             log.warning("worker %s: job %s has no row (pruned meanwhile, or lost by Redis since it was "
-                        "taken): RQ's record of its failed delivery deleted", self.name, job.id)
+                        "taken): RQ's record of its failed delivery deleted", self.name, job_id)
 
     def _give_back_entry(self, queue_key: str, rq_job_id: str, why: str) -> None:
         """Put an entry this worker took but will not run back at the head of its queue

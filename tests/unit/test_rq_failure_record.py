@@ -7,12 +7,14 @@ rollback). RQ's worker wrote its "started" fields of the job into the Redis that
 fields, with no payload), the horse could not load it and died, and RQ recorded the delivery as failed: a
 job hash and a result stream that never expire (a jobpool job's RQ record goes with its row) and that no row
 names, for ever. The record is deleted once written; a job that has its row keeps RQ's record until its row
-is pruned, as before."""
+is pruned, as before. A worker killed during such a delivery leaves it to RQ's maintenance in another
+worker (`JobpoolWorker.clean_registries`), which deletes it the same way."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -122,3 +124,64 @@ def test_a_redis_that_fails_the_check_leaves_a_warning_and_the_worker_goes_on(
         with caplog.at_level(logging.WARNING, logger="jobpool.worker"):
             w.handle_job_failure(job, w.queues[-1], exc_string=HORSE_DIED)
     assert any(f"could not check that job {job.id} has a row" in r.getMessage() for r in caplog.records)
+
+
+def abandoned(admin: redis.Redis, w: JobpoolWorker, job: Job) -> None:
+    """The delivery of `job` as a worker killed during it leaves it: RQ's entry in the queue's started
+    registry, past its score (the dead worker no longer renews it), that RQ's maintenance cleans up."""
+    queue = w.queues[-1]
+    admin.zadd(queue.started_job_registry.key, {f"{job.id}:execution-1": 1})
+
+
+def test_a_delivery_of_a_job_redis_lost_abandoned_by_a_killed_worker_leaves_no_rq_record(
+        redis_url: str) -> None:
+    """RQ's maintenance (in any live worker) records an abandoned delivery failed: jobpool's worker deletes
+    that record again when the job has no row (rqworker.py `clean_registries`)."""
+    with taken(redis_url) as (w, pool, admin, job):
+        queue = w.queues[-1]
+        admin.flushall()
+        admin.hset(f"rq:job:{job.id}", mapping={"status": "started", "worker_name": "a-dead-worker",
+                                                "started_at": "2026-12-04T22:03:46.184427Z",
+                                                "last_heartbeat": "2026-12-04T22:03:46.184427Z"})
+        abandoned(admin, w, job)
+        w.clean_registries()
+        assert admin.zcard(queue.started_job_registry.key) == 0, "RQ's maintenance ran"
+        assert rq_keys(admin, job.id) == []
+        assert admin.zscore(queue.failed_job_registry.key, job.id) is None
+        assert not admin.exists(pool.keys.job(job.id)), "and no row made"
+
+
+def test_an_abandoned_delivery_rq_records_failed_of_a_job_without_row_leaves_no_rq_record(
+        redis_url: str) -> None:
+    """RQ's whole record, its row gone (a Redis that lost only the row's write): RQ's maintenance records
+    the abandoned delivery failed, and that record goes again."""
+    with taken(redis_url) as (w, pool, admin, job):
+        queue = w.queues[-1]
+        admin.delete(pool.keys.job(job.id))
+        abandoned(admin, w, job)
+        w.clean_registries()
+        assert admin.zcard(queue.started_job_registry.key) == 0, "RQ's maintenance ran"
+        assert rq_keys(admin, job.id) == []
+        assert admin.zscore(queue.failed_job_registry.key, job.id) is None
+
+
+def test_a_delivery_still_in_its_registry_is_left_alone(redis_url: str) -> None:
+    """A delivery whose entry is not past its score (its worker lives) is not RQ's maintenance's, nor
+    this: its record stays, row or not."""
+    with taken(redis_url) as (w, pool, admin, job):
+        queue = w.queues[-1]
+        admin.delete(pool.keys.job(job.id))
+        admin.zadd(queue.started_job_registry.key, {f"{job.id}:execution-1": time.time() + 30})
+        w.clean_registries()
+        assert admin.zcard(queue.started_job_registry.key) == 1
+        assert admin.exists(f"rq:job:{job.id}")
+
+
+def test_an_abandoned_delivery_of_a_job_with_its_row_keeps_rqs_record(redis_url: str) -> None:
+    with taken(redis_url) as (w, pool, admin, job):
+        queue = w.queues[-1]
+        abandoned(admin, w, job)
+        w.clean_registries()
+        assert Job.fetch(job.id, connection=w.connection, serializer=w.serializer).get_status() == "failed"
+        assert admin.zscore(queue.failed_job_registry.key, job.id) is not None
+        assert pool.get(job.id).state is JobState.RUNNING, "the row is the supervisor's to judge"
