@@ -953,6 +953,9 @@ local function drop_head(jkey, head, why, actor, now)
     redis.call('ZREM', KEYS[K_QUEUED], head)
     redis.call('ZREM', KEYS[K_READY], head)
     event(nil, head, 'queued', '', 'dropped_corrupt_row', why, actor, now)
+    -- A job dropped with no row of its own will never run: those waiting for it are cancelled (as
+    -- release_waiting.lua and drop_ghost.lua do), not left waiting for ever.
+    tell_dependents(head, 'cancelled', now)
   end
 end
 

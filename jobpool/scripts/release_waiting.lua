@@ -27,9 +27,9 @@ for i = 1, NKEYS do
     if key_type(jkey) ~= 'hash' or redis.call('HGET', jkey, 'state') ~= 'waiting' then
       redis.call('ZREM', KEYS[K_WAITING], id)
       event(nil, id, 'waiting', '', 'dropped_corrupt_row', 'its row is gone or not waiting', actor, now)
-      -- A row that is gone will never succeed: those waiting for it are cancelled. One in another state is
-      -- still that job, which may.
-      if key_type(jkey) == 'none' then tell_dependents(id, 'cancelled', now) end
+      -- A row that is gone (or is not a row at all) will never succeed: those waiting for it are cancelled.
+      -- One in another state is still that job, which may.
+      if key_type(jkey) ~= 'hash' then tell_dependents(id, 'cancelled', now) end
     else
       local to = judge_hold(jkey, id, 'waiting', actor, now, 'wait_over')
       counts[to] = counts[to] + 1

@@ -378,6 +378,25 @@ def test_a_job_whose_row_is_gone_cancels_the_jobs_waiting_for_it(backend: Backen
         assert (state_of(pool, job.id), pool.get(job.id).error_reason) == ("cancelled", "dependency_failed")
 
 
+def test_a_queued_or_waiting_job_whose_row_is_lost_or_replaced_cancels_the_jobs_waiting_for_it(
+        backend: Backend) -> None:
+    """A queued head whose row is gone, dropped by promotion (_lib.lua `drop_head`), and a waiting job whose
+    key holds another type, dropped by the release step, make their dependents due, which are cancelled:
+    neither waits for ever (a review's finding)."""
+    pool = backend.pool(max_concurrent_jobs=0)
+    queued, held = enqueue(pool, "a"), enqueue(pool, "b", not_before=time.time() + 3600)
+    after_queued, after_held = enqueue(pool, after=[queued.id]), enqueue(pool, after=[held.id])
+    backend.client.delete(pool.keys.job(queued.id), pool.keys.job(held.id))
+    backend.client.set(pool.keys.job(held.id), "not a row")
+    backend.client.zadd(pool.keys.waiting, {held.id: 0})  # due now
+    pool.set_slots(1)
+    pool.store.promote_all("test")
+    assert backend.client.zscore(pool.keys.queued, queued.id) is None, "the lost head dropped"
+    release(pool)
+    for job in (after_queued, after_held):
+        assert (state_of(pool, job.id), pool.get(job.id).error_reason) == ("cancelled", "dependency_failed")
+
+
 def test_a_delayed_job_cancelled_then_retried_waits_for_its_start_time_again(backend: Backend) -> None:
     pool = backend.pool(max_concurrent_jobs=1)
     job = enqueue(pool, not_before=time.time() + 3600)
