@@ -8,7 +8,8 @@ Returns {0, state after (queued | waiting)}; -1; -2 unless failed or cancelled; 
 (`after`) failed, was cancelled or is gone: retry that one first.
 An operator's retry: a failed or cancelled job goes again as a new attempt, its history kept, with its
 retries and recovery budget whole again. A job that waits for others waits for those not yet succeeded again
-(each must still exist and not have failed), and for its start time (`not_before`) if that is still to
+(each must still exist and not have failed; a job that ran waits for none again, its dependencies having
+succeeded), and for its start time (`not_before`) if that is still to
 come; one with nothing left to wait for takes a new turn in the queue. RQ's record of the job, deleted when it ended
 (jobpool/rqjob.py), is made again when it is promoted (rq_record, _lib.lua).
 The caller promotes afterwards.
@@ -16,11 +17,14 @@ The caller promotes afterwards.
 local jkey = KEYS[1]
 local id, actor = ARGV[1], ARGV[2]
 if redis.call('EXISTS', jkey) == 0 then return {E_NOT_FOUND, id} end
-local row = redis.call('HMGET', jkey, 'state', 'after')
+local row = redis.call('HMGET', jkey, 'state', 'after', 'attempt')
 local state = row[1]
 if state ~= 'failed' and state ~= 'cancelled' then return {E_INVALID_STATE, state} end
+-- A job that ran (an attempt claimed) was released once every job it waits for had succeeded, and a success
+-- is for good: those may since have been pruned by retention, and it waits for none of them again.
+local ran = (tonumber(row[3]) or 0) > 0
 local live = {}
-for dep in string.gmatch(row[2] or '', '%S+') do
+for dep in string.gmatch(ran and '' or (row[2] or ''), '%S+') do
   if not redis.call('ZSCORE', KEYS[K_SUCCEEDED], dep) then
     if redis.call('ZSCORE', KEYS[K_FAILED], dep) or redis.call('ZSCORE', KEYS[K_CANCELLED], dep) then
       return {E_BAD_SPEC, 'job ' .. dep .. ', which it waits for, ended ' ..

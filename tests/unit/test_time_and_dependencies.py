@@ -337,6 +337,23 @@ def test_pool_retry_of_a_dependent_waits_for_its_dependency_retried_first(backen
     assert state_of(pool, b.id) == "running"
 
 
+def test_pool_retry_of_a_dependent_that_ran_needs_no_dependency_retention_pruned(backend: Backend) -> None:
+    """A failed job that ran did so after everything it waits for succeeded: retried once retention pruned
+    those, it runs again (a review's finding: it was refused, its dependency "gone")."""
+    pool = backend.pool(max_concurrent_jobs=1, keep_succeeded=0, keep_succeeded_secs=1)
+    a = enqueue(pool)
+    b = enqueue(pool, after=[a.id])
+    run_to_end(pool, a.id, 0)
+    release(pool)
+    run_to_end(pool, b.id, 2)
+    assert state_of(pool, b.id) == "failed"
+    backend.client.hset(pool.keys.job(a.id), "finished_at", pool.now_ms() - 60_000)  # as if a minute went by
+    backend.client.zadd(pool.keys.succeeded, {a.id: pool.now_ms() - 60_000})
+    pool.prune()
+    assert not backend.client.exists(pool.keys.job(a.id)), "the dependency pruned"
+    assert pool.retry(b.id).state.value == "running"
+
+
 @pytest.mark.parametrize("state", ["queued", "running", "succeeded"])
 def test_only_a_failed_or_cancelled_job_is_retried(backend: Backend, state: str) -> None:
     pool = backend.pool(max_concurrent_jobs=1)
